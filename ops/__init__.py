@@ -1,0 +1,1 @@
+"""Operations: CLI, local stack, topic admin, benchmarks."""

@@ -1,0 +1,205 @@
+"""The `memstream` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from topics import ContractError, FactEvent, decode, validate_tenant
+from workers.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memstream", description="Streaming graph memory on Kafka and Redis.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    stack = sub.add_parser("stack", help="local Kafka + Redis")
+    stack.add_argument("action", choices=["up", "down", "status"])
+
+    topics = sub.add_parser("topics", help="create the topics before workers start")
+    topics.add_argument("action", choices=["create"])
+    topics.add_argument("--partitions", type=int, default=None)
+
+    worker = sub.add_parser("worker", help="run workers (one faust app)")
+    worker.add_argument("--role", default="all", help="all|chunker|extractor|detector|resolver|query (comma-separated)")
+
+    pub = sub.add_parser("publish", help="publish documents to memstream.documents")
+    pub.add_argument("paths", nargs="+", metavar="PATH", help=".txt .md .json .jsonl file, or - for stdin")
+    pub.add_argument("--tenant", default=None)
+    pub.add_argument("--wait", action="store_true", help="return once every document is fully indexed")
+    pub.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
+
+    tail = sub.add_parser("tail", help="print memstream.indexed-facts events as JSON lines")
+    tail.add_argument("--tenant", default=None)
+    tail.add_argument("--from-beginning", action="store_true")
+    tail.add_argument("--limit", type=int, default=None)
+    tail.add_argument("--idle-timeout", type=float, default=None, help="stop after this many seconds without events")
+
+    query = sub.add_parser("query", help="query the memory over HTTP")
+    query.add_argument("text")
+    query.add_argument("--tenant", default=None)
+    query.add_argument("--top-k", type=int, default=None)
+    query.add_argument("--json", action="store_true", help="print the response body unchanged")
+    query.add_argument("--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)")
+
+    sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
+
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        return COMMANDS[args.command](settings, args)
+    except (ValueError, ContractError, FileNotFoundError, NotImplementedError) as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_stack(settings: Settings, args) -> int:
+    from ops.stack import Stack, StackError, stderr
+
+    stack = Stack(settings)
+    try:
+        if args.action == "up":
+            stack.up(stderr)
+            print("\n".join(stack.exports()))
+        elif args.action == "down":
+            stack.down(stderr)
+        else:
+            for name, state in stack.status().items():
+                print(f"{name}: {state}")
+    except StackError as exc:
+        print(f"memstream stack: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_topics(settings: Settings, args) -> int:
+    from ops.kafka_admin import ensure_topics
+
+    created = ensure_topics(settings, args.partitions)
+    print(f"created: {', '.join(created) or 'none (all exist)'}")
+    return 0
+
+
+def cmd_worker(settings: Settings, args) -> int:
+    from ops.kafka_admin import ensure_topics
+    from workers.app import parse_roles, run_worker
+
+    roles = parse_roles(args.role)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ensure_topics(settings)
+    run_worker(settings, roles)
+    return 0
+
+
+def cmd_publish(settings: Settings, args) -> int:
+    from ops.publish import load_documents, publish, wait_indexed
+
+    tenant = validate_tenant(args.tenant or settings.tenant)
+    loaded = load_documents(args.paths, tenant, settings.max_text_bytes)
+    for error in loaded.errors:
+        print(f"memstream publish: rejected {error}", file=sys.stderr)
+    if loaded.documents:
+        publish(settings, loaded.documents)
+        if args.wait:
+            pending = wait_indexed(settings, loaded.documents, args.timeout)
+            if pending:
+                print(f"memstream publish: timed out after {args.timeout:g}s; not yet indexed: {', '.join(pending)}", file=sys.stderr)
+                return 1
+    return 2 if loaded.errors else 0
+
+
+def cmd_tail(settings: Settings, args) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    tenant = validate_tenant(args.tenant) if args.tenant else None
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    topic = settings.topics.indexed_facts
+    partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+    if not partitions:
+        print(f"memstream tail: topic {topic} does not exist yet (start a worker first)", file=sys.stderr)
+        return 1
+    consumer.assign(partitions)
+    (consumer.seek_to_beginning if args.from_beginning else consumer.seek_to_end)(*partitions)
+    printed, last_event = 0, time.monotonic()
+    try:
+        while args.limit is None or printed < args.limit:
+            batch = consumer.poll(timeout_ms=500)
+            for records in batch.values():
+                for record in records:
+                    last_event = time.monotonic()
+                    try:
+                        event = decode(FactEvent, record.value)
+                    except ContractError as exc:
+                        print(f"memstream tail: skipped offset {record.offset}: {exc}", file=sys.stderr)
+                        continue
+                    if tenant and event.tenant != tenant:
+                        continue
+                    print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
+                    printed += 1
+                    if args.limit is not None and printed >= args.limit:
+                        return 0
+            if args.idle_timeout is not None and time.monotonic() - last_event > args.idle_timeout:
+                return 0
+    finally:
+        consumer.close()
+    return 0
+
+
+def query_endpoint(settings: Settings, url: str | None = None) -> str:
+    return (url or f"http://{settings.http_host}:{settings.http_port}").rstrip("/") + "/v1/query"
+
+
+def cmd_query(settings: Settings, args) -> int:
+    body = {"query": args.text, "tenant": validate_tenant(args.tenant or settings.tenant), "top_k": args.top_k or settings.top_k}
+    request = urllib.request.Request(query_endpoint(settings, args.url), data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        print(f"memstream query: HTTP {exc.code}: {exc.read().decode(errors='replace')}", file=sys.stderr)
+        return 1
+    except urllib.error.URLError as exc:
+        print(f"memstream query: cannot reach the query worker at {request.full_url} ({exc.reason}); is `memstream worker` running?", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.write(raw.decode("utf-8"))
+        return 0
+    print(format_answer(json.loads(raw)))
+    return 0
+
+
+def format_answer(result: dict) -> str:
+    lines = [f"query: {result['query']}  (tenant {result['tenant']}, graph v{result['graph_version']}, {result['timings_ms']['total']:.0f} ms)"]
+    for rank, p in enumerate(result["passages"], 1):
+        text = " ".join(p["text"].split())
+        lines.append(f"  {rank}. [{p['score']:.3f}] {p['doc_id']}: {text[:110]}{'…' if len(text) > 110 else ''}")
+    if result["facts"]:
+        lines.append("  facts: " + "; ".join(f"({f['head']}, {f['relation']}, {f['tail']})" for f in result["facts"][:5]))
+    return "\n".join(lines)
+
+
+def cmd_demo(settings: Settings, args) -> int:
+    from ops.demo import run_demo
+
+    return run_demo(settings)
+
+
+COMMANDS = {
+    "stack": cmd_stack,
+    "topics": cmd_topics,
+    "worker": cmd_worker,
+    "publish": cmd_publish,
+    "tail": cmd_tail,
+    "query": cmd_query,
+    "demo": cmd_demo,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Topic creation before workers start (kafka-python admin client)."""
+
+from __future__ import annotations
+
+import time
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from workers.settings import Settings
+
+
+def ensure_topics(settings: Settings, partitions: int | None = None, timeout_s: float = 30) -> list[str]:
+    """Create the missing topics of the namespace; returns the names created."""
+    partitions = partitions or settings.partitions
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="memstream-admin")
+    try:
+        wanted = settings.topics.all()
+        missing = [t for t in wanted if t not in set(admin.list_topics())]
+        if missing:
+            try:
+                admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in missing])
+            except TopicAlreadyExistsError:
+                pass  # another process created them meanwhile
+        deadline = time.monotonic() + timeout_s
+        while set(wanted) - set(admin.list_topics()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topics not visible after {timeout_s}s: {sorted(set(wanted) - set(admin.list_topics()))}")
+            time.sleep(0.2)
+        return missing
+    finally:
+        admin.close()

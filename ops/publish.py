@@ -1,0 +1,161 @@
+"""`memstream publish`: read documents from files or stdin, validate them against the contract,
+publish them to `memstream.documents`, and optionally wait until they are fully indexed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, TextIO
+
+from store import Memory
+from topics import ContractError, Document, encode
+from workers.normalize import content_hash
+from workers.settings import Settings
+
+TEXT_SUFFIXES = {".txt", ".md"}
+
+
+@dataclass
+class Loaded:
+    documents: list[Document]
+    errors: list[str]  # one line per rejected document: where and why
+
+
+def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin: TextIO = sys.stdin) -> Loaded:
+    loaded = Loaded([], [])
+    for path in paths:
+        if path == "-":
+            _load_text_or_json("<stdin>", stdin.read(), "stdin", tenant, max_text_bytes, loaded)
+            continue
+        p = Path(path)
+        if not p.is_file():
+            loaded.errors.append(f"{path}: no such file")
+            continue
+        try:
+            raw = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            loaded.errors.append(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+            continue
+        suffix = p.suffix.lower()
+        if suffix in TEXT_SUFFIXES:
+            _add(loaded, path, {"doc_id": p.stem, "text": raw, "metadata": {"path": str(p)}}, tenant, max_text_bytes)
+        elif suffix == ".json":
+            _load_json(path, raw, tenant, max_text_bytes, loaded)
+        elif suffix == ".jsonl":
+            _load_jsonl(path, raw, tenant, max_text_bytes, loaded)
+        else:
+            loaded.errors.append(f"{path}: unsupported file type {suffix!r} (use .txt, .md, .json, .jsonl or -)")
+    return loaded
+
+
+def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> None:
+    if isinstance(obj, dict) and obj.get("tenant") is None:
+        obj = {**obj, "tenant": tenant}
+    try:
+        loaded.documents.append(Document.from_dict(obj, max_text_bytes=max_text_bytes, where=where))
+    except ContractError as exc:
+        loaded.errors.append(str(exc))
+
+
+def _load_json(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        loaded.errors.append(f"{where}: invalid JSON ({exc})")
+        return
+    items = data if isinstance(data, list) else [data]
+    for i, item in enumerate(items):
+        _add(loaded, f"{where}[{i}]" if isinstance(data, list) else where, item, tenant, max_text_bytes)
+
+
+def _load_jsonl(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
+    for number, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            loaded.errors.append(f"{where}:{number}: invalid JSON ({exc})")
+            continue
+        _add(loaded, f"{where}:{number}", item, tenant, max_text_bytes)
+
+
+def _load_text_or_json(where: str, raw: str, stem: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
+    stripped = raw.strip()
+    if stripped.startswith(("{", "[")):
+        try:
+            json.loads(stripped)
+            return _load_json(where, stripped, tenant, max_text_bytes, loaded)
+        except json.JSONDecodeError:
+            if stripped.startswith("{") and "\n" in stripped:
+                return _load_jsonl(where, stripped, tenant, max_text_bytes, loaded)
+    _add(loaded, where, {"doc_id": f"{stem}-{content_hash(raw)[:12]}", "text": raw}, tenant, max_text_bytes)
+
+
+class Progress:
+    """A one-line progress bar on a terminal; a single summary line otherwise."""
+
+    def __init__(self, label: str, total: int, stream: TextIO = sys.stderr):
+        self.label, self.total, self.stream = label, total, stream
+        self.tty = stream.isatty()
+
+    def update(self, done: int) -> None:
+        if self.tty:
+            width = 30
+            filled = width * done // max(self.total, 1)
+            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}")
+            self.stream.flush()
+
+    def close(self, done: int, suffix: str = "") -> None:
+        if self.tty:
+            self.stream.write("\n")
+        self.stream.write(f"{self.label}: {done}/{self.total}{suffix}\n")
+        self.stream.flush()
+
+
+def publish(settings: Settings, documents: list[Document]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, max_request_size=4 * settings.max_text_bytes + (1 << 20))
+    progress = Progress("publish", len(documents))
+    try:
+        futures = []
+        for i, doc in enumerate(documents, 1):
+            futures.append(producer.send(settings.topics.documents, key=doc.key.encode("utf-8"), value=encode(doc)))
+            progress.update(i)
+        producer.flush()
+        for future in futures:
+            future.get(timeout=30)  # raises if the broker refused a message
+        progress.close(len(documents), " published")
+    finally:
+        producer.close()
+
+
+def wait_indexed(settings: Settings, documents: list[Document], timeout_s: float) -> list[str]:
+    """Poll the memory until every document (this text, this version) has all its chunks
+    through the resolver. Returns the ids still pending at the deadline (empty: all done)."""
+    return asyncio.run(_wait_indexed(settings, documents, timeout_s))
+
+
+async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s: float) -> list[str]:
+    memory = Memory.from_url(settings.redis_url)
+    progress = Progress("indexed", len(documents))
+    pending = {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending and time.monotonic() < deadline:
+            for (tenant, doc_id), doc_hash in list(pending.items()):
+                status = await memory.document_status(tenant, doc_id)
+                if status and status["doc_hash"] == doc_hash and status["chunks_done"] == status["chunks"]:
+                    del pending[(tenant, doc_id)]
+            progress.update(len(documents) - len(pending))
+            if pending:
+                await asyncio.sleep(0.25)
+    finally:
+        await memory.close()
+    progress.close(len(documents) - len(pending), " indexed" if not pending else " indexed before the timeout")
+    return [doc_id for _, doc_id in pending]

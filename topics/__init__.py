@@ -1,0 +1,39 @@
+"""The message contract: topic names, versioned JSON records, validation, keys.
+
+Every record is a JSON object carrying `v` (schema version) and `tenant`. Producers in any
+language can publish to these topics by following `docs` in the README; this module is the
+single place that decides what a valid message is.
+"""
+
+from topics.records import (
+    SCHEMA_VERSION,
+    CandidateFact,
+    Chunk,
+    ConflictSet,
+    ContractError,
+    DeadLetter,
+    Document,
+    FactEvent,
+    Record,
+    decode,
+    encode,
+    validate_tenant,
+)
+from topics.names import TOPIC_SUFFIXES, Topics
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CandidateFact",
+    "Chunk",
+    "ConflictSet",
+    "ContractError",
+    "DeadLetter",
+    "Document",
+    "FactEvent",
+    "Record",
+    "TOPIC_SUFFIXES",
+    "Topics",
+    "decode",
+    "encode",
+    "validate_tenant",
+]

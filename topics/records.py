@@ -1,0 +1,287 @@
+"""Versioned JSON records of every topic, declared as dataclasses and validated from them.
+
+A record's dataclass *is* its schema: field names, types (str, int, float, bool, dict, list,
+Optional[...], nested records) and defaults. `decode` turns bytes into a record or raises
+`ContractError` naming the topic, the field and what was wrong, so a bad message can be sent to
+the dead-letter topic with a reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+SCHEMA_VERSION = 1
+DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB
+_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+FACT_CATEGORIES = ("DECLARATIVE", "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
+
+
+class ContractError(ValueError):
+    """A message that does not follow the contract of its topic."""
+
+
+def validate_tenant(tenant: Any) -> str:
+    # Tenants become part of Redis keys and index names: keep them to a safe alphabet.
+    if not isinstance(tenant, str) or not _TENANT_RE.match(tenant):
+        raise ContractError(
+            f"invalid tenant {tenant!r}: 1-64 characters of letters, digits, '_', '.', '-', "
+            "starting with a letter or digit"
+        )
+    return tenant
+
+
+@dataclass
+class Record:
+    """Base of all records. Subclasses set TOPIC (the topic suffix) and TEXT_FIELDS
+    (string fields that must be non-empty and within the size limit)."""
+
+    TOPIC: ClassVar[str] = ""
+    TEXT_FIELDS: ClassVar[tuple[str, ...]] = ()
+    NONEMPTY_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": SCHEMA_VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES, where: str = ""):
+        where = where or cls.TOPIC
+        if not isinstance(data, dict):
+            raise ContractError(f"{where}: expected a JSON object, got {_json_type(data)}")
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                values[f.name] = _check(data[f.name], hints[f.name], f"{where}.{f.name}", max_text_bytes)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ContractError(f"{where}: missing required field '{f.name}'")
+        for name in cls.NONEMPTY_FIELDS + cls.TEXT_FIELDS:
+            if name in values and isinstance(values[name], str) and not values[name].strip():
+                raise ContractError(f"{where}: field '{name}' is empty")
+        for name in cls.TEXT_FIELDS:
+            size = len(values.get(name, "").encode("utf-8"))
+            if size > max_text_bytes:
+                raise ContractError(
+                    f"{where}: field '{name}' is {size} bytes, over the limit of {max_text_bytes} bytes"
+                )
+        if "tenant" in values:
+            try:
+                validate_tenant(values["tenant"])
+            except ContractError as exc:
+                raise ContractError(f"{where}: {exc}") from None
+        return cls(**values)
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+def _check(value: Any, hint: Any, where: str, max_text_bytes: int) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _check(value, args[0], where, max_text_bytes)
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_dict(value, max_text_bytes=max_text_bytes, where=where)
+    base = origin or hint
+    if base is list:
+        if not isinstance(value, list):
+            raise ContractError(f"{where}: expected array, got {_json_type(value)}")
+        (item,) = typing.get_args(hint) or (Any,)
+        return [_check(v, item, f"{where}[{i}]", max_text_bytes) for i, v in enumerate(value)]
+    if base is Any:
+        return value
+    ok = {
+        str: lambda v: isinstance(v, str),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        bool: lambda v: isinstance(v, bool),
+        dict: lambda v: isinstance(v, dict),
+    }[base](value)
+    if not ok:
+        expected = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}[base]
+        raise ContractError(f"{where}: expected {expected}, got {_json_type(value)}")
+    return float(value) if base is float else value
+
+
+@dataclass
+class Document(Record):
+    """A document (or an agent/conversation turn) to index. Key: doc_id."""
+
+    TOPIC: ClassVar[str] = "documents"
+    TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("text",)
+    NONEMPTY_FIELDS: ClassVar[tuple[str, ...]] = ("doc_id",)
+
+    tenant: str
+    doc_id: str
+    text: str
+    metadata: dict = field(default_factory=dict)
+    version: int = 1
+    session_id: Optional[str] = None
+    turn: Optional[int] = None
+    speaker: Optional[str] = None
+    ts: Optional[float] = None
+
+    @property
+    def key(self) -> str:
+        return self.doc_id
+
+
+@dataclass
+class Chunk(Record):
+    """One passage of a document. chunk_id is the content hash of text. Key: doc_id."""
+
+    TOPIC: ClassVar[str] = "chunks"
+    TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("text",)
+
+    tenant: str
+    chunk_id: str
+    doc_id: str
+    seq: int
+    n_chunks: int
+    text: str
+    doc_version: int = 1
+    doc_hash: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.doc_id
+
+
+@dataclass
+class Triple(Record):
+    """A fact as extracted: (head, relation, tail) with entity types, category, time span."""
+
+    NONEMPTY_FIELDS: ClassVar[tuple[str, ...]] = ("head", "relation", "tail")
+
+    head: str
+    relation: str
+    tail: str
+    head_type: str = "ENTITY"
+    tail_type: str = "ENTITY"
+    category: str = "DECLARATIVE"
+    valid_from: Optional[str] = None
+    valid_to: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):
+        triple = super().from_dict(data, max_text_bytes=max_text_bytes, where=where)
+        if triple.category not in FACT_CATEGORIES:
+            raise ContractError(
+                f"{where or 'fact'}: category {triple.category!r} is not one of {', '.join(FACT_CATEGORIES)}"
+            )
+        return triple
+
+
+@dataclass
+class CandidateFact(Record):
+    """One extracted fact of one passage. Key: normalised head entity id, so all facts about
+    a head are detected in order on one partition. `fact_index`/`chunk_fact_count` let the
+    pipeline tell when every fact of a chunk is through."""
+
+    TOPIC: ClassVar[str] = "candidate-facts"
+
+    tenant: str
+    passage_id: str
+    doc_id: str
+    fact: Triple
+    fact_index: int
+    chunk_fact_count: int
+    head_id: str
+    tail_id: str
+    extractor: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.head_id
+
+
+@dataclass
+class ConflictSet(Record):
+    """A candidate fact and the memory facts it conflicts with. Key: the conflict group
+    (the head entity id)."""
+
+    TOPIC: ClassVar[str] = "conflict-sets"
+
+    tenant: str
+    kind: str
+    candidate: CandidateFact
+    fact_id: str
+    conflicting: list[str]
+    passage_ids: list[str]
+
+    @property
+    def key(self) -> str:
+        return self.candidate.head_id
+
+
+@dataclass
+class FactEvent(Record):
+    """A change of memory, published on indexed-facts. Key: fact_id. `event_id` is
+    deterministic, so a consumer can drop the rare duplicate an at-least-once crash causes."""
+
+    TOPIC: ClassVar[str] = "indexed-facts"
+    EVENTS: ClassVar[tuple[str, ...]] = ("activated", "merged", "qualified", "invalidated", "expired", "retracted")
+
+    tenant: str
+    event: str
+    event_id: str
+    fact_id: str
+    fact: dict
+    passage_ids: list[str]
+    graph_version: int
+    reason: str = ""
+    ts: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.fact_id
+
+
+@dataclass
+class DeadLetter(Record):
+    """A message that could not be processed. `payload` is the original value as text
+    (undecodable bytes are escaped), so nothing is lost."""
+
+    TOPIC: ClassVar[str] = "dlq"
+
+    topic: str
+    payload: str
+    error: str
+    key: Optional[str] = None
+    partition: Optional[int] = None
+    offset: Optional[int] = None
+    attempts: int = 1
+    tenant: Optional[str] = None
+    ts: float = 0.0
+
+
+def encode(record: Record) -> bytes:
+    return json.dumps(record.to_dict(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def decode(cls: type[Record], raw: bytes | str, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES):
+    """Bytes of a message on `cls.TOPIC` → a validated record, or ContractError."""
+    where = cls.TOPIC
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ContractError(f"{where}: message is not valid UTF-8 JSON ({exc})") from None
+    if isinstance(data, dict):
+        version = data.get("v")
+        if version is None:
+            raise ContractError(f"{where}: missing schema version field 'v'")
+        if version != SCHEMA_VERSION:
+            raise ContractError(
+                f"{where}: unsupported schema version v={version!r} (this memstream reads v={SCHEMA_VERSION})"
+            )
+    return cls.from_dict(data, max_text_bytes=max_text_bytes, where=where)

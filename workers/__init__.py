@@ -1,0 +1,1 @@
+"""memstream workers: the faust app, its agents, extraction, embedding and retrieval."""

@@ -1,0 +1,120 @@
+"""The faust app: one agent per indexing role, the query worker's HTTP endpoint.
+
+Agents run with concurrency 1 (faust #606 loses in-flight messages on a crash with more); scale
+with partitions and worker processes. An event is acknowledged only after `Pipeline.process`
+returned, i.e. after its Redis effects and outgoing messages are durable."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from store import Memory, Outgoing
+from topics import TOPIC_SUFFIXES, ContractError
+from workers.embedding import make_embedder
+from workers.extraction import make_extractor
+from workers.pipeline import Pipeline
+from workers.query import QueryRequest, answer
+from workers.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ROLE_TOPICS = {"chunker": "documents", "extractor": "chunks", "detector": "candidate-facts", "resolver": "conflict-sets"}
+ROLES = ("all", *ROLE_TOPICS, "query")
+
+
+def parse_roles(spec: str) -> set[str]:
+    roles = {r.strip() for r in spec.split(",") if r.strip()}
+    unknown = roles - set(ROLES)
+    if unknown or not roles:
+        raise ValueError(f"unknown role(s) {sorted(unknown)}; choose from {', '.join(ROLES)}")
+    return set(ROLE_TOPICS) | {"query"} if "all" in roles else roles
+
+
+def create_app(settings: Settings, roles: set[str]) -> faust.App:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        datadir=tempfile.mkdtemp(prefix="faust-", dir=settings.home),
+        key_serializer="raw",
+        value_serializer="raw",
+        web_enabled="query" in roles,
+        web_bind=settings.http_host,
+        web_host=settings.http_host,
+        web_port=settings.http_port,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=max(1.0, settings.session_timeout / 4),
+        topic_partitions=settings.partitions,
+        stream_wait_empty=False,
+    )
+    memory = Memory.from_url(settings.redis_url, tau=settings.tau)
+    embedder = make_embedder(settings.embedder) if roles & {"extractor", "query"} else None
+    extractor = make_extractor(settings.extractor, settings.replay_file) if "extractor" in roles else None
+    names = dict(zip(TOPIC_SUFFIXES, settings.topics.all()))
+    topics = {
+        suffix: app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", allow_empty=True)
+        for suffix, name in names.items()
+    }
+
+    async def send(item: Outgoing) -> None:
+        delivered = await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value)
+        await delivered  # wait for the broker's ack before the input offset may be committed
+
+    pipeline = Pipeline(settings, memory, send, embedder, extractor)
+    for role, suffix in ROLE_TOPICS.items():
+        if role in roles:
+            _register_agent(app, role, topics[suffix], suffix, pipeline)
+    if "query" in roles:
+        _register_http(app, settings, memory, embedder)
+    return app
+
+
+def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline) -> None:
+    async def agent(stream):
+        async for event in stream.events():
+            message = event.message
+            await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
+
+    agent.__name__ = agent.__qualname__ = role
+    app.agent(topic, name=f"memstream.{role}", concurrency=1)(agent)
+
+
+def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder) -> None:
+    @app.page("/v1/query")
+    class Query(faust.web.View):
+        async def post(self, request):
+            try:
+                body = json.loads(await request.read() or b"null")
+                query = QueryRequest.from_json(body, settings.tenant, settings.top_k)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return self.json({"error": "request body is not valid JSON"}, status=400)
+            except ContractError as exc:
+                return self.json({"error": str(exc)}, status=400)
+            return self.json(await answer(memory, embedder, query))
+
+    @app.page("/healthz")
+    class Health(faust.web.View):
+        async def get(self, request):
+            try:
+                await memory.redis.ping()
+            except Exception as exc:
+                return self.json({"status": "unhealthy", "redis": str(exc)}, status=503)
+            return self.json({"status": "ok"})
+
+    @app.page("/metrics")
+    class Metrics(faust.web.View):
+        async def get(self, request):
+            return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+
+def run_worker(settings: Settings, roles: set[str]) -> None:
+    app = create_app(settings, roles)
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    worker.execute_from_commandline()

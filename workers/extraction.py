@@ -1,0 +1,218 @@
+"""A_ext: extractors turn a chunk's text into typed entities and facts.
+
+- `rules`: deterministic and offline. Entities are capitalised spans, years and numbers, typed
+  by suffix and title cues; a fact links two neighbouring entities of a sentence by the words
+  between them. Entity-centric: its value is the entity–passage graph, not its relations.
+- `replay`: recorded extractions, keyed by the sha256 of the chunk text (JSONL, see README), or
+  HippoRAG's OpenIE output keyed by passage text.
+- `llm`: arrives with the LLM client (issue 3).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from topics import ContractError
+from topics.records import Triple
+from workers.normalize import content_hash, relation_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Entity:
+    name: str
+    type: str
+
+
+@dataclass
+class Extraction:
+    entities: list[Entity] = field(default_factory=list)
+    facts: list[Triple] = field(default_factory=list)
+
+
+class Extractor(Protocol):
+    name: str
+
+    def extract(self, text: str) -> Extraction: ...
+
+
+# ---- rules ------------------------------------------------------------------------------
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_WORD = re.compile(r"[\w][\w'’\-\.&]*[\w]|[\w]", re.U)
+_CONNECTORS = {"of", "de", "du", "la", "le", "von", "van", "der", "del", "the", "and", "for", "on", "upon"}
+_SENTENCE_STARTERS = {
+    "the", "a", "an", "in", "on", "at", "it", "its", "he", "she", "his", "her", "they", "their", "this",
+    "these", "that", "those", "there", "after", "before", "during", "when", "while", "as", "since", "from",
+    "by", "with", "for", "of", "to", "but", "and", "or", "however", "also", "although", "i", "we", "you",
+    "my", "our", "your", "if", "then", "today", "yesterday", "tomorrow", "following", "later", "some",
+}
+_MONTHS = {
+    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+    "november", "december",
+}
+_ORG_WORDS = {
+    "university", "college", "school", "company", "corporation", "corp", "inc", "ltd", "llc", "institute",
+    "party", "club", "records", "band", "group", "association", "council", "society", "agency", "bank",
+    "church", "army", "navy", "ministry", "department", "foundation", "academy", "museum", "press",
+    "journal", "league", "team", "fc", "union", "committee", "organization", "organisation", "network",
+}
+_LOC_WORDS = {
+    "city", "river", "mountain", "mountains", "lake", "county", "island", "islands", "state", "kingdom",
+    "republic", "ocean", "sea", "park", "street", "bridge", "province", "district", "valley", "bay", "coast",
+    "region", "town", "village", "airport", "station", "road", "square", "castle", "forest", "desert",
+}
+_PERSON_TITLES = {"mr", "mrs", "ms", "dr", "sir", "lord", "lady", "king", "queen", "prince", "princess",
+                  "president", "saint", "st", "pope", "general", "captain", "professor", "prof"}
+
+
+def type_of(name: str) -> str:
+    """Entity type from the name alone (the `rules` typer; also types OpenIE entities)."""
+    words = name.replace(".", " ").lower().split()
+    if not words:
+        return "ENTITY"
+    if re.fullmatch(r"(1[0-9]|20)\d\d", name.strip()) or words[0] in _MONTHS and len(words) <= 3:
+        return "DATE"
+    if re.fullmatch(r"[\d.,]+%?", name.strip()):
+        return "NUMBER"
+    if any(w in _ORG_WORDS for w in words):
+        return "ORGANIZATION"
+    if any(w in _LOC_WORDS for w in words):
+        return "LOCATION"
+    if words[0] in _PERSON_TITLES:
+        return "PERSON"
+    return "ENTITY"
+
+
+def _is_capital(word: str) -> bool:
+    return word[0].isupper() or word[0].isdigit()
+
+
+def _mentions(sentence: str) -> list[tuple[int, int, str]]:
+    """Capitalised spans (with inner connectors) and numbers: (start, end, surface)."""
+    words = [(m.start(), m.end(), m.group().rstrip(".")) for m in _WORD.finditer(sentence)]
+    spans, i = [], 0
+    while i < len(words):
+        if not _is_capital(words[i][2]):
+            i += 1
+            continue
+        j = i + 1
+        # a number stands alone; a name runs over capitalised words and inner connectors
+        while j < len(words) and not words[i][2][0].isdigit():
+            if words[j][2][0].isupper():
+                j += 1
+            elif words[j][2].lower() in _CONNECTORS and j + 1 < len(words) and words[j + 1][2][0].isupper():
+                j += 2
+            else:
+                break
+        span = words[i:j]
+        while span and span[0][2].lower() in _SENTENCE_STARTERS:
+            span = span[1:]
+        while span and span[-1][2].lower() in _CONNECTORS:
+            span = span[:-1]
+        if span:
+            start, end = span[0][0], span[-1][1]
+            surface = sentence[start:end].rstrip(".")
+            if len(surface) > 1 or surface.isdigit():
+                spans.append((start, start + len(surface), surface))
+        i = j
+    return spans
+
+
+class RulesExtractor:
+    name = "rules"
+    max_relation_words = 6
+
+    def extract(self, text: str) -> Extraction:
+        entities: dict[str, Entity] = {}
+        facts: list[Triple] = []
+        for sentence in _SENTENCE.split(text):
+            mentions = _mentions(sentence)
+            for _, _, surface in mentions:
+                entities.setdefault(surface, Entity(surface, type_of(surface)))
+            for (_, end_a, a), (start_b, _, b) in zip(mentions, mentions[1:]):
+                between = sentence[end_a:start_b]
+                words = re.findall(r"[A-Za-z][\w'’\-]*", between)
+                if not words or len(words) > self.max_relation_words or a == b:
+                    continue
+                relation = relation_name(" ".join(words))
+                if relation in {"and", "or", "the", "a", "an"}:
+                    continue
+                facts.append(Triple(head=a, relation=relation, tail=b, head_type=type_of(a), tail_type=type_of(b)))
+        return Extraction(list(entities.values()), facts)
+
+
+# ---- replay -----------------------------------------------------------------------------
+class ReplayExtractor:
+    """Scripted extraction: exactly the recorded entities and facts for each chunk text."""
+
+    name = "replay"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"MEMSTREAM_REPLAY_FILE {self.path} does not exist")
+        self.by_sha: dict[str, Extraction] = {}
+        raw = self.path.read_text(encoding="utf-8")
+        stripped = raw.lstrip()
+        if stripped.startswith("{") and '"docs"' in stripped[:200] and self._load_openie(raw):
+            return
+        for number, line in enumerate(raw.splitlines(), 1):
+            if line.strip():
+                self._load_line(line, number)
+
+    def _load_line(self, line: str, number: int) -> None:
+        where = f"{self.path}:{number}"
+        try:
+            row = json.loads(line)
+            sha = row["text_sha256"]
+            entities = [Entity(e["name"], e.get("type") or type_of(e["name"])) for e in row.get("entities", [])]
+            facts = [Triple.from_dict(f, where=f"{where} facts[{i}]") for i, f in enumerate(row.get("facts", []))]
+        except (json.JSONDecodeError, KeyError, TypeError, ContractError) as exc:
+            raise ValueError(f"{where}: bad replay line: {exc}") from None
+        self.by_sha[sha] = Extraction(entities, facts)
+
+    def _load_openie(self, raw: str) -> bool:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or not isinstance(data.get("docs"), list):
+            return False
+        for doc in data["docs"]:
+            passage = doc.get("passage")
+            if not passage:
+                continue
+            entities = {name: Entity(name, type_of(name)) for name in doc.get("extracted_entities", []) if isinstance(name, str) and name.strip()}
+            facts = []
+            for triple in doc.get("extracted_triples", []):
+                # OpenIE output has some malformed triples (not 3 strings): skip them
+                if len(triple) != 3 or not all(isinstance(x, str) and x.strip() for x in triple):
+                    continue
+                head, relation, tail = (x.strip() for x in triple)
+                facts.append(Triple(head=head, relation=relation, tail=tail, head_type=type_of(head), tail_type=type_of(tail)))
+                for name in (head, tail):
+                    entities.setdefault(name, Entity(name, type_of(name)))
+            self.by_sha[content_hash(passage)] = Extraction(list(entities.values()), facts)
+        return True
+
+    def extract(self, text: str) -> Extraction:
+        found = self.by_sha.get(content_hash(text))
+        if found is None:
+            log.info("replay: no recorded extraction for chunk sha256=%s; it yields no facts", content_hash(text)[:12])
+            return Extraction()
+        return found
+
+
+def make_extractor(kind: str, replay_file: str = "") -> Extractor:
+    if kind == "rules":
+        return RulesExtractor()
+    if kind == "replay":
+        if not replay_file:
+            raise ValueError("MEMSTREAM_EXTRACTOR=replay needs MEMSTREAM_REPLAY_FILE")
+        return ReplayExtractor(replay_file)
+    if kind == "llm":
+        raise NotImplementedError("MEMSTREAM_EXTRACTOR=llm arrives with issue #3; use rules or replay")
+    raise ValueError(f"unknown extractor {kind!r}")

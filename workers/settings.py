@@ -1,0 +1,68 @@
+"""Settings from `MEMSTREAM_*` environment variables (the README lists them all)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from topics import Topics
+
+
+def _home() -> Path:
+    return Path(os.environ.get("MEMSTREAM_HOME", Path.home() / ".memstream"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default_factory=_home)
+    kafka_port: int = 19092
+    redis_port: int = 16379
+    kafka_bootstrap: str = ""  # default: 127.0.0.1:<kafka_port>
+    redis_url: str = ""  # default: redis://127.0.0.1:<redis_port>/0
+    topic_namespace: str = "memstream"
+    app_id: str = "memstream"
+    partitions: int = 4
+    tenant: str = "default"
+    extractor: str = "rules"  # rules | replay | llm
+    replay_file: str = ""
+    embedder: str = "local"
+    max_text_bytes: int = 1 << 20
+    chunk_tokens: int = 200
+    chunk_overlap: int = 40
+    http_host: str = "127.0.0.1"
+    http_port: int = 8765
+    tau: int = 2
+    top_k: int = 5
+    session_timeout: int = 10  # seconds before a dead worker's partitions move
+    log_level: str = "info"
+
+    def __post_init__(self):
+        if not self.kafka_bootstrap:
+            object.__setattr__(self, "kafka_bootstrap", f"127.0.0.1:{self.kafka_port}")
+        if not self.redis_url:
+            object.__setattr__(self, "redis_url", f"redis://127.0.0.1:{self.redis_port}/0")
+        if self.extractor not in ("rules", "replay", "llm"):
+            raise ValueError(f"MEMSTREAM_EXTRACTOR={self.extractor!r}: expected rules, replay or llm")
+        if not 0 <= self.chunk_overlap < self.chunk_tokens:
+            raise ValueError("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_namespace)
+
+    @classmethod
+    def from_env(cls, environ=None, **overrides) -> "Settings":
+        environ = os.environ if environ is None else environ
+        values = {}
+        for f in fields(cls):
+            raw = environ.get(f"MEMSTREAM_{f.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            kind = {"int": int, "Path": Path}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
+            try:
+                values[f.name] = kind(raw)
+            except ValueError:
+                raise ValueError(f"MEMSTREAM_{f.name.upper()}={raw!r}: expected {kind.__name__}") from None
+        values.update(overrides)
+        return cls(**values)
