@@ -69,7 +69,7 @@ class Record:
                 raise ContractError(
                     f"{where}: field '{name}' is {size} bytes, over the limit of {max_text_bytes} bytes"
                 )
-        if "tenant" in values:
+        if values.get("tenant") is not None:  # optional only on the dead-letter topic
             try:
                 validate_tenant(values["tenant"])
             except ContractError as exc:

@@ -9,6 +9,7 @@ import unicodedata
 
 _ARTICLES = re.compile(r"^(the|a|an)\s+", re.I)
 _NON_WORD = re.compile(r"[^\w]+", re.U)
+_TRAILING = {"the", "a", "an"}
 _AUXILIARIES = {"is", "are", "was", "were", "be", "been", "being", "has", "have", "had", "does", "did", "do"}
 
 
@@ -20,11 +21,14 @@ def entity_id(name: str) -> str:
 
 
 def relation_name(relation: str) -> str:
-    """Lower case, single spaces, no punctuation, leading auxiliaries stripped
-    ('was born in' → 'born in'); the verb lemma comes with the LLM normaliser (issue 3)."""
+    """Lower case, single spaces, no punctuation, leading auxiliaries and trailing articles
+    stripped ('was born in' → 'born in', 'worked at the' → 'worked at'); verb lemmas come with
+    the LLM normaliser (issue 3)."""
     words = _NON_WORD.sub(" ", unicodedata.normalize("NFKC", relation).lower()).split()
     while len(words) > 1 and words[0] in _AUXILIARIES:
         words.pop(0)
+    while len(words) > 1 and words[-1] in _TRAILING:
+        words.pop()
     return " ".join(words) or "related to"
 
 

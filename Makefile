@@ -1,0 +1,28 @@
+# memstream — the two commands: `make demo` and `make test` (see README).
+SHELL := /bin/bash
+VENV := .venv
+MS := $(VENV)/bin/memstream
+# tests run on their own stack (state and ports apart from the demo's)
+TEST_ENV := MEMSTREAM_HOME=$(HOME)/.cache/memstream/test-stack MEMSTREAM_KAFKA_PORT=29092 MEMSTREAM_REDIS_PORT=26379
+
+.PHONY: install demo test test-unit stack-up stack-down clean
+
+install:
+	bash ops/install.sh
+
+demo: install
+	$(MS) demo
+
+test: install
+	$(TEST_ENV) $(MS) stack up
+	set +e; $(TEST_ENV) $(VENV)/bin/pytest -q -p no:cacheprovider; rc=$$?; \
+	  $(TEST_ENV) $(MS) stack down; exit $$rc
+
+test-unit: install
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not stack"
+
+stack-up: install
+	$(MS) stack up
+
+stack-down:
+	$(MS) stack down

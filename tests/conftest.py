@@ -1,0 +1,148 @@
+"""Fixtures: the local stack (real Kafka + Redis), worker processes on a private topic
+namespace and consumer group, and the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MEMSTREAM = [sys.executable, "-m", "ops.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "stack_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.stack)
+
+
+@pytest.fixture(scope="session")
+def stack_env():
+    """Environment pointing at a running local stack; starts one if none answers (and stops
+    only what it started)."""
+    from ops.stack import Stack
+    from workers.settings import Settings
+
+    settings = Settings.from_env()
+    stack = Stack(settings)
+    started = not (stack.kafka.pid() or stack.redis.pid())
+    stack.up(progress=lambda m: None)
+    env = {**os.environ, "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url}
+    yield env
+    if started and os.environ.get("MEMSTREAM_KEEP_STACK") != "1":
+        stack.down(progress=lambda m: None)
+
+
+class Cli:
+    def __init__(self, env: dict):
+        self.env = env
+
+    def run(self, *args: str, input: str | None = None, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(MEMSTREAM + list(args), env=self.env, cwd=ROOT, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"memstream {' '.join(args)} → {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+        return proc
+
+    def tail(self, tenant: str, idle: float = 3.0) -> list[dict]:
+        out = self.run("tail", "--tenant", tenant, "--from-beginning", "--idle-timeout", str(idle)).stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def query(self, text: str, tenant: str, top_k: int = 5) -> dict:
+        return json.loads(self.run("query", text, "--tenant", tenant, "--top-k", str(top_k), "--json").stdout)
+
+
+class Workers:
+    """`memstream worker` processes sharing one namespace (topics) and app id (group)."""
+
+    def __init__(self, base_env: dict, tmp: Path, **settings: str):
+        ns = f"t{uuid.uuid4().hex[:10]}"
+        self.env = {
+            **base_env,
+            "MEMSTREAM_TOPIC_NAMESPACE": ns,
+            "MEMSTREAM_APP_ID": ns,
+            "MEMSTREAM_HTTP_PORT": str(free_port()),
+            "MEMSTREAM_HOME": str(tmp),
+            "MEMSTREAM_PARTITIONS": "2",
+            "MEMSTREAM_SESSION_TIMEOUT": "6",
+            "MEMSTREAM_LOG_LEVEL": "warning",
+            **{f"MEMSTREAM_{k.upper()}": str(v) for k, v in settings.items()},
+        }
+        self.tmp = tmp
+        self.procs: list[tuple[subprocess.Popen, Path]] = []
+        self.cli = Cli(self.env)
+
+    def start(self, role: str = "all", **extra_env: str) -> subprocess.Popen:
+        log = self.tmp / f"worker-{len(self.procs)}-{role}.log"
+        env = {**self.env, **extra_env}
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(MEMSTREAM + ["worker", "--role", role], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((proc, log))
+        if role in ("all", "query"):
+            self.wait_http(proc, log, env["MEMSTREAM_HTTP_PORT"])
+        return proc
+
+    def wait_http(self, proc, log: Path, port: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"worker exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError(f"worker HTTP not up after {timeout}s:\n{log.read_text()[-3000:]}")
+
+    def logs(self) -> str:
+        return "\n".join(log.read_text(errors="replace") for _, log in self.procs)
+
+    def stop(self) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc, _ in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def make_workers(stack_env, tmp_path):
+    created: list[Workers] = []
+
+    def make(**settings) -> Workers:
+        workers = Workers(stack_env, tmp_path / f"w{len(created)}", **settings)
+        workers.tmp.mkdir(parents=True)
+        created.append(workers)
+        return workers
+
+    yield make
+    for workers in created:
+        workers.stop()
+
+
+def write_docs(directory: Path, docs: dict[str, str]) -> list[str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for doc_id, text in docs.items():
+        path = directory / f"{doc_id}.txt"
+        path.write_text(text, encoding="utf-8")
+        paths.append(str(path))
+    return paths

@@ -1,0 +1,209 @@
+"""End to end on real Kafka + Redis, through the CLI as a user runs it: publish --wait, tail,
+query; dead letters; tenant isolation."""
+
+import json
+import time
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from tests.conftest import write_docs
+from workers.normalize import content_hash
+
+CORPUS = {
+    "lighthouse": "Captain Ilse Marrow built the Varn Lighthouse in 1871. The Varn Lighthouse stands on Kestrel Point.",
+    "harbour": "Captain Ilse Marrow built the Varn Lighthouse. The harbour of Kestrel Point freezes every January.",
+    "orchard": "The Dunmore Orchard grows Pellow apples. Tomas Reed owns the Dunmore Orchard.",
+    "observatory": "The Halden Observatory tracks the comet Vesk. Dr Mira Okafor directs the Halden Observatory.",
+}
+
+# The replay script: exactly these facts per document (each document is one chunk).
+SCRIPT = {
+    "lighthouse": [("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK"), ("Varn Lighthouse", "LANDMARK", "stands on", "Kestrel Point", "PLACE")],
+    "harbour": [("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK")],
+    "orchard": [("Dunmore Orchard", "FARM", "grows", "Pellow apples", "PRODUCE"), ("Tomas Reed", "PERSON", "owns", "Dunmore Orchard", "FARM")],
+    "observatory": [("Halden Observatory", "ORGANIZATION", "tracks", "Vesk", "COMET"), ("Mira Okafor", "PERSON", "directs", "Halden Observatory", "ORGANIZATION")],
+}
+
+
+def write_replay(path):
+    lines = []
+    for doc_id, facts in SCRIPT.items():
+        entities = {(h, ht) for h, ht, _, _, _ in facts} | {(t, tt) for _, _, _, t, tt in facts}
+        lines.append(json.dumps({
+            "text_sha256": content_hash(CORPUS[doc_id]),
+            "entities": [{"name": n, "type": t} for n, t in sorted(entities)],
+            "facts": [{"head": h, "head_type": ht, "relation": r, "tail": t, "tail_type": tt, "category": "DECLARATIVE", "valid_from": None, "valid_to": None}
+                      for h, ht, r, t, tt in facts],
+        }))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tenant_name(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+def triples(events, kind):
+    return sorted((e["fact"]["head"], e["fact"]["relation"], e["fact"]["tail"]) for e in events if e["event"] == kind)
+
+
+def test_replay_pipeline_publish_tail_query(make_workers, tmp_path):
+    workers = make_workers(extractor="replay", replay_file=write_replay(tmp_path / "replay.jsonl"))
+    workers.start()
+    cli, tenant = workers.cli, tenant_name("replay")
+    paths = write_docs(tmp_path / "docs", CORPUS)
+
+    cli.run("publish", *paths, "--tenant", tenant, "--wait", "--timeout", "120")
+    events = cli.tail(tenant)
+    assert len({e["event_id"] for e in events}) == len(events), "an event was published twice"
+    assert all(e["tenant"] == tenant and e["graph_version"] > 0 and e["fact"]["status"] == "active" for e in events)
+    # every scripted fact activated once; the fact two documents share is merged, not duplicated
+    assert triples(events, "activated") == sorted({(h, r, t) for facts in SCRIPT.values() for h, _, r, t, _ in facts})
+    assert triples(events, "merged") == [("Ilse Marrow", "built", "Varn Lighthouse")]
+    (merged,) = [e for e in events if e["event"] == "merged"]
+    assert len(merged["passage_ids"]) == 2
+
+    answer = cli.query("Who directs the observatory that tracks comets?", tenant)
+    assert answer["passages"][0]["doc_id"] == "observatory"
+    assert answer["tenant"] == tenant and answer["graph_version"] >= max(e["graph_version"] for e in events)
+    assert {"passages", "entities", "facts", "graph_version", "timings_ms"} <= answer.keys()
+    assert any(f["head"] == "Mira Okafor" for f in answer["facts"])
+
+    # publishing the same documents again changes nothing and emits nothing
+    cli.run("publish", *paths, "--tenant", tenant, "--wait", "--timeout", "60")
+    assert cli.tail(tenant) == events
+
+
+def test_rules_pipeline_publish_tail_query(make_workers, tmp_path):
+    workers = make_workers(extractor="rules")
+    workers.start()
+    cli, tenant = workers.cli, tenant_name("rules")
+    cli.run("publish", *write_docs(tmp_path / "docs", CORPUS), "--tenant", tenant, "--wait", "--timeout", "120")
+    events = cli.tail(tenant)
+    activated = triples(events, "activated")
+    assert ("Captain Ilse Marrow", "built", "Varn Lighthouse") in activated
+    assert ("Tomas Reed", "owns", "Dunmore Orchard") in activated
+    assert triples(events, "merged") == [("Captain Ilse Marrow", "built", "Varn Lighthouse")]
+    assert cli.query("Who owns the orchard with Pellow apples?", tenant)["passages"][0]["doc_id"] == "orchard"
+    assert cli.query("When does the harbour freeze?", tenant)["passages"][0]["doc_id"] == "harbour"
+
+
+def _dlq_letters(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[dict]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    letters, deadline = [], time.monotonic() + timeout
+    while len(letters) < expected and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            letters += [json.loads(r.value) for r in records]
+    consumer.close()
+    return letters
+
+
+def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(make_workers, tmp_path):
+    workers = make_workers(extractor="rules", partitions=1, max_text_bytes=4096)
+    workers.start()
+    env, ns, tenant = workers.env, workers.env["MEMSTREAM_TOPIC_NAMESPACE"], tenant_name("dlq")
+    good = {"v": 1, "tenant": tenant}
+    bad = {
+        "documents": [
+            (b"\xff\xfe\x00", "not valid UTF-8 JSON"),
+            (json.dumps({**good, "text": "no id"}).encode(), "missing required field 'doc_id'"),
+            (json.dumps({**good, "v": 7, "doc_id": "x", "text": "t"}).encode(), "unsupported schema version v=7"),
+            (json.dumps({**good, "doc_id": "x", "text": " "}).encode(), "field 'text' is empty"),
+            (json.dumps({**good, "doc_id": "x", "text": "y" * 5000}).encode(), "over the limit of 4096 bytes"),
+            (None, "empty message"),
+        ],
+        "chunks": [(b"[]", "expected a JSON object, got array"), (json.dumps({**good, "chunk_id": 5}).encode(), "chunks.chunk_id: expected string")],
+        "candidate-facts": [(json.dumps({**good, "passage_id": "p"}).encode(), "missing required field")],
+        "conflict-sets": [(b"{}", "missing schema version")],
+    }
+    producer = KafkaProducer(bootstrap_servers=env["MEMSTREAM_KAFKA_BOOTSTRAP"])
+    for topic, messages in bad.items():
+        for value, _ in messages:
+            producer.send(f"{ns}.{topic}", key=b"same-key", value=value)
+    producer.flush()
+    # a valid document behind the bad ones on the same partition is still indexed
+    workers.cli.run("publish", *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}), "--tenant", tenant, "--wait", "--timeout", "120")
+    assert workers.cli.query("Pellow apples", tenant)["passages"][0]["doc_id"] == "orchard"
+
+    expected = sum(len(m) for m in bad.values())
+    letters = _dlq_letters(env["MEMSTREAM_KAFKA_BOOTSTRAP"], f"{ns}.dlq", expected)
+    assert len(letters) == expected
+    for topic, messages in bad.items():
+        errors = [l["error"] for l in letters if l["topic"] == f"{ns}.{topic}"]
+        assert len(errors) == len(messages)
+        for _, reason in messages:
+            assert any(reason in e for e in errors), (reason, errors)
+    assert all(l["key"] == "same-key" and l["offset"] is not None for l in letters)
+    # the payload is kept, so nothing is lost
+    assert any("y" * 5000 in l["payload"] for l in letters)
+
+
+def test_two_tenants_with_the_same_text_see_only_their_own(make_workers, tmp_path):
+    workers = make_workers(extractor="rules")
+    workers.start()
+    cli = workers.cli
+    alpha, beta = tenant_name("alpha"), tenant_name("beta")
+    shared = {"orchard": CORPUS["orchard"]}
+    cli.run("publish", *write_docs(tmp_path / "a", {**shared, "observatory": CORPUS["observatory"]}), "--tenant", alpha, "--wait", "--timeout", "120")
+    cli.run("publish", *write_docs(tmp_path / "b", shared), "--tenant", beta, "--wait", "--timeout", "120")
+
+    assert cli.query("comet Vesk observatory", alpha)["passages"][0]["doc_id"] == "observatory"
+    beta_answer = cli.query("comet Vesk observatory", beta)
+    assert [p["doc_id"] for p in beta_answer["passages"]] == ["orchard"]
+    assert all("Vesk" not in f["tail"] for f in beta_answer["facts"])
+    assert all(e["name"] != "Vesk" for e in beta_answer["entities"])
+
+    beta_events = cli.tail(beta)
+    assert beta_events and all(e["tenant"] == beta for e in beta_events)
+    assert {e["fact_id"] for e in beta_events} < {e["fact_id"] for e in cli.tail(alpha)}
+    assert cli.query("anything", tenant_name("nobody"))["passages"] == []
+
+
+def test_publish_rejects_invalid_documents_and_indexes_the_rest(make_workers, tmp_path):
+    workers = make_workers(extractor="rules", max_text_bytes=1000)
+    workers.start()
+    tenant = tenant_name("bad-input")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "empty.txt").write_text("")
+    (docs / "big.txt").write_text("word " * 400)
+    (docs / "good.txt").write_text(CORPUS["orchard"])
+    proc = workers.cli.run("publish", *(str(docs / n) for n in ("empty.txt", "big.txt", "good.txt")), "--tenant", tenant, "--wait", "--timeout", "120", check=False)
+    assert proc.returncode == 2
+    assert "rejected" in proc.stderr and "empty.txt: field 'text' is empty" in proc.stderr
+    assert "big.txt: field 'text' is 2000 bytes, over the limit of 1000 bytes" in proc.stderr
+    assert workers.cli.query("Pellow apples", tenant)["passages"][0]["doc_id"] == "good"
+    bad_tenant = workers.cli.run("publish", str(docs / "good.txt"), "--tenant", "no/slashes", check=False)
+    assert bad_tenant.returncode == 2 and "invalid tenant 'no/slashes'" in bad_tenant.stderr
+
+
+def test_query_endpoint_refuses_bad_requests(make_workers):
+    import urllib.error
+    import urllib.request
+
+    workers = make_workers(extractor="rules")
+    workers.start(role="query")
+    url = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}"
+
+    def post(body: bytes):
+        req = urllib.request.Request(url + "/v1/query", data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    assert post(b"{nope") == (400, {"error": "request body is not valid JSON"})
+    assert post(b'{"query": ""}')[0] == 400
+    assert "over the limit" in post(json.dumps({"query": "x" * 5000}).encode())[1]["error"]
+    assert "invalid tenant" in post(json.dumps({"query": "x", "tenant": "a b"}).encode())[1]["error"]
+    assert "top_k" in post(json.dumps({"query": "x", "top_k": 0}).encode())[1]["error"]
+    status, body = post(json.dumps({"query": "') OR 1=1 -- @tenant:{*} ~!", "tenant": "fresh"}).encode())
+    assert status == 200 and body["passages"] == []
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        assert b"memstream_query_seconds" in r.read()

@@ -1,0 +1,63 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from workers.extraction import ReplayExtractor, RulesExtractor, make_extractor, type_of
+from workers.normalize import content_hash
+
+OPENIE = Path(__file__).resolve().parents[2] / "shared/data/musique_train_100/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
+
+
+def test_rules_extractor_is_deterministic_and_entity_centric():
+    text = "Captain Ilse Marrow built the Varn Lighthouse in 1871. The Varn Lighthouse stands on Kestrel Point."
+    first = RulesExtractor().extract(text)
+    assert first == RulesExtractor().extract(text)
+    names = {e.name: e.type for e in first.entities}
+    assert names == {"Captain Ilse Marrow": "PERSON", "Varn Lighthouse": "ENTITY", "1871": "DATE", "Kestrel Point": "ENTITY"}
+    triples = {(f.head, f.relation, f.tail) for f in first.facts}
+    assert ("Captain Ilse Marrow", "built", "Varn Lighthouse") in triples
+    assert ("Varn Lighthouse", "stands on", "Kestrel Point") in triples
+
+
+def test_typer():
+    assert type_of("1999") == "DATE"
+    assert type_of("University of Oslo") == "ORGANIZATION"
+    assert type_of("Rhine River") == "LOCATION"
+    assert type_of("Dr Ada Byron") == "PERSON"
+    assert type_of("Zephyr") == "ENTITY"
+
+
+def test_replay_extractor_returns_exactly_the_script(tmp_path):
+    text = "Ada wrote Notes."
+    line = {"text_sha256": content_hash(text), "entities": [{"name": "Ada", "type": "PERSON"}],
+            "facts": [{"head": "Ada", "head_type": "PERSON", "relation": "wrote", "tail": "Notes", "tail_type": "WORK",
+                       "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(line) + "\n\n")
+    ex = make_extractor("replay", str(path))
+    result = ex.extract(text)
+    assert [(f.head, f.relation, f.tail, f.tail_type) for f in result.facts] == [("Ada", "wrote", "Notes", "WORK")]
+    assert ex.extract("unknown text").facts == []
+
+
+def test_replay_file_errors_point_at_the_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"text_sha256": "x", "facts": [{"head": "a"}]}\n')
+    with pytest.raises(ValueError, match=r"r.jsonl:1: bad replay line: .*missing required field 'relation'"):
+        ReplayExtractor(path)
+    with pytest.raises(FileNotFoundError):
+        ReplayExtractor(tmp_path / "missing.jsonl")
+    with pytest.raises(ValueError, match="needs MEMSTREAM_REPLAY_FILE"):
+        make_extractor("replay", "")
+
+
+@pytest.mark.skipif(not OPENIE.exists(), reason="shared MuSiQue data not present")
+def test_replay_reads_hipporag_openie_keyed_by_passage_text():
+    ex = ReplayExtractor(OPENIE)
+    assert len(ex.by_sha) >= 1880
+    doc = json.loads(OPENIE.read_text())["docs"][0]
+    result = ex.extract(doc["passage"])
+    expected = [t for t in doc["extracted_triples"] if len(t) == 3]
+    assert [(f.head, f.relation, f.tail) for f in result.facts] == [tuple(t) for t in expected]
+    assert all(f.head_type == type_of(f.head) for f in result.facts)
