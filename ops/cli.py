@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ContractError, FileNotFoundError, NotImplementedError) as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # the stack or a worker failed to come up
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -116,5 +116,9 @@ def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder)
 
 def run_worker(settings: Settings, roles: set[str]) -> None:
     app = create_app(settings, roles)
+    if settings.metrics_port and "query" not in roles:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port, addr=settings.http_host)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()

@@ -32,6 +32,7 @@ class Settings:
     chunk_overlap: int = 40
     http_host: str = "127.0.0.1"
     http_port: int = 8765
+    metrics_port: int = 0  # >0: serve /metrics there on workers without the query role
     tau: int = 2
     top_k: int = 5
     session_timeout: int = 10  # seconds before a dead worker's partitions move
