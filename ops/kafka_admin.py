@@ -20,7 +20,7 @@ def ensure_topics(settings: Settings, partitions: int | None = None, timeout_s: 
         missing = [t for t in wanted if t not in set(admin.list_topics())]
         if missing:
             try:
-                admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in missing])
+                admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1, topic_configs={"max.message.bytes": str(settings.max_message_bytes)}) for t in missing])
             except TopicAlreadyExistsError:
                 pass  # another process created them meanwhile
         deadline = time.monotonic() + timeout_s

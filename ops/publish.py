@@ -120,7 +120,7 @@ class Progress:
 def publish(settings: Settings, documents: list[Document]) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, max_request_size=4 * settings.max_text_bytes + (1 << 20))
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, max_request_size=settings.max_message_bytes)
     progress = Progress("publish", len(documents))
     try:
         futures = []

@@ -202,6 +202,9 @@ class Stack:
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "group.min.session.timeout.ms": "1000",
+            # topics set their own max.message.bytes (see kafka_admin); the broker allows up to 64 MiB
+            "message.max.bytes": str(64 << 20),
+            "replica.fetch.max.bytes": str(64 << 20),
         }
         self.kafka.dir.mkdir(parents=True, exist_ok=True)
         cfg = self.kafka.dir / "server.properties"

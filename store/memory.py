@@ -44,6 +44,14 @@ if n >= tonumber(ARGV[2]) then redis.call('HSET', KEYS[2], 'status', 'stable') e
 return n
 """
 
+# The document record follows the latest publication, never an older version.
+_RECORD_DOCUMENT = """
+local current = redis.call('HGET', KEYS[1], 'version')
+if current and tonumber(current) > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'doc_hash', ARGV[1], 'version', ARGV[2], 'chunk_ids', ARGV[3], 'ts', ARGV[4])
+return 1
+"""
+
 # Mark one fact of a chunk as through the pipeline; the chunk is done when all are.
 _FACT_DONE = """
 redis.call('SADD', KEYS[1], ARGV[1])
@@ -181,10 +189,7 @@ class Memory:
 
     # ---- document progress -----------------------------------------------------------
     def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str]) -> None:
-        pipe.hset(
-            self.keys(tenant).document(doc_id),
-            mapping={"doc_hash": doc_hash, "version": version, "chunk_ids": json.dumps(chunk_ids), "ts": time.time()},
-        )
+        _eval(pipe, _RECORD_DOCUMENT, [self.keys(tenant).document(doc_id)], [doc_hash, version, json.dumps(chunk_ids), time.time()])
 
     def stage_chunk_done(self, pipe, tenant: str, chunk_id: str) -> None:
         pipe.sadd(self.keys(tenant).chunks_done, chunk_id)

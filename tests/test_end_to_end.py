@@ -207,3 +207,27 @@ def test_query_endpoint_refuses_bad_requests(make_workers):
     assert status == 200 and body["passages"] == []
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         assert b"memstream_query_seconds" in r.read()
+
+
+def test_oversize_document_is_dead_lettered_whole(make_workers, tmp_path):
+    workers = make_workers(extractor="rules")  # default limit: 1 MiB of text
+    workers.start()
+    env, ns, tenant = workers.env, workers.env["MEMSTREAM_TOPIC_NAMESPACE"], tenant_name("big")
+    text = "word " * 300_000  # 1.5 MB
+    producer = KafkaProducer(bootstrap_servers=env["MEMSTREAM_KAFKA_BOOTSTRAP"], max_request_size=8 << 20)
+    producer.send(f"{ns}.documents", key=b"big", value=json.dumps({"v": 1, "tenant": tenant, "doc_id": "big", "text": text}).encode()).get(timeout=30)
+    producer.close()
+    (letter,) = _dlq_letters(env["MEMSTREAM_KAFKA_BOOTSTRAP"], f"{ns}.dlq", 1)
+    assert "field 'text' is 1500000 bytes, over the limit of 1048576 bytes" in letter["error"]
+    assert json.loads(letter["payload"])["text"] == text
+
+
+def test_republishing_an_earlier_text_makes_it_current_again(make_workers, tmp_path):
+    workers = make_workers(extractor="rules")
+    workers.start()
+    tenant = tenant_name("revert")
+    first, second = CORPUS["orchard"], CORPUS["observatory"]
+    for text in (first, second, first):
+        path = tmp_path / "note.txt"
+        path.write_text(text)
+        workers.cli.run("publish", str(path), "--tenant", tenant, "--wait", "--timeout", "60")

@@ -49,6 +49,8 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         web_port=settings.http_port,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        producer_max_request_size=settings.max_message_bytes,
+        consumer_max_fetch_size=settings.max_message_bytes,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=max(1.0, settings.session_timeout / 4),
         topic_partitions=settings.partitions,

@@ -125,10 +125,13 @@ class Pipeline:
     # ---- chunker -------------------------------------------------------------------------
     async def on_document(self, doc: Document) -> None:
         doc_hash = content_hash(doc.text)
+        pieces = chunk_text(doc.text, self.settings.chunk_tokens, self.settings.chunk_overlap)
+        # Outside the once-mark: publishing an earlier text again makes it current again.
+        pipe = self.memory.pipeline()
+        self.memory.stage_document(pipe, doc.tenant, doc.doc_id, doc_hash, doc.version, [p.chunk_id for p in pieces])
+        await pipe.execute()
 
         async def decide(pipe):
-            pieces = chunk_text(doc.text, self.settings.chunk_tokens, self.settings.chunk_overlap)
-            self.memory.stage_document(pipe, doc.tenant, doc.doc_id, doc_hash, doc.version, [p.chunk_id for p in pieces])
             return [
                 Outgoing("chunks", doc.doc_id, encode(Chunk(doc.tenant, p.chunk_id, doc.doc_id, p.seq, len(pieces), p.text, doc.version, doc_hash)))
                 for p in pieces

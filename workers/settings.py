@@ -49,6 +49,12 @@ class Settings:
             raise ValueError("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
 
     @property
+    def max_message_bytes(self) -> int:
+        """Largest Kafka message memstream produces or accepts: a document at the text limit
+        (JSON-escaped), or a dead letter carrying one."""
+        return 4 * self.max_text_bytes + (1 << 20)
+
+    @property
     def topics(self) -> Topics:
         return Topics(self.topic_namespace)
 
