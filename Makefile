@@ -18,11 +18,11 @@ test: install
 	$(TEST_ENV) $(MS) stack down
 	rm -rf $(TEST_HOME)/kafka/data $(TEST_HOME)/redis/data  # every run starts on empty Kafka and Redis
 	$(TEST_ENV) $(MS) stack up
-	set +e; $(TEST_ENV) $(VENV)/bin/pytest -q -p no:cacheprovider; rc=$$?; \
+	set +e; $(TEST_ENV) $(VENV)/bin/python -m pytest -q -p no:cacheprovider; rc=$$?; \
 	  $(TEST_ENV) $(MS) stack down; exit $$rc
 
 test-unit: install
-	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not stack"
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not stack"
 
 stack-up: install
 	$(MS) stack up
