@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     query.add_argument("--json", action="store_true", help="print the response body unchanged")
     query.add_argument("--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)")
 
+    export = sub.add_parser("export", help="a tenant's whole memory, canonical and sorted")
+    export.add_argument("--tenant", default=None)
+    export.add_argument("--format", choices=["json", "graphml"], default="json")
+
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
     args = parser.parse_args(argv)
@@ -188,6 +192,17 @@ def format_answer(result: dict) -> str:
     return "\n".join(lines)
 
 
+def cmd_export(settings: Settings, args) -> int:
+    from ops.export import export_tenant, to_graphml
+
+    memory = export_tenant(settings, validate_tenant(args.tenant or settings.tenant))
+    if args.format == "graphml":
+        print(to_graphml(memory))
+    else:
+        print(json.dumps(memory, ensure_ascii=False, indent=1, sort_keys=True))
+    return 0
+
+
 def cmd_demo(settings: Settings, args) -> int:
     from ops.demo import run_demo
 
@@ -201,6 +216,7 @@ COMMANDS = {
     "publish": cmd_publish,
     "tail": cmd_tail,
     "query": cmd_query,
+    "export": cmd_export,
     "demo": cmd_demo,
 }
 

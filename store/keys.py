@@ -48,6 +48,25 @@ class TenantKeys:
     def schema_passages(self, schema_id: str) -> str:
         return f"{self.base}:schemapas:{schema_id}"
 
+    def schema_pending(self, schema_id: str) -> str:
+        return f"{self.base}:schemapending:{schema_id}"
+
+    def group(self, head_id: str, relation: str) -> str:
+        return f"{self.base}:group:{head_id}|{relation}"
+
+    def relation_heads(self, relation: str) -> str:
+        return f"{self.base}:relheads:{relation}"
+
+    def relation_multi_heads(self, relation: str) -> str:
+        return f"{self.base}:relmulti:{relation}"
+
+    @property
+    def relation_cardinality(self) -> str:
+        return f"{self.base}:relcard"
+
+    def type_members(self, entity_type: str) -> str:
+        return f"{self.base}:typemembers:{entity_type}"
+
     def edge_facts(self, a: str, b: str) -> str:
         return f"{self.base}:edgefacts:{min(a, b)}|{max(a, b)}"
 
@@ -72,6 +91,9 @@ class TenantKeys:
 
     def chunk_facts_done(self, chunk_id: str) -> str:
         return f"{self.base}:chunkfacts:{chunk_id}"
+
+    def chunk_outstanding(self, chunk_id: str) -> str:
+        return f"{self.base}:chunkwork:{chunk_id}"
 
     # effectively-once processing of one message
     def done_mark(self, mark: str) -> str:

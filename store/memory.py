@@ -29,8 +29,8 @@ GRAPH_CHANGES_MAXLEN = 200_000
 _LINK_FACT = """
 redis.call('SADD', KEYS[1], ARGV[1])
 local w = redis.call('SCARD', KEYS[1])
-redis.call('HSET', KEYS[2], ARGV[3], w)
-redis.call('HSET', KEYS[3], ARGV[2], w)
+redis.call('HSET', KEYS[2], 'fact|' .. ARGV[3], w)
+redis.call('HSET', KEYS[3], 'fact|' .. ARGV[2], w)
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'v', ARGV[4], 'a', ARGV[2], 'b', ARGV[3], 'w', w, 'kind', 'fact')
 return w
 """
@@ -52,15 +52,62 @@ redis.call('HSET', KEYS[1], 'doc_hash', ARGV[1], 'version', ARGV[2], 'chunk_ids'
 return 1
 """
 
-# Mark one fact of a chunk as through the pipeline; the chunk is done when all are.
-_FACT_DONE = """
+# The τ gate: park a fact as pending unless its schema is stable — checked and parked at once.
+_HOLD_PENDING = """
+if redis.call('HGET', KEYS[1], 'status') == 'stable' then return 0 end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[2])
+if redis.call('HGET', KEYS[3], 'status') == 'new' then redis.call('HSET', KEYS[3], 'status', 'pending') end
+return 1
+"""
+
+# A fact joins its (head, relation) group; relation cardinality is counted over heads.
+_JOIN_GROUP = """
 redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[2])
+local size = redis.call('SCARD', KEYS[1])
+if size >= 2 then redis.call('SADD', KEYS[3], ARGV[2]) end
+return {redis.call('SCARD', KEYS[2]), redis.call('SCARD', KEYS[3]), size}
+"""
+
+# Keep the smallest of competing descriptions of one record (surface forms and types seen in
+# different passages), so the record does not depend on the order passages arrive in.
+# KEYS[1]: hash. ARGV: rank, then field/value pairs.
+_SET_IF_SMALLER = """
+local current = redis.call('HGET', KEYS[1], '_rank')
+if current and current <= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], '_rank', ARGV[1], unpack(ARGV, 2))
+return 1
+"""
+
+# Chunk progress: a chunk is through the pipeline when every one of its facts has been
+# detected and no work it spawned (conflict sets, promoted activations) is outstanding.
+# KEYS: facts-done set, outstanding-work set, chunks-done set.
+# ARGV: chunk id, fact count, ttl, fact index to add ('' for none), work id to finish ('' for none)
+_CHUNK_PROGRESS = """
+if ARGV[4] ~= '' then redis.call('SADD', KEYS[1], ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('SREM', KEYS[2], ARGV[5]) end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  redis.call('SADD', KEYS[2], ARGV[4])
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) and redis.call('SCARD', KEYS[2]) == 0 then
+  redis.call('SADD', KEYS[3], ARGV[1])
   return 1
 end
 return 0
+"""
+
+# Remove a fact from the edge between its entities (an invalidated or merged fact).
+_UNLINK_FACT = """
+redis.call('SREM', KEYS[1], ARGV[1])
+local w = redis.call('SCARD', KEYS[1])
+if w == 0 then
+  redis.call('HDEL', KEYS[2], 'fact|' .. ARGV[3])
+  redis.call('HDEL', KEYS[3], 'fact|' .. ARGV[2])
+else
+  redis.call('HSET', KEYS[2], 'fact|' .. ARGV[3], w)
+  redis.call('HSET', KEYS[3], 'fact|' .. ARGV[2], w)
+end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'v', ARGV[4], 'a', ARGV[2], 'b', ARGV[3], 'w', w, 'kind', 'fact')
+return w
 """
 
 
@@ -197,9 +244,27 @@ class Memory:
     async def chunk_done(self, tenant: str, chunk_id: str) -> bool:
         return bool(await self.redis.sismember(self.keys(tenant).chunks_done, chunk_id))
 
-    def stage_fact_done(self, pipe, tenant: str, chunk_id: str, fact_index: int, chunk_fact_count: int) -> None:
+    def _stage_progress(self, pipe, tenant: str, chunk_id: str, chunk_fact_count: int, fact_index="", work_id="") -> None:
         keys = self.keys(tenant)
-        _eval(pipe, _FACT_DONE, [keys.chunk_facts_done(chunk_id), keys.chunks_done], [fact_index, chunk_fact_count, DONE_MARK_TTL_S, chunk_id])
+        _eval(
+            pipe, _CHUNK_PROGRESS,
+            [keys.chunk_facts_done(chunk_id), keys.chunk_outstanding(chunk_id), keys.chunks_done],
+            [chunk_id, chunk_fact_count, DONE_MARK_TTL_S, fact_index, work_id],
+        )
+
+    def stage_fact_done(self, pipe, tenant: str, chunk_id: str, fact_index: int, chunk_fact_count: int) -> None:
+        self._stage_progress(pipe, tenant, chunk_id, chunk_fact_count, fact_index=str(fact_index))
+
+    def stage_spawn(self, pipe, tenant: str, chunk_id: str, work_ids: list[str]) -> None:
+        """Work a chunk's fact spawned downstream; the chunk is not done until it finishes.
+        Stage before the fact's stage_fact_done."""
+        if work_ids:
+            keys = self.keys(tenant)
+            pipe.sadd(keys.chunk_outstanding(chunk_id), *work_ids)
+            pipe.expire(keys.chunk_outstanding(chunk_id), DONE_MARK_TTL_S)
+
+    def stage_work_done(self, pipe, tenant: str, chunk_id: str, work_id: str, chunk_fact_count: int) -> None:
+        self._stage_progress(pipe, tenant, chunk_id, chunk_fact_count, work_id=work_id)
 
     async def document_status(self, tenant: str, doc_id: str) -> dict | None:
         """{'doc_hash', 'version', 'chunks', 'chunks_done'} or None if the chunker has not seen it."""
@@ -232,11 +297,7 @@ class Memory:
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
         keys = self.keys(tenant)
-        # HSETNX keeps the first-seen surface form and type stable under replays and reorderings
-        entity_key = keys.entity(entity_id)
-        pipe.hsetnx(entity_key, "name", name)
-        pipe.hsetnx(entity_key, "type", type_)
-        pipe.hsetnx(entity_key, "vec", vector_bytes(vector))
+        _eval(pipe, _SET_IF_SMALLER, [keys.entity(entity_id)], [f"{name}\x1f{type_}", "name", name, "type", type_, "vec", vector_bytes(vector)])
         pipe.sadd(keys.entity_passages(entity_id), passage_id)
 
     def stage_schema(self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector, passage_id: str) -> None:
@@ -250,15 +311,15 @@ class Memory:
         _eval(pipe, _SUPPORT_SCHEMA, [keys.schema_passages(schema_id), schema_key], [passage_id, self.tau])
 
     def stage_new_fact(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any], vector) -> None:
-        """An extracted fact, status 'new' until the detector decides. HSETNX: a fact extracted
-        again from another passage keeps its record and status."""
+        """An extracted fact, status 'new' until the detector decides. Status and first-seen
+        time are set once; the description is the smallest seen (order-independent)."""
         key = self.keys(tenant).fact(fact_id)
-        for name, value in {**fields, "status": "new", "created_at": time.time()}.items():
-            pipe.hsetnx(key, name, "" if value is None else value)
-        pipe.hsetnx(key, "vec", vector_bytes(vector))
-
-    def stage_fact_status(self, pipe, tenant: str, fact_id: str, status: str) -> None:
-        pipe.hset(self.keys(tenant).fact(fact_id), "status", status)
+        described = {k: ("" if v is None else str(v)) for k, v in fields.items()}
+        rank = "\x1f".join(described[k] for k in sorted(described))
+        pairs = [x for kv in described.items() for x in kv]
+        _eval(pipe, _SET_IF_SMALLER, [key], [rank, *pairs, "vec", vector_bytes(vector)])
+        pipe.hsetnx(key, "status", "new")
+        pipe.hsetnx(key, "created_at", time.time())
 
     def stage_fact_passage(self, pipe, tenant: str, fact_id: str, passage_id: str) -> None:
         pipe.sadd(self.keys(tenant).fact_passages(fact_id), passage_id)
@@ -271,7 +332,7 @@ class Memory:
         row, passages = await pipe.execute()
         if not row:
             return None
-        fact = {k.decode(): v.decode() for k, v in row.items() if k != b"vec"}
+        fact = {k.decode(): v.decode() for k, v in row.items() if k not in (b"vec", b"_rank")}
         fact["passage_ids"] = sorted(p.decode() for p in passages)
         return fact
 
@@ -279,11 +340,22 @@ class Memory:
         keys = self.keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
         for pid in passage_ids:
-            pipe.hmget(keys.passage(pid), ["text", "doc_id", "seq"])
+            pipe.hmget(keys.passage(pid), ["text", "doc_id", "seq", "doc_version"])
         out = []
-        for pid, (text, doc_id, seq) in zip(passage_ids, await pipe.execute()):
-            out.append(None if text is None else {"id": pid, "text": text.decode(), "doc_id": doc_id.decode(), "seq": int(seq)})
+        for pid, (text, doc_id, seq, version) in zip(passage_ids, await pipe.execute()):
+            out.append(None if text is None else {"id": pid, "text": text.decode(), "doc_id": doc_id.decode(), "seq": int(seq), "doc_version": int(version or 1)})
         return out
+
+    async def existing(self, tenant: str, layer: str, ids: list[str]) -> set[str]:
+        prefix = self.keys(tenant).prefix(layer)
+        pipe = self.redis.pipeline(transaction=False)
+        for i in ids:
+            pipe.exists(prefix + i)
+        return {i for i, found in zip(ids, await pipe.execute()) if found}
+
+    async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
+        raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
+        return None if raw is None else np.frombuffer(raw, dtype=np.float32)
 
     # ---- graph -------------------------------------------------------------------------
     async def bump_graph_version(self, tenant: str) -> int:
@@ -297,16 +369,131 @@ class Memory:
         keys = self.keys(tenant)
         _eval(pipe, _LINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes], [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
 
-    def stage_edge(self, pipe, tenant: str, version: int, a: str, b: str, weight: float, kind: str) -> None:
-        """An undirected edge of fixed weight (entity–passage: 1)."""
+    def stage_fact_unlink(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
-        pipe.hset(keys.adjacency(a), b, weight)
-        pipe.hset(keys.adjacency(b), a, weight)
+        _eval(pipe, _UNLINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes], [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
+
+    def stage_edge(self, pipe, tenant: str, version: int, a: str, b: str, weight: float, kind: str) -> None:
+        """An undirected edge of one kind (passage: entity–passage, weight 1; type: entity–type,
+        weight 1 here, normalised by the type's size when the graph is read; similar: cosine)."""
+        keys = self.keys(tenant)
+        pipe.hset(keys.adjacency(a), f"{kind}|{b}", weight)
+        pipe.hset(keys.adjacency(b), f"{kind}|{a}", weight)
         pipe.xadd(keys.graph_changes, {"v": version, "a": a, "b": b, "w": weight, "kind": kind}, maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
 
-    async def neighbours(self, tenant: str, node: str) -> dict[str, float]:
+    async def neighbours(self, tenant: str, node: str) -> dict[tuple[str, str], float]:
+        """(kind, neighbour) → weight."""
         row = await self.redis.hgetall(self.keys(tenant).adjacency(node))
-        return {k.decode(): float(v) for k, v in row.items()}
+        return {tuple(k.decode().split("|", 1)): float(v) for k, v in row.items()}
+
+    # ---- τ gate ------------------------------------------------------------------------
+    async def schema_status(self, tenant: str, schema_id: str) -> str | None:
+        value = await self.redis.hget(self.keys(tenant).schema(schema_id), "status")
+        return value.decode() if value else None
+
+    async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool:
+        """Atomically: if the schema is not stable, park the fact as pending (True); if it is,
+        do nothing (False). Checking and parking in one step is what lets the promoting
+        detector's drain see every fact parked before the promotion."""
+        keys = self.keys(tenant)
+        held = await self.redis.eval(
+            _HOLD_PENDING, 4, keys.schema(schema_id), keys.schema_pending(schema_id), keys.fact(fact_id), keys.fact_passages(fact_id), fact_id, passage_id
+        )
+        return bool(held)
+
+    async def pending_facts(self, tenant: str, schema_id: str) -> list[str]:
+        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).schema_pending(schema_id)))
+
+    def stage_unpend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
+        if fact_ids:
+            pipe.srem(self.keys(tenant).schema_pending(schema_id), *fact_ids)
+
+    # ---- conflict groups and relation cardinality -----------------------------------------------
+    async def join_group(self, tenant: str, head_id: str, relation: str, fact_id: str) -> tuple[int, int, int]:
+        """Add a fact to its (head, relation) group. Returns (heads seen with the relation,
+        heads with two or more tails, size of this group). Idempotent."""
+        keys = self.keys(tenant)
+        heads, multi, size = await self.redis.eval(
+            _JOIN_GROUP, 3, keys.group(head_id, relation), keys.relation_heads(relation), keys.relation_multi_heads(relation), fact_id, head_id
+        )
+        return int(heads), int(multi), int(size)
+
+    async def group(self, tenant: str, head_id: str, relation: str) -> list[str]:
+        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).group(head_id, relation)))
+
+    async def relation_multi_heads(self, tenant: str, relation: str) -> list[str]:
+        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).relation_multi_heads(relation)))
+
+    async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]:
+        """(heads seen with the relation, heads with two or more tails)."""
+        keys = self.keys(tenant)
+        return await self.redis.scard(keys.relation_heads(relation)), await self.redis.scard(keys.relation_multi_heads(relation))
+
+    async def relation_verdict(self, tenant: str, relation: str) -> str | None:
+        value = await self.redis.hget(self.keys(tenant).relation_cardinality, relation)
+        return value.decode() if value else None
+
+    def stage_relation_verdict(self, pipe, tenant: str, relation: str, verdict: str) -> None:
+        pipe.hset(self.keys(tenant).relation_cardinality, relation, verdict)
+
+    async def facts(self, tenant: str, fact_ids: list[str]) -> list[dict | None]:
+        return [await self.fact(tenant, fid) for fid in fact_ids]
+
+    def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
+        pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})
+
+    async def broader(self, tenant: str, a: str, b: str, containment: frozenset[str], max_depth: int = 4) -> bool:
+        """Memory holds a path of active containment facts (b part of / located in … a)."""
+        frontier, seen = {b}, {b}
+        for _ in range(max_depth):
+            next_frontier = set()
+            for entity in frontier:
+                for relation in containment:
+                    for fid in await self.group(tenant, entity, relation):
+                        fact = await self.fact(tenant, fid)
+                        if fact and fact["status"] == "active":
+                            if fact["tail_id"] == a:
+                                return True
+                            if fact["tail_id"] not in seen:
+                                seen.add(fact["tail_id"])
+                                next_frontier.add(fact["tail_id"])
+            if not next_frontier:
+                return False
+            frontier = next_frontier
+        return False
+
+    # ---- bridging --------------------------------------------------------------------------
+    def stage_type_member(self, pipe, tenant: str, version: int, entity_node: str, entity_type: str) -> None:
+        pipe.sadd(self.keys(tenant).type_members(entity_type), entity_node)
+        self.stage_edge(pipe, tenant, version, entity_node, f"t:{entity_type}", 1.0, "type")
+
+    async def type_sizes(self, tenant: str) -> dict[str, int]:
+        keys = self.keys(tenant)
+        sizes = {}
+        async for key in self.redis.scan_iter(match=keys.type_members("*"), count=500):
+            sizes[key.decode().rsplit(":", 1)[1]] = await self.redis.scard(key)
+        return sizes
+
+    # ---- export ------------------------------------------------------------------------------
+    async def scan_ids(self, tenant: str, layer: str) -> list[str]:
+        """Ids of every record of a layer (passages, facts, entities, schemas)."""
+        return await self._scan_suffixes(self.keys(tenant).prefix(layer))
+
+    async def hash(self, key: str, skip: tuple[str, ...] = ("vec", "_rank")) -> dict[str, str]:
+        row = await self.redis.hgetall(key)
+        return {k.decode(): v.decode() for k, v in row.items() if k.decode() not in skip}
+
+    async def set_members(self, key: str) -> list[str]:
+        return sorted(m.decode() for m in await self.redis.smembers(key))
+
+    async def adjacency_nodes(self, tenant: str) -> list[str]:
+        return await self._scan_suffixes(self.keys(tenant).adjacency(""))
+
+    async def _scan_suffixes(self, prefix: str) -> list[str]:
+        out = []
+        async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
+            out.append(key.decode()[len(prefix):])
+        return sorted(out)
 
 
 class AlreadyDone(Exception):

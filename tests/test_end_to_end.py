@@ -50,7 +50,8 @@ def triples(events, kind):
 
 
 def test_replay_pipeline_publish_tail_query(make_workers, tmp_path):
-    workers = make_workers(extractor="replay", replay_file=write_replay(tmp_path / "replay.jsonl"))
+    # τ = 1: every scripted schema is stable at once (the gate is tested in test_memory_agents)
+    workers = make_workers(extractor="replay", replay_file=write_replay(tmp_path / "replay.jsonl"), tau=1)
     workers.start()
     cli, tenant = workers.cli, tenant_name("replay")
     paths = write_docs(tmp_path / "docs", CORPUS)
@@ -77,7 +78,7 @@ def test_replay_pipeline_publish_tail_query(make_workers, tmp_path):
 
 
 def test_rules_pipeline_publish_tail_query(make_workers, tmp_path):
-    workers = make_workers(extractor="rules")
+    workers = make_workers(extractor="rules", tau=1)
     workers.start()
     cli, tenant = workers.cli, tenant_name("rules")
     cli.run("publish", *write_docs(tmp_path / "docs", CORPUS), "--tenant", tenant, "--wait", "--timeout", "120")
@@ -144,7 +145,7 @@ def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(make_w
 
 
 def test_two_tenants_with_the_same_text_see_only_their_own(make_workers, tmp_path):
-    workers = make_workers(extractor="rules")
+    workers = make_workers(extractor="rules", tau=1)
     workers.start()
     cli = workers.cli
     alpha, beta = tenant_name("alpha"), tenant_name("beta")

@@ -199,6 +199,10 @@ class CandidateFact(Record):
     head_id: str
     tail_id: str
     extractor: str = ""
+    # True on the re-enqueued activation of a pending fact whose schema became stable; then
+    # passage_id/chunk_fact_count name the chunk whose progress waits for it (work_id)
+    activation: bool = False
+    work_id: str = ""
 
     @property
     def key(self) -> str:
@@ -207,10 +211,13 @@ class CandidateFact(Record):
 
 @dataclass
 class ConflictSet(Record):
-    """A candidate fact and the memory facts it conflicts with. Key: the conflict group
-    (the head entity id)."""
+    """Work for the resolver. kind `duplicate`: merge the candidate into fact_id (the same
+    fact, a swapped symmetric one, or a near-duplicate); kind `adjudicate`: decide the group
+    (candidate's head, relation) again. Key: the head entity id, so one head's conflicts are
+    resolved in order. `candidate.passage_id` is the chunk whose progress waits for work_id."""
 
     TOPIC: ClassVar[str] = "conflict-sets"
+    KINDS: ClassVar[tuple[str, ...]] = ("duplicate", "adjudicate")
 
     tenant: str
     kind: str
@@ -218,6 +225,15 @@ class ConflictSet(Record):
     fact_id: str
     conflicting: list[str]
     passage_ids: list[str]
+    work_id: str = ""
+    reason: str = ""
+
+    @classmethod
+    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):
+        record = super().from_dict(data, max_text_bytes=max_text_bytes, where=where)
+        if record.kind not in cls.KINDS:
+            raise ContractError(f"{where or cls.TOPIC}: kind {record.kind!r} is not one of {', '.join(cls.KINDS)}")
+        return record
 
     @property
     def key(self) -> str:
@@ -241,6 +257,7 @@ class FactEvent(Record):
     graph_version: int
     reason: str = ""
     ts: float = 0.0
+    evidence_passage_ids: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:

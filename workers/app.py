@@ -56,7 +56,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         topic_partitions=settings.partitions,
         stream_wait_empty=False,
     )
-    memory = Memory.from_url(settings.redis_url, tau=settings.tau)
+    memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau)
     embedder = make_embedder(settings.embedder) if roles & {"extractor", "query"} else None
     extractor = make_extractor(settings.extractor, settings.replay_file) if "extractor" in roles else None
     names = dict(zip(TOPIC_SUFFIXES, settings.topics.all()))

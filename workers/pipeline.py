@@ -13,17 +13,24 @@ blocks a partition and nothing is dropped silently.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
 from typing import Awaitable, Callable
 
-from store import AlreadyDone, Memory, Outgoing
+from dataclasses import replace
+
+from redisvl.query.filter import Tag
+
+from store import AlreadyDone, Hit, Memory, Outgoing
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
+from topics.records import Triple
 from workers import metrics
 from workers.chunking import chunk_text
 from workers.extraction import Entity
 from workers.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
+from workers.policy import CONTAINMENT_RELATIONS, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -166,9 +173,12 @@ class Pipeline:
             await self.memory.ensure_indexes(tenant)
             self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0])
             version = await self.memory.bump_graph_version(tenant) if entities else 0
+            known = await self.memory.existing(tenant, "entities", list(entities))
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
                 self.memory.stage_entity(pipe, tenant, eid, ent.name, ent.type, vec, chunk.chunk_id)
                 self.memory.stage_edge(pipe, tenant, version, entity_node(eid), passage_node(chunk.chunk_id), 1.0, "passage")
+                if eid not in known and self.settings.on("sim_bridging"):
+                    await self._bridge_similar(pipe, tenant, version, eid, vec)
             outbox = []
             for index, ((triple, head_id, tail_id), fvec, svec) in enumerate(zip(facts, fact_vecs, schema_vecs)):
                 sid = schema_id(triple.head_type, triple.relation, triple.tail_type)
@@ -183,65 +193,260 @@ class Pipeline:
 
         await self._once(tenant, f"ext:{chunk.chunk_id}", decide)
 
-    # ---- A_det (first form: exact duplicates go to the resolver, the rest is activated) ---
+    async def _bridge_similar(self, pipe, tenant: str, version: int, eid: str, vector) -> None:
+        """A new entity links to the known entities it is close to (cosine ≥ sim_edge)."""
+        for hit in await self.memory.knn(tenant, "entities", vector, 10, ["name"]):
+            if hit.id != eid and hit.score >= self.settings.sim_edge:
+                self.memory.stage_edge(pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar")
+
+    # ---- A_det ---------------------------------------------------------------------------------
     async def on_candidate(self, cand: CandidateFact) -> None:
         tenant, fid = cand.tenant, fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
+        mark = f"act:{fid}:{cand.passage_id}" if cand.activation else f"det:{cand.passage_id}:{cand.fact_index}"
 
         async def decide(pipe):
             fact = await self.memory.fact(tenant, fid)
             if fact is None:
                 raise PermanentError(f"candidate fact {fid} has no extracted record in memory (publish documents, not candidate facts)")
-            if fact["status"] == "active":
-                if cand.passage_id in fact["passage_ids"]:  # the same fact twice in one passage
-                    self.memory.stage_fact_done(pipe, tenant, cand.passage_id, cand.fact_index, cand.chunk_fact_count)
-                    return []
-                conflict = ConflictSet(tenant, "duplicate", cand, fid, [fid], fact["passage_ids"])
-                return [Outgoing("conflict-sets", cand.head_id, encode(conflict))]
-            version = await self.memory.bump_graph_version(tenant)
-            self.memory.stage_fact_status(pipe, tenant, fid, "active")
-            self.memory.stage_fact_passage(pipe, tenant, fid, cand.passage_id)
-            self.memory.stage_fact_edge(pipe, tenant, version, entity_node(cand.head_id), entity_node(cand.tail_id), fid)
-            self.memory.stage_fact_done(pipe, tenant, cand.passage_id, cand.fact_index, cand.chunk_fact_count)
-            fact.update(status="active", passage_ids=[cand.passage_id])
-            return [self._event(tenant, "activated", fid, fact, version, cand.passage_id)]
+            if cand.activation:  # a promoted pending fact
+                outbox = await self._admit(pipe, cand, fid, fact) if fact["status"] == "pending" else []
+                return self._finish(pipe, cand, cand.work_id, outbox)
+            if cand.passage_id in fact["passage_ids"] and fact["status"] != "new":
+                return self._finish(pipe, cand, None, [])  # the same fact twice in one passage
+            if fact["status"] in ("active", "invalid", "merged"):
+                # a known fact gains support: merge the provenance (and re-adjudicate) in the resolver
+                return self._finish(pipe, cand, None, [self._conflict_set(cand, "duplicate", fid, [fid], "same fact")])
+            schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
+            if self.settings.on("schema_filter") and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
+                return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
+            outbox = await self._promote_pending(pipe, cand)
+            return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fid, fact))
 
-        await self._once(tenant, f"det:{cand.passage_id}:{cand.fact_index}", decide)
+        await self._once(tenant, mark, decide)
 
-    # ---- A_res (first form: merge exact duplicates) -------------------------------------------
+    def _finish(self, pipe, cand: CandidateFact, finished_work: str | None, outbox: list[Outgoing]) -> list[Outgoing]:
+        """Chunk progress: the work this message spawned is outstanding; its own fact (or its
+        own work item) is done."""
+        spawned = [_work_id_of(o) for o in outbox if _work_id_of(o)]
+        self.memory.stage_spawn(pipe, cand.tenant, cand.passage_id, spawned)
+        if finished_work is None:
+            self.memory.stage_fact_done(pipe, cand.tenant, cand.passage_id, cand.fact_index, cand.chunk_fact_count)
+        else:
+            self.memory.stage_work_done(pipe, cand.tenant, cand.passage_id, finished_work, cand.chunk_fact_count)
+        return outbox
+
+    async def _promote_pending(self, pipe, cand: CandidateFact) -> list[Outgoing]:
+        """The schema is stable: every fact parked under it goes back onto candidate-facts
+        (keyed by its own head) to be activated."""
+        schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
+        parked = await self.memory.pending_facts(cand.tenant, schema)
+        if not parked:
+            return []
+        self.memory.stage_unpend(pipe, cand.tenant, schema, parked)
+        outbox = []
+        for pid, fact in zip(parked, await self.memory.facts(cand.tenant, parked)):
+            if fact is None or fact["status"] != "pending":
+                continue
+            triple = Triple(fact["head"], fact["relation"], fact["tail"], fact["head_type"], fact["tail_type"], fact["category"], fact["valid_from"] or None, fact["valid_to"] or None)
+            promoted = CandidateFact(
+                cand.tenant, cand.passage_id, cand.doc_id, triple, cand.fact_index, cand.chunk_fact_count,
+                fact["head_id"], fact["tail_id"], "promotion", activation=True, work_id=f"act:{pid}",
+            )
+            outbox.append(Outgoing("candidate-facts", fact["head_id"], encode(promoted)))
+        return outbox
+
+    async def _admit(self, pipe, cand: CandidateFact, fid: str, fact: dict) -> list[Outgoing]:
+        """A fact passed the τ gate: detect conflicts, then activate it or hand it to A_res."""
+        tenant, relation = cand.tenant, fact["relation"]
+        support = None if cand.activation else cand.passage_id  # a promotion adds no passage
+        if support:
+            self.memory.stage_fact_passage(pipe, tenant, fid, support)
+            fact["passage_ids"] = sorted(set(fact["passage_ids"]) | {support})
+        if self.settings.on("conflicts"):
+            if relation in SYMMETRIC_RELATIONS:
+                swapped = fact_id(fact["tail_id"], relation, fact["head_id"])
+                other = await self.memory.fact(tenant, swapped)
+                if other and other["status"] == "active":
+                    return [self._conflict_set(cand, "duplicate", swapped, [swapped], f"symmetric relation '{relation}' with head and tail swapped")]
+            near = await self._near_duplicate(tenant, fid, fact)
+            if near:
+                return [self._conflict_set(cand, "duplicate", near.id, [near.id], f"near-duplicate of {near.id} (cosine {near.score:.3f} > δ {self.settings.delta})")]
+            heads, multi, size = await self.memory.join_group(tenant, fact["head_id"], relation, fid)
+            verdict = "multi" if is_multi_valued(heads, multi) else "single"
+            outbox = []
+            if await self.memory.relation_verdict(tenant, relation) != verdict:
+                self.memory.stage_relation_verdict(pipe, tenant, relation, verdict)
+                # the relation's cardinality flipped: every group with several tails is decided again
+                for head in await self.memory.relation_multi_heads(tenant, relation):
+                    if head != fact["head_id"]:
+                        outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {verdict}-valued"))
+            if size >= 2 and verdict == "single":
+                return outbox + [self._adjudication(cand, fact["head_id"], relation, f"single-valued relation '{relation}' with {size} tails")]
+            return outbox + await self._activate(pipe, tenant, fid, fact)
+        return await self._activate(pipe, tenant, fid, fact)
+
+    async def _near_duplicate(self, tenant: str, fid: str, fact: dict) -> Hit | None:
+        vector = await self.memory.fact_vector(tenant, fid)
+        if vector is None:
+            return None
+        for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "relation"], Tag("status") == "active"):
+            # same head and relation, another tail: a structural question for the group, not a duplicate
+            same_group = hit.fields["head_id"] == fact["head_id"] and hit.fields["relation"] == fact["relation"]
+            if hit.id != fid and hit.score > self.settings.delta and not same_group:
+                return hit
+        return None
+
+    def _conflict_set(self, cand: CandidateFact, kind: str, target: str, conflicting: list[str], reason: str) -> Outgoing:
+        work = f"res:{kind}:{target}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+        record = ConflictSet(cand.tenant, kind, cand, target, conflicting, [cand.passage_id], work_id=work, reason=reason)
+        return Outgoing("conflict-sets", cand.head_id, encode(record))
+
+    def _adjudication(self, cand: CandidateFact, head_id: str, relation: str, reason: str) -> Outgoing:
+        work = f"adj:{head_id}|{relation}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+        probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
+        record = ConflictSet(cand.tenant, "adjudicate", probe, "", [], [cand.passage_id], work_id=work, reason=reason)
+        return Outgoing("conflict-sets", head_id, encode(record))
+
+    async def _activate(self, pipe, tenant: str, fid: str, fact: dict) -> list[Outgoing]:
+        version = await self.memory.bump_graph_version(tenant)
+        self._stage_active_effects(pipe, tenant, fid, fact, version)
+        self.memory.stage_fact_update(pipe, tenant, fid, {"status": "active", "activated_at": time.time()})
+        fact["status"] = "active"
+        return [self._event(tenant, "activated", fid, fact, version, "")]
+
+    def _stage_active_effects(self, pipe, tenant: str, fid: str, fact: dict, version: int) -> None:
+        head, tail = entity_node(fact["head_id"]), entity_node(fact["tail_id"])
+        self.memory.stage_fact_edge(pipe, tenant, version, head, tail, fid)
+        if self.settings.on("type_bridging"):
+            self.memory.stage_type_member(pipe, tenant, version, head, fact["head_type"])
+            self.memory.stage_type_member(pipe, tenant, version, tail, fact["tail_type"])
+
+    # ---- A_res -----------------------------------------------------------------------------------
     async def on_conflict_set(self, conflict: ConflictSet) -> None:
         cand, tenant = conflict.candidate, conflict.tenant
-        if conflict.kind != "duplicate":
-            raise PermanentError(f"conflict kind {conflict.kind!r} is not handled by this resolver yet")
 
         async def decide(pipe):
-            fact = await self.memory.fact(tenant, conflict.fact_id)
-            if fact is None:
-                raise PermanentError(f"conflict set names fact {conflict.fact_id}, which is not in memory")
-            self.memory.stage_fact_passage(pipe, tenant, conflict.fact_id, cand.passage_id)
-            self.memory.stage_fact_done(pipe, tenant, cand.passage_id, cand.fact_index, cand.chunk_fact_count)
-            fact["passage_ids"] = sorted(set(fact["passage_ids"]) | {cand.passage_id})
-            version = await self.memory.graph_version(tenant)
-            return [self._event(tenant, "merged", conflict.fact_id, fact, version, cand.passage_id, reason="exact duplicate")]
+            if conflict.kind == "duplicate":
+                outbox = await self._merge(pipe, conflict)
+            else:
+                outbox = await self._adjudicate(pipe, tenant, cand.head_id, cand.fact.relation, conflict.reason)
+            self.memory.stage_work_done(pipe, tenant, cand.passage_id, conflict.work_id, cand.chunk_fact_count)
+            return outbox
 
-        await self._once(tenant, f"res:{cand.passage_id}:{cand.fact_index}", decide)
+        await self._once(tenant, conflict.work_id or f"res:{cand.passage_id}:{cand.fact_index}", decide)
 
-    def _event(self, tenant, event, fid, fact, version, passage_id, reason="") -> Outgoing:
+    async def _merge(self, pipe, conflict: ConflictSet) -> list[Outgoing]:
+        cand, tenant, target_id = conflict.candidate, conflict.tenant, conflict.fact_id
+        target = await self.memory.fact(tenant, target_id)
+        while target is not None and target["status"] == "merged":  # follow it to the surviving fact
+            target_id = target["merged_into"]
+            target = await self.memory.fact(tenant, target_id)
+        if target is None:
+            raise PermanentError(f"conflict set names fact {conflict.fact_id}, which is not in memory")
+        source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
+        merged_from = [] if source_id == target_id else [source_id]
+        source_passages = set((await self.memory.fact(tenant, source_id) or {"passage_ids": []})["passage_ids"]) if merged_from else set()
+        new_passages = ({cand.passage_id} | source_passages) - set(target["passage_ids"])
+        for pid in new_passages:
+            self.memory.stage_fact_passage(pipe, tenant, target_id, pid)
+        if merged_from:
+            self.memory.stage_fact_update(pipe, tenant, source_id, {"status": "merged", "merged_into": target_id, "expired_at": time.time()})
+        if not new_passages:
+            return []
+        target["passage_ids"] = sorted(set(target["passage_ids"]) | new_passages)
+        version = await self.memory.graph_version(tenant)
+        outbox = [self._event(tenant, "merged", target_id, target, version, cand.passage_id, reason=conflict.reason, extra=source_id)]
+        # more support can change how the target's group is decided
+        if self.settings.on("conflicts") and len(await self.memory.group(tenant, target["head_id"], target["relation"])) >= 2:
+            outbox += await self._adjudicate(pipe, tenant, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: {cand.passage_id}})
+        return outbox
+
+    async def _adjudicate(self, pipe, tenant: str, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Outgoing]:
+        """Decide a (head, relation) group from its content and apply the difference."""
+        members = await self.memory.group(tenant, head_id, relation)
+        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f["status"] != "merged"}
+        if not facts:
+            return []
+        for fid, pids in (extra or {}).items():  # support staged in this transaction, not yet visible
+            if fid in facts:
+                facts[fid]["passage_ids"] = sorted(set(facts[fid]["passage_ids"]) | pids)
+        heads, multi = await self.memory.relation_counts(tenant, relation)
+        group = [await self._group_fact(tenant, fid, f) for fid, f in facts.items()]
+        if is_multi_valued(heads, multi) or len(group) < 2:
+            decisions = {g.id: Decision("active", "", "multi-valued relation" if len(group) > 1 else "no conflict") for g in group}
+        else:
+            tails = {g.tail_id for g in group}
+            contains = {(a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS) for a in tails for b in tails if a != b}
+            decisions = adjudicate(group, lambda a, b: contains.get((a, b), False))
+        return await self._apply(pipe, tenant, facts, decisions, why)
+
+    async def _group_fact(self, tenant: str, fid: str, fact: dict) -> GroupFact:
+        passages = [p for p in await self.memory.passages(tenant, fact["passage_ids"]) if p]
+        return GroupFact(
+            fid, fact["tail_id"], len(fact["passage_ids"]), max((p["doc_version"] for p in passages), default=1),
+            float(fact.get("created_at") or 0), fact.get("valid_from") or None, fact.get("valid_to") or None, tuple(fact["passage_ids"]),
+        )
+
+    async def _apply(self, pipe, tenant: str, facts: dict, decisions: dict, why: str) -> list[Outgoing]:
+        outbox, version = [], None
+        for fid in sorted(decisions):
+            fact, decision = facts[fid], decisions[fid]
+            old_status, old_qualifiers = fact["status"], json.loads(fact.get("qualifiers") or "{}")
+            if old_status == decision.status and old_qualifiers == decision.qualifiers:
+                continue
+            version = version or await self.memory.bump_graph_version(tenant)
+            now = time.time()
+            update = {"status": decision.status, "qualifiers": json.dumps(decision.qualifiers, sort_keys=True), "reason": f"{decision.reason}; {why}"}
+            update.update(_qualifier_times(decision.qualifiers))
+            if decision.status == "active" and old_status != "active":
+                self._stage_active_effects(pipe, tenant, fid, fact, version)
+                update["activated_at"] = now
+                event = "activated" if not decision.qualifiers else "qualified"
+            elif decision.status == "invalid":
+                if old_status == "active":
+                    self.memory.stage_fact_unlink(pipe, tenant, version, entity_node(fact["head_id"]), entity_node(fact["tail_id"]), fid)
+                update["expired_at"] = now
+                event = "invalidated"
+            else:
+                event = "qualified"
+            self.memory.stage_fact_update(pipe, tenant, fid, update)
+            fact.update(status=decision.status, qualifiers=decision.qualifiers)
+            signature = short_hash(*(f"{g}:{len(facts[g]['passage_ids'])}:{decisions[g].status}" for g in sorted(decisions)))
+            outbox.append(self._event(tenant, event, fid, fact, version, signature, reason=f"{decision.kind or 'no conflict'}: {decision.reason}", evidence=decision.evidence))
+        return outbox
+
+    def _event(self, tenant, event, fid, fact, version, salt, reason="", extra="", evidence=()) -> Outgoing:
         public = {k: fact.get(k) for k in _PUBLIC_FACT_FIELDS}
+        if isinstance(public.get("qualifiers"), str):
+            public["qualifiers"] = json.loads(public["qualifiers"] or "{}")
         record = FactEvent(
             tenant=tenant,
             event=event,
-            event_id=short_hash(event, fid, passage_id),
+            event_id=short_hash(event, fid, salt, extra),
             fact_id=fid,
             fact=public,
             passage_ids=fact["passage_ids"],
             graph_version=version,
             reason=reason,
             ts=time.time(),
+            evidence_passage_ids=list(evidence),
         )
         return Outgoing("indexed-facts", fid, encode(record))
 
 
-_PUBLIC_FACT_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "status", "valid_from", "valid_to")
+def _work_id_of(outgoing: Outgoing) -> str:
+    """The progress work id an outgoing message carries ('' for events)."""
+    if outgoing.topic == "conflict-sets" or (outgoing.topic == "candidate-facts"):
+        return json.loads(outgoing.value).get("work_id", "")
+    return ""
+
+
+def _qualifier_times(qualifiers: dict) -> dict:
+    span = qualifiers.get("time") or {}
+    return {"valid_at": span.get("from") or "", "invalid_at": span.get("to") or ""}
+
+
+_PUBLIC_FACT_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "status", "qualifiers", "valid_from", "valid_to", "merged_into")
 
 
 def _fact_fields(triple, head_id: str, tail_id: str, sid: str) -> dict:

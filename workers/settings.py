@@ -33,7 +33,15 @@ class Settings:
     http_host: str = "127.0.0.1"
     http_port: int = 8765
     metrics_port: int = 0  # >0: serve /metrics there on workers without the query role
-    tau: int = 2
+    tau: int = 2  # schema stability threshold (distinct supporting passages)
+    delta: float = 0.9  # fact-embedding cosine above which two facts conflict (near-duplicates)
+    sim_edge: float = 0.8  # entity cosine for a similarity bridge edge
+    resolver: str = "rules"  # rules | llm
+    # ablation switches (on|off)
+    schema_filter: str = "on"
+    conflicts: str = "on"
+    sim_bridging: str = "on"
+    type_bridging: str = "on"
     top_k: int = 5
     session_timeout: int = 10  # seconds before a dead worker's partitions move
     log_level: str = "info"
@@ -45,8 +53,20 @@ class Settings:
             object.__setattr__(self, "redis_url", f"redis://127.0.0.1:{self.redis_port}/0")
         if self.extractor not in ("rules", "replay", "llm"):
             raise ValueError(f"MEMSTREAM_EXTRACTOR={self.extractor!r}: expected rules, replay or llm")
+        for switch in ("schema_filter", "conflicts", "sim_bridging", "type_bridging"):
+            if getattr(self, switch) not in ("on", "off"):
+                raise ValueError(f"MEMSTREAM_{switch.upper()}={getattr(self, switch)!r}: expected on or off")
+        if self.resolver not in ("rules", "llm"):
+            raise ValueError(f"MEMSTREAM_RESOLVER={self.resolver!r}: expected rules or llm")
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
             raise ValueError("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
+
+    def on(self, switch: str) -> bool:
+        return getattr(self, switch) == "on"
+
+    @property
+    def effective_tau(self) -> int:
+        return self.tau if self.on("schema_filter") else 1
 
     @property
     def max_message_bytes(self) -> int:
@@ -66,7 +86,7 @@ class Settings:
             raw = environ.get(f"MEMSTREAM_{f.name.upper()}")
             if raw is None or raw == "":
                 continue
-            kind = {"int": int, "Path": Path}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
+            kind = {"int": int, "float": float, "Path": Path}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
             try:
                 values[f.name] = kind(raw)
             except ValueError:

@@ -1,0 +1,127 @@
+"""Conflict policy (pure): relation cardinality, time spans, and the deterministic offline
+adjudication of a conflict group.
+
+A conflict group is every fact with one head and one single-valued relation. Adjudication is a
+function of the group's content only (support, document version, time spans, granularity
+paths), so the end state does not depend on the order facts arrived in."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Relations whose head and tail may be swapped without changing the fact.
+SYMMETRIC_RELATIONS = frozenset({
+    "married", "married to", "spouse of", "spouse", "sibling of", "sibling", "twin of", "cousin of",
+    "partner of", "related to", "neighbour of", "neighbor of",
+})
+# Relations that put one place or thing inside another (granularity).
+CONTAINMENT_RELATIONS = frozenset({"part of", "located in", "in", "within", "subdivision of", "district of", "borough of"})
+
+MIN_MULTI_HEADS = 2
+MULTI_HEAD_SHARE = 0.25
+
+
+def is_multi_valued(heads_seen: int, heads_with_many_tails: int) -> bool:
+    """A relation is multi-valued once at least 2 heads, and at least 25% of the heads seen
+    with it, have two or more distinct tails."""
+    return heads_with_many_tails >= MIN_MULTI_HEADS and heads_with_many_tails >= MULTI_HEAD_SHARE * heads_seen
+
+
+_DATE = re.compile(r"^\s*(-?\d{1,4})(?:-(\d{1,2}))?(?:-(\d{1,2}))?")
+
+
+def parse_time(value: str | None, end: bool = False) -> tuple[int, int, int] | None:
+    """'1998' / '1998-05' / '1998-05-17' → a comparable (y, m, d); a missing part is the start
+    of its period, or its end when end=True. Anything else → None."""
+    if not value:
+        return None
+    m = _DATE.match(str(value))
+    if not m:
+        return None
+    year = int(m.group(1))
+    month = int(m.group(2)) if m.group(2) else (12 if end else 1)
+    day = int(m.group(3)) if m.group(3) else (31 if end else 1)
+    return (year, month, day)
+
+
+def has_span(valid_from: str | None, valid_to: str | None) -> bool:
+    return parse_time(valid_from) is not None or parse_time(valid_to, end=True) is not None
+
+
+def spans_overlap(a_from, a_to, b_from, b_to) -> bool:
+    """Closed intervals; an open end reaches to the beginning or end of time."""
+    lo = (-(10**9), 0, 0)
+    hi = (10**9, 0, 0)
+    a0, a1 = parse_time(a_from) or lo, parse_time(a_to, end=True) or hi
+    b0, b1 = parse_time(b_from) or lo, parse_time(b_to, end=True) or hi
+    return a0 <= b1 and b0 <= a1
+
+
+@dataclass(frozen=True)
+class GroupFact:
+    id: str
+    tail_id: str
+    support: int  # distinct supporting passages
+    doc_version: int  # newest document version among its passages
+    ts: float  # when it was first extracted (system time)
+    valid_from: str | None = None
+    valid_to: str | None = None
+    passage_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str  # active | invalid
+    kind: str  # "" (no conflict) | mutual_exclusion | temporal | granularity
+    reason: str
+    qualifiers: dict = field(default_factory=dict)
+    evidence: tuple[str, ...] = ()  # passage ids the decision relies on
+
+
+def rank_key(f: GroupFact):
+    """More support first; tie: newer document version, then later extraction, then id."""
+    return (-f.support, -f.doc_version, -f.ts, f.id)
+
+
+def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> dict[str, Decision]:
+    """Decide every fact of a conflict group. `broader(a, b)`: memory holds a containment path
+    from entity b up to entity a (a is broader than b)."""
+
+    def temporal(f: GroupFact, g: GroupFact) -> bool:
+        return has_span(f.valid_from, f.valid_to) and has_span(g.valid_from, g.valid_to) and not spans_overlap(f.valid_from, f.valid_to, g.valid_from, g.valid_to)
+
+    def granular(f: GroupFact, g: GroupFact) -> bool:
+        return broader(f.tail_id, g.tail_id) or broader(g.tail_id, f.tail_id)
+
+    kept: list[GroupFact] = []
+    decisions: dict[str, Decision] = {}
+    for f in sorted(facts, key=rank_key):
+        blocker = next((k for k in kept if not (temporal(f, k) or granular(f, k))), None)
+        if blocker is not None:
+            decisions[f.id] = Decision(
+                "invalid", "mutual_exclusion",
+                f"excluded by {blocker.id} ({blocker.support} vs {f.support} supporting passages"
+                f"{', newer document' if blocker.support == f.support and blocker.doc_version > f.doc_version else ''})",
+                evidence=blocker.passage_ids + f.passage_ids,
+            )
+        else:
+            kept.append(f)
+    for f in kept:
+        others = [k for k in kept if k.id != f.id]
+        qualifiers, kinds, evidence = {}, [], list(f.passage_ids)
+        if any(temporal(f, k) for k in others):
+            qualifiers["time"] = {"from": f.valid_from, "to": f.valid_to}
+            kinds.append("temporal")
+        narrower_than = sorted(k.id for k in others if broader(k.tail_id, f.tail_id))
+        broader_than = sorted(k.id for k in others if broader(f.tail_id, k.tail_id))
+        if narrower_than or broader_than:
+            qualifiers["scope"] = {"narrower_than": narrower_than, "broader_than": broader_than}
+            kinds.append("granularity")
+        for k in others:
+            evidence.extend(k.passage_ids)
+        kind = "+".join(kinds)
+        reason = {"": "no conflict", "temporal": "non-overlapping time spans", "granularity": "one tail contains the other"}.get(kind, kind)
+        decisions[f.id] = Decision("active", kind, reason, qualifiers, tuple(dict.fromkeys(evidence)) if kinds else ())
+    return decisions
