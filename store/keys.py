@@ -54,6 +54,9 @@ class TenantKeys:
     def group(self, head_id: str, relation: str) -> str:
         return f"{self.base}:group:{head_id}|{relation}"
 
+    def facts_with_tail(self, tail_id: str) -> str:
+        return f"{self.base}:bytail:{tail_id}"
+
     def relation_heads(self, relation: str) -> str:
         return f"{self.base}:relheads:{relation}"
 

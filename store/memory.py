@@ -64,6 +64,7 @@ return 1
 # A fact joins its (head, relation) group; relation cardinality is counted over heads.
 _JOIN_GROUP = """
 redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[2])
 local size = redis.call('SCARD', KEYS[1])
 if size >= 2 then redis.call('SADD', KEYS[3], ARGV[2]) end
@@ -409,14 +410,18 @@ class Memory:
             pipe.srem(self.keys(tenant).schema_pending(schema_id), *fact_ids)
 
     # ---- conflict groups and relation cardinality -----------------------------------------------
-    async def join_group(self, tenant: str, head_id: str, relation: str, fact_id: str) -> tuple[int, int, int]:
+    async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str) -> tuple[int, int, int]:
         """Add a fact to its (head, relation) group. Returns (heads seen with the relation,
         heads with two or more tails, size of this group). Idempotent."""
         keys = self.keys(tenant)
         heads, multi, size = await self.redis.eval(
-            _JOIN_GROUP, 3, keys.group(head_id, relation), keys.relation_heads(relation), keys.relation_multi_heads(relation), fact_id, head_id
+            _JOIN_GROUP, 4, keys.group(head_id, relation), keys.relation_heads(relation), keys.relation_multi_heads(relation),
+            keys.facts_with_tail(tail_id), fact_id, head_id,
         )
         return int(heads), int(multi), int(size)
+
+    async def facts_with_tail(self, tenant: str, tail_id: str) -> list[str]:
+        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).facts_with_tail(tail_id)))
 
     async def group(self, tenant: str, head_id: str, relation: str) -> list[str]:
         return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).group(head_id, relation)))

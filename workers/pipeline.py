@@ -258,6 +258,10 @@ class Pipeline:
     async def _admit(self, pipe, cand: CandidateFact, fid: str, fact: dict) -> list[Outgoing]:
         """A fact passed the τ gate: detect conflicts, then activate it or hand it to A_res."""
         tenant, relation = cand.tenant, fact["relation"]
+        if self.settings.on("type_bridging"):  # its schema is stable: its entities join their types
+            version = await self.memory.bump_graph_version(tenant)
+            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact["head_id"]), fact["head_type"])
+            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact["tail_id"]), fact["tail_type"])
         support = None if cand.activation else cand.passage_id  # a promotion adds no passage
         if support:
             self.memory.stage_fact_passage(pipe, tenant, fid, support)
@@ -271,7 +275,7 @@ class Pipeline:
             near = await self._near_duplicate(tenant, fid, fact)
             if near:
                 return [self._conflict_set(cand, "duplicate", near.id, [near.id], f"near-duplicate of {near.id} (cosine {near.score:.3f} > δ {self.settings.delta})")]
-            heads, multi, size = await self.memory.join_group(tenant, fact["head_id"], relation, fid)
+            heads, multi, size = await self.memory.join_group(tenant, fact["head_id"], relation, fact["tail_id"], fid)
             verdict = "multi" if is_multi_valued(heads, multi) else "single"
             outbox = []
             if await self.memory.relation_verdict(tenant, relation) != verdict:
@@ -279,11 +283,11 @@ class Pipeline:
                 # the relation's cardinality flipped: every group with several tails is decided again
                 for head in await self.memory.relation_multi_heads(tenant, relation):
                     if head != fact["head_id"]:
-                        outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {verdict}-valued"))
+                        outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {verdict}-valued", "cardinality"))
             if size >= 2 and verdict == "single":
-                return outbox + [self._adjudication(cand, fact["head_id"], relation, f"single-valued relation '{relation}' with {size} tails")]
-            return outbox + await self._activate(pipe, tenant, fid, fact)
-        return await self._activate(pipe, tenant, fid, fact)
+                return outbox + [self._adjudication(cand, fact["head_id"], relation, f"single-valued relation '{relation}' with {size} tails", "group")]
+            return outbox + await self._activate(pipe, cand, fid, fact)
+        return await self._activate(pipe, cand, fid, fact)
 
     async def _near_duplicate(self, tenant: str, fid: str, fact: dict) -> Hit | None:
         vector = await self.memory.fact_vector(tenant, fid)
@@ -301,25 +305,37 @@ class Pipeline:
         record = ConflictSet(cand.tenant, kind, cand, target, conflicting, [cand.passage_id], work_id=work, reason=reason)
         return Outgoing("conflict-sets", cand.head_id, encode(record))
 
-    def _adjudication(self, cand: CandidateFact, head_id: str, relation: str, reason: str) -> Outgoing:
-        work = f"adj:{head_id}|{relation}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+    def _adjudication(self, cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Outgoing:
+        # the cause keeps work ids apart when one fact triggers a group for several reasons
+        work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
         probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
         record = ConflictSet(cand.tenant, "adjudicate", probe, "", [], [cand.passage_id], work_id=work, reason=reason)
         return Outgoing("conflict-sets", head_id, encode(record))
 
-    async def _activate(self, pipe, tenant: str, fid: str, fact: dict) -> list[Outgoing]:
+    async def _activate(self, pipe, cand: CandidateFact, fid: str, fact: dict) -> list[Outgoing]:
+        tenant = cand.tenant
         version = await self.memory.bump_graph_version(tenant)
         self._stage_active_effects(pipe, tenant, fid, fact, version)
         self.memory.stage_fact_update(pipe, tenant, fid, {"status": "active", "activated_at": time.time()})
         fact["status"] = "active"
-        return [self._event(tenant, "activated", fid, fact, version, "")]
+        return [self._event(tenant, "activated", fid, fact, version, "")] + await self._containment_changed(cand, fact)
 
     def _stage_active_effects(self, pipe, tenant: str, fid: str, fact: dict, version: int) -> None:
-        head, tail = entity_node(fact["head_id"]), entity_node(fact["tail_id"])
-        self.memory.stage_fact_edge(pipe, tenant, version, head, tail, fid)
-        if self.settings.on("type_bridging"):
-            self.memory.stage_type_member(pipe, tenant, version, head, fact["head_type"])
-            self.memory.stage_type_member(pipe, tenant, version, tail, fact["tail_type"])
+        self.memory.stage_fact_edge(pipe, tenant, version, entity_node(fact["head_id"]), entity_node(fact["tail_id"]), fid)
+
+    async def _containment_changed(self, cand: CandidateFact, fact: dict) -> list[Outgoing]:
+        """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
+        and Y into a granularity qualification: decide the groups with those tails again."""
+        if not self.settings.on("conflicts") or fact["relation"] not in CONTAINMENT_RELATIONS:
+            return []
+        outbox, seen = [], set()
+        for entity in (fact["head_id"], fact["tail_id"]):
+            for other in await self.memory.facts(cand.tenant, await self.memory.facts_with_tail(cand.tenant, entity)):
+                group = (other["head_id"], other["relation"]) if other else None
+                if group and group not in seen and len(await self.memory.group(cand.tenant, *group)) >= 2:
+                    seen.add(group)
+                    outbox.append(self._adjudication(cand, *group, f"containment {fact['head_id']} {fact['relation']} {fact['tail_id']} is active", f"containment-{fact['head_id']}"))
+        return outbox
 
     # ---- A_res -----------------------------------------------------------------------------------
     async def on_conflict_set(self, conflict: ConflictSet) -> None:
@@ -329,7 +345,8 @@ class Pipeline:
             if conflict.kind == "duplicate":
                 outbox = await self._merge(pipe, conflict)
             else:
-                outbox = await self._adjudicate(pipe, tenant, cand.head_id, cand.fact.relation, conflict.reason)
+                outbox = await self._adjudicate(pipe, cand, cand.head_id, cand.fact.relation, conflict.reason)
+            self.memory.stage_spawn(pipe, tenant, cand.passage_id, [w for w in map(_work_id_of, outbox) if w])
             self.memory.stage_work_done(pipe, tenant, cand.passage_id, conflict.work_id, cand.chunk_fact_count)
             return outbox
 
@@ -358,11 +375,12 @@ class Pipeline:
         outbox = [self._event(tenant, "merged", target_id, target, version, cand.passage_id, reason=conflict.reason, extra=source_id)]
         # more support can change how the target's group is decided
         if self.settings.on("conflicts") and len(await self.memory.group(tenant, target["head_id"], target["relation"])) >= 2:
-            outbox += await self._adjudicate(pipe, tenant, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: {cand.passage_id}})
+            outbox += await self._adjudicate(pipe, cand, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: {cand.passage_id}})
         return outbox
 
-    async def _adjudicate(self, pipe, tenant: str, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Outgoing]:
+    async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Outgoing]:
         """Decide a (head, relation) group from its content and apply the difference."""
+        tenant = cand.tenant
         members = await self.memory.group(tenant, head_id, relation)
         facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f["status"] != "merged"}
         if not facts:
@@ -378,7 +396,7 @@ class Pipeline:
             tails = {g.tail_id for g in group}
             contains = {(a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS) for a in tails for b in tails if a != b}
             decisions = adjudicate(group, lambda a, b: contains.get((a, b), False))
-        return await self._apply(pipe, tenant, facts, decisions, why)
+        return await self._apply(pipe, cand, facts, decisions, why)
 
     async def _group_fact(self, tenant: str, fid: str, fact: dict) -> GroupFact:
         passages = [p for p in await self.memory.passages(tenant, fact["passage_ids"]) if p]
@@ -387,8 +405,8 @@ class Pipeline:
             float(fact.get("created_at") or 0), fact.get("valid_from") or None, fact.get("valid_to") or None, tuple(fact["passage_ids"]),
         )
 
-    async def _apply(self, pipe, tenant: str, facts: dict, decisions: dict, why: str) -> list[Outgoing]:
-        outbox, version = [], None
+    async def _apply(self, pipe, cand: CandidateFact, facts: dict, decisions: dict, why: str) -> list[Outgoing]:
+        tenant, outbox, version = cand.tenant, [], None
         for fid in sorted(decisions):
             fact, decision = facts[fid], decisions[fid]
             old_status, old_qualifiers = fact["status"], json.loads(fact.get("qualifiers") or "{}")
@@ -398,21 +416,24 @@ class Pipeline:
             now = time.time()
             update = {"status": decision.status, "qualifiers": json.dumps(decision.qualifiers, sort_keys=True), "reason": f"{decision.reason}; {why}"}
             update.update(_qualifier_times(decision.qualifiers))
+            events = []
             if decision.status == "active" and old_status != "active":
                 self._stage_active_effects(pipe, tenant, fid, fact, version)
                 update["activated_at"] = now
-                event = "activated" if not decision.qualifiers else "qualified"
+                events.append("activated")
+                outbox += await self._containment_changed(cand, fact)
             elif decision.status == "invalid":
                 if old_status == "active":
                     self.memory.stage_fact_unlink(pipe, tenant, version, entity_node(fact["head_id"]), entity_node(fact["tail_id"]), fid)
                 update["expired_at"] = now
-                event = "invalidated"
-            else:
-                event = "qualified"
+                events.append("invalidated")
+            if decision.status == "active" and decision.qualifiers != old_qualifiers:
+                events.append("qualified")
             self.memory.stage_fact_update(pipe, tenant, fid, update)
             fact.update(status=decision.status, qualifiers=decision.qualifiers)
             signature = short_hash(*(f"{g}:{len(facts[g]['passage_ids'])}:{decisions[g].status}" for g in sorted(decisions)))
-            outbox.append(self._event(tenant, event, fid, fact, version, signature, reason=f"{decision.kind or 'no conflict'}: {decision.reason}", evidence=decision.evidence))
+            for event in events:
+                outbox.append(self._event(tenant, event, fid, fact, version, signature, reason=f"{decision.kind or 'no conflict'}: {decision.reason}", evidence=decision.evidence))
         return outbox
 
     def _event(self, tenant, event, fid, fact, version, salt, reason="", extra="", evidence=()) -> Outgoing:

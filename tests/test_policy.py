@@ -1,0 +1,66 @@
+"""The conflict policy, as pure functions: cardinality, time spans, adjudication per kind."""
+
+import itertools
+
+from workers.policy import GroupFact, adjudicate, is_multi_valued, parse_time, spans_overlap
+
+
+def never(a, b):
+    return False
+
+
+def test_cardinality_needs_two_heads_and_a_quarter_of_them():
+    assert not is_multi_valued(heads_seen=1, heads_with_many_tails=1)
+    assert is_multi_valued(heads_seen=2, heads_with_many_tails=2)
+    assert is_multi_valued(heads_seen=8, heads_with_many_tails=2)
+    assert not is_multi_valued(heads_seen=9, heads_with_many_tails=2)
+
+
+def test_time_parsing_and_overlap():
+    assert parse_time("1998") == (1998, 1, 1) and parse_time("1998", end=True) == (1998, 12, 31)
+    assert parse_time("2001-05-17") == (2001, 5, 17) and parse_time("soon") is None
+    assert not spans_overlap("1990", "1999", "2000", "2010")
+    assert spans_overlap("1990", "2000", "2000", "2010")  # closed intervals share 2000
+    assert spans_overlap("1990", None, "2000", "2010")  # open end reaches forward
+
+
+def test_mutual_exclusion_keeps_the_better_supported_fact():
+    oslo = GroupFact("f-oslo", "oslo", support=2, doc_version=1, ts=1.0, passage_ids=("p1", "p2"))
+    bergen = GroupFact("f-bergen", "bergen", support=1, doc_version=1, ts=9.0, passage_ids=("p3",))
+    decisions = adjudicate([bergen, oslo], never)
+    assert decisions["f-oslo"].status == "active" and decisions["f-oslo"].kind == ""
+    assert decisions["f-bergen"].status == "invalid" and decisions["f-bergen"].kind == "mutual_exclusion"
+    assert set(decisions["f-bergen"].evidence) == {"p1", "p2", "p3"}
+
+
+def test_support_tie_goes_to_the_newer_document_then_the_later_fact():
+    old = GroupFact("a", "x", 1, doc_version=1, ts=5.0)
+    new = GroupFact("b", "y", 1, doc_version=2, ts=1.0)
+    assert adjudicate([old, new], never)["a"].status == "invalid"
+    first, later = GroupFact("a", "x", 1, 1, ts=1.0), GroupFact("b", "y", 1, 1, ts=2.0)
+    assert adjudicate([first, later], never)["a"].status == "invalid"
+
+
+def test_non_overlapping_spans_qualify_both():
+    a = GroupFact("a", "acme", 1, 1, 1.0, "1990", "1999")
+    b = GroupFact("b", "globex", 3, 1, 2.0, "2000", "2010")
+    decisions = adjudicate([a, b], never)
+    assert {d.status for d in decisions.values()} == {"active"}
+    assert decisions["a"].qualifiers == {"time": {"from": "1990", "to": "1999"}} and decisions["a"].kind == "temporal"
+    overlapping = GroupFact("c", "initech", 1, 1, 3.0, "1995", "2005")
+    assert adjudicate([a, b, overlapping], never)["c"].status == "invalid"
+
+
+def test_a_containment_path_qualifies_the_scope():
+    city = GroupFact("city", "kestrel_point", 1, 1, 1.0)
+    region = GroupFact("region", "norland", 1, 1, 2.0)
+    decisions = adjudicate([city, region], lambda a, b: (a, b) == ("norland", "kestrel_point"))
+    assert decisions["city"].qualifiers == {"scope": {"narrower_than": ["region"], "broader_than": []}}
+    assert decisions["region"].qualifiers == {"scope": {"narrower_than": [], "broader_than": ["city"]}}
+    assert all(d.status == "active" and d.kind == "granularity" for d in decisions.values())
+
+
+def test_decisions_do_not_depend_on_input_order():
+    facts = [GroupFact(str(i), f"t{i}", support=s, doc_version=1, ts=float(i)) for i, s in enumerate([1, 3, 2, 3])]
+    outcomes = {tuple(sorted((k, d.status) for k, d in adjudicate(list(p), never).items())) for p in itertools.permutations(facts)}
+    assert len(outcomes) == 1
