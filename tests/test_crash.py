@@ -30,7 +30,7 @@ def corpus(n: int) -> dict[str, str]:
 def expected_fact_ids(docs: dict[str, str]) -> set[str]:
     ids = set()
     for text in docs.values():
-        for f in RulesExtractor().extract(text).facts:
+        for f in RulesExtractor().extract_sync(text).facts:
             ids.add(fact_id(entity_id(f.head), relation_name(f.relation), entity_id(f.tail)))
     return ids
 

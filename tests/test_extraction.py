@@ -1,3 +1,4 @@
+import asyncio
 import json
 from pathlib import Path
 
@@ -11,8 +12,8 @@ OPENIE = Path(__file__).resolve().parents[2] / "shared/data/musique_train_100/op
 
 def test_rules_extractor_is_deterministic_and_entity_centric():
     text = "Captain Ilse Marrow built the Varn Lighthouse in 1871. The Varn Lighthouse stands on Kestrel Point."
-    first = RulesExtractor().extract(text)
-    assert first == RulesExtractor().extract(text)
+    first = RulesExtractor().extract_sync(text)
+    assert first == RulesExtractor().extract_sync(text)
     names = {e.name: e.type for e in first.entities}
     assert names == {"Captain Ilse Marrow": "PERSON", "Varn Lighthouse": "ENTITY", "1871": "DATE", "Kestrel Point": "ENTITY"}
     triples = {(f.head, f.relation, f.tail) for f in first.facts}
@@ -36,9 +37,9 @@ def test_replay_extractor_returns_exactly_the_script(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(line) + "\n\n")
     ex = make_extractor("replay", str(path))
-    result = ex.extract(text)
+    result = asyncio.run(ex.extract(text))
     assert [(f.head, f.relation, f.tail, f.tail_type) for f in result.facts] == [("Ada", "wrote", "Notes", "WORK")]
-    assert ex.extract("unknown text").facts == []
+    assert asyncio.run(ex.extract("unknown text")).facts == []
 
 
 def test_replay_file_errors_point_at_the_line(tmp_path):
@@ -57,7 +58,7 @@ def test_replay_reads_hipporag_openie_keyed_by_passage_text():
     ex = ReplayExtractor(OPENIE)
     assert len(ex.by_sha) >= 1880
     doc = json.loads(OPENIE.read_text())["docs"][0]
-    result = ex.extract(doc["passage"])
+    result = asyncio.run(ex.extract(doc["passage"]))
     expected = [t for t in doc["extracted_triples"] if len(t) == 3]
     assert [(f.head, f.relation, f.tail) for f in result.facts] == [tuple(t) for t in expected]
     assert all(f.head_type == type_of(f.head) for f in result.facts)

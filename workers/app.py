@@ -17,6 +17,7 @@ from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES, ContractError
 from workers.embedding import make_embedder
 from workers.extraction import make_extractor
+from workers.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query import QueryRequest, answer
 from workers.settings import Settings
@@ -58,7 +59,10 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
     )
     memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau)
     embedder = make_embedder(settings.embedder) if roles & {"extractor", "query"} else None
-    extractor = make_extractor(settings.extractor, settings.replay_file) if "extractor" in roles else None
+    extractor = None
+    if "extractor" in roles:
+        llm = LLMClient(settings.llm_config(), memory.redis) if settings.extractor == "llm" else None
+        extractor = make_extractor(settings.extractor, settings.replay_file, llm)
     names = dict(zip(TOPIC_SUFFIXES, settings.topics.all()))
     topics = {
         suffix: app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", allow_empty=True)

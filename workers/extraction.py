@@ -5,7 +5,7 @@
   between them. Entity-centric: its value is the entity–passage graph, not its relations.
 - `replay`: recorded extractions, keyed by the sha256 of the chunk text (JSONL, see README), or
   HippoRAG's OpenIE output keyed by passage text.
-- `llm`: arrives with the LLM client (issue 3).
+- `llm`: one structured call per chunk to an OpenAI-compatible endpoint (workers/llm.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from topics import ContractError
-from topics.records import Triple
+from topics.records import FACT_CATEGORIES, Triple
 from workers.normalize import content_hash, relation_name
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Extraction:
 class Extractor(Protocol):
     name: str
 
-    def extract(self, text: str) -> Extraction: ...
+    async def extract(self, text: str) -> Extraction: ...
 
 
 # ---- rules ------------------------------------------------------------------------------
@@ -128,7 +128,10 @@ class RulesExtractor:
     name = "rules"
     max_relation_words = 6
 
-    def extract(self, text: str) -> Extraction:
+    async def extract(self, text: str) -> Extraction:
+        return self.extract_sync(text)
+
+    def extract_sync(self, text: str) -> Extraction:
         entities: dict[str, Entity] = {}
         facts: list[Triple] = []
         for sentence in _SENTENCE.split(text):
@@ -198,7 +201,7 @@ class ReplayExtractor:
             self.by_sha[content_hash(passage)] = Extraction(list(entities.values()), facts)
         return True
 
-    def extract(self, text: str) -> Extraction:
+    async def extract(self, text: str) -> Extraction:
         found = self.by_sha.get(content_hash(text))
         if found is None:
             log.info("replay: no recorded extraction for chunk sha256=%s; it yields no facts", content_hash(text)[:12])
@@ -206,7 +209,63 @@ class ReplayExtractor:
         return found
 
 
-def make_extractor(kind: str, replay_file: str = "") -> Extractor:
+# ---- llm ----------------------------------------------------------------------------------
+EXTRACTION_PROMPT = (
+    "You extract a knowledge graph from one passage. Return JSON with `entities` (every named "
+    "entity: name as written, type in upper case such as PERSON, ORGANIZATION, LOCATION, DATE, WORK) "
+    "and `facts` (head, head_type, relation, tail, tail_type, category, valid_from, valid_to). "
+    "A relation is a short lower-case verb phrase ('born in', 'founded'). category is DECLARATIVE, "
+    "or HARD_CONSTRAINT (a rule that must hold), REJECTED_OPTION (something decided against) or "
+    "TOOL_FAILURE (a tool or action that failed). valid_from/valid_to are the dates (ISO, or a year) "
+    "the passage states for the fact, else null. Use only what the passage says."
+)
+_STRING = {"type": "string"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+EXTRACTION_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["entities", "facts"],
+    "properties": {
+        "entities": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name", "type"],
+                                                 "properties": {"name": _STRING, "type": _STRING}}},
+        "facts": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["head", "head_type", "relation", "tail", "tail_type", "category", "valid_from", "valid_to"],
+            "properties": {"head": _STRING, "head_type": _STRING, "relation": _STRING, "tail": _STRING, "tail_type": _STRING,
+                           "category": {"type": "string", "enum": list(FACT_CATEGORIES)},
+                           "valid_from": _NULLABLE_STRING, "valid_to": _NULLABLE_STRING},
+        }},
+    },
+}
+
+
+def parse_extraction(data) -> Extraction:
+    """Validate a model's answer against EXTRACTION_SCHEMA (ValueError names the problem)."""
+    if not isinstance(data, dict) or not isinstance(data.get("entities"), list) or not isinstance(data.get("facts"), list):
+        raise ValueError("expected an object with arrays 'entities' and 'facts'")
+    entities = []
+    for i, e in enumerate(data["entities"]):
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not e["name"].strip() or not isinstance(e.get("type"), str):
+            raise ValueError(f"entities[{i}] needs a non-empty string 'name' and a string 'type'")
+        entities.append(Entity(e["name"].strip(), e["type"].strip().upper() or "ENTITY"))
+    facts = [Triple.from_dict(f, where=f"facts[{i}]") for i, f in enumerate(data["facts"])]
+    return Extraction(entities, facts)
+
+
+class LLMExtractor:
+    """A_ext with an LLM: one structured call per chunk (cached by prompt)."""
+
+    name = "llm"
+
+    def __init__(self, client):
+        self.client = client
+
+    async def extract(self, text: str) -> Extraction:
+        messages = [{"role": "system", "content": EXTRACTION_PROMPT}, {"role": "user", "content": f"Passage:\n<<<TEXT\n{text}\nTEXT>>>"}]
+        return await self.client.structured("extract", messages, "extraction", EXTRACTION_SCHEMA, parse_extraction)
+
+
+def make_extractor(kind: str, replay_file: str = "", llm=None) -> Extractor:
     if kind == "rules":
         return RulesExtractor()
     if kind == "replay":
@@ -214,5 +273,7 @@ def make_extractor(kind: str, replay_file: str = "") -> Extractor:
             raise ValueError("MEMSTREAM_EXTRACTOR=replay needs MEMSTREAM_REPLAY_FILE")
         return ReplayExtractor(replay_file)
     if kind == "llm":
-        raise NotImplementedError("MEMSTREAM_EXTRACTOR=llm arrives with issue #3; use rules or replay")
+        if llm is None:
+            raise ValueError("MEMSTREAM_EXTRACTOR=llm needs an LLM client (MEMSTREAM_LLM_BASE_URL, MEMSTREAM_LLM_MODEL)")
+        return LLMExtractor(llm)
     raise ValueError(f"unknown extractor {kind!r}")

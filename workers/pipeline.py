@@ -29,6 +29,7 @@ from topics.records import Triple
 from workers import metrics
 from workers.chunking import chunk_text
 from workers.extraction import Entity
+from workers.llm import LLMError, MalformedOutput
 from workers.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
 from workers.policy import CONTAINMENT_RELATIONS, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.settings import Settings
@@ -151,7 +152,12 @@ class Pipeline:
         tenant = chunk.tenant
 
         async def decide(pipe):
-            extraction = await self._off_loop(self.extractor.extract, chunk.text)
+            try:
+                extraction = await self.extractor.extract(chunk.text)
+            except MalformedOutput as exc:
+                raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
+            except LLMError as exc:
+                raise PermanentError(str(exc)) from None
             entities = {entity_id(e.name): e for e in extraction.entities}
             facts = []
             for triple in extraction.facts:

@@ -27,6 +27,11 @@ class Settings:
     extractor: str = "rules"  # rules | replay | llm
     replay_file: str = ""
     embedder: str = "local"
+    llm_base_url: str = ""
+    llm_api_key: str = ""
+    llm_model: str = ""
+    llm_concurrency: int = 8
+    llm_timeout: float = 60.0
     max_text_bytes: int = 1 << 20
     chunk_tokens: int = 200
     chunk_overlap: int = 40
@@ -67,6 +72,13 @@ class Settings:
     @property
     def effective_tau(self) -> int:
         return self.tau if self.on("schema_filter") else 1
+
+    def llm_config(self):
+        from workers.llm import LLMConfig
+
+        if not self.llm_base_url or not self.llm_model:
+            raise ValueError("the llm extractor/resolver needs MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL")
+        return LLMConfig(self.llm_base_url, self.llm_api_key, self.llm_model, self.llm_concurrency, self.llm_timeout)
 
     @property
     def max_message_bytes(self) -> int:

@@ -1,0 +1,143 @@
+"""The LLM extractor through the real `openai` client over real HTTP, against a scripted
+OpenAI-compatible test server: structured output, retries, repair, cache, concurrency, DLQ."""
+
+import asyncio
+import json
+import time
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from tests.conftest import write_docs
+from tests.fake_openai import FakeOpenAI, user_text
+from tests.test_end_to_end import _dlq_letters, tenant_name
+from workers.extraction import LLMExtractor
+from workers.llm import LLMClient, LLMConfig, LLMError, MalformedOutput
+
+ANSWERS = {
+    "Greta Holm runs the Northwind Mill.": {
+        "entities": [{"name": "Greta Holm", "type": "PERSON"}, {"name": "Northwind Mill", "type": "ORGANIZATION"}],
+        "facts": [{"head": "Greta Holm", "head_type": "PERSON", "relation": "runs", "tail": "Northwind Mill", "tail_type": "ORGANIZATION",
+                   "category": "DECLARATIVE", "valid_from": None, "valid_to": None}],
+    },
+    "Never deploy on Fridays.": {
+        "entities": [{"name": "deploy", "type": "ACTION"}],
+        "facts": [{"head": "team", "head_type": "GROUP", "relation": "must not deploy on", "tail": "Friday", "tail_type": "DATE",
+                   "category": "HARD_CONSTRAINT", "valid_from": None, "valid_to": None}],
+    },
+}
+
+
+def scripted_model(body: dict) -> str:
+    return json.dumps(ANSWERS.get(user_text(body), {"entities": [], "facts": []}))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _extract(server, texts, stack_env, **config):
+    client = aioredis.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+    settings = {"model": f"test-{uuid.uuid4().hex[:8]}", "backoff_base_s": 0.01, "backoff_cap_s": 0.05, **config}
+    extractor = LLMExtractor(LLMClient(LLMConfig(server.base_url, "sk-test", **settings), client))
+    try:
+        return await asyncio.gather(*(extractor.extract(t) for t in texts))
+    finally:
+        await client.aclose()
+
+
+def test_structured_extraction_over_http_and_cache_hits(stack_env):
+    with FakeOpenAI(default=scripted_model) as server:
+        client_model = f"cache-{uuid.uuid4().hex[:8]}"
+        (result,) = run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env, model=client_model))
+        assert [(f.head, f.relation, f.tail) for f in result.facts] == [("Greta Holm", "runs", "Northwind Mill")]
+        assert [e.type for e in result.entities] == ["PERSON", "ORGANIZATION"]
+        body = server.requests[0]
+        assert body["temperature"] == 0 and body["response_format"]["type"] == "json_schema"
+        assert body["response_format"]["json_schema"]["strict"] is True
+        run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env, model=client_model))
+        assert server.calls == 1, "the second run must be served from the cache"
+
+
+def test_categories_come_through():
+    from workers.extraction import parse_extraction
+
+    result = parse_extraction(ANSWERS["Never deploy on Fridays."])
+    assert result.facts[0].category == "HARD_CONSTRAINT"
+    with pytest.raises(ValueError, match="category 'GOSSIP'"):
+        parse_extraction({"entities": [], "facts": [{**ANSWERS["Never deploy on Fridays."]["facts"][0], "category": "GOSSIP"}]})
+
+
+def test_retries_429_5xx_and_timeouts_then_succeeds(stack_env):
+    with FakeOpenAI(default=scripted_model) as server:
+        server.script.extend([{"status": 429}, {"status": 503}, {"delay": 1.5}])
+        (result,) = run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env, timeout_s=0.5))
+        assert len(result.facts) == 1
+        assert server.calls == 4
+
+
+def test_gives_up_after_the_attempt_budget(stack_env):
+    with FakeOpenAI() as server:
+        server.script.extend([{"status": 500}] * 3)
+        with pytest.raises(LLMError, match="after 3 attempts"):
+            run(_extract(server, ["x"], stack_env, max_attempts=3))
+        server.script.extend([{"status": 400}])
+        with pytest.raises(LLMError, match="HTTP 400"):
+            run(_extract(server, ["y"], stack_env))
+
+
+def test_broken_json_gets_one_repair_round(stack_env):
+    with FakeOpenAI(default=scripted_model) as server:
+        server.script.append({"content": "Sure! Here are the facts: {"})
+        (result,) = run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env))
+        assert len(result.facts) == 1 and server.calls == 2
+        repair = server.requests[1]["messages"]
+        assert repair[-2]["content"] == "Sure! Here are the facts: {" and "invalid" in repair[-1]["content"]
+
+
+def test_persistent_garbage_raises_with_the_raw_text(stack_env):
+    with FakeOpenAI() as server:
+        server.script.extend([{"content": '{"entities": "nope"}'}, {"content": "still nope"}])
+        with pytest.raises(MalformedOutput) as info:
+            run(_extract(server, ["x"], stack_env))
+        assert info.value.raw == "still nope" and server.calls == 2
+
+
+def test_concurrency_is_bounded(stack_env):
+    with FakeOpenAI(default=scripted_model, latency_s=0.3) as server:
+        started = time.monotonic()
+        run(_extract(server, [f"text {i}" for i in range(6)], stack_env, concurrency=2))
+        assert server.max_in_flight == 2 and server.calls == 6
+        assert time.monotonic() - started >= 0.9  # 6 calls, 2 at a time, 0.3 s each
+
+
+def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(make_workers, tmp_path):
+    garbage = "The ledger is unreadable."
+
+    def model(body):
+        return "<<garbage>>" if user_text(body) == garbage else scripted_model(body)
+
+    with FakeOpenAI(default=model) as server:
+        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"pipe-{uuid.uuid4().hex[:6]}", tau=1)
+        workers.start()
+        tenant = tenant_name("llm")
+        docs = {"mill": "Greta Holm runs the Northwind Mill.", "rule": "Never deploy on Fridays.", "ledger": garbage}
+        workers.cli.run("publish", *write_docs(tmp_path / "d", {k: v for k, v in docs.items() if k != "ledger"}), "--tenant", tenant, "--wait", "--timeout", "120")
+        events = workers.cli.tail(tenant)
+        assert sorted(e["fact"]["relation"] for e in events if e["event"] == "activated") == ["must not deploy on", "runs"]
+        assert {e["fact"]["category"] for e in events} == {"DECLARATIVE", "HARD_CONSTRAINT"}
+        calls = server.calls
+        assert calls == 2
+
+        workers.cli.run("publish", *write_docs(tmp_path / "g", {"ledger": garbage}), "--tenant", tenant)
+        ns = workers.env["MEMSTREAM_TOPIC_NAMESPACE"]
+        (letter,) = _dlq_letters(workers.env["MEMSTREAM_KAFKA_BOOTSTRAP"], f"{ns}.dlq", 1, timeout=120)
+        assert letter["topic"] == f"{ns}.chunks" and "raw output: <<garbage>>" in letter["error"]
+        assert server.calls == calls + 2  # one call and one repair round
+
+        # the same documents in another tenant: every answer comes from the cache
+        other = tenant_name("llm-again")
+        workers.cli.run("publish", *write_docs(tmp_path / "d2", {k: v for k, v in docs.items() if k != "ledger"}), "--tenant", other, "--wait", "--timeout", "120")
+        assert server.calls == calls + 2
+        assert len([e for e in workers.cli.tail(other) if e["event"] == "activated"]) == 2

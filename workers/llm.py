@@ -1,0 +1,127 @@
+"""The LLM client of the agents: any OpenAI-compatible chat endpoint through the `openai`
+client, with JSON-schema structured output, temperature 0, bounded concurrency, retries with
+capped exponential backoff and jitter on 429/5xx/timeouts, one repair round for malformed
+output, responses cached in Redis by (model, prompt hash), and tokens counted per stage."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import openai
+from prometheus_client import Counter
+
+log = logging.getLogger(__name__)
+
+LLM_CALLS = Counter("memstream_llm_calls_total", "LLM calls per stage and outcome", ["stage", "outcome"])
+LLM_TOKENS = Counter("memstream_llm_tokens_total", "LLM tokens per stage", ["stage", "kind"])
+CACHE_TTL_S = 30 * 24 * 3600
+
+
+class LLMError(Exception):
+    """The endpoint kept failing (after retries)."""
+
+
+class MalformedOutput(Exception):
+    """The model's answer did not validate, even after a repair round. `raw` keeps it."""
+
+    def __init__(self, message: str, raw: str):
+        super().__init__(message)
+        self.raw = raw
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    base_url: str
+    api_key: str
+    model: str
+    concurrency: int = 8
+    timeout_s: float = 60.0
+    max_attempts: int = 6
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 20.0
+
+
+class LLMClient:
+    def __init__(self, config: LLMConfig, redis=None):
+        self.config = config
+        self.redis = redis
+        self._client = openai.AsyncOpenAI(base_url=config.base_url, api_key=config.api_key or "none", timeout=config.timeout_s, max_retries=0)
+        self._slots = asyncio.Semaphore(config.concurrency)
+
+    async def structured(self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]) -> Any:
+        """Ask for JSON following `schema`; `validate(parsed)` returns the value or raises
+        ValueError. One repair round on malformed output, then MalformedOutput."""
+        cache_key = self._cache_key(messages, schema)
+        cached = await self.redis.get(cache_key) if self.redis is not None else None
+        if cached is not None:
+            LLM_CALLS.labels(stage=stage, outcome="cache_hit").inc()
+            return validate(json.loads(cached))
+        raw = await self._complete(stage, messages, schema_name, schema)
+        try:
+            value = validate(_parse(raw))
+        except ValueError as first_error:
+            log.warning("%s: malformed LLM output (%s); asking once to repair it", stage, first_error)
+            repair = messages + [
+                {"role": "assistant", "content": raw},
+                {"role": "user", "content": f"That answer is invalid: {first_error}. Answer again with only the JSON object that follows the schema."},
+            ]
+            raw = await self._complete(stage, repair, schema_name, schema)
+            try:
+                value = validate(_parse(raw))
+            except ValueError as second_error:
+                LLM_CALLS.labels(stage=stage, outcome="malformed").inc()
+                raise MalformedOutput(f"malformed LLM output after one repair round: {second_error}", raw) from None
+        if self.redis is not None:
+            await self.redis.set(cache_key, raw, ex=CACHE_TTL_S)
+        return value
+
+    def _cache_key(self, messages: list[dict], schema: dict) -> str:
+        prompt = json.dumps({"messages": messages, "schema": schema}, sort_keys=True, ensure_ascii=False)
+        # one cache for all tenants: the answer is a function of the prompt alone
+        return f"ms:{{llm-cache}}:{self.config.model}:{hashlib.sha256(prompt.encode()).hexdigest()}"
+
+    async def _complete(self, stage: str, messages: list[dict], schema_name: str, schema: dict) -> str:
+        for attempt in range(1, self.config.max_attempts + 1):
+            try:
+                async with self._slots:
+                    response = await self._client.chat.completions.create(
+                        model=self.config.model,
+                        messages=messages,
+                        temperature=0,
+                        response_format={"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema, "strict": True}},
+                    )
+                LLM_CALLS.labels(stage=stage, outcome="ok").inc()
+                if response.usage is not None:
+                    LLM_TOKENS.labels(stage=stage, kind="prompt").inc(response.usage.prompt_tokens or 0)
+                    LLM_TOKENS.labels(stage=stage, kind="completion").inc(response.usage.completion_tokens or 0)
+                return response.choices[0].message.content or ""
+            except (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError) as exc:
+                outcome = type(exc).__name__
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500:
+                    LLM_CALLS.labels(stage=stage, outcome=f"http_{exc.status_code}").inc()
+                    raise LLMError(f"LLM endpoint refused the request: HTTP {exc.status_code}: {exc.message}") from None
+                outcome = f"http_{exc.status_code}"
+            LLM_CALLS.labels(stage=stage, outcome=outcome).inc()
+            if attempt == self.config.max_attempts:
+                raise LLMError(f"LLM endpoint still failing after {attempt} attempts ({outcome})")
+            delay = min(self.config.backoff_cap_s, self.config.backoff_base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            log.warning("%s: LLM call failed (%s), retry %d in %.2fs", stage, outcome, attempt, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+def _parse(raw: str) -> Any:
+    text = raw.strip()
+    if text.startswith("```"):  # some servers wrap JSON in a fence despite the schema
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at position {exc.pos})") from None
