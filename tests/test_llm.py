@@ -141,3 +141,60 @@ def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(make_workers,
         workers.cli.run("publish", *write_docs(tmp_path / "d2", {k: v for k, v in docs.items() if k != "ledger"}), "--tenant", other, "--wait", "--timeout", "120")
         assert server.calls == calls + 2
         assert len([e for e in workers.cli.tail(other) if e["event"] == "activated"]) == 2
+
+
+def test_llm_resolver_names_an_action_and_evidence_per_fact(make_workers, tmp_path):
+    from tests.test_memory_agents import CONFLICTS, _ids, export, facts_by_id, publish, write_script
+
+    def resolver_model(body):
+        prompt = body["messages"][1]["content"]
+        facts = [line[2:].split(":", 1) for line in prompt.splitlines() if line.startswith("- ")]
+        passages = [line[1:].split("]", 1)[0] for line in prompt.splitlines() if line.startswith("[")]
+        decisions = []
+        for fact_id, text in facts:
+            oslo = "Oslo" in text
+            decisions.append({"fact_id": fact_id, "action": "keep" if oslo else "invalidate", "evidence": "her passport says Oslo",
+                              "evidence_passage_id": passages[0], "valid_from": None, "valid_to": None, "scope": None})
+        return json.dumps({"decisions": decisions})
+
+    with FakeOpenAI(default=resolver_model) as server:
+        script = write_script(tmp_path / "s.jsonl", CONFLICTS)
+        workers = make_workers(extractor="replay", replay_file=script, resolver="llm", llm_base_url=server.base_url, llm_model=f"res-{uuid.uuid4().hex[:6]}", tau=1)
+        workers.start()
+        tenant = tenant_name("llm-res")
+        publish(workers, tmp_path, tenant, CONFLICTS, ["m2"])  # Oslo, one passage
+        publish(workers, tmp_path, tenant, CONFLICTS, ["m1"])  # Bergen, one passage, later: the rules policy would keep it
+        facts = facts_by_id(export(workers, tenant))
+        assert facts[_ids("m2")]["status"] == "active" and facts[_ids("m1")]["status"] == "invalid"
+        assert "LLM: her passport says Oslo" in facts[_ids("m1")]["reason"]
+        (invalidated,) = [e for e in workers.cli.tail(tenant) if e["event"] == "invalidated"]
+        assert invalidated["fact_id"] == _ids("m1") and invalidated["evidence_passage_ids"]
+        assert server.calls == 1
+        assert server.requests[0]["response_format"]["json_schema"]["name"] == "resolution"
+
+        # garbage twice: the deterministic policy decides instead, and nothing stays open
+        server.script.extend([{"content": "no idea"}, {"content": "{}"}])
+        publish(workers, tmp_path, tenant, CONFLICTS, ["t1"])
+        publish(workers, tmp_path, tenant, CONFLICTS, ["t2"])
+        facts = facts_by_id(export(workers, tenant))
+        assert facts[_ids("t1")]["qualifiers"]["time"] == {"from": "1990", "to": "1999"}
+        assert facts[_ids("t2")]["status"] == "active" and server.calls == 3
+
+
+def test_llm_resolution_answers_are_validated():
+    from workers.llm_resolution import parse_resolution
+    from workers.policy import GroupFact
+
+    group = [GroupFact("a", "x", 1, 1, 1.0, passage_ids=("p1",)), GroupFact("b", "y", 1, 1, 2.0, passage_ids=("p2",))]
+    ok = {"decisions": [
+        {"fact_id": "a", "action": "qualify_time", "evidence": "From 1990 to 1999.", "evidence_passage_id": "p1", "valid_from": "1990", "valid_to": "1999", "scope": None},
+        {"fact_id": "b", "action": "uncertain", "evidence": "Unclear.", "evidence_passage_id": "p2", "valid_from": None, "valid_to": None, "scope": None},
+    ]}
+    decisions = parse_resolution(ok, group, {"p1", "p2"})
+    assert decisions["a"].qualifiers == {"time": {"from": "1990", "to": "1999"}} and decisions["b"].qualifiers == {"uncertain": True}
+    with pytest.raises(ValueError, match="no decision for fact"):
+        parse_resolution({"decisions": ok["decisions"][:1]}, group, {"p1", "p2"})
+    with pytest.raises(ValueError, match="not one of the evidence passages"):
+        parse_resolution({"decisions": [dict(ok["decisions"][0], evidence_passage_id="p9"), ok["decisions"][1]]}, group, {"p1", "p2"})
+    with pytest.raises(ValueError, match="action 'delete'"):
+        parse_resolution({"decisions": [dict(ok["decisions"][0], action="delete"), ok["decisions"][1]]}, group, {"p1", "p2"})

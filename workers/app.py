@@ -73,7 +73,8 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         delivered = await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value)
         await delivered  # wait for the broker's ack before the input offset may be committed
 
-    pipeline = Pipeline(settings, memory, send, embedder, extractor)
+    resolver_llm = LLMClient(settings.llm_config(), memory.redis) if settings.resolver == "llm" and "resolver" in roles else None
+    pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm)
     for role, suffix in ROLE_TOPICS.items():
         if role in roles:
             _register_agent(app, role, topics[suffix], suffix, pipeline)

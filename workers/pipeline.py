@@ -30,6 +30,7 @@ from workers import metrics
 from workers.chunking import chunk_text
 from workers.extraction import Entity
 from workers.llm import LLMError, MalformedOutput
+from workers.llm_resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
 from workers.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
 from workers.policy import CONTAINMENT_RELATIONS, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.settings import Settings
@@ -56,12 +57,13 @@ def passage_node(pid: str) -> str:
 class Pipeline:
     RECORDS = {"documents": Document, "chunks": Chunk, "candidate-facts": CandidateFact, "conflict-sets": ConflictSet}
 
-    def __init__(self, settings: Settings, memory: Memory, send: Send, embedder=None, extractor=None):
+    def __init__(self, settings: Settings, memory: Memory, send: Send, embedder=None, extractor=None, resolver_llm=None):
         self.settings = settings
         self.memory = memory
         self.send = send
         self.embedder = embedder
         self.extractor = extractor
+        self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
         self.handlers = {
             "documents": self.on_document,
             "chunks": self.on_chunk,
@@ -398,11 +400,29 @@ class Pipeline:
         group = [await self._group_fact(tenant, fid, f) for fid, f in facts.items()]
         if is_multi_valued(heads, multi) or len(group) < 2:
             decisions = {g.id: Decision("active", "", "multi-valued relation" if len(group) > 1 else "no conflict") for g in group}
+        elif self.resolver_llm is not None:
+            decisions = await self._llm_decisions(tenant, group, facts)
         else:
-            tails = {g.tail_id for g in group}
-            contains = {(a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS) for a in tails for b in tails if a != b}
-            decisions = adjudicate(group, lambda a, b: contains.get((a, b), False))
+            decisions = await self._rules_decisions(tenant, group)
         return await self._apply(pipe, cand, facts, decisions, why)
+
+    async def _rules_decisions(self, tenant: str, group: list[GroupFact]) -> dict:
+        tails = {g.tail_id for g in group}
+        contains = {(a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS) for a in tails for b in tails if a != b}
+        return adjudicate(group, lambda a, b: contains.get((a, b), False))
+
+    async def _llm_decisions(self, tenant: str, group: list[GroupFact], facts: dict) -> dict:
+        """The LLM reads every fact's evidence passages and names an action per fact. If it
+        keeps failing, the deterministic policy decides (logged), so no group stays open."""
+        passage_ids = sorted({pid for g in group for pid in g.passage_ids})
+        passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
+        some = facts[group[0].id]
+        messages = resolution_messages(some["head"], some["relation"], [(g, facts[g.id].get("text") or f"{facts[g.id]['head']} {facts[g.id]['relation']} {facts[g.id]['tail']}") for g in group], passages)
+        try:
+            return await self.resolver_llm.structured("resolve", messages, "resolution", RESOLUTION_SCHEMA, lambda data: parse_resolution(data, group, set(passages)))
+        except (MalformedOutput, LLMError) as exc:
+            log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
+            return await self._rules_decisions(tenant, group)
 
     async def _group_fact(self, tenant: str, fid: str, fact: dict) -> GroupFact:
         passages = [p for p in await self.memory.passages(tenant, fact["passage_ids"]) if p]
