@@ -51,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--tenant", default=None)
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
+    bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
+    bench.add_argument("kind", choices=["index"])
+    bench.add_argument("--sizes", default="1000,5000,20000", help="memory sizes in passages")
+    bench.add_argument("--probe", type=int, default=20, help="documents timed one by one at each size")
+    bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
+    bench.add_argument("--latency-ms", type=int, default=200, help="the fake LLM's fixed latency")
+    bench.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight per extractor process")
+    bench.add_argument("--json", action="store_true")
+
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
     args = parser.parse_args(argv)
@@ -203,6 +212,13 @@ def cmd_export(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_bench(settings: Settings, args) -> int:
+    from ops.bench import run_index_bench
+
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json)
+
+
 def cmd_demo(settings: Settings, args) -> int:
     from ops.demo import run_demo
 
@@ -217,6 +233,7 @@ COMMANDS = {
     "tail": cmd_tail,
     "query": cmd_query,
     "export": cmd_export,
+    "bench": cmd_bench,
     "demo": cmd_demo,
 }
 

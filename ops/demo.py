@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 from ops.kafka_admin import ensure_topics
 from ops.publish import load_documents, publish, wait_indexed
-from ops.stack import Stack, stderr
+from ops.stack import Stack, stderr, wait_worker_healthy
 from workers.settings import Settings
 
 SAMPLE_CORPUS = Path(__file__).parent / "sample_corpus"
@@ -36,7 +34,7 @@ def run_demo(settings: Settings) -> int:
     with open(log_path, "wb") as log:
         worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_healthy(settings, worker, log_path)
+        wait_worker_healthy(settings, worker, log_path)
         stderr(f"== 3. publish the sample corpus ({SAMPLE_CORPUS}) as tenant '{TENANT}'")
         loaded = load_documents(sorted(str(p) for p in SAMPLE_CORPUS.glob("*.md")), TENANT, settings.max_text_bytes)
         publish(settings, loaded.documents)
@@ -60,17 +58,3 @@ def run_demo(settings: Settings) -> int:
             worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             worker.kill()
-
-
-def _wait_healthy(settings: Settings, worker: subprocess.Popen, log_path: Path, timeout_s: float = 180) -> None:
-    url = f"http://{settings.http_host}:{settings.http_port}/healthz"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            raise RuntimeError(f"worker exited with {worker.returncode}; see {log_path}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    raise RuntimeError(f"worker not healthy after {timeout_s}s; see {log_path}")

@@ -99,9 +99,9 @@ def _load_text_or_json(where: str, raw: str, stem: str, tenant: str, max_text_by
 class Progress:
     """A one-line progress bar on a terminal; a single summary line otherwise."""
 
-    def __init__(self, label: str, total: int, stream: TextIO = sys.stderr):
-        self.label, self.total, self.stream = label, total, stream
-        self.tty = stream.isatty()
+    def __init__(self, label: str, total: int, stream: TextIO = sys.stderr, quiet: bool = False):
+        self.label, self.total, self.stream, self.quiet = label, total, stream, quiet
+        self.tty = stream.isatty() and not quiet
 
     def update(self, done: int) -> None:
         if self.tty:
@@ -111,17 +111,19 @@ class Progress:
             self.stream.flush()
 
     def close(self, done: int, suffix: str = "") -> None:
+        if self.quiet:
+            return
         if self.tty:
             self.stream.write("\n")
         self.stream.write(f"{self.label}: {done}/{self.total}{suffix}\n")
         self.stream.flush()
 
 
-def publish(settings: Settings, documents: list[Document]) -> None:
+def publish(settings: Settings, documents: list[Document], quiet: bool = False) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, max_request_size=settings.max_message_bytes)
-    progress = Progress("publish", len(documents))
+    progress = Progress("publish", len(documents), quiet=quiet)
     try:
         futures = []
         for i, doc in enumerate(documents, 1):
@@ -135,15 +137,15 @@ def publish(settings: Settings, documents: list[Document]) -> None:
         producer.close()
 
 
-def wait_indexed(settings: Settings, documents: list[Document], timeout_s: float) -> list[str]:
+def wait_indexed(settings: Settings, documents: list[Document], timeout_s: float, quiet: bool = False) -> list[str]:
     """Poll the memory until every document (this text, this version) has all its chunks
     through the resolver. Returns the ids still pending at the deadline (empty: all done)."""
-    return asyncio.run(_wait_indexed(settings, documents, timeout_s))
+    return asyncio.run(_wait_indexed(settings, documents, timeout_s, quiet))
 
 
-async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s: float) -> list[str]:
+async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s: float, quiet: bool) -> list[str]:
     memory = Memory.from_url(settings.redis_url)
-    progress = Progress("indexed", len(documents))
+    progress = Progress("indexed", len(documents), quiet=quiet)
     pending = {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}
     deadline = time.monotonic() + timeout_s
     try:
@@ -154,7 +156,7 @@ async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s
                     del pending[(tenant, doc_id)]
             progress.update(len(documents) - len(pending))
             if pending:
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.05)
     finally:
         await memory.close()
     progress.close(len(documents) - len(pending), " indexed" if not pending else " indexed before the timeout")

@@ -252,3 +252,20 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def wait_worker_healthy(settings: Settings, worker: subprocess.Popen, log: Path, timeout_s: float = 180) -> None:
+    """Until the worker's /healthz answers; raises if the worker exits first."""
+    import urllib.request
+
+    url = f"http://{settings.http_host}:{settings.http_port}/healthz"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError(f"worker exited with {worker.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"worker not healthy after {timeout_s}s; see {log}")

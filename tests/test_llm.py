@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.conftest import write_docs
-from tests.fake_openai import FakeOpenAI, user_text
+from ops.fake_llm import FakeOpenAI, user_text
 from tests.test_end_to_end import _dlq_letters, tenant_name
 from workers.extraction import LLMExtractor
 from workers.llm import LLMClient, LLMConfig, LLMError, MalformedOutput

@@ -1,4 +1,5 @@
-"""A scripted OpenAI-compatible HTTP server for tests (a test double, on 127.0.0.1).
+"""A fake OpenAI-compatible chat server on 127.0.0.1: the test double of the LLM tests and the
+fixed-latency LLM of the indexing benchmark. Never a production component.
 
 Each POST /v1/chat/completions takes the next scripted step, or asks `default` when the
 script is empty. A step is a dict: {"status": 429} (or any HTTP error), {"delay": seconds}

@@ -1,0 +1,167 @@
+"""`memstream bench index`: the indexing pipeline on real Kafka + Redis with the LLM extractor
+and resolver against a fake OpenAI-compatible LLM of fixed latency (a benchmark double).
+
+It reports, side by side in one run:
+- throughput: chunks/s for a burst of documents against the LLM-bound limit
+  (concurrency / latency) — the best any pipeline calling that LLM could do;
+- LLM calls per chunk (extraction + resolution);
+- per-document indexing time when the memory already holds 1k / 5k / 20k passages (filled
+  directly in Redis with synthetic records and random vectors, so the fill is fast), as a ratio
+  to the smallest size: it must stay flat, since nothing is rebuilt per insert.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from ops.fake_llm import FakeOpenAI, user_text
+from ops.kafka_admin import ensure_topics
+from ops.publish import publish, wait_indexed
+from ops.stack import Stack, stderr, wait_worker_healthy
+from store import Memory
+from topics import Chunk, Document
+from workers.extraction import RulesExtractor
+from workers.normalize import entity_id, fact_id, schema_id
+from workers.settings import Settings
+
+FIRST = ["Ada", "Bram", "Cora", "Dag", "Eira", "Finn", "Gro", "Hal", "Ines", "Jon", "Kari", "Lars", "Mina", "Nils", "Olga", "Per"]
+LAST = ["Aune", "Berg", "Dahl", "Eide", "Foss", "Haug", "Lund", "Moe", "Nes", "Rud", "Sand", "Vik"]
+THINGS = ["Ropes", "Sails", "Clocks", "Maps", "Bells", "Looms", "Kites", "Oars", "Nets", "Glass", "Salt", "Cider"]
+TOWNS = ["Brightwater", "Port Selka", "Kestrel Point", "Norland", "Calder", "Ostra", "Merrow", "Halden"]
+
+
+def synthetic_doc(i: int) -> str:
+    person = f"{FIRST[i % 16]} {LAST[(i // 16) % 12]}{i}"
+    company = f"{THINGS[i % 12]} Works{i}"
+    return (f"{person} founded {company} in {1900 + i % 100}. {company} sells goods in {TOWNS[i % 8]}. "
+            f"{person} lives in {TOWNS[(i + 3) % 8]}.")
+
+
+def fake_model(body: dict) -> str:
+    """Extraction: the rules extractor's answer in the LLM schema; resolution: keep all."""
+    if body["response_format"]["json_schema"]["name"] == "resolution":
+        prompt = body["messages"][1]["content"]
+        ids = [line[2:].split(":", 1)[0] for line in prompt.splitlines() if line.startswith("- ")]
+        passage = next(line[1:].split("]", 1)[0] for line in prompt.splitlines() if line.startswith("["))
+        return json.dumps({"decisions": [{"fact_id": f, "action": "keep", "evidence": "benchmark", "evidence_passage_id": passage,
+                                          "valid_from": None, "valid_to": None, "scope": None} for f in ids]})
+    extraction = RulesExtractor().extract_sync(user_text(body))
+    return json.dumps({
+        "entities": [{"name": e.name, "type": e.type} for e in extraction.entities],
+        "facts": [{"head": f.head, "head_type": f.head_type, "relation": f.relation, "tail": f.tail, "tail_type": f.tail_type,
+                   "category": f.category, "valid_from": None, "valid_to": None} for f in extraction.facts],
+    })
+
+
+async def fill_memory(settings: Settings, tenant: str, passages: int, offset: int, dims: int = 384, batch: int = 500) -> None:
+    """Synthetic memory: passages with 3 entities and 3 active facts each, random vectors."""
+    memory = Memory.from_url(settings.redis_url)
+    rng = np.random.default_rng(offset)
+    try:
+        await memory.ensure_indexes(tenant)
+        for start in range(offset, offset + passages, batch):
+            pipe = memory.redis.pipeline(transaction=False)
+            for i in range(start, min(start + batch, offset + passages)):
+                text = f"filler passage {i}: " + synthetic_doc(i)
+                chunk = Chunk(tenant, f"fill{i:08d}", f"fill-{i}", 0, 1, text)
+                vectors = rng.standard_normal((7, dims)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                names = [f"Filler Person {i}", f"Filler Company {i}", TOWNS[i % 8]]
+                ids = [entity_id(n) for n in names]
+                memory.stage_passage(pipe, tenant, chunk, ids, vectors[0])
+                for name, eid, vec in zip(names, ids, vectors[1:4]):
+                    memory.stage_entity(pipe, tenant, eid, name, "ENTITY", vec, chunk.chunk_id)
+                for (h, r, t), vec in zip(((0, "founded", 1), (1, "sells goods in", 2), (0, "visited", 2)), vectors[4:]):
+                    fid = fact_id(ids[h], r, ids[t])
+                    memory.stage_new_fact(pipe, tenant, fid, {"head": names[h], "relation": r, "tail": names[t], "head_id": ids[h], "tail_id": ids[t],
+                                                              "head_type": "ENTITY", "tail_type": "ENTITY", "schema_id": schema_id("ENTITY", r, "ENTITY"),
+                                                              "category": "DECLARATIVE", "text": f"{names[h]} {r} {names[t]}"}, vec)
+                    memory.stage_fact_update(pipe, tenant, fid, {"status": "active"})
+                    memory.stage_fact_passage(pipe, tenant, fid, chunk.chunk_id)
+            await pipe.execute()
+    finally:
+        await memory.close()
+
+
+def _docs(tenant: str, start: int, count: int) -> list[Document]:
+    return [Document(tenant=tenant, doc_id=f"bench-{i}", text=synthetic_doc(i)) for i in range(start, start + count)]
+
+
+def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int, latency_ms: int, concurrency: int, as_json: bool) -> int:
+    Stack(settings).up(stderr)
+    ns = f"bench{uuid.uuid4().hex[:8]}"
+    home = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
+    with FakeOpenAI(default=fake_model, latency_s=latency_ms / 1000) as llm:
+        env = {**os.environ, "MEMSTREAM_TOPIC_NAMESPACE": ns, "MEMSTREAM_APP_ID": ns, "MEMSTREAM_HOME": str(home),
+               "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
+               "MEMSTREAM_EXTRACTOR": "llm", "MEMSTREAM_RESOLVER": "llm", "MEMSTREAM_LLM_BASE_URL": llm.base_url,
+               "MEMSTREAM_LLM_MODEL": f"fake-{ns}", "MEMSTREAM_LLM_CONCURRENCY": str(concurrency), "MEMSTREAM_LOG_LEVEL": "warning",
+               "MEMSTREAM_HTTP_PORT": str(_free_port())}
+        bench = Settings.from_env(env)
+        ensure_topics(bench)
+        worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env=env, stdout=open(home / "worker.log", "wb"), stderr=subprocess.STDOUT)
+        try:
+            wait_worker_healthy(bench, worker, home / "worker.log")
+            # warm up: model load, first index creation
+            _index(bench, _docs(f"{ns}-warm", 10_000_000, 4))
+
+            stderr(f"bench: burst of {burst} documents")
+            calls_before = llm.calls
+            seconds = _index(bench, _docs(f"{ns}-burst", 20_000_000, burst))
+            throughput = {"chunks": burst, "seconds": round(seconds, 2), "chunks_per_s": round(burst / seconds, 2),
+                          "llm_bound_chunks_per_s": round(concurrency / (latency_ms / 1000), 2),
+                          "llm_calls_per_chunk": round((llm.calls - calls_before) / burst, 3)}
+            throughput["fraction_of_limit"] = round(throughput["chunks_per_s"] / throughput["llm_bound_chunks_per_s"], 3)
+
+            rows, filled, tenant = [], 0, f"{ns}-grow"
+            for size in sizes:
+                stderr(f"bench: filling memory to {size} passages")
+                asyncio.run(fill_memory(bench, tenant, size - filled, filled))
+                filled = size
+                latencies = [_index(bench, _docs(tenant, 30_000_000 + size + i, 1)) for i in range(probe)]
+                rows.append({"passages": size, "probe_docs": probe, "doc_ms_p50": round(1000 * statistics.median(latencies), 1),
+                             "doc_ms_mean": round(1000 * statistics.fmean(latencies), 1)})
+            for row in rows:
+                row["ratio_to_smallest"] = round(row["doc_ms_p50"] / rows[0]["doc_ms_p50"], 3)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+    result = {"latency_ms": latency_ms, "concurrency": concurrency, "throughput": throughput, "per_document": rows}
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        t = throughput
+        print(f"throughput: {t['chunks_per_s']} chunks/s vs LLM-bound limit {t['llm_bound_chunks_per_s']} "
+              f"({100 * t['fraction_of_limit']:.0f}%), {t['llm_calls_per_chunk']} LLM calls per chunk ({burst} documents, {t['seconds']} s)")
+        print(f"{'passages in memory':>20} {'doc p50 ms':>11} {'doc mean ms':>12} {'ratio':>7}")
+        for row in rows:
+            print(f"{row['passages']:>20} {row['doc_ms_p50']:>11} {row['doc_ms_mean']:>12} {row['ratio_to_smallest']:>7}")
+    return 0
+
+
+def _index(settings: Settings, documents: list[Document]) -> float:
+    started = time.perf_counter()
+    publish(settings, documents, quiet=True)
+    pending = wait_indexed(settings, documents, timeout_s=900, quiet=True)
+    if pending:
+        raise RuntimeError(f"benchmark documents not indexed in time: {pending[:5]}")
+    return time.perf_counter() - started
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
