@@ -9,6 +9,7 @@ the dead-letter topic with a reason a person can act on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import types
@@ -53,7 +54,7 @@ class Record:
         where = where or cls.TOPIC
         if not isinstance(data, dict):
             raise ContractError(f"{where}: expected a JSON object, got {_json_type(data)}")
-        hints = typing.get_type_hints(cls)
+        hints = _type_hints(cls)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name in data:
@@ -75,6 +76,11 @@ class Record:
             except ContractError as exc:
                 raise ContractError(f"{where}: {exc}") from None
         return cls(**values)
+
+
+@functools.cache
+def _type_hints(cls) -> dict:
+    return typing.get_type_hints(cls)
 
 
 def _json_type(value: Any) -> str:

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES, ContractError
-from workers.embedding import make_embedder
+from workers.embedding import BatchingEmbedder, make_embedder
 from workers.extraction import make_extractor
 from workers.llm import LLMClient
 from workers.pipeline import Pipeline
@@ -59,7 +59,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         stream_wait_empty=False,
     )
     memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau)
-    embedder = make_embedder(settings.embedder) if roles & {"extractor", "query"} else None
+    embedder = BatchingEmbedder(make_embedder(settings.embedder)) if roles & {"extractor", "query"} else None
     extractor = None
     if "extractor" in roles:
         llm = LLMClient(settings.llm_config(), memory.redis) if settings.extractor == "llm" else None

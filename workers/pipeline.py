@@ -129,9 +129,6 @@ class Pipeline:
             await self.send(item)
         await self.memory.finish(tenant, mark)
 
-    async def _off_loop(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
     # ---- chunker -------------------------------------------------------------------------
     async def on_document(self, doc: Document) -> None:
         doc_hash = content_hash(doc.text)
@@ -173,7 +170,7 @@ class Pipeline:
             texts = [chunk.text] + [e.name for e in entities.values()]
             texts += [f"{t.head} {t.relation} {t.tail}" for t, _, _ in facts]
             texts += [f"{t.head_type} {t.relation} {t.tail_type}" for t, _, _ in facts]
-            vectors = await self._off_loop(self.embedder.embed, texts)
+            vectors = await self.embedder.embed(texts)
             ent_vecs = vectors[1 : 1 + len(entities)]
             fact_vecs = vectors[1 + len(entities) : 1 + len(entities) + len(facts)]
             schema_vecs = vectors[1 + len(entities) + len(facts) :]

@@ -43,8 +43,7 @@ class QueryRequest:
 async def answer(memory: Memory, embedder, request: QueryRequest) -> dict:
     timings = {}
     started = t = time.perf_counter()
-    loop = asyncio.get_running_loop()
-    vector = (await loop.run_in_executor(None, embedder.embed, [request.query]))[0]
+    vector = (await embedder.embed([request.query]))[0]
     timings["embed"] = (time.perf_counter() - t) * 1000
     t = time.perf_counter()
     passages, facts, entities = await asyncio.gather(
