@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     query.add_argument("--json", action="store_true", help="print the response body unchanged")
     query.add_argument("--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)")
 
+    alias = sub.add_parser("alias", help="entity aliases of a tenant (applied to what is extracted afterwards)")
+    alias.add_argument("action", choices=["add", "list"])
+    alias.add_argument("names", nargs="*", metavar="NAME", help="add: ALIAS CANONICAL")
+    alias.add_argument("--tenant", default=None)
+
     export = sub.add_parser("export", help="a tenant's whole memory, canonical and sorted")
     export.add_argument("--tenant", default=None)
     export.add_argument("--format", choices=["json", "graphml"], default="json")
@@ -201,6 +206,30 @@ def format_answer(result: dict) -> str:
     return "\n".join(lines)
 
 
+def cmd_alias(settings: Settings, args) -> int:
+    import asyncio
+
+    from store import Memory
+    from workers.normalize import entity_id
+
+    tenant = validate_tenant(args.tenant or settings.tenant)
+    if args.action == "add" and len(args.names) != 2:
+        raise ValueError("usage: memstream alias add ALIAS CANONICAL [--tenant T]")
+
+    async def run() -> None:
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            if args.action == "add":
+                await memory.add_alias(tenant, entity_id(args.names[0]), entity_id(args.names[1]))
+            for alias_id, canonical in sorted((await memory.alias_map(tenant)).items()):
+                print(f"{alias_id} -> {canonical}")
+        finally:
+            await memory.close()
+
+    asyncio.run(run())
+    return 0
+
+
 def cmd_export(settings: Settings, args) -> int:
     from ops.export import export_tenant, to_graphml
 
@@ -232,6 +261,7 @@ COMMANDS = {
     "publish": cmd_publish,
     "tail": cmd_tail,
     "query": cmd_query,
+    "alias": cmd_alias,
     "export": cmd_export,
     "bench": cmd_bench,
     "demo": cmd_demo,

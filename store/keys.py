@@ -64,6 +64,10 @@ class TenantKeys:
         return f"{self.base}:relmulti:{relation}"
 
     @property
+    def aliases(self) -> str:
+        return f"{self.base}:alias"
+
+    @property
     def relation_cardinality(self) -> str:
         return f"{self.base}:relcard"
 

@@ -387,6 +387,25 @@ class Memory:
         row = await self.redis.hgetall(self.keys(tenant).adjacency(node))
         return {tuple(k.decode().split("|", 1)): float(v) for k, v in row.items()}
 
+    # ---- entity aliases ----------------------------------------------------------------------
+    async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]:
+        """entity id → its canonical id (itself when it is no alias)."""
+        if not entity_ids:
+            return {}
+        found = await self.redis.hmget(self.keys(tenant).aliases, entity_ids)
+        return {eid: (c.decode() if c else eid) for eid, c in zip(entity_ids, found)}
+
+    async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
+        if alias_id == canonical_id:
+            raise ValueError("an alias must differ from its canonical entity")
+        canonical = (await self.resolve_aliases(tenant, [canonical_id]))[canonical_id]
+        if canonical == alias_id:
+            raise ValueError(f"{canonical_id!r} is already an alias of {alias_id!r}")
+        await self.redis.hset(self.keys(tenant).aliases, alias_id, canonical)
+
+    async def alias_map(self, tenant: str) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in (await self.redis.hgetall(self.keys(tenant).aliases)).items()}
+
     # ---- τ gate ------------------------------------------------------------------------
     async def schema_status(self, tenant: str, schema_id: str) -> str | None:
         value = await self.redis.hget(self.keys(tenant).schema(schema_id), "status")

@@ -33,8 +33,16 @@ def test_entity_ids_are_canonical():
 
 def test_relation_names_drop_auxiliaries_and_trailing_articles():
     assert relation_name("was born in") == "born in"
-    assert relation_name("Worked at the") == "worked at"
-    assert relation_name("is") == "is"
+    assert relation_name("Worked at the") == relation_name("works at") == "work at"
+    assert relation_name("founded") == relation_name("has founded") == relation_name("founds") == "found"
+
+
+def test_passive_and_stative_participles_are_kept():
+    assert relation_name("was born in") == relation_name("born in") == "born in"
+    assert relation_name("is located in") == relation_name("located in") == "located in"
+    assert relation_name("was founded by") == relation_name("founded by") == "founded by"
+    assert relation_name("married") == "marry" and relation_name("capital of") == "capital of"
+    assert relation_name("is") == "be"
 
 
 def test_ids_are_content_derived():

@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.conftest import write_docs
-from workers.normalize import content_hash
+from workers.normalize import content_hash, relation_name
 
 CORPUS = {
     "lighthouse": "Captain Ilse Marrow built the Varn Lighthouse in 1871. The Varn Lighthouse stands on Kestrel Point.",
@@ -61,8 +61,8 @@ def test_replay_pipeline_publish_tail_query(make_workers, tmp_path):
     assert len({e["event_id"] for e in events}) == len(events), "an event was published twice"
     assert all(e["tenant"] == tenant and e["graph_version"] > 0 and e["fact"]["status"] == "active" for e in events)
     # every scripted fact activated once; the fact two documents share is merged, not duplicated
-    assert triples(events, "activated") == sorted({(h, r, t) for facts in SCRIPT.values() for h, _, r, t, _ in facts})
-    assert triples(events, "merged") == [("Ilse Marrow", "built", "Varn Lighthouse")]
+    assert triples(events, "activated") == sorted({(h, relation_name(r), t) for facts in SCRIPT.values() for h, _, r, t, _ in facts})
+    assert triples(events, "merged") == [("Ilse Marrow", "build", "Varn Lighthouse")]
     (merged,) = [e for e in events if e["event"] == "merged"]
     assert len(merged["passage_ids"]) == 2
 
@@ -84,9 +84,9 @@ def test_rules_pipeline_publish_tail_query(make_workers, tmp_path):
     cli.run("publish", *write_docs(tmp_path / "docs", CORPUS), "--tenant", tenant, "--wait", "--timeout", "120")
     events = cli.tail(tenant)
     activated = triples(events, "activated")
-    assert ("Captain Ilse Marrow", "built", "Varn Lighthouse") in activated
-    assert ("Tomas Reed", "owns", "Dunmore Orchard") in activated
-    assert triples(events, "merged") == [("Captain Ilse Marrow", "built", "Varn Lighthouse")]
+    assert ("Captain Ilse Marrow", "build", "Varn Lighthouse") in activated
+    assert ("Tomas Reed", "own", "Dunmore Orchard") in activated
+    assert triples(events, "merged") == [("Captain Ilse Marrow", "build", "Varn Lighthouse")]
     assert cli.query("Who owns the orchard with Pellow apples?", tenant)["passages"][0]["doc_id"] == "orchard"
     assert cli.query("When does the harbour freeze?", tenant)["passages"][0]["doc_id"] == "harbour"
 

@@ -125,7 +125,7 @@ def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(make_workers,
         docs = {"mill": "Greta Holm runs the Northwind Mill.", "rule": "Never deploy on Fridays.", "ledger": garbage}
         workers.cli.run("publish", *write_docs(tmp_path / "d", {k: v for k, v in docs.items() if k != "ledger"}), "--tenant", tenant, "--wait", "--timeout", "120")
         events = workers.cli.tail(tenant)
-        assert sorted(e["fact"]["relation"] for e in events if e["event"] == "activated") == ["must not deploy on", "runs"]
+        assert sorted(e["fact"]["relation"] for e in events if e["event"] == "activated") == ["must not deploy on", "run"]
         assert {e["fact"]["category"] for e in events} == {"DECLARATIVE", "HARD_CONSTRAINT"}
         calls = server.calls
         assert calls == 2

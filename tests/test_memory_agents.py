@@ -95,7 +95,7 @@ def test_tau_gate_activates_exactly_once_across_two_extractors_and_four_partitio
 
     memory = export(workers, tenant)
     status = {s["relation"]: (s["status"], s["frequency"]) for s in memory["schemas"]}
-    assert status == {"founded": ("stable", 12), "sells": ("stable", 12), "painted": ("candidate", 1)}
+    assert status == {"found": ("stable", 12), "sell": ("stable", 12), "paint": ("candidate", 1)}
     facts = facts_by_id(memory)
     lone = fid(corpus["lone"][1][0])
     assert facts[lone]["status"] == "pending"
@@ -236,3 +236,24 @@ def test_each_ablation_switch_changes_behaviour(make_workers, tmp_path):
     # 'Vera Lind' ~ 'Vera Lindt' (cosine 0.88 >= 0.8)
     assert kinds["defaults"]["similar"] >= 1 and kinds["sim_bridging"]["similar"] == 0
     assert kinds["defaults"]["type"] >= 1 and kinds["type_bridging"]["type"] == 0
+
+
+ALIASED = {
+    "nyc": ("Lena Park moved to NYC in spring.", [fact("Lena Park", "PERSON", "moved to", "NYC", "CITY")]),
+    "full": ("Omar Diaz moved to New York City.", [fact("Omar Diaz", "PERSON", "moved to", "New York City", "CITY")]),
+}
+
+
+def test_aliases_map_names_to_one_canonical_entity(make_workers, tmp_path):
+    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", ALIASED), tau=1)
+    workers.start()
+    tenant = tenant_name("alias")
+    listed = workers.cli.run("alias", "add", "NYC", "New York City", "--tenant", tenant).stdout
+    assert "nyc -> new_york_city" in listed
+    bad = workers.cli.run("alias", "add", "New York City", "NYC", "--tenant", tenant, check=False)
+    assert bad.returncode == 2 and "already an alias" in bad.stderr
+    publish(workers, tmp_path, tenant, ALIASED, sorted(ALIASED))
+    memory = export(workers, tenant)
+    assert {f["tail_id"] for f in memory["facts"]} == {"new_york_city"}
+    assert "nyc" not in {e["id"] for e in memory["entities"]}
+    assert {f["relation"] for f in memory["facts"]} == {"move to"}

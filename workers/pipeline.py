@@ -157,10 +157,12 @@ class Pipeline:
                 raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
             except LLMError as exc:
                 raise PermanentError(str(exc)) from None
-            entities = {entity_id(e.name): e for e in extraction.entities}
+            names = [e.name for e in extraction.entities] + [n for t in extraction.facts for n in (t.head, t.tail)]
+            canonical = await self.memory.resolve_aliases(tenant, sorted({entity_id(n) for n in names}))
+            entities = {canonical[entity_id(e.name)]: e for e in extraction.entities}
             facts = []
             for triple in extraction.facts:
-                head_id, tail_id, relation = entity_id(triple.head), entity_id(triple.tail), relation_name(triple.relation)
+                head_id, tail_id, relation = canonical[entity_id(triple.head)], canonical[entity_id(triple.tail)], relation_name(triple.relation)
                 if head_id == tail_id:
                     continue
                 triple.relation = relation

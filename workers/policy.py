@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 # Relations whose head and tail may be swapped without changing the fact.
-SYMMETRIC_RELATIONS = frozenset({
-    "married", "married to", "spouse of", "spouse", "sibling of", "sibling", "twin of", "cousin of",
+SYMMETRIC_RELATIONS = frozenset({  # as normalised by workers.normalize.relation_name
+    "marry", "married to", "spouse of", "spouse", "sibling of", "sibling", "twin of", "cousin of",
     "partner of", "related to", "neighbour of", "neighbor of",
 })
 # Relations that put one place or thing inside another (granularity).
-CONTAINMENT_RELATIONS = frozenset({"part of", "located in", "in", "within", "subdivision of", "district of", "borough of"})
+CONTAINMENT_RELATIONS = frozenset({"part of", "located in", "situated in", "lie in", "in", "within", "subdivision of", "district of", "borough of"})
 
 MIN_MULTI_HEADS = 2
 MULTI_HEAD_SHARE = 0.25
