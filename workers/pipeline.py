@@ -17,9 +17,8 @@ import json
 import logging
 import random
 import time
-from typing import Awaitable, Callable
-
 from dataclasses import replace
+from typing import Awaitable, Callable
 
 from redisvl.query.filter import Tag
 
@@ -165,7 +164,7 @@ class Pipeline:
                 head_id, tail_id, relation = canonical[entity_id(triple.head)], canonical[entity_id(triple.tail)], relation_name(triple.relation)
                 if head_id == tail_id:
                     continue
-                triple.relation = relation
+                triple = replace(triple, relation=relation)  # extractors may share their results (replay)
                 facts.append((triple, head_id, tail_id))
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
