@@ -64,6 +64,10 @@ class TenantKeys:
         return f"{self.base}:relmulti:{relation}"
 
     @property
+    def similarity_bridged(self) -> str:
+        return f"{self.base}:simbridged"
+
+    @property
     def aliases(self) -> str:
         return f"{self.base}:alias"
 

@@ -347,12 +347,19 @@ class Memory:
             out.append(None if text is None else {"id": pid, "text": text.decode(), "doc_id": doc_id.decode(), "seq": int(seq), "doc_version": int(version or 1)})
         return out
 
-    async def existing(self, tenant: str, layer: str, ids: list[str]) -> set[str]:
-        prefix = self.keys(tenant).prefix(layer)
-        pipe = self.redis.pipeline(transaction=False)
-        for i in ids:
-            pipe.exists(prefix + i)
-        return {i for i, found in zip(ids, await pipe.execute()) if found}
+    async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
+        raw = await self.redis.hget(self.keys(tenant).passage(passage_id), "entities")
+        return json.loads(raw) if raw else []
+
+    async def entity_vector(self, tenant: str, entity_id: str) -> np.ndarray | None:
+        raw = await self.redis.hget(self.keys(tenant).entity(entity_id), "vec")
+        return None if raw is None else np.frombuffer(raw, dtype=np.float32)
+
+    async def similarity_bridged(self, tenant: str, entity_id: str) -> bool:
+        return bool(await self.redis.sismember(self.keys(tenant).similarity_bridged, entity_id))
+
+    def stage_similarity_bridged(self, pipe, tenant: str, entity_id: str) -> None:
+        pipe.sadd(self.keys(tenant).similarity_bridged, entity_id)
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")

@@ -179,12 +179,9 @@ class Pipeline:
             await self.memory.ensure_indexes(tenant)
             self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0])
             version = await self.memory.bump_graph_version(tenant) if entities else 0
-            known = await self.memory.existing(tenant, "entities", list(entities))
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
                 self.memory.stage_entity(pipe, tenant, eid, ent.name, ent.type, vec, chunk.chunk_id)
                 self.memory.stage_edge(pipe, tenant, version, entity_node(eid), passage_node(chunk.chunk_id), 1.0, "passage")
-                if eid not in known and self.settings.on("sim_bridging"):
-                    await self._bridge_similar(pipe, tenant, version, eid, vec)
             outbox = []
             for index, ((triple, head_id, tail_id), fvec, svec) in enumerate(zip(facts, fact_vecs, schema_vecs)):
                 sid = schema_id(triple.head_type, triple.relation, triple.tail_type)
@@ -198,12 +195,25 @@ class Pipeline:
             return outbox
 
         await self._once(tenant, f"ext:{chunk.chunk_id}", decide)
+        if self.settings.on("sim_bridging"):
+            await self._bridge_similar(tenant, chunk.chunk_id)
 
-    async def _bridge_similar(self, pipe, tenant: str, version: int, eid: str, vector) -> None:
-        """A new entity links to the known entities it is close to (cosine ≥ sim_edge)."""
-        for hit in await self.memory.knn(tenant, "entities", vector, 10, ["name"]):
-            if hit.id != eid and hit.score >= self.settings.sim_edge:
-                self.memory.stage_edge(pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar")
+    async def _bridge_similar(self, tenant: str, chunk_id: str) -> None:
+        """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge).
+        Run after the chunk's commit: of two chunks extracted concurrently, the later committer
+        always sees the other's entities. Also run on redelivery, so a crash loses no edge."""
+        for eid in await self.memory.passage_entities(tenant, chunk_id):
+            if await self.memory.similarity_bridged(tenant, eid):
+                continue
+            vector = await self.memory.entity_vector(tenant, eid)
+            hits = [h for h in await self.memory.knn(tenant, "entities", vector, 10, ["name"]) if h.id != eid and h.score >= self.settings.sim_edge]
+            pipe = self.memory.pipeline()
+            if hits:
+                version = await self.memory.bump_graph_version(tenant)
+                for hit in hits:
+                    self.memory.stage_edge(pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar")
+            self.memory.stage_similarity_bridged(pipe, tenant, eid)
+            await pipe.execute()
 
     # ---- A_det ---------------------------------------------------------------------------------
     async def on_candidate(self, cand: CandidateFact) -> None:
