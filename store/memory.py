@@ -242,9 +242,6 @@ class Memory:
     def stage_chunk_done(self, pipe, tenant: str, chunk_id: str) -> None:
         pipe.sadd(self.keys(tenant).chunks_done, chunk_id)
 
-    async def chunk_done(self, tenant: str, chunk_id: str) -> bool:
-        return bool(await self.redis.sismember(self.keys(tenant).chunks_done, chunk_id))
-
     def _stage_progress(self, pipe, tenant: str, chunk_id: str, chunk_fact_count: int, fact_index="", work_id="") -> None:
         keys = self.keys(tenant)
         _eval(
@@ -414,10 +411,6 @@ class Memory:
         return {k.decode(): v.decode() for k, v in (await self.redis.hgetall(self.keys(tenant).aliases)).items()}
 
     # ---- τ gate ------------------------------------------------------------------------
-    async def schema_status(self, tenant: str, schema_id: str) -> str | None:
-        value = await self.redis.hget(self.keys(tenant).schema(schema_id), "status")
-        return value.decode() if value else None
-
     async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool:
         """Atomically: if the schema is not stable, park the fact as pending (True); if it is,
         do nothing (False). Checking and parking in one step is what lets the promoting
