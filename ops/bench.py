@@ -66,7 +66,7 @@ def fake_model(body: dict) -> str:
 
 async def fill_memory(settings: Settings, tenant: str, passages: int, offset: int, dims: int = 384, batch: int = 500) -> None:
     """Synthetic memory: passages with 3 entities and 3 active facts each, random vectors."""
-    memory = Memory.from_url(settings.redis_url)
+    memory = Memory.from_url(settings.redis_url, vector_index=settings.vector_index)
     rng = np.random.default_rng(offset)
     try:
         await memory.ensure_indexes(tenant)
@@ -141,7 +141,7 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
         finally:
             worker.terminate()
             worker.wait(timeout=30)
-    result = {"latency_ms": latency_ms, "concurrency": concurrency, "throughput": throughput, "per_document": rows}
+    result = {"latency_ms": latency_ms, "concurrency": concurrency, "vector_index": bench.vector_index, "throughput": throughput, "per_document": rows}
     if as_json:
         print(json.dumps(result, indent=1))
     else:
@@ -149,6 +149,7 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
         print(f"throughput: {t['chunks_per_s']} chunks/s vs LLM-bound limit {t['llm_bound_chunks_per_s']} "
               f"({100 * t['fraction_of_limit']:.0f}%) and embedding-bound limit {t['embedding_bound_chunks_per_s']} "
               f"({100 * t['fraction_of_embedding_bound']:.0f}%); {t['llm_calls_per_chunk']} LLM calls per chunk ({burst} documents, {t['seconds']} s)")
+        print(f"vector index: {bench.vector_index}")
         print(f"{'passages in memory':>20} {'doc p50 ms':>11} {'doc mean ms':>12} {'ratio':>7}")
         for row in rows:
             print(f"{row['passages']:>20} {row['doc_ms_p50']:>11} {row['doc_ms_mean']:>12} {row['ratio_to_smallest']:>7}")

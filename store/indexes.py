@@ -1,6 +1,7 @@
 """The vector indexes of the memory layers, declared as redisvl schemas (one per layer and
-tenant: a tenant's index only ever sees its own keys). FLAT: below ~50k vectors it loads far
-faster than HNSW at the same query latency (DESIGN §4)."""
+tenant: a tenant's index only ever sees its own keys). FLAT by default: below ~50k vectors it
+loads far faster than HNSW at the same query latency (DESIGN §4); HNSW keeps KNN time flat for
+larger tenants. The algorithm is fixed when a tenant's index is created."""
 
 from redisvl.schema import IndexSchema
 
@@ -20,7 +21,12 @@ _LAYER_FIELDS = {
 }
 
 
-def layer_schema(keys: TenantKeys, layer: str, dims: int) -> IndexSchema:
+ALGORITHMS = ("flat", "hnsw")
+
+
+def layer_schema(keys: TenantKeys, layer: str, dims: int, algorithm: str = "flat") -> IndexSchema:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"vector index algorithm {algorithm!r}: expected flat or hnsw")
     return IndexSchema.from_dict(
         {
             "index": {"name": keys.index_name(layer), "prefix": keys.prefix(layer), "storage_type": "hash"},
@@ -29,7 +35,7 @@ def layer_schema(keys: TenantKeys, layer: str, dims: int) -> IndexSchema:
                 {
                     "name": "vec",
                     "type": "vector",
-                    "attrs": {"dims": dims, "algorithm": "flat", "distance_metric": "cosine", "datatype": "float32"},
+                    "attrs": {"dims": dims, "algorithm": algorithm, "distance_metric": "cosine", "datatype": "float32"},
                 }
             ],
         }

@@ -145,10 +145,11 @@ def _eval(pipe, script: str, keys: list, args: list) -> None:
 
 
 class Memory:
-    def __init__(self, client: aioredis.Redis, dims: int = 384, tau: int = 2):
+    def __init__(self, client: aioredis.Redis, dims: int = 384, tau: int = 2, vector_index: str = "flat"):
         self.redis = client
         self.dims = dims
         self.tau = tau
+        self.vector_index = vector_index
         self._indexes: dict[tuple[str, str], AsyncSearchIndex] = {}
 
     @classmethod
@@ -168,7 +169,7 @@ class Memory:
         that queries for unknown tenants create nothing."""
         found = self._indexes.get((tenant, layer))
         if found is None:
-            found = AsyncSearchIndex(layer_schema(self.keys(tenant), layer, self.dims), redis_client=self.redis)
+            found = AsyncSearchIndex(layer_schema(self.keys(tenant), layer, self.dims, self.vector_index), redis_client=self.redis)
             if not await found.exists():
                 if not create:
                     return None

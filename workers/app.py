@@ -58,7 +58,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         topic_partitions=settings.partitions,
         stream_wait_empty=False,
     )
-    memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau)
+    memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
     embedder = BatchingEmbedder(make_embedder(settings.embedder)) if roles & {"extractor", "query"} else None
     extractor = None
     if "extractor" in roles:

@@ -379,7 +379,8 @@ class Pipeline:
         source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
         merged_from = [] if source_id == target_id else [source_id]
         source_passages = set((await self.memory.fact(tenant, source_id) or {"passage_ids": []})["passage_ids"]) if merged_from else set()
-        new_passages = ({cand.passage_id} | source_passages) - set(target["passage_ids"])
+        own = set() if cand.activation else {cand.passage_id}  # a promotion's passage_id is the promoting chunk
+        new_passages = (own | source_passages) - set(target["passage_ids"])
         for pid in new_passages:
             self.memory.stage_fact_passage(pipe, tenant, target_id, pid)
         if merged_from:
@@ -391,7 +392,7 @@ class Pipeline:
         outbox = [self._event(tenant, "merged", target_id, target, version, cand.passage_id, reason=conflict.reason, extra=source_id)]
         # more support can change how the target's group is decided
         if self.settings.on("conflicts") and len(await self.memory.group(tenant, target["head_id"], target["relation"])) >= 2:
-            outbox += await self._adjudicate(pipe, cand, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: {cand.passage_id}})
+            outbox += await self._adjudicate(pipe, cand, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: new_passages})
         return outbox
 
     async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Outgoing]:

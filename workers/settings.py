@@ -27,6 +27,7 @@ class Settings:
     extractor: str = "rules"  # rules | replay | llm
     replay_file: str = ""
     embedder: str = "local"
+    vector_index: str = "flat"  # flat | hnsw, for indexes created from now on
     llm_base_url: str = ""
     llm_api_key: str = ""
     llm_model: str = ""
@@ -61,6 +62,8 @@ class Settings:
         for switch in ("schema_filter", "conflicts", "sim_bridging", "type_bridging"):
             if getattr(self, switch) not in ("on", "off"):
                 raise ValueError(f"MEMSTREAM_{switch.upper()}={getattr(self, switch)!r}: expected on or off")
+        if self.vector_index not in ("flat", "hnsw"):
+            raise ValueError(f"MEMSTREAM_VECTOR_INDEX={self.vector_index!r}: expected flat or hnsw")
         if self.resolver not in ("rules", "llm"):
             raise ValueError(f"MEMSTREAM_RESOLVER={self.resolver!r}: expected rules or llm")
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
