@@ -64,7 +64,7 @@ def fake_model(body: dict) -> str:
     })
 
 
-async def fill_memory(settings: Settings, tenant: str, passages: int, offset: int, dims: int = 384, batch: int = 500) -> None:
+async def fill_memory(settings: Settings, tenant: str, passages: int, offset: int, dims: int = 384, batch: int = 100) -> None:
     """Synthetic memory: passages with 3 entities and 3 active facts each, random vectors."""
     memory = Memory.from_url(settings.redis_url, vector_index=settings.vector_index)
     rng = np.random.default_rng(offset)
