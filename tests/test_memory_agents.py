@@ -257,3 +257,24 @@ def test_aliases_map_names_to_one_canonical_entity(make_workers, tmp_path):
     assert {f["tail_id"] for f in memory["facts"]} == {"new_york_city"}
     assert "nyc" not in {e["id"] for e in memory["entities"]}
     assert {f["relation"] for f in memory["facts"]} == {"move to"}
+
+
+PROMOTED_SWAP = {
+    "b": ("Ola Berg married Vera Lind.", [fact("Ola Berg", "ENTITY", "married", "Vera Lind", "PERSON")]),
+    "d": ("Kai Moe married Edda Lund.", [fact("Kai Moe", "ENTITY", "married", "Edda Lund", "PERSON")]),
+    "a": ("Vera Lind married Ola Berg in June.", [fact("Vera Lind", "PERSON", "married", "Ola Berg", "ENTITY")]),
+    "c": ("Saga Holt married Bram Dahl.", [fact("Saga Holt", "PERSON", "married", "Bram Dahl", "ENTITY")]),
+}
+
+
+def test_a_promoted_fact_merges_into_its_symmetric_twin_with_its_own_passages(make_workers, tmp_path):
+    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", PROMOTED_SWAP))
+    workers.start()
+    tenant = tenant_name("swap")
+    for doc in ["b", "d", "a", "c"]:  # b, d: their schema is stable; a waits pending until c promotes it
+        publish(workers, tmp_path, tenant, PROMOTED_SWAP, [doc])
+    facts = facts_by_id(export(workers, tenant))
+    a, b = fid(PROMOTED_SWAP["a"][1][0]), fid(PROMOTED_SWAP["b"][1][0])
+    passage = {doc: content_hash(text)[:32] for doc, (text, _) in PROMOTED_SWAP.items()}
+    assert facts[a]["status"] == "merged" and facts[a]["merged_into"] == b
+    assert facts[b]["status"] == "active" and set(facts[b]["passages"]) == {passage["a"], passage["b"]}
