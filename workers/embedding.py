@@ -51,7 +51,7 @@ class BatchingEmbedder:
     """Merges the embed calls of concurrently processed messages into one model call: many
     small encodes cost far more than one large one on a CPU."""
 
-    def __init__(self, embedder, wait_s: float = 0.005):
+    def __init__(self, embedder, wait_s: float = 0.0):
         self.embedder = embedder
         self.dims = embedder.dims
         self.wait_s = wait_s
@@ -66,7 +66,7 @@ class BatchingEmbedder:
         return await future
 
     async def _flush(self) -> None:
-        await asyncio.sleep(self.wait_s)
+        await asyncio.sleep(self.wait_s)  # 0: one loop turn gathers the calls already made
         batch, self._queue, self._flusher = self._queue, [], None
         texts = [t for part, _ in batch for t in part]
         try:
