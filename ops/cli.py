@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from topics import ContractError, FactEvent, decode, validate_tenant
 from workers.settings import Settings
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     query.add_argument("text")
     query.add_argument("--tenant", default=None)
     query.add_argument("--top-k", type=int, default=None)
+    query.add_argument("--mode", choices=["ppr", "dense"], default="ppr")
+    query.add_argument("--answer", action="store_true", help="generate an answer with citations (the query worker needs an LLM)")
     query.add_argument("--json", action="store_true", help="print the response body unchanged")
     query.add_argument("--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)")
 
@@ -57,7 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index"])
+    bench.add_argument("kind", choices=["index", "recall", "ppr"])
+    bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall: the QA set")
+    bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
+    bench.add_argument("--data", default=None, help="recall/ppr: folder holding <dataset>_train_100/ (default ../shared/data)")
+    bench.add_argument("--tenant", default=None, help="recall/ppr: index into (or reuse) this tenant instead of a fresh one")
+    bench.add_argument("--no-index-ablations", action="store_true", help="recall: skip ablations that index the corpus again")
+    bench.add_argument("--edges", default="10000,100000,1000000", help="ppr: synthetic graph sizes in edges")
+    bench.add_argument("--queries", type=int, default=100, help="ppr: queries per measurement")
     bench.add_argument("--sizes", default="1000,5000,20000", help="memory sizes in passages")
     bench.add_argument("--probe", type=int, default=20, help="documents timed one by one at each size")
     bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
@@ -178,7 +188,8 @@ def query_endpoint(settings: Settings, url: str | None = None) -> str:
 
 
 def cmd_query(settings: Settings, args) -> int:
-    body = {"query": args.text, "tenant": validate_tenant(args.tenant or settings.tenant), "top_k": args.top_k or settings.top_k}
+    body = {"query": args.text, "tenant": validate_tenant(args.tenant or settings.tenant), "top_k": args.top_k or settings.top_k,
+            "mode": args.mode, "answer": args.answer}
     request = urllib.request.Request(query_endpoint(settings, args.url), data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
@@ -197,12 +208,15 @@ def cmd_query(settings: Settings, args) -> int:
 
 
 def format_answer(result: dict) -> str:
-    lines = [f"query: {result['query']}  (tenant {result['tenant']}, graph v{result['graph_version']}, {result['timings_ms']['total']:.0f} ms)"]
+    how = result["mode"] + (" → dense fallback" if result.get("fallback") else "")
+    lines = [f"query: {result['query']}  (tenant {result['tenant']}, {how}, graph v{result['graph_version']}, {result['timings_ms']['total']:.0f} ms)"]
     for rank, p in enumerate(result["passages"], 1):
         text = " ".join(p["text"].split())
         lines.append(f"  {rank}. [{p['score']:.3f}] {p['doc_id']}: {text[:110]}{'…' if len(text) > 110 else ''}")
     if result["facts"]:
         lines.append("  facts: " + "; ".join(f"({f['head']}, {f['relation']}, {f['tail']})" for f in result["facts"][:5]))
+    if result.get("answer"):
+        lines.append(f"  answer: {result['answer']['text']}  [{', '.join(result['answer']['citations'])}]")
     return "\n".join(lines)
 
 
@@ -242,6 +256,15 @@ def cmd_export(settings: Settings, args) -> int:
 
 
 def cmd_bench(settings: Settings, args) -> int:
+    data = Path(args.data) if args.data else Path("..") / "shared" / "data"
+    if args.kind == "recall":
+        from ops.recall import run_recall_bench
+
+        return run_recall_bench(settings, args.dataset, args.extractor, data, args.json, args.tenant, not args.no_index_ablations)
+    if args.kind == "ppr":
+        from ops.ppr_bench import run_ppr_bench
+
+        return run_ppr_bench(settings, [int(e) for e in args.edges.split(",")], args.queries, data, args.tenant, args.json)
     from ops.bench import run_index_bench
 
     sizes = sorted(int(s) for s in args.sizes.split(","))

@@ -155,8 +155,8 @@ async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s
                 if status and status["doc_hash"] == doc_hash and status["chunks_done"] == status["chunks"]:
                     del pending[(tenant, doc_id)]
             progress.update(len(documents) - len(pending))
-            if pending:
-                await asyncio.sleep(0.05)
+            if pending:  # poll gently when much is left: the workers need the CPU
+                await asyncio.sleep(0.05 if len(pending) < 20 else 1.0)
     finally:
         await memory.close()
     progress.close(len(documents) - len(pending), " indexed" if not pending else " indexed before the timeout")

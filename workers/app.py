@@ -14,12 +14,13 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory, Outgoing
-from topics import TOPIC_SUFFIXES, ContractError
+from topics import TOPIC_SUFFIXES, ContractError, validate_tenant
 from workers.embedding import BatchingEmbedder, make_embedder
 from workers.extraction import make_extractor
-from workers.llm import LLMClient
+from workers.llm import LLMClient, LLMError, MalformedOutput
 from workers.pipeline import Pipeline
-from workers.query import QueryRequest, answer
+from workers.answering import generate_answer
+from workers.query import QueryEngine, QueryRequest
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         stream_wait_empty=False,
     )
     memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
-    embedder = BatchingEmbedder(make_embedder(settings.embedder)) if roles & {"extractor", "query"} else None
+    embedder = BatchingEmbedder(make_embedder(settings.embedder), redis=memory.redis) if roles & {"extractor", "query"} else None
     extractor = None
     if "extractor" in roles:
         llm = LLMClient(settings.llm_config(), memory.redis) if settings.extractor == "llm" else None
@@ -97,6 +98,31 @@ def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pip
 
 
 def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder) -> None:
+    engine = QueryEngine(memory, embedder)
+    answer_llm = LLMClient(settings.llm_config(), memory.redis) if settings.llm_base_url and settings.llm_model else None
+
+    def error(view, status: int, message: str):
+        return view.json({"error": message}, status=status)
+
+    async def lookup(view, request, load):
+        """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
+        bad tenant, 404 with what was missing, else the record as JSON."""
+        try:
+            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
+        except ContractError as exc:
+            return error(view, 400, str(exc))
+        found, what = await load(tenant)
+        if found is None:
+            return error(view, 404, f"no {what} in tenant {tenant!r}")
+        return view.json(found)
+
+    async def fact_with_evidence(tenant: str, fact_id: str):
+        fact = await memory.fact(tenant, fact_id)
+        if fact is None:
+            return None, f"fact {fact_id!r}"
+        passages = [p for p in await memory.passages(tenant, fact["passage_ids"]) if p is not None]
+        return {"fact": {"id": fact_id, **fact}, "passages": passages}, ""
+
     @app.page("/v1/query")
     class Query(faust.web.View):
         async def post(self, request):
@@ -104,10 +130,38 @@ def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder)
                 body = json.loads(await request.read() or b"null")
                 query = QueryRequest.from_json(body, settings.tenant, settings.top_k)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                return self.json({"error": "request body is not valid JSON"}, status=400)
+                return error(self, 400, "request body is not valid JSON")
             except ContractError as exc:
-                return self.json({"error": str(exc)}, status=400)
-            return self.json(await answer(memory, embedder, query))
+                return error(self, 400, str(exc))
+            if query.answer and answer_llm is None:
+                return error(self, 400, "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker")
+            result = await engine.answer(query)
+            if query.answer:
+                try:
+                    result["answer"] = await generate_answer(answer_llm, query.query, result["passages"])
+                except (LLMError, MalformedOutput) as exc:
+                    return error(self, 502, f"answer generation failed: {exc}")
+            return self.json(result)
+
+    @app.page("/v1/facts/{fact_id}")
+    class Fact(faust.web.View):
+        async def get(self, request, fact_id):
+            async def load(tenant):
+                fact = await memory.fact(tenant, fact_id)
+                return (fact and {"id": fact_id, **fact}), f"fact {fact_id!r}"
+            return await lookup(self, request, load)
+
+    @app.page("/v1/facts/{fact_id}/evidence")
+    class Evidence(faust.web.View):
+        async def get(self, request, fact_id):
+            return await lookup(self, request, lambda tenant: fact_with_evidence(tenant, fact_id))
+
+    @app.page("/v1/passages/{passage_id}")
+    class Passage(faust.web.View):
+        async def get(self, request, passage_id):
+            async def load(tenant):
+                return (await memory.passages(tenant, [passage_id]))[0], f"passage {passage_id!r}"
+            return await lookup(self, request, load)
 
     @app.page("/healthz")
     class Health(faust.web.View):

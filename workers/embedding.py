@@ -7,6 +7,7 @@ off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -14,6 +15,7 @@ from collections import OrderedDict
 import numpy as np
 
 CACHE_SIZE = 200_000  # vectors kept by text (entity names and schema texts recur constantly)
+EMBEDDING_CACHE_TTL_S = 7 * 24 * 3600
 
 
 class LocalEmbedder:
@@ -36,7 +38,9 @@ class LocalEmbedder:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
             if missing:
-                vectors = self._model.encode(missing, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+                # Small batches: encode sorts by length, so a long passage is padded together with
+                # few short names instead of padding a whole large batch to its length.
+                vectors = self._model.encode(missing, batch_size=8, normalize_embeddings=True, show_progress_bar=False)
                 for text, vector in zip(missing, np.asarray(vectors, dtype=np.float32)):
                     self._cache[text] = vector
             out = np.stack([self._cache[t] for t in texts])
@@ -49,12 +53,15 @@ class LocalEmbedder:
 
 class BatchingEmbedder:
     """Merges the embed calls of concurrently processed messages into one model call: many
-    small encodes cost far more than one large one on a CPU."""
+    small encodes cost far more than one large one on a CPU. With a Redis client, vectors are
+    also cached there by text hash, shared by every worker: re-indexing a corpus (another
+    tenant, a re-published document, an ablation run) does not pay for the model again."""
 
-    def __init__(self, embedder, wait_s: float = 0.0):
+    def __init__(self, embedder, wait_s: float = 0.0, redis=None):
         self.embedder = embedder
         self.dims = embedder.dims
         self.wait_s = wait_s
+        self.redis = redis
         self._queue: list[tuple[list[str], asyncio.Future]] = []
         self._flusher: asyncio.Task | None = None
 
@@ -70,7 +77,7 @@ class BatchingEmbedder:
         batch, self._queue, self._flusher = self._queue, [], None
         texts = [t for part, _ in batch for t in part]
         try:
-            vectors = await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, texts)
+            vectors = await self._vectors(texts)
         except Exception as exc:
             for _, future in batch:
                 future.set_exception(exc)
@@ -79,6 +86,26 @@ class BatchingEmbedder:
         for part, future in batch:
             future.set_result(vectors[start : start + len(part)])
             start += len(part)
+
+
+    async def _vectors(self, texts: list[str]) -> np.ndarray:
+        if self.redis is None or not texts:
+            return await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, texts)
+        unique = list(dict.fromkeys(texts))
+        keys = [self._cache_key(t) for t in unique]
+        known = {t: np.frombuffer(raw, dtype=np.float32) for t, raw in zip(unique, await self.redis.mget(keys)) if raw is not None}
+        missing = [t for t in unique if t not in known]
+        if missing:
+            computed = await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, missing)
+            pipe = self.redis.pipeline(transaction=False)
+            for text, vector in zip(missing, computed):
+                known[text] = vector
+                pipe.set(self._cache_key(text), vector.astype(np.float32).tobytes(), ex=EMBEDDING_CACHE_TTL_S)
+            await pipe.execute()
+        return np.stack([known[t] for t in texts])
+
+    def _cache_key(self, text: str) -> str:
+        return f"ms:{{embedding-cache}}:{self.embedder.name}:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
 
 
 def make_embedder(kind: str) -> LocalEmbedder:

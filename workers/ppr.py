@@ -1,10 +1,14 @@
 """Personalized PageRank over a cached sparse graph (pure: numpy/scipy, no I/O).
 
-`SparseGraph` keeps the undirected weighted adjacency as a CSR matrix plus a buffer of edge
-deltas; `matrix()` folds pending deltas in with one sparse addition — never a rebuild from
-scratch per query or per document. `personalized_pagerank` is the power iteration of DESIGN §5:
-x ← (1 − λ)·r + λ·(Pᵀx + dangling mass · r), P the row-normalised adjacency, λ = 0.5 (igraph's
-"damping 0.5", HippoRAG's call), stopping when the L1 change is below the tolerance."""
+`SparseGraph` keeps the undirected weighted adjacency as a CSR matrix, its degree vector and a
+buffer of edge deltas. An edge may carry several kinds (fact, passage, type, similar); the
+matrix holds their sum. `transition()` folds pending deltas in with one sparse addition and
+rescales the columns by 1/degree — never a rebuild from scratch per query or per document. Node
+capacity grows by doubling, so new nodes rarely resize the matrix.
+
+`personalized_pagerank` is the power iteration of DESIGN §5: x ← (1 − λ)·r + λ·(Pᵀx + dangling
+mass · r), P the row-normalised adjacency, λ = 0.5 (igraph's "damping 0.5", HippoRAG's call),
+stopping when the L1 change is below the tolerance."""
 
 from __future__ import annotations
 
@@ -13,15 +17,24 @@ import scipy.sparse as sp
 
 
 class SparseGraph:
-    def __init__(self):
+    def __init__(self, capacity: int = 1024):
         self.index: dict[str, int] = {}
         self.names: list[str] = []
-        self._csr = sp.csr_matrix((0, 0), dtype=np.float64)
-        self._weights: dict[tuple[int, int], float] = {}  # current weight of every edge (i < j)
+        self._capacity = capacity
+        self._csr = sp.csr_matrix((capacity, capacity), dtype=np.float64)
+        self._degree = np.zeros(capacity)
+        self._weights: dict[tuple[int, int, str], float] = {}  # current weight of every (i < j, kind)
+        self._pairs = 0  # node pairs with at least one edge
+        self._pair_kinds: dict[tuple[int, int], int] = {}
         self._delta_rows: list[int] = []
         self._delta_cols: list[int] = []
         self._delta_vals: list[float] = []
+        self._transition: sp.csr_matrix | None = None
         self.rebuilds = 0  # full constructions of the matrix (tests assert deltas are used)
+        self.deltas_applied = 0
+
+    def __len__(self) -> int:
+        return len(self.names)
 
     def node(self, name: str) -> int:
         found = self.index.get(name)
@@ -30,64 +43,125 @@ class SparseGraph:
             self.names.append(name)
         return found
 
-    def set_edge(self, a: str, b: str, weight: float) -> None:
-        """Set the undirected edge a–b to `weight` (0 removes it)."""
+    def weight(self, a: str, b: str, kind: str) -> float:
+        i, j = self.index.get(a), self.index.get(b)
+        if i is None or j is None:
+            return 0.0
+        return self._weights.get((min(i, j), max(i, j), kind), 0.0)
+
+    def set_edge(self, a: str, b: str, weight: float, kind: str = "") -> None:
+        """Set the undirected edge a–b of one kind to `weight` (0 removes it)."""
         i, j = self.node(a), self.node(b)
         if i == j:
             return
-        key = (min(i, j), max(i, j))
+        key = (min(i, j), max(i, j), kind)
         change = weight - self._weights.get(key, 0.0)
         if change == 0:
             return
+        pair = key[:2]
         if weight:
+            if key not in self._weights:
+                self._pair_kinds[pair] = self._pair_kinds.get(pair, 0) + 1
             self._weights[key] = weight
         else:
-            self._weights.pop(key, None)
+            self._weights.pop(key)
+            left = self._pair_kinds[pair] - 1
+            if left:
+                self._pair_kinds[pair] = left
+            else:
+                del self._pair_kinds[pair]
         self._delta_rows += [i, j]
         self._delta_cols += [j, i]
         self._delta_vals += [change, change]
 
     @property
     def edges(self) -> int:
-        return len(self._weights)
+        """Node pairs joined by at least one edge."""
+        return len(self._pair_kinds)
 
-    def matrix(self) -> sp.csr_matrix:
-        """The symmetric adjacency with every delta applied (grown to the current node count)."""
+    @property
+    def pending_deltas(self) -> int:
+        return len(self._delta_vals) // 2
+
+    def _fold(self) -> None:
         n = len(self.names)
-        if self._csr.shape[0] != n:
-            self._csr.resize((n, n))
+        if n > self._capacity:
+            while self._capacity < n:
+                self._capacity *= 2
+            self._csr.resize((self._capacity, self._capacity))
+            self._degree = np.concatenate([self._degree, np.zeros(self._capacity - len(self._degree))])
         if self._delta_vals:
-            delta = sp.csr_matrix((self._delta_vals, (self._delta_rows, self._delta_cols)), shape=(n, n))
+            shape = (self._capacity, self._capacity)
+            delta = sp.csr_matrix((self._delta_vals, (self._delta_rows, self._delta_cols)), shape=shape)
             self._csr = (self._csr + delta).tocsr()
             self._csr.eliminate_zeros()
+            np.add.at(self._degree, self._delta_rows, self._delta_vals)
+            self._degree[np.abs(self._degree) < 1e-12] = 0.0  # float residue of removed edges
+            self.deltas_applied += len(self._delta_vals) // 2
             self._delta_rows, self._delta_cols, self._delta_vals = [], [], []
-        return self._csr
+            self._transition = None
+
+    def matrix(self) -> sp.csr_matrix:
+        """The symmetric adjacency (n × n) with every delta applied."""
+        self._fold()
+        n = len(self.names)
+        return self._csr[:n, :n]
+
+    def degree(self) -> np.ndarray:
+        self._fold()
+        return self._degree[: len(self.names)]
+
+    def transition(self) -> tuple[sp.csr_matrix, np.ndarray]:
+        """(A·D⁻¹ over the capacity, dangling-node mask): one sparse product per PPR step.
+        A is symmetric, so A·D⁻¹·x = Pᵀx with P = D⁻¹·A row-normalised."""
+        self._fold()
+        if self._transition is None:
+            dangling = self._degree == 0
+            inverse = np.divide(1.0, self._degree, out=np.zeros_like(self._degree), where=~dangling)
+            self._transition = (self._csr @ sp.diags(inverse)).tocsr()
+            self._dangling = np.flatnonzero(dangling)
+        return self._transition, self._dangling
+
+    def pagerank(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int = 100) -> np.ndarray:
+        """PPR over the cached transition matrix; `reset` has one entry per node."""
+        transition, dangling = self.transition()
+        padded = np.zeros(self._capacity)
+        padded[: len(reset)] = reset
+        return _power_iteration(transition, dangling, padded, damping, tol, max_iter)[: len(self.names)]
 
     @classmethod
     def from_edges(cls, edges) -> "SparseGraph":
+        """A graph built at once from (a, b, weight[, kind]) rows — a full rebuild."""
         graph = cls()
-        for a, b, w in edges:
-            graph.set_edge(a, b, w)
+        for edge in edges:
+            graph.set_edge(*edge)
         graph.rebuilds += 1
         return graph
 
 
-def personalized_pagerank(adjacency: sp.csr_matrix, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int = 100) -> np.ndarray:
-    """Stationary distribution of a walk that follows weighted edges with probability
-    `damping` and jumps to the reset distribution otherwise (dangling mass jumps too)."""
+def _power_iteration(transition, dangling, reset, damping, tol, max_iter) -> np.ndarray:
     total = float(reset.sum())
     if total <= 0:
         raise ValueError("the reset vector needs positive mass")
     r = reset / total
-    degree = np.asarray(adjacency.sum(axis=1)).ravel()
-    dangling = degree == 0
-    inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=~dangling)
-    transposed = adjacency.T.tocsr()
+    teleport = (1 - damping) * r
     x = r.copy()
     for _ in range(max_iter):
-        spread = transposed @ (x * inverse)
-        nxt = (1 - damping) * r + damping * (spread + x[dangling].sum() * r)
+        nxt = transition @ x
+        nxt *= damping
+        nxt += teleport
+        if len(dangling):
+            nxt += (damping * x[dangling].sum()) * r
         if np.abs(nxt - x).sum() < tol:
             return nxt
         x = nxt
     return x
+
+
+def personalized_pagerank(adjacency: sp.csr_matrix, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int = 100) -> np.ndarray:
+    """PPR on a symmetric adjacency given whole (no cache): the reference the tests compare with."""
+    degree = np.asarray(adjacency.sum(axis=1)).ravel()
+    dangling = degree == 0
+    inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=~dangling)
+    transition = (adjacency.T.tocsr() @ sp.diags(inverse)).tocsr()
+    return _power_iteration(transition, np.flatnonzero(dangling), np.asarray(reset, dtype=np.float64), damping, tol, max_iter)

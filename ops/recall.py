@@ -1,0 +1,150 @@
+"""`memstream bench recall`: index a multi-hop QA corpus through the real pipeline (Kafka +
+Redis, `memstream worker` processes), then rank passages for every question with the query
+worker's own code — dense and memory-guided PPR with the same embedder — and report R@2/R@5
+(HippoRAG's definition) with the ablation rows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from ops.datasets import Dataset, load_dataset, recall_at
+from ops.bench import _free_port
+from ops.kafka_admin import ensure_topics
+from ops.publish import publish, wait_indexed
+from ops.stack import Stack, stderr, wait_worker_healthy
+from store import Memory
+from topics import Document
+from workers.embedding import BatchingEmbedder, LocalEmbedder
+from workers.query import QueryEngine, QueryRequest
+from workers.retrieval import RetrievalParams
+from workers.settings import Settings
+
+# Every passage of these sets fits one chunk (≤ 300 words): the replay extractor is keyed by
+# whole passages, and HippoRAG's recall counts passages.
+BENCH_CHUNK_TOKENS = 100_000
+
+
+def corpus_documents(dataset: Dataset, tenant: str) -> list[Document]:
+    return [Document(tenant=tenant, doc_id=f"{dataset.name}-{i:05d}", text=text) for i, text in enumerate(dataset.passages)]
+
+
+def passage_index(doc_id: str) -> int:
+    return int(doc_id.rsplit("-", 1)[1])
+
+
+def worker_env(settings: Settings, namespace: str, home: Path, extractor: str, replay_file: Path | None, **extra: str) -> dict:
+    env = {**os.environ, "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
+           "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
+           "MEMSTREAM_EXTRACTOR": extractor, "MEMSTREAM_CHUNK_TOKENS": str(BENCH_CHUNK_TOKENS), "MEMSTREAM_LOG_LEVEL": "warning", **extra}
+    if replay_file:
+        env["MEMSTREAM_REPLAY_FILE"] = str(replay_file)
+    return env
+
+
+def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: str, workers: int = 1, **extra: str) -> float:
+    """Publish every passage as a document and wait until the pipeline has indexed it all;
+    returns the seconds taken. Indexing an already indexed tenant again changes nothing."""
+    if extractor == "replay" and dataset.openie_file is None:
+        raise ValueError(f"{dataset.name} has no recorded OpenIE extraction; use --extractor rules")
+    namespace = f"recall{uuid.uuid4().hex[:8]}"
+    home = Path(tempfile.mkdtemp(prefix="memstream-recall-"))
+    env = worker_env(settings, namespace, home, extractor, dataset.openie_file if extractor == "replay" else None, **extra)
+    bench = Settings.from_env(env)
+    ensure_topics(bench)
+    procs = []
+    try:
+        for n in range(workers):
+            log, port = home / f"worker{n}.log", str(_free_port())
+            procs.append((subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env={**env, "MEMSTREAM_HTTP_PORT": port},
+                                           stdout=open(log, "wb"), stderr=subprocess.STDOUT), log, port))
+        for proc, log, port in procs:
+            wait_worker_healthy(Settings.from_env(env, http_port=int(port)), proc, log)
+        documents = corpus_documents(dataset, tenant)
+        started = time.perf_counter()
+        publish(bench, documents)
+        pending = wait_indexed(bench, documents, timeout_s=3600)
+        if pending:
+            raise RuntimeError(f"{len(pending)} passages not indexed in time; see {home}")
+        return time.perf_counter() - started
+    finally:
+        for proc, *_ in procs:
+            proc.terminate()
+        for proc, *_ in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+ABLATIONS = {  # name → (retrieval overrides, indexing overrides)
+    "no_schema_filter": ({"schema_seeds": False}, {}),
+    "no_conflict_resolution": ({}, {"MEMSTREAM_CONFLICTS": "off"}),
+    "no_hub_suppression": ({"hub_suppression": False}, {}),
+    "no_information_density": ({"information_density": False}, {}),
+}
+
+
+async def evaluate(settings: Settings, dataset: Dataset, tenant: str, runs: dict[str, tuple[str, RetrievalParams]], embedder=None) -> dict:
+    """R@2 and R@5 (percent) of each named (mode, params) run, with the query worker's engine."""
+    memory = Memory.from_url(settings.redis_url)
+    engine = QueryEngine(memory, embedder or BatchingEmbedder(LocalEmbedder()))
+    out = {}
+    try:
+        for name, (mode, params) in runs.items():
+            r2, r5, fallbacks = [], [], 0
+            for question in dataset.questions:
+                result = await engine.answer(QueryRequest(question.text, tenant, 5, mode, params))
+                fallbacks += result.get("fallback") == "dense"
+                ranked = [passage_index(p["doc_id"]) for p in result["passages"]]
+                r2.append(recall_at(ranked, question.gold, 2))
+                r5.append(recall_at(ranked, question.gold, 5))
+            out[name] = {"R@2": round(100 * sum(r2) / len(r2), 1), "R@5": round(100 * sum(r5) / len(r5), 1)}
+            if mode == "ppr":
+                out[name]["dense_fallbacks"] = fallbacks
+    finally:
+        await memory.close()
+    return out
+
+
+def run_recall_bench(settings: Settings, dataset_name: str, extractor: str, data_dir: Path, as_json: bool,
+                     tenant: str | None = None, index_ablations: bool = True) -> int:
+    Stack(settings).up(stderr)
+    dataset = load_dataset(dataset_name, data_dir)
+    tenant = tenant or f"{dataset_name}-{extractor}-{uuid.uuid4().hex[:6]}"
+    stderr(f"recall: indexing {len(dataset.passages)} {dataset_name} passages as tenant {tenant} ({extractor} extractor)")
+    seconds = index_corpus(settings, dataset, tenant, extractor)
+    stderr(f"recall: indexed in {seconds:.0f} s; ranking {len(dataset.questions)} questions")
+    defaults = RetrievalParams()
+    embedder = BatchingEmbedder(LocalEmbedder())
+    main = asyncio.run(evaluate(settings, dataset, tenant, {"dense": ("dense", defaults), "ppr": ("ppr", defaults)}, embedder))
+    ablations = {}
+    for name, (retrieval, indexing) in ABLATIONS.items():
+        if indexing and not index_ablations:
+            continue
+        ablation_tenant = tenant
+        if indexing:
+            ablation_tenant = f"{tenant}-{name.replace('_', '')}"
+            stderr(f"recall: ablation {name}: indexing again as tenant {ablation_tenant}")
+            index_corpus(settings, dataset, ablation_tenant, extractor, **indexing)
+        params = RetrievalParams(**{**asdict(defaults), **retrieval})
+        ablations[name] = asyncio.run(evaluate(settings, dataset, ablation_tenant, {name: ("ppr", params)}, embedder))[name]
+    result = {"dataset": dataset_name, "questions": len(dataset.questions), "passages": len(dataset.passages), "extractor": extractor,
+              "embedder": "all-MiniLM-L6-v2", "tenant": tenant, "index_seconds": round(seconds, 1),
+              "dense": main["dense"], "ppr": main["ppr"], "ablations": ablations, "params": asdict(defaults)}
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"{dataset_name}: {len(dataset.questions)} questions, {len(dataset.passages)} passages, {extractor} extractor, all-MiniLM-L6-v2")
+        print(f"{'run':<28} {'R@2':>6} {'R@5':>6}")
+        for name, row in [("dense", main["dense"]), ("ppr", main["ppr"])] + [(f"ppr {k}", v) for k, v in ablations.items()]:
+            print(f"{name:<28} {row['R@2']:>6} {row['R@5']:>6}")
+    return 0

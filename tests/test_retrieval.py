@@ -1,0 +1,129 @@
+"""The retrieval core without I/O: the reset vector of DESIGN §5 term by term, parameter
+validation, and the query worker's graph applying change-stream entries as deltas."""
+
+import math
+
+import numpy as np
+import pytest
+
+from workers.graph_cache import TenantGraph
+from workers.ppr import SparseGraph
+from workers.retrieval import FactHit, PassageStats, RetrievalParams, SchemaHit, rank_passages, seed
+
+
+def small_memory():
+    """Two passages: p1 mentions a, b (b also in p2); p2 mentions b, c. Fact a–b, type PERSON {a, c}."""
+    tg = TenantGraph("t")
+    for e, p in (("e:a", "p:1"), ("e:b", "p:1"), ("e:b", "p:2"), ("e:c", "p:2")):
+        tg.apply(e, p, 1.0, "passage")
+    tg.apply("e:a", "e:b", 1.0, "fact")
+    tg.apply("e:a", "t:PERSON", 1.0, "type")
+    tg.apply("e:c", "t:PERSON", 1.0, "type")
+    tg.flush()
+    return tg
+
+
+DESIGN = RetrievalParams(temperature=0, alpha=0.05)  # DESIGN §5's raw-similarity form
+
+
+def test_reset_vector_follows_design_section_5():
+    tg = small_memory()
+    params = DESIGN
+    facts = [FactHit("f1", "e:a", "e:b", 0.8), FactHit("f2", "e:b", "e:c", 0.6), FactHit("f3", "e:c", "e:a", 0.3)]  # f3 below τ_q
+    schemas = [SchemaHit("s1", "PERSON", "PLACE", 0.7), SchemaHit("s2", "PERSON", "PERSON", 0.5)]
+    seeds = seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, schemas, [("p:1", 0.9)], params)
+    assert [f.id for f in seeds.facts] == ["f1", "f2"]
+    assert seeds.entities == pytest.approx({"e:a": 0.8, "e:b": 0.7, "e:c": 0.6})  # mean over its retrieved facts
+    # type: mean schema similarity × 1/log(deg + 1), deg(PERSON) = 2
+    assert seeds.types["t:PERSON"] == pytest.approx(0.6 / math.log(3))
+    assert seeds.types["t:PLACE"] == pytest.approx(0.7 / math.log(2))  # unknown size counts as 1
+    # passage: Sim · α · sigmoid(ΣIDF / log(|E_p| + 1)); IDF(a) = log 2, IDF(b) = log 1 = 0
+    density = 1 / (1 + math.exp(-(math.log(2) + 0) / math.log(3)))
+    assert seeds.passages["p:1"] == pytest.approx(0.9 * 0.05 * density)
+    assert seeds.reset[tg.graph.index["e:a"]] == pytest.approx(0.8)
+
+    plain = seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, schemas, [("p:1", 0.9)],
+                 RetrievalParams(temperature=0, alpha=0.05, hub_suppression=False, information_density=False))
+    assert plain.types["t:PERSON"] == pytest.approx(0.6) and plain.passages["p:1"] == pytest.approx(0.9 * 0.05)
+    assert seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, schemas, [], RetrievalParams(schema_seeds=False)).types == {}
+
+
+def test_calibrated_weights_are_a_softmax_over_facts_schemas_and_passages():
+    """The shipped default: exp((sim − best) / T), so a strong passage outweighs weak facts."""
+    tg = small_memory()
+    facts = [FactHit("f1", "e:a", "e:b", 0.5), FactHit("f2", "e:b", "e:c", 0.45)]
+    seeds = seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, [], [("p:2", 0.7)], RetrievalParams(information_density=False))
+    w = lambda s: math.exp((s - 0.7) / 0.05)  # noqa: E731
+    assert seeds.entities == pytest.approx({"e:a": w(0.5), "e:b": (w(0.5) + w(0.45)) / 2, "e:c": w(0.45)})
+    assert seeds.passages == pytest.approx({"p:2": 2.0})  # the best candidate: weight 1 × α
+    assert seeds.passages["p:2"] > 50 * seeds.entities["e:a"]
+
+
+def test_constraints_are_boosted_and_nothing_above_tau_q_means_dense_fallback():
+    tg = small_memory()
+    seeds = seed(tg.graph, tg.stats, {}, 2, [FactHit("f", "e:a", "e:b", 0.5, "HARD_CONSTRAINT")], [], [], DESIGN)
+    assert seeds.entities == pytest.approx({"e:a": 0.5 * 1.35, "e:b": 0.5 * 1.35})
+    weak = [FactHit("f", "e:a", "e:b", 0.39)]
+    assert seed(tg.graph, tg.stats, {}, 2, weak, [SchemaHit("s", "X", "Y", 0.2)], [("p:1", 0.9)], RetrievalParams()) is None
+
+
+def test_ppr_ranks_the_passage_reached_through_a_fact_edge():
+    """A query about a alone: p1 holds a; p2 is reached only through the fact a–b and b's mention."""
+    tg = small_memory()
+    seeds = seed(tg.graph, tg.stats, {}, 2, [FactHit("f", "e:a", "e:a2", 0.9)], [], [], RetrievalParams())
+    scores = tg.graph.pagerank(seeds.reset)
+    ranked = rank_passages(tg.graph, scores, tg.passage_nodes, 2)
+    assert [p for p, _ in ranked] == ["p:1", "p:2"] and ranked[1][1] > 0
+
+
+def test_type_edges_are_normalised_by_the_type_size_as_members_join_and_leave():
+    tg = small_memory()
+    assert tg.graph.weight("e:a", "t:PERSON", "type") == pytest.approx(0.5)
+    tg.apply("e:d", "t:PERSON", 1.0, "type")
+    tg.flush()
+    assert tg.graph.weight("e:a", "t:PERSON", "type") == pytest.approx(1 / 3)
+    tg.apply("e:a", "t:PERSON", 0.0, "type")
+    tg.flush()
+    assert tg.graph.weight("e:a", "t:PERSON", "type") == 0 and tg.graph.weight("e:c", "t:PERSON", "type") == pytest.approx(0.5)
+    assert tg.type_sizes() == {"PERSON": 2}
+
+
+def test_several_kinds_on_one_pair_add_up_and_removing_one_keeps_the_other():
+    g = SparseGraph()
+    g.set_edge("e:a", "e:b", 2.0, "fact")
+    g.set_edge("e:a", "e:b", 0.85, "similar")
+    assert g.matrix()[g.index["e:a"], g.index["e:b"]] == pytest.approx(2.85) and g.edges == 1
+    g.set_edge("e:a", "e:b", 0.0, "fact")
+    assert g.matrix()[g.index["e:a"], g.index["e:b"]] == pytest.approx(0.85) and g.edges == 1
+    assert np.allclose(g.degree(), [0.85, 0.85])
+
+
+def test_capacity_grows_without_a_rebuild_and_ppr_still_matches_the_reference():
+    from workers.ppr import personalized_pagerank
+
+    g = SparseGraph(capacity=4)
+    rng = np.random.default_rng(3)
+    for i in range(200):
+        g.set_edge(f"n{i}", f"n{int(rng.integers(0, i + 1))}", float(rng.uniform(0.5, 2)))
+        if i % 50 == 0:
+            g.transition()  # fold part-way, as queries would
+    reset = np.zeros(len(g))
+    reset[[3, 40, 150]] = [0.2, 0.5, 0.3]
+    assert g.rebuilds == 0
+    assert np.allclose(g.pagerank(reset, tol=1e-10), personalized_pagerank(g.matrix(), reset, tol=1e-10), atol=1e-9)
+
+
+def test_retrieval_params_from_json_rejects_unknown_and_ill_typed_values():
+    assert RetrievalParams.from_json({"alpha": 0.1, "hub_suppression": False}) == RetrievalParams(alpha=0.1, hub_suppression=False)
+    with pytest.raises(ValueError, match="unknown retrieval parameter"):
+        RetrievalParams.from_json({"alpah": 0.1})
+    with pytest.raises(ValueError, match="must be bool"):
+        RetrievalParams.from_json({"hub_suppression": "no"})
+    with pytest.raises(ValueError, match="must be float"):
+        RetrievalParams.from_json({"alpha": True})
+    with pytest.raises(ValueError, match="damping"):
+        RetrievalParams.from_json({"damping": 1.0})
+
+
+def test_passage_without_entities_has_neutral_density():
+    assert PassageStats().density("p:none", 10) == 0.5

@@ -1,0 +1,171 @@
+"""Memory-guided retrieval (pure: no I/O). DESIGN §5 steps 1–3: keep the retrieved schemas and
+facts above τ_q, build the structure-aware reset vector, run PPR over the cached graph and rank
+passages. The query worker fetches the layers and keeps the graph; everything here is math on
+what it hands over, so the benchmark and the tests run the very same code."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from workers.ppr import SparseGraph
+
+BOOSTED_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION")
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """Every default is the one the recall benchmark measured; each mechanism can be switched off."""
+
+    layer_k: int = 5  # top-K per memory layer (schemas, facts, passages)
+    tau_q: float = 0.4  # query similarity a schema or fact needs to seed
+    alpha: float = 2.0  # passage seed weight relative to entity seeds (see below)
+    temperature: float = 0.05  # similarity → seed weight: exp((sim − best sim) / T); 0 uses raw similarities
+    damping: float = 0.5  # λ: probability of following an edge
+    tolerance: float = 1e-6  # L1 change that stops the power iteration
+    constraint_boost: float = 1.35
+    hub_suppression: bool = True  # type seeds × 1/log(deg + 1)
+    information_density: bool = True  # passage seeds × sigmoid(ΣIDF / log(|E_p| + 1))
+    schema_seeds: bool = True  # seed types from retrieved schemas
+
+    @classmethod
+    def from_json(cls, body: dict | None) -> "RetrievalParams":
+        """Overrides from a request's "params" object (unknown names are an error)."""
+        if not body:
+            return cls()
+        if not isinstance(body, dict):
+            raise ValueError("'params' must be an object")
+        known = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(body) - set(known))
+        if unknown:
+            raise ValueError(f"unknown retrieval parameter(s) {unknown}; known: {sorted(known)}")
+        values = {}
+        for name, value in body.items():
+            kind = {"int": int, "float": float, "bool": bool}[known[name]]
+            if kind is bool and not isinstance(value, bool) or kind is not bool and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"parameter {name!r} must be {kind.__name__}")
+            values[name] = kind(value)
+        params = cls(**values)
+        if not 1 <= params.layer_k <= 200 or not 0 < params.damping < 1 or not 1e-12 <= params.tolerance <= 1e-2:
+            raise ValueError("layer_k must be 1..200, damping in (0, 1), tolerance in [1e-12, 1e-2]")
+        return params
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass(frozen=True)
+class FactHit:
+    id: str
+    head: str  # graph node ids ("e:<entity id>")
+    tail: str
+    score: float
+    category: str = "DECLARATIVE"
+
+
+@dataclass(frozen=True)
+class SchemaHit:
+    id: str
+    head_type: str
+    tail_type: str
+    score: float
+
+
+@dataclass
+class Seeds:
+    facts: list[FactHit]  # the facts that seeded entities (above τ_q)
+    schemas: list[SchemaHit]
+    entities: dict[str, float]  # node → reset weight
+    types: dict[str, float]
+    passages: dict[str, float]
+    reset: np.ndarray = field(repr=False)
+
+
+@dataclass
+class PassageStats:
+    """What information density needs, maintained by the graph cache from entity–passage edges."""
+
+    entities_of: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # passage node → entity nodes
+    passages_of: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # entity node → passage nodes
+
+    def link(self, entity: str, passage: str, present: bool) -> None:
+        if present:
+            self.entities_of[passage].add(entity)
+            self.passages_of[entity].add(passage)
+        else:
+            self.entities_of[passage].discard(entity)
+            self.passages_of[entity].discard(passage)
+
+    def density(self, passage: str, total_passages: int) -> float:
+        """sigmoid(Σ_{e∈E_p} IDF(e) / log(|E_p| + 1)); IDF(e) = log(N_pas / df(e)); no entities ⇒ sigmoid(0)."""
+        entities = self.entities_of.get(passage) or ()
+        if not entities:
+            return 0.5
+        n = max(total_passages, 1)
+        idf = sum(math.log(n / max(len(self.passages_of.get(e, ())), 1)) for e in entities)
+        return 1.0 / (1.0 + math.exp(-idf / math.log(len(entities) + 1)))
+
+
+def seed(graph: SparseGraph, stats: PassageStats, type_sizes: dict[str, int], total_passages: int,
+         facts: list[FactHit], schemas: list[SchemaHit], passages: list[tuple[str, float]], params: RetrievalParams) -> Seeds | None:
+    """The structure-aware reset vector (DESIGN §5 step 2), or None when no schema or fact
+    survives τ_q (the caller falls back to dense ranking). `facts` must already exclude
+    invalid, merged and expired facts: they contribute nothing."""
+    kept_facts = [f for f in facts if f.score > params.tau_q]
+    kept_schemas = [s for s in schemas if s.score > params.tau_q] if params.schema_seeds else []
+    if not kept_facts and not kept_schemas:
+        return None
+    best = max([f.score for f in kept_facts] + [s.score for s in kept_schemas] + [s for _, s in passages])
+
+    def weight_of(similarity: float) -> float:
+        # Calibration: a small embedder compresses cosines (unrelated ≈ 0.2, related ≈ 0.6), so
+        # raw cosines make a weak fact seed as heavily as a strong passage; a softmax does not.
+        return math.exp((similarity - best) / params.temperature) if params.temperature > 0 else similarity
+
+    per_entity: dict[str, list[float]] = defaultdict(list)
+    boosted: set[str] = set()
+    for fact in kept_facts:
+        for node in (fact.head, fact.tail):
+            per_entity[node].append(weight_of(fact.score))
+            if fact.category in BOOSTED_CATEGORIES:
+                boosted.add(node)
+    entities = {node: float(np.mean(s)) * (params.constraint_boost if node in boosted else 1.0) for node, s in per_entity.items()}
+
+    per_type: dict[str, list[float]] = defaultdict(list)
+    for schema in kept_schemas:
+        for type_ in {schema.head_type, schema.tail_type}:
+            per_type[f"t:{type_}"].append(weight_of(schema.score))
+    types = {}
+    for node, scores in per_type.items():
+        weight = float(np.mean(scores))
+        if params.hub_suppression:
+            weight /= math.log(max(type_sizes.get(node[2:], 1), 1) + 1)
+        types[node] = weight
+    passage_seeds = {}
+    for node, score in passages:
+        weight = weight_of(score) * params.alpha
+        if params.information_density:
+            weight *= stats.density(node, total_passages)
+        passage_seeds[node] = max(weight, 0.0)
+    reset = np.zeros(len(graph))
+    for mapping in (entities, types, passage_seeds):
+        for node, weight in mapping.items():
+            index = graph.index.get(node)
+            if index is not None:
+                reset[index] += weight
+    if reset.sum() <= 0:
+        return None
+    return Seeds(kept_facts, kept_schemas, entities, types, passage_seeds, reset)
+
+
+def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_nodes: list[str], top_k: int) -> list[tuple[str, float]]:
+    """The top passages by PPR score."""
+    indexes = np.fromiter((graph.index[p] for p in passage_nodes), dtype=np.int64, count=len(passage_nodes))
+    if not len(indexes):
+        return []
+    values = scores[indexes]
+    top = np.argsort(-values, kind="stable")[:top_k]
+    return [(passage_nodes[i], float(values[i])) for i in top]
