@@ -86,7 +86,7 @@ def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: s
 
 
 ABLATIONS = {  # name → (retrieval overrides, indexing overrides)
-    "no_schema_filter": ({"schema_seeds": False}, {}),
+    "no_schema_filter": ({}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
     "no_conflict_resolution": ({}, {"MEMSTREAM_CONFLICTS": "off"}),
     "no_hub_suppression": ({"hub_suppression": False}, {}),
     "no_information_density": ({"information_density": False}, {}),

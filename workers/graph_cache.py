@@ -140,6 +140,8 @@ class GraphCache:
     async def current(self, tenant: str) -> TenantGraph:
         graph = self.tenants.get(tenant)
         if graph is None:
+            if not await self.memory.redis.exists(self.memory.keys(tenant).graph_changes):
+                return TenantGraph(tenant)  # no graph yet: nothing to keep (and no key scan)
             graph = self.tenants[tenant] = TenantGraph(tenant)
         async with graph.lock:
             if graph.loads == 0:

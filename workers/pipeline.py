@@ -114,10 +114,18 @@ class Pipeline:
         )
         await self.send(Outgoing("dlq", letter.key or "", encode(letter)))
 
-    async def _once(self, tenant: str, mark: str, decide) -> None:
+    async def _once(self, tenant: str, mark: str, decide, finishes: tuple[str, str, int] | None = None) -> None:
+        """`finishes` = (chunk id, work id, chunk fact count) of the work item this message is.
+        The same work can be spawned twice (two promotions of one pending fact, a group
+        re-adjudicated for the same cause); the copy that finds it done must still mark it
+        finished, or the chunk it belongs to would wait for it forever."""
         try:
             outbox = await self.memory.pending_outbox(tenant, mark)
         except AlreadyDone:
+            if finishes:
+                pipe = self.memory.pipeline()
+                self.memory.stage_work_done(pipe, tenant, *finishes)
+                await pipe.execute()
             return
         if outbox is None:
             pipe = self.memory.pipeline()
@@ -238,7 +246,7 @@ class Pipeline:
             outbox = await self._promote_pending(pipe, cand)
             return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fid, fact))
 
-        await self._once(tenant, mark, decide)
+        await self._once(tenant, mark, decide, (cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None)
 
     def _finish(self, pipe, cand: CandidateFact, finished_work: str | None, outbox: list[Outgoing]) -> list[Outgoing]:
         """Chunk progress: the work this message spawned is outstanding; its own fact (or its
@@ -366,7 +374,8 @@ class Pipeline:
             self.memory.stage_work_done(pipe, tenant, cand.passage_id, conflict.work_id, cand.chunk_fact_count)
             return outbox
 
-        await self._once(tenant, conflict.work_id or f"res:{cand.passage_id}:{cand.fact_index}", decide)
+        finishes = (cand.passage_id, conflict.work_id, cand.chunk_fact_count) if conflict.work_id else None
+        await self._once(tenant, conflict.work_id or f"res:{cand.passage_id}:{cand.fact_index}", decide, finishes)
 
     async def _merge(self, pipe, conflict: ConflictSet) -> list[Outgoing]:
         cand, tenant, target_id = conflict.candidate, conflict.tenant, conflict.fact_id

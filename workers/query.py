@@ -121,7 +121,9 @@ class QueryEngine:
             ),
         )
         timings["retrieve"] = _ms(t)
-        cache_key = (tenant, request.query, request.top_k, params.key(), graph.cursor)
+        # the answer is a function of the graph state and what the three KNNs returned
+        retrieved = tuple((h.id, h.score) for layer in (schemas, facts, passages) for h in layer)
+        cache_key = (tenant, request.query, request.top_k, params.key(), graph.cursor, retrieved)
         cached = self._results.get(cache_key)
         if cached is not None:
             self._results.move_to_end(cache_key)
