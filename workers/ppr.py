@@ -3,8 +3,9 @@
 `SparseGraph` keeps the undirected weighted adjacency as a CSR matrix, its degree vector and a
 buffer of edge deltas. An edge may carry several kinds (fact, passage, type, similar); the
 matrix holds their sum. `transition()` folds pending deltas in with one sparse addition and
-rescales the columns by 1/degree — never a rebuild from scratch per query or per document. Node
-capacity grows by doubling, so new nodes rarely resize the matrix.
+derives the float32, degree-ordered, column-normalised matrix the iteration uses, cached until
+the next delta — never a rebuild from the edges per query or per document. Node capacity grows
+by doubling, so new nodes rarely resize the matrix.
 
 `personalized_pagerank` is the power iteration of DESIGN §5: x ← (1 − λ)·r + λ·(Pᵀx + dangling
 mass · r), P the row-normalised adjacency, λ = 0.5 (igraph's "damping 0.5", HippoRAG's call),
@@ -29,7 +30,7 @@ class SparseGraph:
         self._delta_rows: list[int] = []
         self._delta_cols: list[int] = []
         self._delta_vals: list[float] = []
-        self._transition: sp.csr_matrix | None = None
+        self._transition: tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None = None
         self.rebuilds = 0  # full constructions of the matrix (tests assert deltas are used)
         self.deltas_applied = 0
 
