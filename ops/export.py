@@ -8,6 +8,7 @@ import json
 from xml.etree import ElementTree as ET
 
 from store import Memory
+from store.keys import TYPE_NODE, entity_node, node_id
 from workers.settings import Settings
 
 FACT_FIELDS = ("head", "relation", "tail", "head_id", "tail_id", "head_type", "tail_type", "schema_id", "status", "category",
@@ -44,7 +45,7 @@ async def _export(settings: Settings, tenant: str) -> dict:
             for (kind, other), weight in (await memory.neighbours(tenant, node)).items():
                 if node < other:
                     if kind == "type":  # entity → type edges are normalised by the type's size
-                        entity_type = (other if other.startswith("t:") else node)[2:]
+                        entity_type = node_id(other if other.startswith(TYPE_NODE) else node)
                         weight = 1.0 / max(type_sizes.get(entity_type, 1), 1)
                     edges.append({"source": node, "target": other, "kind": kind, "weight": round(weight, 6)})
         edges.sort(key=lambda e: (e["source"], e["target"], e["kind"]))
@@ -63,14 +64,14 @@ def to_graphml(export: dict) -> str:
                                        ("d3", "edge", "weight", "double")):
         ET.SubElement(root, f"{{{ns}}}key", id=key_id, **{"for": target, "attr.name": name, "attr.type": kind})
     graph = ET.SubElement(root, f"{{{ns}}}graph", id=export["tenant"], edgedefault="undirected")
-    nodes = {f"e:{e['id']}": (e["name"], e["type"]) for e in export["entities"]}
+    nodes = {entity_node(e["id"]): (e["name"], e["type"]) for e in export["entities"]}
     for edge in export["edges"]:
         for node in (edge["source"], edge["target"]):
-            nodes.setdefault(node, (node[2:], {"p": "PASSAGE", "t": "TYPE", "e": "ENTITY"}.get(node[0], "NODE")))
-    for node_id in sorted(nodes):
-        element = ET.SubElement(graph, f"{{{ns}}}node", id=node_id)
-        ET.SubElement(element, f"{{{ns}}}data", key="d0").text = nodes[node_id][0]
-        ET.SubElement(element, f"{{{ns}}}data", key="d1").text = nodes[node_id][1]
+            nodes.setdefault(node, (node_id(node), {"p": "PASSAGE", "t": "TYPE", "e": "ENTITY"}.get(node[0], "NODE")))
+    for name in sorted(nodes):
+        element = ET.SubElement(graph, f"{{{ns}}}node", id=name)
+        ET.SubElement(element, f"{{{ns}}}data", key="d0").text = nodes[name][0]
+        ET.SubElement(element, f"{{{ns}}}data", key="d1").text = nodes[name][1]
     for i, edge in enumerate(export["edges"]):
         element = ET.SubElement(graph, f"{{{ns}}}edge", id=f"x{i}", source=edge["source"], target=edge["target"])
         ET.SubElement(element, f"{{{ns}}}data", key="d2").text = edge["kind"]

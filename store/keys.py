@@ -7,6 +7,26 @@ from topics import validate_tenant
 
 LAYERS = ("passages", "facts", "entities", "schemas")
 
+# Graph node names, as they appear in adjacency hashes and the graph change stream.
+ENTITY_NODE, PASSAGE_NODE, TYPE_NODE = "e:", "p:", "t:"
+
+
+def entity_node(entity_id: str) -> str:
+    return ENTITY_NODE + entity_id
+
+
+def passage_node(passage_id: str) -> str:
+    return PASSAGE_NODE + passage_id
+
+
+def type_node(entity_type: str) -> str:
+    return TYPE_NODE + entity_type
+
+
+def node_id(node: str) -> str:
+    """The entity id, passage id or type behind a node name."""
+    return node[2:]
+
 
 @dataclass(frozen=True)
 class TenantKeys:

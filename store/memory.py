@@ -19,7 +19,7 @@ from redisvl.query import VectorQuery
 from redisvl.query.filter import FilterExpression
 
 from store.indexes import layer_schema
-from store.keys import LAYERS, TenantKeys
+from store.keys import LAYERS, TenantKeys, type_node
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 GRAPH_CHANGES_MAXLEN = 200_000
@@ -345,6 +345,16 @@ class Memory:
             out.append(None if text is None else {"id": pid, "text": text.decode(), "doc_id": doc_id.decode(), "seq": int(seq), "doc_version": int(version or 1)})
         return out
 
+    async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:
+        """entity id → {"name", "type"} for the ids that exist."""
+        keys = self.keys(tenant)
+        unique = list(dict.fromkeys(entity_ids))
+        pipe = self.redis.pipeline(transaction=False)
+        for eid in unique:
+            pipe.hmget(keys.entity(eid), ["name", "type"])
+        return {eid: {"name": name.decode(), "type": (type_ or b"").decode()}
+                for eid, (name, type_) in zip(unique, await pipe.execute()) if name is not None}
+
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
         raw = await self.redis.hget(self.keys(tenant).passage(passage_id), "entities")
         return json.loads(raw) if raw else []
@@ -490,7 +500,7 @@ class Memory:
     # ---- bridging --------------------------------------------------------------------------
     def stage_type_member(self, pipe, tenant: str, version: int, entity_node: str, entity_type: str) -> None:
         pipe.sadd(self.keys(tenant).type_members(entity_type), entity_node)
-        self.stage_edge(pipe, tenant, version, entity_node, f"t:{entity_type}", 1.0, "type")
+        self.stage_edge(pipe, tenant, version, entity_node, type_node(entity_type), 1.0, "type")
 
     async def type_sizes(self, tenant: str) -> dict[str, int]:
         keys = self.keys(tenant)

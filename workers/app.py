@@ -15,11 +15,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES, ContractError, validate_tenant
+from workers.answering import generate_answer
 from workers.embedding import BatchingEmbedder, make_embedder
 from workers.extraction import make_extractor
 from workers.llm import LLMClient, LLMError, MalformedOutput
 from workers.pipeline import Pipeline
-from workers.answering import generate_answer
 from workers.query import QueryEngine, QueryRequest
 from workers.settings import Settings
 

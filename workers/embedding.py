@@ -87,7 +87,6 @@ class BatchingEmbedder:
             future.set_result(vectors[start : start + len(part)])
             start += len(part)
 
-
     async def _vectors(self, texts: list[str]) -> np.ndarray:
         if self.redis is None or not texts:
             return await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, texts)

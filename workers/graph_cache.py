@@ -12,6 +12,7 @@ from collections import defaultdict
 import numpy as np
 
 from store import Memory
+from store.keys import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
 from workers.ppr import SparseGraph
 from workers.retrieval import PassageStats
 
@@ -26,7 +27,7 @@ class TenantGraph:
         self.tenant = tenant
         self.graph = SparseGraph()
         self.stats = PassageStats()
-        self.type_members: dict[str, set[str]] = defaultdict(set)  # "t:<type>" → entity nodes
+        self.type_members: dict[str, set[str]] = defaultdict(set)  # type node → entity nodes
         self.passage_nodes: list[str] = []
         self._passage_set: set[str] = set()
         self.cursor = "0-0"  # last change-stream id applied
@@ -39,7 +40,7 @@ class TenantGraph:
     # ---- applying changes (pure) --------------------------------------------------------
     def apply(self, a: str, b: str, weight: float, kind: str) -> None:
         if kind == "type":  # entity → type: weight 1/|members|, set for the whole type in flush()
-            entity, type_node = (a, b) if b.startswith("t:") else (b, a)
+            entity, type_node = (a, b) if b.startswith(TYPE_NODE) else (b, a)
             members = self.type_members[type_node]
             if weight > 0:
                 members.add(entity)
@@ -50,7 +51,7 @@ class TenantGraph:
             return
         self.graph.set_edge(a, b, weight, kind)
         if kind == "passage":
-            entity, passage = (a, b) if b.startswith("p:") else (b, a)
+            entity, passage = (a, b) if b.startswith(PASSAGE_NODE) else (b, a)
             self.stats.link(entity, passage, weight > 0)
             if passage not in self._passage_set:
                 self._passage_set.add(passage)
@@ -66,11 +67,11 @@ class TenantGraph:
         self._entity_index = None
 
     def type_sizes(self) -> dict[str, int]:
-        return {node[2:]: len(members) for node, members in self.type_members.items()}
+        return {node_id(node): len(members) for node, members in self.type_members.items()}
 
     def entity_index(self) -> np.ndarray:
-        if self._entity_index is None or len(self._entity_index) and self._entity_index[-1] >= len(self.graph):
-            self._entity_index = np.fromiter((i for i, n in enumerate(self.graph.names) if n.startswith("e:")), dtype=np.int64)
+        if self._entity_index is None:  # reset whenever a change may have added nodes
+            self._entity_index = np.fromiter((i for i, n in enumerate(self.graph.names) if n.startswith(ENTITY_NODE)), dtype=np.int64)
         return self._entity_index
 
     # ---- reading Redis -------------------------------------------------------------------

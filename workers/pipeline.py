@@ -23,6 +23,7 @@ from typing import Awaitable, Callable
 from redisvl.query.filter import Tag
 
 from store import AlreadyDone, Hit, Memory, Outgoing
+from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
 from topics.records import Triple
 from workers import metrics
@@ -43,14 +44,6 @@ BACKOFF_BASE_S, BACKOFF_CAP_S = 0.2, 5.0
 
 class PermanentError(Exception):
     """Retrying cannot help: the message goes to the dead-letter topic at once."""
-
-
-def entity_node(eid: str) -> str:
-    return f"e:{eid}"
-
-
-def passage_node(pid: str) -> str:
-    return f"p:{pid}"
 
 
 class Pipeline:

@@ -81,10 +81,6 @@ class SparseGraph:
         """Node pairs joined by at least one edge."""
         return len(self._pair_kinds)
 
-    @property
-    def pending_deltas(self) -> int:
-        return len(self._delta_vals) // 2
-
     def _fold(self) -> None:
         n = len(self.names)
         if n > self._capacity:

@@ -18,6 +18,7 @@ import numpy as np
 from redisvl.query.filter import Tag
 
 from store import Memory
+from store.keys import entity_node, node_id, passage_node
 from topics import ContractError, validate_tenant
 from workers import metrics
 from workers.graph_cache import GraphCache
@@ -123,17 +124,17 @@ class QueryEngine:
         timings["retrieve"] = _ms(t)
         # the answer is a function of the graph state and what the three KNNs returned
         retrieved = tuple((h.id, h.score) for layer in (schemas, facts, passages) for h in layer)
-        cache_key = (tenant, request.query, request.top_k, params.key(), graph.cursor, retrieved)
+        cache_key = (tenant, request.query, request.top_k, params, graph.cursor, retrieved)
         cached = self._results.get(cache_key)
         if cached is not None:
             self._results.move_to_end(cache_key)
             timings["cached"] = 1
             return dict(cached)
         t = time.perf_counter()
-        fact_hits = [FactHit(h.id, f"e:{h.fields['head_id']}", f"e:{h.fields['tail_id']}", h.score, h.fields.get("category") or "DECLARATIVE")
+        fact_hits = [FactHit(h.id, entity_node(h.fields["head_id"]), entity_node(h.fields["tail_id"]), h.score, h.fields.get("category") or "DECLARATIVE")
                      for h in facts]
         schema_hits = [SchemaHit(h.id, h.fields["head_type"], h.fields["tail_type"], h.score) for h in schemas]
-        passage_hits = [(f"p:{h.id}", h.score) for h in passages]
+        passage_hits = [(passage_node(h.id), h.score) for h in passages]
         seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(graph.passage_nodes), fact_hits, schema_hits, passage_hits, params)
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk
@@ -147,25 +148,25 @@ class QueryEngine:
         ranked = rank_passages(graph.graph, scores, graph.passage_nodes, request.top_k)
         entity_index = graph.entity_index()
         top_entities = entity_index[np.argsort(-scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else []
-        entity_ids = [graph.graph.names[i][2:] for i in top_entities]
-        seed_entity_ids = [node[2:] for node in seeds.entities]
+        entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
+        seed_entity_ids = [node_id(node) for node in seeds.entities]
         texts, names, version = await asyncio.gather(
-            self.memory.passages(tenant, [node[2:] for node, _ in ranked]),
-            self._entity_names(tenant, entity_ids + seed_entity_ids),
+            self.memory.passages(tenant, [node_id(node) for node, _ in ranked]),
+            self.memory.entity_names(tenant, entity_ids + seed_entity_ids),
             self.memory.graph_version(tenant),
         )
         by_id = {h.id: h for h in facts}
         result = {
             "query": request.query, "tenant": tenant, "mode": "ppr",
-            "passages": [{"id": node[2:], "doc_id": row["doc_id"], "text": row["text"], "score": round(score, 8)}
+            "passages": [{"id": node_id(node), "doc_id": row["doc_id"], "text": row["text"], "score": round(score, 8)}
                          for (node, score), row in zip(ranked, texts) if row is not None],
             "entities": [{"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)} for eid, i in zip(entity_ids, top_entities)],
             "facts": [_fact_json(by_id[f.id]) for f in seeds.facts],
             "seeds": {
                 "facts": [{"id": f.id, "score": round(f.score, 6)} for f in seeds.facts],
-                "entities": [{"id": node[2:], **names.get(node[2:], {}), "score": round(w, 6)} for node, w in sorted(seeds.entities.items(), key=lambda x: -x[1])],
-                "types": [{"type": node[2:], "score": round(w, 6)} for node, w in sorted(seeds.types.items(), key=lambda x: -x[1])],
-                "passages": [{"id": node[2:], "score": round(w, 6)} for node, w in sorted(seeds.passages.items(), key=lambda x: -x[1])],
+                "entities": [{"id": node_id(node), **names.get(node_id(node), {}), "score": round(w, 6)} for node, w in sorted(seeds.entities.items(), key=lambda x: -x[1])],
+                "types": [{"type": node_id(node), "score": round(w, 6)} for node, w in sorted(seeds.types.items(), key=lambda x: -x[1])],
+                "passages": [{"id": node_id(node), "score": round(w, 6)} for node, w in sorted(seeds.passages.items(), key=lambda x: -x[1])],
             },
             "graph_version": version,
             # how the cached matrix got here: one load, then stream changes folded in as deltas
@@ -183,18 +184,6 @@ class QueryEngine:
         hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, Tag("status") == "active")
         now = time.time()
         return [h for h in hits if not (h.fields.get("expired_at") and float(h.fields["expired_at"]) <= now)]
-
-    async def _entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:
-        keys = self.memory.keys(tenant)
-        pipe = self.memory.redis.pipeline(transaction=False)
-        unique = list(dict.fromkeys(entity_ids))
-        for eid in unique:
-            pipe.hmget(keys.entity(eid), ["name", "type"])
-        out = {}
-        for eid, (name, type_) in zip(unique, await pipe.execute()):
-            if name is not None:
-                out[eid] = {"name": name.decode(), "type": (type_ or b"").decode()}
-        return out
 
 
 def _fact_json(hit) -> dict:

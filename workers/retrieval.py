@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from store.keys import node_id, type_node
 from workers.ppr import SparseGraph
 
 BOOSTED_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION")
@@ -59,14 +60,11 @@ class RetrievalParams:
             raise ValueError("layer_k must be 1..200, damping in (0, 1), tolerance in [1e-12, 1e-2]")
         return params
 
-    def key(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self))
-
 
 @dataclass(frozen=True)
 class FactHit:
     id: str
-    head: str  # graph node ids ("e:<entity id>")
+    head: str  # graph node names (store.keys.entity_node)
     tail: str
     score: float
     category: str = "DECLARATIVE"
@@ -143,12 +141,12 @@ def seed(graph: SparseGraph, stats: PassageStats, type_sizes: dict[str, int], to
     per_type: dict[str, list[float]] = defaultdict(list)
     for schema in kept_schemas:
         for type_ in {schema.head_type, schema.tail_type}:
-            per_type[f"t:{type_}"].append(weight_of(schema.score))
+            per_type[type_node(type_)].append(weight_of(schema.score))
     types = {}
     for node, scores in per_type.items():
         weight = float(np.mean(scores))
         if params.hub_suppression:
-            weight /= math.log(max(type_sizes.get(node[2:], 1), 1) + 1)
+            weight /= math.log(max(type_sizes.get(node_id(node), 1), 1) + 1)
         types[node] = weight
     passage_seeds = {}
     for node, score in passages:
