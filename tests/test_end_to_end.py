@@ -5,7 +5,6 @@ import json
 import time
 import uuid
 
-import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.conftest import write_docs

@@ -110,7 +110,7 @@ def test_capacity_grows_without_a_rebuild_and_ppr_still_matches_the_reference():
     reset = np.zeros(len(g))
     reset[[3, 40, 150]] = [0.2, 0.5, 0.3]
     assert g.rebuilds == 0
-    assert np.allclose(g.pagerank(reset, tol=1e-10), personalized_pagerank(g.matrix(), reset, tol=1e-10), atol=1e-9)
+    assert np.allclose(g.pagerank(reset, tol=1e-10), personalized_pagerank(g.matrix(), reset), atol=1e-9)
 
 
 def test_retrieval_params_from_json_rejects_unknown_and_ill_typed_values():

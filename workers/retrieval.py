@@ -32,7 +32,7 @@ class RetrievalParams:
     alpha: float = 2.0  # passage seed weight relative to entity seeds (see below)
     temperature: float = 0.05  # similarity → seed weight: exp((sim − best sim) / T); 0 uses raw similarities
     damping: float = 0.5  # λ: probability of following an edge
-    tolerance: float = 1e-6  # L1 change that stops the power iteration
+    tolerance: float = 1e-6  # guaranteed L1 error of the PPR vector
     constraint_boost: float = 1.35
     hub_suppression: bool = True  # type seeds × 1/log(deg + 1)
     information_density: bool = True  # passage seeds × sigmoid(ΣIDF / log(|E_p| + 1))
