@@ -18,6 +18,7 @@ from topics import TOPIC_SUFFIXES, ContractError, validate_tenant
 from workers.answering import generate_answer
 from workers.embedding import BatchingEmbedder, make_embedder
 from workers.extraction import make_extractor
+from workers.graph_cache import GraphCache
 from workers.llm import LLMClient, LLMError, MalformedOutput
 from workers.pipeline import Pipeline
 from workers.query import QueryEngine, QueryRequest
@@ -98,7 +99,7 @@ def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pip
 
 
 def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder) -> None:
-    engine = QueryEngine(memory, embedder)
+    engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges))
     answer_llm = LLMClient(settings.llm_config(), memory.redis) if settings.llm_base_url and settings.llm_model else None
 
     def error(view, status: int, message: str):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 import numpy as np
 
@@ -132,11 +132,15 @@ def _stream_id(entry_id: str) -> tuple[int, int]:
 
 
 class GraphCache:
-    """tenant → TenantGraph, each kept current on every query (one XREAD when nothing changed)."""
+    """tenant → TenantGraph, each kept current on every query (one XREAD when nothing changed).
+    Holds at most `max_edges` edges over all tenants: past that, the least recently queried
+    tenants are dropped and load again from Redis on their next query."""
 
-    def __init__(self, memory: Memory):
+    def __init__(self, memory: Memory, max_edges: int = 5_000_000):
         self.memory = memory
-        self.tenants: dict[str, TenantGraph] = {}
+        self.max_edges = max_edges
+        self.tenants: OrderedDict[str, TenantGraph] = OrderedDict()
+        self.evictions = 0
 
     async def current(self, tenant: str) -> TenantGraph:
         graph = self.tenants.get(tenant)
@@ -144,6 +148,7 @@ class GraphCache:
             if not await self.memory.redis.exists(self.memory.keys(tenant).graph_changes):
                 return TenantGraph(tenant)  # no graph yet: nothing to keep (and no key scan)
             graph = self.tenants[tenant] = TenantGraph(tenant)
+        self.tenants.move_to_end(tenant)
         async with graph.lock:
             if graph.loads == 0:
                 await graph.load(self.memory)
@@ -153,4 +158,14 @@ class GraphCache:
                 await fresh.load(self.memory)
                 fresh.loads += graph.loads
                 self.tenants[tenant] = graph = fresh
+        self._evict(keep=tenant)
         return graph
+
+    def _evict(self, keep: str) -> None:
+        held = sum(g.graph.edges for g in self.tenants.values())
+        for name in list(self.tenants):
+            if held <= self.max_edges or name == keep:
+                break
+            held -= self.tenants.pop(name).graph.edges
+            self.evictions += 1
+            log.info("graph cache over %d edges: dropped tenant %s (reloads on its next query)", self.max_edges, name)

@@ -49,6 +49,7 @@ class Settings:
     sim_bridging: str = "on"
     type_bridging: str = "on"
     top_k: int = 5
+    graph_cache_edges: int = 5_000_000  # graph edges one query worker keeps, over all tenants
     session_timeout: int = 10  # seconds before a dead worker's partitions move
     log_level: str = "info"
 

@@ -1,0 +1,58 @@
+"""The query worker's graph cache on real Redis: bounded by edges over all tenants, least
+recently queried tenants dropped first and reloaded on their next query."""
+
+import asyncio
+import uuid
+
+from store import Memory
+from workers.graph_cache import GraphCache
+
+
+async def _write_graph(memory: Memory, tenant: str, edges: int) -> None:
+    pipe = memory.redis.pipeline(transaction=False)
+    for i in range(edges):
+        memory.stage_edge(pipe, tenant, 1, f"e:{tenant}-{i}", f"p:{tenant}-{i % 3}", 1.0, "passage")
+    await pipe.execute()
+
+
+def test_cache_drops_least_recently_queried_tenants_past_its_edge_budget(stack_env):
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        run_id = uuid.uuid4().hex[:6]
+        a, b, c = (f"lru-{name}-{run_id}" for name in "abc")
+        try:
+            for tenant in (a, b, c):
+                await _write_graph(memory, tenant, 10)
+            cache = GraphCache(memory, max_edges=25)
+            first_a = await cache.current(a)
+            await cache.current(b)
+            await cache.current(a)  # a is now the most recently queried
+            await cache.current(c)  # 30 edges held: b goes
+            kept = list(cache.tenants)
+            again_a = await cache.current(a)
+            reloaded_b = await cache.current(b)  # loads again from Redis; c (least recent) goes
+            return kept, first_a is again_a, reloaded_b.graph.edges, list(cache.tenants), cache.evictions
+        finally:
+            await memory.close()
+
+    kept, same_a, b_edges, after, evictions = asyncio.run(run())
+    assert [t.split("-")[1] for t in kept] == ["a", "c"]
+    assert same_a  # a stayed loaded: no reload for it
+    assert b_edges == 10  # b came back whole from Redis
+    assert [t.split("-")[1] for t in after] == ["a", "b"] and evictions == 2
+
+
+def test_one_tenant_larger_than_the_budget_is_still_served(stack_env):
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        tenant = f"lru-big-{uuid.uuid4().hex[:6]}"
+        try:
+            await _write_graph(memory, tenant, 12)
+            cache = GraphCache(memory, max_edges=5)
+            graph = await cache.current(tenant)
+            return graph.graph.edges, list(cache.tenants)
+        finally:
+            await memory.close()
+
+    edges, held = asyncio.run(run())
+    assert edges == 12 and len(held) == 1
