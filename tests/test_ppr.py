@@ -3,6 +3,7 @@ and the delta-maintained CSR against a matrix built from scratch."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from workers.ppr import SparseGraph, personalized_pagerank
 
@@ -113,3 +114,17 @@ def test_an_unreachable_tolerance_is_an_error_not_a_silent_answer():
     reset = np.ones(len(graph))
     with pytest.raises(ArithmeticError, match="did not reach"):
         graph.pagerank(reset, tol=1e-12, max_iter=3)
+
+
+def test_nodes_outside_the_graph_are_isolated_nodes_of_the_exact_solution():
+    graph = hub_graph(8)
+    n = len(graph)
+    reset = np.zeros(n)
+    reset[[5, 50, 500]] = [0.3, 0.2, 0.1]
+    outside = np.array([0.25, 0.15])
+    padded = sp.block_diag([graph.matrix(), sp.csr_matrix((2, 2))]).tocsr()  # the same graph with two isolated nodes
+    exact = personalized_pagerank(padded, np.concatenate([reset, outside]))
+    ours = graph.pagerank(reset, outside=outside)
+    assert len(ours) == n + 2 and np.abs(ours - exact).sum() <= 1e-6
+    only_outside = graph.pagerank(np.zeros(n), outside=outside)
+    assert np.allclose(only_outside[n:], outside / outside.sum()) and not only_outside[:n].any()

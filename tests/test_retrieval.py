@@ -76,6 +76,19 @@ def test_ppr_ranks_the_passage_reached_through_a_fact_edge():
     assert [p for p, _ in ranked] == ["p:1", "p:2"] and ranked[1][1] > 0
 
 
+def test_a_passage_without_entities_is_still_ranked_by_its_seed():
+    """p:note has no entity, so no graph node: it joins the walk as an isolated node and keeps
+    its share of the restart mass instead of vanishing from PPR answers."""
+    tg = small_memory()
+    facts = [FactHit("f", "e:a", "e:b", 0.6)]
+    seeds = seed(tg.graph, tg.stats, {}, 3, facts, [], [("p:note", 0.9), ("p:2", 0.5)], RetrievalParams())
+    assert list(seeds.outside) == ["p:note"] and "p:note" not in tg.graph.index
+    scores = tg.graph.pagerank(seeds.reset, outside=list(seeds.outside.values()))
+    assert len(scores) == len(tg.graph) + 1 and abs(scores.sum() - 1) < 1e-6
+    ranked = rank_passages(tg.graph, scores, tg.passage_nodes, 3, list(seeds.outside))
+    assert ranked[0][0] == "p:note" and {p for p, _ in ranked} == {"p:note", "p:1", "p:2"}
+
+
 def test_type_edges_are_normalised_by_the_type_size_as_members_join_and_leave():
     tg = small_memory()
     assert tg.graph.weight("e:a", "t:PERSON", "type") == pytest.approx(0.5)

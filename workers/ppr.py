@@ -117,13 +117,18 @@ class SparseGraph:
             self._transition = Transition(self._csr[:n, :n].tocsr(), self._degree[:n])
         return self._transition
 
-    def pagerank(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int | None = None) -> np.ndarray:
-        """PPR over the cached transition; `reset` has one entry per node."""
+    def pagerank(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int | None = None,
+                 outside: np.ndarray | None = None) -> np.ndarray:
+        """PPR over the cached transition; `reset` has one entry per node. `outside`: reset
+        weights of nodes not in the graph (a passage with no entity yet) — isolated, so each
+        keeps its share of the restart mass; their scores follow the graph's nodes."""
         transition = self.transition()
         transition.scale(damping)
         reset = np.asarray(reset, dtype=np.float64)
+        outside = np.zeros(0) if outside is None else np.asarray(outside, dtype=np.float64)
         nonzero = np.flatnonzero(reset)
-        return _chebyshev(transition, transition.position[nonzero], reset[nonzero], tol, max_iter)[transition.position]
+        ordered, isolated = _chebyshev(transition, transition.position[nonzero], reset[nonzero], tol, max_iter, outside)
+        return np.concatenate([ordered[transition.position], isolated])
 
     @classmethod
     def from_edges(cls, edges) -> "SparseGraph":
@@ -193,9 +198,11 @@ class Transition:
 FLOAT32_TOLERANCE = 1e-6  # below this L1 tolerance the vectors are float64 (float32 rounding floor ≈ 10⁻⁷)
 
 
-def _chebyshev(transition: Transition, seeds: np.ndarray, weights: np.ndarray, tol: float, max_iter: int | None) -> np.ndarray:
+def _chebyshev(transition: Transition, seeds: np.ndarray, weights: np.ndarray, tol: float, max_iter: int | None,
+               outside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """PPR with restart 1 − λ and dangling mass back to the reset vector r (`weights` at the
-    positions `seeds`, normalised here), to L1 error ≤ tol; in the transition's node order.
+    positions `seeds`, `outside` on isolated nodes beyond the matrix; normalised here), to L1
+    error ≤ tol: (scores in the transition's node order, scores of the outside nodes).
 
     Solves y = M·y + r with the dangling columns of M empty; then x = κ·y with
     κ = (1 − λ)/(1 − λ·(y's mass on dangling nodes)) — isolated nodes keep exactly their reset
@@ -205,17 +212,20 @@ def _chebyshev(transition: Transition, seeds: np.ndarray, weights: np.ndarray, t
     passes instead of 20 for 10⁻⁶. It stops on the residual ρ = M·y + r − y, which bounds the
     error of the returned κ·(M·y + r) by κ·λ·‖ρ‖₁/(1 − λ) — a guarantee, where the power
     iteration's "L1 change below tol" is not."""
-    total = float(weights.sum())
-    if not total > 0 or (weights < 0).any():
+    total = float(weights.sum() + outside.sum())
+    if not total > 0 or (weights < 0).any() or (outside < 0).any():
         raise ValueError("the reset vector needs positive mass and no negative entry")
     damping = transition.damping
     dtype = np.float32 if tol >= FLOAT32_TOLERANCE else np.float64
     n = transition.matrix.shape[0]
     teleport = (weights / total).astype(dtype)
+    isolated_mass = float(teleport[seeds >= n - transition.dangling].sum(dtype=np.float64) + outside.sum() / total)
+    kappa = (1 - damping) / (1 - damping * isolated_mass)
+    isolated = kappa * outside / total
+    if not len(seeds):
+        return np.zeros(n), isolated
     r = np.zeros(n, dtype=dtype)
     r[seeds] = teleport
-    isolated_mass = float(teleport[seeds >= n - transition.dangling].sum(dtype=np.float64))
-    kappa = (1 - damping) / (1 - damping * isolated_mass)
     error_per_residual = kappa * damping / (1 - damping)
     rate = damping / (1 + np.sqrt(1 - damping**2))
     expected_steps = int(np.log(tol) / np.log(rate)) + 1
@@ -232,7 +242,7 @@ def _chebyshev(transition: Transition, seeds: np.ndarray, weights: np.ndarray, t
             np.abs(residual, out=residual)
             if error_per_residual * float(residual.sum(dtype=np.float64)) <= tol:
                 q *= dtype(kappa)
-                return q
+                return q, isolated
         omega = 1 / (1 - damping**2 / 2) if step == 1 else 1 / (1 - damping**2 * omega / 4)
         q -= previous  # y ← ω·(M·y + r − y_prev) + y_prev
         q *= dtype(omega)

@@ -142,10 +142,10 @@ class QueryEngine:
             result.update(mode="ppr", fallback="dense")
             return result
         t = time.perf_counter()
-        scores = graph.graph.pagerank(seeds.reset, params.damping, params.tolerance)
+        scores = graph.graph.pagerank(seeds.reset, params.damping, params.tolerance, outside=list(seeds.outside.values()))
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked = rank_passages(graph.graph, scores, graph.passage_nodes, request.top_k)
+        ranked = rank_passages(graph.graph, scores, graph.passage_nodes, request.top_k, list(seeds.outside))
         entity_index = graph.entity_index()
         top_entities = entity_index[np.argsort(-scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else []
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]

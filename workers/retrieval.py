@@ -86,6 +86,7 @@ class Seeds:
     types: dict[str, float]
     passages: dict[str, float]
     reset: np.ndarray = field(repr=False)
+    outside: dict[str, float] = field(default_factory=dict)  # seeded passages with no graph node yet (no entity): isolated in the walk
 
 
 @dataclass
@@ -160,16 +161,20 @@ def seed(graph: SparseGraph, stats: PassageStats, type_sizes: dict[str, int], to
             index = graph.index.get(node)
             if index is not None:
                 reset[index] += weight
-    if reset.sum() <= 0:
+    outside = {node: weight for node, weight in passage_seeds.items() if weight > 0 and node not in graph.index}
+    if reset.sum() + sum(outside.values()) <= 0:
         return None
-    return Seeds(kept_facts, kept_schemas, entities, types, passage_seeds, reset)
+    return Seeds(kept_facts, kept_schemas, entities, types, passage_seeds, reset, outside)
 
 
-def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_nodes: list[str], top_k: int) -> list[tuple[str, float]]:
-    """The top passages by PPR score."""
+def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_nodes: list[str], top_k: int, outside: list[str] = ()) -> list[tuple[str, float]]:
+    """The top passages by PPR score; `outside` are passages scored after the graph's nodes
+    (`SparseGraph.pagerank(..., outside=...)`)."""
+    candidates = list(passage_nodes) + list(outside)
     indexes = np.fromiter((graph.index[p] for p in passage_nodes), dtype=np.int64, count=len(passage_nodes))
+    indexes = np.concatenate([indexes, len(graph) + np.arange(len(outside))])
     if not len(indexes):
         return []
     values = scores[indexes]
     top = np.argsort(-values, kind="stable")[:top_k]
-    return [(passage_nodes[i], float(values[i])) for i in top]
+    return [(candidates[i], float(values[i])) for i in top]
