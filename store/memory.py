@@ -324,16 +324,25 @@ class Memory:
         pipe.sadd(self.keys(tenant).fact_passages(fact_id), passage_id)
 
     async def fact(self, tenant: str, fact_id: str) -> dict | None:
+        return (await self.facts(tenant, [fact_id]))[0]
+
+    async def facts(self, tenant: str, fact_ids: list[str]) -> list[dict | None]:
+        """The facts (with their passage ids) in one round trip; None for a missing id."""
         keys = self.keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(keys.fact(fact_id))
-        pipe.smembers(keys.fact_passages(fact_id))
-        row, passages = await pipe.execute()
-        if not row:
-            return None
-        fact = {k.decode(): v.decode() for k, v in row.items() if k not in (b"vec", b"_rank")}
-        fact["passage_ids"] = sorted(p.decode() for p in passages)
-        return fact
+        for fid in fact_ids:
+            pipe.hgetall(keys.fact(fid))
+            pipe.smembers(keys.fact_passages(fid))
+        replies = await pipe.execute() if fact_ids else []
+        out = []
+        for row, passages in zip(replies[0::2], replies[1::2]):
+            if not row:
+                out.append(None)
+                continue
+            fact = {k.decode(): v.decode() for k, v in row.items() if k not in (b"vec", b"_rank")}
+            fact["passage_ids"] = sorted(p.decode() for p in passages)
+            out.append(fact)
+        return out
 
     async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
         keys = self.keys(tenant)
@@ -456,6 +465,9 @@ class Memory:
     async def group(self, tenant: str, head_id: str, relation: str) -> list[str]:
         return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).group(head_id, relation)))
 
+    async def group_size(self, tenant: str, head_id: str, relation: str) -> int:
+        return await self.redis.scard(self.keys(tenant).group(head_id, relation))
+
     async def relation_multi_heads(self, tenant: str, relation: str) -> list[str]:
         return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).relation_multi_heads(relation)))
 
@@ -470,9 +482,6 @@ class Memory:
 
     def stage_relation_verdict(self, pipe, tenant: str, relation: str, verdict: str) -> None:
         pipe.hset(self.keys(tenant).relation_cardinality, relation, verdict)
-
-    async def facts(self, tenant: str, fact_ids: list[str]) -> list[dict | None]:
-        return [await self.fact(tenant, fid) for fid in fact_ids]
 
     def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
         pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})

@@ -349,7 +349,7 @@ class Pipeline:
         for entity in (fact["head_id"], fact["tail_id"]):
             for other in await self.memory.facts(cand.tenant, await self.memory.facts_with_tail(cand.tenant, entity)):
                 group = (other["head_id"], other["relation"]) if other else None
-                if group and group not in seen and len(await self.memory.group(cand.tenant, *group)) >= 2:
+                if group and group not in seen and await self.memory.group_size(cand.tenant, *group) >= 2:
                     seen.add(group)
                     outbox.append(self._adjudication(cand, *group, f"containment {fact['head_id']} {fact['relation']} {fact['tail_id']} is active", f"containment-{fact['head_id']}"))
         return outbox
@@ -393,7 +393,7 @@ class Pipeline:
         version = await self.memory.graph_version(tenant)
         outbox = [self._event(tenant, "merged", target_id, target, version, cand.passage_id, reason=conflict.reason, extra=source_id)]
         # more support can change how the target's group is decided
-        if self.settings.on("conflicts") and len(await self.memory.group(tenant, target["head_id"], target["relation"])) >= 2:
+        if self.settings.on("conflicts") and await self.memory.group_size(tenant, target["head_id"], target["relation"]) >= 2:
             outbox += await self._adjudicate(pipe, cand, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: new_passages})
         return outbox
 
@@ -408,10 +408,11 @@ class Pipeline:
             if fid in facts:
                 facts[fid]["passage_ids"] = sorted(set(facts[fid]["passage_ids"]) | pids)
         heads, multi = await self.memory.relation_counts(tenant, relation)
+        if is_multi_valued(heads, multi) or len(facts) < 2:  # decided without reading any evidence
+            decisions = {fid: Decision("active", "", "multi-valued relation" if len(facts) > 1 else "no conflict") for fid in facts}
+            return await self._apply(pipe, cand, facts, decisions, why)
         group = [await self._group_fact(tenant, fid, f) for fid, f in facts.items()]
-        if is_multi_valued(heads, multi) or len(group) < 2:
-            decisions = {g.id: Decision("active", "", "multi-valued relation" if len(group) > 1 else "no conflict") for g in group}
-        elif self.resolver_llm is not None:
+        if self.resolver_llm is not None:
             decisions = await self._llm_decisions(tenant, group, facts)
         else:
             decisions = await self._rules_decisions(tenant, group)
