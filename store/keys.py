@@ -112,6 +112,17 @@ class TenantKeys:
     def graph_changes(self) -> str:
         return f"{self.base}:graph:changes"
 
+    @property
+    def graph_nodes(self) -> str:
+        """Every node that ever had an edge, so a graph load reads the tenant's adjacency
+        hashes without scanning the keyspace."""
+        return f"{self.base}:graph:nodes"
+
+    @property
+    def graph_nodes_complete(self) -> str:
+        """Set once `graph_nodes` also holds the nodes written before it existed."""
+        return f"{self.base}:graph:nodes-complete"
+
     # document progress
     def document(self, doc_id: str) -> str:
         return f"{self.base}:doc:{doc_id}"

@@ -32,6 +32,7 @@ local w = redis.call('SCARD', KEYS[1])
 redis.call('HSET', KEYS[2], 'fact|' .. ARGV[3], w)
 redis.call('HSET', KEYS[3], 'fact|' .. ARGV[2], w)
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'v', ARGV[4], 'a', ARGV[2], 'b', ARGV[3], 'w', w, 'kind', 'fact')
+redis.call('SADD', KEYS[5], ARGV[2], ARGV[3])
 return w
 """
 
@@ -392,7 +393,8 @@ class Memory:
 
     def stage_fact_edge(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
-        _eval(pipe, _LINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes], [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
+        _eval(pipe, _LINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes, keys.graph_nodes],
+              [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
 
     def stage_fact_unlink(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
@@ -404,6 +406,7 @@ class Memory:
         keys = self.keys(tenant)
         pipe.hset(keys.adjacency(a), f"{kind}|{b}", weight)
         pipe.hset(keys.adjacency(b), f"{kind}|{a}", weight)
+        pipe.sadd(keys.graph_nodes, a, b)
         pipe.xadd(keys.graph_changes, {"v": version, "a": a, "b": b, "w": weight, "kind": kind}, maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
 
     async def neighbours(self, tenant: str, node: str) -> dict[tuple[str, str], float]:
@@ -531,7 +534,18 @@ class Memory:
         return sorted(m.decode() for m in await self.redis.smembers(key))
 
     async def adjacency_nodes(self, tenant: str) -> list[str]:
-        return await self._scan_suffixes(self.keys(tenant).adjacency(""))
+        """The tenant's graph nodes from its node set — O(tenant). Nodes written before the set
+        existed are found once by a keyspace scan and added to it; writers add to the set with
+        every edge, so nothing written meanwhile is missed."""
+        keys = self.keys(tenant)
+        if not await self.redis.exists(keys.graph_nodes_complete):
+            legacy = await self._scan_suffixes(keys.adjacency(""))
+            pipe = self.redis.pipeline(transaction=True)
+            for start in range(0, len(legacy), 1000):
+                pipe.sadd(keys.graph_nodes, *legacy[start : start + 1000])
+            pipe.set(keys.graph_nodes_complete, 1)
+            await pipe.execute()
+        return sorted(m.decode() for m in await self.redis.smembers(keys.graph_nodes))
 
     async def _scan_suffixes(self, prefix: str) -> list[str]:
         out = []

@@ -56,3 +56,28 @@ def test_one_tenant_larger_than_the_budget_is_still_served(stack_env):
 
     edges, held = asyncio.run(run())
     assert edges == 12 and len(held) == 1
+
+
+def test_graph_loads_from_the_node_set_and_older_tenants_are_backfilled_once(stack_env):
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        tenant = f"nodeset-{uuid.uuid4().hex[:6]}"
+        keys = memory.keys(tenant)
+        try:
+            await _write_graph(memory, tenant, 4)  # 4 entities + 3 passages, through the writers
+            written = sorted(m.decode() for m in await memory.redis.smembers(keys.graph_nodes))
+            # a tenant from before the node set: adjacency hashes only
+            await memory.redis.delete(keys.graph_nodes)
+            await memory.redis.hset(keys.adjacency("e:legacy"), "passage|p:old", 1.0)
+            await memory.redis.hset(keys.adjacency("p:old"), "passage|e:legacy", 1.0)
+            backfilled = await memory.adjacency_nodes(tenant)
+            complete = await memory.redis.exists(keys.graph_nodes_complete)
+            graph = await GraphCache(memory).current(tenant)
+            return written, backfilled, complete, graph.graph.edges
+        finally:
+            await memory.close()
+
+    written, backfilled, complete, edges = asyncio.run(run())
+    assert len(written) == 7
+    assert backfilled == sorted(written + ["e:legacy", "p:old"]) and complete
+    assert edges == 5  # the four written edges and the legacy one
