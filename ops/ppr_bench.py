@@ -152,7 +152,7 @@ def run_ppr_bench(settings: Settings, sizes: list[int], queries: int, data_dir: 
         stderr(f"ppr: indexing the MuSiQue corpus as tenant {tenant} (pass --tenant to reuse an indexed one)")
         index_corpus(settings, dataset, tenant, "replay")
     tenant_graph = asyncio.run(load_tenant_graph(settings, tenant))
-    seeds = np.fromiter((i for i, n in enumerate(tenant_graph.graph.names) if n[0] in "ep"), dtype=np.int64)
+    seeds = np.sort(np.concatenate([tenant_graph.entity_index(), tenant_graph.passage_index()]))
     rows.append(compare(f"musique:{tenant}", tenant_graph.graph, queries, seeds))
     stderr("ppr: HTTP latency, ppr vs dense mode")
     http = http_latency(settings, tenant, [q.text for q in dataset.questions], Path(tempfile.mkdtemp(prefix="memstream-pprbench-")))

@@ -72,7 +72,7 @@ def test_ppr_ranks_the_passage_reached_through_a_fact_edge():
     tg = small_memory()
     seeds = seed(tg.graph, tg.stats, {}, 2, [FactHit("f", "e:a", "e:a2", 0.9)], [], [], RetrievalParams())
     scores = tg.graph.pagerank(seeds.reset)
-    ranked = rank_passages(tg.graph, scores, tg.passage_nodes, 2)
+    ranked = rank_passages(tg.graph, scores, tg.passage_index(), 2)
     assert [p for p, _ in ranked] == ["p:1", "p:2"] and ranked[1][1] > 0
 
 
@@ -85,7 +85,7 @@ def test_a_passage_without_entities_is_still_ranked_by_its_seed():
     assert list(seeds.outside) == ["p:note"] and "p:note" not in tg.graph.index
     scores = tg.graph.pagerank(seeds.reset, outside=list(seeds.outside.values()))
     assert len(scores) == len(tg.graph) + 1 and abs(scores.sum() - 1) < 1e-6
-    ranked = rank_passages(tg.graph, scores, tg.passage_nodes, 3, list(seeds.outside))
+    ranked = rank_passages(tg.graph, scores, tg.passage_index(), 3, list(seeds.outside))
     assert ranked[0][0] == "p:note" and {p for p, _ in ranked} == {"p:note", "p:1", "p:2"}
 
 

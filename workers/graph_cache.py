@@ -28,13 +28,14 @@ class TenantGraph:
         self.graph = SparseGraph()
         self.stats = PassageStats()
         self.type_members: dict[str, set[str]] = defaultdict(set)  # type node → entity nodes
-        self.passage_nodes: list[str] = []
-        self._passage_set: set[str] = set()
         self.cursor = "0-0"  # last change-stream id applied
         self.loads = 0  # full loads from the adjacency hashes (1 unless the stream was trimmed past us)
         self.changes_applied = 0
         self._dirty_types: set[str] = set()
-        self._entity_index: np.ndarray | None = None
+        # node indexes by kind; node names only ever append, so only new ones are sorted in
+        self._sorted_nodes = 0
+        self._by_kind: dict[str, list[int]] = {ENTITY_NODE: [], PASSAGE_NODE: []}
+        self._index_arrays = {kind: np.zeros(0, dtype=np.int64) for kind in self._by_kind}
         self.lock = asyncio.Lock()
 
     # ---- applying changes (pure) --------------------------------------------------------
@@ -53,10 +54,6 @@ class TenantGraph:
         if kind == "passage":
             entity, passage = (a, b) if b.startswith(PASSAGE_NODE) else (b, a)
             self.stats.link(entity, passage, weight > 0)
-            if passage not in self._passage_set:
-                self._passage_set.add(passage)
-                self.passage_nodes.append(passage)
-        self._entity_index = None
 
     def flush(self) -> None:
         for type_node in self._dirty_types:
@@ -64,15 +61,28 @@ class TenantGraph:
             for entity in members:
                 self.graph.set_edge(entity, type_node, 1.0 / len(members), "type")
         self._dirty_types.clear()
-        self._entity_index = None
 
     def type_sizes(self) -> dict[str, int]:
         return {node_id(node): len(members) for node, members in self.type_members.items()}
 
     def entity_index(self) -> np.ndarray:
-        if self._entity_index is None:  # reset whenever a change may have added nodes
-            self._entity_index = np.fromiter((i for i, n in enumerate(self.graph.names) if n.startswith(ENTITY_NODE)), dtype=np.int64)
-        return self._entity_index
+        """Graph indexes of the entity nodes, in node order."""
+        return self._nodes_of_kind(ENTITY_NODE)
+
+    def passage_index(self) -> np.ndarray:
+        """Graph indexes of the passage nodes, in node order."""
+        return self._nodes_of_kind(PASSAGE_NODE)
+
+    def _nodes_of_kind(self, prefix: str) -> np.ndarray:
+        names = self.graph.names
+        if self._sorted_nodes < len(names):  # per query this is only the nodes added since
+            for i in range(self._sorted_nodes, len(names)):
+                for kind, found in self._by_kind.items():
+                    if names[i].startswith(kind):
+                        found.append(i)
+            self._sorted_nodes = len(names)
+            self._index_arrays = {kind: np.array(found, dtype=np.int64) for kind, found in self._by_kind.items()}
+        return self._index_arrays[prefix]
 
     # ---- reading Redis -------------------------------------------------------------------
     async def load(self, memory: Memory) -> None:

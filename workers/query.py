@@ -135,7 +135,7 @@ class QueryEngine:
                      for h in facts]
         schema_hits = [SchemaHit(h.id, h.fields["head_type"], h.fields["tail_type"], h.score) for h in schemas]
         passage_hits = [(passage_node(h.id), h.score) for h in passages]
-        seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(graph.passage_nodes), fact_hits, schema_hits, passage_hits, params)
+        seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(graph.passage_index()), fact_hits, schema_hits, passage_hits, params)
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk
             result = await self._dense(request, vector, timings)
@@ -145,7 +145,7 @@ class QueryEngine:
         scores = graph.graph.pagerank(seeds.reset, params.damping, params.tolerance, outside=list(seeds.outside.values()))
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked = rank_passages(graph.graph, scores, graph.passage_nodes, request.top_k, list(seeds.outside))
+        ranked = rank_passages(graph.graph, scores, graph.passage_index(), request.top_k, list(seeds.outside))
         entity_index = graph.entity_index()
         top_entities = entity_index[np.argsort(-scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else []
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]

@@ -167,14 +167,12 @@ def seed(graph: SparseGraph, stats: PassageStats, type_sizes: dict[str, int], to
     return Seeds(kept_facts, kept_schemas, entities, types, passage_seeds, reset, outside)
 
 
-def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_nodes: list[str], top_k: int, outside: list[str] = ()) -> list[tuple[str, float]]:
-    """The top passages by PPR score; `outside` are passages scored after the graph's nodes
-    (`SparseGraph.pagerank(..., outside=...)`)."""
-    candidates = list(passage_nodes) + list(outside)
-    indexes = np.fromiter((graph.index[p] for p in passage_nodes), dtype=np.int64, count=len(passage_nodes))
-    indexes = np.concatenate([indexes, len(graph) + np.arange(len(outside))])
+def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_index: np.ndarray, top_k: int, outside: list[str] = ()) -> list[tuple[str, float]]:
+    """The top passages by PPR score: the graph's passage nodes (`passage_index`) and the
+    `outside` passages scored after the graph's nodes (`SparseGraph.pagerank(..., outside=...)`)."""
+    n = len(graph)
+    indexes = np.concatenate([passage_index, n + np.arange(len(outside), dtype=np.int64)])
     if not len(indexes):
         return []
-    values = scores[indexes]
-    top = np.argsort(-values, kind="stable")[:top_k]
-    return [(candidates[i], float(values[i])) for i in top]
+    top = indexes[np.argsort(-scores[indexes], kind="stable")[:top_k]]
+    return [(graph.names[i] if i < n else outside[i - n], float(scores[i])) for i in top]
