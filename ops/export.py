@@ -8,7 +8,8 @@ import json
 from xml.etree import ElementTree as ET
 
 from store import Memory
-from store.keys import TYPE_NODE, entity_node, node_id
+from store.keys import entity_node, node_id
+from workers.graph_cache import TenantGraph
 from workers.settings import Settings
 
 FACT_FIELDS = ("head", "relation", "tail", "head_id", "tail_id", "head_type", "tail_type", "schema_id", "status", "category",
@@ -39,15 +40,12 @@ async def _export(settings: Settings, tenant: str) -> dict:
         for eid in await memory.scan_ids(tenant, "entities"):
             row = await memory.hash(keys.entity(eid))
             entities.append({"id": eid, "name": row.get("name"), "type": row.get("type")})
-        type_sizes = await memory.type_sizes(tenant)
+        graph = TenantGraph(tenant)  # the graph as the query worker reads it (type edges 1/|type|)
+        await graph.load(memory)
         edges = []
-        for node in await memory.adjacency_nodes(tenant):
-            for (kind, other), weight in (await memory.neighbours(tenant, node)).items():
-                if node < other:
-                    if kind == "type":  # entity → type edges are normalised by the type's size
-                        entity_type = node_id(other if other.startswith(TYPE_NODE) else node)
-                        weight = 1.0 / max(type_sizes.get(entity_type, 1), 1)
-                    edges.append({"source": node, "target": other, "kind": kind, "weight": round(weight, 6)})
+        for a, b, kind, weight in graph.graph.edge_weights():
+            source, target = sorted((a, b))
+            edges.append({"source": source, "target": target, "kind": kind, "weight": round(weight, 6)})
         edges.sort(key=lambda e: (e["source"], e["target"], e["kind"]))
         return {"tenant": tenant, "graph_version": await memory.graph_version(tenant), "schemas": schemas, "facts": facts,
                 "entities": entities, "edges": edges}

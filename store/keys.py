@@ -95,9 +95,6 @@ class TenantKeys:
     def relation_cardinality(self) -> str:
         return f"{self.base}:relcard"
 
-    def type_members(self, entity_type: str) -> str:
-        return f"{self.base}:typemembers:{entity_type}"
-
     def edge_facts(self, a: str, b: str) -> str:
         return f"{self.base}:edgefacts:{min(a, b)}|{max(a, b)}"
 

@@ -409,11 +409,6 @@ class Memory:
         pipe.sadd(keys.graph_nodes, a, b)
         pipe.xadd(keys.graph_changes, {"v": version, "a": a, "b": b, "w": weight, "kind": kind}, maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
 
-    async def neighbours(self, tenant: str, node: str) -> dict[tuple[str, str], float]:
-        """(kind, neighbour) → weight."""
-        row = await self.redis.hgetall(self.keys(tenant).adjacency(node))
-        return {tuple(k.decode().split("|", 1)): float(v) for k, v in row.items()}
-
     # ---- entity aliases ----------------------------------------------------------------------
     async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]:
         """entity id → its canonical id (itself when it is no alias)."""
@@ -511,15 +506,7 @@ class Memory:
 
     # ---- bridging --------------------------------------------------------------------------
     def stage_type_member(self, pipe, tenant: str, version: int, entity_node: str, entity_type: str) -> None:
-        pipe.sadd(self.keys(tenant).type_members(entity_type), entity_node)
         self.stage_edge(pipe, tenant, version, entity_node, type_node(entity_type), 1.0, "type")
-
-    async def type_sizes(self, tenant: str) -> dict[str, int]:
-        keys = self.keys(tenant)
-        sizes = {}
-        async for key in self.redis.scan_iter(match=keys.type_members("*"), count=500):
-            sizes[key.decode().rsplit(":", 1)[1]] = await self.redis.scard(key)
-        return sizes
 
     # ---- export ------------------------------------------------------------------------------
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:

@@ -76,6 +76,11 @@ class SparseGraph:
         self._delta_cols += [j, i]
         self._delta_vals += [change, change]
 
+    def edge_weights(self):
+        """Every edge as (a, b, kind, weight), one row per kind on a node pair."""
+        for (i, j, kind), weight in self._weights.items():
+            yield self.names[i], self.names[j], kind, weight
+
     @property
     def edges(self) -> int:
         """Node pairs joined by at least one edge."""
