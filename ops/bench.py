@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import numpy as np
 from ops.fake_llm import FakeOpenAI, user_text
 from ops.kafka_admin import ensure_topics
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, stderr, wait_worker_healthy
+from ops.stack import Stack, free_port, stderr, wait_worker_healthy, worker_env
 from store import Memory
 from topics import Chunk, Document
 from workers.extraction import RulesExtractor
@@ -103,11 +102,8 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
     ns = f"bench{uuid.uuid4().hex[:8]}"
     home = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
     with FakeOpenAI(default=fake_model, latency_s=latency_ms / 1000) as llm:
-        env = {**os.environ, "MEMSTREAM_TOPIC_NAMESPACE": ns, "MEMSTREAM_APP_ID": ns, "MEMSTREAM_HOME": str(home),
-               "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
-               "MEMSTREAM_EXTRACTOR": "llm", "MEMSTREAM_RESOLVER": "llm", "MEMSTREAM_LLM_BASE_URL": llm.base_url,
-               "MEMSTREAM_LLM_MODEL": f"fake-{ns}", "MEMSTREAM_LLM_CONCURRENCY": str(concurrency), "MEMSTREAM_LOG_LEVEL": "warning",
-               "MEMSTREAM_HTTP_PORT": str(_free_port())}
+        env = worker_env(settings, ns, home, MEMSTREAM_EXTRACTOR="llm", MEMSTREAM_RESOLVER="llm", MEMSTREAM_LLM_BASE_URL=llm.base_url,
+                         MEMSTREAM_LLM_MODEL=f"fake-{ns}", MEMSTREAM_LLM_CONCURRENCY=str(concurrency), MEMSTREAM_HTTP_PORT=str(free_port()))
         bench = Settings.from_env(env)
         ensure_topics(bench)
         worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env=env, stdout=open(home / "worker.log", "wb"), stderr=subprocess.STDOUT)
@@ -178,11 +174,3 @@ def _index(settings: Settings, documents: list[Document]) -> float:
     if pending:
         raise RuntimeError(f"benchmark documents not indexed in time: {pending[:5]}")
     return time.perf_counter() - started
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

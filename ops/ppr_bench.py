@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ops.bench import _free_port
 from ops.datasets import load_dataset
-from ops.recall import index_corpus, worker_env
-from ops.stack import Stack, stderr, wait_worker_healthy
+from ops.recall import corpus_worker_env, index_corpus
+from ops.stack import Stack, free_port, stderr, wait_worker_healthy
 from store import Memory
 from workers.graph_cache import TenantGraph
 from workers.ppr import SparseGraph
@@ -100,8 +99,8 @@ async def load_tenant_graph(settings: Settings, tenant: str) -> TenantGraph:
 
 
 def http_latency(settings: Settings, tenant: str, questions: list[str], home: Path) -> dict:
-    port = _free_port()
-    env = worker_env(settings, f"pprbench{port}", home, "rules", None, MEMSTREAM_HTTP_PORT=str(port))
+    port = free_port()
+    env = corpus_worker_env(settings, f"pprbench{port}", home, "rules", None, MEMSTREAM_HTTP_PORT=str(port))
     log = home / "query-worker.log"
     worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker", "--role", "query"], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1/query"

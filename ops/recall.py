@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -17,10 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ops.datasets import Dataset, load_dataset, recall_at
-from ops.bench import _free_port
 from ops.kafka_admin import ensure_topics
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, stderr, wait_worker_healthy
+from ops.stack import Stack, free_port, stderr, wait_worker_healthy, worker_env
 from store import Memory
 from topics import Document
 from workers.embedding import BatchingEmbedder, LocalEmbedder
@@ -41,13 +39,9 @@ def passage_index(doc_id: str) -> int:
     return int(doc_id.rsplit("-", 1)[1])
 
 
-def worker_env(settings: Settings, namespace: str, home: Path, extractor: str, replay_file: Path | None, **extra: str) -> dict:
-    env = {**os.environ, "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
-           "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
-           "MEMSTREAM_EXTRACTOR": extractor, "MEMSTREAM_CHUNK_TOKENS": str(BENCH_CHUNK_TOKENS), "MEMSTREAM_LOG_LEVEL": "warning", **extra}
-    if replay_file:
-        env["MEMSTREAM_REPLAY_FILE"] = str(replay_file)
-    return env
+def corpus_worker_env(settings: Settings, namespace: str, home: Path, extractor: str, replay_file: Path | None, **extra: str) -> dict:
+    replay = {"MEMSTREAM_REPLAY_FILE": str(replay_file)} if replay_file else {}
+    return worker_env(settings, namespace, home, MEMSTREAM_EXTRACTOR=extractor, MEMSTREAM_CHUNK_TOKENS=str(BENCH_CHUNK_TOKENS), **replay, **extra)
 
 
 def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: str, workers: int = 1, **extra: str) -> float:
@@ -57,13 +51,13 @@ def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: s
         raise ValueError(f"{dataset.name} has no recorded OpenIE extraction; use --extractor rules")
     namespace = f"recall{uuid.uuid4().hex[:8]}"
     home = Path(tempfile.mkdtemp(prefix="memstream-recall-"))
-    env = worker_env(settings, namespace, home, extractor, dataset.openie_file if extractor == "replay" else None, **extra)
+    env = corpus_worker_env(settings, namespace, home, extractor, dataset.openie_file if extractor == "replay" else None, **extra)
     bench = Settings.from_env(env)
     ensure_topics(bench)
     procs = []
     try:
         for n in range(workers):
-            log, port = home / f"worker{n}.log", str(_free_port())
+            log, port = home / f"worker{n}.log", str(free_port())
             procs.append((subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env={**env, "MEMSTREAM_HTTP_PORT": port},
                                            stdout=open(log, "wb"), stderr=subprocess.STDOUT), log, port))
         for proc, log, port in procs:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from ops.stack import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 MEMSTREAM = [sys.executable, "-m", "ops.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pytest_collection_modifyitems(items):

@@ -8,7 +8,8 @@ import urllib.request
 import uuid
 
 from ops.fake_llm import FakeOpenAI
-from tests.conftest import free_port, write_docs
+from ops.stack import free_port
+from tests.conftest import write_docs
 
 FIRST = {
     "mill": "Oskar Lind runs the Tarn Mill. The Tarn Mill grinds rye for Port Selka.",
