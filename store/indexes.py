@@ -23,6 +23,21 @@ _LAYER_FIELDS = {
 
 ALGORITHMS = ("flat", "hnsw")
 
+# How long a writer trusts that a tenant's indexes exist before checking again: Redis may
+# restart empty under a running worker, and a writer that never queries would not notice.
+INDEX_RECHECK_S = 10.0
+
+# the wordings RediSearch versions use for an index that does not exist
+_MISSING_INDEX = ("no such index", "unknown index name")
+
+
+def index_missing(exc: BaseException) -> bool:
+    """Whether a search error says the index does not exist (dropped, or Redis restarted
+    empty). Reads the Redis error under redisvl's wrapper: the wrapper's message also holds
+    the index name."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return any(wording in str(cause).lower() for wording in _MISSING_INDEX)
+
 
 def layer_schema(keys: TenantKeys, layer: str, dims: int, algorithm: str = "flat") -> IndexSchema:
     if algorithm not in ALGORITHMS:

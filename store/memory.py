@@ -18,7 +18,7 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
 from redisvl.query.filter import FilterExpression
 
-from store.indexes import layer_schema
+from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TenantKeys, type_node
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
@@ -152,6 +152,8 @@ class Memory:
         self.tau = tau
         self.vector_index = vector_index
         self._indexes: dict[tuple[str, str], AsyncSearchIndex] = {}
+        self.index_recheck_s = INDEX_RECHECK_S
+        self._indexes_checked: dict[str, float] = {}  # tenant → when a writer last checked them
 
     @classmethod
     def from_url(cls, url: str, **kwargs) -> "Memory":
@@ -182,7 +184,19 @@ class Memory:
             self._indexes[(tenant, layer)] = found
         return found
 
+    def _forget_indexes(self, tenant: str) -> None:
+        """Redis lost (or may have lost) the tenant's indexes: the next use checks them again."""
+        for layer in LAYERS:
+            self._indexes.pop((tenant, layer), None)
+
     async def ensure_indexes(self, tenant: str) -> None:
+        """Every layer's index of the tenant, created where missing. Known indexes cost no round
+        trip; every index_recheck_s they are checked again, since Redis may have restarted empty
+        under a writer that never queries (its records are indexed when the index is created)."""
+        now, checked = time.monotonic(), self._indexes_checked.get(tenant)
+        if checked is None or now - checked >= self.index_recheck_s:
+            self._forget_indexes(tenant)
+            self._indexes_checked[tenant] = now
         for layer in LAYERS:
             await self.index(tenant, layer)
 
@@ -205,9 +219,19 @@ class Memory:
             filter_expression=filter_expression,
             num_results=k,
         )
+        try:
+            rows = await index.query(query)
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            # Redis restarted empty or the index was dropped: nothing to find; the tenant's next
+            # write creates its indexes again (readers create nothing)
+            self._forget_indexes(tenant)
+            self._indexes_checked.pop(tenant, None)
+            return []
         prefix = self.keys(tenant).prefix(layer)
         hits = []
-        for row in await index.query(query):
+        for row in rows:
             fields = {f: row.get(f) for f in return_fields}
             hits.append(Hit(row["id"].removeprefix(prefix), 1.0 - float(row["vector_distance"]), fields))
         return hits
