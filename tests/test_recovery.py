@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 from store import Memory
 from store.keys import LAYERS
 from topics import Chunk
+from workers.graph_cache import GraphCache
 
 DIMS = 8
 VECTOR = np.eye(DIMS, dtype=np.float32)[0]
@@ -95,3 +96,139 @@ def test_a_writer_that_never_queries_recreates_a_lost_index_when_it_checks_again
     assert fast == []
     assert "FT.CREATE" in rechecked
     assert found == ["c2"]
+
+
+# ---- the query worker's graph ------------------------------------------------------------------
+
+async def _write_edges(memory: Memory, tenant: str, edges: list[tuple[str, str]]) -> None:
+    pipe = memory.redis.pipeline(transaction=True)
+    for entity, passage in edges:
+        memory.stage_edge(pipe, tenant, 1, entity, passage, 1.0, "passage")
+    await pipe.execute()
+
+
+def _edges(prefix: str, n: int) -> list[tuple[str, str]]:
+    return [(f"e:{prefix}{i}", f"p:{prefix}{i % 2}") for i in range(n)]
+
+
+def _held(graph) -> set[tuple[str, str]]:
+    """The passage edges a cached graph holds (weight > 0)."""
+    names = graph.graph.names
+    return {(a, b) for a in names if a.startswith("e:") for b in names
+            if b.startswith("p:") and graph.graph.weight(a, b, "passage") > 0}
+
+
+def test_graph_reloads_when_redis_lost_the_stream_and_writers_began_a_new_graph(stack_env):
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        tenant = _tenant("lost-graph")
+        try:
+            await _write_edges(memory, tenant, _edges("old", 4))
+            cache = GraphCache(memory)
+            first = _held(await cache.current(tenant))
+            await _lose(memory, tenant)
+            # a new stream, its ids after the cached cursor: read as "more changes" before
+            await _write_edges(memory, tenant, _edges("new", 3))
+            graph = await cache.current(tenant)
+            return first, _held(graph), graph.loads, graph.graph.rebuilds
+        finally:
+            await _lose(memory, tenant)
+            await memory.close()
+
+    first, held, loads, rebuilds = asyncio.run(run())
+    assert first == set(_edges("old", 4))
+    assert held == set(_edges("new", 3))  # none of the lost graph's edges
+    assert loads == 2 and rebuilds == 2
+
+
+def test_graph_reloads_when_the_stream_is_gone_and_when_it_begins_again_below_the_cursor(stack_env):
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        tenant = _tenant("lost-stream")
+        stream = memory.keys(tenant).graph_changes
+        try:
+            await _write_edges(memory, tenant, _edges("old", 4))
+            cache = GraphCache(memory)
+            await cache.current(tenant)
+            await _lose(memory, tenant)
+            gone = await cache.current(tenant)  # no stream: read as "no changes" before
+            gone = (_held(gone), gone.loads)
+            # the graph written again, its stream's ids below the cursor (read as "no changes" before)
+            await _write_edges(memory, tenant, _edges("old", 4))
+            cursor = (await cache.current(tenant)).cursor
+            await _lose(memory, tenant)
+            await _write_edges(memory, tenant, _edges("new", 3))
+            await memory.redis.delete(stream)
+            await memory.redis.xadd(stream, {"v": 1, "a": "e:new0", "b": "p:new0", "w": 1.0, "kind": "passage"}, id="1-1")
+            below = await cache.current(tenant)
+            return gone, cursor, _held(below), below.loads
+        finally:
+            await _lose(memory, tenant)
+            await memory.close()
+
+    (gone_edges, gone_loads), cursor, below, loads = asyncio.run(run())
+    assert gone_edges == set() and gone_loads == 2
+    assert cursor != "0-0"  # the second graph arrived as changes on the new stream
+    assert below == set(_edges("new", 3)) and loads == 3
+
+
+def test_a_stream_trimmed_past_the_cursor_forces_a_reload(stack_env):
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        tenant = _tenant("trimmed")
+        try:
+            await _write_edges(memory, tenant, _edges("a", 4))
+            cache = GraphCache(memory)
+            await cache.current(tenant)
+            await _write_edges(memory, tenant, _edges("b", 3))
+            await memory.redis.xtrim(memory.keys(tenant).graph_changes, maxlen=0, approximate=False)  # every change gone
+            graph = await cache.current(tenant)
+            return _held(graph), graph.loads
+        finally:
+            await _lose(memory, tenant)
+            await memory.close()
+
+    held, loads = asyncio.run(run())
+    assert held == set(_edges("a", 4) + _edges("b", 3))
+    assert loads == 2
+
+
+def _during_load(memory: Memory, tenant: str, edges: list[tuple[str, str]], trim: bool):
+    """memory.adjacency_nodes, with `edges` written (and the stream trimmed) once the first load
+    has read the node list: a long load that writers overtake."""
+    read_nodes = memory.adjacency_nodes
+
+    async def adjacency_nodes(name: str) -> list[str]:
+        nodes = await read_nodes(name)
+        if edges:
+            await _write_edges(memory, tenant, edges)
+            if trim:
+                await memory.redis.xtrim(memory.keys(tenant).graph_changes, maxlen=1, approximate=False)
+            edges.clear()
+        return nodes
+
+    return adjacency_nodes
+
+
+def test_changes_written_during_a_load_are_applied_and_a_trim_during_it_loads_again(stack_env):
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        tenants = _tenant("midload"), _tenant("midtrim")
+        try:
+            found = []
+            for tenant, trim in zip(tenants, (False, True)):
+                await _write_edges(memory, tenant, _edges("a", 4))
+                memory.adjacency_nodes = _during_load(memory, tenant, _edges("b", 3), trim)
+                graph = await GraphCache(memory).current(tenant)
+                found.append((_held(graph), graph.loads))
+            return found
+        finally:
+            for tenant in tenants:
+                await _lose(memory, tenant)
+            await memory.close()
+
+    (written, written_loads), (trimmed, trimmed_loads) = asyncio.run(run())
+    everything = set(_edges("a", 4) + _edges("b", 3))
+    assert written == everything and written_loads == 1  # the changes after the cursor read first
+    # the changes after that cursor were trimmed mid-load: kept only by loading again
+    assert trimmed == everything and trimmed_loads == 2

@@ -1,7 +1,8 @@
 """The query worker's per-tenant graph: loaded from the adjacency hashes once, then kept current
 by tailing the tenant's graph change stream (`ms:{t}:graph:changes`) and applying each change
 as an edge delta. Several query-worker replicas tail the same stream and converge on the same
-matrix; none rebuilds it per query or per document."""
+matrix; none rebuilds it per query or per document. A stream that no longer holds the last
+change applied (trimmed past it, or lost when Redis restarted empty) makes the graph load again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 from collections import OrderedDict, defaultdict
 
 import numpy as np
+from redis.exceptions import ResponseError
 
 from store import Memory
 from store.keys import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
@@ -19,7 +21,9 @@ from workers.retrieval import PassageStats
 log = logging.getLogger(__name__)
 
 LOAD_BATCH = 500  # adjacency hashes read per round trip
-READ_BATCH = 10_000  # change-stream entries per XREAD
+READ_BATCH = 10_000  # change-stream entries per XRANGE
+LOAD_ATTEMPTS = 3  # loads in a row whose changes were trimmed away before one is served anyway
+NO_CHANGE = "0-0"  # the cursor of a graph loaded while the tenant had no change stream
 
 
 class TenantGraph:
@@ -28,8 +32,8 @@ class TenantGraph:
         self.graph = SparseGraph()
         self.stats = PassageStats()
         self.type_members: dict[str, set[str]] = defaultdict(set)  # type node → entity nodes
-        self.cursor = "0-0"  # last change-stream id applied
-        self.loads = 0  # full loads from the adjacency hashes (1 unless the stream was trimmed past us)
+        self.cursor = NO_CHANGE  # last change-stream id applied
+        self.loads = 0  # full loads from the adjacency hashes (more when the stream was trimmed past us or lost)
         self.changes_applied = 0
         self._dirty_types: set[str] = set()
         # node indexes by kind; node names only ever append, so only new ones are sorted in
@@ -85,12 +89,14 @@ class TenantGraph:
         return self._index_arrays[prefix]
 
     # ---- reading Redis -------------------------------------------------------------------
-    async def load(self, memory: Memory) -> None:
+    async def load(self, memory: Memory) -> bool:
         """Everything the adjacency hashes hold, then the changes since (idempotent: changes
-        carry absolute weights, applied in stream order)."""
+        carry absolute weights, applied in stream order). The stream's last id is read first,
+        so what is written during a long load is applied after it. False when the changes since
+        were trimmed away or the stream was lost during the load: load a fresh graph again."""
         keys = memory.keys(self.tenant)
         last = await memory.redis.xrevrange(keys.graph_changes, count=1)
-        cursor = last[0][0].decode() if last else "0-0"
+        cursor = last[0][0].decode() if last else NO_CHANGE
         nodes = await memory.adjacency_nodes(self.tenant)
         for start in range(0, len(nodes), LOAD_BATCH):
             batch = nodes[start : start + LOAD_BATCH]
@@ -106,34 +112,45 @@ class TenantGraph:
         self.graph.rebuilds += 1
         self.loads += 1
         self.cursor = cursor
-        await self.catch_up(memory)
+        return await self.catch_up(memory)
 
     async def catch_up(self, memory: Memory) -> bool:
-        """Apply the changes after the cursor; False when the stream was trimmed past the
-        cursor (the caller reloads)."""
+        """Apply the changes after the cursor. The stream must still hold the cursor's own entry
+        (trimming removes the oldest first, so then nothing after it is gone); False when it does
+        not — trimmed past the cursor, deleted (Redis restarted empty), or begun again with
+        other ids — and the caller reloads. One XRANGE when nothing changed."""
         key = memory.keys(self.tenant).graph_changes
         applied = False
         while True:
-            found = await memory.redis.xread({key: self.cursor}, count=READ_BATCH)
-            if not found:
-                break
-            entries = found[0][1]
-            if not applied and self.cursor != "0-0":
-                info = await memory.redis.xinfo_stream(key)
-                deleted = info.get("max-deleted-entry-id", b"0-0")
-                deleted = deleted.decode() if isinstance(deleted, bytes) else str(deleted)
-                if _stream_id(deleted) > _stream_id(self.cursor):
+            entries = await memory.redis.xrange(key, min=self.cursor, count=READ_BATCH + 1)  # from the cursor, inclusive
+            full = len(entries) > READ_BATCH
+            if self.cursor != NO_CHANGE:
+                if not entries or entries[0][0].decode() != self.cursor:
                     return False
+                entries = entries[1:]
+            elif entries and await _trimmed(memory, key):
+                return False  # loaded before the stream existed; entries made since are gone
             for entry_id, change in entries:
                 self.apply(change[b"a"].decode(), change[b"b"].decode(), float(change[b"w"]), change[b"kind"].decode())
                 self.cursor = entry_id.decode()
                 self.changes_applied += 1
-            applied = True
-            if len(entries) < READ_BATCH:
+                applied = True
+            if not full:
                 break
         if applied:
             self.flush()
         return True
+
+
+async def _trimmed(memory: Memory, key: str) -> bool:
+    """Whether entries were ever removed from the stream (or it is gone)."""
+    try:
+        info = await memory.redis.xinfo_stream(key)
+    except ResponseError:  # deleted since the XRANGE
+        return True
+    deleted = info.get("max-deleted-entry-id", b"0-0")
+    deleted = deleted.decode() if isinstance(deleted, bytes) else str(deleted)
+    return _stream_id(deleted) > (0, 0)
 
 
 def _stream_id(entry_id: str) -> tuple[int, int]:
@@ -142,7 +159,7 @@ def _stream_id(entry_id: str) -> tuple[int, int]:
 
 
 class GraphCache:
-    """tenant → TenantGraph, each kept current on every query (one XREAD when nothing changed).
+    """tenant → TenantGraph, each kept current on every query (one XRANGE when nothing changed).
     Holds at most `max_edges` edges over all tenants: past that, the least recently queried
     tenants are dropped and load again from Redis on their next query."""
 
@@ -160,16 +177,33 @@ class GraphCache:
             graph = self.tenants[tenant] = TenantGraph(tenant)
         self.tenants.move_to_end(tenant)
         async with graph.lock:
-            if graph.loads == 0:
-                await graph.load(self.memory)
-            elif not await graph.catch_up(self.memory):
-                log.warning("graph change stream of tenant %s was trimmed past this worker's cursor: reloading", tenant)
-                fresh = TenantGraph(tenant)
-                await fresh.load(self.memory)
-                fresh.loads += graph.loads
-                self.tenants[tenant] = graph = fresh
+            replaced = self.tenants.get(tenant)
+            if replaced is not None and replaced.lock is graph.lock:  # reloaded while we waited
+                graph = replaced
+            if graph.loads == 0 or not await graph.catch_up(self.memory):
+                if graph.loads:
+                    log.warning("graph change stream of tenant %s no longer holds this worker's cursor "
+                                "(trimmed, or Redis lost it): reloading", tenant)
+                graph = await self._reload(graph)
         self._evict(keep=tenant)
         return graph
+
+    async def _reload(self, stale: TenantGraph) -> TenantGraph:
+        """A fresh graph in place of `stale` (not loaded into it: that would keep edges deleted
+        since), under the same lock; loads and rebuilds counted over both."""
+        tenant = stale.tenant
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            fresh = TenantGraph(tenant)
+            fresh.lock, fresh.loads, fresh.graph.rebuilds = stale.lock, stale.loads, stale.graph.rebuilds
+            if await fresh.load(self.memory):
+                break
+            # after the last attempt it is served anyway: its next catch-up fails and it loads again
+            log.warning("graph change stream of tenant %s was trimmed or lost during its load (attempt %d of %d)",
+                        tenant, attempt, LOAD_ATTEMPTS)
+            stale = fresh
+        if tenant in self.tenants:  # (not when evicted meanwhile)
+            self.tenants[tenant] = fresh
+        return fresh
 
     def _evict(self, keep: str) -> None:
         held = sum(g.graph.edges for g in self.tenants.values())
