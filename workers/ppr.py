@@ -9,13 +9,31 @@ grows by doubling, so new nodes rarely resize the matrix.
 
 `SparseGraph.pagerank` is the PPR of DESIGN §5, x = (1 − λ)·r + λ·(Pᵀx + dangling mass · r),
 P the row-normalised adjacency, λ = 0.5 (igraph's "damping 0.5", HippoRAG's call), solved by
-Chebyshev semi-iteration to a guaranteed L1 error below the tolerance (`_chebyshev`).
+Chebyshev semi-iteration to a guaranteed L1 error below the tolerance (`_chebyshev`), in at
+most MAX_PASSES matrix passes: one query's work is bounded whatever its damping and tolerance.
 `personalized_pagerank` solves the same equation exactly, for tests."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
+
+# Hard cap on matrix passes per PPR. The query worker's bounds (damping ≤ 0.95, tolerance ≥
+# 1e-9) need about 65 passes (205 with the 3× margin of the default cap); damping 0.999999 at
+# tolerance 1e-12 would need ~20,000 (58,000 allowed by the margin) on the event loop.
+MAX_PASSES = 256
+
+
+@dataclass(frozen=True)
+class PPR:
+    """A PPR solve: the scores and how far the iteration got."""
+
+    scores: np.ndarray  # the graph's nodes in node-id order, then the `outside` nodes
+    passes: int  # matrix passes made
+    error_bound: float  # guaranteed L1 distance of `scores` from the exact PPR vector (at most 2)
+    converged: bool  # error_bound ≤ the tolerance asked for; False: stopped at the pass cap
 
 
 class SparseGraph:
@@ -126,14 +144,17 @@ class SparseGraph:
                  outside: np.ndarray | None = None) -> np.ndarray:
         """PPR over the cached transition; `reset` has one entry per node. `outside`: reset
         weights of nodes not in the graph (a passage with no entity yet) — isolated, so each
-        keeps its share of the restart mass; their scores follow the graph's nodes."""
-        transition = self.transition()
-        transition.scale(damping)
-        reset = np.asarray(reset, dtype=np.float64)
-        outside = np.zeros(0) if outside is None else np.asarray(outside, dtype=np.float64)
-        nonzero = np.flatnonzero(reset)
-        ordered, isolated = _chebyshev(transition, transition.position[nonzero], reset[nonzero], tol, max_iter, outside)
-        return np.concatenate([ordered[transition.position], isolated])
+        keeps its share of the restart mass; their scores follow the graph's nodes. Raises
+        ArithmeticError when the tolerance is not reached within the pass cap (`solve` reports it)."""
+        result = self.solve(reset, damping, tol, max_iter, outside)
+        if not result.converged:
+            raise ArithmeticError(f"PPR did not reach L1 tolerance {tol:g} in {result.passes} steps (error bound {result.error_bound:.3g})")
+        return result.scores
+
+    def solve(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int | None = None,
+              outside: np.ndarray | None = None) -> PPR:
+        """`pagerank` that stops at the pass cap with the best estimate and its error bound."""
+        return self.transition().solve(reset, damping, tol, max_iter, outside)
 
     @classmethod
     def from_edges(cls, edges) -> "SparseGraph":
@@ -175,6 +196,20 @@ class Transition:
         split_bounds = np.concatenate(pieces + [bounds[self.long_rows:]]).astype(bounds.dtype)
         self.split = sp.csr_matrix((matrix.data, matrix.indices, split_bounds), shape=(len(split_bounds) - 1, n), copy=False)
 
+    def solve(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int | None = None,
+              outside: np.ndarray | None = None) -> PPR:
+        """PPR over this graph version (`SparseGraph.solve`). Reads nothing but this object, so it
+        may run on another thread while the graph takes new deltas — but one solve at a time:
+        `scale` rescales the shared matrix in place."""
+        if not 0 < damping < 1 or not tol > 0:
+            raise ValueError(f"PPR needs damping in (0, 1) and a positive tolerance, not {damping!r} and {tol!r}")
+        self.scale(damping)
+        reset = np.asarray(reset, dtype=np.float64)
+        outside = np.zeros(0) if outside is None else np.asarray(outside, dtype=np.float64)
+        nonzero = np.flatnonzero(reset)
+        ordered, isolated, passes, bound = _chebyshev(self, self.position[nonzero], reset[nonzero], tol, max_iter, outside)
+        return PPR(np.concatenate([ordered[self.position], isolated]), passes, bound, bound <= tol)
+
     def scale(self, damping: float) -> None:
         if damping != self.damping:
             self.matrix.data *= np.float32(damping / self.damping)  # `split` shares the array
@@ -204,10 +239,11 @@ FLOAT32_TOLERANCE = 1e-6  # below this L1 tolerance the vectors are float64 (flo
 
 
 def _chebyshev(transition: Transition, seeds: np.ndarray, weights: np.ndarray, tol: float, max_iter: int | None,
-               outside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               outside: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, float]:
     """PPR with restart 1 − λ and dangling mass back to the reset vector r (`weights` at the
     positions `seeds`, `outside` on isolated nodes beyond the matrix; normalised here), to L1
-    error ≤ tol: (scores in the transition's node order, scores of the outside nodes).
+    error ≤ tol or for at most min(max_iter, MAX_PASSES) passes: (scores in the transition's
+    node order, scores of the outside nodes, passes made, L1 error bound).
 
     Solves y = M·y + r with the dangling columns of M empty; then x = κ·y with
     κ = (1 − λ)/(1 − λ·(y's mass on dangling nodes)) — isolated nodes keep exactly their reset
@@ -228,32 +264,33 @@ def _chebyshev(transition: Transition, seeds: np.ndarray, weights: np.ndarray, t
     kappa = (1 - damping) / (1 - damping * isolated_mass)
     isolated = kappa * outside / total
     if not len(seeds):
-        return np.zeros(n), isolated
+        return np.zeros(n), isolated, 0, 0.0
     r = np.zeros(n, dtype=dtype)
     r[seeds] = teleport
     error_per_residual = kappa * damping / (1 - damping)
     rate = damping / (1 + np.sqrt(1 - damping**2))
     expected_steps = int(np.log(tol) / np.log(rate)) + 1
     first_check = max(1, expected_steps - 4)  # no residual pass while it cannot be small yet
-    max_iter = max_iter or 3 * expected_steps + 10
+    max_iter = max(1, min(max_iter or 3 * expected_steps + 10, MAX_PASSES))
     previous, y = np.zeros_like(r), r
     residual = np.empty_like(r)
     omega = 1.0
     for step in range(1, max_iter + 1):
         q = transition.seed_product(seeds, teleport, dtype) if step == 1 else transition.product(y)
         q[seeds] += teleport
-        if step >= first_check:
+        if step >= first_check or step == max_iter:
             np.subtract(q, y, out=residual)
             np.abs(residual, out=residual)
-            if error_per_residual * float(residual.sum(dtype=np.float64)) <= tol:
+            bound = error_per_residual * float(residual.sum(dtype=np.float64))
+            if bound <= tol or step == max_iter:  # at the cap: the estimate so far, and how good it is
                 q *= dtype(kappa)
-                return q, isolated
+                return q, isolated, step, min(bound, 2.0)
         omega = 1 / (1 - damping**2 / 2) if step == 1 else 1 / (1 - damping**2 * omega / 4)
         q -= previous  # y ← ω·(M·y + r − y_prev) + y_prev
         q *= dtype(omega)
         q += previous
         previous, y = y, q
-    raise ArithmeticError(f"PPR did not reach L1 tolerance {tol:g} in {max_iter} steps")
+    raise AssertionError("unreachable: the last pass returns")
 
 
 def personalized_pagerank(adjacency: sp.csr_matrix, reset: np.ndarray, damping: float = 0.5) -> np.ndarray:
