@@ -5,13 +5,21 @@ graph catch-up, the structure-aware reset vector (`workers.retrieval`), PPR over
 graph (`workers.graph_cache`), then passage texts. When no schema or fact passes τ_q the
 answer falls back to dense ranking and says so (`"fallback": "dense"`). Answers are cached by
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
-embedding lookup and one XREAD."""
+embedding lookup and one XREAD.
+
+A request's work is bounded: its text and numbers are validated before anything runs (no NaN,
+no infinity, no unencodable text, retrieval parameters inside `PARAM_RANGES`), and PPR with the
+ranking over its scores runs on a thread of its own, off the event loop that serves the other
+requests and the Kafka consumer's heartbeats."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -22,7 +30,8 @@ from store.keys import entity_node, node_id, passage_node
 from topics import ContractError, validate_tenant
 from workers import metrics
 from workers.graph_cache import GraphCache
-from workers.retrieval import FactHit, RetrievalParams, SchemaHit, rank_passages, seed
+from workers.ppr import PPR, Transition
+from workers.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
 
 MAX_QUERY_CHARS = 4096
 MAX_TOP_K = 100
@@ -30,6 +39,59 @@ MODES = ("ppr", "dense")
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at"]
+REDIS_CALLS_PER_QUERY = 4  # Redis commands one query has in flight at once (three KNNs and the graph catch-up)
+
+
+def parse_json_body(raw: bytes):
+    """A request body as JSON, strictly: NaN, Infinity and numbers beyond float range (which
+    Python's json accepts) and integers of more than 4,300 digits are a ContractError, as are
+    invalid UTF-8 and nesting too deep to parse."""
+    if not raw:
+        raise ContractError("request body is empty: expected a JSON object with 'query'")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"request body is not UTF-8 (invalid byte at offset {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ContractError("request body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and what the hooks and int() raise
+        raise ContractError(f"request body is not valid JSON: {exc}") from None
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is beyond the range of a double")
+    return value
+
+
+def _check_encodable(body) -> None:
+    """Every string in the body, keys included, must be encodable as UTF-8: json.loads accepts
+    escaped lone surrogates ("\\ud800"), which Redis, the tokenizer and the response would fail on."""
+    pending = [("", body)]
+    while pending:  # iterative: the body may be nested as deep as the parser allowed
+        path, value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _encodable(key, f"a key in {path or 'the body'}")
+                pending.append((f"{path}.{key}" if path else key, item))
+        elif isinstance(value, list):
+            pending.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _encodable(value, repr(path))
+
+
+def _encodable(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ContractError(f"{what} is not valid Unicode: lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start}") from None
 
 
 @dataclass(frozen=True)
@@ -42,9 +104,15 @@ class QueryRequest:
     answer: bool = False
 
     @classmethod
+    def from_bytes(cls, raw: bytes, default_tenant: str, default_top_k: int, defaults: RetrievalParams = RetrievalParams()) -> "QueryRequest":
+        """The request of a POST /v1/query body; every way it can be wrong is a ContractError."""
+        return cls.from_json(parse_json_body(raw), default_tenant, default_top_k, defaults)
+
+    @classmethod
     def from_json(cls, body, default_tenant: str, default_top_k: int, defaults: RetrievalParams = RetrievalParams()) -> "QueryRequest":
         if not isinstance(body, dict):
             raise ContractError("request body must be a JSON object with 'query'")
+        _check_encodable(body)
         query = body.get("query")
         if not isinstance(query, str) or not query.strip():
             raise ContractError("'query' must be a non-empty string")
@@ -78,6 +146,10 @@ class QueryEngine:
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
+        # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
+        # the graph's cached matrix in place (`Transition.scale`), and more threads would only
+        # share the same cores.
+        self._ranking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstream-ppr")
 
     async def answer(self, request: QueryRequest) -> dict:
         timings = {}
@@ -135,19 +207,23 @@ class QueryEngine:
                      for h in facts]
         schema_hits = [SchemaHit(h.id, h.fields["head_type"], h.fields["tail_type"], h.score) for h in schemas]
         passage_hits = [(passage_node(h.id), h.score) for h in passages]
-        seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(graph.passage_index()), fact_hits, schema_hits, passage_hits, params)
+        # The graph version this query walks: pending deltas are folded in here, on the loop
+        # (the change stream adds deltas there); the thread reads only this snapshot, and node
+        # names, which only append. No await until the thread has it.
+        transition = graph.graph.transition()
+        passage_index, entity_index = graph.passage_index(), graph.entity_index()
+        seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(passage_index), fact_hits, schema_hits, passage_hits, params)
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk
             result = await self._dense(request, vector, timings)
             result.update(mode="ppr", fallback="dense")
             return result
         t = time.perf_counter()
-        scores = graph.graph.pagerank(seeds.reset, params.damping, params.tolerance, outside=list(seeds.outside.values()))
+        walk = await asyncio.get_running_loop().run_in_executor(
+            self._ranking, _walk, graph.graph, transition, seeds, params, passage_index, entity_index, request.top_k)
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked = rank_passages(graph.graph, scores, graph.passage_index(), request.top_k, list(seeds.outside))
-        entity_index = graph.entity_index()
-        top_entities = entity_index[np.argsort(-scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else []
+        ranked, scores, top_entities = walk.passages, walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
         texts, names, version = await asyncio.gather(
@@ -169,6 +245,8 @@ class QueryEngine:
                 "passages": [{"id": node_id(node), "score": round(w, 6)} for node, w in sorted(seeds.passages.items(), key=lambda x: -x[1])],
             },
             "graph_version": version,
+            # converged: false only when the walk stopped at its pass cap (workers.ppr.MAX_PASSES)
+            "ppr": {"passes": walk.ppr.passes, "converged": walk.ppr.converged, "error_bound": float(f"{walk.ppr.error_bound:.3g}")},
             # how the cached matrix got here: one load, then stream changes folded in as deltas
             "graph": {"nodes": len(graph.graph), "edges": graph.graph.edges, "loads": graph.loads, "rebuilds": graph.graph.rebuilds,
                       "changes_applied": graph.changes_applied, "deltas_applied": graph.graph.deltas_applied},
@@ -184,6 +262,23 @@ class QueryEngine:
         hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, Tag("status") == "active")
         now = time.time()
         return [h for h in hits if not (h.fields.get("expired_at") and float(h.fields["expired_at"]) <= now)]
+
+
+@dataclass(frozen=True)
+class Walk:
+    ppr: PPR
+    passages: list[tuple[str, float]]  # (passage node, score), best first
+    entities: np.ndarray  # graph indexes of the best-scored entities
+
+
+def _walk(graph, transition: Transition, seeds: Seeds, params: RetrievalParams, passage_index: np.ndarray,
+          entity_index: np.ndarray, top_k: int) -> Walk:
+    """PPR from the seeds over one graph version and the rankings read from its scores (runs on
+    the engine's ranking thread)."""
+    ppr = transition.solve(seeds.reset, params.damping, params.tolerance, outside=list(seeds.outside.values()))
+    ranked = rank_passages(graph, ppr.scores, passage_index, top_k, list(seeds.outside))
+    entities = entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else np.zeros(0, dtype=np.int64)
+    return Walk(ppr, ranked, entities)
 
 
 def _fact_json(hit) -> dict:

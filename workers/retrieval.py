@@ -24,6 +24,33 @@ BOOSTED_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION")
 
 
 @dataclass(frozen=True)
+class Range:
+    low: float
+    high: float
+    low_open: bool = False  # the low end itself excluded
+
+    def __contains__(self, value) -> bool:  # False for NaN
+        return (self.low < value if self.low_open else self.low <= value) and value <= self.high
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+
+
+# What a request may set. Each range bounds one request's work — layer_k the KNN sizes, damping
+# and tolerance the PPR passes (about 65 at damping 0.95 and tolerance 1e-9, against ~20,000 at
+# 0.999999 and 1e-12) — or keeps the reset vector finite and non-negative.
+PARAM_RANGES = {
+    "layer_k": Range(1, 200),
+    "tau_q": Range(-1.0, 1.0),
+    "alpha": Range(0.0, 1000.0),
+    "temperature": Range(0.0, 100.0),
+    "damping": Range(0.0, 0.95, low_open=True),
+    "tolerance": Range(1e-9, 1e-2),
+    "constraint_boost": Range(0.0, 100.0),
+}
+
+
+@dataclass(frozen=True)
 class RetrievalParams:
     """Every default is the one the recall benchmark measured; each mechanism can be switched off."""
 
@@ -40,7 +67,8 @@ class RetrievalParams:
 
     @classmethod
     def from_json(cls, body: dict | None) -> "RetrievalParams":
-        """Overrides from a request's "params" object (unknown names are an error)."""
+        """Overrides from a request's "params" object: unknown names, ill-typed values and values
+        outside PARAM_RANGES are an error naming the parameter."""
         if not body:
             return cls()
         if not isinstance(body, dict):
@@ -52,13 +80,18 @@ class RetrievalParams:
         values = {}
         for name, value in body.items():
             kind = {"int": int, "float": float, "bool": bool}[known[name]]
-            if kind is bool and not isinstance(value, bool) or kind is not bool and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            accepted = (bool,) if kind is bool else (int,) if kind is int else (int, float)
+            if not isinstance(value, accepted) or kind is not bool and isinstance(value, bool):
                 raise ValueError(f"parameter {name!r} must be {kind.__name__}")
-            values[name] = kind(value)
-        params = cls(**values)
-        if not 1 <= params.layer_k <= 200 or not 0 < params.damping < 1 or not 1e-12 <= params.tolerance <= 1e-2:
-            raise ValueError("layer_k must be 1..200, damping in (0, 1), tolerance in [1e-12, 1e-2]")
-        return params
+            if kind is float:
+                try:
+                    value = float(value)
+                except OverflowError:  # a JSON integer of hundreds of digits
+                    raise ValueError(f"parameter {name!r} is out of range; allowed range {PARAM_RANGES[name]}") from None
+            if name in PARAM_RANGES and value not in PARAM_RANGES[name]:
+                raise ValueError(f"parameter {name!r} is {value!r}; allowed range {PARAM_RANGES[name]}")
+            values[name] = value
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -169,8 +202,10 @@ def seed(graph: SparseGraph, stats: PassageStats, type_sizes: dict[str, int], to
 
 def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_index: np.ndarray, top_k: int, outside: list[str] = ()) -> list[tuple[str, float]]:
     """The top passages by PPR score: the graph's passage nodes (`passage_index`) and the
-    `outside` passages scored after the graph's nodes (`SparseGraph.pagerank(..., outside=...)`)."""
-    n = len(graph)
+    `outside` passages scored after the graph's nodes (`SparseGraph.pagerank(..., outside=...)`).
+    The graph's size is the one the scores were computed on: ranking may run on another thread
+    while the graph grows (node names only append)."""
+    n = len(scores) - len(outside)
     indexes = np.concatenate([passage_index, n + np.arange(len(outside), dtype=np.int64)])
     if not len(indexes):
         return []
