@@ -140,3 +140,23 @@ class TenantKeys:
 
     def outbox(self, mark: str) -> str:
         return f"{self.base}:outbox:{mark}"
+
+    @property
+    def outboxes(self) -> str:
+        """Sorted set of marks whose committed outbox is not yet published (score: commit
+        time), so a sweep can publish what a worker committed but never sent."""
+        return f"{self.base}:outboxes"
+
+    @property
+    def outbox_sweep_lock(self) -> str:
+        return f"{self.base}:outboxes:sweeping"
+
+    def cardinality_flip(self, mark: str) -> str:
+        """Set when the message behind `mark` flipped a relation's cardinality verdict, so its
+        redelivery spawns the same re-adjudications."""
+        return f"{self.base}:flip:{mark}"
+
+
+# Tenants that have committed an outbox: the sweep's list of where to look. Not under a
+# tenant's hash tag, so it is written outside the tenant's transactions.
+TENANTS_WITH_OUTBOXES = "ms:tenants:outboxes"

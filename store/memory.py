@@ -16,13 +16,15 @@ import numpy as np
 import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
+from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression
 
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
-from store.keys import LAYERS, TenantKeys, type_node
+from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 GRAPH_CHANGES_MAXLEN = 200_000
+OUTBOX_SWEEP_LOCK_S = 30
 
 # SADD a fact to the set of facts between two entities; the edge weight is the set's size,
 # written both ways, and the change is appended to the tenant's graph change stream.
@@ -62,14 +64,31 @@ if redis.call('HGET', KEYS[3], 'status') == 'new' then redis.call('HSET', KEYS[3
 return 1
 """
 
-# A fact joins its (head, relation) group; relation cardinality is counted over heads.
+# A fact joins its (head, relation) group; relation cardinality is counted over heads, and the
+# relation's verdict (workers.policy.is_multi_valued: at least ARGV[4] heads, and a share ARGV[5]
+# of the heads seen, with two or more tails) is decided and written in the same step, so two
+# detectors on two partitions cannot both see the old verdict. The message that flipped it is
+# remembered (KEYS[6]), so its redelivery spawns the same re-adjudications.
+# KEYS: group, relation heads, relation multi-heads, facts with tail, cardinality hash, flip mark.
+# ARGV: fact id, head id, relation, min multi heads, multi head share, ttl.
 _JOIN_GROUP = """
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[2])
 local size = redis.call('SCARD', KEYS[1])
 if size >= 2 then redis.call('SADD', KEYS[3], ARGV[2]) end
-return {redis.call('SCARD', KEYS[2]), redis.call('SCARD', KEYS[3]), size}
+local heads, multi = redis.call('SCARD', KEYS[2]), redis.call('SCARD', KEYS[3])
+local verdict = 'single'
+if multi >= tonumber(ARGV[4]) and multi >= tonumber(ARGV[5]) * heads then verdict = 'multi' end
+local flipped = 0
+if redis.call('HGET', KEYS[5], ARGV[3]) ~= verdict then
+  redis.call('HSET', KEYS[5], ARGV[3], verdict)
+  redis.call('SET', KEYS[6], verdict, 'EX', ARGV[6])
+  flipped = 1
+elseif redis.call('GET', KEYS[6]) == verdict then
+  flipped = 1
+end
+return {heads, multi, size, verdict, flipped}
 """
 
 # Keep the smallest of competing descriptions of one record (surface forms and types seen in
@@ -130,6 +149,15 @@ class Outgoing:
 
 
 @dataclass(frozen=True)
+class GroupJoin:
+    heads: int  # heads seen with the relation
+    multi_heads: int  # heads with two or more tails
+    size: int  # facts in this (head, relation) group
+    verdict: str  # the relation's cardinality now: "single" | "multi"
+    flipped: bool  # this message changed the verdict
+
+
+@dataclass(frozen=True)
 class Hit:
     id: str  # id within its layer (key without prefix)
     score: float  # cosine similarity
@@ -154,10 +182,15 @@ class Memory:
         self._indexes: dict[tuple[str, str], AsyncSearchIndex] = {}
         self.index_recheck_s = INDEX_RECHECK_S
         self._indexes_checked: dict[str, float] = {}  # tenant → when a writer last checked them
+        self._sweep_registered: set[str] = set()
 
     @classmethod
-    def from_url(cls, url: str, **kwargs) -> "Memory":
-        return cls(aioredis.from_url(url, decode_responses=False), **kwargs)
+    def from_url(cls, url: str, max_connections: int = 64, pool_timeout: float = 20.0, **kwargs) -> "Memory":
+        """A client whose pool holds at most `max_connections`; a command finding them all busy
+        waits up to `pool_timeout` seconds for one (then redis ConnectionError) instead of
+        failing at once with "Too many connections" as redis-py's default pool does."""
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False)
+        return cls(aioredis.Redis.from_pool(pool), **kwargs)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -252,14 +285,63 @@ class Memory:
         return self.redis.pipeline(transaction=True)
 
     def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing]) -> None:
-        pipe.set(self.keys(tenant).outbox(mark), json.dumps([o.to_json() for o in outbox]), ex=DONE_MARK_TTL_S)
+        keys = self.keys(tenant)
+        pipe.set(keys.outbox(mark), json.dumps([o.to_json() for o in outbox]), ex=DONE_MARK_TTL_S)
+        pipe.zadd(keys.outboxes, {mark: time.time()})
+
+    async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
+        """Execute a message's staged writes and outbox unless another delivery of the same
+        message committed first — a partition's old and new owner during a rebalance, or a
+        worker that was thought dead. WATCH on the mark fences the late one off: its writes are
+        discarded, and it gets the outbox that did commit (AlreadyDone if that was finished).
+        None: ours committed."""
+        keys = self.keys(tenant)
+        if tenant not in self._sweep_registered:  # the sweep must know where to look
+            await self.redis.sadd(TENANTS_WITH_OUTBOXES, tenant)
+            self._sweep_registered.add(tenant)
+        try:
+            await pipe.watch(keys.done_mark(mark), keys.outbox(mark))
+            done, committed = await pipe.mget(keys.done_mark(mark), keys.outbox(mark))
+            if done is None and committed is None:
+                await pipe.execute()
+                return None
+            await pipe.reset()
+        except WatchError:  # committed by the other delivery between our check and EXEC
+            pass
+        found = await self.pending_outbox(tenant, mark)
+        if found is None:
+            raise RuntimeError(f"commit of {mark} was fenced off, yet no committed outbox was found")
+        return found
 
     async def finish(self, tenant: str, mark: str) -> None:
         keys = self.keys(tenant)
         pipe = self.pipeline()
         pipe.set(keys.done_mark(mark), b"1", ex=DONE_MARK_TTL_S)
         pipe.delete(keys.outbox(mark))
+        pipe.zrem(keys.outboxes, mark)
         await pipe.execute()
+
+    async def unsent_outboxes(self, committed_before: float, limit: int = 500) -> list[tuple[str, str, list[Outgoing]]]:
+        """(tenant, mark, outbox) of outboxes committed before the given time and still not
+        published, oldest first per tenant — for the sweep. A tenant is skipped while another
+        worker sweeps it (a lock that expires, so a dead sweeper holds nothing for long)."""
+        found = []
+        for raw in sorted(await self.redis.smembers(TENANTS_WITH_OUTBOXES)):
+            tenant = raw.decode()
+            keys = self.keys(tenant)
+            marks = await self.redis.zrangebyscore(keys.outboxes, "-inf", committed_before, start=0, num=limit)
+            if not marks or not await self.redis.set(keys.outbox_sweep_lock, b"1", nx=True, ex=OUTBOX_SWEEP_LOCK_S):
+                continue
+            for mark in (m.decode() for m in marks):
+                try:
+                    outbox = await self.pending_outbox(tenant, mark)
+                except AlreadyDone:
+                    outbox = None
+                if outbox is None:  # finished meanwhile (or expired): nothing to send
+                    await self.redis.zrem(keys.outboxes, mark)
+                else:
+                    found.append((tenant, mark, outbox))
+        return found
 
     # ---- document progress -----------------------------------------------------------
     def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str]) -> None:
@@ -471,15 +553,19 @@ class Memory:
             pipe.srem(self.keys(tenant).schema_pending(schema_id), *fact_ids)
 
     # ---- conflict groups and relation cardinality -----------------------------------------------
-    async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str) -> tuple[int, int, int]:
-        """Add a fact to its (head, relation) group. Returns (heads seen with the relation,
-        heads with two or more tails, size of this group). Idempotent."""
+    async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str, mark: str,
+                         multi_rule: tuple[int, float]) -> GroupJoin:
+        """Add a fact to its (head, relation) group and decide the relation's cardinality in
+        the same atomic step; multi_rule = (min heads, share of heads) with several tails that
+        make a relation multi-valued (workers.policy). Idempotent; a redelivery of the message
+        `mark` that flipped the verdict is told it flipped it."""
         keys = self.keys(tenant)
-        heads, multi, size = await self.redis.eval(
-            _JOIN_GROUP, 4, keys.group(head_id, relation), keys.relation_heads(relation), keys.relation_multi_heads(relation),
-            keys.facts_with_tail(tail_id), fact_id, head_id,
+        heads, multi, size, verdict, flipped = await self.redis.eval(
+            _JOIN_GROUP, 6, keys.group(head_id, relation), keys.relation_heads(relation), keys.relation_multi_heads(relation),
+            keys.facts_with_tail(tail_id), keys.relation_cardinality, keys.cardinality_flip(mark),
+            fact_id, head_id, relation, multi_rule[0], multi_rule[1], DONE_MARK_TTL_S,
         )
-        return int(heads), int(multi), int(size)
+        return GroupJoin(int(heads), int(multi), int(size), verdict.decode(), bool(flipped))
 
     async def facts_with_tail(self, tenant: str, tail_id: str) -> list[str]:
         return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).facts_with_tail(tail_id)))
@@ -497,13 +583,6 @@ class Memory:
         """(heads seen with the relation, heads with two or more tails)."""
         keys = self.keys(tenant)
         return await self.redis.scard(keys.relation_heads(relation)), await self.redis.scard(keys.relation_multi_heads(relation))
-
-    async def relation_verdict(self, tenant: str, relation: str) -> str | None:
-        value = await self.redis.hget(self.keys(tenant).relation_cardinality, relation)
-        return value.decode() if value else None
-
-    def stage_relation_verdict(self, pipe, tenant: str, relation: str, verdict: str) -> None:
-        pipe.hset(self.keys(tenant).relation_cardinality, relation, verdict)
 
     def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
         pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})

@@ -273,9 +273,12 @@ class FactEvent(Record):
 @dataclass
 class DeadLetter(Record):
     """A message that could not be processed. `payload` is the original value as text
-    (undecodable bytes are escaped), so nothing is lost."""
+    (undecodable bytes escaped), cut to a bound so a letter always fits the topic;
+    `payload_bytes` and `payload_sha256` describe the whole original, and `partition`/`offset`
+    say where to read it back while the topic retains it."""
 
     TOPIC: ClassVar[str] = "dlq"
+    RAW_FIELDS: ClassVar[tuple[str, ...]] = ("payload", "error", "key")
 
     topic: str
     payload: str
@@ -286,6 +289,9 @@ class DeadLetter(Record):
     attempts: int = 1
     tenant: Optional[str] = None
     ts: float = 0.0
+    payload_bytes: int = 0
+    payload_sha256: str = ""
+    payload_truncated: bool = False
 
 
 def encode(record: Record) -> bytes:

@@ -6,6 +6,7 @@ returned, i.e. after its Redis effects and outgoing messages are durable."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import tempfile
@@ -80,22 +81,45 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
     for role, suffix in ROLE_TOPICS.items():
         if role in roles:
             _register_agent(app, role, topics[suffix], suffix, pipeline)
+    if roles & set(ROLE_TOPICS):
+        _register_outbox_sweep(app, settings, pipeline)
     if "query" in roles:
         _register_http(app, settings, memory, embedder)
     return app
 
 
 def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline) -> None:
-    # One event at a time, acked when the next is taken. Batching the extractor with
-    # stream.take_events (to overlap LLM calls) stalled under a consumer-group rebalance in
-    # about one run in three of the two-extractor test, so it is not used.
+    # One event at a time, acked by hand once `process` returned (its effects committed and
+    # its outbox published, or the message dead-lettered). faust's own ack runs in a `finally`
+    # and so also acks the event whose handler was cancelled by a SIGTERM or a rebalance: the
+    # message in flight was committed unprocessed and lost. An event never acked here stays
+    # uncommitted and is delivered again to the partition's next owner.
+    # Batching the extractor with stream.take_events (to overlap LLM calls) stalled under a
+    # consumer-group rebalance in about one run in three of the two-extractor test: not used.
     async def agent(stream):
-        async for event in stream.events():
+        manual = stream.noack()
+        async for event in manual.events():
             message = event.message
             await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
+            await manual.ack(event)
 
     agent.__name__ = agent.__qualname__ = role
     app.agent(topic, name=f"memstream.{role}", concurrency=1)(agent)
+
+
+def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipeline) -> None:
+    """Publish committed outboxes nobody published (a worker died between commit and send, or
+    sending failed past every retry): at start, then every outbox_sweep_interval seconds."""
+
+    @app.task
+    async def sweep_outboxes():
+        await asyncio.sleep(min(5.0, settings.outbox_sweep_interval))  # let the producer start
+        while True:
+            try:
+                await pipeline.publish_unsent_outboxes(grace_s=settings.outbox_sweep_interval)
+            except Exception as exc:  # Redis or Kafka away: the next round tries again
+                log.warning("outbox sweep failed (%s: %s); next try in %.0fs", type(exc).__name__, exc, settings.outbox_sweep_interval)
+            await asyncio.sleep(settings.outbox_sweep_interval)
 
 
 def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder) -> None:

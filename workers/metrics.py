@@ -1,8 +1,13 @@
 """Prometheus metrics of the workers (served on the query worker's /metrics)."""
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 MESSAGES = Counter("memstream_messages_total", "Messages processed per stage", ["stage"])
 DEAD_LETTERS = Counter("memstream_dead_letters_total", "Messages sent to the dead-letter topic", ["topic"])
 STAGE_SECONDS = Histogram("memstream_stage_seconds", "Time to process one message per stage", ["stage"])
 QUERY_SECONDS = Histogram("memstream_query_seconds", "Time to answer one query", ["mode"])
+OUTAGE_RETRIES = Counter("memstream_outage_retries_total", "Retries while Redis or Kafka could not be reached", ["stage"])
+OUTAGE_WAITING = Gauge("memstream_outage_waiting", "Messages waiting out a Redis or Kafka outage now", ["stage"])
+OUTBOXES_SWEPT = Counter("memstream_outboxes_swept_total", "Committed outboxes published by the sweep, not by their message")
+REDELIVERIES = Counter("memstream_redeliveries_total", "Messages found committed or done before (a redelivery)", ["stage", "found"])
+FENCED = Counter("memstream_fenced_commits_total", "Commits discarded because another delivery of the message committed first", ["stage"])

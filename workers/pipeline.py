@@ -13,6 +13,7 @@ blocks a partition and nothing is dropped silently.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
@@ -20,6 +21,9 @@ import time
 from dataclasses import replace
 from typing import Awaitable, Callable
 
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redisvl.query.filter import Tag
 
 from store import AlreadyDone, Hit, Memory, Outgoing
@@ -32,13 +36,14 @@ from workers.extraction import Entity
 from workers.llm import LLMError, MalformedOutput
 from workers.llm_resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
 from workers.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
-from workers.policy import CONTAINMENT_RELATIONS, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
+from workers.policy import CONTAINMENT_RELATIONS, MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[Outgoing], Awaitable[None]]
 MAX_ATTEMPTS = 5
+MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
 BACKOFF_BASE_S, BACKOFF_CAP_S = 0.2, 5.0
 
 
@@ -65,69 +70,131 @@ class Pipeline:
 
     # ---- the envelope: decode, retry, dead-letter -------------------------------------
     async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
+        """Handle one message to the end: its effects and outbox committed and published, or
+        the message dead-lettered with the reason. Returns only then, so the caller may ack."""
         started = time.perf_counter()
         try:
             if value is None:
                 raise ContractError(f"{topic}: empty message (no value)")
             record = decode(self.RECORDS[topic], value, max_text_bytes=self.settings.max_text_bytes)
-        except ContractError as exc:
-            await self.dead_letter(topic, key, value, str(exc), partition, offset, attempts=1)
+        except Exception as exc:  # any failure to decode is a dead letter, never a skipped message
+            reason = str(exc) if isinstance(exc, ContractError) else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
+            await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
             return
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                await self.handlers[topic](record)
-                metrics.MESSAGES.labels(stage=topic).inc()
-                metrics.STAGE_SECONDS.labels(stage=topic).observe(time.perf_counter() - started)
-                return
-            except PermanentError as exc:
-                await self.dead_letter(topic, key, value, str(exc), partition, offset, attempt, getattr(record, "tenant", None))
-                return
-            except Exception as exc:  # transient: Redis, Kafka, model
-                if attempt == MAX_ATTEMPTS:
-                    await self.dead_letter(topic, key, value, f"{type(exc).__name__}: {exc}", partition, offset, attempt, getattr(record, "tenant", None))
+        tenant = getattr(record, "tenant", None)
+        attempt, outage_since = 0, None
+        try:
+            while True:
+                attempt += 1
+                try:
+                    await self.handlers[topic](record)
+                    metrics.MESSAGES.labels(stage=topic).inc()
+                    metrics.STAGE_SECONDS.labels(stage=topic).observe(time.perf_counter() - started)
                     return
-                delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-                log.warning("%s: attempt %d failed (%s: %s); retrying in %.2fs", topic, attempt, type(exc).__name__, exc, delay)
-                await asyncio.sleep(delay)
+                except PermanentError as exc:
+                    await self.dead_letter(topic, key, value, str(exc), partition, offset, attempt, tenant)
+                    return
+                except Exception as exc:
+                    if is_outage(exc):
+                        # Redis or Kafka unreachable: nothing is wrong with the message; wait the
+                        # outage out (up to the deadline) instead of dead-lettering all in flight
+                        if outage_since is None:
+                            outage_since = time.monotonic()
+                            metrics.OUTAGE_WAITING.labels(stage=topic).inc()
+                        waited = time.monotonic() - outage_since
+                        if waited >= self.settings.outage_deadline:
+                            reason = f"outage outlasted {self.settings.outage_deadline:.0f}s: {type(exc).__name__}: {exc}"
+                            await self.dead_letter(topic, key, value, reason, partition, offset, attempt, tenant)
+                            return
+                        delay = backoff(attempt)
+                        metrics.OUTAGE_RETRIES.labels(stage=topic).inc()
+                        log.warning("%s: waiting out an outage, %.0fs so far (%s: %s); retrying in %.1fs", topic, waited, type(exc).__name__, exc, delay)
+                    elif attempt >= MAX_ATTEMPTS:
+                        await self.dead_letter(topic, key, value, f"{type(exc).__name__}: {exc}", partition, offset, attempt, tenant)
+                        return
+                    else:
+                        delay = backoff(attempt)
+                        log.warning("%s: attempt %d failed (%s: %s); retrying in %.2fs", topic, attempt, type(exc).__name__, exc, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            if outage_since is not None:
+                metrics.OUTAGE_WAITING.labels(stage=topic).dec()
 
     async def dead_letter(self, topic, key, value, error, partition, offset, attempts, tenant=None) -> None:
-        log.error("%s: to dead-letter topic: %s", topic, error)
+        log.error("%s: to dead-letter topic: %s", topic, error[:2000])
         metrics.DEAD_LETTERS.labels(topic=topic).inc()
-        payload = "" if value is None else value.decode("utf-8", errors="backslashreplace")
-        letter = DeadLetter(
-            topic=f"{self.settings.topic_namespace}.{topic}",
-            payload=payload,
-            error=error,
-            key=None if key is None else key.decode("utf-8", errors="backslashreplace"),
-            partition=partition,
-            offset=offset,
-            attempts=attempts,
-            tenant=tenant,
-            ts=time.time(),
+        letter = dead_letter_record(
+            f"{self.settings.topic_namespace}.{topic}", key, value, error, partition, offset, attempts, tenant,
+            # JSON escaping can grow a payload up to 6× (control characters as \u00XX): half the
+            # text limit keeps any letter under the topic's message size (4× the limit + 1 MiB)
+            max_payload_bytes=self.settings.max_text_bytes // 2,
         )
-        await self.send(Outgoing("dlq", letter.key or "", encode(letter)))
+        await self._send_until_sent(Outgoing("dlq", letter.key or "", encode(letter)))
+
+    async def _send_until_sent(self, item: Outgoing) -> None:
+        """Publish, waiting out a broker outage up to the deadline (then raise: the message
+        stays unacknowledged and is delivered again)."""
+        since = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.send(item)
+                return
+            except Exception as exc:
+                if not is_outage(exc) or time.monotonic() - since >= self.settings.outage_deadline:
+                    raise
+                log.warning("%s: publish failed (%s: %s); retrying", item.topic, type(exc).__name__, exc)
+                await asyncio.sleep(backoff(attempt))
 
     async def _once(self, tenant: str, mark: str, decide, finishes: tuple[str, str, int] | None = None) -> None:
-        """`finishes` = (chunk id, work id, chunk fact count) of the work item this message is.
+        """Decide, commit (writes + outbox in one MULTI), publish, mark done.
+
+        `finishes` = (chunk id, work id, chunk fact count) of the work item this message is.
         The same work can be spawned twice (two promotions of one pending fact, a group
         re-adjudicated for the same cause); the copy that finds it done must still mark it
-        finished, or the chunk it belongs to would wait for it forever."""
+        finished, or the chunk it belongs to would wait for it forever.
+
+        The commit is fenced (Memory.commit_once): of two deliveries of one message running at
+        once, only one commits; the other publishes that one's outbox, never its own."""
+        stage = mark.split(":", 1)[0]
         try:
             outbox = await self.memory.pending_outbox(tenant, mark)
+            if outbox is None:
+                pipe = self.memory.pipeline()
+                outbox = stamp_event_ids(mark, await decide(pipe))
+                self.memory.stage_outbox(pipe, tenant, mark, outbox)
+                committed = await self.memory.commit_once(pipe, tenant, mark)
+                if committed is not None:
+                    metrics.FENCED.labels(stage=stage).inc()
+                    outbox = committed
+            else:
+                metrics.REDELIVERIES.labels(stage=stage, found="outbox").inc()
         except AlreadyDone:
+            metrics.REDELIVERIES.labels(stage=stage, found="done").inc()
             if finishes:
                 pipe = self.memory.pipeline()
                 self.memory.stage_work_done(pipe, tenant, *finishes)
                 await pipe.execute()
             return
-        if outbox is None:
-            pipe = self.memory.pipeline()
-            outbox = await decide(pipe)
-            self.memory.stage_outbox(pipe, tenant, mark, outbox)
-            await pipe.execute()
         for item in outbox:
             await self.send(item)
         await self.memory.finish(tenant, mark)
+
+    async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
+        """Publish outboxes that were committed but never published (their worker died or
+        publishing kept failing and the message was dead-lettered), oldest first, and mark
+        them done. `grace_s` leaves alone outboxes whose own worker is still publishing them; a
+        race with it publishes twice, which consumers absorb (same event ids, done marks)."""
+        sent = 0
+        for tenant, mark, outbox in await self.memory.unsent_outboxes(time.time() - grace_s):
+            for item in outbox:
+                await self.send(item)
+            await self.memory.finish(tenant, mark)
+            metrics.OUTBOXES_SWEPT.inc()
+            log.warning("sweep: published the unsent outbox of %s in tenant %s (%d messages)", mark, tenant, len(outbox))
+            sent += 1
+        return sent
 
     # ---- chunker -------------------------------------------------------------------------
     async def on_document(self, doc: Document) -> None:
@@ -219,7 +286,7 @@ class Pipeline:
     # ---- A_det ---------------------------------------------------------------------------------
     async def on_candidate(self, cand: CandidateFact) -> None:
         tenant, fid = cand.tenant, fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
-        mark = f"act:{fid}:{cand.passage_id}" if cand.activation else f"det:{cand.passage_id}:{cand.fact_index}"
+        mark = _detection_mark(cand, fid)
 
         async def decide(pipe):
             fact = await self.memory.fact(tenant, fid)
@@ -292,28 +359,30 @@ class Pipeline:
             near = await self._near_duplicate(tenant, fid, fact)
             if near:
                 return [self._conflict_set(cand, "duplicate", near.id, [near.id], f"near-duplicate of {near.id} (cosine {near.score:.3f} > δ {self.settings.delta})")]
-            heads, multi, size = await self.memory.join_group(tenant, fact["head_id"], relation, fact["tail_id"], fid)
-            verdict = "multi" if is_multi_valued(heads, multi) else "single"
+            joined = await self.memory.join_group(tenant, fact["head_id"], relation, fact["tail_id"], fid, _detection_mark(cand, fid), MULTI_RULE)
             outbox = []
-            if await self.memory.relation_verdict(tenant, relation) != verdict:
-                self.memory.stage_relation_verdict(pipe, tenant, relation, verdict)
+            if joined.flipped:
                 # the relation's cardinality flipped: every group with several tails is decided again
                 for head in await self.memory.relation_multi_heads(tenant, relation):
                     if head != fact["head_id"]:
-                        outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {verdict}-valued", "cardinality"))
-            if size >= 2 and verdict == "single":
-                return outbox + [self._adjudication(cand, fact["head_id"], relation, f"single-valued relation '{relation}' with {size} tails", "group")]
+                        outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {joined.verdict}-valued", "cardinality"))
+            if joined.size >= 2 and joined.verdict == "single":
+                return outbox + [self._adjudication(cand, fact["head_id"], relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
             return outbox + await self._activate(pipe, cand, fid, fact)
         return await self._activate(pipe, cand, fid, fact)
 
     async def _near_duplicate(self, tenant: str, fid: str, fact: dict) -> Hit | None:
+        """An active fact that says the same thing in other words: the same head and tail
+        entities (after normalisation and aliases) with a relation whose fact embedding is
+        within δ ("born in" / "native of"). Similarity only proposes: facts of different
+        entities are never the same fact, whatever their cosine ("Bayezid I" / "Bayezid II",
+        "1998" / "1999" — 56 of 63 similarity-only merges on a Wikipedia corpus were such)."""
         vector = await self.memory.fact_vector(tenant, fid)
         if vector is None:
             return None
-        for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "relation"], Tag("status") == "active"):
-            # same head and relation, another tail: a structural question for the group, not a duplicate
-            same_group = hit.fields["head_id"] == fact["head_id"] and hit.fields["relation"] == fact["relation"]
-            if hit.id != fid and hit.score > self.settings.delta and not same_group:
+        same_entities = (Tag("status") == "active") & (Tag("head_id") == fact["head_id"]) & (Tag("tail_id") == fact["tail_id"])
+        for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "tail_id", "relation"], same_entities):
+            if hit.id != fid and hit.score > self.settings.delta and (hit.fields["head_id"], hit.fields["tail_id"]) == (fact["head_id"], fact["tail_id"]):
                 return hit
         return None
 
@@ -335,7 +404,7 @@ class Pipeline:
         self._stage_active_effects(pipe, tenant, fid, fact, version)
         self.memory.stage_fact_update(pipe, tenant, fid, {"status": "active", "activated_at": time.time()})
         fact["status"] = "active"
-        return [self._event(tenant, "activated", fid, fact, version, "")] + await self._containment_changed(cand, fact)
+        return [self._event(tenant, "activated", fid, fact, version)] + await self._containment_changed(cand, fact)
 
     def _stage_active_effects(self, pipe, tenant: str, fid: str, fact: dict, version: int) -> None:
         self.memory.stage_fact_edge(pipe, tenant, version, entity_node(fact["head_id"]), entity_node(fact["tail_id"]), fid)
@@ -391,7 +460,7 @@ class Pipeline:
             return []
         target["passage_ids"] = sorted(set(target["passage_ids"]) | new_passages)
         version = await self.memory.graph_version(tenant)
-        outbox = [self._event(tenant, "merged", target_id, target, version, cand.passage_id, reason=conflict.reason, extra=source_id)]
+        outbox = [self._event(tenant, "merged", target_id, target, version, reason=conflict.reason)]
         # more support can change how the target's group is decided
         if self.settings.on("conflicts") and await self.memory.group_size(tenant, target["head_id"], target["relation"]) >= 2:
             outbox += await self._adjudicate(pipe, cand, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: new_passages})
@@ -458,6 +527,7 @@ class Pipeline:
             if decision.status == "active" and old_status != "active":
                 self._stage_active_effects(pipe, tenant, fid, fact, version)
                 update["activated_at"] = now
+                update["expired_at"] = ""  # valid again: queries drop facts whose expired_at has passed
                 events.append("activated")
                 outbox += await self._containment_changed(cand, fact)
             elif decision.status == "invalid":
@@ -469,19 +539,19 @@ class Pipeline:
                 events.append("qualified")
             self.memory.stage_fact_update(pipe, tenant, fid, update)
             fact.update(status=decision.status, qualifiers=decision.qualifiers)
-            signature = short_hash(*(f"{g}:{len(facts[g]['passage_ids'])}:{decisions[g].status}" for g in sorted(decisions)))
             for event in events:
-                outbox.append(self._event(tenant, event, fid, fact, version, signature, reason=f"{decision.kind or 'no conflict'}: {decision.reason}", evidence=decision.evidence))
+                outbox.append(self._event(tenant, event, fid, fact, version, reason=f"{decision.kind or 'no conflict'}: {decision.reason}", evidence=decision.evidence))
         return outbox
 
-    def _event(self, tenant, event, fid, fact, version, salt, reason="", extra="", evidence=()) -> Outgoing:
+    def _event(self, tenant, event, fid, fact, version, reason="", evidence=()) -> Outgoing:
+        """A fact event; its id is given by `stamp_event_ids` once the message's outbox is known."""
         public = {k: fact.get(k) for k in _PUBLIC_FACT_FIELDS}
         if isinstance(public.get("qualifiers"), str):
             public["qualifiers"] = json.loads(public["qualifiers"] or "{}")
         record = FactEvent(
             tenant=tenant,
             event=event,
-            event_id=short_hash(event, fid, salt, extra),
+            event_id="",
             fact_id=fid,
             fact=public,
             passage_ids=fact["passage_ids"],
@@ -491,6 +561,69 @@ class Pipeline:
             evidence_passage_ids=list(evidence),
         )
         return Outgoing("indexed-facts", fid, encode(record))
+
+
+def backoff(attempt: int) -> float:
+    """Capped exponential backoff with jitter: 0.1–0.2 s, 0.2–0.4 s, … up to 2.5–5 s."""
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Redis or Kafka could not be reached (here or in anything it was raised from): a
+    retry after a wait can succeed, whatever the message is."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError, asyncio.TimeoutError)):
+            return True
+        if isinstance(exc, KafkaError) and (exc.retriable or isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def stamp_event_ids(mark: str, outbox: list[Outgoing]) -> list[Outgoing]:
+    """Give each fact event the id of its transition: the message that caused it (its mark)
+    and its place among that message's events. A redelivery of the message decides the same
+    events in the same order, so it repeats the ids (consumers drop it); two transitions of one
+    fact never share an id, even when the fact returns to an earlier state."""
+    out = []
+    for position, item in enumerate(outbox):
+        if item.topic == "indexed-facts":
+            event = json.loads(item.value)
+            event["event_id"] = short_hash("event", mark, str(position), event["event"], event["fact_id"])
+            item = Outgoing(item.topic, item.key, json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        out.append(item)
+    return out
+
+
+def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error: str, partition, offset, attempts: int,
+                       tenant: str | None, max_payload_bytes: int) -> DeadLetter:
+    """A dead letter that always fits the topic: the payload (undecodable bytes escaped) cut
+    to `max_payload_bytes`, the whole original's size and sha256 kept, and the error cut to 8 KiB."""
+    raw = value or b""
+    payload = raw.decode("utf-8", errors="backslashreplace")
+    truncated = len(payload.encode("utf-8", errors="surrogatepass")) > max_payload_bytes
+    if truncated:
+        payload = payload.encode("utf-8", errors="surrogatepass")[:max_payload_bytes].decode("utf-8", errors="ignore")
+    return DeadLetter(
+        topic=topic,
+        payload=payload,
+        error=error[:8192],
+        key=None if key is None else key[:1024].decode("utf-8", errors="backslashreplace"),
+        partition=partition,
+        offset=offset,
+        attempts=attempts,
+        tenant=tenant,
+        ts=time.time(),
+        payload_bytes=len(raw),
+        payload_sha256=hashlib.sha256(raw).hexdigest(),
+        payload_truncated=truncated,
+    )
+
+
+def _detection_mark(cand: CandidateFact, fid: str) -> str:
+    return f"act:{fid}:{cand.passage_id}" if cand.activation else f"det:{cand.passage_id}:{cand.fact_index}"
 
 
 def _work_id_of(outgoing: Outgoing) -> str:

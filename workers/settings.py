@@ -51,6 +51,8 @@ class Settings:
     top_k: int = 5
     graph_cache_edges: int = 5_000_000  # graph edges one query worker keeps, over all tenants
     session_timeout: int = 10  # seconds before a dead worker's partitions move
+    outage_deadline: float = 300.0  # seconds a message waits out a Redis/Kafka outage before it is dead-lettered
+    outbox_sweep_interval: float = 30.0  # seconds between sweeps for committed, unpublished outboxes
     log_level: str = "info"
 
     def __post_init__(self):

@@ -1,0 +1,302 @@
+"""Nothing lost, nothing wrong (issue 9): poison messages, fenced commits, outboxes that drain,
+merges only of the same fact, re-activation, event ids per transition — the stages in this
+process over the test stack's Redis (tests/inprocess.py), and a SIGTERM through real Kafka."""
+
+import asyncio
+import json
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from ops.fake_llm import FakeOpenAI, user_text
+from store import Outgoing
+from tests.conftest import write_docs
+from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
+from tests.test_end_to_end import tenant_name
+from topics import Document, encode
+from workers.normalize import entity_id, fact_id, relation_name
+from workers.pipeline import dead_letter_record, is_outage
+from workers.query import QueryEngine, QueryRequest
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def fid(head, relation, tail):
+    return fact_id(entity_id(head), relation_name(relation), entity_id(tail))
+
+
+async def index(stages: InProcess, docs: dict[str, str]) -> None:
+    for doc_id, text in docs.items():
+        await stages.publish(doc_id, text)
+
+
+# ---- poison --------------------------------------------------------------------------------
+POISON = {
+    "lone surrogate": b'{"v":1,"tenant":"t","doc_id":"d","text":"\\ud800 broken"}',
+    "nested 100k deep": b"[" * 100_000 + b"]" * 100_000,
+    "5000-digit integer": b'{"v":1,"tenant":"t","doc_id":"d","text":"x","version":' + b"9" * 5000 + b"}",
+    "not UTF-8": b'{"v":1,"tenant":"t","doc_id":"d","text":"\xff\xfe"}',
+    "not JSON": b"\x00\x01garbage",
+}
+
+
+@pytest.mark.parametrize("topic", ["documents", "chunks", "candidate-facts", "conflict-sets"])
+def test_every_poison_pill_is_dead_lettered_and_the_next_message_processed(stack_env, topic):
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({"Ada Quill lives in Ostra.": [("Ada Quill", "lives in", "Ostra")]}), tau=1)
+        try:
+            for value in POISON.values():
+                await stages.deliver(topic, b"k", value)
+            await stages.publish("ok", "Ada Quill lives in Ostra.")
+            return stages.dead_letters(), stages.events()
+        finally:
+            await stages.close()
+
+    letters, events = run(scenario())
+    assert len(letters) == len(POISON)
+    assert all(letter["topic"].endswith(topic) and letter["error"] for letter in letters)
+    assert [e["event"] for e in events] == ["activated"]  # the partition keeps flowing
+
+
+def test_a_dead_letter_of_a_huge_undecodable_value_fits_the_topic():
+    value = b"\xff" * (4 << 20)  # 4 MiB, every byte escaped as \xff in the letter
+    letter = dead_letter_record("ns.documents", b"k", value, "undecodable", 0, 7, 1, None, max_payload_bytes=512 << 10)
+    encoded = encode(letter)
+    assert len(encoded) < 4 * (1 << 20) + (1 << 20)  # the topic's limit at the default text limit
+    assert letter.payload_truncated and letter.payload_bytes == len(value)
+    assert letter.payload_sha256 == __import__("hashlib").sha256(value).hexdigest()
+
+
+def test_outage_errors_are_told_from_bugs():
+    from aiokafka.errors import KafkaConnectionError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redisvl.exceptions import RedisSearchError
+
+    wrapped = RedisSearchError("Error while searching")
+    wrapped.__cause__ = RedisConnectionError("Connection refused")
+    assert is_outage(RedisConnectionError("refused")) and is_outage(KafkaConnectionError()) and is_outage(wrapped)
+    assert not is_outage(KeyError("status")) and not is_outage(ValueError("bad"))
+
+
+# ---- fencing and outboxes ------------------------------------------------------------------
+def test_of_two_deliveries_running_at_once_only_one_commits_and_publishes(stack_env):
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({}))
+        published = []
+
+        async def send(item):
+            published.append(item.value)
+
+        stages.pipeline.send = send
+        old_owner_may_commit = asyncio.Event()
+
+        async def old_owner(pipe):  # a revoked owner, slow in its handler
+            await old_owner_may_commit.wait()
+            pipe.set(stages.memory.keys(stages.tenant).base + ":probe", "old")
+            return [Outgoing("chunks", "k", b'"old"')]
+
+        async def new_owner(pipe):
+            pipe.set(stages.memory.keys(stages.tenant).base + ":probe", "new")
+            return [Outgoing("chunks", "k", b'"new"')]
+
+        try:
+            late = asyncio.create_task(stages.pipeline._once(stages.tenant, "ext:c1", old_owner))
+            await asyncio.sleep(0.05)
+            await stages.pipeline._once(stages.tenant, "ext:c1", new_owner)
+            old_owner_may_commit.set()
+            await late
+            probe = await stages.memory.redis.get(stages.memory.keys(stages.tenant).base + ":probe")
+            return published, probe
+        finally:
+            await stages.close()
+
+    published, probe = run(scenario())
+    assert published == [b'"new"']  # the late owner finds the message done: it never sends its own outbox
+    assert probe == b"new"  # and its writes were discarded
+
+
+def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(stack_env):
+    text = "Ada Quill lives in Ostra."
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({text: [("Ada Quill", "lives in", "Ostra")]}), tau=1)
+        real_send = stages.pipeline.send
+
+        async def broken_for_chunks(item):
+            if item.topic == "chunks":
+                raise RuntimeError("broker refused the message")
+            await real_send(item)
+
+        try:
+            stages.pipeline.send = broken_for_chunks
+            await stages.publish("d1", text)
+            lost = (await stages.memory.document_status(stages.tenant, "d1"))["chunks_done"]
+            stages.pipeline.send = real_send  # "the next start": publishing works again
+            swept = await stages.pipeline.publish_unsent_outboxes(grace_s=0)
+            await stages.drain()
+            status = await stages.memory.document_status(stages.tenant, "d1")
+            return lost, swept, status, stages.events()
+        finally:
+            await stages.close()
+
+    lost, swept, status, events = run(scenario())
+    assert lost == 0 and swept >= 1
+    assert status["chunks_done"] == status["chunks"] == 1
+    assert [e["event"] for e in events] == ["activated"]
+
+
+# ---- merges only of the same fact ---------------------------------------------------------------
+def test_facts_of_different_people_are_never_merged_whatever_their_cosine(stack_env):
+    people = {f"p{i}": f"Person{i} was born in London." for i in range(4)}
+    script = {text: [(f"Person{i}", "was born in", "London")] for i, text in enumerate(people.values())}
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), DigitBlindEmbedder(), tau=1)
+        try:
+            await index(stages, people)
+            return await stages.facts(), stages.events()
+        finally:
+            await stages.close()
+
+    facts, events = run(scenario())
+    assert sorted(f["head"] for f in facts.values() if f["status"] == "active") == ["Person0", "Person1", "Person2", "Person3"]
+    assert not [e for e in events if e["event"] == "merged"]
+
+
+class RomanBlindEmbedder(DigitBlindEmbedder):
+    """Test double: also blind to Roman numerals, so "Bayezid I" and "Bayezid II" collide."""
+
+    async def embed(self, texts):
+        import re
+
+        return await super().embed([re.sub(r"\b[IVX]+\b", "#", t) for t in texts])
+
+
+def test_bayezid_i_and_bayezid_ii_stay_apart(stack_env):
+    docs = {"b1": "Sultan Bayezid I of Ottoman Empire.", "b2": "Sultan Bayezid II of Ottoman Empire."}
+    script = {docs["b1"]: [("Sultan Bayezid I", "ruled", "Ottoman Empire", "PERSON", "STATE")],
+              docs["b2"]: [("Sultan Bayezid II", "ruled", "Ottoman Empire", "PERSON", "STATE")]}
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), RomanBlindEmbedder(), tau=1)
+        try:
+            await index(stages, docs)
+            return await stages.facts()
+        finally:
+            await stages.close()
+
+    facts = run(scenario())
+    assert {f["head"]: f["status"] for f in facts.values()} == {"Sultan Bayezid I": "active", "Sultan Bayezid II": "active"}
+
+
+class SynonymEmbedder(DigitBlindEmbedder):
+    """Test double: "native of" reads as "born in" (a paraphrase the model would place within δ)."""
+
+    async def embed(self, texts):
+        return await super().embed([t.replace("native of", "born in") for t in texts])
+
+
+def test_the_same_fact_in_other_words_is_still_merged(stack_env):
+    docs = {"a": "Ada Quill was born in Ostra.", "b": "Ada Quill is a native of Ostra."}
+    script = {docs["a"]: [("Ada Quill", "born in", "Ostra")], docs["b"]: [("Ada Quill", "native of", "Ostra")]}
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), SynonymEmbedder(), tau=1)
+        try:
+            await index(stages, docs)
+            return await stages.facts(), stages.events()
+        finally:
+            await stages.close()
+
+    facts, events = run(scenario())
+    born, native = fid("Ada Quill", "born in", "Ostra"), fid("Ada Quill", "native of", "Ostra")
+    assert facts[born]["status"] == "active" and facts[native]["status"] == "merged"
+    assert facts[born]["passage_ids"] == sorted(facts[born]["passage_ids"]) and len(facts[born]["passage_ids"]) == 2
+    assert [e["event"] for e in events] == ["activated", "merged"]
+
+
+# ---- lifecycle: re-activation and event ids ---------------------------------------------------
+def test_a_re_activated_fact_seeds_queries_again(stack_env):
+    docs = {"a1": "Ada Quill lives in Ostra.", "b1": "Ada Quill lives in Selka now.", "a2": "Ada Quill still lives in Ostra."}
+    script = {docs["a1"]: [("Ada Quill", "lives in", "Ostra")], docs["b1"]: [("Ada Quill", "lives in", "Selka")],
+              docs["a2"]: [("Ada Quill", "lives in", "Ostra")]}
+    ostra = fid("Ada Quill", "lives in", "Ostra")
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), tau=1)
+        try:
+            await index(stages, {"a1": docs["a1"], "b1": docs["b1"]})
+            invalidated = (await stages.memory.fact(stages.tenant, ostra))["status"]
+            await stages.publish("a2", docs["a2"])  # Ostra gains support and wins the group again
+            await asyncio.sleep(0.01)
+            fact = await stages.memory.fact(stages.tenant, ostra)
+            engine = QueryEngine(stages.memory, stages.pipeline.embedder)
+            answer = await engine.answer(QueryRequest.from_json({"query": fact["text"], "tenant": stages.tenant}, stages.tenant, 5))
+            return invalidated, fact, answer
+        finally:
+            await stages.close()
+
+    invalidated, fact, answer = run(scenario())
+    assert invalidated == "invalid" and fact["status"] == "active" and not fact.get("expired_at")
+    assert ostra in [f["id"] for f in answer["facts"]]
+
+
+def test_event_ids_of_a_flip_flop_differ(stack_env):
+    """A relation flips single → multi → single: Ada's second home is invalidated, activated,
+    invalidated again — three transitions, three ids (the old ids hashed the group's state,
+    which repeats)."""
+    singles = ["Bram", "Cleo", "Dara", "Eno", "Fay", "Gus", "Hal"]
+    docs = {"ada-1": ("Ada", "Ostra"), "ada-2": ("Ada", "Selka"), "ivo-1": ("Ivo", "Merrow"), "ivo-2": ("Ivo", "Calder")}
+    docs.update({f"{name}-1": (name, f"{name}ton") for name in singles})
+    texts = {doc_id: f"{head} lives in {tail} ({doc_id})." for doc_id, (head, tail) in docs.items()}
+    script = {texts[d]: [(head, "lives in", tail)] for d, (head, tail) in docs.items()}
+    ostra = fid("Ada", "lives in", "Ostra")
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), tau=1)
+        try:
+            await index(stages, texts)
+            return stages.events()
+        finally:
+            await stages.close()
+
+    events = run(scenario())
+    ostra_events = [(e["event"], e["event_id"]) for e in events if e["fact_id"] == ostra]
+    assert [name for name, _ in ostra_events] == ["activated", "invalidated", "activated", "invalidated"]
+    assert len({eid for _, eid in ostra_events}) == 4
+    assert len({e["event_id"] for e in events}) == len(events)
+
+
+# ---- a graceful stop through real Kafka ----------------------------------------------------------
+def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path):
+    """One worker, an LLM that takes 6 s, four documents, SIGTERM while the first call is in
+    flight (how compose, systemd and Kubernetes stop a process); a new worker indexes all four."""
+    texts = {f"d{i}": f"Person{i} Quill runs the Mill{i}." for i in range(4)}
+
+    def model(body):
+        text = user_text(body)
+        i = text[len("Person")]
+        return json.dumps({"entities": [{"name": f"Person{i} Quill", "type": "PERSON"}, {"name": f"Mill{i}", "type": "ORGANIZATION"}],
+                           "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
+                                      "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
+
+    with FakeOpenAI(default=model, latency_s=6.0) as server:
+        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"term-{uuid.uuid4().hex[:6]}", tau=1, partitions=1)
+        first = workers.start()
+        tenant = tenant_name("sigterm")
+        workers.cli.run("publish", *write_docs(tmp_path / "d", texts), "--tenant", tenant)
+        deadline = time.monotonic() + 120
+        while server.in_flight == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.in_flight, "no LLM call started"
+        os.killpg(first.pid, signal.SIGTERM)
+        first.wait(timeout=60)
+        workers.start()
+        workers.cli.run("publish", *write_docs(tmp_path / "d", texts), "--tenant", tenant, "--wait", "--timeout", "180")
+        activated = {e["fact_id"] for e in workers.cli.tail(tenant) if e["event"] == "activated"}
+    assert activated == {fid(f"Person{i} Quill", "runs", f"Mill{i}") for i in range(4)}
