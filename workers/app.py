@@ -123,6 +123,16 @@ def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
 
 
 def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder) -> None:
+    from workers import http
+    from workers.query import REDIS_CALLS_PER_QUERY
+
+    # A Redis pool of its own, sized to the requests admitted at once, so an admitted request
+    # does not wait for a connection, a query burst does not starve the indexing agents of an
+    # `all` worker, and a saturated pool queues commands (then 503s) instead of raising "Too
+    # many connections".
+    memory = Memory.from_url(settings.redis_url, max_connections=REDIS_CALLS_PER_QUERY * settings.query_max_inflight,
+                             pool_timeout=settings.redis_pool_timeout, tau=memory.tau, vector_index=memory.vector_index)
+    app.web.web_app.middlewares.extend(http.middlewares(settings.query_max_inflight))
     engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges))
     answer_llm = LLMClient(settings.llm_config(), memory.redis) if settings.llm_base_url and settings.llm_model else None
 
@@ -152,10 +162,7 @@ def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder)
     class Query(faust.web.View):
         async def post(self, request):
             try:
-                body = json.loads(await request.read() or b"null")
-                query = QueryRequest.from_json(body, settings.tenant, settings.top_k)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                return error(self, 400, "request body is not valid JSON")
+                query = QueryRequest.from_bytes(await request.read(), settings.tenant, settings.top_k)
             except ContractError as exc:
                 return error(self, 400, str(exc))
             if query.answer and answer_llm is None:

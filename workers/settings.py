@@ -50,6 +50,8 @@ class Settings:
     type_bridging: str = "on"
     top_k: int = 5
     graph_cache_edges: int = 5_000_000  # graph edges one query worker keeps, over all tenants
+    query_max_inflight: int = 64  # HTTP requests one query worker serves at once; more get 503 + Retry-After
+    redis_pool_timeout: float = 10.0  # seconds a query waits for a free Redis connection before a 503
     session_timeout: int = 10  # seconds before a dead worker's partitions move
     outage_deadline: float = 300.0  # seconds a message waits out a Redis/Kafka outage before it is dead-lettered
     outbox_sweep_interval: float = 30.0  # seconds between sweeps for committed, unpublished outboxes
@@ -71,6 +73,8 @@ class Settings:
             raise ValueError(f"MEMSTREAM_RESOLVER={self.resolver!r}: expected rules or llm")
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
             raise ValueError("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
+        if self.query_max_inflight < 1 or not self.redis_pool_timeout > 0:
+            raise ValueError("MEMSTREAM_QUERY_MAX_INFLIGHT must be >= 1 and MEMSTREAM_REDIS_POOL_TIMEOUT > 0")
 
     def on(self, switch: str) -> bool:
         return getattr(self, switch) == "on"
