@@ -1,0 +1,242 @@
+"""Bounded queries and load that is queued or shed (issue 9, items 7 and 8): out-of-range
+retrieval parameters, NaN/Infinity and lone surrogates are 400s with a JSON body; requests past
+the in-flight cap are 503 + Retry-After; every error body is JSON; PPR stops at its pass cap and
+says so, and runs off the event loop; a saturated Redis pool queues commands.
+
+The HTTP tests serve the query worker's real views and middlewares (`_register_http`) from
+aiohttp's test server: no Kafka, and Redis only where a test says so."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from store.memory import Hit
+from topics import ContractError
+from workers.graph_cache import TenantGraph
+from workers.query import QueryEngine, QueryRequest
+from workers.settings import Settings
+
+NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens: these tests never get that far
+
+
+class GatedEmbedder:
+    """The first `hold` calls wait until `release` is set; any later call is a test failure
+    surfacing as HTTP 500 (a request that should never have reached the engine)."""
+
+    dims = 384
+
+    def __init__(self, hold: int = 0):
+        self.hold = hold
+        self.calls = 0
+        self.release = asyncio.Event()
+
+    async def embed(self, texts):
+        self.calls += 1
+        if self.calls <= self.hold:
+            await self.release.wait()
+        raise RuntimeError("the engine was reached")
+
+
+def serve(settings: Settings, embedder, requests):
+    """Run `requests(client)` against the query worker's HTTP app; returns what it returns."""
+    import faust
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from store import Memory
+    from workers.app import _register_http
+
+    async def main():
+        app = faust.App("memstream-bounds-test", web_enabled=True)
+        _register_http(app, settings, Memory.from_url(settings.redis_url), embedder)
+        async with TestClient(TestServer(app.web.web_app)) as client:
+            return await requests(client)
+
+    return asyncio.run(main())
+
+
+async def post(client, body: bytes):
+    response = await client.post("/v1/query", data=body, headers={"Content-Type": "application/json"})
+    return response.status, response.headers, await response.json(content_type=None)
+
+
+BAD_BODIES = {
+    b'{"query": "x", "params": {"damping": 0.999999}}': "parameter 'damping' is 0.999999; allowed range (0, 0.95]",
+    b'{"query": "x", "params": {"tolerance": 1e-12}}': "parameter 'tolerance' is 1e-12; allowed range [1e-09, 0.01]",
+    b'{"query": "x", "params": {"tau_q": NaN}}': "NaN is not a JSON number",
+    b'{"query": "x", "params": {"alpha": Infinity}}': "Infinity is not a JSON number",
+    b'{"query": "x", "params": {"alpha": -Infinity}}': "-Infinity is not a JSON number",
+    b'{"query": "x", "params": {"temperature": 1e999}}': "number 1e999 is beyond the range of a double",
+    b'{"query": "x", "params": {"alpha": 1' + b"0" * 400 + b'}}': "parameter 'alpha' is out of range; allowed range [0, 1000]",
+    b'{"query": "x", "top_k": 1' + b"0" * 5000 + b"}": "request body is not valid JSON",
+    b'{"query": "x", "params": {"layer_k": 2.5}}': "parameter 'layer_k' must be int",
+    b'{"query": "\\ud800 who runs the mill?"}': "'query' is not valid Unicode: lone surrogate U+D800 at character 0",
+    b'{"query": "x", "tenant": "t\\udfff"}': "'tenant' is not valid Unicode: lone surrogate U+DFFF at character 1",
+    b'{"query": "x", "\\ud83d": 1}': "a key in the body is not valid Unicode",
+    b'[' * 100_000 + b']' * 100_000: "nested too deeply",
+    b'{"query": "caf\xe9"}': "request body is not UTF-8",
+}
+
+
+def test_bad_input_is_400_with_a_json_body_naming_what_is_wrong():
+    async def requests(client):
+        return {body: await post(client, body) for body in BAD_BODIES}
+
+    embedder = GatedEmbedder()
+    answers = serve(Settings(redis_url=NO_REDIS), embedder, requests)
+    for body, expected in BAD_BODIES.items():
+        status, _, answer = answers[body]
+        assert status == 400 and expected in answer["error"], (body[:60], status, answer)
+    assert embedder.calls == 0
+
+
+def test_bounds_are_checked_where_requests_are_built():
+    with pytest.raises(ContractError, match=r"'damping' is 0.999999; allowed range \(0, 0.95\]"):
+        QueryRequest.from_json({"query": "x", "params": {"damping": 0.999999}}, "default", 5)
+    with pytest.raises(ContractError, match="lone surrogate"):
+        QueryRequest.from_json({"query": "who\udc00"}, "default", 5)
+    with pytest.raises(ContractError, match="NaN is not a JSON number"):
+        QueryRequest.from_bytes(b'{"query": "x", "params": {"damping": NaN}}', "default", 5)
+    at_the_bounds = QueryRequest.from_json({"query": "x", "params": {"damping": 0.95, "tolerance": 1e-9}}, "default", 5)
+    assert (at_the_bounds.params.damping, at_the_bounds.params.tolerance) == (0.95, 1e-9)
+
+
+def test_requests_past_the_inflight_cap_are_503_with_retry_after_and_probes_are_not_shed():
+    embedder = GatedEmbedder(hold=2)
+
+    async def requests(client):
+        held = [asyncio.create_task(post(client, b'{"query": "held %d"}' % i)) for i in range(2)]
+        while embedder.calls < 2:  # both admitted and inside the engine
+            await asyncio.sleep(0.01)
+        shed = await post(client, b'{"query": "one too many"}')
+        health = await client.get("/healthz")
+        embedder.release.set()
+        await asyncio.gather(*held)
+        return shed, health.status, await health.json(content_type=None)
+
+    (status, headers, body), health_status, health = serve(Settings(redis_url=NO_REDIS, query_max_inflight=2), embedder, requests)
+    assert status == 503 and headers["Retry-After"] == "1"
+    assert "limit of 2 requests" in body["error"]
+    assert embedder.calls == 2  # the shed request never reached the engine
+    assert health_status == 503 and health["status"] == "unhealthy"  # answered (no Redis here), not shed
+
+
+def test_every_error_body_is_json():
+    async def requests(client):
+        missing = await client.get("/v1/nothing-here")
+        wrong_method = await client.get("/v1/query")
+        failing = await post(client, b'{"query": "reaches the engine"}')
+        return (missing.status, await missing.json(content_type=None)), (wrong_method.status, await wrong_method.json(content_type=None)), failing
+
+    (missing, wrong_method, failing) = serve(Settings(redis_url=NO_REDIS), GatedEmbedder(), requests)
+    assert missing == (404, {"error": "Not Found: GET /v1/nothing-here"})
+    assert wrong_method == (405, {"error": "Method Not Allowed: GET /v1/query"})
+    status, _, body = failing  # an unexpected exception: still JSON
+    assert status == 500 and body == {"error": "internal error: RuntimeError: the engine was reached"}
+
+
+def test_a_redis_pool_that_stays_exhausted_is_a_503():
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redisvl.exceptions import RedisSearchError
+
+    class Saturated:
+        dims = 384
+
+        async def embed(self, texts):  # what redisvl raises when the pool has no connection for it
+            try:
+                raise RedisConnectionError("No connection available.")
+            except RedisConnectionError as exc:
+                raise RedisSearchError(f"Error while searching: {exc}") from exc
+
+    async def requests(client):
+        return await post(client, b'{"query": "x"}')
+
+    status, headers, body = serve(Settings(redis_url=NO_REDIS), Saturated(), requests)
+    assert status == 503 and headers["Retry-After"] == "1" and "No connection available" in body["error"]
+
+
+def hub_graph():
+    from workers.ppr import SparseGraph
+
+    rng = np.random.default_rng(9)
+    return SparseGraph.from_edges((f"n{i}", f"n{int(rng.integers(0, 40))}", float(rng.uniform(0.5, 2))) for i in range(1, 400))
+
+
+def test_ppr_stops_at_its_pass_cap_and_reports_it():
+    from workers.ppr import MAX_PASSES
+
+    graph = hub_graph()
+    reset = np.zeros(len(graph))
+    reset[[3, 30, 300]] = [0.5, 0.3, 0.2]
+    capped = graph.solve(reset, damping=0.999999, tol=1e-12)  # ~20,000 passes to converge
+    assert capped.passes == MAX_PASSES and not capped.converged and capped.error_bound > 1e-12
+    assert np.isfinite(capped.scores).all() and (capped.scores >= 0).all()
+    with pytest.raises(ArithmeticError, match=f"in {MAX_PASSES} steps"):
+        graph.pagerank(reset, damping=0.999999, tol=1e-12)
+    within = graph.solve(reset, damping=0.95, tol=1e-9)  # the query worker's corner
+    assert within.converged and within.passes < MAX_PASSES and within.error_bound <= 1e-9
+
+
+def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monkeypatch):
+    from workers.ppr import Transition
+
+    graph = TenantGraph("t")
+    for a, b, kind in [("e:a", "e:b", "fact"), ("e:b", "e:c", "fact"), ("e:a", "p:p1", "passage"), ("e:c", "p:p2", "passage")]:
+        graph.apply(a, b, 1.0, kind)
+    fact = Hit("f1", 0.9, {"head": "A", "relation": "r", "tail": "B", "head_id": "a", "tail_id": "b", "status": "active",
+                           "category": "DECLARATIVE", "expired_at": None})
+
+    class Memory:
+        async def knn(self, tenant, layer, vector, k, fields, filter_expression=None):
+            return {"facts": [fact], "passages": [Hit("p1", 0.8, {"doc_id": "d1"})]}.get(layer, [])
+
+        async def graph_version(self, tenant):
+            return 1
+
+        async def passages(self, tenant, ids):
+            return [{"doc_id": f"d-{i}", "text": i} for i in ids]
+
+        async def entity_names(self, tenant, ids):
+            return {}
+
+    class Graphs:
+        async def current(self, tenant):
+            return graph
+
+    class Embedder:
+        async def embed(self, texts):
+            return np.ones((len(texts), 4), dtype=np.float32)
+
+    solved_on = []
+    solve = Transition.solve
+
+    def recording(self, *args, **kwargs):
+        solved_on.append(threading.get_ident())
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(Transition, "solve", recording)
+
+    async def main():
+        engine = QueryEngine(Memory(), Embedder(), Graphs())
+        return await engine.answer(QueryRequest("who?", "t", 2)), threading.get_ident()
+
+    result, loop_thread = asyncio.run(main())
+    assert solved_on and loop_thread not in solved_on
+    assert result["ppr"]["converged"] and result["ppr"]["passes"] > 0
+    assert [p["id"] for p in result["passages"]] == ["p1", "p2"]
+
+
+def test_a_saturated_redis_pool_queues_commands_instead_of_failing(stack_env):
+    from store import Memory
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        try:  # more commands at once than redis-py's default pool holds (100)
+            return await asyncio.gather(*(memory.redis.ping() for _ in range(300)))
+        finally:
+            await memory.close()
+
+    assert all(asyncio.run(main()))
