@@ -29,7 +29,9 @@ from ops.kafka_admin import ensure_topics
 from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr, wait_worker_healthy, worker_env
 from store import Memory
+from store.facts import Fact
 from topics import Chunk, Document
+from topics.records import Triple
 from workers.extraction import RulesExtractor
 from workers.normalize import entity_id, fact_id, schema_id
 from workers.settings import Settings
@@ -83,9 +85,8 @@ async def fill_memory(settings: Settings, tenant: str, passages: int, offset: in
                     memory.stage_entity(pipe, tenant, eid, name, "ENTITY", vec, chunk.chunk_id)
                 for (h, r, t), vec in zip(((0, "founded", 1), (1, "sells goods in", 2), (0, "visited", 2)), vectors[4:]):
                     fid = fact_id(ids[h], r, ids[t])
-                    memory.stage_new_fact(pipe, tenant, fid, {"head": names[h], "relation": r, "tail": names[t], "head_id": ids[h], "tail_id": ids[t],
-                                                              "head_type": "ENTITY", "tail_type": "ENTITY", "schema_id": schema_id("ENTITY", r, "ENTITY"),
-                                                              "category": "DECLARATIVE", "text": f"{names[h]} {r} {names[t]}"}, vec)
+                    triple = Triple(names[h], r, names[t], "ENTITY", "ENTITY")
+                    memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, ids[h], ids[t], schema_id("ENTITY", r, "ENTITY")), vec)
                     memory.stage_fact_update(pipe, tenant, fid, {"status": "active"})
                     memory.stage_fact_passage(pipe, tenant, fid, chunk.chunk_id)
             await pipe.execute()

@@ -4,7 +4,6 @@ comparing memories and moving them into other GraphRAG frameworks) or GraphML.""
 from __future__ import annotations
 
 import asyncio
-import json
 from xml.etree import ElementTree as ET
 
 from store import Memory
@@ -29,13 +28,13 @@ async def _export(settings: Settings, tenant: str) -> dict:
             row = await memory.hash(keys.schema(sid))
             schemas.append({"id": sid, "head_type": row.get("head_type"), "relation": row.get("relation"), "tail_type": row.get("tail_type"),
                             "frequency": int(row.get("frequency", 0)), "status": row.get("status")})
+        fact_ids = await memory.scan_ids(tenant, "facts")
         facts = []
-        for fid in await memory.scan_ids(tenant, "facts"):
-            row = await memory.hash(keys.fact(fid))
-            fact = {"id": fid, **{k: (row.get(k) or None) for k in FACT_FIELDS}}
-            fact["qualifiers"] = json.loads(row.get("qualifiers") or "{}")
-            fact["passages"] = await memory.set_members(keys.fact_passages(fid))
-            facts.append(fact)
+        for fact in await memory.facts(tenant, fact_ids):
+            if fact is not None:
+                record = fact.to_json()
+                facts.append({"id": fact.id, **{k: (record[k] if record[k] not in ("", None) else None) for k in FACT_FIELDS},
+                              "qualifiers": fact.qualifiers, "passages": fact.passage_ids})
         entities = []
         for eid in await memory.scan_ids(tenant, "entities"):
             row = await memory.hash(keys.entity(eid))

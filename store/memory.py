@@ -19,6 +19,7 @@ from redisvl.query import VectorQuery
 from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression
 
+from store.facts import Fact
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
 
@@ -416,11 +417,11 @@ class Memory:
         pipe.hsetnx(schema_key, "vec", vector_bytes(vector))
         _eval(pipe, _SUPPORT_SCHEMA, [keys.schema_passages(schema_id), schema_key], [passage_id, self.tau])
 
-    def stage_new_fact(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any], vector) -> None:
+    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector) -> None:
         """An extracted fact, status 'new' until the detector decides. Status and first-seen
         time are set once; the description is the smallest seen (order-independent)."""
-        key = self.keys(tenant).fact(fact_id)
-        described = {k: ("" if v is None else str(v)) for k, v in fields.items()}
+        key = self.keys(tenant).fact(fact.id)
+        described = fact.description()
         rank = "\x1f".join(described[k] for k in sorted(described))
         pairs = [x for kv in described.items() for x in kv]
         _eval(pipe, _SET_IF_SMALLER, [key], [rank, *pairs, "vec", vector_bytes(vector)])
@@ -430,10 +431,10 @@ class Memory:
     def stage_fact_passage(self, pipe, tenant: str, fact_id: str, passage_id: str) -> None:
         pipe.sadd(self.keys(tenant).fact_passages(fact_id), passage_id)
 
-    async def fact(self, tenant: str, fact_id: str) -> dict | None:
+    async def fact(self, tenant: str, fact_id: str) -> Fact | None:
         return (await self.facts(tenant, [fact_id]))[0]
 
-    async def facts(self, tenant: str, fact_ids: list[str]) -> list[dict | None]:
+    async def facts(self, tenant: str, fact_ids: list[str]) -> list[Fact | None]:
         """The facts (with their passage ids) in one round trip; None for a missing id."""
         keys = self.keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
@@ -442,13 +443,12 @@ class Memory:
             pipe.smembers(keys.fact_passages(fid))
         replies = await pipe.execute() if fact_ids else []
         out = []
-        for row, passages in zip(replies[0::2], replies[1::2]):
+        for fid, row, passages in zip(fact_ids, replies[0::2], replies[1::2]):
             if not row:
                 out.append(None)
                 continue
-            fact = {k.decode(): v.decode() for k, v in row.items() if k not in (b"vec", b"_rank")}
-            fact["passage_ids"] = sorted(p.decode() for p in passages)
-            out.append(fact)
+            fields = {k.decode(): v.decode() for k, v in row.items() if k not in (b"vec", b"_rank")}
+            out.append(Fact.from_hash(fid, fields, [p.decode() for p in passages]))
         return out
 
     async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
@@ -596,12 +596,12 @@ class Memory:
                 for relation in containment:
                     for fid in await self.group(tenant, entity, relation):
                         fact = await self.fact(tenant, fid)
-                        if fact and fact["status"] == "active":
-                            if fact["tail_id"] == a:
+                        if fact and fact.status == "active":
+                            if fact.tail_id == a:
                                 return True
-                            if fact["tail_id"] not in seen:
-                                seen.add(fact["tail_id"])
-                                next_frontier.add(fact["tail_id"])
+                            if fact.tail_id not in seen:
+                                seen.add(fact.tail_id)
+                                next_frontier.add(fact.tail_id)
             if not next_frontier:
                 return False
             frontier = next_frontier

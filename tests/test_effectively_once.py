@@ -164,7 +164,7 @@ def test_facts_of_different_people_are_never_merged_whatever_their_cosine(stack_
             await stages.close()
 
     facts, events = run(scenario())
-    assert sorted(f["head"] for f in facts.values() if f["status"] == "active") == ["Person0", "Person1", "Person2", "Person3"]
+    assert sorted(f.head for f in facts.values() if f.status == "active") == ["Person0", "Person1", "Person2", "Person3"]
     assert not [e for e in events if e["event"] == "merged"]
 
 
@@ -191,7 +191,7 @@ def test_bayezid_i_and_bayezid_ii_stay_apart(stack_env):
             await stages.close()
 
     facts = run(scenario())
-    assert {f["head"]: f["status"] for f in facts.values()} == {"Sultan Bayezid I": "active", "Sultan Bayezid II": "active"}
+    assert {f.head: f.status for f in facts.values()} == {"Sultan Bayezid I": "active", "Sultan Bayezid II": "active"}
 
 
 class SynonymEmbedder(DigitBlindEmbedder):
@@ -215,8 +215,8 @@ def test_the_same_fact_in_other_words_is_still_merged(stack_env):
 
     facts, events = run(scenario())
     born, native = fid("Ada Quill", "born in", "Ostra"), fid("Ada Quill", "native of", "Ostra")
-    assert facts[born]["status"] == "active" and facts[native]["status"] == "merged"
-    assert facts[born]["passage_ids"] == sorted(facts[born]["passage_ids"]) and len(facts[born]["passage_ids"]) == 2
+    assert facts[born].status == "active" and facts[native].status == "merged" and facts[native].merged_into == born
+    assert len(facts[born].passage_ids) == 2
     assert [e["event"] for e in events] == ["activated", "merged"]
 
 
@@ -231,18 +231,18 @@ def test_a_re_activated_fact_seeds_queries_again(stack_env):
         stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), tau=1)
         try:
             await index(stages, {"a1": docs["a1"], "b1": docs["b1"]})
-            invalidated = (await stages.memory.fact(stages.tenant, ostra))["status"]
+            invalidated = (await stages.memory.fact(stages.tenant, ostra)).status
             await stages.publish("a2", docs["a2"])  # Ostra gains support and wins the group again
             await asyncio.sleep(0.01)
             fact = await stages.memory.fact(stages.tenant, ostra)
             engine = QueryEngine(stages.memory, stages.pipeline.embedder)
-            answer = await engine.answer(QueryRequest.from_json({"query": fact["text"], "tenant": stages.tenant}, stages.tenant, 5))
+            answer = await engine.answer(QueryRequest.from_json({"query": fact.text, "tenant": stages.tenant}, stages.tenant, 5))
             return invalidated, fact, answer
         finally:
             await stages.close()
 
     invalidated, fact, answer = run(scenario())
-    assert invalidated == "invalid" and fact["status"] == "active" and not fact.get("expired_at")
+    assert invalidated == "invalid" and fact.status == "active" and fact.expired_at is None
     assert ostra in [f["id"] for f in answer["facts"]]
 
 
@@ -300,3 +300,53 @@ def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path):
         workers.cli.run("publish", *write_docs(tmp_path / "d", texts), "--tenant", tenant, "--wait", "--timeout", "180")
         activated = {e["fact_id"] for e in workers.cli.tail(tenant) if e["event"] == "activated"}
     assert activated == {fid(f"Person{i} Quill", "runs", f"Mill{i}") for i in range(4)}
+
+
+def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stack_env):
+    from store.facts import Fact, Lifecycle
+    from store.keys import entity_node
+    from topics.records import Triple
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({}))
+        memory, tenant, lifecycle = stages.memory, stages.tenant, Lifecycle(stages.memory)
+        fact = Fact.extracted("f1", Triple("Ada", "lives in", "Ostra"), "ada", "ostra", "s1")
+        seen = []
+
+        async def step(transition, *args, **kwargs):
+            pipe = memory.pipeline()
+            if transition is None:
+                memory.stage_new_fact(pipe, tenant, fact, [1.0] * 384)
+                await pipe.execute()
+                return
+            event = transition(pipe, tenant, fact, 1, *args, **kwargs)
+            await pipe.execute()
+            stored = await memory.fact(tenant, "f1")
+            edge = await memory.redis.hget(memory.keys(tenant).adjacency(entity_node("ada")), f"fact|{entity_node('ostra')}")
+            seen.append((event.event, stored.status, stored.expired_at is not None, edge is not None))
+
+        try:
+            await step(None)
+            await step(lifecycle.activate)
+            await step(lifecycle.invalidate, {}, "excluded")
+            await step(lifecycle.activate, {}, "regained support")
+            await step(lifecycle.qualify, {"time": {"from": "1998", "to": "2001"}}, "temporal")
+            await step(lifecycle.expire, "ttl over")
+            await step(lifecycle.activate)
+            await step(lifecycle.retract, "document withdrawn")
+            final = await memory.fact(tenant, "f1")
+            return seen, final
+        finally:
+            await stages.close()
+
+    seen, final = run(scenario())
+    assert seen == [
+        ("activated", "active", False, True),
+        ("invalidated", "invalid", True, False),
+        ("activated", "active", False, True),
+        ("qualified", "active", False, True),
+        ("expired", "expired", True, False),
+        ("activated", "active", False, True),
+        ("retracted", "retracted", True, False),
+    ]
+    assert (final.valid_at, final.invalid_at, final.head, final.text) == ("1998", "2001", "Ada", "Ada lives in Ostra")

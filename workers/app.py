@@ -12,6 +12,7 @@ import logging
 import tempfile
 
 import faust
+import faust.transport.consumer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory, Outgoing
@@ -88,6 +89,26 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
     return app
 
 
+def _ack_only_processed(ack):
+    """faust skips — and acks — messages fetched before a rebalance (an old generation id).
+    The partition is then sought back to its committed offset and the message fetched again,
+    but its offset already counts as acked: the next commit can pass it before the new copy is
+    processed, and a crash then loses it. Our agents mark what they processed; nothing else is
+    acked (every topic these workers consume is an agent's)."""
+
+    def ack_processed(self, message) -> bool:
+        if not getattr(message, "memstream_processed", False):
+            return False
+        return ack(self, message)
+
+    ack_processed.memstream_patched = True
+    return ack_processed
+
+
+if not getattr(faust.transport.consumer.Consumer.ack, "memstream_patched", False):
+    faust.transport.consumer.Consumer.ack = _ack_only_processed(faust.transport.consumer.Consumer.ack)
+
+
 def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline) -> None:
     # One event at a time, acked by hand once `process` returned (its effects committed and
     # its outbox published, or the message dead-lettered). faust's own ack runs in a `finally`
@@ -101,6 +122,7 @@ def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pip
         async for event in manual.events():
             message = event.message
             await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
+            message.memstream_processed = True
             await manual.ack(event)
 
     agent.__name__ = agent.__qualname__ = role
@@ -155,8 +177,8 @@ def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder)
         fact = await memory.fact(tenant, fact_id)
         if fact is None:
             return None, f"fact {fact_id!r}"
-        passages = [p for p in await memory.passages(tenant, fact["passage_ids"]) if p is not None]
-        return {"fact": {"id": fact_id, **fact}, "passages": passages}, ""
+        passages = [p for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
+        return {"fact": fact.to_json(), "passages": passages}, ""
 
     @app.page("/v1/query")
     class Query(faust.web.View):
@@ -180,7 +202,7 @@ def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder)
         async def get(self, request, fact_id):
             async def load(tenant):
                 fact = await memory.fact(tenant, fact_id)
-                return (fact and {"id": fact_id, **fact}), f"fact {fact_id!r}"
+                return (fact and fact.to_json()), f"fact {fact_id!r}"
             return await lookup(self, request, load)
 
     @app.page("/v1/facts/{fact_id}/evidence")

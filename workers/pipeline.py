@@ -27,9 +27,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redisvl.query.filter import Tag
 
 from store import AlreadyDone, Hit, Memory, Outgoing
+from store.facts import Fact, Lifecycle
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
-from topics.records import Triple
 from workers import metrics
 from workers.chunking import chunk_text
 from workers.extraction import Entity
@@ -61,6 +61,7 @@ class Pipeline:
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
+        self.lifecycle = Lifecycle(memory)
         self.handlers = {
             "documents": self.on_document,
             "chunks": self.on_chunk,
@@ -255,7 +256,7 @@ class Pipeline:
                 sid = schema_id(triple.head_type, triple.relation, triple.tail_type)
                 fid = fact_id(head_id, triple.relation, tail_id)
                 self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
-                self.memory.stage_new_fact(pipe, tenant, fid, _fact_fields(triple, head_id, tail_id, sid), fvec)
+                self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec)
                 candidate = CandidateFact(tenant, chunk.chunk_id, chunk.doc_id, triple, index, len(facts), head_id, tail_id, self.extractor.name)
                 outbox.append(Outgoing("candidate-facts", head_id, encode(candidate)))
             if not facts:
@@ -293,18 +294,18 @@ class Pipeline:
             if fact is None:
                 raise PermanentError(f"candidate fact {fid} has no extracted record in memory (publish documents, not candidate facts)")
             if cand.activation:  # a promoted pending fact
-                outbox = await self._admit(pipe, cand, fid, fact) if fact["status"] == "pending" else []
+                outbox = await self._admit(pipe, cand, fact) if fact.status == "pending" else []
                 return self._finish(pipe, cand, cand.work_id, outbox)
-            if cand.passage_id in fact["passage_ids"] and fact["status"] != "new":
+            if cand.passage_id in fact.passage_ids and fact.status != "new":
                 return self._finish(pipe, cand, None, [])  # the same fact twice in one passage
-            if fact["status"] in ("active", "invalid", "merged"):
+            if fact.status in ("active", "invalid", "merged"):
                 # a known fact gains support: merge the provenance (and re-adjudicate) in the resolver
                 return self._finish(pipe, cand, None, [self._conflict_set(cand, "duplicate", fid, [fid], "same fact")])
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
             if self.settings.on("schema_filter") and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
                 return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
             outbox = await self._promote_pending(pipe, cand)
-            return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fid, fact))
+            return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fact))
 
         await self._once(tenant, mark, decide, (cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None)
 
@@ -329,60 +330,59 @@ class Pipeline:
         self.memory.stage_unpend(pipe, cand.tenant, schema, parked)
         outbox = []
         for pid, fact in zip(parked, await self.memory.facts(cand.tenant, parked)):
-            if fact is None or fact["status"] != "pending":
+            if fact is None or fact.status != "pending":
                 continue
-            triple = Triple(fact["head"], fact["relation"], fact["tail"], fact["head_type"], fact["tail_type"], fact["category"], fact["valid_from"] or None, fact["valid_to"] or None)
             promoted = CandidateFact(
-                cand.tenant, cand.passage_id, cand.doc_id, triple, cand.fact_index, cand.chunk_fact_count,
-                fact["head_id"], fact["tail_id"], "promotion", activation=True, work_id=f"act:{pid}",
+                cand.tenant, cand.passage_id, cand.doc_id, fact.triple(), cand.fact_index, cand.chunk_fact_count,
+                fact.head_id, fact.tail_id, "promotion", activation=True, work_id=f"act:{pid}",
             )
-            outbox.append(Outgoing("candidate-facts", fact["head_id"], encode(promoted)))
+            outbox.append(Outgoing("candidate-facts", fact.head_id, encode(promoted)))
         return outbox
 
-    async def _admit(self, pipe, cand: CandidateFact, fid: str, fact: dict) -> list[Outgoing]:
+    async def _admit(self, pipe, cand: CandidateFact, fact: Fact) -> list[Outgoing]:
         """A fact passed the τ gate: detect conflicts, then activate it or hand it to A_res."""
-        tenant, relation = cand.tenant, fact["relation"]
+        tenant, relation, fid = cand.tenant, fact.relation, fact.id
         if self.settings.on("type_bridging"):  # its schema is stable: its entities join their types
             version = await self.memory.bump_graph_version(tenant)
-            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact["head_id"]), fact["head_type"])
-            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact["tail_id"]), fact["tail_type"])
+            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
+            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.tail_id), fact.tail_type)
         support = None if cand.activation else cand.passage_id  # a promotion adds no passage
         if support:
             self.memory.stage_fact_passage(pipe, tenant, fid, support)
-            fact["passage_ids"] = sorted(set(fact["passage_ids"]) | {support})
+            fact.passage_ids = sorted(set(fact.passage_ids) | {support})
         if self.settings.on("conflicts"):
             if relation in SYMMETRIC_RELATIONS:
-                swapped = fact_id(fact["tail_id"], relation, fact["head_id"])
+                swapped = fact_id(fact.tail_id, relation, fact.head_id)
                 other = await self.memory.fact(tenant, swapped)
-                if other and other["status"] == "active":
+                if other and other.status == "active":
                     return [self._conflict_set(cand, "duplicate", swapped, [swapped], f"symmetric relation '{relation}' with head and tail swapped")]
-            near = await self._near_duplicate(tenant, fid, fact)
+            near = await self._near_duplicate(tenant, fact)
             if near:
                 return [self._conflict_set(cand, "duplicate", near.id, [near.id], f"near-duplicate of {near.id} (cosine {near.score:.3f} > δ {self.settings.delta})")]
-            joined = await self.memory.join_group(tenant, fact["head_id"], relation, fact["tail_id"], fid, _detection_mark(cand, fid), MULTI_RULE)
+            joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, _detection_mark(cand, fid), MULTI_RULE)
             outbox = []
             if joined.flipped:
                 # the relation's cardinality flipped: every group with several tails is decided again
                 for head in await self.memory.relation_multi_heads(tenant, relation):
-                    if head != fact["head_id"]:
+                    if head != fact.head_id:
                         outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {joined.verdict}-valued", "cardinality"))
             if joined.size >= 2 and joined.verdict == "single":
-                return outbox + [self._adjudication(cand, fact["head_id"], relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
-            return outbox + await self._activate(pipe, cand, fid, fact)
-        return await self._activate(pipe, cand, fid, fact)
+                return outbox + [self._adjudication(cand, fact.head_id, relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
+            return outbox + await self._activate(pipe, cand, fact)
+        return await self._activate(pipe, cand, fact)
 
-    async def _near_duplicate(self, tenant: str, fid: str, fact: dict) -> Hit | None:
+    async def _near_duplicate(self, tenant: str, fact: Fact) -> Hit | None:
         """An active fact that says the same thing in other words: the same head and tail
         entities (after normalisation and aliases) with a relation whose fact embedding is
         within δ ("born in" / "native of"). Similarity only proposes: facts of different
         entities are never the same fact, whatever their cosine ("Bayezid I" / "Bayezid II",
         "1998" / "1999" — 56 of 63 similarity-only merges on a Wikipedia corpus were such)."""
-        vector = await self.memory.fact_vector(tenant, fid)
+        vector = await self.memory.fact_vector(tenant, fact.id)
         if vector is None:
             return None
-        same_entities = (Tag("status") == "active") & (Tag("head_id") == fact["head_id"]) & (Tag("tail_id") == fact["tail_id"])
+        same_entities = (Tag("status") == "active") & (Tag("head_id") == fact.head_id) & (Tag("tail_id") == fact.tail_id)
         for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "tail_id", "relation"], same_entities):
-            if hit.id != fid and hit.score > self.settings.delta and (hit.fields["head_id"], hit.fields["tail_id"]) == (fact["head_id"], fact["tail_id"]):
+            if hit.id != fact.id and hit.score > self.settings.delta and (hit.fields["head_id"], hit.fields["tail_id"]) == (fact.head_id, fact.tail_id):
                 return hit
         return None
 
@@ -398,29 +398,23 @@ class Pipeline:
         record = ConflictSet(cand.tenant, "adjudicate", probe, "", [], [cand.passage_id], work_id=work, reason=reason)
         return Outgoing("conflict-sets", head_id, encode(record))
 
-    async def _activate(self, pipe, cand: CandidateFact, fid: str, fact: dict) -> list[Outgoing]:
-        tenant = cand.tenant
-        version = await self.memory.bump_graph_version(tenant)
-        self._stage_active_effects(pipe, tenant, fid, fact, version)
-        self.memory.stage_fact_update(pipe, tenant, fid, {"status": "active", "activated_at": time.time()})
-        fact["status"] = "active"
-        return [self._event(tenant, "activated", fid, fact, version)] + await self._containment_changed(cand, fact)
+    async def _activate(self, pipe, cand: CandidateFact, fact: Fact) -> list[Outgoing]:
+        version = await self.memory.bump_graph_version(cand.tenant)
+        activated = self.lifecycle.activate(pipe, cand.tenant, fact, version)
+        return [_event_message(activated)] + await self._containment_changed(cand, fact)
 
-    def _stage_active_effects(self, pipe, tenant: str, fid: str, fact: dict, version: int) -> None:
-        self.memory.stage_fact_edge(pipe, tenant, version, entity_node(fact["head_id"]), entity_node(fact["tail_id"]), fid)
-
-    async def _containment_changed(self, cand: CandidateFact, fact: dict) -> list[Outgoing]:
+    async def _containment_changed(self, cand: CandidateFact, fact: Fact) -> list[Outgoing]:
         """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
         and Y into a granularity qualification: decide the groups with those tails again."""
-        if not self.settings.on("conflicts") or fact["relation"] not in CONTAINMENT_RELATIONS:
+        if not self.settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
             return []
         outbox, seen = [], set()
-        for entity in (fact["head_id"], fact["tail_id"]):
+        for entity in (fact.head_id, fact.tail_id):
             for other in await self.memory.facts(cand.tenant, await self.memory.facts_with_tail(cand.tenant, entity)):
-                group = (other["head_id"], other["relation"]) if other else None
+                group = (other.head_id, other.relation) if other else None
                 if group and group not in seen and await self.memory.group_size(cand.tenant, *group) >= 2:
                     seen.add(group)
-                    outbox.append(self._adjudication(cand, *group, f"containment {fact['head_id']} {fact['relation']} {fact['tail_id']} is active", f"containment-{fact['head_id']}"))
+                    outbox.append(self._adjudication(cand, *group, f"containment {fact.head_id} {fact.relation} {fact.tail_id} is active", f"containment-{fact.head_id}"))
         return outbox
 
     # ---- A_res -----------------------------------------------------------------------------------
@@ -442,40 +436,33 @@ class Pipeline:
     async def _merge(self, pipe, conflict: ConflictSet) -> list[Outgoing]:
         cand, tenant, target_id = conflict.candidate, conflict.tenant, conflict.fact_id
         target = await self.memory.fact(tenant, target_id)
-        while target is not None and target["status"] == "merged":  # follow it to the surviving fact
-            target_id = target["merged_into"]
-            target = await self.memory.fact(tenant, target_id)
+        while target is not None and target.status == "merged":  # follow it to the surviving fact
+            target = await self.memory.fact(tenant, target.merged_into)
         if target is None:
             raise PermanentError(f"conflict set names fact {conflict.fact_id}, which is not in memory")
         source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
-        merged_from = [] if source_id == target_id else [source_id]
-        source_passages = set((await self.memory.fact(tenant, source_id) or {"passage_ids": []})["passage_ids"]) if merged_from else set()
+        source = None if source_id == target.id else await self.memory.fact(tenant, source_id)
         own = set() if cand.activation else {cand.passage_id}  # a promotion's passage_id is the promoting chunk
-        new_passages = (own | source_passages) - set(target["passage_ids"])
-        for pid in new_passages:
-            self.memory.stage_fact_passage(pipe, tenant, target_id, pid)
-        if merged_from:
-            self.memory.stage_fact_update(pipe, tenant, source_id, {"status": "merged", "merged_into": target_id, "expired_at": time.time()})
-        if not new_passages:
+        gained = (own | set(source.passage_ids if source else ())) - set(target.passage_ids)
+        merged = self.lifecycle.merge(pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source)
+        if merged is None:
             return []
-        target["passage_ids"] = sorted(set(target["passage_ids"]) | new_passages)
-        version = await self.memory.graph_version(tenant)
-        outbox = [self._event(tenant, "merged", target_id, target, version, reason=conflict.reason)]
+        outbox = [_event_message(merged)]
         # more support can change how the target's group is decided
-        if self.settings.on("conflicts") and await self.memory.group_size(tenant, target["head_id"], target["relation"]) >= 2:
-            outbox += await self._adjudicate(pipe, cand, target["head_id"], target["relation"], f"{target_id} gained support", extra={target_id: new_passages})
+        if self.settings.on("conflicts") and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
+            outbox += await self._adjudicate(pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained})
         return outbox
 
     async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Outgoing]:
         """Decide a (head, relation) group from its content and apply the difference."""
         tenant = cand.tenant
         members = await self.memory.group(tenant, head_id, relation)
-        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f["status"] != "merged"}
+        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged"}
         if not facts:
             return []
         for fid, pids in (extra or {}).items():  # support staged in this transaction, not yet visible
             if fid in facts:
-                facts[fid]["passage_ids"] = sorted(set(facts[fid]["passage_ids"]) | pids)
+                facts[fid].passage_ids = sorted(set(facts[fid].passage_ids) | pids)
         heads, multi = await self.memory.relation_counts(tenant, relation)
         if is_multi_valued(heads, multi) or len(facts) < 2:  # decided without reading any evidence
             decisions = {fid: Decision("active", "", "multi-valued relation" if len(facts) > 1 else "no conflict") for fid in facts}
@@ -498,69 +485,45 @@ class Pipeline:
         passage_ids = sorted({pid for g in group for pid in g.passage_ids})
         passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
         some = facts[group[0].id]
-        messages = resolution_messages(some["head"], some["relation"], [(g, facts[g.id].get("text") or f"{facts[g.id]['head']} {facts[g.id]['relation']} {facts[g.id]['tail']}") for g in group], passages)
+        messages = resolution_messages(some.head, some.relation, [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group], passages)
         try:
             return await self.resolver_llm.structured("resolve", messages, "resolution", RESOLUTION_SCHEMA, lambda data: parse_resolution(data, group, set(passages)))
         except (MalformedOutput, LLMError) as exc:
             log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
             return await self._rules_decisions(tenant, group)
 
-    async def _group_fact(self, tenant: str, fid: str, fact: dict) -> GroupFact:
-        passages = [p for p in await self.memory.passages(tenant, fact["passage_ids"]) if p]
+    async def _group_fact(self, tenant: str, fid: str, fact: Fact) -> GroupFact:
+        passages = [p for p in await self.memory.passages(tenant, fact.passage_ids) if p]
         return GroupFact(
-            fid, fact["tail_id"], len(fact["passage_ids"]), max((p["doc_version"] for p in passages), default=1),
-            float(fact.get("created_at") or 0), fact.get("valid_from") or None, fact.get("valid_to") or None, tuple(fact["passage_ids"]),
+            fid, fact.tail_id, len(fact.passage_ids), max((p["doc_version"] for p in passages), default=1),
+            fact.created_at or 0.0, fact.valid_from, fact.valid_to, tuple(fact.passage_ids),
         )
 
-    async def _apply(self, pipe, cand: CandidateFact, facts: dict, decisions: dict, why: str) -> list[Outgoing]:
+    async def _apply(self, pipe, cand: CandidateFact, facts: dict[str, Fact], decisions: dict, why: str) -> list[Outgoing]:
+        """Stage the transitions that take each fact of a group to its decision."""
         tenant, outbox, version = cand.tenant, [], None
         for fid in sorted(decisions):
             fact, decision = facts[fid], decisions[fid]
-            old_status, old_qualifiers = fact["status"], json.loads(fact.get("qualifiers") or "{}")
-            if old_status == decision.status and old_qualifiers == decision.qualifiers:
+            if fact.status == decision.status and fact.qualifiers == decision.qualifiers:
                 continue
             version = version or await self.memory.bump_graph_version(tenant)
-            now = time.time()
-            update = {"status": decision.status, "qualifiers": json.dumps(decision.qualifiers, sort_keys=True), "reason": f"{decision.reason}; {why}"}
-            update.update(_qualifier_times(decision.qualifiers))
-            events = []
-            if decision.status == "active" and old_status != "active":
-                self._stage_active_effects(pipe, tenant, fid, fact, version)
-                update["activated_at"] = now
-                update["expired_at"] = ""  # valid again: queries drop facts whose expired_at has passed
-                events.append("activated")
-                outbox += await self._containment_changed(cand, fact)
-            elif decision.status == "invalid":
-                if old_status == "active":
-                    self.memory.stage_fact_unlink(pipe, tenant, version, entity_node(fact["head_id"]), entity_node(fact["tail_id"]), fid)
-                update["expired_at"] = now
-                events.append("invalidated")
-            if decision.status == "active" and decision.qualifiers != old_qualifiers:
-                events.append("qualified")
-            self.memory.stage_fact_update(pipe, tenant, fid, update)
-            fact.update(status=decision.status, qualifiers=decision.qualifiers)
-            for event in events:
-                outbox.append(self._event(tenant, event, fid, fact, version, reason=f"{decision.kind or 'no conflict'}: {decision.reason}", evidence=decision.evidence))
+            reason, told = f"{decision.reason}; {why}", f"{decision.kind or 'no conflict'}: {decision.reason}"
+            if decision.status == "active":
+                was_active, old_qualifiers = fact.status == "active", fact.qualifiers
+                if not was_active:
+                    outbox.append(_event_message(self.lifecycle.activate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                    outbox += await self._containment_changed(cand, fact)
+                if decision.qualifiers != old_qualifiers:
+                    outbox.append(_event_message(self.lifecycle.qualify(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+            elif decision.status == "invalid" and fact.status != "invalid":
+                outbox.append(_event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+            else:
+                self.lifecycle.requalify_silently(pipe, tenant, fact, decision.qualifiers, reason)
         return outbox
 
-    def _event(self, tenant, event, fid, fact, version, reason="", evidence=()) -> Outgoing:
-        """A fact event; its id is given by `stamp_event_ids` once the message's outbox is known."""
-        public = {k: fact.get(k) for k in _PUBLIC_FACT_FIELDS}
-        if isinstance(public.get("qualifiers"), str):
-            public["qualifiers"] = json.loads(public["qualifiers"] or "{}")
-        record = FactEvent(
-            tenant=tenant,
-            event=event,
-            event_id="",
-            fact_id=fid,
-            fact=public,
-            passage_ids=fact["passage_ids"],
-            graph_version=version,
-            reason=reason,
-            ts=time.time(),
-            evidence_passage_ids=list(evidence),
-        )
-        return Outgoing("indexed-facts", fid, encode(record))
+
+def _event_message(event: FactEvent) -> Outgoing:
+    return Outgoing("indexed-facts", event.fact_id, encode(event))
 
 
 def backoff(attempt: int) -> float:
@@ -631,28 +594,3 @@ def _work_id_of(outgoing: Outgoing) -> str:
     if outgoing.topic == "conflict-sets" or (outgoing.topic == "candidate-facts"):
         return json.loads(outgoing.value).get("work_id", "")
     return ""
-
-
-def _qualifier_times(qualifiers: dict) -> dict:
-    span = qualifiers.get("time") or {}
-    return {"valid_at": span.get("from") or "", "invalid_at": span.get("to") or ""}
-
-
-_PUBLIC_FACT_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "status", "qualifiers", "valid_from", "valid_to", "merged_into")
-
-
-def _fact_fields(triple, head_id: str, tail_id: str, sid: str) -> dict:
-    return {
-        "head": triple.head,
-        "relation": triple.relation,
-        "tail": triple.tail,
-        "head_type": triple.head_type,
-        "tail_type": triple.tail_type,
-        "head_id": head_id,
-        "tail_id": tail_id,
-        "schema_id": sid,
-        "category": triple.category,
-        "valid_from": triple.valid_from,
-        "valid_to": triple.valid_to,
-        "text": f"{triple.head} {triple.relation} {triple.tail}",
-    }

@@ -1,0 +1,182 @@
+"""A fact of M_fac and its lifecycle: the one typed record the pipeline, the query worker and
+export share, and the transitions that change it.
+
+    new ──τ gate──> pending ──promotion──> active <──> invalid
+                                  │          │  ╲
+                                  │          │   merged (into a fact that says the same)
+                                  └──────────┴──> expired · retracted
+
+Each transition stages, on the message's transaction, the fact's status and timestamps and its
+graph edge (an active fact is an edge between its entities; any other status is not), and
+returns the event that tells subscribers. Event ids are given when the message's outbox is
+known (workers.pipeline.stamp_event_ids): one per transition.
+
+Times: `created_at` / `activated_at` / `expired_at` are system time (seconds since the epoch;
+`expired_at` set ⇔ the fact no longer holds in memory); `valid_at` / `invalid_at` are world
+time from the evidence ("1998", "1998-05").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+
+from store.keys import entity_node
+from topics import FactEvent
+from topics.records import Triple
+
+STATUSES = ("new", "pending", "active", "invalid", "merged", "expired", "retracted")
+
+# What extraction says of a fact; the smallest description seen wins (order-independent).
+DESCRIPTION_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "valid_from", "valid_to", "text")
+# What an event tells subscribers about the fact.
+PUBLIC_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "status", "qualifiers", "valid_from", "valid_to", "merged_into")
+_TIMES = ("created_at", "activated_at", "expired_at")
+
+
+@dataclass
+class Fact:
+    id: str
+    head: str
+    relation: str
+    tail: str
+    head_type: str
+    tail_type: str
+    head_id: str
+    tail_id: str
+    schema_id: str
+    category: str = "DECLARATIVE"
+    valid_from: str | None = None
+    valid_to: str | None = None
+    text: str = ""
+    status: str = "new"
+    passage_ids: list[str] = field(default_factory=list)
+    qualifiers: dict = field(default_factory=dict)
+    reason: str = ""
+    merged_into: str = ""
+    valid_at: str = ""
+    invalid_at: str = ""
+    created_at: float | None = None
+    activated_at: float | None = None
+    expired_at: float | None = None
+
+    @classmethod
+    def extracted(cls, fact_id: str, triple: Triple, head_id: str, tail_id: str, schema_id: str) -> "Fact":
+        return cls(fact_id, triple.head, triple.relation, triple.tail, triple.head_type, triple.tail_type, head_id, tail_id, schema_id,
+                   triple.category, triple.valid_from, triple.valid_to, f"{triple.head} {triple.relation} {triple.tail}")
+
+    @classmethod
+    def from_hash(cls, fact_id: str, row: dict[str, str], passage_ids: list[str]) -> "Fact":
+        """From the fact's Redis hash (decoded, without the vector)."""
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row and f.name not in ("id", "passage_ids", "qualifiers", *_TIMES)}
+        for name in ("valid_from", "valid_to"):
+            values[name] = values.get(name) or None
+        times = {name: float(row[name]) if row.get(name) else None for name in _TIMES}
+        return cls(fact_id, **{"head": "", "relation": "", "tail": "", "head_type": "", "tail_type": "", "head_id": "", "tail_id": "", "schema_id": "", **values},
+                   passage_ids=sorted(passage_ids), qualifiers=json.loads(row.get("qualifiers") or "{}"), **times)
+
+    def description(self) -> dict[str, str]:
+        return {name: "" if getattr(self, name) is None else str(getattr(self, name)) for name in DESCRIPTION_FIELDS}
+
+    def triple(self) -> Triple:
+        return Triple(self.head, self.relation, self.tail, self.head_type, self.tail_type, self.category, self.valid_from, self.valid_to)
+
+    def public(self) -> dict:
+        return {name: getattr(self, name) for name in PUBLIC_FIELDS}
+
+    def to_json(self) -> dict:
+        """Every field, for HTTP answers and export."""
+        return asdict(self)
+
+    def holds(self, now: float | None = None) -> bool:
+        """Active and not expired: what a query may use."""
+        return self.status == "active" and not (self.expired_at and self.expired_at <= (time.time() if now is None else now))
+
+
+def event(tenant: str, kind: str, fact: Fact, graph_version: int, reason: str = "", evidence=()) -> FactEvent:
+    return FactEvent(tenant=tenant, event=kind, event_id="", fact_id=fact.id, fact=fact.public(), passage_ids=list(fact.passage_ids),
+                     graph_version=graph_version, reason=reason, ts=time.time(), evidence_passage_ids=list(evidence))
+
+
+class Lifecycle:
+    """The transitions of a fact, staged on the message's transaction (`pipe`) through the
+    memory's primitives. Each updates the Fact in place and returns its event; `reason` is
+    stored with the fact, `told` (default: the reason) is what the event says."""
+
+    def __init__(self, memory):
+        self.memory = memory
+
+    def _stage(self, pipe, tenant: str, fact: Fact, **changes) -> None:
+        for name, value in changes.items():
+            setattr(fact, name, value)
+        stored = {name: (json.dumps(value, sort_keys=True) if name == "qualifiers" else value) for name, value in changes.items()}
+        self.memory.stage_fact_update(pipe, tenant, fact.id, stored)
+
+    def _link(self, pipe, tenant: str, fact: Fact, version: int) -> None:
+        self.memory.stage_fact_edge(pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id)
+
+    def _unlink(self, pipe, tenant: str, fact: Fact, version: int) -> None:
+        self.memory.stage_fact_unlink(pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id)
+
+    def activate(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict | None = None, reason: str = "", evidence=(), told: str = "") -> FactEvent:
+        """Into memory (again): an edge between its entities, `expired_at` cleared — a fact that
+        regains support and wins its group is used by queries again."""
+        if fact.status != "active":
+            self._link(pipe, tenant, fact, version)
+        changes = {"status": "active", "activated_at": time.time(), "expired_at": None}
+        if qualifiers is not None:
+            changes.update(qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
+        self._stage(pipe, tenant, fact, **changes)
+        return event(tenant, "activated", fact, version, told or reason, evidence)
+
+    def invalidate(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = "") -> FactEvent:
+        """Excluded by better-supported evidence: kept (non-destructive), no longer an edge."""
+        if fact.status == "active":
+            self._unlink(pipe, tenant, fact, version)
+        self._stage(pipe, tenant, fact, status="invalid", expired_at=time.time(), qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
+        return event(tenant, "invalidated", fact, version, told or reason, evidence)
+
+    def qualify(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = "") -> FactEvent:
+        """An active fact's time span or scope, as its group's evidence sets it."""
+        self._stage(pipe, tenant, fact, qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
+        return event(tenant, "qualified", fact, version, told or reason, evidence)
+
+    def requalify_silently(self, pipe, tenant: str, fact: Fact, qualifiers: dict, reason: str) -> None:
+        """Qualifiers of a fact that is not active change: recorded, nothing to tell."""
+        self._stage(pipe, tenant, fact, qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
+
+    def merge(self, pipe, tenant: str, target: Fact, new_passages: set[str], version: int, reason: str, source: Fact | None = None) -> FactEvent | None:
+        """`source` says the same as `target` (or is it, gaining support): the target takes the
+        new supporting passages; the source, if another fact, is merged into it (no edge, kept
+        with `merged_into`). None when the target gained nothing."""
+        if source is not None and source.id != target.id:
+            if source.status == "active":
+                self._unlink(pipe, tenant, source, version)
+            self._stage(pipe, tenant, source, status="merged", merged_into=target.id, expired_at=time.time())
+        new = set(new_passages) - set(target.passage_ids)
+        for passage_id in sorted(new):
+            self.memory.stage_fact_passage(pipe, tenant, target.id, passage_id)
+        if not new:
+            return None
+        target.passage_ids = sorted(set(target.passage_ids) | new)
+        return event(tenant, "merged", target, version, reason)
+
+    def expire(self, pipe, tenant: str, fact: Fact, version: int, reason: str) -> FactEvent:
+        """Its time in memory is over (a TTL): no edge, no longer used by queries."""
+        if fact.status == "active":
+            self._unlink(pipe, tenant, fact, version)
+        self._stage(pipe, tenant, fact, status="expired", expired_at=time.time(), reason=reason)
+        return event(tenant, "expired", fact, version, reason)
+
+    def retract(self, pipe, tenant: str, fact: Fact, version: int, reason: str) -> FactEvent:
+        """Withdrawn by its source (a document version that no longer says it)."""
+        if fact.status == "active":
+            self._unlink(pipe, tenant, fact, version)
+        self._stage(pipe, tenant, fact, status="retracted", expired_at=time.time(), reason=reason)
+        return event(tenant, "retracted", fact, version, reason)
+
+
+def _world_times(qualifiers: dict) -> dict:
+    span = qualifiers.get("time") or {}
+    return {"valid_at": span.get("from") or "", "invalid_at": span.get("to") or ""}
