@@ -17,6 +17,7 @@ from topics.records import (
     Record,
     decode,
     encode,
+    parse_json,
     validate_tenant,
 )
 from topics.names import TOPIC_SUFFIXES, Topics
@@ -35,5 +36,6 @@ __all__ = [
     "Topics",
     "decode",
     "encode",
+    "parse_json",
     "validate_tenant",
 ]

@@ -4,6 +4,11 @@ A record's dataclass *is* its schema: field names, types (str, int, float, bool,
 Optional[...], nested records) and defaults. `decode` turns bytes into a record or raises
 `ContractError` naming the topic, the field and what was wrong, so a bad message can be sent to
 the dead-letter topic with a reason a person can act on.
+
+Hygiene, enforced for every record whatever its producer: the bytes are strict UTF-8 JSON with no
+NaN or Infinity, integers fit in 64 bits, values nest at most MAX_DEPTH levels, and no string
+holds a lone surrogate (it could not be encoded again) or a control character (Unicode Cc) —
+except tab, newline and carriage return in free text (TEXT_FIELDS and FREE_TEXT_FIELDS).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
 import types
 import typing
@@ -21,6 +27,13 @@ SCHEMA_VERSION = 1
 DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 FACT_CATEGORIES = ("DECLARATIVE", "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
+MAX_DEPTH = 32  # nesting of arrays and objects inside a field (metadata); deeper data is refused
+_INT64 = (-(1 << 63), (1 << 63) - 1)  # what other languages' consumers and Redis can hold
+# Characters refused in strings: lone surrogates always; control characters (Cc) except that free
+# text may hold tab, newline and carriage return; raw fields (a dead letter's payload) keep them.
+_REFUSED_STRICT = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_REFUSED_FREE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_REFUSED_RAW = re.compile(r"[\ud800-\udfff]")
 
 
 class ContractError(ValueError):
@@ -45,6 +58,10 @@ class Record:
     TOPIC: ClassVar[str] = ""
     TEXT_FIELDS: ClassVar[tuple[str, ...]] = ()
     NONEMPTY_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # prose besides TEXT_FIELDS: its strings may hold tab, newline and carriage return
+    FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # kept as they came (a dead letter's payload and error): only lone surrogates are refused
+    RAW_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"v": SCHEMA_VERSION, **dataclasses.asdict(self)}
@@ -59,6 +76,7 @@ class Record:
         for f in dataclasses.fields(cls):
             if f.name in data:
                 values[f.name] = _check(data[f.name], hints[f.name], f"{where}.{f.name}", max_text_bytes)
+                _check_strings(values[f.name], f"{where}.{f.name}", cls._refused(f.name))
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ContractError(f"{where}: missing required field '{f.name}'")
         for name in cls.NONEMPTY_FIELDS + cls.TEXT_FIELDS:
@@ -76,6 +94,12 @@ class Record:
             except ContractError as exc:
                 raise ContractError(f"{where}: {exc}") from None
         return cls(**values)
+
+    @classmethod
+    def _refused(cls, name: str) -> re.Pattern:
+        if name in cls.RAW_FIELDS:
+            return _REFUSED_RAW
+        return _REFUSED_FREE if name in cls.TEXT_FIELDS + cls.FREE_TEXT_FIELDS else _REFUSED_STRICT
 
 
 @functools.cache
@@ -116,7 +140,38 @@ def _check(value: Any, hint: Any, where: str, max_text_bytes: int) -> Any:
     if not ok:
         expected = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}[base]
         raise ContractError(f"{where}: expected {expected}, got {_json_type(value)}")
+    if base is int and not _INT64[0] <= value <= _INT64[1]:
+        raise ContractError(f"{where}: integer out of the 64-bit range")
     return float(value) if base is float else value
+
+
+def _check_strings(value: Any, where: str, refused: re.Pattern) -> None:
+    """Every string in value (nested arrays and objects too, keys included) free of `refused`
+    characters. Iterative, so no input can exhaust the stack; a nested record has checked its own."""
+    stack = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            bad = refused.search(item)
+            if bad:
+                raise ContractError(f"{path}: {_describe(bad.group(), bad.start(), refused)}")
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise ContractError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str):
+                    stack.append((key, f"{path} (a key)", depth + 1))
+                stack.append((child, f"{path}[{key if isinstance(key, int) else repr(key[:40])}]", depth + 1))
+
+
+def _describe(char: str, index: int, refused: re.Pattern) -> str:
+    found = f"U+{ord(char):04X} at index {index}"
+    if "\ud800" <= char <= "\udfff":
+        return f"lone surrogate {found} (not valid Unicode text)"
+    if refused is _REFUSED_FREE:
+        return f"control character {found} (free text allows only tab, newline and carriage return)"
+    return f"control character {found} (no control characters are allowed in this field)"
 
 
 @dataclass
@@ -126,6 +181,7 @@ class Document(Record):
     TOPIC: ClassVar[str] = "documents"
     TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("text",)
     NONEMPTY_FIELDS: ClassVar[tuple[str, ...]] = ("doc_id",)
+    FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("metadata",)
 
     tenant: str
     doc_id: str
@@ -168,6 +224,8 @@ class Triple(Record):
     """A fact as extracted: (head, relation, tail) with entity types, category, time span."""
 
     NONEMPTY_FIELDS: ClassVar[tuple[str, ...]] = ("head", "relation", "tail")
+    # surface forms as written in the passage (a name may span a tab or a line break)
+    FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("head", "relation", "tail")
 
     head: str
     relation: str
@@ -224,6 +282,7 @@ class ConflictSet(Record):
 
     TOPIC: ClassVar[str] = "conflict-sets"
     KINDS: ClassVar[tuple[str, ...]] = ("duplicate", "adjudicate")
+    FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("reason",)
 
     tenant: str
     kind: str
@@ -252,6 +311,7 @@ class FactEvent(Record):
     deterministic, so a consumer can drop the rare duplicate an at-least-once crash causes."""
 
     TOPIC: ClassVar[str] = "indexed-facts"
+    FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("fact", "reason")
     EVENTS: ClassVar[tuple[str, ...]] = ("activated", "merged", "qualified", "invalidated", "expired", "retracted")
 
     tenant: str
@@ -299,18 +359,63 @@ def encode(record: Record) -> bytes:
 
 
 def decode(cls: type[Record], raw: bytes | str, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES):
-    """Bytes of a message on `cls.TOPIC` → a validated record, or ContractError."""
+    """Bytes of a message on `cls.TOPIC` → a validated record, or ContractError (never another
+    exception type: a consumer dead-letters on ContractError and must see nothing else)."""
     where = cls.TOPIC
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ContractError(f"{where}: message is not valid UTF-8 JSON ({exc})") from None
+    data = parse_json(raw, where)
     if isinstance(data, dict):
         version = data.get("v")
         if version is None:
             raise ContractError(f"{where}: missing schema version field 'v'")
-        if version != SCHEMA_VERSION:
+        if type(version) is not int or version != SCHEMA_VERSION:
             raise ContractError(
                 f"{where}: unsupported schema version v={version!r} (this memstream reads v={SCHEMA_VERSION})"
             )
     return cls.from_dict(data, max_text_bytes=max_text_bytes, where=where)
+
+
+def parse_json(raw: Any, where: str, invalid: str = "message is not valid UTF-8 JSON") -> Any:
+    """Strict UTF-8 JSON → Python values, or ContractError: no NaN/Infinity (not JSON), integers
+    within 64 bits (a 5,000-digit one would raise ValueError in int()), and nesting too deep for
+    the parser (RecursionError) refused like any other malformed input. `invalid` starts the
+    message for input that is not JSON at all."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        try:
+            # strict UTF-8: json.loads alone would also accept UTF-16 and UTF-32 bytes
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ContractError(f"{where}: {invalid} ({exc})") from None
+    elif not isinstance(raw, str):
+        raise ContractError(f"{where}: expected message bytes, got {type(raw).__name__}")
+    try:
+        return json.loads(raw, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
+    except _Refused as exc:
+        raise ContractError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise ContractError(f"{where}: {invalid} (nested too deeply to parse)") from None
+    except ValueError as exc:  # JSONDecodeError is one
+        raise ContractError(f"{where}: {invalid} ({exc})") from None
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19:  # before int(): Python refuses over 4,300 digits with ValueError
+        raise _Refused(f"integer of {len(text.lstrip('-'))} digits is out of the 64-bit range")
+    value = int(text)
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise _Refused(f"integer {text} is out of the 64-bit range")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise _Refused(f"number {text[:40]} is out of the double range")
+    return value
+
+
+def _refuse_constant(name: str):
+    raise _Refused(f"{name} is not a JSON number")
