@@ -19,7 +19,7 @@ from typing import Protocol
 
 from topics import ContractError
 from topics.records import FACT_CATEGORIES, Triple
-from workers.normalize import content_hash, relation_name
+from workers.normalize import content_hash, has_entity_id, relation_name
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,24 @@ class Extraction:
     facts: list[Triple] = field(default_factory=list)
 
 
+def drop_unnamed(extraction: Extraction, where: str) -> Extraction:
+    """Without the entities, and the facts with a head or tail, whose name is only punctuation
+    ('+', '...'): such a name has no entity id (workers.normalize.UnnamedEntity), and the chunk's
+    other entities and facts are still worth keeping. Each drop is logged."""
+    kept = Extraction()
+    for e in extraction.entities:
+        if has_entity_id(e.name):
+            kept.entities.append(e)
+        else:
+            log.warning("%s: entity %r dropped: its name has no letters or digits", where, e.name)
+    for f in extraction.facts:
+        if has_entity_id(f.head) and has_entity_id(f.tail):
+            kept.facts.append(f)
+        else:
+            log.warning("%s: fact (%r, %r, %r) dropped: a name has no letters or digits", where, f.head, f.relation, f.tail)
+    return kept
+
+
 class Extractor(Protocol):
     name: str
 
@@ -44,7 +62,8 @@ class Extractor(Protocol):
 
 # ---- rules ------------------------------------------------------------------------------
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_WORD = re.compile(r"[\w][\w'’\-\.&]*[\w]|[\w]", re.U)
+# '+' and '#' right after a word are part of it ('C++', 'C#', 'Google+'): entity ids keep them
+_WORD = re.compile(r"[\w][\w'’\-\.&]*[\w][+#]*|[\w][+#]*", re.U)
 _CONNECTORS = {"of", "de", "du", "la", "le", "von", "van", "der", "del", "the", "and", "for", "on", "upon"}
 _SENTENCE_STARTERS = {
     "the", "a", "an", "in", "on", "at", "it", "its", "he", "she", "his", "her", "they", "their", "this",
@@ -132,6 +151,7 @@ class RulesExtractor:
         return self.extract_sync(text)
 
     def extract_sync(self, text: str) -> Extraction:
+        # every mention starts with a letter or digit, so every name has an entity id
         entities: dict[str, Entity] = {}
         facts: list[Triple] = []
         for sentence in _SENTENCE.split(text):
@@ -178,7 +198,7 @@ class ReplayExtractor:
             facts = [Triple.from_dict(f, where=f"{where} facts[{i}]") for i, f in enumerate(row.get("facts", []))]
         except (json.JSONDecodeError, KeyError, TypeError, ContractError) as exc:
             raise ValueError(f"{where}: bad replay line: {exc}") from None
-        self.by_sha[sha] = Extraction(entities, facts)
+        self.by_sha[sha] = drop_unnamed(Extraction(entities, facts), where)
 
     def _load_openie(self, raw: str) -> bool:
         data = json.loads(raw)
@@ -198,7 +218,7 @@ class ReplayExtractor:
                 facts.append(Triple(head=head, relation=relation, tail=tail, head_type=type_of(head), tail_type=type_of(tail)))
                 for name in (head, tail):
                     entities.setdefault(name, Entity(name, type_of(name)))
-            self.by_sha[content_hash(passage)] = Extraction(list(entities.values()), facts)
+            self.by_sha[content_hash(passage)] = drop_unnamed(Extraction(list(entities.values()), facts), f"{self.path} passage {passage[:40]!r}")
         return True
 
     async def extract(self, text: str) -> Extraction:
@@ -249,7 +269,7 @@ def parse_extraction(data) -> Extraction:
             raise ValueError(f"entities[{i}] needs a non-empty string 'name' and a string 'type'")
         entities.append(Entity(e["name"].strip(), e["type"].strip().upper() or "ENTITY"))
     facts = [Triple.from_dict(f, where=f"facts[{i}]") for i, f in enumerate(data["facts"])]
-    return Extraction(entities, facts)
+    return drop_unnamed(Extraction(entities, facts), "llm extraction")
 
 
 class LLMExtractor:

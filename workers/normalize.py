@@ -12,6 +12,12 @@ from lemminflect import getInflection, getLemma
 
 _ARTICLES = re.compile(r"^(the|a|an)\s+", re.I)
 _NON_WORD = re.compile(r"[^\w]+", re.U)
+# Symbols that tell names apart ('C' / 'C++' / 'C#', 'NET' / '.NET'), spelled as words before the
+# rest of the punctuation goes: '+' and '#' written right after a word, and a '.' that starts a
+# word of letters ('.763' stays '763'). Only names holding one of them get another id than before
+# (3 of MuSiQue's 19,277 OpenIE names, e.g. 'Springer Science+Business Media').
+_SPELLED_SYMBOLS = re.compile(r"(?<=\w)(?:\++|#)|(?<![\w.])\.(?=[^\W\d_])")
+_SYMBOL_WORDS = {"+": " plus ", "#": " sharp ", ".": " dot "}
 _TRAILING = {"the", "a", "an"}
 _BE = {"is", "are", "was", "were", "be", "been", "being"}
 _AUXILIARIES = _BE | {"has", "have", "had", "does", "did", "do"}
@@ -20,11 +26,29 @@ _STATIVE_PARTICIPLES = {"born", "located", "based", "situated", "named", "called
                         "headquartered", "listed", "set", "composed", "made", "raised", "released", "published", "owned", "used"}
 
 
+class UnnamedEntity(ValueError):
+    """A name with nothing to identify it: only punctuation, symbols or whitespace."""
+
+
 def entity_id(name: str) -> str:
-    """'The  Eiffel-Tower.' → 'eiffel_tower'."""
+    """'The  Eiffel-Tower.' → 'eiffel_tower'; 'C++' → 'c_plus_plus', 'C#' → 'c_sharp', '.NET' →
+    'dot_net'. UnnamedEntity for a name of only punctuation (it would merge every such name
+    into one entity)."""
     text = unicodedata.normalize("NFKC", name).strip().lower()
     text = _ARTICLES.sub("", text)
-    return _NON_WORD.sub(" ", text).strip().replace(" ", "_") or "_"
+    text = _SPELLED_SYMBOLS.sub(lambda m: "".join(_SYMBOL_WORDS[c] for c in m.group()), text)
+    eid = _NON_WORD.sub(" ", text).strip().replace(" ", "_")
+    if not eid.strip("_"):
+        raise UnnamedEntity(f"entity name {name[:80]!r} has no letters or digits")
+    return eid
+
+
+def has_entity_id(name: str) -> bool:
+    try:
+        entity_id(name)
+    except UnnamedEntity:
+        return False
+    return True
 
 
 def relation_name(relation: str) -> str:
