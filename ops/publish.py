@@ -1,5 +1,9 @@
 """`memstream publish`: read documents from files or stdin, validate them against the contract,
-publish them to `memstream.documents`, and optionally wait until they are fully indexed."""
+publish them to `memstream.documents`, and optionally wait until they are fully indexed.
+
+A document is refused here for anything the workers would refuse (topics.records: control
+characters such as NUL, lone surrogates, NaN, oversized text, ...), named with its file and
+reason; the other documents are still published."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, TextIO
 
 from store import Memory
-from topics import ContractError, Document, encode
+from topics import ContractError, Document, encode, parse_json
 from workers.normalize import content_hash
 from workers.settings import Settings
 
@@ -29,7 +33,12 @@ def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin
     loaded = Loaded([], [])
     for path in paths:
         if path == "-":
-            _load_text_or_json("<stdin>", stdin.read(), "stdin", tenant, max_text_bytes, loaded)
+            try:
+                raw = stdin.read()
+            except UnicodeDecodeError as exc:
+                loaded.errors.append(f"<stdin>: not UTF-8 text ({exc.reason} at byte {exc.start})")
+                continue
+            _load_text_or_json("<stdin>", raw, "stdin", tenant, max_text_bytes, loaded)
             continue
         p = Path(path)
         if not p.is_file():
@@ -63,9 +72,9 @@ def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> N
 
 def _load_json(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        loaded.errors.append(f"{where}: invalid JSON ({exc})")
+        data = parse_json(raw, where, invalid="invalid JSON")
+    except ContractError as exc:
+        loaded.errors.append(str(exc))
         return
     items = data if isinstance(data, list) else [data]
     for i, item in enumerate(items):
@@ -77,9 +86,9 @@ def _load_jsonl(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: 
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            loaded.errors.append(f"{where}:{number}: invalid JSON ({exc})")
+            item = parse_json(line, f"{where}:{number}", invalid="invalid JSON")
+        except ContractError as exc:
+            loaded.errors.append(str(exc))
             continue
         _add(loaded, f"{where}:{number}", item, tenant, max_text_bytes)
 
@@ -89,10 +98,13 @@ def _load_text_or_json(where: str, raw: str, stem: str, tenant: str, max_text_by
     if stripped.startswith(("{", "[")):
         try:
             json.loads(stripped)
-            return _load_json(where, stripped, tenant, max_text_bytes, loaded)
         except json.JSONDecodeError:
             if stripped.startswith("{") and "\n" in stripped:
                 return _load_jsonl(where, stripped, tenant, max_text_bytes, loaded)
+        except (ValueError, RecursionError):  # JSON past the contract's limits: _load_json says which
+            return _load_json(where, stripped, tenant, max_text_bytes, loaded)
+        else:
+            return _load_json(where, stripped, tenant, max_text_bytes, loaded)
     _add(loaded, where, {"doc_id": f"{stem}-{content_hash(raw)[:12]}", "text": raw}, tenant, max_text_bytes)
 
 
