@@ -4,12 +4,17 @@ comparing memories and moving them into other GraphRAG frameworks) or GraphML.""
 from __future__ import annotations
 
 import asyncio
+import re
 from xml.etree import ElementTree as ET
 
 from store import Memory
 from store.keys import entity_node, node_id
 from workers.graph_cache import TenantGraph
 from workers.settings import Settings
+
+# Characters XML 1.0 does not allow (control characters but tab, newline and carriage return; lone
+# surrogates; U+FFFE, U+FFFF): one of them anywhere makes the whole document unreadable.
+_NOT_XML = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 FACT_FIELDS = ("head", "relation", "tail", "head_id", "tail_id", "head_type", "tail_type", "schema_id", "status", "category",
                "valid_from", "valid_to", "valid_at", "invalid_at", "created_at", "activated_at", "expired_at", "merged_into", "reason")
@@ -52,25 +57,32 @@ async def _export(settings: Settings, tenant: str) -> dict:
         await memory.close()
 
 
+def xml_text(value: str | None) -> str | None:
+    """Text XML 1.0 can hold: each disallowed character becomes U+FFFD. Records refuse them on
+    the way in, but a memory written before that (or by hand) may still hold one."""
+    return None if value is None else _NOT_XML.sub("\ufffd", value)
+
+
 def to_graphml(export: dict) -> str:
-    """Entities, passages and types as nodes; every edge with its kind and weight."""
+    """Entities, passages and types as nodes; every edge with its kind and weight. Every string
+    goes through xml_text, so the output is always well-formed XML."""
     ns = "http://graphml.graphdrawing.org/xmlns"
     ET.register_namespace("", ns)
     root = ET.Element(f"{{{ns}}}graphml")
     for key_id, target, name, kind in (("d0", "node", "name", "string"), ("d1", "node", "type", "string"), ("d2", "edge", "kind", "string"),
                                        ("d3", "edge", "weight", "double")):
         ET.SubElement(root, f"{{{ns}}}key", id=key_id, **{"for": target, "attr.name": name, "attr.type": kind})
-    graph = ET.SubElement(root, f"{{{ns}}}graph", id=export["tenant"], edgedefault="undirected")
+    graph = ET.SubElement(root, f"{{{ns}}}graph", id=xml_text(export["tenant"]), edgedefault="undirected")
     nodes = {entity_node(e["id"]): (e["name"], e["type"]) for e in export["entities"]}
     for edge in export["edges"]:
         for node in (edge["source"], edge["target"]):
             nodes.setdefault(node, (node_id(node), {"p": "PASSAGE", "t": "TYPE", "e": "ENTITY"}.get(node[0], "NODE")))
     for name in sorted(nodes):
-        element = ET.SubElement(graph, f"{{{ns}}}node", id=name)
-        ET.SubElement(element, f"{{{ns}}}data", key="d0").text = nodes[name][0]
-        ET.SubElement(element, f"{{{ns}}}data", key="d1").text = nodes[name][1]
+        element = ET.SubElement(graph, f"{{{ns}}}node", id=xml_text(name))
+        ET.SubElement(element, f"{{{ns}}}data", key="d0").text = xml_text(nodes[name][0])
+        ET.SubElement(element, f"{{{ns}}}data", key="d1").text = xml_text(nodes[name][1])
     for i, edge in enumerate(export["edges"]):
-        element = ET.SubElement(graph, f"{{{ns}}}edge", id=f"x{i}", source=edge["source"], target=edge["target"])
-        ET.SubElement(element, f"{{{ns}}}data", key="d2").text = edge["kind"]
+        element = ET.SubElement(graph, f"{{{ns}}}edge", id=f"x{i}", source=xml_text(edge["source"]), target=xml_text(edge["target"]))
+        ET.SubElement(element, f"{{{ns}}}data", key="d2").text = xml_text(edge["kind"])
         ET.SubElement(element, f"{{{ns}}}data", key="d3").text = repr(edge["weight"])
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
