@@ -32,7 +32,7 @@ from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
 from workers import metrics
 from workers.chunking import chunk_text
-from workers.extraction import Entity
+from workers.extraction import Entity, drop_unnamed
 from workers.llm import LLMError, MalformedOutput
 from workers.llm_resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
 from workers.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
@@ -220,7 +220,8 @@ class Pipeline:
 
         async def decide(pipe):
             try:
-                extraction = await self.extractor.extract(chunk.text)
+                # whatever the extractor, a name without letters or digits has no entity id
+                extraction = drop_unnamed(await self.extractor.extract(chunk.text), f"chunk {chunk.chunk_id}")
             except MalformedOutput as exc:
                 raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
             except LLMError as exc:
