@@ -350,3 +350,28 @@ def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stac
         ("retracted", "retracted", True, False),
     ]
     assert (final.valid_at, final.invalid_at, final.head, final.text) == ("1998", "2001", "Ada", "Ada lives in Ostra")
+
+
+@pytest.mark.parametrize("relation,first,second", [
+    ("married", ("Ada Quill", "married", "Bram Reed"), ("Bram Reed", "married", "Ada Quill")),
+    ("near duplicate", ("Ada Quill", "born in", "Ostra"), ("Ada Quill", "native of", "Ostra")),
+])
+def test_twins_end_in_the_same_memory_whichever_arrives_first(stack_env, relation, first, second):
+    texts = {"x": f"{' '.join(first)}.", "y": f"{' '.join(second)}."}
+    script = {texts["x"]: [(*first, "PERSON", "PERSON" if relation == "married" else "PLACE")],
+              texts["y"]: [(*second, "PERSON", "PERSON" if relation == "married" else "PLACE")]}
+
+    async def memory_after(order):
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), SynonymEmbedder(), tau=1)
+        try:
+            await index(stages, {d: texts[d] for d in order})
+            keys = {o.key for o in stages.sent if o.topic == "candidate-facts"}
+            return {f.id: (f.status, f.merged_into, tuple(sorted(p[:8] for p in f.passage_ids))) for f in (await stages.facts()).values()}, keys
+        finally:
+            await stages.close()
+
+    (one, keys_one), (other, keys_other) = run(memory_after("xy")), run(memory_after("yx"))
+    assert one == other
+    assert sorted(status for status, _, _ in one.values()) == ["active", "merged"]
+    if relation == "married":  # both detected on one partition, never at once on two
+        assert len(keys_one) == 1 and keys_one == keys_other

@@ -259,7 +259,7 @@ class Pipeline:
                 self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
                 self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec)
                 candidate = CandidateFact(tenant, chunk.chunk_id, chunk.doc_id, triple, index, len(facts), head_id, tail_id, self.extractor.name)
-                outbox.append(Outgoing("candidate-facts", head_id, encode(candidate)))
+                outbox.append(Outgoing("candidate-facts", candidate_key(head_id, triple.relation, tail_id), encode(candidate)))
             if not facts:
                 self.memory.stage_chunk_done(pipe, tenant, chunk.chunk_id)
             return outbox
@@ -337,7 +337,7 @@ class Pipeline:
                 cand.tenant, cand.passage_id, cand.doc_id, fact.triple(), cand.fact_index, cand.chunk_fact_count,
                 fact.head_id, fact.tail_id, "promotion", activation=True, work_id=f"act:{pid}",
             )
-            outbox.append(Outgoing("candidate-facts", fact.head_id, encode(promoted)))
+            outbox.append(Outgoing("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), encode(promoted)))
         return outbox
 
     async def _admit(self, pipe, cand: CandidateFact, fact: Fact) -> list[Outgoing]:
@@ -352,14 +352,18 @@ class Pipeline:
             self.memory.stage_fact_passage(pipe, tenant, fid, support)
             fact.passage_ids = sorted(set(fact.passage_ids) | {support})
         if self.settings.on("conflicts"):
-            if relation in SYMMETRIC_RELATIONS:
-                swapped = fact_id(fact.tail_id, relation, fact.head_id)
-                other = await self.memory.fact(tenant, swapped)
-                if other and other.status == "active":
-                    return [self._conflict_set(cand, "duplicate", swapped, [swapped], f"symmetric relation '{relation}' with head and tail swapped")]
-            near = await self._near_duplicate(tenant, fact)
-            if near:
-                return [self._conflict_set(cand, "duplicate", near.id, [near.id], f"near-duplicate of {near.id} (cosine {near.score:.3f} > δ {self.settings.delta})")]
+            taken_over = []
+            twin = await self._active_twin(tenant, fact)
+            if twin is not None:
+                other, why = twin
+                if other.id < fact.id:  # the canonical fact (smaller id) is in memory: merge into it
+                    return [self._conflict_set(cand, "duplicate", other.id, [other.id], why)]
+                # this fact is the canonical one: it takes the twin's place, so the memory ends the
+                # same whichever of the two arrived first
+                merged = self.lifecycle.merge(pipe, tenant, fact, set(other.passage_ids), await self.memory.bump_graph_version(tenant), why, source=other)
+                taken_over = [_event_message(merged)] if merged else []
+                if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
+                    taken_over.append(self._adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
             joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, _detection_mark(cand, fid), MULTI_RULE)
             outbox = []
             if joined.flipped:
@@ -367,10 +371,25 @@ class Pipeline:
                 for head in await self.memory.relation_multi_heads(tenant, relation):
                     if head != fact.head_id:
                         outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {joined.verdict}-valued", "cardinality"))
+            outbox = taken_over + outbox
             if joined.size >= 2 and joined.verdict == "single":
                 return outbox + [self._adjudication(cand, fact.head_id, relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
             return outbox + await self._activate(pipe, cand, fact)
         return await self._activate(pipe, cand, fact)
+
+    async def _active_twin(self, tenant: str, fact: Fact) -> tuple[Fact, str] | None:
+        """An active fact that is this one said otherwise — head and tail swapped under a
+        symmetric relation, or a near-duplicate — and why."""
+        if fact.relation in SYMMETRIC_RELATIONS:
+            swapped = await self.memory.fact(tenant, fact_id(fact.tail_id, fact.relation, fact.head_id))
+            if swapped and swapped.status == "active":
+                return swapped, f"symmetric relation '{fact.relation}' with head and tail swapped"
+        near = await self._near_duplicate(tenant, fact)
+        if near:
+            other = await self.memory.fact(tenant, near.id)
+            if other and other.status == "active":
+                return other, f"near-duplicate of {near.id} (cosine {near.score:.3f} > δ {self.settings.delta})"
+        return None
 
     async def _near_duplicate(self, tenant: str, fact: Fact) -> Hit | None:
         """An active fact that says the same thing in other words: the same head and tail
@@ -584,6 +603,13 @@ def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error
         payload_sha256=hashlib.sha256(raw).hexdigest(),
         payload_truncated=truncated,
     )
+
+
+def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
+    """The partition key of a candidate fact: its head, so one head's facts are detected in
+    order — but the smaller entity of a symmetric pair, so "A married B" and "B married A" are
+    detected one after the other, never both activated at once on two partitions."""
+    return min(head_id, tail_id) if relation in SYMMETRIC_RELATIONS else head_id
 
 
 def _detection_mark(cand: CandidateFact, fid: str) -> str:
