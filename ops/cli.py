@@ -60,11 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index", "recall", "ppr"])
-    bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall: the QA set")
+    bench.add_argument("kind", choices=["index", "recall", "ppr", "load"])
+    bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
-    bench.add_argument("--data", default=None, help="recall/ppr: folder holding <dataset>_train_100/ (default ../shared/data)")
-    bench.add_argument("--tenant", default=None, help="recall/ppr: index into (or reuse) this tenant instead of a fresh one")
+    bench.add_argument("--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)")
+    bench.add_argument("--tenant", default=None, help="recall/ppr/load: index into (or reuse) this tenant instead of a fresh one")
     bench.add_argument("--no-index-ablations", action="store_true", help="recall: skip ablations that index the corpus again")
     bench.add_argument("--edges", default="10000,100000,1000000", help="ppr: synthetic graph sizes in edges")
     bench.add_argument("--queries", type=int, default=100, help="ppr: queries per measurement")
@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
     bench.add_argument("--latency-ms", type=int, default=200, help="the fake LLM's fixed latency")
     bench.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight per extractor process")
+    bench.add_argument("--clients", default="1,16,64", help="load: concurrent clients, one level each")
+    bench.add_argument("--seconds", type=float, default=10.0, help="load: seconds per client level")
+    bench.add_argument("--passages", type=int, default=50, help="load: passages indexed into a fresh tenant when --tenant is not given")
+    bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
@@ -265,6 +269,11 @@ def cmd_bench(settings: Settings, args) -> int:
         from ops.ppr_bench import run_ppr_bench
 
         return run_ppr_bench(settings, [int(e) for e in args.edges.split(",")], args.queries, data, args.tenant, args.json)
+    if args.kind == "load":
+        from ops.load_bench import run_load_bench
+
+        clients = [int(c) for c in args.clients.split(",")]
+        return run_load_bench(settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages, args.json)
     from ops.bench import run_index_bench
 
     sizes = sorted(int(s) for s in args.sizes.split(","))
