@@ -1,6 +1,7 @@
 """End to end on real Kafka + Redis, through the CLI as a user runs it: publish --wait, tail,
 query; dead letters; tenant isolation."""
 
+import hashlib
 import json
 import time
 import uuid
@@ -121,6 +122,16 @@ def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(make_w
         "candidate-facts": [(json.dumps({**good, "passage_id": "p"}).encode(), "missing required field")],
         "conflict-sets": [(b"{}", "missing schema version")],
     }
+    # poison that once escaped the envelope (the message was skipped, not dead-lettered), and a
+    # value whose dead letter, escaped in full, would no longer fit the topic
+    poison = [
+        (json.dumps({**good, "doc_id": "x", "text": "TEXT"}).encode().replace(b"TEXT", b"\\ud800 lone"), "lone surrogate"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (json.dumps({**good, "doc_id": "x", "text": "t"})[:-1].encode() + b',"version":' + b"9" * 5000 + b"}", "5000 digits"),
+        (b"\xff" * 600_000, "not valid UTF-8"),
+    ]
+    for topic in bad:  # a document-shaped value fails other topics' contracts before its text is read
+        bad[topic] = bad[topic] + [(value, reason if topic == "documents" or reason != "lone surrogate" else f"{topic}") for value, reason in poison]
     producer = KafkaProducer(bootstrap_servers=env["MEMSTREAM_KAFKA_BOOTSTRAP"])
     for topic, messages in bad.items():
         for value, _ in messages:
@@ -139,8 +150,13 @@ def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(make_w
         for _, reason in messages:
             assert any(reason in e for e in errors), (reason, errors)
     assert all(l["key"] == "same-key" and l["offset"] is not None for l in letters)
-    # the payload is kept, so nothing is lost
-    assert any("y" * 5000 in l["payload"] for l in letters)
+    # the payload is kept up to half the text limit (JSON escaping can grow it 6×, and the letter
+    # must fit the topic); a longer one is cut, with the original's size and sha256
+    values = [value or b"" for messages in bad.values() for value, _ in messages]
+    assert sorted(l["payload_bytes"] for l in letters) == sorted(len(v) for v in values)
+    assert {l["payload_sha256"] for l in letters} == {hashlib.sha256(v).hexdigest() for v in values}
+    assert all(l["payload_truncated"] == (l["payload_bytes"] > 2048) for l in letters)
+    assert any(l["payload"].startswith('{"v": 1') and "yyyy" in l["payload"] and l["payload_truncated"] for l in letters)
 
 
 def test_two_tenants_with_the_same_text_see_only_their_own(make_workers, tmp_path):

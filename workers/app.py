@@ -7,7 +7,6 @@ returned, i.e. after its Redis effects and outgoing messages are durable."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import tempfile
 
