@@ -121,6 +121,22 @@ class Stack:
     def status(self) -> dict[str, str]:
         return {s.name: s.state() for s in (self.kafka, self.redis)}
 
+    def service_up(self, name: str, progress=print) -> None:
+        """Start one service alone (`redis` or `kafka`) on its existing data: an outage is
+        simulated by `service_down`, then this."""
+        starters = {"redis": self._redis_up, "kafka": self._kafka_up}
+        if name not in starters:
+            raise StackError(f"unknown service {name!r}: expected redis or kafka")
+        starters[name](progress)
+
+    def service_down(self, name: str) -> bool:
+        """Stop one service started by `up` (SIGTERM: Redis flushes its AOF, Kafka shuts down
+        cleanly); False if it was not running."""
+        services = {"redis": self.redis, "kafka": self.kafka}
+        if name not in services:
+            raise StackError(f"unknown service {name!r}: expected redis or kafka")
+        return services[name].stop()
+
     # ---- redis ---------------------------------------------------------------------------
     def _redis_up(self, progress) -> None:
         if self.redis.pid() or _port_open(self.redis.port):

@@ -1,0 +1,357 @@
+"""A chaos driver for the indexing pipeline: one `memstream worker` process per role on a
+private stack, disrupted on a seeded schedule (SIGKILL, SIGTERM, a joining extractor, a Redis
+outage, a broker restart) with every action logged with its time; and the audits of what came
+out: the events on indexed-facts, the dead letters, and a tenant's export modulo what
+legitimately differs between two runs of one corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ops.stack import Stack, free_port
+
+TERM_TIMEOUT_S = 60  # a graceful stop that takes longer is finished with SIGKILL (and logged)
+
+
+def free_kafka_port() -> int:
+    """A free port whose successor is free too: the broker's controller listens on port + 1."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports found")
+
+
+class ActionLog:
+    """Timestamped lines, to a file and kept in memory for the summary."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.started = time.monotonic()
+        self.lines: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} +{time.monotonic() - self.started:7.2f}s {message}"
+        self.lines.append(line)
+        with open(self.path, "a") as out:
+            out.write(line + "\n")
+
+
+@dataclass
+class Worker:
+    name: str
+    role: str
+    proc: subprocess.Popen
+    log: Path
+    stopping: bool = False  # signalled by the driver: its exit is no crash
+
+    def ready(self) -> bool:
+        """faust logged that it is up (at log level info): it may hold partitions and work."""
+        try:
+            return b"[^Worker]: Ready" in self.log.read_bytes()
+        except OSError:
+            return False
+
+
+@dataclass
+class Fleet:
+    """`memstream worker --role R` processes sharing one environment (topics, group, stack)."""
+
+    env: dict
+    logs: Path
+    cwd: Path
+    say: ActionLog
+    workers: list[Worker] = field(default_factory=list)
+    started: int = 0
+    crashes: int = 0
+
+    def start(self, role: str) -> Worker:
+        self.started += 1
+        name = f"{role}-{self.started}"
+        log = self.logs / f"{name}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker", "--role", role], env=self.env, cwd=self.cwd,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        worker = Worker(name, role, proc, log)
+        self.workers.append(worker)
+        return worker
+
+    def running(self, role: str | None = None) -> list[Worker]:
+        return [w for w in self.workers if w.proc.poll() is None and not w.stopping and role in (None, w.role)]
+
+    def stop(self, worker: Worker, sig: int) -> str:
+        """SIGKILL goes to the process group at once; SIGTERM to the process, as compose,
+        systemd and Kubernetes send it, then waits for it to exit. Returns how it ended."""
+        worker.stopping = True
+        if sig == signal.SIGKILL:
+            os.killpg(worker.proc.pid, signal.SIGKILL)
+            worker.proc.wait()
+            return "killed"
+        started = time.monotonic()
+        worker.proc.send_signal(signal.SIGTERM)
+        try:
+            worker.proc.wait(timeout=TERM_TIMEOUT_S)
+            return f"exited {worker.proc.returncode} after {time.monotonic() - started:.1f}s"
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.proc.pid, signal.SIGKILL)
+            worker.proc.wait()
+            return f"still running {TERM_TIMEOUT_S}s after SIGTERM: killed"
+
+    def supervise(self) -> None:
+        """Restart a worker that exited by itself, as a process supervisor would."""
+        for worker in list(self.workers):
+            if not worker.stopping and worker.proc.poll() is not None:
+                worker.stopping = True
+                self.crashes += 1
+                replacement = self.start(worker.role)
+                self.say(f"CRASH {worker.name} exited by itself with {worker.proc.returncode} (see {worker.log}); restarted as {replacement.name}")
+
+    def stop_all(self) -> None:
+        for worker in self.running():
+            worker.stopping = True
+            worker.proc.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.proc.pid, signal.SIGKILL)
+                worker.proc.wait()
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # kill | term | join | redis | kafka
+    role: str = ""  # kill and term: the victim's role
+
+
+def plan(rng: random.Random, kills: int = 3, terms: int = 3) -> list[Action]:
+    """The signals go to every role in turn (extractors, which hold the LLM calls, first and
+    twice), in a seeded order; with one extractor joining, one Redis outage and one broker
+    restart, shuffled."""
+    roles = ["extractor", "extractor", "chunker", "detector", "resolver", "query"]
+    victims = [roles[i % len(roles)] for i in range(kills + terms)]
+    rng.shuffle(victims)
+    signals = ["kill"] * kills + ["term"] * terms
+    rng.shuffle(signals)
+    actions = [Action(s, r) for s, r in zip(signals, victims)] + [Action("join", "extractor"), Action("redis"), Action("kafka")]
+    rng.shuffle(actions)
+    return actions
+
+
+@dataclass
+class Chaos:
+    fleet: Fleet
+    stack: Stack
+    rng: random.Random
+    say: ActionLog
+    redis_outage_s: float = 20.0
+    counts: dict = field(default_factory=lambda: defaultdict(int))
+
+    def run(self, action: Action) -> None:
+        if action.kind in ("kill", "term"):
+            # a worker that is up, so the signal lands on work in flight rather than on a start
+            candidates = sorted(self.fleet.running(action.role), key=lambda w: w.name)
+            victim = self.rng.choice([w for w in candidates if w.ready()] or candidates)
+            sig = signal.SIGKILL if action.kind == "kill" else signal.SIGTERM
+            self.say(f"{sig.name} {victim.name} (pid {victim.proc.pid}{'' if victim.ready() else ', still starting'})")
+            ended = self.fleet.stop(victim, sig)
+            replacement = self.fleet.start(victim.role)
+            self.counts[action.kind] += 1
+            self.counts["restarts"] += 1
+            self.say(f"  {victim.name} {ended}; restarted as {replacement.name} (pid {replacement.proc.pid})")
+        elif action.kind == "join":
+            joined = self.fleet.start(action.role)
+            self.counts["joins"] += 1
+            self.say(f"REBALANCE {joined.name} (pid {joined.proc.pid}) joins the group")
+        elif action.kind == "redis":
+            self.say("REDIS stop")
+            self.stack.service_down("redis")
+            self.say(f"  redis down; waiting {self.redis_outage_s:g}s")
+            time.sleep(self.redis_outage_s)
+            self.stack.service_up("redis", progress=lambda m: None)
+            self.counts["redis_outages"] += 1
+            self.say("  redis up again (same data directory, AOF)")
+        elif action.kind == "kafka":
+            self.say("KAFKA stop")
+            self.stack.service_down("kafka")
+            self.say("  kafka down; starting it again")
+            self.stack.service_up("kafka", progress=lambda m: None)
+            self.counts["kafka_restarts"] += 1
+            self.say("  kafka up again")
+        else:
+            raise ValueError(f"unknown chaos action {action.kind!r}")
+
+
+def unindexed(settings, documents) -> list[str]:
+    """Ids of the documents (this text) not yet fully indexed, in one pass over their status."""
+    import asyncio
+
+    from store import Memory
+    from workers.normalize import content_hash
+
+    async def check() -> list[str]:
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            pending = []
+            for doc in documents:
+                status = await memory.document_status(doc.tenant, doc.doc_id)
+                if not (status and status["doc_hash"] == content_hash(doc.text) and status["chunks_done"] == status["chunks"]):
+                    pending.append(doc.doc_id)
+            return pending
+        finally:
+            await memory.close()
+
+    return asyncio.run(check())
+
+
+def wait_indexed(settings, documents, fleet: Fleet, timeout_s: float) -> list[str]:
+    """Until every document is indexed or the timeout, restarting crashed workers meanwhile.
+    Returns the ids still pending."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fleet.supervise()
+        pending = unindexed(settings, documents)
+        if not pending or time.monotonic() > deadline:
+            return pending
+        time.sleep(1.0)
+
+
+# ---- audits ----------------------------------------------------------------------------------
+def read_topic(bootstrap: str, topic: str) -> list:
+    """Every record of a topic, from the beginning to the end offsets read at the start."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        if not partitions:
+            return []
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        ends = consumer.end_offsets(partitions)
+        records, deadline = [], time.monotonic() + 120
+        while any(consumer.position(p) < ends[p] for p in partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: could not read up to the end offsets {ends}")
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
+
+
+# What a re-published outbox may not change, but a second decision of the same transition does.
+DECISION_TIME_FIELDS = ("ts", "graph_version")
+
+
+@dataclass
+class EventAudit:
+    events: int = 0
+    redeliveries: int = 0  # the same event id with byte-identical content: an outbox sent again
+    decided_twice: list = field(default_factory=list)  # same id, differing only in DECISION_TIME_FIELDS
+    conflicting: list = field(default_factory=list)  # same id, different content
+
+    @property
+    def problems(self) -> list[str]:
+        return self.decided_twice + self.conflicting
+
+
+def audit_events(values: list[bytes]) -> dict[str, EventAudit]:
+    """Per tenant: every event id must stand for one content. A byte-identical copy is an
+    allowed redelivery; anything else under one id is a failure, split into 'decided twice'
+    (the same transition decided again: only its time and graph version differ) and
+    'conflicting' (different content)."""
+    by_id: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+    audits: dict[str, EventAudit] = defaultdict(EventAudit)
+    for value in values:
+        event = json.loads(value)
+        audits[event["tenant"]].events += 1
+        by_id[(event["tenant"], event["event_id"])].append(value)
+    for (tenant, event_id), copies in by_id.items():
+        audit = audits[tenant]
+        distinct = list(dict.fromkeys(copies))
+        audit.redeliveries += len(copies) - len(distinct)
+        if len(distinct) == 1:
+            continue
+        decoded = [json.loads(v) for v in distinct]
+        content = {json.dumps({k: v for k, v in e.items() if k not in DECISION_TIME_FIELDS}, sort_keys=True) for e in decoded}
+        first = decoded[0]
+        summary = f"event id {event_id} ({first['event']} of fact {first['fact_id']}) published {len(copies)}x"
+        if len(content) == 1:
+            audit.decided_twice.append(f"{summary}, decided {len(distinct)}x (graph versions {[e.get('graph_version') for e in decoded]})")
+        else:
+            diff = sorted({k for e in decoded for k in e if k not in DECISION_TIME_FIELDS and e.get(k) != first.get(k)})
+            audit.conflicting.append(f"{summary} with {len(distinct)} different contents (fields differing: {', '.join(diff)})")
+    return dict(audits)
+
+
+# Fact fields that are system time: when a fact was first extracted, activated or retired. Two
+# runs differ in their values; whether each is set is compared (an active fact has no
+# expired_at, a pending one no activated_at).
+SYSTEM_TIME_FIELDS = ("created_at", "activated_at", "expired_at")
+
+
+def comparable_export(memory: dict) -> dict:
+    """A `memstream export` modulo what legitimately differs between two runs of one corpus:
+    - tenant: the runs' tenants differ;
+    - graph_version: counts bumps, and a redelivered message may bump again (versions may
+      skip, never go back);
+    - SYSTEM_TIME_FIELDS: only whether each is set;
+    - reason: the text records the decision's history (the trigger, the support counts when the
+      fact's status last changed), not the end state; status and qualifiers are compared;
+    - edge weights to 3 decimals: a similarity edge's cosine is computed from whichever entity
+      arrived second, in float32.
+    Everything else — schemas and their frequencies, every fact's status, provenance,
+    qualifiers, world-time fields and merge target, entities, edges — must be equal."""
+    facts = []
+    for fact in memory["facts"]:
+        kept = {k: v for k, v in fact.items() if k not in SYSTEM_TIME_FIELDS and k != "reason"}
+        kept.update({f"{k} set": bool(fact.get(k)) for k in SYSTEM_TIME_FIELDS})
+        kept["passages"] = sorted(fact.get("passages") or [])
+        facts.append(kept)
+    return {
+        "schemas": sorted(memory["schemas"], key=lambda s: s["id"]),
+        "facts": sorted(facts, key=lambda f: f["id"]),
+        "entities": sorted(memory["entities"], key=lambda e: e["id"]),
+        "edges": sorted(({**e, "weight": round(e["weight"], 3)} for e in memory["edges"]), key=lambda e: (e["source"], e["target"], e["kind"])),
+    }
+
+
+def export_differences(expected: dict, actual: dict, limit: int = 12) -> list[str]:
+    """What differs between two comparable exports, per record id (at most `limit` lines per
+    section)."""
+    lines = []
+    for section, key in (("schemas", "id"), ("facts", "id"), ("entities", "id"), ("edges", None)):
+        def ident(record):
+            return record[key] if key else f"{record['source']} -{record['kind']}- {record['target']}"
+
+        want = {ident(r): r for r in expected[section]}
+        got = {ident(r): r for r in actual[section]}
+        found = []
+        for rid in sorted(set(want) | set(got)):
+            a, b = want.get(rid), got.get(rid)
+            if a == b:
+                continue
+            if a is None or b is None:
+                found.append(f"{section} {rid}: {'missing' if b is None else 'extra'} ({a or b})")
+            else:
+                fields = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                found.append(f"{section} {rid}: " + "; ".join(f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in fields))
+        if found:
+            lines.append(f"{section}: {len(found)} differ")
+            lines += [f"  {line}" for line in found[:limit]]
+    return lines
