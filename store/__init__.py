@@ -1,6 +1,6 @@
 """Redis: the memory layers, graph, vector indexes, progress and idempotency marks."""
 
 from store.keys import LAYERS, TenantKeys
-from store.memory import AlreadyDone, Hit, Memory, Outgoing
+from store.memory import AlreadyDone, Hit, Memory, Outgoing, StaleDecision
 
-__all__ = ["LAYERS", "AlreadyDone", "Hit", "Memory", "Outgoing", "TenantKeys"]
+__all__ = ["LAYERS", "AlreadyDone", "Hit", "Memory", "Outgoing", "StaleDecision", "TenantKeys"]

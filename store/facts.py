@@ -108,6 +108,8 @@ class Lifecycle:
         self.memory = memory
 
     def _stage(self, pipe, tenant: str, fact: Fact, **changes) -> None:
+        # the decision saw the fact in this status: its commit fails if another stage changed it
+        self.memory.expect_status(pipe, tenant, fact.id, fact.status)
         for name, value in changes.items():
             setattr(fact, name, value)
         stored = {name: (json.dumps(value, sort_keys=True) if name == "qualifiers" else value) for name, value in changes.items()}
@@ -149,18 +151,21 @@ class Lifecycle:
     def merge(self, pipe, tenant: str, target: Fact, new_passages: set[str], version: int, reason: str, source: Fact | None = None) -> FactEvent | None:
         """`source` says the same as `target` (or is it, gaining support): the target takes the
         new supporting passages; the source, if another fact, is merged into it (no edge, kept
-        with `merged_into`). None when the target gained nothing."""
+        with `merged_into`). The event names the source when subscribers knew it as active (it
+        left memory; `merged_into` says where to), else the target; None when nothing changed
+        that subscribers can see."""
+        source_left = source is not None and source.id != target.id and source.status == "active"
         if source is not None and source.id != target.id:
-            if source.status == "active":
+            if source_left:
                 self._unlink(pipe, tenant, source, version)
             self._stage(pipe, tenant, source, status="merged", merged_into=target.id, expired_at=time.time())
         new = set(new_passages) - set(target.passage_ids)
         for passage_id in sorted(new):
             self.memory.stage_fact_passage(pipe, tenant, target.id, passage_id)
-        if not new:
-            return None
         target.passage_ids = sorted(set(target.passage_ids) | new)
-        return event(tenant, "merged", target, version, reason)
+        if source_left:  # subscribers knew the source as active: tell them it is now the target
+            return event(tenant, "merged", source, version, reason)
+        return event(tenant, "merged", target, version, reason) if new else None
 
     def expire(self, pipe, tenant: str, fact: Fact, version: int, reason: str) -> FactEvent:
         """Its time in memory is over (a TTL): no edge, no longer used by queries."""

@@ -26,6 +26,14 @@ from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 GRAPH_CHANGES_MAXLEN = 200_000
 OUTBOX_SWEEP_LOCK_S = 30
+SWEEP_REGISTRATION_S = 60
+
+# The status field of each fact hash in KEYS (one round trip for a decision's checks).
+_STATUSES = """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = redis.call('HGET', key, 'status') or false end  -- false: nil, keeps the list whole
+return out
+"""
 
 # SADD a fact to the set of facts between two entities; the edge weight is the set's size,
 # written both ways, and the change is appended to the tenant's graph change stream.
@@ -183,7 +191,7 @@ class Memory:
         self._indexes: dict[tuple[str, str], AsyncSearchIndex] = {}
         self.index_recheck_s = INDEX_RECHECK_S
         self._indexes_checked: dict[str, float] = {}  # tenant → when a writer last checked them
-        self._sweep_registered: set[str] = set()
+        self._sweep_registered: dict[str, float] = {}  # tenant → when it was last registered for the sweep
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64, pool_timeout: float = 20.0, **kwargs) -> "Memory":
@@ -290,28 +298,42 @@ class Memory:
         pipe.set(keys.outbox(mark), json.dumps([o.to_json() for o in outbox]), ex=DONE_MARK_TTL_S)
         pipe.zadd(keys.outboxes, {mark: time.time()})
 
+    def expect_status(self, pipe, tenant: str, fact_id: str, status: str) -> None:
+        """The decision staged on `pipe` read this fact with this status: its commit fails with
+        StaleDecision if the status changed meanwhile (another stage decided about the fact)."""
+        pipe.__dict__.setdefault("memstream_expected", {}).setdefault(self.keys(tenant).fact(fact_id), status)
+
     async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
-        """Execute a message's staged writes and outbox unless another delivery of the same
-        message committed first — a partition's old and new owner during a rebalance, or a
-        worker that was thought dead. WATCH on the mark fences the late one off: its writes are
-        discarded, and it gets the outbox that did commit (AlreadyDone if that was finished).
-        None: ours committed."""
+        """Execute a message's staged writes and outbox, fenced on two sides:
+        - another delivery of the same message (a partition's old and new owner in a rebalance,
+          a worker thought dead) committed first: our writes are discarded and we get the
+          outbox that did commit (AlreadyDone if that was finished);
+        - a fact the decision read (Memory.expect_status) changed status before our EXEC:
+          StaleDecision, decide again.
+        WATCH makes both checks hold until EXEC. None: ours committed."""
         keys = self.keys(tenant)
-        if tenant not in self._sweep_registered:  # the sweep must know where to look
-            await self.redis.sadd(TENANTS_WITH_OUTBOXES, tenant)
-            self._sweep_registered.add(tenant)
+        now = time.monotonic()
+        if self._sweep_registered.get(tenant, 0.0) < now - SWEEP_REGISTRATION_S:  # where the sweep looks
+            await self.redis.sadd(TENANTS_WITH_OUTBOXES, tenant)  # again now and then: Redis may have restarted empty
+            self._sweep_registered[tenant] = now
+        expected = pipe.__dict__.get("memstream_expected", {})
         try:
-            await pipe.watch(keys.done_mark(mark), keys.outbox(mark))
+            await pipe.watch(keys.done_mark(mark), keys.outbox(mark), *expected)
             done, committed = await pipe.mget(keys.done_mark(mark), keys.outbox(mark))
             if done is None and committed is None:
+                if expected:
+                    statuses = await pipe.eval(_STATUSES, len(expected), *expected)
+                    if [s.decode() if s else None for s in statuses] != list(expected.values()):
+                        raise StaleDecision(mark)
                 await pipe.execute()
                 return None
-            await pipe.reset()
-        except WatchError:  # committed by the other delivery between our check and EXEC
+        except WatchError:  # committed by the other delivery, or a fact changed, between check and EXEC
             pass
+        finally:
+            await pipe.reset()  # idempotent; returns the watched connection to the pool on every path
         found = await self.pending_outbox(tenant, mark)
         if found is None:
-            raise RuntimeError(f"commit of {mark} was fenced off, yet no committed outbox was found")
+            raise StaleDecision(mark)
         return found
 
     async def finish(self, tenant: str, mark: str) -> None:
@@ -642,6 +664,10 @@ class Memory:
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             out.append(key.decode()[len(prefix):])
         return sorted(out)
+
+
+class StaleDecision(Exception):
+    """A fact a decision read changed before the decision committed: decide again."""
 
 
 class AlreadyDone(Exception):

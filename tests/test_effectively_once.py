@@ -366,12 +366,73 @@ def test_twins_end_in_the_same_memory_whichever_arrives_first(stack_env, relatio
         try:
             await index(stages, {d: texts[d] for d in order})
             keys = {o.key for o in stages.sent if o.topic == "candidate-facts"}
-            return {f.id: (f.status, f.merged_into, tuple(sorted(p[:8] for p in f.passage_ids))) for f in (await stages.facts()).values()}, keys
+            memory = {f.id: (f.status, f.merged_into, tuple(sorted(p[:8] for p in f.passage_ids))) for f in (await stages.facts()).values()}
+            return memory, keys, stages.events()
         finally:
             await stages.close()
 
-    (one, keys_one), (other, keys_other) = run(memory_after("xy")), run(memory_after("yx"))
+    (one, keys_one, events_one), (other, keys_other, events_other) = run(memory_after("xy")), run(memory_after("yx"))
     assert one == other
+    for events, memory in ((events_one, one), (events_other, other)):  # subscribers end where memory ends
+        last = {e["fact_id"]: e["fact"]["status"] for e in events}
+        assert last == {fid: status for fid, (status, _, _) in memory.items() if fid in last}
+        assert [status for status, _, _ in memory.values() if status == "active"] == [last[fid] for fid in last if last[fid] == "active"]
     assert sorted(status for status, _, _ in one.values()) == ["active", "merged"]
     if relation == "married":  # both detected on one partition, never at once on two
         assert len(keys_one) == 1 and keys_one == keys_other
+
+
+def test_the_same_document_in_two_tenants_gets_distinct_event_ids(stack_env):
+    text = "Ada Quill lives in Ostra."
+
+    async def events_of_a_tenant():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({text: [("Ada Quill", "lives in", "Ostra")]}), tau=1)
+        try:
+            await stages.publish("d1", text)
+            return {e["event_id"] for e in stages.events()}
+        finally:
+            await stages.close()
+
+    one, other = run(events_of_a_tenant()), run(events_of_a_tenant())
+    assert one and other and not one & other  # one topic carries every tenant's events
+
+
+def test_a_dead_letter_whose_error_holds_a_lone_surrogate_still_encodes():
+    letter = dead_letter_record("ns.chunks", b"k", b"{}", 'raw output: "\ud83d', 0, 1, 1, "t", max_payload_bytes=1024)
+    assert b"raw output" in encode(letter)
+
+
+def test_a_decision_whose_facts_changed_before_its_commit_is_made_again(stack_env):
+    """Two stages deciding about one fact at once (the detector activating it, the resolver
+    adjudicating its group): the later commit sees the fact changed and decides again."""
+    from store.facts import Fact, Lifecycle
+    from topics.records import Triple
+
+    async def scenario():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({}))
+        memory, tenant, lifecycle = stages.memory, stages.tenant, Lifecycle(stages.memory)
+        pipe = memory.pipeline()
+        memory.stage_new_fact(pipe, tenant, Fact.extracted("f1", Triple("Ada", "lives in", "Ostra"), "ada", "ostra", "s1"), [1.0] * 384)
+        await pipe.execute()
+        seen = []
+
+        async def decide(pipe):
+            fact = await memory.fact(tenant, "f1")
+            seen.append(fact.status)
+            if len(seen) == 1:  # another stage activates it between our read and our commit
+                other = memory.pipeline()
+                lifecycle.activate(other, tenant, await memory.fact(tenant, "f1"), 1)
+                await other.execute()
+            if fact.status != "active":
+                return [Outgoing("indexed-facts", "f1", encode(lifecycle.activate(pipe, tenant, fact, 2)))]
+            return []
+
+        try:
+            await stages.pipeline._once(tenant, "det:p1:0", decide)
+            return seen, stages.events()
+        finally:
+            await stages.close()
+
+    seen, events = run(scenario())
+    assert seen == ["new", "active"]  # decided again on what the other stage committed
+    assert events == []  # and did not activate the fact a second time

@@ -21,7 +21,7 @@ from workers.embedding import BatchingEmbedder, make_embedder
 from workers.extraction import make_extractor
 from workers.graph_cache import GraphCache
 from workers.llm import LLMClient, LLMError, MalformedOutput
-from workers.pipeline import Pipeline
+from workers.pipeline import Pipeline, backoff
 from workers.query import QueryEngine, QueryRequest
 from workers.settings import Settings
 
@@ -89,11 +89,11 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
 
 
 def _ack_only_processed(ack):
-    """faust skips — and acks — messages fetched before a rebalance (an old generation id).
-    The partition is then sought back to its committed offset and the message fetched again,
-    but its offset already counts as acked: the next commit can pass it before the new copy is
-    processed, and a crash then loses it. Our agents mark what they processed; nothing else is
-    acked (every topic these workers consume is an agent's)."""
+    """Only what our agents processed is acked. faust's pure-Python stream path acks a message
+    it skips after a rebalance (old generation id) — the partition is then sought back and the
+    message fetched again, but its offset already counts as acked, so a commit could pass it
+    before the new copy ran. (The compiled iterator does not; this keeps both paths safe.)
+    Every topic these workers consume is an agent's."""
 
     def ack_processed(self, message) -> bool:
         if not getattr(message, "memstream_processed", False):
@@ -120,7 +120,15 @@ def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pip
         manual = stream.noack()
         async for event in manual.events():
             message = event.message
-            await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
+            attempt = 0
+            while True:  # `process` only raises when even dead-lettering failed (e.g. Kafka down past
+                attempt += 1  # the outage deadline): an agent that crashed would go on with the next
+                try:  # message and its ack would let the commit pass this one, so run it again
+                    await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
+                    break
+                except Exception as exc:
+                    log.error("%s: message at offset %s not processed (%s: %s); trying again", suffix, message.offset, type(exc).__name__, exc)
+                    await asyncio.sleep(backoff(attempt))
             message.memstream_processed = True
             await manual.ack(event)
 

@@ -11,3 +11,4 @@ OUTAGE_WAITING = Gauge("memstream_outage_waiting", "Messages waiting out a Redis
 OUTBOXES_SWEPT = Counter("memstream_outboxes_swept_total", "Committed outboxes published by the sweep, not by their message")
 REDELIVERIES = Counter("memstream_redeliveries_total", "Messages found committed or done before (a redelivery)", ["stage", "found"])
 FENCED = Counter("memstream_fenced_commits_total", "Commits discarded because another delivery of the message committed first", ["stage"])
+STALE_DECISIONS = Counter("memstream_stale_decisions_total", "Decisions made again because a fact they read changed before their commit", ["stage"])

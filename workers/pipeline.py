@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redisvl.query.filter import Tag
 
-from store import AlreadyDone, Hit, Memory, Outgoing
+from store import AlreadyDone, Hit, Memory, Outgoing, StaleDecision
 from store.facts import Fact, Lifecycle
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[Outgoing], Awaitable[None]]
 MAX_ATTEMPTS = 5
+MAX_REDECISIONS = 8
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
 BACKOFF_BASE_S, BACKOFF_CAP_S = 0.2, 5.0
 
@@ -83,17 +84,16 @@ class Pipeline:
             await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
             return
         tenant = getattr(record, "tenant", None)
-        attempt, outage_since = 0, None
+        attempt, outage_retries, outage_since = 0, 0, None  # attempts count failures other than outages
         try:
             while True:
-                attempt += 1
                 try:
                     await self.handlers[topic](record)
                     metrics.MESSAGES.labels(stage=topic).inc()
                     metrics.STAGE_SECONDS.labels(stage=topic).observe(time.perf_counter() - started)
                     return
                 except PermanentError as exc:
-                    await self.dead_letter(topic, key, value, str(exc), partition, offset, attempt, tenant)
+                    await self.dead_letter(topic, key, value, str(exc), partition, offset, attempt + 1, tenant)
                     return
                 except Exception as exc:
                     if is_outage(exc):
@@ -107,10 +107,11 @@ class Pipeline:
                             reason = f"outage outlasted {self.settings.outage_deadline:.0f}s: {type(exc).__name__}: {exc}"
                             await self.dead_letter(topic, key, value, reason, partition, offset, attempt, tenant)
                             return
-                        delay = backoff(attempt)
+                        outage_retries += 1
+                        delay = backoff(outage_retries)
                         metrics.OUTAGE_RETRIES.labels(stage=topic).inc()
                         log.warning("%s: waiting out an outage, %.0fs so far (%s: %s); retrying in %.1fs", topic, waited, type(exc).__name__, exc, delay)
-                    elif attempt >= MAX_ATTEMPTS:
+                    elif (attempt := attempt + 1) >= MAX_ATTEMPTS:
                         await self.dead_letter(topic, key, value, f"{type(exc).__name__}: {exc}", partition, offset, attempt, tenant)
                         return
                     else:
@@ -162,13 +163,7 @@ class Pipeline:
         try:
             outbox = await self.memory.pending_outbox(tenant, mark)
             if outbox is None:
-                pipe = self.memory.pipeline()
-                outbox = stamp_event_ids(mark, await decide(pipe))
-                self.memory.stage_outbox(pipe, tenant, mark, outbox)
-                committed = await self.memory.commit_once(pipe, tenant, mark)
-                if committed is not None:
-                    metrics.FENCED.labels(stage=stage).inc()
-                    outbox = committed
+                outbox = await self._decide_and_commit(tenant, mark, decide, stage)
             else:
                 metrics.REDELIVERIES.labels(stage=stage, found="outbox").inc()
         except AlreadyDone:
@@ -182,6 +177,24 @@ class Pipeline:
             await self.send(item)
         await self.memory.finish(tenant, mark)
 
+    async def _decide_and_commit(self, tenant: str, mark: str, decide, stage: str) -> list[Outgoing]:
+        """Decide and commit; decide again while another stage changes a fact under the decision
+        (optimistic: the commit checks what the decision read). Returns the committed outbox."""
+        for _ in range(MAX_REDECISIONS):
+            pipe = self.memory.pipeline()
+            outbox = stamp_event_ids(tenant, mark, await decide(pipe))
+            self.memory.stage_outbox(pipe, tenant, mark, outbox)
+            try:
+                committed = await self.memory.commit_once(pipe, tenant, mark)
+            except StaleDecision:
+                metrics.STALE_DECISIONS.labels(stage=stage).inc()
+                continue
+            if committed is not None:
+                metrics.FENCED.labels(stage=stage).inc()
+                return committed
+            return outbox
+        raise RuntimeError(f"{mark}: the facts it decides about kept changing under {MAX_REDECISIONS} decisions")
+
     async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
         """Publish outboxes that were committed but never published (their worker died or
         publishing kept failing and the message was dead-lettered), oldest first, and mark
@@ -189,9 +202,15 @@ class Pipeline:
         race with it publishes twice, which consumers absorb (same event ids, done marks)."""
         sent = 0
         for tenant, mark, outbox in await self.memory.unsent_outboxes(time.time() - grace_s):
-            for item in outbox:
-                await self.send(item)
-            await self.memory.finish(tenant, mark)
+            try:
+                for item in outbox:
+                    await self.send(item)
+                await self.memory.finish(tenant, mark)
+            except Exception as exc:  # one outbox that cannot be sent must not hold back the others
+                if is_outage(exc):
+                    raise
+                log.error("sweep: the outbox of %s in tenant %s could not be published (%s: %s)", mark, tenant, type(exc).__name__, exc)
+                continue
             metrics.OUTBOXES_SWEPT.inc()
             log.warning("sweep: published the unsent outbox of %s in tenant %s (%d messages)", mark, tenant, len(outbox))
             sent += 1
@@ -301,7 +320,7 @@ class Pipeline:
                 return self._finish(pipe, cand, None, [])  # the same fact twice in one passage
             if fact.status in ("active", "invalid", "merged"):
                 # a known fact gains support: merge the provenance (and re-adjudicate) in the resolver
-                return self._finish(pipe, cand, None, [self._conflict_set(cand, "duplicate", fid, [fid], "same fact")])
+                return self._finish(pipe, cand, None, [self._conflict_set(cand, "duplicate", fact, "same fact")])
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
             if self.settings.on("schema_filter") and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
                 return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
@@ -357,7 +376,7 @@ class Pipeline:
             if twin is not None:
                 other, why = twin
                 if other.id < fact.id:  # the canonical fact (smaller id) is in memory: merge into it
-                    return [self._conflict_set(cand, "duplicate", other.id, [other.id], why)]
+                    return [self._conflict_set(cand, "duplicate", other, why)]
                 # this fact is the canonical one: it takes the twin's place, so the memory ends the
                 # same whichever of the two arrived first
                 merged = self.lifecycle.merge(pipe, tenant, fact, set(other.passage_ids), await self.memory.bump_graph_version(tenant), why, source=other)
@@ -406,10 +425,12 @@ class Pipeline:
                 return hit
         return None
 
-    def _conflict_set(self, cand: CandidateFact, kind: str, target: str, conflicting: list[str], reason: str) -> Outgoing:
-        work = f"res:{kind}:{target}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
-        record = ConflictSet(cand.tenant, kind, cand, target, conflicting, [cand.passage_id], work_id=work, reason=reason)
-        return Outgoing("conflict-sets", cand.head_id, encode(record))
+    def _conflict_set(self, cand: CandidateFact, kind: str, target: Fact, reason: str) -> Outgoing:
+        # keyed by the target's head: the resolver decides the target's group, and one head's
+        # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
+        work = f"res:{kind}:{target.id}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+        record = ConflictSet(cand.tenant, kind, cand, target.id, [target.id], [cand.passage_id], work_id=work, reason=reason)
+        return Outgoing("conflict-sets", target.head_id, encode(record))
 
     def _adjudication(self, cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Outgoing:
         # the cause keeps work ids apart when one fact triggers a group for several reasons
@@ -480,6 +501,8 @@ class Pipeline:
         facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged"}
         if not facts:
             return []
+        for fact in facts.values():  # the decision rests on every member's status, not only the ones it changes
+            self.memory.expect_status(pipe, tenant, fact.id, fact.status)
         for fid, pids in (extra or {}).items():  # support staged in this transaction, not yet visible
             if fid in facts:
                 facts[fid].passage_ids = sorted(set(facts[fid].passage_ids) | pids)
@@ -565,16 +588,17 @@ def is_outage(exc: BaseException) -> bool:
     return False
 
 
-def stamp_event_ids(mark: str, outbox: list[Outgoing]) -> list[Outgoing]:
+def stamp_event_ids(tenant: str, mark: str, outbox: list[Outgoing]) -> list[Outgoing]:
     """Give each fact event the id of its transition: the message that caused it (its mark)
     and its place among that message's events. A redelivery of the message decides the same
     events in the same order, so it repeats the ids (consumers drop it); two transitions of one
-    fact never share an id, even when the fact returns to an earlier state."""
+    fact never share an id, even when the fact returns to an earlier state; the same document in
+    two tenants gives two ids (one topic carries every tenant's events)."""
     out = []
     for position, item in enumerate(outbox):
         if item.topic == "indexed-facts":
             event = json.loads(item.value)
-            event["event_id"] = short_hash("event", mark, str(position), event["event"], event["fact_id"])
+            event["event_id"] = short_hash("event", tenant, mark, str(position), event["event"], event["fact_id"])
             item = Outgoing(item.topic, item.key, json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
         out.append(item)
     return out
@@ -592,7 +616,7 @@ def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error
     return DeadLetter(
         topic=topic,
         payload=payload,
-        error=error[:8192],
+        error=error[:8192].encode("utf-8", errors="backslashreplace").decode("utf-8"),  # lone surrogates from model output
         key=None if key is None else key[:1024].decode("utf-8", errors="backslashreplace"),
         partition=partition,
         offset=offset,
