@@ -16,7 +16,7 @@ from store import Outgoing
 from tests.conftest import write_docs
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from tests.test_end_to_end import tenant_name
-from topics import Document, encode
+from topics import encode
 from workers.normalize import entity_id, fact_id, relation_name
 from workers.pipeline import dead_letter_record, is_outage
 from workers.query import QueryEngine, QueryRequest
@@ -65,9 +65,9 @@ def test_every_poison_pill_is_dead_lettered_and_the_next_message_processed(stack
 
 def test_a_dead_letter_of_a_huge_undecodable_value_fits_the_topic():
     value = b"\xff" * (4 << 20)  # 4 MiB, every byte escaped as \xff in the letter
-    letter = dead_letter_record("ns.documents", b"k", value, "undecodable", 0, 7, 1, None, max_payload_bytes=512 << 10)
-    encoded = encode(letter)
-    assert len(encoded) < 4 * (1 << 20) + (1 << 20)  # the topic's limit at the default text limit
+    limit = 4 * (1 << 20) + (1 << 20)  # the topic's message limit at the default text limit
+    letter = dead_letter_record("ns.documents", b"k", value, "undecodable", 0, 7, 1, None, max_letter_bytes=limit)
+    assert len(encode(letter)) <= limit
     assert letter.payload_truncated and letter.payload_bytes == len(value)
     assert letter.payload_sha256 == __import__("hashlib").sha256(value).hexdigest()
 
@@ -398,7 +398,7 @@ def test_the_same_document_in_two_tenants_gets_distinct_event_ids(stack_env):
 
 
 def test_a_dead_letter_whose_error_holds_a_lone_surrogate_still_encodes():
-    letter = dead_letter_record("ns.chunks", b"k", b"{}", 'raw output: "\ud83d', 0, 1, 1, "t", max_payload_bytes=1024)
+    letter = dead_letter_record("ns.chunks", b"k", b"{}", 'raw output: "\ud83d', 0, 1, 1, "t", max_letter_bytes=1 << 20)
     assert b"raw output" in encode(letter)
 
 

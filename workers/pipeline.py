@@ -127,9 +127,7 @@ class Pipeline:
         metrics.DEAD_LETTERS.labels(topic=topic).inc()
         letter = dead_letter_record(
             f"{self.settings.topic_namespace}.{topic}", key, value, error, partition, offset, attempts, tenant,
-            # JSON escaping can grow a payload up to 6× (control characters as \u00XX): half the
-            # text limit keeps any letter under the topic's message size (4× the limit + 1 MiB)
-            max_payload_bytes=self.settings.max_text_bytes // 2,
+            max_letter_bytes=self.settings.max_message_bytes,
         )
         await self._send_until_sent(Outgoing("dlq", letter.key or "", encode(letter)))
 
@@ -605,28 +603,35 @@ def stamp_event_ids(tenant: str, mark: str, outbox: list[Outgoing]) -> list[Outg
 
 
 def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error: str, partition, offset, attempts: int,
-                       tenant: str | None, max_payload_bytes: int) -> DeadLetter:
-    """A dead letter that always fits the topic: the payload (undecodable bytes escaped) cut
-    to `max_payload_bytes`, the whole original's size and sha256 kept, and the error cut to 8 KiB."""
+                       tenant: str | None, max_letter_bytes: int) -> DeadLetter:
+    """A dead letter that always fits the topic: the whole payload (undecodable bytes escaped)
+    when the letter fits `max_letter_bytes`, else the payload cut to a sixth of it (JSON
+    escaping grows text up to 6×: control characters as a 6-character escape), with the original's size and
+    sha256 kept; the error cut to 8 KiB."""
     raw = value or b""
     payload = raw.decode("utf-8", errors="backslashreplace")
-    truncated = len(payload.encode("utf-8", errors="surrogatepass")) > max_payload_bytes
-    if truncated:
-        payload = payload.encode("utf-8", errors="surrogatepass")[:max_payload_bytes].decode("utf-8", errors="ignore")
-    return DeadLetter(
-        topic=topic,
-        payload=payload,
-        error=error[:8192].encode("utf-8", errors="backslashreplace").decode("utf-8"),  # lone surrogates from model output
-        key=None if key is None else key[:1024].decode("utf-8", errors="backslashreplace"),
-        partition=partition,
-        offset=offset,
-        attempts=attempts,
-        tenant=tenant,
-        ts=time.time(),
-        payload_bytes=len(raw),
-        payload_sha256=hashlib.sha256(raw).hexdigest(),
-        payload_truncated=truncated,
-    )
+
+    def letter(text: str, truncated: bool) -> DeadLetter:
+        return DeadLetter(
+            topic=topic,
+            payload=text,
+            error=error[:8192].encode("utf-8", errors="backslashreplace").decode("utf-8"),  # lone surrogates from model output
+            key=None if key is None else key[:1024].decode("utf-8", errors="backslashreplace"),
+            partition=partition,
+            offset=offset,
+            attempts=attempts,
+            tenant=tenant,
+            ts=time.time(),
+            payload_bytes=len(raw),
+            payload_sha256=hashlib.sha256(raw).hexdigest(),
+            payload_truncated=truncated,
+        )
+
+    whole = letter(payload, False)
+    if len(encode(whole)) <= max_letter_bytes:
+        return whole
+    cut = max(0, (max_letter_bytes - (64 << 10)) // 6)
+    return letter(payload.encode("utf-8")[:cut].decode("utf-8", errors="ignore"), True)
 
 
 def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
