@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ops.fake_llm import FakeOpenAI
 from ops.stack import Stack, free_port
 
 TERM_TIMEOUT_S = 60  # a graceful stop that takes longer is finished with SIGKILL (and logged)
@@ -139,15 +140,17 @@ class Action:
 
 
 def plan(rng: random.Random, kills: int = 3, terms: int = 3) -> list[Action]:
-    """The signals go to every role in turn (extractors, which hold the LLM calls, first and
-    twice), in a seeded order; with one extractor joining, one Redis outage and one broker
-    restart, shuffled."""
-    roles = ["extractor", "extractor", "chunker", "detector", "resolver", "query"]
-    victims = [roles[i % len(roles)] for i in range(kills + terms)]
-    rng.shuffle(victims)
-    signals = ["kill"] * kills + ["term"] * terms
+    """An extractor, which holds an LLM call in flight, gets one SIGKILL and one SIGTERM; the
+    other signals go to the other roles in turn, in a seeded order; with one extractor joining,
+    one Redis outage and one broker restart, all shuffled."""
+    if kills < 1 or terms < 1:
+        raise ValueError("the plan needs at least one SIGKILL and one SIGTERM")
+    others = ["chunker", "detector", "resolver", "query"]
+    signals = ["kill"] * (kills - 1) + ["term"] * (terms - 1)
     rng.shuffle(signals)
-    actions = [Action(s, r) for s, r in zip(signals, victims)] + [Action("join", "extractor"), Action("redis"), Action("kafka")]
+    actions = [Action("kill", "extractor"), Action("term", "extractor")]
+    actions += [Action(sig, others[i % len(others)]) for i, sig in enumerate(signals)]
+    actions += [Action("join", "extractor"), Action("redis"), Action("kafka")]
     rng.shuffle(actions)
     return actions
 
@@ -159,16 +162,24 @@ class Chaos:
     rng: random.Random
     say: ActionLog
     redis_outage_s: float = 20.0
+    llm: FakeOpenAI | None = None  # the extractors' LLM: slowed down before an extractor is signalled
+    slow_call_s: float = 8.0
     counts: dict = field(default_factory=lambda: defaultdict(int))
 
     def run(self, action: Action) -> None:
         if action.kind in ("kill", "term"):
             # a worker that is up, so the signal lands on work in flight rather than on a start
             candidates = sorted(self.fleet.running(action.role), key=lambda w: w.name)
-            victim = self.rng.choice([w for w in candidates if w.ready()] or candidates)
+            ready = [w for w in candidates if w.ready()]
+            victim = self.rng.choice(ready or candidates)
             sig = signal.SIGKILL if action.kind == "kill" else signal.SIGTERM
+            normal_latency = self.llm.latency_s if self.llm else 0.0
+            if action.role == "extractor" and self.llm is not None:
+                self._slow_calls_in_flight(len(ready))
             self.say(f"{sig.name} {victim.name} (pid {victim.proc.pid}{'' if victim.ready() else ', still starting'})")
             ended = self.fleet.stop(victim, sig)
+            if self.llm is not None:
+                self.llm.latency_s = normal_latency
             replacement = self.fleet.start(victim.role)
             self.counts[action.kind] += 1
             self.counts["restarts"] += 1
@@ -194,6 +205,17 @@ class Chaos:
             self.say("  kafka up again")
         else:
             raise ValueError(f"unknown chaos action {action.kind!r}")
+
+    def _slow_calls_in_flight(self, extractors: int) -> None:
+        """Make the next LLM calls slow and wait until each ready extractor has started one (an
+        extractor makes one call at a time), so the signal lands mid-call with seconds to go:
+        a stop that cancels the call must not lose or commit its chunk."""
+        self.llm.latency_s, before = self.slow_call_s, self.llm.calls
+        deadline = time.monotonic() + 2 * self.slow_call_s
+        while self.llm.calls - before < extractors and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(min(1.0, self.slow_call_s / 4))
+        self.say(f"  {self.llm.calls - before} slow LLM calls ({self.slow_call_s:g}s) started for {extractors} ready extractors, {self.llm.in_flight} in flight")
 
 
 def unindexed(settings, documents) -> list[str]:

@@ -7,7 +7,8 @@ run's of the same corpus, no event id may stand for two contents, and the DLQ mu
 Environment (for quick local runs): MEMSTREAM_CHAOS_DOCS (default 200), MEMSTREAM_CHAOS_LATENCY
 (the fake LLM's seconds per call, default 0.5), MEMSTREAM_CHAOS_SEED (replays a run's schedule;
 default random, printed), MEMSTREAM_CHAOS_REDIS_OUTAGE (default 20 s), MEMSTREAM_CHAOS_WAIT
-(seconds to wait for a wave to be indexed, default 300). The action log lies in the test's
+(seconds to wait for a wave to be indexed, default 300), MEMSTREAM_CHAOS_SLOW_CALL (the LLM
+latency while an extractor is signalled, default 8 s). The action log lies in the test's
 tmp_path (chaos.log), with one log per worker process."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ LATENCY_S = float(os.environ.get("MEMSTREAM_CHAOS_LATENCY") or 0.5)
 SEED = int(os.environ.get("MEMSTREAM_CHAOS_SEED") or random.SystemRandom().randrange(1_000_000))
 REDIS_OUTAGE_S = float(os.environ.get("MEMSTREAM_CHAOS_REDIS_OUTAGE") or 20)
 WAIT_S = float(os.environ.get("MEMSTREAM_CHAOS_WAIT") or 300)
+SLOW_CALL_S = float(os.environ.get("MEMSTREAM_CHAOS_SLOW_CALL") or 8)
 ROLES = ("chunker", "extractor", "extractor", "detector", "resolver", "query")
 
 
@@ -127,7 +129,7 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
             llm.latency_s, calls_before = LATENCY_S, llm.calls
 
             mark = time.monotonic()
-            chaos = Chaos(fleet, private_stack, rng, say, REDIS_OUTAGE_S)
+            chaos = Chaos(fleet, private_stack, rng, say, REDIS_OUTAGE_S, llm, SLOW_CALL_S)
             actions = plan(rng)
             say("plan: " + ", ".join(f"{a.kind} {a.role}".strip() for a in actions))
             split = round(len(actions) * len(waves[1]) / len(docs))  # actions shared by the waves as their documents are
@@ -143,7 +145,7 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
                     if i < len(wave_actions):
                         time.sleep(rng.uniform(1.0, 3.0))
                         fleet.supervise()
-                        say(f"{len(unindexed(settings, published))} of {len(published)} published documents not yet indexed")
+                        say(f"{len(unindexed(settings, published))} of {len(published)} published documents not yet indexed, {llm.in_flight} LLM calls in flight")
                         chaos.run(wave_actions[i])
                 pending = wait_indexed(settings, wave_docs, fleet, WAIT_S)
                 say(f"disrupted run: wave {wave} indexed ({len(pending)} pending)")
