@@ -128,7 +128,22 @@ def cmd_worker(settings: Settings, args) -> int:
 
     roles = parse_roles(args.role)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ensure_topics(settings)
+    # A worker (re)started while the broker restarts waits for it, up to the outage deadline,
+    # instead of exiting; a fresh admin client each try (kafka-python's reconnect backoff grows
+    # to 30 s and outlasted a broker that was back after 20 s)
+    started, attempt = time.monotonic(), 0
+    while True:
+        attempt += 1
+        try:
+            ensure_topics(settings)
+            break
+        except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, topics not visible yet
+            waited = time.monotonic() - started
+            if waited >= settings.outage_deadline:
+                logging.getLogger("memstream.worker").error("gave up waiting for Kafka at %s after %.0fs (MEMSTREAM_OUTAGE_DEADLINE)", settings.kafka_bootstrap, waited)
+                raise
+            logging.getLogger("memstream.worker").warning("waiting for Kafka at %s, %.0fs so far (%s: %s)", settings.kafka_bootstrap, waited, type(exc).__name__, exc)
+            time.sleep(min(5.0, 0.5 * attempt))
     run_worker(settings, roles)
     return 0
 

@@ -436,3 +436,17 @@ def test_a_decision_whose_facts_changed_before_its_commit_is_made_again(stack_en
     seen, events = run(scenario())
     assert seen == ["new", "active"]  # decided again on what the other stage committed
     assert events == []  # and did not activate the fact a second time
+
+
+def test_a_worker_started_while_the_broker_is_down_waits_for_it(tmp_path):
+    """Up to the outage deadline, then a clear exit (the broker never came back here)."""
+    import subprocess
+    import sys
+
+    from ops.stack import free_port
+
+    env = {**os.environ, "MEMSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}", "MEMSTREAM_OUTAGE_DEADLINE": "6", "MEMSTREAM_HOME": str(tmp_path)}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ops.cli", "worker", "--role", "detector"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and time.monotonic() - started >= 6
+    assert "waiting for Kafka at 127.0.0.1:" in proc.stderr and "gave up waiting for Kafka" in proc.stderr
