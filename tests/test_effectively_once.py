@@ -450,3 +450,31 @@ def test_a_worker_started_while_the_broker_is_down_waits_for_it(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ops.cli", "worker", "--role", "detector"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and time.monotonic() - started >= 6
     assert "waiting for Kafka at 127.0.0.1:" in proc.stderr and "gave up waiting for Kafka" in proc.stderr
+
+
+def test_chunks_fetched_before_a_rebalance_are_not_lost_when_a_second_extractor_joins(make_workers, tmp_path):
+    """The first extractor holds all partitions and has fetched every chunk, nothing committed
+    yet; a second extractor joins. faust drops the chunks fetched in the old generation, and
+    aiokafka did not seek a partition without a committed offset back: the chunks of the
+    partitions the first extractor kept were never delivered again (seen in the chaos test)."""
+    texts = {f"r{i:02d}": f"Person{i:02d} Quill runs the Mill{i:02d}." for i in range(16)}
+
+    def model(body):
+        i = user_text(body)[len("Person"):][:2]
+        return json.dumps({"entities": [], "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
+                                                      "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
+
+    with FakeOpenAI(default=model, latency_s=0.2) as server:
+        server.script.append({"delay": 30})  # the first call outlasts the second extractor's start: nothing else is processed or committed
+        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"rebal-{uuid.uuid4().hex[:6]}", tau=1, partitions=4)
+        workers.start(role="chunker,detector,resolver,query")
+        workers.start(role="extractor")
+        tenant = tenant_name("rebalance")
+        workers.cli.run("publish", *write_docs(tmp_path / "d", texts), "--tenant", tenant)
+        deadline = time.monotonic() + 120
+        while server.calls == 0 and time.monotonic() < deadline:  # the first extractor has fetched and started
+            time.sleep(0.2)
+        workers.start(role="extractor")  # joins while the first holds fetched, uncommitted chunks
+        workers.cli.run("publish", *write_docs(tmp_path / "d", texts), "--tenant", tenant, "--wait", "--timeout", "150")
+        activated = {e["fact_id"] for e in workers.cli.tail(tenant) if e["event"] == "activated"}
+    assert activated == {fid(f"Person{i:02d} Quill", "runs", f"Mill{i:02d}") for i in range(16)}
