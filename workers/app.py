@@ -106,12 +106,14 @@ def _ack_only_processed(ack):
 
 
 def _seek_uncommitted_to_beginning(perform_seek):
-    """After a rebalance faust seeks each partition back to its committed offset, and drops the
-    messages it had fetched before (old generation). aiokafka's seek_to_committed skips a
-    partition with no committed offset (or 0), leaving the fetcher past those dropped messages:
-    they were never delivered again (the chaos test lost 66 of 128 documents when a second
-    extractor joined while the first held prefetched chunks). Such partitions start again from
-    the beginning, as auto_offset_reset=earliest says; what was already done is found done."""
+    """After a rebalance faust drops the messages it fetched in the old generation and seeks each
+    partition back to its committed offset — but aiokafka's seek_to_committed skips a partition
+    with no committed offset (or 0), and faust drops fetched messages below the offset it last
+    read: a refetch that lands before faust's seek is dropped, and the fetcher stays past it. A
+    chaos run lost 66 of 128 documents this way when a second extractor joined while the first
+    held fetched, uncommitted chunks (the race did not reproduce in a targeted test). Such
+    partitions start again from the beginning, as auto_offset_reset=earliest says, with faust's
+    read offset cleared; what was already done is found done."""
 
     async def perform_seek_and_rewind(self) -> None:
         await perform_seek(self)
