@@ -642,9 +642,6 @@ class Memory:
         row = await self.redis.hgetall(key)
         return {k.decode(): v.decode() for k, v in row.items() if k.decode() not in skip}
 
-    async def set_members(self, key: str) -> list[str]:
-        return sorted(m.decode() for m in await self.redis.smembers(key))
-
     async def adjacency_nodes(self, tenant: str) -> list[str]:
         """The tenant's graph nodes from its node set — O(tenant). Nodes written before the set
         existed are found once by a keyspace scan and added to it; writers add to the set with

@@ -13,7 +13,7 @@ import pytest
 from ops.export import to_graphml
 from ops.publish import load_documents
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, decode, encode
-from topics.records import MAX_DEPTH, Triple
+from topics.records import MAX_DEPTH
 from workers.chunking import MAX_TOKEN_CHARS, chunk_id_of, chunk_text
 from workers.extraction import ReplayExtractor, RulesExtractor, parse_extraction
 from workers.normalize import UnnamedEntity, entity_id
