@@ -32,8 +32,8 @@ from store import Memory
 from store.facts import Fact
 from topics import Chunk, Document
 from topics.records import Triple
-from workers.extraction import RulesExtractor
-from workers.normalize import entity_id, fact_id, schema_id
+from workers.models.extraction import RulesExtractor
+from workers.algorithms.normalize import entity_id, fact_id, schema_id
 from workers.settings import Settings
 
 FIRST = ["Ada", "Bram", "Cora", "Dag", "Eira", "Finn", "Gro", "Hal", "Ines", "Jon", "Kari", "Lars", "Mina", "Nils", "Olga", "Per"]
@@ -156,7 +156,7 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
 def _embedding_bound(documents: list[Document]) -> float:
     """Chunks/s of the local embedder alone on the texts the extractor embeds for these
     documents (passage, entity names, facts, schemas) — the other ceiling on this machine."""
-    from workers.embedding import LocalEmbedder
+    from workers.models.embedding import LocalEmbedder
 
     embedder = LocalEmbedder()
     embedder.embed(["warm up"])

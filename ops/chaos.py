@@ -223,7 +223,7 @@ def unindexed(settings, documents) -> list[str]:
     import asyncio
 
     from store import Memory
-    from workers.normalize import content_hash
+    from workers.algorithms.normalize import content_hash
 
     async def check() -> list[str]:
         memory = Memory.from_url(settings.redis_url)

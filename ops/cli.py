@@ -243,7 +243,7 @@ def cmd_alias(settings: Settings, args) -> int:
     import asyncio
 
     from store import Memory
-    from workers.normalize import entity_id
+    from workers.algorithms.normalize import entity_id
 
     tenant = validate_tenant(args.tenant or settings.tenant)
     if args.action == "add" and len(args.names) != 2:

@@ -9,7 +9,7 @@ from xml.etree import ElementTree as ET
 
 from store import Memory
 from store.keys import entity_node, node_id
-from workers.graph_cache import TenantGraph
+from workers.query.graph_cache import TenantGraph
 from workers.settings import Settings
 
 # Characters XML 1.0 does not allow (control characters but tab, newline and carriage return; lone

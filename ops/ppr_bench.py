@@ -22,8 +22,8 @@ from ops.datasets import load_dataset
 from ops.recall import corpus_worker_env, index_corpus
 from ops.stack import Stack, free_port, stderr, wait_worker_healthy
 from store import Memory
-from workers.graph_cache import TenantGraph
-from workers.ppr import SparseGraph
+from workers.query.graph_cache import TenantGraph
+from workers.algorithms.ppr import SparseGraph
 from workers.settings import Settings
 
 NODES_PER_EDGE = 0.37  # the indexed MuSiQue graph's shape: 20,960 nodes for 56,648 edges

@@ -17,7 +17,7 @@ from typing import Iterable, TextIO
 
 from store import Memory
 from topics import ContractError, Document, encode, parse_json
-from workers.normalize import content_hash
+from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
 
 TEXT_SUFFIXES = {".txt", ".md"}

@@ -21,9 +21,9 @@ from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr, wait_worker_healthy, worker_env
 from store import Memory
 from topics import Document
-from workers.embedding import BatchingEmbedder, LocalEmbedder
-from workers.query import QueryEngine, QueryRequest
-from workers.retrieval import RetrievalParams
+from workers.models.embedding import BatchingEmbedder, LocalEmbedder
+from workers.query.engine import QueryEngine, QueryRequest
+from workers.algorithms.retrieval import RetrievalParams
 from workers.settings import Settings
 
 # Every passage of these sets fits one chunk (≤ 300 words): the replay extractor is keyed by

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
 from redis.exceptions import WatchError
-from redisvl.query.filter import FilterExpression
+from redisvl.query.filter import FilterExpression, Tag
 
 from store.facts import Fact
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
@@ -74,7 +74,7 @@ return 1
 """
 
 # A fact joins its (head, relation) group; relation cardinality is counted over heads, and the
-# relation's verdict (workers.policy.is_multi_valued: at least ARGV[4] heads, and a share ARGV[5]
+# relation's verdict (workers.algorithms.policy.is_multi_valued: at least ARGV[4] heads, and a share ARGV[5]
 # of the heads seen, with two or more tails) is decided and written in the same step, so two
 # detectors on two partitions cannot both see the old verdict. The message that flipped it is
 # remembered (KEYS[6]), so its redelivery spawns the same re-adjudications.
@@ -249,8 +249,10 @@ class Memory:
         vector: np.ndarray,
         k: int,
         return_fields: list[str],
-        filter_expression: FilterExpression | None = None,
+        where: Mapping[str, str] | None = None,
     ) -> list[Hit]:
+        """The `k` records of `layer` nearest `vector` (cosine similarity in `Hit.score`), among
+        those whose tag fields equal every value in `where` (e.g. {"status": "active"})."""
         index = await self.index(tenant, layer, create=False)
         if index is None:
             return []
@@ -258,7 +260,7 @@ class Memory:
             vector=vector_bytes(vector),
             vector_field_name="vec",
             return_fields=return_fields,
-            filter_expression=filter_expression,
+            filter_expression=_tags_equal(where),
             num_results=k,
         )
         try:
@@ -579,7 +581,7 @@ class Memory:
                          multi_rule: tuple[int, float]) -> GroupJoin:
         """Add a fact to its (head, relation) group and decide the relation's cardinality in
         the same atomic step; multi_rule = (min heads, share of heads) with several tails that
-        make a relation multi-valued (workers.policy). Idempotent; a redelivery of the message
+        make a relation multi-valued (workers.algorithms.policy). Idempotent; a redelivery of the message
         `mark` that flipped the verdict is told it flipped it."""
         keys = self.keys(tenant)
         heads, multi, size, verdict, flipped = await self.redis.eval(
@@ -669,3 +671,12 @@ class StaleDecision(Exception):
 
 class AlreadyDone(Exception):
     """The message behind this mark was fully processed before (a redelivery)."""
+
+
+def _tags_equal(where: Mapping[str, str] | None) -> FilterExpression | None:
+    """redisvl's filter for "every tag field equals its value" (None: no filter)."""
+    expression = None
+    for field, value in (where or {}).items():
+        term = Tag(field) == value
+        expression = term if expression is None else expression & term
+    return expression

@@ -16,7 +16,7 @@ import numpy as np
 from store import Memory, Outgoing
 from topics import Document, encode
 from topics.records import Triple
-from workers.extraction import Entity, Extraction
+from workers.models.extraction import Entity, Extraction
 from workers.pipeline import Pipeline
 from workers.settings import Settings
 

@@ -1,5 +1,5 @@
-from workers.chunking import chunk_id_of, chunk_text
-from workers.normalize import entity_id, fact_id, relation_name, schema_id
+from workers.algorithms.chunking import chunk_id_of, chunk_text
+from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
 
 
 def test_a_document_that_fits_is_one_unchanged_chunk():

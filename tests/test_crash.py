@@ -11,8 +11,8 @@ from collections import defaultdict
 from store import Memory
 from tests.conftest import write_docs
 from tests.test_end_to_end import tenant_name
-from workers.extraction import RulesExtractor
-from workers.normalize import entity_id, fact_id, relation_name
+from workers.models.extraction import RulesExtractor
+from workers.algorithms.normalize import entity_id, fact_id, relation_name
 
 FIRST = ["Alder", "Briony", "Cassian", "Delphine", "Ewan", "Farrah", "Gideon", "Hester", "Ivo", "Juno"]
 LAST = ["Quill", "Rowan", "Sallow", "Thorne", "Umber", "Vane"]

@@ -6,7 +6,7 @@ import uuid
 import numpy as np
 import redis.asyncio as aioredis
 
-from workers.embedding import BatchingEmbedder
+from workers.models.embedding import BatchingEmbedder
 
 
 class CountingEmbedder:

@@ -9,7 +9,7 @@ import uuid
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.conftest import write_docs
-from workers.normalize import content_hash, relation_name
+from workers.algorithms.normalize import content_hash, relation_name
 
 CORPUS = {
     "lighthouse": "Captain Ilse Marrow built the Varn Lighthouse in 1871. The Varn Lighthouse stands on Kestrel Point.",

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.extraction import ReplayExtractor, RulesExtractor, make_extractor, type_of
-from workers.normalize import content_hash
+from workers.models.extraction import ReplayExtractor, RulesExtractor, make_extractor, type_of
+from workers.algorithms.normalize import content_hash
 
 OPENIE = Path(__file__).resolve().parents[2] / "shared/data/musique_train_100/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 

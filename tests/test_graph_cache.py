@@ -5,7 +5,7 @@ import asyncio
 import uuid
 
 from store import Memory
-from workers.graph_cache import GraphCache
+from workers.query.graph_cache import GraphCache
 
 
 async def _write_graph(memory: Memory, tenant: str, edges: int) -> None:

@@ -14,9 +14,9 @@ from ops.export import to_graphml
 from ops.publish import load_documents
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, decode, encode
 from topics.records import MAX_DEPTH
-from workers.chunking import MAX_TOKEN_CHARS, chunk_id_of, chunk_text
-from workers.extraction import ReplayExtractor, RulesExtractor, parse_extraction
-from workers.normalize import UnnamedEntity, entity_id
+from workers.algorithms.chunking import MAX_TOKEN_CHARS, chunk_id_of, chunk_text
+from workers.models.extraction import ReplayExtractor, RulesExtractor, parse_extraction
+from workers.algorithms.normalize import UnnamedEntity, entity_id
 
 
 # ---- records: every poison value is a ContractError ---------------------------------------------
@@ -164,7 +164,7 @@ def test_llm_extraction_drops_unnamed_entities_and_their_facts(caplog):
             {"head": "+", "relation": "plus", "tail": "Ada", "head_type": "ENTITY", "tail_type": "PERSON"},
         ],
     }
-    with caplog.at_level(logging.WARNING, logger="workers.extraction"):
+    with caplog.at_level(logging.WARNING, logger="workers.models.extraction"):
         extraction = parse_extraction(answer)
     assert [e.name for e in extraction.entities] == ["Ada"]
     assert [(f.head, f.tail) for f in extraction.facts] == [("Ada", "Notes")]
@@ -174,7 +174,7 @@ def test_llm_extraction_drops_unnamed_entities_and_their_facts(caplog):
 
 def test_replay_drops_unnamed_entities_and_their_facts(tmp_path):
     text = "Ada wrote Notes."
-    from workers.normalize import content_hash
+    from workers.algorithms.normalize import content_hash
 
     line = {"text_sha256": content_hash(text), "entities": [{"name": "Ada"}, {"name": "#"}],
             "facts": [{"head": "Ada", "relation": "wrote", "tail": "Notes"}, {"head": "Ada", "relation": "is", "tail": "$"}]}

@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from tests.conftest import write_docs
 from ops.fake_llm import FakeOpenAI, user_text
 from tests.test_end_to_end import _dlq_letters, tenant_name
-from workers.extraction import LLMExtractor
-from workers.llm import LLMClient, LLMConfig, LLMError, MalformedOutput
+from workers.models.extraction import LLMExtractor
+from workers.models.llm import LLMClient, LLMConfig, LLMError, MalformedOutput
 
 ANSWERS = {
     "Greta Holm runs the Northwind Mill.": {
@@ -61,7 +61,7 @@ def test_structured_extraction_over_http_and_cache_hits(stack_env):
 
 
 def test_categories_come_through():
-    from workers.extraction import parse_extraction
+    from workers.models.extraction import parse_extraction
 
     result = parse_extraction(ANSWERS["Never deploy on Fridays."])
     assert result.facts[0].category == "HARD_CONSTRAINT"
@@ -182,8 +182,8 @@ def test_llm_resolver_names_an_action_and_evidence_per_fact(make_workers, tmp_pa
 
 
 def test_llm_resolution_answers_are_validated():
-    from workers.llm_resolution import parse_resolution
-    from workers.policy import GroupFact
+    from workers.models.resolution import parse_resolution
+    from workers.algorithms.policy import GroupFact
 
     group = [GroupFact("a", "x", 1, 1, 1.0, passage_ids=("p1",)), GroupFact("b", "y", 1, 1, 2.0, passage_ids=("p2",))]
     ok = {"decisions": [

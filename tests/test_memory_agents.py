@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 
 from tests.conftest import write_docs
 from tests.test_end_to_end import tenant_name
-from workers.normalize import content_hash, entity_id, fact_id, relation_name
+from workers.algorithms.normalize import content_hash, entity_id, fact_id, relation_name
 
 
 def fact(head, head_type, relation, tail, tail_type, valid_from=None, valid_to=None):

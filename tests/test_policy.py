@@ -2,7 +2,7 @@
 
 import itertools
 
-from workers.policy import GroupFact, adjudicate, is_multi_valued, parse_time, spans_overlap
+from workers.algorithms.policy import GroupFact, adjudicate, is_multi_valued, parse_time, spans_overlap
 
 
 def never(a, b):

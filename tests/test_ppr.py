@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from workers.ppr import SparseGraph, personalized_pagerank
+from workers.algorithms.ppr import SparseGraph, personalized_pagerank
 
 igraph = pytest.importorskip("igraph")
 

@@ -16,8 +16,8 @@ import pytest
 
 from store.memory import Hit
 from topics import ContractError
-from workers.graph_cache import TenantGraph
-from workers.query import QueryEngine, QueryRequest
+from workers.query.graph_cache import TenantGraph
+from workers.query.engine import QueryEngine, QueryRequest
 from workers.settings import Settings
 
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens: these tests never get that far
@@ -159,14 +159,14 @@ def test_a_redis_pool_that_stays_exhausted_is_a_503():
 
 
 def hub_graph():
-    from workers.ppr import SparseGraph
+    from workers.algorithms.ppr import SparseGraph
 
     rng = np.random.default_rng(9)
     return SparseGraph.from_edges((f"n{i}", f"n{int(rng.integers(0, 40))}", float(rng.uniform(0.5, 2))) for i in range(1, 400))
 
 
 def test_ppr_stops_at_its_pass_cap_and_reports_it():
-    from workers.ppr import MAX_PASSES
+    from workers.algorithms.ppr import MAX_PASSES
 
     graph = hub_graph()
     reset = np.zeros(len(graph))
@@ -181,7 +181,7 @@ def test_ppr_stops_at_its_pass_cap_and_reports_it():
 
 
 def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monkeypatch):
-    from workers.ppr import Transition
+    from workers.algorithms.ppr import Transition
 
     graph = TenantGraph("t")
     for a, b, kind in [("e:a", "e:b", "fact"), ("e:b", "e:c", "fact"), ("e:a", "p:p1", "passage"), ("e:c", "p:p2", "passage")]:
@@ -190,7 +190,7 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
                            "category": "DECLARATIVE", "expired_at": None})
 
     class Memory:
-        async def knn(self, tenant, layer, vector, k, fields, filter_expression=None):
+        async def knn(self, tenant, layer, vector, k, fields, where=None):
             return {"facts": [fact], "passages": [Hit("p1", 0.8, {"doc_id": "d1"})]}.get(layer, [])
 
         async def graph_version(self, tenant):

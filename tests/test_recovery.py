@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 from store import Memory
 from store.keys import LAYERS
 from topics import Chunk
-from workers.graph_cache import GraphCache
+from workers.query.graph_cache import GraphCache
 
 DIMS = 8
 VECTOR = np.eye(DIMS, dtype=np.float32)[0]

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from workers.graph_cache import TenantGraph
-from workers.ppr import SparseGraph
-from workers.retrieval import FactHit, PassageStats, RetrievalParams, SchemaHit, rank_passages, seed
+from workers.query.graph_cache import TenantGraph
+from workers.algorithms.ppr import SparseGraph
+from workers.algorithms.retrieval import FactHit, PassageStats, RetrievalParams, SchemaHit, rank_passages, seed
 
 
 def small_memory():
@@ -112,7 +112,7 @@ def test_several_kinds_on_one_pair_add_up_and_removing_one_keeps_the_other():
 
 
 def test_capacity_grows_without_a_rebuild_and_ppr_still_matches_the_reference():
-    from workers.ppr import personalized_pagerank
+    from workers.algorithms.ppr import personalized_pagerank
 
     g = SparseGraph(capacity=4)
     rng = np.random.default_rng(3)

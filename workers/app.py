@@ -17,13 +17,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES, ContractError, validate_tenant
-from workers.answering import generate_answer
-from workers.embedding import BatchingEmbedder, make_embedder
-from workers.extraction import make_extractor
-from workers.graph_cache import GraphCache
-from workers.llm import LLMClient, LLMError, MalformedOutput
-from workers.pipeline import Pipeline, backoff
-from workers.query import QueryEngine, QueryRequest
+from workers.query.answering import generate_answer
+from workers.models.embedding import BatchingEmbedder, make_embedder
+from workers.models.extraction import make_extractor
+from workers.query.graph_cache import GraphCache
+from workers.models.llm import LLMClient, LLMError, MalformedOutput
+from workers.pipeline import Pipeline
+from workers.retry import backoff
+from workers.query.engine import QueryEngine, QueryRequest
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -177,8 +178,8 @@ def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
 
 
 def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder) -> None:
-    from workers import http
-    from workers.query import REDIS_CALLS_PER_QUERY
+    from workers.query import http
+    from workers.query.engine import REDIS_CALLS_PER_QUERY
 
     # A Redis pool of its own, sized to the requests admitted at once, so an admitted request
     # does not wait for a connection, a query burst does not starve the indexing agents of an

@@ -16,7 +16,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 import time
 from dataclasses import replace
 from typing import Awaitable, Callable
@@ -24,19 +23,19 @@ from typing import Awaitable, Callable
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redisvl.query.filter import Tag
 
 from store import AlreadyDone, Hit, Memory, Outgoing, StaleDecision
 from store.facts import Fact, Lifecycle
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
 from workers import metrics
-from workers.chunking import chunk_text
-from workers.extraction import Entity, drop_unnamed
-from workers.llm import LLMError, MalformedOutput
-from workers.llm_resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
-from workers.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
-from workers.policy import CONTAINMENT_RELATIONS, MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
+from workers.retry import backoff
+from workers.algorithms.chunking import chunk_text
+from workers.models.extraction import Entity, drop_unnamed
+from workers.models.llm import LLMError, MalformedOutput
+from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
+from workers.algorithms.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
+from workers.algorithms.policy import CONTAINMENT_RELATIONS, MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,6 @@ Send = Callable[[Outgoing], Awaitable[None]]
 MAX_ATTEMPTS = 5
 MAX_REDECISIONS = 8
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
-BACKOFF_BASE_S, BACKOFF_CAP_S = 0.2, 5.0
 
 
 class PermanentError(Exception):
@@ -417,7 +415,7 @@ class Pipeline:
         vector = await self.memory.fact_vector(tenant, fact.id)
         if vector is None:
             return None
-        same_entities = (Tag("status") == "active") & (Tag("head_id") == fact.head_id) & (Tag("tail_id") == fact.tail_id)
+        same_entities = {"status": "active", "head_id": fact.head_id, "tail_id": fact.tail_id}
         for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "tail_id", "relation"], same_entities):
             if hit.id != fact.id and hit.score > self.settings.delta and (hit.fields["head_id"], hit.fields["tail_id"]) == (fact.head_id, fact.tail_id):
                 return hit
@@ -565,11 +563,6 @@ class Pipeline:
 
 def _event_message(event: FactEvent) -> Outgoing:
     return Outgoing("indexed-facts", event.fact_id, encode(event))
-
-
-def backoff(attempt: int) -> float:
-    """Capped exponential backoff with jitter: 0.1–0.2 s, 0.2–0.4 s, … up to 2.5–5 s."""
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
 def is_outage(exc: BaseException) -> bool:

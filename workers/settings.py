@@ -84,7 +84,7 @@ class Settings:
         return self.tau if self.on("schema_filter") else 1
 
     def llm_config(self):
-        from workers.llm import LLMConfig
+        from workers.models.llm import LLMConfig
 
         if not self.llm_base_url or not self.llm_model:
             raise ValueError("the llm extractor/resolver needs MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL")

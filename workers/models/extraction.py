@@ -5,7 +5,8 @@
   between them. Entity-centric: its value is the entity–passage graph, not its relations.
 - `replay`: recorded extractions, keyed by the sha256 of the chunk text (JSONL, see README), or
   HippoRAG's OpenIE output keyed by passage text.
-- `llm`: one structured call per chunk to an OpenAI-compatible endpoint (workers/llm.py).
+- `llm`: one structured call per chunk to a `ChatModel` (workers/models/llm.py), prompt in
+  workers/models/prompts.py.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from topics import ContractError
-from topics.records import FACT_CATEGORIES, Triple
-from workers.normalize import content_hash, has_entity_id, relation_name
+from topics.records import Triple
+from workers.algorithms.normalize import content_hash, has_entity_id, relation_name
+from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
+from workers.models.protocols import Extractor
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ class Extraction:
 
 def drop_unnamed(extraction: Extraction, where: str) -> Extraction:
     """Without the entities, and the facts with a head or tail, whose name is only punctuation
-    ('+', '...'): such a name has no entity id (workers.normalize.UnnamedEntity), and the chunk's
+    ('+', '...'): such a name has no entity id (workers.algorithms.normalize.UnnamedEntity), and the chunk's
     other entities and facts are still worth keeping. Each drop is logged."""
     kept = Extraction()
     for e in extraction.entities:
@@ -52,12 +54,6 @@ def drop_unnamed(extraction: Extraction, where: str) -> Extraction:
         else:
             log.warning("%s: fact (%r, %r, %r) dropped: a name has no letters or digits", where, f.head, f.relation, f.tail)
     return kept
-
-
-class Extractor(Protocol):
-    name: str
-
-    async def extract(self, text: str) -> Extraction: ...
 
 
 # ---- rules ------------------------------------------------------------------------------
@@ -230,35 +226,6 @@ class ReplayExtractor:
 
 
 # ---- llm ----------------------------------------------------------------------------------
-EXTRACTION_PROMPT = (
-    "You extract a knowledge graph from one passage. Return JSON with `entities` (every named "
-    "entity: name as written, type in upper case such as PERSON, ORGANIZATION, LOCATION, DATE, WORK) "
-    "and `facts` (head, head_type, relation, tail, tail_type, category, valid_from, valid_to). "
-    "A relation is a short lower-case verb phrase ('born in', 'founded'). category is DECLARATIVE, "
-    "or HARD_CONSTRAINT (a rule that must hold), REJECTED_OPTION (something decided against) or "
-    "TOOL_FAILURE (a tool or action that failed). valid_from/valid_to are the dates (ISO, or a year) "
-    "the passage states for the fact, else null. Use only what the passage says."
-)
-_STRING = {"type": "string"}
-_NULLABLE_STRING = {"type": ["string", "null"]}
-EXTRACTION_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["entities", "facts"],
-    "properties": {
-        "entities": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name", "type"],
-                                                 "properties": {"name": _STRING, "type": _STRING}}},
-        "facts": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False,
-            "required": ["head", "head_type", "relation", "tail", "tail_type", "category", "valid_from", "valid_to"],
-            "properties": {"head": _STRING, "head_type": _STRING, "relation": _STRING, "tail": _STRING, "tail_type": _STRING,
-                           "category": {"type": "string", "enum": list(FACT_CATEGORIES)},
-                           "valid_from": _NULLABLE_STRING, "valid_to": _NULLABLE_STRING},
-        }},
-    },
-}
-
-
 def parse_extraction(data) -> Extraction:
     """Validate a model's answer against EXTRACTION_SCHEMA (ValueError names the problem)."""
     if not isinstance(data, dict) or not isinstance(data.get("entities"), list) or not isinstance(data.get("facts"), list):
@@ -281,8 +248,7 @@ class LLMExtractor:
         self.client = client
 
     async def extract(self, text: str) -> Extraction:
-        messages = [{"role": "system", "content": EXTRACTION_PROMPT}, {"role": "user", "content": f"Passage:\n<<<TEXT\n{text}\nTEXT>>>"}]
-        return await self.client.structured("extract", messages, "extraction", EXTRACTION_SCHEMA, parse_extraction)
+        return await self.client.structured("extract", extraction_messages(text), "extraction", EXTRACTION_SCHEMA, parse_extraction)
 
 
 def make_extractor(kind: str, replay_file: str = "", llm=None) -> Extractor:

@@ -1,8 +1,8 @@
 """The query worker's answer over one tenant's memory: memory-guided PPR (default) or dense.
 
 PPR mode (DESIGN §5): KNN over stable schemas, active facts and passages in parallel with the
-graph catch-up, the structure-aware reset vector (`workers.retrieval`), PPR over the cached
-graph (`workers.graph_cache`), then passage texts. When no schema or fact passes τ_q the
+graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`), PPR over the cached
+graph (`workers.query.graph_cache`), then passage texts. When no schema or fact passes τ_q the
 answer falls back to dense ranking and says so (`"fallback": "dense"`). Answers are cached by
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
 embedding lookup and one XREAD.
@@ -23,15 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from redisvl.query.filter import Tag
 
 from store import Memory
 from store.keys import entity_node, node_id, passage_node
 from topics import ContractError, validate_tenant
 from workers import metrics
-from workers.graph_cache import GraphCache
-from workers.ppr import PPR, Transition
-from workers.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
+from workers.query.graph_cache import GraphCache
+from workers.algorithms.ppr import PPR, Transition
+from workers.algorithms.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
 
 MAX_QUERY_CHARS = 4096
 MAX_TOP_K = 100
@@ -188,7 +187,7 @@ class QueryEngine:
         graph, (schemas, facts, passages) = await asyncio.gather(
             self.graphs.current(tenant),
             asyncio.gather(
-                self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], Tag("status") == "stable"),
+                self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}),
                 self._facts(tenant, vector, params.layer_k),
                 self.memory.knn(tenant, "passages", vector, params.layer_k, ["doc_id"]),
             ),
@@ -245,7 +244,7 @@ class QueryEngine:
                 "passages": [{"id": node_id(node), "score": round(w, 6)} for node, w in sorted(seeds.passages.items(), key=lambda x: -x[1])],
             },
             "graph_version": version,
-            # converged: false only when the walk stopped at its pass cap (workers.ppr.MAX_PASSES)
+            # converged: false only when the walk stopped at its pass cap (workers.algorithms.ppr.MAX_PASSES)
             "ppr": {"passes": walk.ppr.passes, "converged": walk.ppr.converged, "error_bound": float(f"{walk.ppr.error_bound:.3g}")},
             # how the cached matrix got here: one load, then stream changes folded in as deltas
             "graph": {"nodes": len(graph.graph), "edges": graph.graph.edges, "loads": graph.loads, "rebuilds": graph.graph.rebuilds,
@@ -259,7 +258,7 @@ class QueryEngine:
 
     async def _facts(self, tenant: str, vector, k: int):
         """Active facts nearest the query; expired ones contribute nothing."""
-        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, Tag("status") == "active")
+        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {"status": "active"})
         now = time.time()
         return [h for h in hits if not (h.fields.get("expired_at") and float(h.fields["expired_at"]) <= now)]
 

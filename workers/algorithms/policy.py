@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 # Relations whose head and tail may be swapped without changing the fact.
-SYMMETRIC_RELATIONS = frozenset({  # as normalised by workers.normalize.relation_name
+SYMMETRIC_RELATIONS = frozenset({  # as normalised by workers.algorithms.normalize.relation_name
     "marry", "married to", "spouse of", "spouse", "sibling of", "sibling", "twin of", "cousin of",
     "partner of", "related to", "neighbour of", "neighbor of",
 })

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from store.keys import node_id, type_node
-from workers.ppr import SparseGraph
+from workers.algorithms.ppr import SparseGraph
 
 BOOSTED_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION")
 

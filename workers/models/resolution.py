@@ -1,54 +1,15 @@
 """A_res with an LLM: one structured call per conflict group that names, for every fact, the
-action and the evidence sentence it relies on. Prompt building and answer validation are pure;
-the call goes through workers.llm.LLMClient (cached by prompt, so re-adjudicating an unchanged
+action and the evidence sentence it relies on. The prompt is in workers.models.prompts, the
+answer's validation here (pure); the call goes through a ChatModel (cached by prompt, so re-adjudicating an unchanged
 group costs nothing)."""
 
 from __future__ import annotations
 
-from workers.policy import Decision, GroupFact
+from workers.algorithms.policy import Decision, GroupFact
+from workers.models.prompts import RESOLUTION_ACTIONS as ACTIONS
+from workers.models.prompts import RESOLUTION_SCHEMA, resolution_messages
 
-ACTIONS = ("keep", "invalidate", "qualify_time", "qualify_scope", "uncertain")
-
-RESOLUTION_PROMPT = (
-    "You resolve conflicting facts in a knowledge memory. All facts share one head entity and one "
-    "relation that should have a single value. Read the evidence passages and decide, for every "
-    "fact, one action: keep (the evidence supports it), invalidate (the evidence contradicts it or "
-    "supports another fact instead), qualify_time (it held during a time span: give valid_from and "
-    "valid_to), qualify_scope (it holds at another granularity: scope 'broader' or 'narrower'), or "
-    "uncertain (the evidence cannot decide). Quote the evidence sentence and name its passage id."
-)
-
-RESOLUTION_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["decisions"],
-    "properties": {"decisions": {"type": "array", "items": {
-        "type": "object", "additionalProperties": False,
-        "required": ["fact_id", "action", "evidence", "evidence_passage_id", "valid_from", "valid_to", "scope"],
-        "properties": {
-            "fact_id": {"type": "string"},
-            "action": {"type": "string", "enum": list(ACTIONS)},
-            "evidence": {"type": "string"},
-            "evidence_passage_id": {"type": "string"},
-            "valid_from": {"type": ["string", "null"]},
-            "valid_to": {"type": ["string", "null"]},
-            "scope": {"type": ["string", "null"], "enum": ["broader", "narrower", None]},
-        },
-    }}},
-}
-
-
-def resolution_messages(head: str, relation: str, facts: list[tuple[GroupFact, str]], passages: dict[str, str]) -> list[dict]:
-    """facts: (group fact, 'head relation tail' text); passages: id → text."""
-    lines = [f"Relation: {head} — {relation}", "Facts:"]
-    for fact, text in sorted(facts, key=lambda pair: pair[0].id):
-        span = f" [{fact.valid_from or '?'} – {fact.valid_to or '?'}]" if fact.valid_from or fact.valid_to else ""
-        lines.append(f"- {fact.id}: {text}{span}; passages {', '.join(fact.passage_ids)}")
-    lines.append("Evidence passages:")
-    for pid in sorted(passages):
-        lines.append(f"[{pid}] {passages[pid]}")
-    return [{"role": "system", "content": RESOLUTION_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
-
+__all__ = ["ACTIONS", "RESOLUTION_SCHEMA", "parse_resolution", "resolution_messages"]
 
 def parse_resolution(data, group: list[GroupFact], passage_ids: set[str]) -> dict[str, Decision]:
     """Validate the model's decisions: one per fact of the group, a known action, an evidence

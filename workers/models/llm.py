@@ -9,12 +9,13 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import openai
 from prometheus_client import Counter
+
+from workers.retry import backoff
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class LLMClient:
             LLM_CALLS.labels(stage=stage, outcome=outcome).inc()
             if attempt == self.config.max_attempts:
                 raise LLMError(f"LLM endpoint still failing after {attempt} attempts ({outcome})")
-            delay = min(self.config.backoff_cap_s, self.config.backoff_base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            delay = backoff(attempt, self.config.backoff_base_s, self.config.backoff_cap_s)
             log.warning("%s: LLM call failed (%s), retry %d in %.2fs", stage, outcome, attempt, delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")

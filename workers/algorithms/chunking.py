@@ -15,7 +15,7 @@ are stable across runs."""
 import re
 from dataclasses import dataclass
 
-from workers.normalize import content_hash
+from workers.algorithms.normalize import content_hash
 
 MAX_TOKEN_CHARS = 64
 # Scripts written without spaces between words (U+3000, the ideographic space, is whitespace).

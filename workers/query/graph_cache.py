@@ -15,8 +15,8 @@ from redis.exceptions import ResponseError
 
 from store import Memory
 from store.keys import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
-from workers.ppr import SparseGraph
-from workers.retrieval import PassageStats
+from workers.algorithms.ppr import SparseGraph
+from workers.algorithms.retrieval import PassageStats
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,104 @@
+"""Every prompt the models are given, in one place: the system instructions, the JSON schema
+the answer must follow, and the function that lays out the messages. The parsers that validate
+the answers live with their stage (workers.models.extraction, workers.models.resolution,
+workers.query.answering); test doubles script answers by input, never by this layout."""
+
+from __future__ import annotations
+
+from topics.records import FACT_CATEGORIES
+from workers.algorithms.policy import GroupFact
+
+Messages = list[dict]
+
+# ---- extraction (A_ext) -------------------------------------------------------------------
+EXTRACTION_PROMPT = (
+    "You extract a knowledge graph from one passage. Return JSON with `entities` (every named "
+    "entity: name as written, type in upper case such as PERSON, ORGANIZATION, LOCATION, DATE, WORK) "
+    "and `facts` (head, head_type, relation, tail, tail_type, category, valid_from, valid_to). "
+    "A relation is a short lower-case verb phrase ('born in', 'founded'). category is DECLARATIVE, "
+    "or HARD_CONSTRAINT (a rule that must hold), REJECTED_OPTION (something decided against) or "
+    "TOOL_FAILURE (a tool or action that failed). valid_from/valid_to are the dates (ISO, or a year) "
+    "the passage states for the fact, else null. Use only what the passage says."
+)
+_STRING = {"type": "string"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+EXTRACTION_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["entities", "facts"],
+    "properties": {
+        "entities": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name", "type"],
+                                                 "properties": {"name": _STRING, "type": _STRING}}},
+        "facts": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["head", "head_type", "relation", "tail", "tail_type", "category", "valid_from", "valid_to"],
+            "properties": {"head": _STRING, "head_type": _STRING, "relation": _STRING, "tail": _STRING, "tail_type": _STRING,
+                           "category": {"type": "string", "enum": list(FACT_CATEGORIES)},
+                           "valid_from": _NULLABLE_STRING, "valid_to": _NULLABLE_STRING},
+        }},
+    },
+}
+
+
+def extraction_messages(text: str) -> Messages:
+    return [{"role": "system", "content": EXTRACTION_PROMPT}, {"role": "user", "content": f"Passage:\n<<<TEXT\n{text}\nTEXT>>>"}]
+
+
+# ---- conflict resolution (A_res) -----------------------------------------------------------
+RESOLUTION_ACTIONS = ("keep", "invalidate", "qualify_time", "qualify_scope", "uncertain")
+
+RESOLUTION_PROMPT = (
+    "You resolve conflicting facts in a knowledge memory. All facts share one head entity and one "
+    "relation that should have a single value. Read the evidence passages and decide, for every "
+    "fact, one action: keep (the evidence supports it), invalidate (the evidence contradicts it or "
+    "supports another fact instead), qualify_time (it held during a time span: give valid_from and "
+    "valid_to), qualify_scope (it holds at another granularity: scope 'broader' or 'narrower'), or "
+    "uncertain (the evidence cannot decide). Quote the evidence sentence and name its passage id."
+)
+
+RESOLUTION_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["decisions"],
+    "properties": {"decisions": {"type": "array", "items": {
+        "type": "object", "additionalProperties": False,
+        "required": ["fact_id", "action", "evidence", "evidence_passage_id", "valid_from", "valid_to", "scope"],
+        "properties": {
+            "fact_id": {"type": "string"},
+            "action": {"type": "string", "enum": list(RESOLUTION_ACTIONS)},
+            "evidence": {"type": "string"},
+            "evidence_passage_id": {"type": "string"},
+            "valid_from": {"type": ["string", "null"]},
+            "valid_to": {"type": ["string", "null"]},
+            "scope": {"type": ["string", "null"], "enum": ["broader", "narrower", None]},
+        },
+    }}},
+}
+
+
+def resolution_messages(head: str, relation: str, facts: list[tuple[GroupFact, str]], passages: dict[str, str]) -> list[dict]:
+    """facts: (group fact, 'head relation tail' text); passages: id → text."""
+    lines = [f"Relation: {head} — {relation}", "Facts:"]
+    for fact, text in sorted(facts, key=lambda pair: pair[0].id):
+        span = f" [{fact.valid_from or '?'} – {fact.valid_to or '?'}]" if fact.valid_from or fact.valid_to else ""
+        lines.append(f"- {fact.id}: {text}{span}; passages {', '.join(fact.passage_ids)}")
+    lines.append("Evidence passages:")
+    for pid in sorted(passages):
+        lines.append(f"[{pid}] {passages[pid]}")
+    return [{"role": "system", "content": RESOLUTION_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+
+
+# ---- answer generation (query) -------------------------------------------------------------
+ANSWER_PROMPT = ("Answer the question from the numbered passages only. Cite the ids of the passages the answer rests on. "
+                 "If the passages do not contain the answer, say so and cite nothing.")
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "citations": {"type": "array", "items": {"type": "string"}}},
+    "required": ["answer", "citations"],
+    "additionalProperties": False,
+}
+
+
+def answer_messages(question: str, passages: list[dict]) -> Messages:
+    context = "\n\n".join(f"[{p['id']}] {p['text']}" for p in passages)
+    return [{"role": "system", "content": ANSWER_PROMPT}, {"role": "user", "content": f"{context}\n\nQuestion: {question}"}]

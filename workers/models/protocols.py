@@ -1,0 +1,39 @@
+"""The model interfaces the stages and the query engine depend on. Production implementations:
+`workers.models.llm.LLMClient` (any OpenAI-compatible chat endpoint),
+`workers.models.embedding.BatchingEmbedder` over `LocalEmbedder`, the extractors of
+`workers.models.extraction`. Tests pass their own doubles (tests/inprocess.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from workers.models.extraction import Extraction
+
+
+class Embedder(Protocol):
+    """Texts → L2-normalised float32 vectors, one row per text, `dims` columns."""
+
+    dims: int
+
+    async def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+class ChatModel(Protocol):
+    """One structured chat call: the answer is JSON following `schema`; `validate(parsed)`
+    returns the value or raises ValueError (the client may ask once to repair it). Raises
+    workers.models.llm.LLMError when the endpoint keeps failing, MalformedOutput when the answer
+    stays invalid."""
+
+    async def structured(self, stage: str, messages: list[dict], schema_name: str, schema: dict,
+                         validate: Callable[[Any], Any]) -> Any: ...
+
+
+class Extractor(Protocol):
+    """A_ext's model: a chunk's text → typed entities and facts."""
+
+    name: str
+
+    async def extract(self, text: str) -> "Extraction": ...
