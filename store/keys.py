@@ -23,6 +23,18 @@ def type_node(entity_type: str) -> str:
     return TYPE_NODE + entity_type
 
 
+def llm_cache_key(model: str, prompt_sha256: str) -> str:
+    # one cache for all tenants: the answer is a function of the prompt alone
+    return f"ms:{{llm-cache}}:{model}:{prompt_sha256}"
+
+
+def embedding_cache_key(embedder: str, text_sha256: str) -> str:
+    return f"ms:{{embedding-cache}}:{embedder}:{text_sha256}"
+
+
+LLM_CACHE_PATTERN = "ms:{llm-cache}:*"
+
+
 def node_id(node: str) -> str:
     """The entity id, passage id or type behind a node name."""
     return node[2:]

@@ -19,6 +19,7 @@ from redisvl.query import VectorQuery
 from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
+from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
@@ -203,6 +204,16 @@ class Memory:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    async def ping(self) -> None:
+        """Raises when Redis cannot be reached (health checks)."""
+        await self.redis.ping()
+
+    def llm_cache(self, model: str) -> LLMCache:
+        return LLMCache(self.redis, model)
+
+    def embedding_cache(self, embedder: str) -> EmbeddingCache:
+        return EmbeddingCache(self.redis, embedder)
 
     @staticmethod
     def keys(tenant: str) -> TenantKeys:

@@ -4,7 +4,7 @@ import asyncio
 import uuid
 
 import numpy as np
-import redis.asyncio as aioredis
+from store import Memory
 
 from workers.models.embedding import BatchingEmbedder
 
@@ -25,16 +25,16 @@ class CountingEmbedder:
 
 def test_second_embedder_reads_vectors_from_redis_instead_of_the_model(stack_env):
     async def run():
-        client = aioredis.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
         first, model = None, CountingEmbedder()
         try:
-            first = await BatchingEmbedder(model, redis=client).embed(["alpha", "beta", "alpha"])
+            first = await BatchingEmbedder(model, cache=memory.embedding_cache(model.name)).embed(["alpha", "beta", "alpha"])
             other_model = CountingEmbedder()
             other_model.name = model.name  # another worker process with the same model
-            again = await BatchingEmbedder(other_model, redis=client).embed(["beta", "alpha", "gamma"])
+            again = await BatchingEmbedder(other_model, cache=memory.embedding_cache(other_model.name)).embed(["beta", "alpha", "gamma"])
             return model.encoded, other_model.encoded, first, again
         finally:
-            await client.aclose()
+            await memory.close()
 
     encoded_first, encoded_second, first, again = asyncio.run(run())
     assert encoded_first == ["alpha", "beta"] and encoded_second == ["gamma"]

@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-import redis.asyncio as aioredis
+from store import Memory
 
 from tests.conftest import write_docs
 from ops.fake_llm import FakeOpenAI, user_text
@@ -38,13 +38,13 @@ def run(coro):
 
 
 async def _extract(server, texts, stack_env, **config):
-    client = aioredis.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+    memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
     settings = {"model": f"test-{uuid.uuid4().hex[:8]}", "backoff_base_s": 0.01, "backoff_cap_s": 0.05, **config}
-    extractor = LLMExtractor(LLMClient(LLMConfig(server.base_url, "sk-test", **settings), client))
+    extractor = LLMExtractor(LLMClient(LLMConfig(server.base_url, "sk-test", **settings), memory.llm_cache(settings["model"])))
     try:
         return await asyncio.gather(*(extractor.extract(t) for t in texts))
     finally:
-        await client.aclose()
+        await memory.close()
 
 
 def test_structured_extraction_over_http_and_cache_hits(stack_env):

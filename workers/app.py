@@ -63,10 +63,10 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         stream_wait_empty=False,
     )
     memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
-    embedder = BatchingEmbedder(make_embedder(settings.embedder), redis=memory.redis) if roles & {"extractor", "query"} else None
+    embedder = _cached_embedder(settings, memory) if roles & {"extractor", "query"} else None
     extractor = None
     if "extractor" in roles:
-        llm = LLMClient(settings.llm_config(), memory.redis) if settings.extractor == "llm" else None
+        llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.extractor == "llm" else None
         extractor = make_extractor(settings.extractor, settings.replay_file, llm)
     names = dict(zip(TOPIC_SUFFIXES, settings.topics.all()))
     topics = {
@@ -78,7 +78,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         delivered = await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value)
         await delivered  # wait for the broker's ack before the input offset may be committed
 
-    resolver_llm = LLMClient(settings.llm_config(), memory.redis) if settings.resolver == "llm" and "resolver" in roles else None
+    resolver_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.resolver == "llm" and "resolver" in roles else None
     pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm)
     for role, suffix in ROLE_TOPICS.items():
         if role in roles:
@@ -88,6 +88,11 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
     if "query" in roles:
         _register_http(app, settings, memory, embedder)
     return app
+
+
+def _cached_embedder(settings: Settings, memory: Memory) -> BatchingEmbedder:
+    model = make_embedder(settings.embedder)
+    return BatchingEmbedder(model, cache=memory.embedding_cache(model.name))
 
 
 def _ack_only_processed(ack):
@@ -189,7 +194,7 @@ def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder)
                              pool_timeout=settings.redis_pool_timeout, tau=memory.tau, vector_index=memory.vector_index)
     app.web.web_app.middlewares.extend(http.middlewares(settings.query_max_inflight))
     engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges))
-    answer_llm = LLMClient(settings.llm_config(), memory.redis) if settings.llm_base_url and settings.llm_model else None
+    answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.llm_base_url and settings.llm_model else None
 
     def error(view, status: int, message: str):
         return view.json({"error": message}, status=status)
@@ -254,7 +259,7 @@ def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder)
     class Health(faust.web.View):
         async def get(self, request):
             try:
-                await memory.redis.ping()
+                await memory.ping()
             except Exception as exc:
                 return self.json({"status": "unhealthy", "redis": str(exc)}, status=503)
             return self.json({"status": "ok"})

@@ -21,10 +21,9 @@ from dataclasses import replace
 from typing import Awaitable, Callable
 
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store import AlreadyDone, Hit, Memory, Outgoing, StaleDecision
+from store.errors import redis_unavailable
 from store.facts import Fact, Lifecycle
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
@@ -571,7 +570,7 @@ def is_outage(exc: BaseException) -> bool:
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError, asyncio.TimeoutError)):
+        if redis_unavailable(exc) is exc or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
             return True
         if isinstance(exc, KafkaError) and (exc.retriable or isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))):
             return True

@@ -7,7 +7,6 @@ off the event loop."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -15,7 +14,6 @@ from collections import OrderedDict
 import numpy as np
 
 CACHE_SIZE = 200_000  # vectors kept by text (entity names and schema texts recur constantly)
-EMBEDDING_CACHE_TTL_S = 7 * 24 * 3600
 
 
 class LocalEmbedder:
@@ -53,15 +51,15 @@ class LocalEmbedder:
 
 class BatchingEmbedder:
     """Merges the embed calls of concurrently processed messages into one model call: many
-    small encodes cost far more than one large one on a CPU. With a Redis client, vectors are
-    also cached there by text hash, shared by every worker: re-indexing a corpus (another
+    small encodes cost far more than one large one on a CPU. With a cache
+    (store.caches.EmbeddingCache), vectors are also cached in Redis by text hash, shared by every worker: re-indexing a corpus (another
     tenant, a re-published document, an ablation run) does not pay for the model again."""
 
-    def __init__(self, embedder, wait_s: float = 0.0, redis=None):
+    def __init__(self, embedder, wait_s: float = 0.0, cache=None):
         self.embedder = embedder
         self.dims = embedder.dims
         self.wait_s = wait_s
-        self.redis = redis
+        self.cache = cache
         self._queue: list[tuple[list[str], asyncio.Future]] = []
         self._flusher: asyncio.Task | None = None
 
@@ -88,23 +86,17 @@ class BatchingEmbedder:
             start += len(part)
 
     async def _vectors(self, texts: list[str]) -> np.ndarray:
-        if self.redis is None or not texts:
+        if self.cache is None or not texts:
             return await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, texts)
         unique = list(dict.fromkeys(texts))
-        keys = [self._cache_key(t) for t in unique]
-        known = {t: np.frombuffer(raw, dtype=np.float32) for t, raw in zip(unique, await self.redis.mget(keys)) if raw is not None}
+        known = await self.cache.get_many(unique)
         missing = [t for t in unique if t not in known]
         if missing:
             computed = await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, missing)
-            pipe = self.redis.pipeline(transaction=False)
-            for text, vector in zip(missing, computed):
-                known[text] = vector
-                pipe.set(self._cache_key(text), vector.astype(np.float32).tobytes(), ex=EMBEDDING_CACHE_TTL_S)
-            await pipe.execute()
+            fresh = dict(zip(missing, computed))
+            await self.cache.put_many(fresh)
+            known.update(fresh)
         return np.stack([known[t] for t in texts])
-
-    def _cache_key(self, text: str) -> str:
-        return f"ms:{{embedding-cache}}:{self.embedder.name}:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
 
 
 def make_embedder(kind: str) -> LocalEmbedder:

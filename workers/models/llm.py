@@ -1,12 +1,11 @@
 """The LLM client of the agents: any OpenAI-compatible chat endpoint through the `openai`
 client, with JSON-schema structured output, temperature 0, bounded concurrency, retries with
 capped exponential backoff and jitter on 429/5xx/timeouts, one repair round for malformed
-output, responses cached in Redis by (model, prompt hash), and tokens counted per stage."""
+output, responses cached (store.caches.LLMCache) by (model, prompt hash), and tokens counted per stage."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ log = logging.getLogger(__name__)
 
 LLM_CALLS = Counter("memstream_llm_calls_total", "LLM calls per stage and outcome", ["stage", "outcome"])
 LLM_TOKENS = Counter("memstream_llm_tokens_total", "LLM tokens per stage", ["stage", "kind"])
-CACHE_TTL_S = 30 * 24 * 3600
 
 
 class LLMError(Exception):
@@ -49,17 +47,17 @@ class LLMConfig:
 
 
 class LLMClient:
-    def __init__(self, config: LLMConfig, redis=None):
+    def __init__(self, config: LLMConfig, cache=None):
+        """`cache`: a store.caches.LLMCache (get/put by prompt), or None."""
         self.config = config
-        self.redis = redis
+        self.cache = cache
         self._client = openai.AsyncOpenAI(base_url=config.base_url, api_key=config.api_key or "none", timeout=config.timeout_s, max_retries=0)
         self._slots = asyncio.Semaphore(config.concurrency)
 
     async def structured(self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]) -> Any:
         """Ask for JSON following `schema`; `validate(parsed)` returns the value or raises
         ValueError. One repair round on malformed output, then MalformedOutput."""
-        cache_key = self._cache_key(messages, schema)
-        cached = await self.redis.get(cache_key) if self.redis is not None else None
+        cached = await self.cache.get(messages, schema) if self.cache is not None else None
         if cached is not None:
             LLM_CALLS.labels(stage=stage, outcome="cache_hit").inc()
             return validate(json.loads(cached))
@@ -78,14 +76,9 @@ class LLMClient:
             except ValueError as second_error:
                 LLM_CALLS.labels(stage=stage, outcome="malformed").inc()
                 raise MalformedOutput(f"malformed LLM output after one repair round: {second_error}", raw) from None
-        if self.redis is not None:
-            await self.redis.set(cache_key, raw, ex=CACHE_TTL_S)
+        if self.cache is not None:
+            await self.cache.put(messages, schema, raw)
         return value
-
-    def _cache_key(self, messages: list[dict], schema: dict) -> str:
-        prompt = json.dumps({"messages": messages, "schema": schema}, sort_keys=True, ensure_ascii=False)
-        # one cache for all tenants: the answer is a function of the prompt alone
-        return f"ms:{{llm-cache}}:{self.config.model}:{hashlib.sha256(prompt.encode()).hexdigest()}"
 
     async def _complete(self, stage: str, messages: list[dict], schema_name: str, schema: dict) -> str:
         for attempt in range(1, self.config.max_attempts + 1):

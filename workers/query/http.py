@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import redis.exceptions
 from aiohttp import web
+
+from store.errors import redis_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def middlewares(max_inflight: int) -> list:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            cause = _redis_unavailable(exc)
+            cause = redis_unavailable(exc)
             if cause is not None:
                 log.warning("%s %s: Redis unavailable: %s", request.method, request.path, cause)
                 return error_response(503, f"the memory store is unavailable or saturated ({cause}); retry after {RETRY_AFTER_S} s",
@@ -65,15 +66,3 @@ def middlewares(max_inflight: int) -> list:
             return error_response(500, f"internal error: {type(exc).__name__}: {str(exc)[:300]}")
 
     return [json_errors, shed_load]
-
-
-def _redis_unavailable(exc: BaseException) -> BaseException | None:
-    """The Redis connection or timeout error behind `exc` (redisvl wraps them), if any. A pool
-    that stays exhausted past its timeout raises ConnectionError("No connection available.")."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None

@@ -1,0 +1,19 @@
+"""Telling a Redis that cannot be reached from everything else, for callers that must not
+import the Redis client: an outage is waited out (indexing) or answered 503 (query)."""
+
+from __future__ import annotations
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+
+def redis_unavailable(exc: BaseException | None) -> BaseException | None:
+    """The Redis connection or timeout error behind `exc` (redisvl wraps them), if any. A pool
+    that stays exhausted past its timeout raises ConnectionError("No connection available.")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
