@@ -72,7 +72,7 @@ async def fill_memory(settings: Settings, tenant: str, passages: int, offset: in
     try:
         await memory.ensure_indexes(tenant)
         for start in range(offset, offset + passages, batch):
-            pipe = memory.redis.pipeline(transaction=False)
+            pipe = memory.pipeline()
             for i in range(start, min(start + batch, offset + passages)):
                 text = f"filler passage {i}: " + synthetic_doc(i)
                 chunk = Chunk(tenant, f"fill{i:08d}", f"fill-{i}", 0, 1, text)
