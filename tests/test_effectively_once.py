@@ -18,7 +18,7 @@ from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from tests.test_end_to_end import tenant_name
 from topics import encode
 from workers.algorithms.normalize import entity_id, fact_id, relation_name
-from workers.pipeline import dead_letter_record, is_outage
+from workers.envelope import dead_letter_record, is_outage
 from workers.query.engine import QueryEngine, QueryRequest
 
 

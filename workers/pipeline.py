@@ -1,52 +1,28 @@
-"""The indexing stages, independent of faust: chunker, A_ext, A_det, A_res.
-
-Each stage handles one message effectively once (DESIGN §6): it decides its Redis writes and
-its outgoing messages, commits both in one MULTI (writes + outbox), publishes the outbox, then
-sets the message's done mark. A redelivery after a crash finds either nothing (decide again:
-the writes are idempotent), a committed outbox (publish it again) or the done mark (skip).
-
-Undecodable or invalid messages go to the dead-letter topic with the reason; transient errors
-retry with capped exponential backoff and jitter, then go to the dead-letter topic too. Nothing
-blocks a partition and nothing is dropped silently.
+"""The indexing stages, independent of faust: chunker, A_ext, A_det, A_res, each handling its
+messages through the shared envelope (workers.envelope: decode, retry, dead-letter, once-marks).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
 import logging
-import time
 from dataclasses import replace
-from typing import Awaitable, Callable
 
-from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
-
-from store import AlreadyDone, Hit, Memory, Outgoing, StaleDecision
-from store.errors import redis_unavailable
+from store import Hit, Memory
 from store.facts import Fact, Lifecycle
 from store.keys import entity_node, passage_node
-from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, FactEvent, decode, encode
-from workers import metrics
-from workers.retry import backoff
+from topics import CandidateFact, Chunk, ConflictSet, Document
 from workers.algorithms.chunking import chunk_text
 from workers.models.extraction import Entity, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
-from workers.algorithms.normalize import content_hash, entity_id, fact_id, relation_name, schema_id, short_hash
+from workers.algorithms.normalize import content_hash, entity_id, fact_id, relation_name, schema_id
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
+from workers.envelope import Emit, Envelope, PermanentError, Send, event_message, spawned_work_ids
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[Outgoing], Awaitable[None]]
-MAX_ATTEMPTS = 5
-MAX_REDECISIONS = 8
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
-
-
-class PermanentError(Exception):
-    """Retrying cannot help: the message goes to the dead-letter topic at once."""
 
 
 class Pipeline:
@@ -55,161 +31,34 @@ class Pipeline:
     def __init__(self, settings: Settings, memory: Memory, send: Send, embedder=None, extractor=None, resolver_llm=None):
         self.settings = settings
         self.memory = memory
-        self.send = send
+        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers={})
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
         self.lifecycle = Lifecycle(memory)
-        self.handlers = {
+        self.handlers = self.envelope.handlers = {
             "documents": self.on_document,
             "chunks": self.on_chunk,
             "candidate-facts": self.on_candidate,
             "conflict-sets": self.on_conflict_set,
         }
 
-    # ---- the envelope: decode, retry, dead-letter -------------------------------------
+    @property
+    def send(self) -> Send:
+        return self.envelope.send
+
+    @send.setter
+    def send(self, send: Send) -> None:  # tests swap the broker's send
+        self.envelope.send = send
+
     async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
-        """Handle one message to the end: its effects and outbox committed and published, or
-        the message dead-lettered with the reason. Returns only then, so the caller may ack."""
-        started = time.perf_counter()
-        try:
-            if value is None:
-                raise ContractError(f"{topic}: empty message (no value)")
-            record = decode(self.RECORDS[topic], value, max_text_bytes=self.settings.max_text_bytes)
-        except Exception as exc:  # any failure to decode is a dead letter, never a skipped message
-            reason = str(exc) if isinstance(exc, ContractError) else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
-            await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
-            return
-        tenant = getattr(record, "tenant", None)
-        attempt, outage_retries, outage_since = 0, 0, None  # attempts count failures other than outages
-        try:
-            while True:
-                try:
-                    await self.handlers[topic](record)
-                    metrics.MESSAGES.labels(stage=topic).inc()
-                    metrics.STAGE_SECONDS.labels(stage=topic).observe(time.perf_counter() - started)
-                    return
-                except PermanentError as exc:
-                    await self.dead_letter(topic, key, value, str(exc), partition, offset, attempt + 1, tenant)
-                    return
-                except Exception as exc:
-                    if is_outage(exc):
-                        # Redis or Kafka unreachable: nothing is wrong with the message; wait the
-                        # outage out (up to the deadline) instead of dead-lettering all in flight
-                        if outage_since is None:
-                            outage_since = time.monotonic()
-                            metrics.OUTAGE_WAITING.labels(stage=topic).inc()
-                        waited = time.monotonic() - outage_since
-                        if waited >= self.settings.outage_deadline:
-                            reason = f"outage outlasted {self.settings.outage_deadline:.0f}s: {type(exc).__name__}: {exc}"
-                            await self.dead_letter(topic, key, value, reason, partition, offset, attempt, tenant)
-                            return
-                        outage_retries += 1
-                        delay = backoff(outage_retries)
-                        metrics.OUTAGE_RETRIES.labels(stage=topic).inc()
-                        log.warning("%s: waiting out an outage, %.0fs so far (%s: %s); retrying in %.1fs", topic, waited, type(exc).__name__, exc, delay)
-                    elif (attempt := attempt + 1) >= MAX_ATTEMPTS:
-                        await self.dead_letter(topic, key, value, f"{type(exc).__name__}: {exc}", partition, offset, attempt, tenant)
-                        return
-                    else:
-                        delay = backoff(attempt)
-                        log.warning("%s: attempt %d failed (%s: %s); retrying in %.2fs", topic, attempt, type(exc).__name__, exc, delay)
-                    await asyncio.sleep(delay)
-        finally:
-            if outage_since is not None:
-                metrics.OUTAGE_WAITING.labels(stage=topic).dec()
-
-    async def dead_letter(self, topic, key, value, error, partition, offset, attempts, tenant=None) -> None:
-        log.error("%s: to dead-letter topic: %s", topic, error[:2000])
-        metrics.DEAD_LETTERS.labels(topic=topic).inc()
-        letter = dead_letter_record(
-            f"{self.settings.topic_namespace}.{topic}", key, value, error, partition, offset, attempts, tenant,
-            max_letter_bytes=self.settings.max_message_bytes,
-        )
-        await self._send_until_sent(Outgoing("dlq", letter.key or "", encode(letter)))
-
-    async def _send_until_sent(self, item: Outgoing) -> None:
-        """Publish, waiting out a broker outage up to the deadline (then raise: the message
-        stays unacknowledged and is delivered again)."""
-        since = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                await self.send(item)
-                return
-            except Exception as exc:
-                if not is_outage(exc) or time.monotonic() - since >= self.settings.outage_deadline:
-                    raise
-                log.warning("%s: publish failed (%s: %s); retrying", item.topic, type(exc).__name__, exc)
-                await asyncio.sleep(backoff(attempt))
-
-    async def _once(self, tenant: str, mark: str, decide, finishes: tuple[str, str, int] | None = None) -> None:
-        """Decide, commit (writes + outbox in one MULTI), publish, mark done.
-
-        `finishes` = (chunk id, work id, chunk fact count) of the work item this message is.
-        The same work can be spawned twice (two promotions of one pending fact, a group
-        re-adjudicated for the same cause); the copy that finds it done must still mark it
-        finished, or the chunk it belongs to would wait for it forever.
-
-        The commit is fenced (Memory.commit_once): of two deliveries of one message running at
-        once, only one commits; the other publishes that one's outbox, never its own."""
-        stage = mark.split(":", 1)[0]
-        try:
-            outbox = await self.memory.pending_outbox(tenant, mark)
-            if outbox is None:
-                outbox = await self._decide_and_commit(tenant, mark, decide, stage)
-            else:
-                metrics.REDELIVERIES.labels(stage=stage, found="outbox").inc()
-        except AlreadyDone:
-            metrics.REDELIVERIES.labels(stage=stage, found="done").inc()
-            if finishes:
-                pipe = self.memory.pipeline()
-                self.memory.stage_work_done(pipe, tenant, *finishes)
-                await pipe.execute()
-            return
-        for item in outbox:
-            await self.send(item)
-        await self.memory.finish(tenant, mark)
-
-    async def _decide_and_commit(self, tenant: str, mark: str, decide, stage: str) -> list[Outgoing]:
-        """Decide and commit; decide again while another stage changes a fact under the decision
-        (optimistic: the commit checks what the decision read). Returns the committed outbox."""
-        for _ in range(MAX_REDECISIONS):
-            pipe = self.memory.pipeline()
-            outbox = stamp_event_ids(tenant, mark, await decide(pipe))
-            self.memory.stage_outbox(pipe, tenant, mark, outbox)
-            try:
-                committed = await self.memory.commit_once(pipe, tenant, mark)
-            except StaleDecision:
-                metrics.STALE_DECISIONS.labels(stage=stage).inc()
-                continue
-            if committed is not None:
-                metrics.FENCED.labels(stage=stage).inc()
-                return committed
-            return outbox
-        raise RuntimeError(f"{mark}: the facts it decides about kept changing under {MAX_REDECISIONS} decisions")
+        await self.envelope.process(topic, key, value, partition, offset)
 
     async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
-        """Publish outboxes that were committed but never published (their worker died or
-        publishing kept failing and the message was dead-lettered), oldest first, and mark
-        them done. `grace_s` leaves alone outboxes whose own worker is still publishing them; a
-        race with it publishes twice, which consumers absorb (same event ids, done marks)."""
-        sent = 0
-        for tenant, mark, outbox in await self.memory.unsent_outboxes(time.time() - grace_s):
-            try:
-                for item in outbox:
-                    await self.send(item)
-                await self.memory.finish(tenant, mark)
-            except Exception as exc:  # one outbox that cannot be sent must not hold back the others
-                if is_outage(exc):
-                    raise
-                log.error("sweep: the outbox of %s in tenant %s could not be published (%s: %s)", mark, tenant, type(exc).__name__, exc)
-                continue
-            metrics.OUTBOXES_SWEPT.inc()
-            log.warning("sweep: published the unsent outbox of %s in tenant %s (%d messages)", mark, tenant, len(outbox))
-            sent += 1
-        return sent
+        return await self.envelope.publish_unsent_outboxes(grace_s)
+
+    async def _once(self, tenant, mark, decide, finishes=None) -> None:
+        await self.envelope.once(tenant, mark, decide, finishes)
 
     # ---- chunker -------------------------------------------------------------------------
     async def on_document(self, doc: Document) -> None:
@@ -222,7 +71,7 @@ class Pipeline:
 
         async def decide(pipe):
             return [
-                Outgoing("chunks", doc.doc_id, encode(Chunk(doc.tenant, p.chunk_id, doc.doc_id, p.seq, len(pieces), p.text, doc.version, doc_hash)))
+                Emit("chunks", doc.doc_id, Chunk(doc.tenant, p.chunk_id, doc.doc_id, p.seq, len(pieces), p.text, doc.version, doc_hash))
                 for p in pieces
             ]
 
@@ -273,7 +122,7 @@ class Pipeline:
                 self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
                 self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec)
                 candidate = CandidateFact(tenant, chunk.chunk_id, chunk.doc_id, triple, index, len(facts), head_id, tail_id, self.extractor.name)
-                outbox.append(Outgoing("candidate-facts", candidate_key(head_id, triple.relation, tail_id), encode(candidate)))
+                outbox.append(Emit("candidate-facts", candidate_key(head_id, triple.relation, tail_id), candidate))
             if not facts:
                 self.memory.stage_chunk_done(pipe, tenant, chunk.chunk_id)
             return outbox
@@ -324,18 +173,17 @@ class Pipeline:
 
         await self._once(tenant, mark, decide, (cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None)
 
-    def _finish(self, pipe, cand: CandidateFact, finished_work: str | None, outbox: list[Outgoing]) -> list[Outgoing]:
+    def _finish(self, pipe, cand: CandidateFact, finished_work: str | None, outbox: list[Emit]) -> list[Emit]:
         """Chunk progress: the work this message spawned is outstanding; its own fact (or its
         own work item) is done."""
-        spawned = [_work_id_of(o) for o in outbox if _work_id_of(o)]
-        self.memory.stage_spawn(pipe, cand.tenant, cand.passage_id, spawned)
+        self.memory.stage_spawn(pipe, cand.tenant, cand.passage_id, spawned_work_ids(outbox))
         if finished_work is None:
             self.memory.stage_fact_done(pipe, cand.tenant, cand.passage_id, cand.fact_index, cand.chunk_fact_count)
         else:
             self.memory.stage_work_done(pipe, cand.tenant, cand.passage_id, finished_work, cand.chunk_fact_count)
         return outbox
 
-    async def _promote_pending(self, pipe, cand: CandidateFact) -> list[Outgoing]:
+    async def _promote_pending(self, pipe, cand: CandidateFact) -> list[Emit]:
         """The schema is stable: every fact parked under it goes back onto candidate-facts
         (keyed by its own head) to be activated."""
         schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
@@ -351,10 +199,10 @@ class Pipeline:
                 cand.tenant, cand.passage_id, cand.doc_id, fact.triple(), cand.fact_index, cand.chunk_fact_count,
                 fact.head_id, fact.tail_id, "promotion", activation=True, work_id=f"act:{pid}",
             )
-            outbox.append(Outgoing("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), encode(promoted)))
+            outbox.append(Emit("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), promoted))
         return outbox
 
-    async def _admit(self, pipe, cand: CandidateFact, fact: Fact) -> list[Outgoing]:
+    async def _admit(self, pipe, cand: CandidateFact, fact: Fact) -> list[Emit]:
         """A fact passed the τ gate: detect conflicts, then activate it or hand it to A_res."""
         tenant, relation, fid = cand.tenant, fact.relation, fact.id
         if self.settings.on("type_bridging"):  # its schema is stable: its entities join their types
@@ -375,7 +223,7 @@ class Pipeline:
                 # this fact is the canonical one: it takes the twin's place, so the memory ends the
                 # same whichever of the two arrived first
                 merged = self.lifecycle.merge(pipe, tenant, fact, set(other.passage_ids), await self.memory.bump_graph_version(tenant), why, source=other)
-                taken_over = [_event_message(merged)] if merged else []
+                taken_over = [event_message(merged)] if merged else []
                 if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
                     taken_over.append(self._adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
             joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, _detection_mark(cand, fid), MULTI_RULE)
@@ -420,26 +268,26 @@ class Pipeline:
                 return hit
         return None
 
-    def _conflict_set(self, cand: CandidateFact, kind: str, target: Fact, reason: str) -> Outgoing:
+    def _conflict_set(self, cand: CandidateFact, kind: str, target: Fact, reason: str) -> Emit:
         # keyed by the target's head: the resolver decides the target's group, and one head's
         # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
         work = f"res:{kind}:{target.id}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
         record = ConflictSet(cand.tenant, kind, cand, target.id, [target.id], [cand.passage_id], work_id=work, reason=reason)
-        return Outgoing("conflict-sets", target.head_id, encode(record))
+        return Emit("conflict-sets", target.head_id, record)
 
-    def _adjudication(self, cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Outgoing:
+    def _adjudication(self, cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
         # the cause keeps work ids apart when one fact triggers a group for several reasons
         work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
         probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
         record = ConflictSet(cand.tenant, "adjudicate", probe, "", [], [cand.passage_id], work_id=work, reason=reason)
-        return Outgoing("conflict-sets", head_id, encode(record))
+        return Emit("conflict-sets", head_id, record)
 
-    async def _activate(self, pipe, cand: CandidateFact, fact: Fact) -> list[Outgoing]:
+    async def _activate(self, pipe, cand: CandidateFact, fact: Fact) -> list[Emit]:
         version = await self.memory.bump_graph_version(cand.tenant)
         activated = self.lifecycle.activate(pipe, cand.tenant, fact, version)
-        return [_event_message(activated)] + await self._containment_changed(cand, fact)
+        return [event_message(activated)] + await self._containment_changed(cand, fact)
 
-    async def _containment_changed(self, cand: CandidateFact, fact: Fact) -> list[Outgoing]:
+    async def _containment_changed(self, cand: CandidateFact, fact: Fact) -> list[Emit]:
         """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
         and Y into a granularity qualification: decide the groups with those tails again."""
         if not self.settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
@@ -462,14 +310,14 @@ class Pipeline:
                 outbox = await self._merge(pipe, conflict)
             else:
                 outbox = await self._adjudicate(pipe, cand, cand.head_id, cand.fact.relation, conflict.reason)
-            self.memory.stage_spawn(pipe, tenant, cand.passage_id, [w for w in map(_work_id_of, outbox) if w])
+            self.memory.stage_spawn(pipe, tenant, cand.passage_id, spawned_work_ids(outbox))
             self.memory.stage_work_done(pipe, tenant, cand.passage_id, conflict.work_id, cand.chunk_fact_count)
             return outbox
 
         finishes = (cand.passage_id, conflict.work_id, cand.chunk_fact_count) if conflict.work_id else None
         await self._once(tenant, conflict.work_id or f"res:{cand.passage_id}:{cand.fact_index}", decide, finishes)
 
-    async def _merge(self, pipe, conflict: ConflictSet) -> list[Outgoing]:
+    async def _merge(self, pipe, conflict: ConflictSet) -> list[Emit]:
         cand, tenant, target_id = conflict.candidate, conflict.tenant, conflict.fact_id
         target = await self.memory.fact(tenant, target_id)
         while target is not None and target.status == "merged":  # follow it to the surviving fact
@@ -483,13 +331,13 @@ class Pipeline:
         merged = self.lifecycle.merge(pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source)
         if merged is None:
             return []
-        outbox = [_event_message(merged)]
+        outbox = [event_message(merged)]
         # more support can change how the target's group is decided
         if self.settings.on("conflicts") and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
             outbox += await self._adjudicate(pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained})
         return outbox
 
-    async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Outgoing]:
+    async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Emit]:
         """Decide a (head, relation) group from its content and apply the difference."""
         tenant = cand.tenant
         members = await self.memory.group(tenant, head_id, relation)
@@ -537,7 +385,7 @@ class Pipeline:
             fact.created_at or 0.0, fact.valid_from, fact.valid_to, tuple(fact.passage_ids),
         )
 
-    async def _apply(self, pipe, cand: CandidateFact, facts: dict[str, Fact], decisions: dict, why: str) -> list[Outgoing]:
+    async def _apply(self, pipe, cand: CandidateFact, facts: dict[str, Fact], decisions: dict, why: str) -> list[Emit]:
         """Stage the transitions that take each fact of a group to its decision."""
         tenant, outbox, version = cand.tenant, [], None
         for fid in sorted(decisions):
@@ -549,81 +397,15 @@ class Pipeline:
             if decision.status == "active":
                 was_active, old_qualifiers = fact.status == "active", fact.qualifiers
                 if not was_active:
-                    outbox.append(_event_message(self.lifecycle.activate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                    outbox.append(event_message(self.lifecycle.activate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
                     outbox += await self._containment_changed(cand, fact)
                 if decision.qualifiers != old_qualifiers:
-                    outbox.append(_event_message(self.lifecycle.qualify(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                    outbox.append(event_message(self.lifecycle.qualify(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
             elif decision.status == "invalid" and fact.status != "invalid":
-                outbox.append(_event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                outbox.append(event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
             else:
                 self.lifecycle.requalify_silently(pipe, tenant, fact, decision.qualifiers, reason)
         return outbox
-
-
-def _event_message(event: FactEvent) -> Outgoing:
-    return Outgoing("indexed-facts", event.fact_id, encode(event))
-
-
-def is_outage(exc: BaseException) -> bool:
-    """Redis or Kafka could not be reached (here or in anything it was raised from): a
-    retry after a wait can succeed, whatever the message is."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if redis_unavailable(exc) is exc or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
-            return True
-        if isinstance(exc, KafkaError) and (exc.retriable or isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def stamp_event_ids(tenant: str, mark: str, outbox: list[Outgoing]) -> list[Outgoing]:
-    """Give each fact event the id of its transition: the message that caused it (its mark)
-    and its place among that message's events. A redelivery of the message decides the same
-    events in the same order, so it repeats the ids (consumers drop it); two transitions of one
-    fact never share an id, even when the fact returns to an earlier state; the same document in
-    two tenants gives two ids (one topic carries every tenant's events)."""
-    out = []
-    for position, item in enumerate(outbox):
-        if item.topic == "indexed-facts":
-            event = json.loads(item.value)
-            event["event_id"] = short_hash("event", tenant, mark, str(position), event["event"], event["fact_id"])
-            item = Outgoing(item.topic, item.key, json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-        out.append(item)
-    return out
-
-
-def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error: str, partition, offset, attempts: int,
-                       tenant: str | None, max_letter_bytes: int) -> DeadLetter:
-    """A dead letter that always fits the topic: the whole payload (undecodable bytes escaped)
-    when the letter fits `max_letter_bytes`, else the payload cut to a sixth of it (JSON
-    escaping grows text up to 6×: control characters as a 6-character escape), with the original's size and
-    sha256 kept; the error cut to 8 KiB."""
-    raw = value or b""
-    payload = raw.decode("utf-8", errors="backslashreplace")
-
-    def letter(text: str, truncated: bool) -> DeadLetter:
-        return DeadLetter(
-            topic=topic,
-            payload=text,
-            error=error[:8192].encode("utf-8", errors="backslashreplace").decode("utf-8"),  # lone surrogates from model output
-            key=None if key is None else key[:1024].decode("utf-8", errors="backslashreplace"),
-            partition=partition,
-            offset=offset,
-            attempts=attempts,
-            tenant=tenant,
-            ts=time.time(),
-            payload_bytes=len(raw),
-            payload_sha256=hashlib.sha256(raw).hexdigest(),
-            payload_truncated=truncated,
-        )
-
-    whole = letter(payload, False)
-    if len(encode(whole)) <= max_letter_bytes:
-        return whole
-    cut = max(0, (max_letter_bytes - (64 << 10)) // 6)
-    return letter(payload.encode("utf-8")[:cut].decode("utf-8", errors="ignore"), True)
 
 
 def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
@@ -635,10 +417,3 @@ def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
 
 def _detection_mark(cand: CandidateFact, fid: str) -> str:
     return f"act:{fid}:{cand.passage_id}" if cand.activation else f"det:{cand.passage_id}:{cand.fact_index}"
-
-
-def _work_id_of(outgoing: Outgoing) -> str:
-    """The progress work id an outgoing message carries ('' for events)."""
-    if outgoing.topic == "conflict-sets" or (outgoing.topic == "candidate-facts"):
-        return json.loads(outgoing.value).get("work_id", "")
-    return ""

@@ -1,0 +1,308 @@
+"""The envelope every indexing stage shares: one message handled effectively once (DESIGN §6).
+
+A stage decides its Redis writes and its outgoing messages; the envelope commits both in one
+MULTI (writes + outbox), publishes the outbox, then sets the message's done mark. A redelivery
+after a crash finds either nothing (decide again: the writes are idempotent), a committed outbox
+(publish it again) or the done mark (skip).
+
+Undecodable or invalid messages go to the dead-letter topic with the reason; transient errors
+retry with capped exponential backoff and jitter, then go to the dead-letter topic too. Nothing
+blocks a partition and nothing is dropped silently.
+
+Stages return typed messages (`Emit`: topic, key, record); the envelope gives fact events their
+ids and encodes each record with `topics.encode` only when the outbox is committed, so the bytes
+on the topics and in the Redis outboxes are what `topics.encode` gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Awaitable, Callable, Mapping, Sequence
+
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+from store import AlreadyDone, Memory, Outgoing, StaleDecision
+from store.errors import redis_unavailable
+from topics import ContractError, DeadLetter, FactEvent, decode, encode
+from topics.records import Record
+from workers import metrics
+from workers.algorithms.normalize import short_hash
+from workers.retry import backoff
+from workers.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[Outgoing], Awaitable[None]]
+Handler = Callable[[Record], Awaitable[None]]
+MAX_ATTEMPTS = 5
+MAX_REDECISIONS = 8
+
+
+class PermanentError(Exception):
+    """Retrying cannot help: the message goes to the dead-letter topic at once."""
+
+
+@dataclass(frozen=True)
+class Emit:
+    """A message a stage decided to publish: the record, its topic suffix and partition key."""
+
+    topic: str
+    key: str
+    record: Record
+
+    @property
+    def work_id(self) -> str:
+        """The chunk-progress work item this message is ('' for none: chunks, events)."""
+        return getattr(self.record, "work_id", "")
+
+
+# What a decision returns. An already-encoded Outgoing is published as it is (no event id, no
+# work id): tests drive the envelope with raw messages.
+Decided = Sequence["Emit | Outgoing"]
+Decide = Callable[[object], Awaitable[Decided]]  # staged on the pipe it is given
+Finishes = tuple[str, str, int]  # (chunk id, work id, chunk fact count)
+Once = Callable[[str, str, Decide, "Finishes | None"], Awaitable[None]]  # Envelope.once
+
+
+def spawned_work_ids(outbox: Decided) -> list[str]:
+    """The work items an outbox spawns downstream, read from its records' work_id."""
+    return [item.work_id for item in outbox if isinstance(item, Emit) and item.work_id]
+
+
+class Envelope:
+    """Decode → the stage's handler → retry or wait out an outage → dead letter; and the
+    effectively-once commit (`once`) the handlers run their decisions through.
+
+    `handlers` maps a topic suffix to its stage's handler; the composition root
+    (workers.pipeline) fills it after building the stages, which themselves call `once`."""
+
+    def __init__(self, *, settings: Settings, memory: Memory, send: Send, records: Mapping[str, type[Record]], handlers: Mapping[str, Handler]):
+        self.settings = settings
+        self.memory = memory
+        self.send = send
+        self.records = records
+        self.handlers = handlers
+
+    # ---- decode, retry, dead-letter ----------------------------------------------------
+    async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
+        """Handle one message to the end: its effects and outbox committed and published, or
+        the message dead-lettered with the reason. Returns only then, so the caller may ack."""
+        started = time.perf_counter()
+        try:
+            if value is None:
+                raise ContractError(f"{topic}: empty message (no value)")
+            record = decode(self.records[topic], value, max_text_bytes=self.settings.max_text_bytes)
+        except Exception as exc:  # any failure to decode is a dead letter, never a skipped message
+            reason = str(exc) if isinstance(exc, ContractError) else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
+            await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
+            return
+        tenant = getattr(record, "tenant", None)
+        attempt, outage_retries, outage_since = 0, 0, None  # attempts count failures other than outages
+        try:
+            while True:
+                try:
+                    await self.handlers[topic](record)
+                    metrics.MESSAGES.labels(stage=topic).inc()
+                    metrics.STAGE_SECONDS.labels(stage=topic).observe(time.perf_counter() - started)
+                    return
+                except PermanentError as exc:
+                    await self.dead_letter(topic, key, value, str(exc), partition, offset, attempt + 1, tenant)
+                    return
+                except Exception as exc:
+                    if is_outage(exc):
+                        # Redis or Kafka unreachable: nothing is wrong with the message; wait the
+                        # outage out (up to the deadline) instead of dead-lettering all in flight
+                        if outage_since is None:
+                            outage_since = time.monotonic()
+                            metrics.OUTAGE_WAITING.labels(stage=topic).inc()
+                        waited = time.monotonic() - outage_since
+                        if waited >= self.settings.outage_deadline:
+                            reason = f"outage outlasted {self.settings.outage_deadline:.0f}s: {type(exc).__name__}: {exc}"
+                            await self.dead_letter(topic, key, value, reason, partition, offset, attempt, tenant)
+                            return
+                        outage_retries += 1
+                        delay = backoff(outage_retries)
+                        metrics.OUTAGE_RETRIES.labels(stage=topic).inc()
+                        log.warning("%s: waiting out an outage, %.0fs so far (%s: %s); retrying in %.1fs", topic, waited, type(exc).__name__, exc, delay)
+                    elif (attempt := attempt + 1) >= MAX_ATTEMPTS:
+                        await self.dead_letter(topic, key, value, f"{type(exc).__name__}: {exc}", partition, offset, attempt, tenant)
+                        return
+                    else:
+                        delay = backoff(attempt)
+                        log.warning("%s: attempt %d failed (%s: %s); retrying in %.2fs", topic, attempt, type(exc).__name__, exc, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            if outage_since is not None:
+                metrics.OUTAGE_WAITING.labels(stage=topic).dec()
+
+    async def dead_letter(self, topic, key, value, error, partition, offset, attempts, tenant=None) -> None:
+        log.error("%s: to dead-letter topic: %s", topic, error[:2000])
+        metrics.DEAD_LETTERS.labels(topic=topic).inc()
+        letter = dead_letter_record(
+            f"{self.settings.topic_namespace}.{topic}", key, value, error, partition, offset, attempts, tenant,
+            max_letter_bytes=self.settings.max_message_bytes,
+        )
+        await self._send_until_sent(Outgoing("dlq", letter.key or "", encode(letter)))
+
+    async def _send_until_sent(self, item: Outgoing) -> None:
+        """Publish, waiting out a broker outage up to the deadline (then raise: the message
+        stays unacknowledged and is delivered again)."""
+        since = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.send(item)
+                return
+            except Exception as exc:
+                if not is_outage(exc) or time.monotonic() - since >= self.settings.outage_deadline:
+                    raise
+                log.warning("%s: publish failed (%s: %s); retrying", item.topic, type(exc).__name__, exc)
+                await asyncio.sleep(backoff(attempt))
+
+    # ---- effectively once: decide, commit, publish, mark done ----------------------------
+    async def once(self, tenant: str, mark: str, decide: Decide, finishes: Finishes | None = None) -> None:
+        """Decide, commit (writes + outbox in one MULTI), publish, mark done.
+
+        `finishes` = (chunk id, work id, chunk fact count) of the work item this message is.
+        The same work can be spawned twice (two promotions of one pending fact, a group
+        re-adjudicated for the same cause); the copy that finds it done must still mark it
+        finished, or the chunk it belongs to would wait for it forever.
+
+        The commit is fenced (Memory.commit_once): of two deliveries of one message running at
+        once, only one commits; the other publishes that one's outbox, never its own."""
+        stage = mark.split(":", 1)[0]
+        try:
+            outbox = await self.memory.pending_outbox(tenant, mark)
+            if outbox is None:
+                outbox = await self._decide_and_commit(tenant, mark, decide, stage)
+            else:
+                metrics.REDELIVERIES.labels(stage=stage, found="outbox").inc()
+        except AlreadyDone:
+            metrics.REDELIVERIES.labels(stage=stage, found="done").inc()
+            if finishes:
+                pipe = self.memory.pipeline()
+                self.memory.stage_work_done(pipe, tenant, *finishes)
+                await pipe.execute()
+            return
+        for item in outbox:
+            await self.send(item)
+        await self.memory.finish(tenant, mark)
+
+    async def _decide_and_commit(self, tenant: str, mark: str, decide: Decide, stage: str) -> list[Outgoing]:
+        """Decide and commit; decide again while another stage changes a fact under the decision
+        (optimistic: the commit checks what the decision read). Returns the committed outbox."""
+        for _ in range(MAX_REDECISIONS):
+            pipe = self.memory.pipeline()
+            outbox = encode_outbox(stamp_event_ids(tenant, mark, await decide(pipe)))
+            self.memory.stage_outbox(pipe, tenant, mark, outbox)
+            try:
+                committed = await self.memory.commit_once(pipe, tenant, mark)
+            except StaleDecision:
+                metrics.STALE_DECISIONS.labels(stage=stage).inc()
+                continue
+            if committed is not None:
+                metrics.FENCED.labels(stage=stage).inc()
+                return committed
+            return outbox
+        raise RuntimeError(f"{mark}: the facts it decides about kept changing under {MAX_REDECISIONS} decisions")
+
+    async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
+        """Publish outboxes that were committed but never published (their worker died or
+        publishing kept failing and the message was dead-lettered), oldest first, and mark
+        them done. `grace_s` leaves alone outboxes whose own worker is still publishing them; a
+        race with it publishes twice, which consumers absorb (same event ids, done marks)."""
+        sent = 0
+        for tenant, mark, outbox in await self.memory.unsent_outboxes(time.time() - grace_s):
+            try:
+                for item in outbox:
+                    await self.send(item)
+                await self.memory.finish(tenant, mark)
+            except Exception as exc:  # one outbox that cannot be sent must not hold back the others
+                if is_outage(exc):
+                    raise
+                log.error("sweep: the outbox of %s in tenant %s could not be published (%s: %s)", mark, tenant, type(exc).__name__, exc)
+                continue
+            metrics.OUTBOXES_SWEPT.inc()
+            log.warning("sweep: published the unsent outbox of %s in tenant %s (%d messages)", mark, tenant, len(outbox))
+            sent += 1
+        return sent
+
+
+def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit | Outgoing]:
+    """Give each fact event the id of its transition: the message that caused it (its mark)
+    and its place among that message's events. A redelivery of the message decides the same
+    events in the same order, so it repeats the ids (consumers drop it); two transitions of one
+    fact never share an id, even when the fact returns to an earlier state; the same document in
+    two tenants gives two ids (one topic carries every tenant's events).
+
+    The place is the index in the whole outbox (other messages count too), as since event ids
+    were first given; the id is set on the record before it is encoded, which gives the same
+    bytes as setting it in the encoded JSON did (the field keeps its place in the object)."""
+    out = []
+    for position, item in enumerate(outbox):
+        if isinstance(item, Emit) and isinstance(item.record, FactEvent):
+            event = item.record
+            item = replace(item, record=replace(event, event_id=short_hash("event", tenant, mark, str(position), event.event, event.fact_id)))
+        out.append(item)
+    return out
+
+
+def event_message(event: FactEvent) -> Emit:
+    """A fact event on `indexed-facts`, keyed by its fact (its id is given at commit)."""
+    return Emit("indexed-facts", event.fact_id, event)
+
+
+def encode_outbox(outbox: Decided) -> list[Outgoing]:
+    """The messages as they are committed to the outbox and published: `topics.encode` bytes."""
+    return [item if isinstance(item, Outgoing) else Outgoing(item.topic, item.key, encode(item.record)) for item in outbox]
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Redis or Kafka could not be reached (here or in anything it was raised from): a
+    retry after a wait can succeed, whatever the message is."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if redis_unavailable(exc) is exc or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+            return True
+        if isinstance(exc, KafkaError) and (exc.retriable or isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error: str, partition, offset, attempts: int,
+                       tenant: str | None, max_letter_bytes: int) -> DeadLetter:
+    """A dead letter that always fits the topic: the whole payload (undecodable bytes escaped)
+    when the letter fits `max_letter_bytes`, else the payload cut to a sixth of it (JSON
+    escaping grows text up to 6×: control characters as a 6-character escape), with the original's size and
+    sha256 kept; the error cut to 8 KiB."""
+    raw = value or b""
+    payload = raw.decode("utf-8", errors="backslashreplace")
+
+    def letter(text: str, truncated: bool) -> DeadLetter:
+        return DeadLetter(
+            topic=topic,
+            payload=text,
+            error=error[:8192].encode("utf-8", errors="backslashreplace").decode("utf-8"),  # lone surrogates from model output
+            key=None if key is None else key[:1024].decode("utf-8", errors="backslashreplace"),
+            partition=partition,
+            offset=offset,
+            attempts=attempts,
+            tenant=tenant,
+            ts=time.time(),
+            payload_bytes=len(raw),
+            payload_sha256=hashlib.sha256(raw).hexdigest(),
+            payload_truncated=truncated,
+        )
+
+    whole = letter(payload, False)
+    if len(encode(whole)) <= max_letter_bytes:
+        return whole
+    cut = max(0, (max_letter_bytes - (64 << 10)) // 6)
+    return letter(payload.encode("utf-8")[:cut].decode("utf-8", errors="ignore"), True)
