@@ -4,7 +4,6 @@ messages through the shared envelope (workers.envelope: decode, retry, dead-lett
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 from store import Hit, Memory
@@ -14,13 +13,12 @@ from topics import CandidateFact, Chunk, ConflictSet, Document
 from workers.algorithms.chunking import chunk_text
 from workers.models.extraction import Entity, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
-from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
 from workers.algorithms.normalize import content_hash, entity_id, fact_id, relation_name, schema_id
-from workers.algorithms.policy import CONTAINMENT_RELATIONS, MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
-from workers.envelope import Emit, Envelope, PermanentError, Send, event_message, spawned_work_ids
+from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS
+from workers.envelope import Emit, Envelope, Handler, PermanentError, Send, event_message, spawned_work_ids
+from workers.stages.context import StageContext
+from workers.stages.resolver import ResolverStage, adjudication, containment_changed, duplicate
 from workers.settings import Settings
-
-log = logging.getLogger(__name__)
 
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
 
@@ -31,17 +29,22 @@ class Pipeline:
     def __init__(self, settings: Settings, memory: Memory, send: Send, embedder=None, extractor=None, resolver_llm=None):
         self.settings = settings
         self.memory = memory
-        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers={})
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
         self.lifecycle = Lifecycle(memory)
-        self.handlers = self.envelope.handlers = {
+        self.handlers: dict[str, Handler] = {}  # filled below: the stages run through the envelope's `once`
+        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers=self.handlers)
+        context = StageContext(
+            settings=settings, memory=memory, lifecycle=self.lifecycle, once=self.envelope.once,
+            embedder=embedder, extractor=extractor, resolver_llm=resolver_llm,
+        )
+        self.handlers.update({
             "documents": self.on_document,
             "chunks": self.on_chunk,
             "candidate-facts": self.on_candidate,
-            "conflict-sets": self.on_conflict_set,
-        }
+            "conflict-sets": ResolverStage(context).handle,
+        })
 
     @property
     def send(self) -> Send:
@@ -164,7 +167,7 @@ class Pipeline:
                 return self._finish(pipe, cand, None, [])  # the same fact twice in one passage
             if fact.status in ("active", "invalid", "merged"):
                 # a known fact gains support: merge the provenance (and re-adjudicate) in the resolver
-                return self._finish(pipe, cand, None, [self._conflict_set(cand, "duplicate", fact, "same fact")])
+                return self._finish(pipe, cand, None, [duplicate(cand, fact, "same fact")])
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
             if self.settings.on("schema_filter") and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
                 return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
@@ -219,23 +222,23 @@ class Pipeline:
             if twin is not None:
                 other, why = twin
                 if other.id < fact.id:  # the canonical fact (smaller id) is in memory: merge into it
-                    return [self._conflict_set(cand, "duplicate", other, why)]
+                    return [duplicate(cand, other, why)]
                 # this fact is the canonical one: it takes the twin's place, so the memory ends the
                 # same whichever of the two arrived first
                 merged = self.lifecycle.merge(pipe, tenant, fact, set(other.passage_ids), await self.memory.bump_graph_version(tenant), why, source=other)
                 taken_over = [event_message(merged)] if merged else []
                 if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
-                    taken_over.append(self._adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
+                    taken_over.append(adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
             joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, _detection_mark(cand, fid), MULTI_RULE)
             outbox = []
             if joined.flipped:
                 # the relation's cardinality flipped: every group with several tails is decided again
                 for head in await self.memory.relation_multi_heads(tenant, relation):
                     if head != fact.head_id:
-                        outbox.append(self._adjudication(cand, head, relation, f"relation '{relation}' is now {joined.verdict}-valued", "cardinality"))
+                        outbox.append(adjudication(cand, head, relation, f"relation '{relation}' is now {joined.verdict}-valued", "cardinality"))
             outbox = taken_over + outbox
             if joined.size >= 2 and joined.verdict == "single":
-                return outbox + [self._adjudication(cand, fact.head_id, relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
+                return outbox + [adjudication(cand, fact.head_id, relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
             return outbox + await self._activate(pipe, cand, fact)
         return await self._activate(pipe, cand, fact)
 
@@ -268,144 +271,10 @@ class Pipeline:
                 return hit
         return None
 
-    def _conflict_set(self, cand: CandidateFact, kind: str, target: Fact, reason: str) -> Emit:
-        # keyed by the target's head: the resolver decides the target's group, and one head's
-        # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
-        work = f"res:{kind}:{target.id}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
-        record = ConflictSet(cand.tenant, kind, cand, target.id, [target.id], [cand.passage_id], work_id=work, reason=reason)
-        return Emit("conflict-sets", target.head_id, record)
-
-    def _adjudication(self, cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
-        # the cause keeps work ids apart when one fact triggers a group for several reasons
-        work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
-        probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
-        record = ConflictSet(cand.tenant, "adjudicate", probe, "", [], [cand.passage_id], work_id=work, reason=reason)
-        return Emit("conflict-sets", head_id, record)
-
     async def _activate(self, pipe, cand: CandidateFact, fact: Fact) -> list[Emit]:
         version = await self.memory.bump_graph_version(cand.tenant)
         activated = self.lifecycle.activate(pipe, cand.tenant, fact, version)
-        return [event_message(activated)] + await self._containment_changed(cand, fact)
-
-    async def _containment_changed(self, cand: CandidateFact, fact: Fact) -> list[Emit]:
-        """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
-        and Y into a granularity qualification: decide the groups with those tails again."""
-        if not self.settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
-            return []
-        outbox, seen = [], set()
-        for entity in (fact.head_id, fact.tail_id):
-            for other in await self.memory.facts(cand.tenant, await self.memory.facts_with_tail(cand.tenant, entity)):
-                group = (other.head_id, other.relation) if other else None
-                if group and group not in seen and await self.memory.group_size(cand.tenant, *group) >= 2:
-                    seen.add(group)
-                    outbox.append(self._adjudication(cand, *group, f"containment {fact.head_id} {fact.relation} {fact.tail_id} is active", f"containment-{fact.head_id}"))
-        return outbox
-
-    # ---- A_res -----------------------------------------------------------------------------------
-    async def on_conflict_set(self, conflict: ConflictSet) -> None:
-        cand, tenant = conflict.candidate, conflict.tenant
-
-        async def decide(pipe):
-            if conflict.kind == "duplicate":
-                outbox = await self._merge(pipe, conflict)
-            else:
-                outbox = await self._adjudicate(pipe, cand, cand.head_id, cand.fact.relation, conflict.reason)
-            self.memory.stage_spawn(pipe, tenant, cand.passage_id, spawned_work_ids(outbox))
-            self.memory.stage_work_done(pipe, tenant, cand.passage_id, conflict.work_id, cand.chunk_fact_count)
-            return outbox
-
-        finishes = (cand.passage_id, conflict.work_id, cand.chunk_fact_count) if conflict.work_id else None
-        await self._once(tenant, conflict.work_id or f"res:{cand.passage_id}:{cand.fact_index}", decide, finishes)
-
-    async def _merge(self, pipe, conflict: ConflictSet) -> list[Emit]:
-        cand, tenant, target_id = conflict.candidate, conflict.tenant, conflict.fact_id
-        target = await self.memory.fact(tenant, target_id)
-        while target is not None and target.status == "merged":  # follow it to the surviving fact
-            target = await self.memory.fact(tenant, target.merged_into)
-        if target is None:
-            raise PermanentError(f"conflict set names fact {conflict.fact_id}, which is not in memory")
-        source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
-        source = None if source_id == target.id else await self.memory.fact(tenant, source_id)
-        own = set() if cand.activation else {cand.passage_id}  # a promotion's passage_id is the promoting chunk
-        gained = (own | set(source.passage_ids if source else ())) - set(target.passage_ids)
-        merged = self.lifecycle.merge(pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source)
-        if merged is None:
-            return []
-        outbox = [event_message(merged)]
-        # more support can change how the target's group is decided
-        if self.settings.on("conflicts") and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
-            outbox += await self._adjudicate(pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained})
-        return outbox
-
-    async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Emit]:
-        """Decide a (head, relation) group from its content and apply the difference."""
-        tenant = cand.tenant
-        members = await self.memory.group(tenant, head_id, relation)
-        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged"}
-        if not facts:
-            return []
-        for fact in facts.values():  # the decision rests on every member's status, not only the ones it changes
-            self.memory.expect_status(pipe, tenant, fact.id, fact.status)
-        for fid, pids in (extra or {}).items():  # support staged in this transaction, not yet visible
-            if fid in facts:
-                facts[fid].passage_ids = sorted(set(facts[fid].passage_ids) | pids)
-        heads, multi = await self.memory.relation_counts(tenant, relation)
-        if is_multi_valued(heads, multi) or len(facts) < 2:  # decided without reading any evidence
-            decisions = {fid: Decision("active", "", "multi-valued relation" if len(facts) > 1 else "no conflict") for fid in facts}
-            return await self._apply(pipe, cand, facts, decisions, why)
-        group = [await self._group_fact(tenant, fid, f) for fid, f in facts.items()]
-        if self.resolver_llm is not None:
-            decisions = await self._llm_decisions(tenant, group, facts)
-        else:
-            decisions = await self._rules_decisions(tenant, group)
-        return await self._apply(pipe, cand, facts, decisions, why)
-
-    async def _rules_decisions(self, tenant: str, group: list[GroupFact]) -> dict:
-        tails = {g.tail_id for g in group}
-        contains = {(a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS) for a in tails for b in tails if a != b}
-        return adjudicate(group, lambda a, b: contains.get((a, b), False))
-
-    async def _llm_decisions(self, tenant: str, group: list[GroupFact], facts: dict) -> dict:
-        """The LLM reads every fact's evidence passages and names an action per fact. If it
-        keeps failing, the deterministic policy decides (logged), so no group stays open."""
-        passage_ids = sorted({pid for g in group for pid in g.passage_ids})
-        passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
-        some = facts[group[0].id]
-        messages = resolution_messages(some.head, some.relation, [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group], passages)
-        try:
-            return await self.resolver_llm.structured("resolve", messages, "resolution", RESOLUTION_SCHEMA, lambda data: parse_resolution(data, group, set(passages)))
-        except (MalformedOutput, LLMError) as exc:
-            log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
-            return await self._rules_decisions(tenant, group)
-
-    async def _group_fact(self, tenant: str, fid: str, fact: Fact) -> GroupFact:
-        passages = [p for p in await self.memory.passages(tenant, fact.passage_ids) if p]
-        return GroupFact(
-            fid, fact.tail_id, len(fact.passage_ids), max((p["doc_version"] for p in passages), default=1),
-            fact.created_at or 0.0, fact.valid_from, fact.valid_to, tuple(fact.passage_ids),
-        )
-
-    async def _apply(self, pipe, cand: CandidateFact, facts: dict[str, Fact], decisions: dict, why: str) -> list[Emit]:
-        """Stage the transitions that take each fact of a group to its decision."""
-        tenant, outbox, version = cand.tenant, [], None
-        for fid in sorted(decisions):
-            fact, decision = facts[fid], decisions[fid]
-            if fact.status == decision.status and fact.qualifiers == decision.qualifiers:
-                continue
-            version = version or await self.memory.bump_graph_version(tenant)
-            reason, told = f"{decision.reason}; {why}", f"{decision.kind or 'no conflict'}: {decision.reason}"
-            if decision.status == "active":
-                was_active, old_qualifiers = fact.status == "active", fact.qualifiers
-                if not was_active:
-                    outbox.append(event_message(self.lifecycle.activate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
-                    outbox += await self._containment_changed(cand, fact)
-                if decision.qualifiers != old_qualifiers:
-                    outbox.append(event_message(self.lifecycle.qualify(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
-            elif decision.status == "invalid" and fact.status != "invalid":
-                outbox.append(event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
-            else:
-                self.lifecycle.requalify_silently(pipe, tenant, fact, decision.qualifiers, reason)
-        return outbox
+        return [event_message(activated)] + await containment_changed(self.settings, self.memory, cand, fact)
 
 
 def candidate_key(head_id: str, relation: str, tail_id: str) -> str:

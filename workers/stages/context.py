@@ -1,0 +1,33 @@
+"""What every indexing stage is built from: one context, passed by keyword."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from store import Memory
+from store.facts import Lifecycle
+from workers.envelope import Once
+from workers.models.protocols import ChatModel, Embedder, Extractor
+from workers.settings import Settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageContext:
+    settings: Settings
+    memory: Memory
+    lifecycle: Lifecycle
+    once: Once  # the envelope's effectively-once commit (workers.envelope.Envelope.once)
+    embedder: Embedder | None = None  # A_ext
+    extractor: Extractor | None = None  # A_ext
+    resolver_llm: ChatModel | None = None  # A_res; None: the deterministic evidence policy
+
+
+class Stage:
+    """A stage: `handle(record)` runs one decoded message through `once`."""
+
+    def __init__(self, context: StageContext):
+        self.context = context
+        self.settings = context.settings
+        self.memory = context.memory
+        self.lifecycle = context.lifecycle
+        self.once = context.once

@@ -1,0 +1,182 @@
+"""A_res: a conflict set → the (head, relation) group decided again, or a duplicate merged into
+the fact it repeats; fact events on `indexed-facts`, and further groups to decide on
+`conflict-sets`.
+
+This module owns the resolver's input: the conflict sets other stages send it (`duplicate`,
+`adjudication`), whose work ids are its done marks, and `containment_changed`, which names the
+groups a new containment fact makes worth deciding again (the detector calls it too).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from store import Memory
+from store.facts import Fact
+from topics import CandidateFact, ConflictSet
+from workers.algorithms.normalize import fact_id
+from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
+from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
+from workers.models.llm import LLMError, MalformedOutput
+from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
+from workers.settings import Settings
+from workers.stages.context import Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+
+def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
+    """Work for the resolver: merge the candidate into `target`, the fact it repeats."""
+    # keyed by the target's head: the resolver decides the target's group, and one head's
+    # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
+    work = f"res:duplicate:{target.id}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+    record = ConflictSet(
+        tenant=cand.tenant, kind="duplicate", candidate=cand, fact_id=target.id, conflicting=[target.id],
+        passage_ids=[cand.passage_id], work_id=work, reason=reason,
+    )
+    return Emit("conflict-sets", target.head_id, record)
+
+
+def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
+    """Work for the resolver: decide the group (head_id, relation) again, because of `cand`."""
+    # the cause keeps work ids apart when one fact triggers a group for several reasons
+    work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+    probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
+    record = ConflictSet(
+        tenant=cand.tenant, kind="adjudicate", candidate=probe, fact_id="", conflicting=[],
+        passage_ids=[cand.passage_id], work_id=work, reason=reason,
+    )
+    return Emit("conflict-sets", head_id, record)
+
+
+def resolution_mark(conflict: ConflictSet) -> str:
+    """Done mark: the conflict set's work id (a set without one: its candidate's fact)."""
+    return conflict.work_id or f"res:{conflict.candidate.passage_id}:{conflict.candidate.fact_index}"
+
+
+async def containment_changed(settings: Settings, memory: Memory, cand: CandidateFact, fact: Fact) -> list[Emit]:
+    """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
+    and Y into a granularity qualification: decide the groups with those tails again."""
+    if not settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
+        return []
+    outbox, seen = [], set()
+    for entity in (fact.head_id, fact.tail_id):
+        for other in await memory.facts(cand.tenant, await memory.facts_with_tail(cand.tenant, entity)):
+            group = (other.head_id, other.relation) if other else None
+            if group and group not in seen and await memory.group_size(cand.tenant, *group) >= 2:
+                seen.add(group)
+                outbox.append(adjudication(cand, *group, f"containment {fact.head_id} {fact.relation} {fact.tail_id} is active", f"containment-{fact.head_id}"))
+    return outbox
+
+
+class ResolverStage(Stage):
+    def __init__(self, context: StageContext):
+        super().__init__(context)
+        self.resolver_llm = context.resolver_llm  # None: the deterministic evidence policy
+
+    async def handle(self, conflict: ConflictSet) -> None:
+        cand, tenant = conflict.candidate, conflict.tenant
+
+        async def decide(pipe) -> list[Emit]:
+            if conflict.kind == "duplicate":
+                outbox = await self._merge(pipe, conflict)
+            else:
+                outbox = await self._adjudicate(pipe, cand, cand.head_id, cand.fact.relation, conflict.reason)
+            self.memory.stage_spawn(pipe, tenant, cand.passage_id, spawned_work_ids(outbox))
+            self.memory.stage_work_done(pipe, tenant, cand.passage_id, conflict.work_id, cand.chunk_fact_count)
+            return outbox
+
+        finishes = (cand.passage_id, conflict.work_id, cand.chunk_fact_count) if conflict.work_id else None
+        await self.once(tenant, resolution_mark(conflict), decide, finishes)
+
+    async def _merge(self, pipe, conflict: ConflictSet) -> list[Emit]:
+        cand, tenant, target_id = conflict.candidate, conflict.tenant, conflict.fact_id
+        target = await self.memory.fact(tenant, target_id)
+        while target is not None and target.status == "merged":  # follow it to the surviving fact
+            target = await self.memory.fact(tenant, target.merged_into)
+        if target is None:
+            raise PermanentError(f"conflict set names fact {conflict.fact_id}, which is not in memory")
+        source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
+        source = None if source_id == target.id else await self.memory.fact(tenant, source_id)
+        own = set() if cand.activation else {cand.passage_id}  # a promotion's passage_id is the promoting chunk
+        gained = (own | set(source.passage_ids if source else ())) - set(target.passage_ids)
+        merged = self.lifecycle.merge(pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source)
+        if merged is None:
+            return []
+        outbox = [event_message(merged)]
+        # more support can change how the target's group is decided
+        if self.settings.on("conflicts") and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
+            outbox += await self._adjudicate(pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained})
+        return outbox
+
+    async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Emit]:
+        """Decide a (head, relation) group from its content and apply the difference."""
+        tenant = cand.tenant
+        members = await self.memory.group(tenant, head_id, relation)
+        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged"}
+        if not facts:
+            return []
+        for fact in facts.values():  # the decision rests on every member's status, not only the ones it changes
+            self.memory.expect_status(pipe, tenant, fact.id, fact.status)
+        for fid, pids in (extra or {}).items():  # support staged in this transaction, not yet visible
+            if fid in facts:
+                facts[fid].passage_ids = sorted(set(facts[fid].passage_ids) | pids)
+        heads, multi = await self.memory.relation_counts(tenant, relation)
+        if is_multi_valued(heads, multi) or len(facts) < 2:  # decided without reading any evidence
+            reason = "multi-valued relation" if len(facts) > 1 else "no conflict"
+            decisions = {fid: Decision(status="active", kind="", reason=reason) for fid in facts}
+            return await self._apply(pipe, cand, facts, decisions, why)
+        group = [await self._group_fact(tenant, fid, f) for fid, f in facts.items()]
+        if self.resolver_llm is not None:
+            decisions = await self._llm_decisions(tenant, group, facts)
+        else:
+            decisions = await self._rules_decisions(tenant, group)
+        return await self._apply(pipe, cand, facts, decisions, why)
+
+    async def _rules_decisions(self, tenant: str, group: list[GroupFact]) -> dict:
+        tails = {g.tail_id for g in group}
+        contains = {(a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS) for a in tails for b in tails if a != b}
+        return adjudicate(group, lambda a, b: contains.get((a, b), False))
+
+    async def _llm_decisions(self, tenant: str, group: list[GroupFact], facts: dict) -> dict:
+        """The LLM reads every fact's evidence passages and names an action per fact. If it
+        keeps failing, the deterministic policy decides (logged), so no group stays open."""
+        passage_ids = sorted({pid for g in group for pid in g.passage_ids})
+        passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
+        some = facts[group[0].id]
+        messages = resolution_messages(some.head, some.relation, [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group], passages)
+        try:
+            return await self.resolver_llm.structured("resolve", messages, "resolution", RESOLUTION_SCHEMA, lambda data: parse_resolution(data, group, set(passages)))
+        except (MalformedOutput, LLMError) as exc:
+            log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
+            return await self._rules_decisions(tenant, group)
+
+    async def _group_fact(self, tenant: str, fid: str, fact: Fact) -> GroupFact:
+        passages = [p for p in await self.memory.passages(tenant, fact.passage_ids) if p]
+        return GroupFact(
+            id=fid, tail_id=fact.tail_id, support=len(fact.passage_ids), doc_version=max((p["doc_version"] for p in passages), default=1),
+            ts=fact.created_at or 0.0, valid_from=fact.valid_from, valid_to=fact.valid_to, passage_ids=tuple(fact.passage_ids),
+        )
+
+    async def _apply(self, pipe, cand: CandidateFact, facts: dict[str, Fact], decisions: dict, why: str) -> list[Emit]:
+        """Stage the transitions that take each fact of a group to its decision."""
+        tenant, outbox, version = cand.tenant, [], None
+        for fid in sorted(decisions):
+            fact, decision = facts[fid], decisions[fid]
+            if fact.status == decision.status and fact.qualifiers == decision.qualifiers:
+                continue
+            version = version or await self.memory.bump_graph_version(tenant)
+            reason, told = f"{decision.reason}; {why}", f"{decision.kind or 'no conflict'}: {decision.reason}"
+            if decision.status == "active":
+                was_active, old_qualifiers = fact.status == "active", fact.qualifiers
+                if not was_active:
+                    outbox.append(event_message(self.lifecycle.activate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                    outbox += await containment_changed(self.settings, self.memory, cand, fact)
+                if decision.qualifiers != old_qualifiers:
+                    outbox.append(event_message(self.lifecycle.qualify(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+            elif decision.status == "invalid" and fact.status != "invalid":
+                outbox.append(event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+            else:
+                self.lifecycle.requalify_silently(pipe, tenant, fact, decision.qualifiers, reason)
+        return outbox
