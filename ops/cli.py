@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     topics.add_argument("action", choices=["create"])
     topics.add_argument("--partitions", type=int, default=None)
 
-    worker = sub.add_parser("worker", help="run workers (one faust app)")
+    worker = sub.add_parser("worker", help="run workers (indexing roles: one faust app; query alone: an HTTP server on Redis only)")
     worker.add_argument("--role", default="all", help="all|chunker|extractor|detector|resolver|query (comma-separated)")
 
     pub = sub.add_parser("publish", help="publish documents to memstream.documents")
@@ -123,11 +123,19 @@ def cmd_topics(settings: Settings, args) -> int:
 
 
 def cmd_worker(settings: Settings, args) -> int:
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if {r.strip() for r in args.role.split(",")} - {""} == {"query"}:
+        # The HTTP API alone needs only Redis: no Kafka client, and workers.app (faust) is not
+        # even imported. Indexing roles, with or without query, are one faust worker.
+        from workers.query.server import run_query_server
+
+        run_query_server(settings)
+        return 0
     from ops.kafka_admin import ensure_topics
     from workers.app import parse_roles, run_worker
 
     roles = parse_roles(args.role)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
     # A worker (re)started while the broker restarts waits for it, up to the outage deadline,
     # instead of exiting; a fresh admin client each try (kafka-python's reconnect backoff grows
     # to 30 s and outlasted a broker that was back after 20 s)

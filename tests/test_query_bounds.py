@@ -3,8 +3,8 @@ retrieval parameters, NaN/Infinity and lone surrogates are 400s with a JSON body
 the in-flight cap are 503 + Retry-After; every error body is JSON; PPR stops at its pass cap and
 says so, and runs off the event loop; a saturated Redis pool queues commands.
 
-The HTTP tests serve the query worker's real views and middlewares (`_register_http`) from
-aiohttp's test server: no Kafka, and Redis only where a test says so."""
+The HTTP tests serve the query worker's real application (`workers.query.server.query_app`, its
+routes and middlewares) from aiohttp's test server: no Kafka, and Redis only where a test says so."""
 
 from __future__ import annotations
 
@@ -43,16 +43,12 @@ class GatedEmbedder:
 
 def serve(settings: Settings, embedder, requests):
     """Run `requests(client)` against the query worker's HTTP app; returns what it returns."""
-    import faust
     from aiohttp.test_utils import TestClient, TestServer
 
-    from store import Memory
-    from workers.app import _register_http
+    from workers.query.server import query_app
 
     async def main():
-        app = faust.App("memstream-bounds-test", web_enabled=True)
-        _register_http(app, settings, Memory.from_url(settings.redis_url), embedder)
-        async with TestClient(TestServer(app.web.web_app)) as client:
+        async with TestClient(TestServer(query_app(settings, embedder))) as client:
             return await requests(client)
 
     return asyncio.run(main())

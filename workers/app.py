@@ -1,4 +1,5 @@
-"""The faust app: one agent per indexing role, the query worker's HTTP endpoint.
+"""The faust app: one agent per indexing role, plus the query API (workers.query.server) when
+the roles include `query` next to indexing ones. The only module that imports faust.
 
 Agents run with concurrency 1 (faust #606 loses in-flight messages on a crash with more); scale
 with partitions and worker processes. An event is acknowledged only after `Pipeline.process`
@@ -13,18 +14,14 @@ import tempfile
 import faust
 import faust.transport.consumer
 from aiokafka.structs import TopicPartition as AIOKafkaTP
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory, Outgoing
-from topics import TOPIC_SUFFIXES, ContractError, validate_tenant
-from workers.query.answering import generate_answer
-from workers.models.embedding import BatchingEmbedder, make_embedder
+from topics import TOPIC_SUFFIXES
 from workers.models.extraction import make_extractor
-from workers.query.graph_cache import GraphCache
-from workers.models.llm import LLMClient, LLMError, MalformedOutput
+from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
+from workers.query.server import cached_embedder, query_app, serve
 from workers.retry import backoff
-from workers.query.engine import QueryEngine, QueryRequest
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,10 +46,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         datadir=tempfile.mkdtemp(prefix="faust-", dir=settings.home),
         key_serializer="raw",
         value_serializer="raw",
-        web_enabled="query" in roles,
-        web_bind=settings.http_host,
-        web_host=settings.http_host,
-        web_port=settings.http_port,
+        web_enabled=False,  # the query API is workers.query.server's (see _serve_query_api)
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_max_request_size=settings.max_message_bytes,
@@ -63,7 +57,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
         stream_wait_empty=False,
     )
     memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
-    embedder = _cached_embedder(settings, memory) if roles & {"extractor", "query"} else None
+    embedder = cached_embedder(settings, memory) if roles & {"extractor", "query"} else None
     extractor = None
     if "extractor" in roles:
         llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.extractor == "llm" else None
@@ -86,13 +80,8 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
     if roles & set(ROLE_TOPICS):
         _register_outbox_sweep(app, settings, pipeline)
     if "query" in roles:
-        _register_http(app, settings, memory, embedder)
+        _serve_query_api(app, settings, embedder)
     return app
-
-
-def _cached_embedder(settings: Settings, memory: Memory) -> BatchingEmbedder:
-    model = make_embedder(settings.embedder)
-    return BatchingEmbedder(model, cache=memory.embedding_cache(model.name))
 
 
 def _ack_only_processed(ack):
@@ -182,95 +171,24 @@ def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
             await asyncio.sleep(settings.outbox_sweep_interval)
 
 
-def _register_http(app: faust.App, settings: Settings, memory: Memory, embedder) -> None:
-    from workers.query import http
-    from workers.query.engine import REDIS_CALLS_PER_QUERY
+def _serve_query_api(app: faust.App, settings: Settings, embedder) -> None:
+    """Serve the query API (workers.query.server) from this worker's event loop, on
+    MEMSTREAM_HTTP_HOST:PORT; faust's own web server stays off. It starts with the app's tasks,
+    once the app has started, and stops (Redis pool closed) when the worker stops. A port that
+    cannot be bound crashes the worker, as faust's web server did."""
 
-    # A Redis pool of its own, sized to the requests admitted at once, so an admitted request
-    # does not wait for a connection, a query burst does not starve the indexing agents of an
-    # `all` worker, and a saturated pool queues commands (then 503s) instead of raising "Too
-    # many connections".
-    memory = Memory.from_url(settings.redis_url, max_connections=REDIS_CALLS_PER_QUERY * settings.query_max_inflight,
-                             pool_timeout=settings.redis_pool_timeout, tau=memory.tau, vector_index=memory.vector_index)
-    app.web.web_app.middlewares.extend(http.middlewares(settings.query_max_inflight))
-    engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges))
-    answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.llm_base_url and settings.llm_model else None
-
-    def error(view, status: int, message: str):
-        return view.json({"error": message}, status=status)
-
-    async def lookup(view, request, load):
-        """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
-        bad tenant, 404 with what was missing, else the record as JSON."""
+    @app.task
+    async def serve_query_api():
         try:
-            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
-        except ContractError as exc:
-            return error(view, 400, str(exc))
-        found, what = await load(tenant)
-        if found is None:
-            return error(view, 404, f"no {what} in tenant {tenant!r}")
-        return view.json(found)
-
-    async def fact_with_evidence(tenant: str, fact_id: str):
-        fact = await memory.fact(tenant, fact_id)
-        if fact is None:
-            return None, f"fact {fact_id!r}"
-        passages = [p for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
-        return {"fact": fact.to_json(), "passages": passages}, ""
-
-    @app.page("/v1/query")
-    class Query(faust.web.View):
-        async def post(self, request):
-            try:
-                query = QueryRequest.from_bytes(await request.read(), settings.tenant, settings.top_k)
-            except ContractError as exc:
-                return error(self, 400, str(exc))
-            if query.answer and answer_llm is None:
-                return error(self, 400, "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker")
-            result = await engine.answer(query)
-            if query.answer:
-                try:
-                    result["answer"] = await generate_answer(answer_llm, query.query, result["passages"])
-                except (LLMError, MalformedOutput) as exc:
-                    return error(self, 502, f"answer generation failed: {exc}")
-            return self.json(result)
-
-    @app.page("/v1/facts/{fact_id}")
-    class Fact(faust.web.View):
-        async def get(self, request, fact_id):
-            async def load(tenant):
-                fact = await memory.fact(tenant, fact_id)
-                return (fact and fact.to_json()), f"fact {fact_id!r}"
-            return await lookup(self, request, load)
-
-    @app.page("/v1/facts/{fact_id}/evidence")
-    class Evidence(faust.web.View):
-        async def get(self, request, fact_id):
-            return await lookup(self, request, lambda tenant: fact_with_evidence(tenant, fact_id))
-
-    @app.page("/v1/passages/{passage_id}")
-    class Passage(faust.web.View):
-        async def get(self, request, passage_id):
-            async def load(tenant):
-                return (await memory.passages(tenant, [passage_id]))[0], f"passage {passage_id!r}"
-            return await lookup(self, request, load)
-
-    @app.page("/healthz")
-    class Health(faust.web.View):
-        async def get(self, request):
-            try:
-                await memory.ping()
-            except Exception as exc:
-                return self.json({"status": "unhealthy", "redis": str(exc)}, status=503)
-            return self.json({"status": "ok"})
-
-    @app.page("/metrics")
-    class Metrics(faust.web.View):
-        async def get(self, request):
-            return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+            await serve(query_app(settings, embedder), settings.http_host, settings.http_port)
+        except OSError as exc:
+            log.error("query API cannot listen on %s:%s: %s", settings.http_host, settings.http_port, exc)
+            await app.crash(exc)
 
 
 def run_worker(settings: Settings, roles: set[str]) -> None:
+    """The roles as one faust worker (Kafka needed). `--role query` alone does not come here:
+    workers.query.server.run_query_server serves it without Kafka."""
     app = create_app(settings, roles)
     if settings.metrics_port and "query" not in roles:
         from prometheus_client import start_http_server

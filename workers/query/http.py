@@ -1,5 +1,5 @@
-"""How the query worker's HTTP server answers bad input and load (aiohttp middlewares on faust's
-web app): every error body is JSON {"error": ...}, including aiohttp's own 404/405/413 (text by
+"""How the query worker's HTTP server (workers.query.server) answers bad input and load, as
+aiohttp middlewares: every error body is JSON {"error": ...}, including aiohttp's own 404/405/413 (text by
 default) and unexpected exceptions; requests beyond the in-flight cap are shed with 503 and
 Retry-After; a Redis that is down or whose connection pool stays saturated is a 503, not a 500.
 

@@ -1,0 +1,148 @@
+"""The query worker as a plain aiohttp server needing only Redis (issue 10): `memstream worker
+--role query` answers `POST /v1/query` and /healthz with no Kafka broker reachable and stops
+cleanly on SIGTERM; in process, `workers.query.server.query_app` over real Redis answers the
+drill-down routes, /healthz and /metrics. (Bad input, load shedding and error bodies:
+tests/test_query_bounds.py; the API of an `all` worker over HTTP: tests/test_query_worker.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+import uuid
+
+import numpy as np
+
+from ops.stack import free_port
+from store import Memory
+from store.facts import Fact
+from topics import Chunk
+from topics.records import Triple
+from workers.algorithms.normalize import entity_id, fact_id, schema_id
+from workers.settings import Settings
+
+DIMS = 384
+PASSAGES = {
+    "mill": ("Oskar Lind", "runs", "Tarn Mill", "Oskar Lind runs the Tarn Mill. The Tarn Mill grinds rye for Port Selka."),
+    "bakery": ("Freya Holm", "owns", "Selka Bakery", "Freya Holm owns the Selka Bakery. The bakery buys rye from the Tarn Mill."),
+    "ferry": ("Juno Vale", "sails", "Selka Ferry", "Captain Juno Vale sails the Selka Ferry from Port Selka to Ostra."),
+}
+
+
+def unit_vectors(count: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).standard_normal((count, DIMS)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+async def write_memory(redis_url: str, tenant: str, seed: int = 7) -> dict:
+    """One passage per PASSAGES entry with its two entities and one active fact, written through
+    the store as the extractor and detector write them, with random unit vectors. Returns
+    {doc_id: {"passage": id, "fact": id, "vector": passage vector}}."""
+    memory = Memory.from_url(redis_url)
+    written = {}
+    try:
+        await memory.ensure_indexes(tenant)
+        pipe = memory.pipeline()
+        for (doc_id, (head, relation, tail, text)), vectors in zip(PASSAGES.items(), unit_vectors(4 * len(PASSAGES), seed).reshape(-1, 4, DIMS)):
+            chunk = Chunk(tenant, f"passage-{doc_id}", doc_id, 0, 1, text)
+            ids = [entity_id(head), entity_id(tail)]
+            memory.stage_passage(pipe, tenant, chunk, ids, vectors[0])
+            for name, eid, vector in zip((head, tail), ids, vectors[1:3]):
+                memory.stage_entity(pipe, tenant, eid, name, "ENTITY", vector, chunk.chunk_id)
+            fid = fact_id(ids[0], relation, ids[1])
+            fact = Fact.extracted(fid, Triple(head, relation, tail, "ENTITY", "ENTITY"), ids[0], ids[1], schema_id("ENTITY", relation, "ENTITY"))
+            memory.stage_new_fact(pipe, tenant, fact, vectors[3])
+            memory.stage_fact_update(pipe, tenant, fid, {"status": "active"})
+            memory.stage_fact_passage(pipe, tenant, fid, chunk.chunk_id)
+            written[doc_id] = {"passage": chunk.chunk_id, "fact": fid, "vector": vectors[0]}
+        await pipe.execute()
+    finally:
+        await memory.close()
+    return written
+
+
+def call(base: str, path: str, body: dict | None = None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_query_role_serves_with_only_redis_reachable(make_workers, stack_env):
+    tenant = f"nokafka-{uuid.uuid4().hex[:8]}"
+    written = asyncio.run(write_memory(stack_env["MEMSTREAM_REDIS_URL"], tenant))
+    workers = make_workers()
+    nothing_listens = f"127.0.0.1:{free_port()}"
+    # start() waits for /healthz; a worker that needed Kafka would give up after 5 s and exit
+    proc = workers.start(role="query", MEMSTREAM_KAFKA_BOOTSTRAP=nothing_listens, MEMSTREAM_OUTAGE_DEADLINE="5")
+    base = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}"
+
+    assert call(base, "/healthz") == (200, {"status": "ok"})
+    status, answer = call(base, "/v1/query", {"query": "Who runs the Tarn Mill?", "tenant": tenant, "top_k": 2})
+    assert status == 200 and answer["tenant"] == tenant and answer["query"] == "Who runs the Tarn Mill?"
+    by_id = {w["passage"]: doc_id for doc_id, w in written.items()}
+    assert len(answer["passages"]) == 2
+    for passage in answer["passages"]:
+        assert passage["doc_id"] == by_id[passage["id"]] and passage["text"] == PASSAGES[passage["doc_id"]][3]
+    status, passage = call(base, f"/v1/passages/{written['ferry']['passage']}?tenant={tenant}")
+    assert status == 200 and passage["text"] == PASSAGES["ferry"][3]
+    assert call(base, f"/v1/passages/nope?tenant={tenant}") == (404, {"error": f"no passage 'nope' in tenant '{tenant}'"})
+
+    proc.terminate()  # SIGTERM: a clean stop
+    assert proc.wait(timeout=30) == 0
+    assert "Traceback" not in workers.logs(), workers.logs()[-3000:]
+
+
+class ExactEmbedder:
+    """Every text embeds to one given vector: the passage stored with it is the nearest."""
+
+    dims = DIMS
+
+    def __init__(self, vector: np.ndarray):
+        self.vector = vector
+
+    async def embed(self, texts):
+        return np.tile(self.vector, (len(texts), 1))
+
+
+def test_the_query_app_answers_every_route_over_real_redis(stack_env):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from workers.query.server import query_app
+
+    tenant = f"routes-{uuid.uuid4().hex[:8]}"
+    written = asyncio.run(write_memory(stack_env["MEMSTREAM_REDIS_URL"], tenant))
+    mill = written["mill"]
+    settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant=tenant)
+
+    async def get(client, path):
+        response = await client.get(path)
+        return response.status, response.headers["Content-Type"], await response.read()
+
+    async def main():
+        async with TestClient(TestServer(query_app(settings, ExactEmbedder(mill["vector"])))) as client:
+            query = await client.post("/v1/query", data=json.dumps({"query": "the mill", "mode": "dense", "top_k": 1}))
+            paths = [f"/v1/facts/{mill['fact']}", f"/v1/facts/{mill['fact']}/evidence", f"/v1/passages/{mill['passage']}",
+                     "/v1/facts/nope", "/v1/facts/nope/evidence", "/v1/passages/nope?tenant=bad%20tenant", "/healthz", "/metrics"]
+            return (query.status, await query.json()), [await get(client, path) for path in paths]
+
+    (status, answer), (fact, evidence, passage, no_fact, no_evidence, bad_tenant, health, metrics) = asyncio.run(main())
+    assert status == 200 and answer["mode"] == "dense" and answer["tenant"] == tenant  # ?tenant= defaults to MEMSTREAM_TENANT
+    assert [(p["id"], p["doc_id"]) for p in answer["passages"]] == [(mill["passage"], "mill")]
+    for found in (fact, evidence, passage, health):
+        assert found[:2] == (200, "application/json; charset=utf-8")
+        assert found[2] == json.dumps(json.loads(found[2]), separators=(",", ":")).encode()  # compact, as the faust views sent
+    assert json.loads(fact[2])["id"] == mill["fact"] and json.loads(fact[2])["status"] == "active"
+    assert json.loads(fact[2])["passage_ids"] == [mill["passage"]]
+    assert json.loads(evidence[2])["fact"] == json.loads(fact[2])
+    assert [p["text"] for p in json.loads(evidence[2])["passages"]] == [PASSAGES["mill"][3]]
+    assert json.loads(passage[2]) == {"id": mill["passage"], "text": PASSAGES["mill"][3], "doc_id": "mill", "seq": 0, "doc_version": 1}
+    assert (no_fact[0], json.loads(no_fact[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
+    assert (no_evidence[0], json.loads(no_evidence[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
+    assert bad_tenant[0] == 400 and "invalid tenant" in json.loads(bad_tenant[2])["error"]
+    assert json.loads(health[2]) == {"status": "ok"}
+    assert metrics[0] == 200 and metrics[1].startswith("text/plain") and b"# HELP" in metrics[2]

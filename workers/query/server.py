@@ -1,0 +1,180 @@
+"""The query worker's HTTP API as a plain aiohttp application, needing only Redis.
+
+`memstream worker --role query` runs it alone (`run_query_server`): no Kafka client, no faust,
+so the query side answers while the broker is down or was never there. A worker that also runs
+indexing agents (`--role all`, `chunker,query`, ...) serves the same application from inside its
+faust event loop (`workers.app`), so there is one implementation of the API.
+
+Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passages/{id} (a
+record of the tenant named by ?tenant=, 404 when missing); /healthz (200 while Redis answers a
+PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import signal
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from store import Memory
+from topics import ContractError, validate_tenant
+from workers.models.embedding import BatchingEmbedder, make_embedder
+from workers.models.llm import LLMClient, LLMError, MalformedOutput
+from workers.models.protocols import ChatModel, Embedder
+from workers.query import http
+from workers.query.answering import generate_answer
+from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
+from workers.query.graph_cache import GraphCache
+from workers.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Compact JSON, the bodies the query worker has always sent (they were faust views before)
+_dumps = functools.partial(json.dumps, separators=(",", ":"))
+
+
+def json_response(value, status: int = 200) -> web.Response:
+    return web.json_response(value, status=status, dumps=_dumps)
+
+
+def error(status: int, message: str) -> web.Response:
+    return json_response({"error": message}, status=status)
+
+
+def query_memory(settings: Settings) -> Memory:
+    """The query side's Redis client, with a pool of its own sized to the requests admitted at
+    once, so an admitted request does not wait for a connection, a query burst does not starve
+    the indexing agents of an `all` worker, and a saturated pool queues commands (then 503s)
+    instead of raising "Too many connections"."""
+    return Memory.from_url(settings.redis_url, max_connections=REDIS_CALLS_PER_QUERY * settings.query_max_inflight,
+                           pool_timeout=settings.redis_pool_timeout, tau=settings.effective_tau, vector_index=settings.vector_index)
+
+
+def cached_embedder(settings: Settings, memory: Memory) -> BatchingEmbedder:
+    """The configured embedder behind a BatchingEmbedder whose vectors are cached in `memory`
+    (shared by every worker); one per process, for the extractor and the query side alike."""
+    model = make_embedder(settings.embedder)
+    return BatchingEmbedder(model, cache=memory.embedding_cache(model.name))
+
+
+def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: ChatModel | None = None) -> web.Application:
+    """The HTTP API over a Redis pool of its own (closed with the application). `embedder`:
+    the worker's shared one (an `all` worker embeds for its extractor too), else one is built
+    here, cached in Redis. `answer_llm`: the model for `"answer": true`, else the
+    OpenAI-compatible endpoint of MEMSTREAM_LLM_BASE_URL/MODEL when both are set."""
+    memory = query_memory(settings)
+    if embedder is None:
+        embedder = cached_embedder(settings, memory)
+    if answer_llm is None and settings.llm_base_url and settings.llm_model:
+        answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
+    engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges))
+
+    async def lookup(request: web.Request, load) -> web.Response:
+        """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
+        bad tenant, 404 with what was missing, else the record as JSON."""
+        try:
+            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
+        except ContractError as exc:
+            return error(400, str(exc))
+        found, what = await load(tenant)
+        if found is None:
+            return error(404, f"no {what} in tenant {tenant!r}")
+        return json_response(found)
+
+    async def post_query(request: web.Request) -> web.Response:
+        try:
+            query = QueryRequest.from_bytes(await request.read(), settings.tenant, settings.top_k)
+        except ContractError as exc:
+            return error(400, str(exc))
+        if query.answer and answer_llm is None:
+            return error(400, "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker")
+        result = await engine.answer(query)
+        if query.answer:
+            try:
+                result["answer"] = await generate_answer(answer_llm, query.query, result["passages"])
+            except (LLMError, MalformedOutput) as exc:
+                return error(502, f"answer generation failed: {exc}")
+        return json_response(result)
+
+    async def get_fact(request: web.Request) -> web.Response:
+        fact_id = request.match_info["fact_id"]
+
+        async def load(tenant):
+            fact = await memory.fact(tenant, fact_id)
+            return (fact and fact.to_json()), f"fact {fact_id!r}"
+        return await lookup(request, load)
+
+    async def get_evidence(request: web.Request) -> web.Response:
+        fact_id = request.match_info["fact_id"]
+
+        async def load(tenant):
+            fact = await memory.fact(tenant, fact_id)
+            if fact is None:
+                return None, f"fact {fact_id!r}"
+            passages = [p for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
+            return {"fact": fact.to_json(), "passages": passages}, ""
+        return await lookup(request, load)
+
+    async def get_passage(request: web.Request) -> web.Response:
+        passage_id = request.match_info["passage_id"]
+
+        async def load(tenant):
+            return (await memory.passages(tenant, [passage_id]))[0], f"passage {passage_id!r}"
+        return await lookup(request, load)
+
+    async def health(request: web.Request) -> web.Response:
+        try:
+            await memory.ping()
+        except Exception as exc:
+            return json_response({"status": "unhealthy", "redis": str(exc)}, status=503)
+        return json_response({"status": "ok"})
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    async def close_memory(app: web.Application) -> None:
+        await memory.close()
+
+    app = web.Application(middlewares=http.middlewares(settings.query_max_inflight))
+    app.router.add_post("/v1/query", post_query)
+    app.router.add_get("/v1/facts/{fact_id}", get_fact)
+    app.router.add_get("/v1/facts/{fact_id}/evidence", get_evidence)
+    app.router.add_get("/v1/passages/{passage_id}", get_passage)
+    app.router.add_get("/healthz", health)
+    app.router.add_get("/metrics", metrics)
+    app.on_cleanup.append(close_memory)
+    return app
+
+
+async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event | None = None) -> None:
+    """Serve `app` on host:port until `stop` is set or this task is cancelled (a faust worker
+    stopping cancels its tasks); then close the listener, let requests in flight finish and run
+    the app's cleanup (the Redis pool). Raises OSError when the port cannot be bound."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        log.info("query API serving on http://%s:%s", host, port)
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await runner.cleanup()
+        log.info("query API on %s:%s stopped", host, port)
+
+
+def run_query_server(settings: Settings) -> None:
+    """`memstream worker --role query`: the HTTP API in a process of its own, needing only
+    Redis; SIGTERM or SIGINT stops it cleanly (requests in flight are finished, pool closed)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("query worker: Redis at %s, no Kafka", settings.redis_url)
+        await serve(query_app(settings), settings.http_host, settings.http_port, stop)
+
+    asyncio.run(main())
