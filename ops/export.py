@@ -8,13 +8,15 @@ import re
 from xml.etree import ElementTree as ET
 
 from store import Memory
-from store.keys import entity_node, node_id
-from workers.query.graph_cache import TenantGraph
+from store.keys import entity_node, node_id, node_kind
+from workers.query.graph_cache import load_whole
 from workers.settings import Settings
 
 # Characters XML 1.0 does not allow (control characters but tab, newline and carriage return; lone
 # surrogates; U+FFFE, U+FFFF): one of them anywhere makes the whole document unreadable.
 _NOT_XML = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+_NODE_TYPES = {"entity": "ENTITY", "passage": "PASSAGE", "type": "TYPE"}  # GraphML node type by node kind
 
 FACT_FIELDS = ("head", "relation", "tail", "head_id", "tail_id", "head_type", "tail_type", "schema_id", "status", "category",
                "valid_from", "valid_to", "valid_at", "invalid_at", "created_at", "activated_at", "expired_at", "merged_into", "reason")
@@ -26,13 +28,10 @@ def export_tenant(settings: Settings, tenant: str) -> dict:
 
 async def _export(settings: Settings, tenant: str) -> dict:
     memory = Memory.from_url(settings.redis_url)
-    keys = memory.keys(tenant)
     try:
-        schemas = []
-        for sid in await memory.scan_ids(tenant, "schemas"):
-            row = await memory.hash(keys.schema(sid))
-            schemas.append({"id": sid, "head_type": row.get("head_type"), "relation": row.get("relation"), "tail_type": row.get("tail_type"),
-                            "frequency": int(row.get("frequency", 0)), "status": row.get("status")})
+        schemas = [{"id": sid, "head_type": row.get("head_type"), "relation": row.get("relation"), "tail_type": row.get("tail_type"),
+                    "frequency": int(row.get("frequency", 0)), "status": row.get("status")}
+                   for sid, row in await memory.records(tenant, "schemas")]
         fact_ids = await memory.scan_ids(tenant, "facts")
         facts = []
         for fact in await memory.facts(tenant, fact_ids):
@@ -40,12 +39,9 @@ async def _export(settings: Settings, tenant: str) -> dict:
                 record = fact.to_json()
                 facts.append({"id": fact.id, **{k: (record[k] if record[k] not in ("", None) else None) for k in FACT_FIELDS},
                               "qualifiers": fact.qualifiers, "passages": fact.passage_ids})
-        entities = []
-        for eid in await memory.scan_ids(tenant, "entities"):
-            row = await memory.hash(keys.entity(eid))
-            entities.append({"id": eid, "name": row.get("name"), "type": row.get("type")})
-        graph = TenantGraph(tenant)  # the graph as the query worker reads it (type edges 1/|type|)
-        await graph.load(memory)
+        entities = [{"id": eid, "name": row.get("name"), "type": row.get("type")} for eid, row in await memory.records(tenant, "entities")]
+        # the graph as the query worker reads it (type edges 1/|type|), with every change since its load
+        graph = await load_whole(memory, tenant)
         edges = []
         for a, b, kind, weight in graph.graph.edge_weights():
             source, target = sorted((a, b))
@@ -76,7 +72,7 @@ def to_graphml(export: dict) -> str:
     nodes = {entity_node(e["id"]): (e["name"], e["type"]) for e in export["entities"]}
     for edge in export["edges"]:
         for node in (edge["source"], edge["target"]):
-            nodes.setdefault(node, (node_id(node), {"p": "PASSAGE", "t": "TYPE", "e": "ENTITY"}.get(node[0], "NODE")))
+            nodes.setdefault(node, (node_id(node), _NODE_TYPES.get(node_kind(node), "NODE")))
     for name in sorted(nodes):
         element = ET.SubElement(graph, f"{{{ns}}}node", id=xml_text(name))
         ET.SubElement(element, f"{{{ns}}}data", key="d0").text = xml_text(nodes[name][0])

@@ -23,6 +23,17 @@ def type_node(entity_type: str) -> str:
     return TYPE_NODE + entity_type
 
 
+def node_kind(node: str) -> str | None:
+    """"entity", "passage" or "type": what a graph node name stands for (None: no known kind)."""
+    for prefix, kind in _NODE_KINDS:
+        if node.startswith(prefix):
+            return kind
+    return None
+
+
+_NODE_KINDS = ((ENTITY_NODE, "entity"), (PASSAGE_NODE, "passage"), (TYPE_NODE, "type"))
+
+
 def llm_cache_key(model: str, prompt_sha256: str) -> str:
     # one cache for all tenants: the answer is a function of the prompt alone
     return f"ms:{{llm-cache}}:{model}:{prompt_sha256}"

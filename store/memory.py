@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, AsyncIterator, Iterable, Mapping
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -19,13 +19,14 @@ from redisvl.query import VectorQuery
 from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
+from store import graph_log
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
+from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
-GRAPH_CHANGES_MAXLEN = 200_000
 OUTBOX_SWEEP_LOCK_S = 30
 SWEEP_REGISTRATION_S = 60
 
@@ -34,18 +35,6 @@ _STATUSES = """
 local out = {}
 for i, key in ipairs(KEYS) do out[i] = redis.call('HGET', key, 'status') or false end  -- false: nil, keeps the list whole
 return out
-"""
-
-# SADD a fact to the set of facts between two entities; the edge weight is the set's size,
-# written both ways, and the change is appended to the tenant's graph change stream.
-_LINK_FACT = """
-redis.call('SADD', KEYS[1], ARGV[1])
-local w = redis.call('SCARD', KEYS[1])
-redis.call('HSET', KEYS[2], 'fact|' .. ARGV[3], w)
-redis.call('HSET', KEYS[3], 'fact|' .. ARGV[2], w)
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'v', ARGV[4], 'a', ARGV[2], 'b', ARGV[3], 'w', w, 'kind', 'fact')
-redis.call('SADD', KEYS[5], ARGV[2], ARGV[3])
-return w
 """
 
 # Count a schema's distinct supporting passages and promote it at tau.
@@ -125,22 +114,6 @@ if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) and redis.call('SCARD', KEY
 end
 return 0
 """
-
-# Remove a fact from the edge between its entities (an invalidated or merged fact).
-_UNLINK_FACT = """
-redis.call('SREM', KEYS[1], ARGV[1])
-local w = redis.call('SCARD', KEYS[1])
-if w == 0 then
-  redis.call('HDEL', KEYS[2], 'fact|' .. ARGV[3])
-  redis.call('HDEL', KEYS[3], 'fact|' .. ARGV[2])
-else
-  redis.call('HSET', KEYS[2], 'fact|' .. ARGV[3], w)
-  redis.call('HSET', KEYS[3], 'fact|' .. ARGV[2], w)
-end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'v', ARGV[4], 'a', ARGV[2], 'b', ARGV[3], 'w', w, 'kind', 'fact')
-return w
-"""
-
 
 @dataclass(frozen=True)
 class Outgoing:
@@ -408,6 +381,17 @@ class Memory:
     def stage_work_done(self, pipe, tenant: str, chunk_id: str, work_id: str, chunk_fact_count: int) -> None:
         self._stage_progress(pipe, tenant, chunk_id, chunk_fact_count, work_id=work_id)
 
+    async def chunk_done(self, tenant: str, chunk_id: str) -> bool:
+        """Whether the chunk is through the pipeline (its facts detected, its spawned work done)."""
+        return bool(await self.redis.sismember(self.keys(tenant).chunks_done, chunk_id))
+
+    async def chunks_done_count(self, tenant: str) -> int:
+        return await self.redis.scard(self.keys(tenant).chunks_done)
+
+    async def outstanding_work(self, tenant: str, chunk_id: str) -> list[str]:
+        """Ids of the work a chunk's facts spawned that has not finished yet."""
+        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).chunk_outstanding(chunk_id)))
+
     async def document_status(self, tenant: str, doc_id: str) -> dict | None:
         """{'doc_hash', 'version', 'chunks', 'chunks_done'} or None if the chunker has not seen it."""
         keys = self.keys(tenant)
@@ -534,21 +518,41 @@ class Memory:
 
     def stage_fact_edge(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
-        _eval(pipe, _LINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes, keys.graph_nodes],
+        _eval(pipe, LINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes, keys.graph_nodes],
               [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
 
     def stage_fact_unlink(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
-        _eval(pipe, _UNLINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes], [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
+        _eval(pipe, UNLINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes], [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
 
     def stage_edge(self, pipe, tenant: str, version: int, a: str, b: str, weight: float, kind: str) -> None:
         """An undirected edge of one kind (passage: entity–passage, weight 1; type: entity–type,
         weight 1 here, normalised by the type's size when the graph is read; similar: cosine)."""
         keys = self.keys(tenant)
-        pipe.hset(keys.adjacency(a), f"{kind}|{b}", weight)
-        pipe.hset(keys.adjacency(b), f"{kind}|{a}", weight)
+        pipe.hset(keys.adjacency(a), adjacency_field(kind, b), weight)
+        pipe.hset(keys.adjacency(b), adjacency_field(kind, a), weight)
         pipe.sadd(keys.graph_nodes, a, b)
-        pipe.xadd(keys.graph_changes, {"v": version, "a": a, "b": b, "w": weight, "kind": kind}, maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
+        pipe.xadd(keys.graph_changes, EdgeChange(a, b, weight, kind).entry(version), maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
+
+    # ---- reading the graph log (store.graph_log: the format, and why a reader reloads) --------
+    async def graph_log_exists(self, tenant: str) -> bool:
+        """Whether the tenant has a graph change stream (no stream: no graph yet)."""
+        return await graph_log.exists(self.redis, self.keys(tenant))
+
+    async def graph_log_head(self, tenant: str) -> str:
+        """The cursor of the latest change (graph_log.NO_CHANGE when there is none): read it
+        before loading the adjacency, then apply changes_since(it)."""
+        return await graph_log.head(self.redis, self.keys(tenant))
+
+    def adjacency(self, tenant: str, nodes: list[str]) -> AsyncIterator[list[EdgeChange]]:
+        """Every edge the adjacency hashes of `nodes` hold (each once), a list per round trip."""
+        return graph_log.adjacency(self.redis, self.keys(tenant), nodes)
+
+    async def changes_since(self, tenant: str, cursor: str, count: int = READ_BATCH) -> list[tuple[str, EdgeChange]] | None:
+        """The first `count` changes after `cursor`, each with its id (the cursor once it is applied);
+        None when the log no longer holds the cursor's entry (trimmed, lost or begun again): load
+        the graph again."""
+        return await graph_log.changes_since(self.redis, self.keys(tenant), cursor, count)
 
     # ---- entity aliases ----------------------------------------------------------------------
     async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]:
@@ -651,9 +655,19 @@ class Memory:
         """Ids of every record of a layer (passages, facts, entities, schemas)."""
         return await self._scan_suffixes(self.keys(tenant).prefix(layer))
 
-    async def hash(self, key: str, skip: tuple[str, ...] = ("vec", "_rank")) -> dict[str, str]:
-        row = await self.redis.hgetall(key)
-        return {k.decode(): v.decode() for k, v in row.items() if k.decode() not in skip}
+    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank")) -> list[tuple[str, dict[str, str]]]:
+        """(id, fields) of every record of a layer, sorted by id, without the vector and the
+        description rank (`skip`); 500 records per round trip."""
+        keys = self.keys(tenant)
+        ids, out = await self.scan_ids(tenant, layer), []
+        for start in range(0, len(ids), 500):
+            batch = ids[start : start + 500]
+            pipe = self.redis.pipeline(transaction=False)
+            for record_id in batch:
+                pipe.hgetall(keys.prefix(layer) + record_id)
+            for record_id, row in zip(batch, await pipe.execute()):
+                out.append((record_id, {k.decode(): v.decode() for k, v in row.items() if k.decode() not in skip}))
+        return out
 
     async def adjacency_nodes(self, tenant: str) -> list[str]:
         """The tenant's graph nodes from its node set — O(tenant). Nodes written before the set

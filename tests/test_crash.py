@@ -39,7 +39,7 @@ def chunks_done(env: dict, tenant: str) -> int:
     async def count():
         memory = Memory.from_url(env["MEMSTREAM_REDIS_URL"])
         try:
-            return await memory.redis.scard(memory.keys(tenant).chunks_done)
+            return await memory.chunks_done_count(tenant)
         finally:
             await memory.close()
 

@@ -5,13 +5,15 @@ import asyncio
 import uuid
 
 from store import Memory
+from store.graph_log import adjacency_field
+from store.keys import entity_node, passage_node
 from workers.query.graph_cache import GraphCache
 
 
 async def _write_graph(memory: Memory, tenant: str, edges: int) -> None:
-    pipe = memory.redis.pipeline(transaction=False)
+    pipe = memory.pipeline()
     for i in range(edges):
-        memory.stage_edge(pipe, tenant, 1, f"e:{tenant}-{i}", f"p:{tenant}-{i % 3}", 1.0, "passage")
+        memory.stage_edge(pipe, tenant, 1, entity_node(f"{tenant}-{i}"), passage_node(f"{tenant}-{i % 3}"), 1.0, "passage")
     await pipe.execute()
 
 
@@ -58,6 +60,9 @@ def test_one_tenant_larger_than_the_budget_is_still_served(stack_env):
     assert edges == 12 and len(held) == 1
 
 
+LEGACY, OLD = entity_node("legacy"), passage_node("old")
+
+
 def test_graph_loads_from_the_node_set_and_older_tenants_are_backfilled_once(stack_env):
     async def run():
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
@@ -68,8 +73,8 @@ def test_graph_loads_from_the_node_set_and_older_tenants_are_backfilled_once(sta
             written = sorted(m.decode() for m in await memory.redis.smembers(keys.graph_nodes))
             # a tenant from before the node set: adjacency hashes only
             await memory.redis.delete(keys.graph_nodes)
-            await memory.redis.hset(keys.adjacency("e:legacy"), "passage|p:old", 1.0)
-            await memory.redis.hset(keys.adjacency("p:old"), "passage|e:legacy", 1.0)
+            await memory.redis.hset(keys.adjacency(LEGACY), adjacency_field("passage", OLD), 1.0)
+            await memory.redis.hset(keys.adjacency(OLD), adjacency_field("passage", LEGACY), 1.0)
             backfilled = await memory.adjacency_nodes(tenant)
             complete = await memory.redis.exists(keys.graph_nodes_complete)
             graph = await GraphCache(memory).current(tenant)
@@ -79,5 +84,5 @@ def test_graph_loads_from_the_node_set_and_older_tenants_are_backfilled_once(sta
 
     written, backfilled, complete, edges = asyncio.run(run())
     assert len(written) == 7
-    assert backfilled == sorted(written + ["e:legacy", "p:old"]) and complete
+    assert backfilled == sorted(written + [LEGACY, OLD]) and complete
     assert edges == 5  # the four written edges and the legacy one

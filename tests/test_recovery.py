@@ -9,7 +9,8 @@ import numpy as np
 from redis.exceptions import ResponseError
 
 from store import Memory
-from store.keys import LAYERS
+from store.graph_log import NO_CHANGE, EdgeChange
+from store.keys import LAYERS, entity_node, node_kind, passage_node
 from topics import Chunk
 from workers.query.graph_cache import GraphCache
 
@@ -35,7 +36,7 @@ async def _lose(memory: Memory, tenant: str) -> None:
 
 
 async def _write_passage(memory: Memory, tenant: str, chunk_id: str) -> None:
-    pipe = memory.redis.pipeline(transaction=True)
+    pipe = memory.pipeline()
     memory.stage_passage(pipe, tenant, Chunk(tenant, chunk_id, f"doc-{chunk_id}", 0, 1, f"text of {chunk_id}"), [], VECTOR)
     await pipe.execute()
 
@@ -101,21 +102,21 @@ def test_a_writer_that_never_queries_recreates_a_lost_index_when_it_checks_again
 # ---- the query worker's graph ------------------------------------------------------------------
 
 async def _write_edges(memory: Memory, tenant: str, edges: list[tuple[str, str]]) -> None:
-    pipe = memory.redis.pipeline(transaction=True)
+    pipe = memory.pipeline()
     for entity, passage in edges:
         memory.stage_edge(pipe, tenant, 1, entity, passage, 1.0, "passage")
     await pipe.execute()
 
 
 def _edges(prefix: str, n: int) -> list[tuple[str, str]]:
-    return [(f"e:{prefix}{i}", f"p:{prefix}{i % 2}") for i in range(n)]
+    return [(entity_node(f"{prefix}{i}"), passage_node(f"{prefix}{i % 2}")) for i in range(n)]
 
 
 def _held(graph) -> set[tuple[str, str]]:
     """The passage edges a cached graph holds (weight > 0)."""
     names = graph.graph.names
-    return {(a, b) for a in names if a.startswith("e:") for b in names
-            if b.startswith("p:") and graph.graph.weight(a, b, "passage") > 0}
+    return {(a, b) for a in names if node_kind(a) == "entity" for b in names
+            if node_kind(b) == "passage" and graph.graph.weight(a, b, "passage") > 0}
 
 
 def test_graph_reloads_when_redis_lost_the_stream_and_writers_began_a_new_graph(stack_env):
@@ -159,7 +160,7 @@ def test_graph_reloads_when_the_stream_is_gone_and_when_it_begins_again_below_th
             await _lose(memory, tenant)
             await _write_edges(memory, tenant, _edges("new", 3))
             await memory.redis.delete(stream)
-            await memory.redis.xadd(stream, {"v": 1, "a": "e:new0", "b": "p:new0", "w": 1.0, "kind": "passage"}, id="1-1")
+            await memory.redis.xadd(stream, EdgeChange(*_edges("new", 1)[0], 1.0, "passage").entry(1), id="1-1")
             below = await cache.current(tenant)
             return gone, cursor, _held(below), below.loads
         finally:
@@ -168,7 +169,7 @@ def test_graph_reloads_when_the_stream_is_gone_and_when_it_begins_again_below_th
 
     (gone_edges, gone_loads), cursor, below, loads = asyncio.run(run())
     assert gone_edges == set() and gone_loads == 2
-    assert cursor != "0-0"  # the second graph arrived as changes on the new stream
+    assert cursor != NO_CHANGE  # the second graph arrived as changes on the new stream
     assert below == set(_edges("new", 3)) and loads == 3
 
 
@@ -191,6 +192,33 @@ def test_a_stream_trimmed_past_the_cursor_forces_a_reload(stack_env):
     held, loads = asyncio.run(run())
     assert held == set(_edges("a", 4) + _edges("b", 3))
     assert loads == 2
+
+
+def test_a_graph_loaded_before_its_stream_existed_reloads_when_the_new_stream_was_trimmed(stack_env):
+    """Trimming leaves the stream's max-deleted-entry-id at 0-0: a graph whose cursor is
+    NO_CHANGE applied what the trim left and missed the rest."""
+    async def run():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        tenant = _tenant("trimmed-new")
+        try:
+            await _write_edges(memory, tenant, _edges("old", 2))
+            cache = GraphCache(memory)
+            await cache.current(tenant)
+            await _lose(memory, tenant)
+            empty = await cache.current(tenant)  # loaded again with no stream: cursor NO_CHANGE
+            cursor = empty.cursor
+            for edge in _edges("new", 3):
+                await _write_edges(memory, tenant, [edge])
+            await memory.redis.xtrim(memory.keys(tenant).graph_changes, maxlen=1, approximate=False)
+            graph = await cache.current(tenant)
+            return cursor, _held(graph), graph.loads
+        finally:
+            await _lose(memory, tenant)
+            await memory.close()
+
+    cursor, held, loads = asyncio.run(run())
+    assert cursor == NO_CHANGE
+    assert held == set(_edges("new", 3)) and loads == 3
 
 
 def _during_load(memory: Memory, tenant: str, edges: list[tuple[str, str]], trim: bool):

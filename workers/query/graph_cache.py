@@ -1,8 +1,8 @@
-"""The query worker's per-tenant graph: loaded from the adjacency hashes once, then kept current
-by tailing the tenant's graph change stream (`ms:{t}:graph:changes`) and applying each change
-as an edge delta. Several query-worker replicas tail the same stream and converge on the same
-matrix; none rebuilds it per query or per document. A stream that no longer holds the last
-change applied (trimmed past it, or lost when Redis restarted empty) makes the graph load again."""
+"""The query worker's per-tenant graph: loaded from the tenant's graph log once, then kept
+current by applying each change since as an edge delta (store.graph_log holds the format).
+Several query-worker replicas read the same log and converge on the same matrix; none rebuilds
+it per query or per document. A log that no longer holds the last change applied (trimmed past
+it, or lost when Redis restarted empty) makes the graph load again."""
 
 from __future__ import annotations
 
@@ -11,19 +11,16 @@ import logging
 from collections import OrderedDict, defaultdict
 
 import numpy as np
-from redis.exceptions import ResponseError
 
 from store import Memory
+from store.graph_log import NO_CHANGE, READ_BATCH
 from store.keys import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
 from workers.algorithms.ppr import SparseGraph
 from workers.algorithms.retrieval import PassageStats
 
 log = logging.getLogger(__name__)
 
-LOAD_BATCH = 500  # adjacency hashes read per round trip
-READ_BATCH = 10_000  # change-stream entries per XRANGE
 LOAD_ATTEMPTS = 3  # loads in a row whose changes were trimmed away before one is served anyway
-NO_CHANGE = "0-0"  # the cursor of a graph loaded while the tenant had no change stream
 
 
 class TenantGraph:
@@ -88,26 +85,17 @@ class TenantGraph:
             self._index_arrays = {kind: np.array(found, dtype=np.int64) for kind, found in self._by_kind.items()}
         return self._index_arrays[prefix]
 
-    # ---- reading Redis -------------------------------------------------------------------
+    # ---- reading the graph log --------------------------------------------------------------
     async def load(self, memory: Memory) -> bool:
-        """Everything the adjacency hashes hold, then the changes since (idempotent: changes
-        carry absolute weights, applied in stream order). The stream's last id is read first,
-        so what is written during a long load is applied after it. False when the changes since
-        were trimmed away or the stream was lost during the load: load a fresh graph again."""
-        keys = memory.keys(self.tenant)
-        last = await memory.redis.xrevrange(keys.graph_changes, count=1)
-        cursor = last[0][0].decode() if last else NO_CHANGE
+        """Every edge the adjacency holds, then the changes since (idempotent: changes carry
+        absolute weights, applied in log order). The log's head is read first, so what is
+        written during a long load is applied after it. False when the changes since were
+        trimmed away or the log was lost during the load: load a fresh graph again."""
+        cursor = await memory.graph_log_head(self.tenant)
         nodes = await memory.adjacency_nodes(self.tenant)
-        for start in range(0, len(nodes), LOAD_BATCH):
-            batch = nodes[start : start + LOAD_BATCH]
-            pipe = memory.redis.pipeline(transaction=False)
-            for node in batch:
-                pipe.hgetall(keys.adjacency(node))
-            for node, row in zip(batch, await pipe.execute()):
-                for field, value in row.items():
-                    kind, other = field.decode().split("|", 1)
-                    if node < other:
-                        self.apply(node, other, float(value), kind)
+        async for edges in memory.adjacency(self.tenant, nodes):
+            for edge in edges:
+                self.apply(edge.a, edge.b, edge.weight, edge.kind)
         self.flush()
         self.graph.rebuilds += 1
         self.loads += 1
@@ -115,51 +103,47 @@ class TenantGraph:
         return await self.catch_up(memory)
 
     async def catch_up(self, memory: Memory) -> bool:
-        """Apply the changes after the cursor. The stream must still hold the cursor's own entry
-        (trimming removes the oldest first, so then nothing after it is gone); False when it does
-        not — trimmed past the cursor, deleted (Redis restarted empty), or begun again with
-        other ids — and the caller reloads. One XRANGE when nothing changed."""
-        key = memory.keys(self.tenant).graph_changes
+        """Apply the changes after the cursor, READ_BATCH per read. False when the log no longer
+        holds the cursor's own entry — trimmed past it, deleted (Redis restarted empty), or
+        begun again with other ids — and the caller reloads. One read when nothing changed."""
         applied = False
         while True:
-            entries = await memory.redis.xrange(key, min=self.cursor, count=READ_BATCH + 1)  # from the cursor, inclusive
-            full = len(entries) > READ_BATCH
-            if self.cursor != NO_CHANGE:
-                if not entries or entries[0][0].decode() != self.cursor:
-                    return False
-                entries = entries[1:]
-            elif entries and await _trimmed(memory, key):
-                return False  # loaded before the stream existed; entries made since are gone
-            for entry_id, change in entries:
-                self.apply(change[b"a"].decode(), change[b"b"].decode(), float(change[b"w"]), change[b"kind"].decode())
-                self.cursor = entry_id.decode()
+            changes = await memory.changes_since(self.tenant, self.cursor, READ_BATCH)
+            if changes is None:
+                return False
+            for entry_id, change in changes:
+                self.apply(change.a, change.b, change.weight, change.kind)
+                self.cursor = entry_id
                 self.changes_applied += 1
                 applied = True
-            if not full:
+            if len(changes) < READ_BATCH:
                 break
         if applied:
             self.flush()
         return True
 
 
-async def _trimmed(memory: Memory, key: str) -> bool:
-    """Whether entries were ever removed from the stream (or it is gone)."""
-    try:
-        info = await memory.redis.xinfo_stream(key)
-    except ResponseError:  # deleted since the XRANGE
-        return True
-    deleted = info.get("max-deleted-entry-id", b"0-0")
-    deleted = deleted.decode() if isinstance(deleted, bytes) else str(deleted)
-    return _stream_id(deleted) > (0, 0)
+class GraphLogOvertaken(RuntimeError):
+    """Every load of a tenant's graph was overtaken by writers trimming its changes away."""
 
 
-def _stream_id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
+async def load_whole(memory: Memory, tenant: str, attempts: int = LOAD_ATTEMPTS) -> TenantGraph:
+    """A tenant's graph loaded with every change since its load applied, for a one-off reader
+    (export, benchmarks): loaded again while writers trim the changes away during the load, and
+    GraphLogOvertaken after `attempts` such loads rather than a graph missing changes (the
+    query worker, which must answer, serves its last load instead: GraphCache._reload)."""
+    for attempt in range(1, attempts + 1):
+        graph = TenantGraph(tenant)
+        if await graph.load(memory):
+            return graph
+        log.warning("graph change stream of tenant %s was trimmed or lost during its load (attempt %d of %d)",
+                    tenant, attempt, attempts)
+    raise GraphLogOvertaken(f"the graph of tenant {tenant} changed faster than it could be loaded "
+                            f"({attempts} loads overtaken by trimmed changes): try again when indexing is quieter")
 
 
 class GraphCache:
-    """tenant → TenantGraph, each kept current on every query (one XRANGE when nothing changed).
+    """tenant → TenantGraph, each kept current on every query (one read when nothing changed).
     Holds at most `max_edges` edges over all tenants: past that, the least recently queried
     tenants are dropped and load again from Redis on their next query."""
 
@@ -172,7 +156,7 @@ class GraphCache:
     async def current(self, tenant: str) -> TenantGraph:
         graph = self.tenants.get(tenant)
         if graph is None:
-            if not await self.memory.redis.exists(self.memory.keys(tenant).graph_changes):
+            if not await self.memory.graph_log_exists(tenant):
                 return TenantGraph(tenant)  # no graph yet: nothing to keep (and no key scan)
             graph = self.tenants[tenant] = TenantGraph(tenant)
         self.tenants.move_to_end(tenant)
