@@ -1,0 +1,167 @@
+"""A_det: a candidate fact → through the τ gate (pending while its schema is a candidate), then
+conflict detection: activated (event on `indexed-facts`), merged with its active twin, or handed
+to the resolver on `conflict-sets`. A schema that becomes stable sends the facts parked under it
+back onto `candidate-facts` as activations.
+
+This module owns its input's partition key (`candidate_key`, used by the extractor too) and
+done marks (`detection_mark`, `activation_work_id`).
+"""
+
+from __future__ import annotations
+
+from store import Hit
+from store.facts import Fact
+from store.keys import entity_node
+from topics import CandidateFact
+from workers.algorithms.normalize import fact_id, schema_id
+from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS
+from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
+from workers.stages.context import Stage
+from workers.stages.resolver import adjudication, containment_changed, duplicate
+
+MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
+
+
+def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
+    """The partition key of a candidate fact: its head, so one head's facts are detected in
+    order — but the smaller entity of a symmetric pair, so "A married B" and "B married A" are
+    detected one after the other, never both activated at once on two partitions."""
+    return min(head_id, tail_id) if relation in SYMMETRIC_RELATIONS else head_id
+
+
+def detection_mark(cand: CandidateFact, fid: str) -> str:
+    """Done mark: an extracted fact's detection is one per (passage, fact index); a promoted
+    pending fact's activation one per (fact, promoting passage)."""
+    return f"act:{fid}:{cand.passage_id}" if cand.activation else f"det:{cand.passage_id}:{cand.fact_index}"
+
+
+def activation_work_id(pending_fact_id: str) -> str:
+    """The chunk-progress work item of a pending fact's activation."""
+    return f"act:{pending_fact_id}"
+
+
+class DetectorStage(Stage):
+    async def handle(self, cand: CandidateFact) -> None:
+        tenant, fid = cand.tenant, fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
+
+        async def decide(pipe) -> list[Emit]:
+            fact = await self.memory.fact(tenant, fid)
+            if fact is None:
+                raise PermanentError(f"candidate fact {fid} has no extracted record in memory (publish documents, not candidate facts)")
+            if cand.activation:  # a promoted pending fact
+                outbox = await self._admit(pipe, cand, fact) if fact.status == "pending" else []
+                return self._finish(pipe, cand, cand.work_id, outbox)
+            if cand.passage_id in fact.passage_ids and fact.status != "new":
+                return self._finish(pipe, cand, None, [])  # the same fact twice in one passage
+            if fact.status in ("active", "invalid", "merged"):
+                # a known fact gains support: merge the provenance (and re-adjudicate) in the resolver
+                return self._finish(pipe, cand, None, [duplicate(cand, fact, "same fact")])
+            schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
+            if self.settings.on("schema_filter") and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
+                return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
+            outbox = await self._promote_pending(pipe, cand)
+            return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fact))
+
+        finishes = (cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None
+        await self.once(tenant, detection_mark(cand, fid), decide, finishes)
+
+    def _finish(self, pipe, cand: CandidateFact, finished_work: str | None, outbox: list[Emit]) -> list[Emit]:
+        """Chunk progress: the work this message spawned is outstanding; its own fact (or its
+        own work item) is done."""
+        self.memory.stage_spawn(pipe, cand.tenant, cand.passage_id, spawned_work_ids(outbox))
+        if finished_work is None:
+            self.memory.stage_fact_done(pipe, cand.tenant, cand.passage_id, cand.fact_index, cand.chunk_fact_count)
+        else:
+            self.memory.stage_work_done(pipe, cand.tenant, cand.passage_id, finished_work, cand.chunk_fact_count)
+        return outbox
+
+    async def _promote_pending(self, pipe, cand: CandidateFact) -> list[Emit]:
+        """The schema is stable: every fact parked under it goes back onto candidate-facts
+        (keyed by its own head) to be activated."""
+        schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
+        parked = await self.memory.pending_facts(cand.tenant, schema)
+        if not parked:
+            return []
+        self.memory.stage_unpend(pipe, cand.tenant, schema, parked)
+        outbox = []
+        for pid, fact in zip(parked, await self.memory.facts(cand.tenant, parked)):
+            if fact is None or fact.status != "pending":
+                continue
+            promoted = CandidateFact(
+                tenant=cand.tenant, passage_id=cand.passage_id, doc_id=cand.doc_id, fact=fact.triple(), fact_index=cand.fact_index,
+                chunk_fact_count=cand.chunk_fact_count, head_id=fact.head_id, tail_id=fact.tail_id, extractor="promotion",
+                activation=True, work_id=activation_work_id(pid),
+            )
+            outbox.append(Emit("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), promoted))
+        return outbox
+
+    async def _admit(self, pipe, cand: CandidateFact, fact: Fact) -> list[Emit]:
+        """A fact passed the τ gate: detect conflicts, then activate it or hand it to A_res."""
+        tenant, relation, fid = cand.tenant, fact.relation, fact.id
+        if self.settings.on("type_bridging"):  # its schema is stable: its entities join their types
+            version = await self.memory.bump_graph_version(tenant)
+            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
+            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.tail_id), fact.tail_type)
+        support = None if cand.activation else cand.passage_id  # a promotion adds no passage
+        if support:
+            self.memory.stage_fact_passage(pipe, tenant, fid, support)
+            fact.passage_ids = sorted(set(fact.passage_ids) | {support})
+        if self.settings.on("conflicts"):
+            taken_over = []
+            twin = await self._active_twin(tenant, fact)
+            if twin is not None:
+                other, why = twin
+                if other.id < fact.id:  # the canonical fact (smaller id) is in memory: merge into it
+                    return [duplicate(cand, other, why)]
+                # this fact is the canonical one: it takes the twin's place, so the memory ends the
+                # same whichever of the two arrived first
+                merged = self.lifecycle.merge(pipe, tenant, fact, set(other.passage_ids), await self.memory.bump_graph_version(tenant), why, source=other)
+                taken_over = [event_message(merged)] if merged else []
+                if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
+                    taken_over.append(adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
+            joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, detection_mark(cand, fid), MULTI_RULE)
+            outbox = []
+            if joined.flipped:
+                # the relation's cardinality flipped: every group with several tails is decided again
+                for head in await self.memory.relation_multi_heads(tenant, relation):
+                    if head != fact.head_id:
+                        outbox.append(adjudication(cand, head, relation, f"relation '{relation}' is now {joined.verdict}-valued", "cardinality"))
+            outbox = taken_over + outbox
+            if joined.size >= 2 and joined.verdict == "single":
+                return outbox + [adjudication(cand, fact.head_id, relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
+            return outbox + await self._activate(pipe, cand, fact)
+        return await self._activate(pipe, cand, fact)
+
+    async def _active_twin(self, tenant: str, fact: Fact) -> tuple[Fact, str] | None:
+        """An active fact that is this one said otherwise — head and tail swapped under a
+        symmetric relation, or a near-duplicate — and why."""
+        if fact.relation in SYMMETRIC_RELATIONS:
+            swapped = await self.memory.fact(tenant, fact_id(fact.tail_id, fact.relation, fact.head_id))
+            if swapped and swapped.status == "active":
+                return swapped, f"symmetric relation '{fact.relation}' with head and tail swapped"
+        near = await self._near_duplicate(tenant, fact)
+        if near:
+            other = await self.memory.fact(tenant, near.id)
+            if other and other.status == "active":
+                return other, f"near-duplicate of {near.id} (cosine {near.score:.3f} > δ {self.settings.delta})"
+        return None
+
+    async def _near_duplicate(self, tenant: str, fact: Fact) -> Hit | None:
+        """An active fact that says the same thing in other words: the same head and tail
+        entities (after normalisation and aliases) with a relation whose fact embedding is
+        within δ ("born in" / "native of"). Similarity only proposes: facts of different
+        entities are never the same fact, whatever their cosine ("Bayezid I" / "Bayezid II",
+        "1998" / "1999" — 56 of 63 similarity-only merges on a Wikipedia corpus were such)."""
+        vector = await self.memory.fact_vector(tenant, fact.id)
+        if vector is None:
+            return None
+        same_entities = {"status": "active", "head_id": fact.head_id, "tail_id": fact.tail_id}
+        for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "tail_id", "relation"], same_entities):
+            if hit.id != fact.id and hit.score > self.settings.delta and (hit.fields["head_id"], hit.fields["tail_id"]) == (fact.head_id, fact.tail_id):
+                return hit
+        return None
+
+    async def _activate(self, pipe, cand: CandidateFact, fact: Fact) -> list[Emit]:
+        version = await self.memory.bump_graph_version(cand.tenant)
+        activated = self.lifecycle.activate(pipe, cand.tenant, fact, version)
+        return [event_message(activated)] + await containment_changed(self.settings, self.memory, cand, fact)
