@@ -1,23 +1,42 @@
 """The indexing stages in the test's own process, over the real Redis of the test stack, with
-Kafka replaced by an in-memory queue — a test double of the broker, for tests of the stages'
-logic (no torch, no worker processes, no partitions, no redelivery unless a test replays a
-message itself). Extractor and embedder are the small doubles below."""
+Kafka replaced by an in-memory broker — a test double, for tests of the stages' logic: no torch
+unless a test asks for the real embedder, no worker processes, no Kafka round trips.
+
+The broker routes every message a stage sends to the next stage's handler (`Pipeline.process`),
+as the topics do. By default it delivers one message at a time, oldest first: the most
+sequential order. `Delivery` makes it behave like several partitions and consumers: a message's
+partition follows from its key, each partition is delivered in order, up to `consumers`
+messages are in flight at once (interleaving at every Redis round trip, as several extractors
+or detectors would), the next partition is chosen by a seeded random generator, and a share of
+the messages can be delivered a second time (what a crash before the ack or a rebalance does),
+possibly while the first delivery is still running.
+
+Reading the memory goes through the same code as the CLI: `export()` is `memstream export`'s
+function, `tail()` decodes the indexed-facts events like `memstream tail`, `query()` runs the
+query worker's QueryEngine."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
+import random
 import re
 import uuid
-from collections import deque
+from dataclasses import dataclass
+from itertools import count
 
 import numpy as np
+import pytest
 
+from ops.export import export_tenant
 from store import Memory, Outgoing
-from topics import Document, encode
+from topics import Document, FactEvent, decode, encode
 from topics.records import Triple
 from workers.models.extraction import Entity, Extraction
 from workers.pipeline import Pipeline
+from workers.query.engine import QueryEngine, QueryRequest
 from workers.settings import Settings
 
 DIMS = 384
@@ -54,41 +73,148 @@ class ScriptedExtractor:
         return Extraction([Entity(n, t) for n, t in sorted(entities)], facts)
 
 
-class InProcess:
-    def __init__(self, redis_url: str, extractor, embedder=None, **settings):
-        self.settings = Settings.from_env({}, redis_url=redis_url, sim_bridging="off", **settings)
-        self.memory = Memory.from_url(redis_url, tau=self.settings.effective_tau)
-        self.tenant = f"ip-{uuid.uuid4().hex[:10]}"
-        self.sent: list[Outgoing] = []
-        self.queue: deque[Outgoing] = deque()
-        self.pipeline = Pipeline(self.settings, self.memory, self._send, embedder or DigitBlindEmbedder(), extractor)
+@functools.cache
+def _local_model():
+    from workers.models.embedding import LocalEmbedder
 
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def real_embedder():
+    """The workers' embedder (all-MiniLM-L6-v2 behind BatchingEmbedder), for tests whose meaning
+    depends on real semantic similarity (a similarity bridge, a query that must find the passage
+    it asks about). The model loads once per test session (functools.cache, not the fixture's
+    scope: a test module that imports this fixture registers a fixture of its own). Without the
+    Redis embedding cache: the model's in-memory cache serves repeated texts."""
+    from workers.models.embedding import BatchingEmbedder
+
+    return BatchingEmbedder(_local_model())
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How the in-memory broker hands messages to the stages (see the module docstring).
+
+    The default — one partition, one consumer, oldest first, no redelivery — is the most
+    sequential order. `seed` None delivers the oldest waiting message first; a seed picks the
+    next partition at random: reproducibly with one consumer, while with several the order
+    also follows which delivery in flight finishes first (Redis round trips)."""
+
+    partitions: int = 1  # per topic; a message's partition is a hash of its key
+    consumers: int = 1  # messages in flight at once, each on its own partition
+    seed: int | None = None
+    redeliver: float = 0.0  # share of messages delivered a second time, at a random later moment
+
+    def partition(self, key: str) -> int:
+        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little") % self.partitions
+
+
+class InProcess:
+    """The four stages over `redis_url` for one fresh tenant; `settings` are Settings fields
+    (as the `MEMSTREAM_*` variables of a worker). The similarity bridge is off unless asked for
+    (`sim_bridging="on"`): with the digit-blind embedder it would only bridge digit variants."""
+
+    def __init__(self, redis_url: str, extractor, embedder=None, *, delivery: Delivery = Delivery(), tenant: str | None = None, **settings):
+        self.settings = Settings.from_env({}, redis_url=redis_url, **{"sim_bridging": "off", **settings})
+        self.memory = Memory.from_url(redis_url, tau=self.settings.effective_tau, vector_index=self.settings.vector_index)
+        self.tenant = tenant or f"ip-{uuid.uuid4().hex[:10]}"
+        self.embedder = embedder or DigitBlindEmbedder()
+        self.delivery = delivery
+        self.sent: list[Outgoing] = []  # everything the stages sent, in order: the topics' contents
+        self.delivered: list[tuple[str, str]] = []  # (topic, key) of each delivery started, redeliveries included
+        self.redeliveries = 0  # of those, second deliveries of a message
+        self._rng = random.Random(delivery.seed)
+        self._arrival = count()
+        self._lanes: dict[tuple, list[tuple[int, str, bytes | None, bytes | None]]] = {}
+        self._engine: QueryEngine | None = None
+        self.pipeline = Pipeline(self.settings, self.memory, self._send, self.embedder, extractor)
+
+    # ---- the broker -------------------------------------------------------------------------
     async def _send(self, item: Outgoing) -> None:
         self.sent.append(item)
-        self.queue.append(item)
+        if item.topic in Pipeline.RECORDS:
+            self.put(item.topic, item.key.encode(), item.value)
 
-    async def publish(self, doc_id: str, text: str, **fields) -> None:
-        await self.deliver("documents", doc_id.encode(), encode(Document(self.tenant, doc_id, text, **fields)))
+    def put(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Queue a message on `topic` (delivered by the next drain)."""
+        lane = (topic, self.delivery.partition((key or b"").decode(errors="replace")))
+        self._lanes.setdefault(lane, []).append((next(self._arrival), topic, key, value))
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(messages) for messages in self._lanes.values())
+
+    async def publish(self, doc_id: str, text: str, *, wait: bool = True, **fields) -> None:
+        """Publish a document as `memstream publish` does (key = doc id); with `wait`, return
+        once everything it caused has been delivered (`publish --wait`)."""
+        self.put("documents", doc_id.encode(), encode(Document(self.tenant, doc_id, text, **fields)))
+        if wait:
+            await self.drain()
 
     async def deliver(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        await self.pipeline.process(topic, key, value)
+        """Queue one raw message (bytes as a producer sends them) and drain."""
+        self.put(topic, key, value)
         await self.drain()
 
     async def drain(self) -> None:
-        while self.queue:
-            item = self.queue.popleft()
-            if item.topic in Pipeline.RECORDS:
-                await self.pipeline.process(item.topic, item.key.encode(), item.value)
+        """Deliver until no message waits and none is in flight."""
+        running: dict[asyncio.Task, tuple] = {}
+        try:
+            while True:
+                busy = set(running.values())
+                ready = [lane for lane, messages in self._lanes.items() if messages and lane not in busy]
+                while ready and len(running) < self.delivery.consumers:
+                    if self.delivery.seed is None:
+                        lane = min(ready, key=lambda lane: self._lanes[lane][0][0])
+                    else:
+                        lane = self._rng.choice(sorted(ready, key=repr))
+                    ready.remove(lane)
+                    _, topic, key, value = self._lanes[lane].pop(0)
+                    if not self._lanes[lane]:
+                        del self._lanes[lane]
+                    if self.delivery.redeliver and lane[0] != "redelivered" and self._rng.random() < self.delivery.redeliver:
+                        # a lane of its own: the copy does not wait behind its partition
+                        self._lanes[("redelivered", next(self._arrival))] = [(next(self._arrival), topic, key, value)]
+                        self.redeliveries += 1
+                    self.delivered.append((topic, (key or b"").decode(errors="replace")))
+                    running[asyncio.ensure_future(self.pipeline.process(topic, key, value))] = lane
+                if not running:
+                    return
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    del running[task]
+                    task.result()
+        finally:
+            for task in running:
+                task.cancel()
 
+    # ---- reading it back, as the CLI does ---------------------------------------------------
     def events(self) -> list[dict]:
-        return [json.loads(o.value) for o in self.sent if o.topic == "indexed-facts"]
+        """The tenant's indexed-facts events in the order sent, as `memstream tail` prints them
+        (each decoded against the FactEvent contract)."""
+        return [decode(FactEvent, o.value).to_dict() for o in self.sent if o.topic == "indexed-facts"]
 
     def dead_letters(self) -> list[dict]:
         return [json.loads(o.value) for o in self.sent if o.topic == "dlq"]
+
+    async def export(self) -> dict:
+        """`memstream export --tenant T` (its own function, in a thread: it runs its own loop)."""
+        return await asyncio.to_thread(export_tenant, self.settings, self.tenant)
 
     async def facts(self) -> dict[str, dict]:
         ids = await self.memory.scan_ids(self.tenant, "facts")
         return {fid: f for fid, f in zip(ids, await self.memory.facts(self.tenant, ids)) if f}
 
+    async def query(self, text: str, top_k: int = 5, **body) -> dict:
+        """What `POST /v1/query` answers (without the answer generation): the query worker's
+        QueryEngine over this memory, with this harness's embedder."""
+        if self._engine is None:
+            self._engine = QueryEngine(self.memory, self.embedder)
+        request = QueryRequest.from_json({"query": text, "tenant": self.tenant, "top_k": top_k, **body}, self.tenant, top_k)
+        return await self._engine.answer(request)
+
     async def close(self) -> None:
+        if self._engine is not None:
+            self._engine._ranking.shutdown(wait=False)
         await self.memory.close()
