@@ -1,14 +1,21 @@
-"""MemGraphRAG's memory mechanisms on real Kafka + Redis with the replay extractor: the streaming
-τ gate, conflict resolution per kind, idempotent republishing, order independence, and the
-ablation switches."""
+"""MemGraphRAG's memory mechanisms, the stages in this process over the test stack's Redis
+(tests/inprocess.py) with the replay extractor: the streaming τ gate (also under interleaved
+deliveries over four partitions and redeliveries), conflict resolution per kind, idempotent
+republishing, order independence, the ablation switches, aliases, a promoted symmetric twin.
+Kafka itself is tested by test_end_to_end (the CLI, dead letters, tenants) and the crash and
+chaos tests; what these tests show is the stages' logic, which needs no broker."""
 
+import asyncio
+import contextlib
 import json
 import random
 from collections import Counter, defaultdict
 
-from tests.conftest import write_docs
-from tests.test_end_to_end import tenant_name
+from tests import inprocess
+from tests.conftest import Cli
+from tests.inprocess import Delivery, InProcess
 from workers.algorithms.normalize import content_hash, entity_id, fact_id, relation_name
+from workers.models.extraction import ReplayExtractor
 
 
 def fact(head, head_type, relation, tail, tail_type, valid_from=None, valid_to=None):
@@ -29,18 +36,43 @@ def write_script(path, corpus: dict[str, tuple[str, list[dict]]]):
     return path
 
 
-def publish(workers, tmp_path, tenant, corpus, doc_ids, timeout=180):
-    paths = write_docs(tmp_path / f"docs-{tenant}-{len(doc_ids)}-{doc_ids[0]}", {d: corpus[d][0] for d in doc_ids})
-    # keep the given order: publish reads files in argument order
-    workers.cli.run("publish", *paths, "--tenant", tenant, "--wait", "--timeout", str(timeout))
+real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
 
 
-def export(workers, tenant) -> dict:
-    return json.loads(workers.cli.run("export", "--tenant", tenant).stdout)
+@contextlib.asynccontextmanager
+async def replay_stages(stack_env, script, embedder=None, **settings):
+    """The stages with the replay extractor over `script` (a file written by write_script) for
+    a fresh tenant; `settings` as a worker's MEMSTREAM_* variables."""
+    stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ReplayExtractor(script), embedder, **settings)
+    try:
+        yield stages
+    finally:
+        await stages.close()
+
+
+async def publish(stages: InProcess, corpus, doc_ids) -> None:
+    """`memstream publish DOC… --wait`: all the documents at once, in the given order, then wait
+    until everything they caused is delivered."""
+    for doc in doc_ids:
+        await stages.publish(doc, corpus[doc][0], wait=False)
+    await stages.drain()
+
+
+def run(coro):
+    return asyncio.run(coro)
 
 
 def facts_by_id(memory: dict) -> dict:
     return {f["id"]: f for f in memory["facts"]}
+
+
+def once_each(events: list[dict]) -> list[dict]:
+    """The events with the duplicates a redelivery can cause dropped (as a consumer of
+    indexed-facts does, by event id) — after checking that no id carries two contents."""
+    by_id = {}
+    for event in events:
+        assert by_id.setdefault(event["event_id"], event) == event, f"event id {event['event_id']} with two contents"
+    return list(by_id.values())
 
 
 # ---- τ gate ---------------------------------------------------------------------------------
@@ -50,24 +82,25 @@ FOUNDING = {
 }
 
 
-def test_a_schema_seen_once_is_pending_until_a_second_passage_activates_both(make_workers, tmp_path):
-    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", FOUNDING))
-    workers.start()
-    tenant = tenant_name("tau")
-    publish(workers, tmp_path, tenant, FOUNDING, ["falk"])
-    memory = export(workers, tenant)
+def test_a_schema_seen_once_is_pending_until_a_second_passage_activates_both(stack_env, tmp_path):
+    async def scenario():
+        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", FOUNDING)) as stages:
+            await publish(stages, FOUNDING, ["falk"])
+            before = await stages.export(), stages.events()
+            await publish(stages, FOUNDING, ["pike"])
+            return before, (await stages.export(), stages.events())
+
+    (memory, events), (memory_after, events_after) = run(scenario())
     (schema,) = memory["schemas"]
     assert (schema["status"], schema["frequency"]) == ("candidate", 1)
     assert [f["status"] for f in memory["facts"]] == ["pending"]
-    assert workers.cli.tail(tenant, idle=2) == []  # a pending fact emits nothing
+    assert events == []  # a pending fact emits nothing
 
-    publish(workers, tmp_path, tenant, FOUNDING, ["pike"])
-    memory = export(workers, tenant)
+    memory = memory_after
     assert (memory["schemas"][0]["status"], memory["schemas"][0]["frequency"]) == ("stable", 2)
     assert {f["status"] for f in memory["facts"]} == {"active"}
-    events = workers.cli.tail(tenant)
-    assert sorted(e["fact_id"] for e in events if e["event"] == "activated") == sorted(fid(f) for _, fs in FOUNDING.values() for f in fs)
-    assert len(events) == 2
+    assert sorted(e["fact_id"] for e in events_after if e["event"] == "activated") == sorted(fid(f) for _, fs in FOUNDING.values() for f in fs)
+    assert len(events_after) == 2
 
 
 def _gate_corpus(n: int) -> dict:
@@ -85,27 +118,38 @@ def _gate_corpus(n: int) -> dict:
     return corpus
 
 
-def test_tau_gate_activates_exactly_once_across_two_extractors_and_four_partitions(make_workers, tmp_path):
+# Two extractors on four partitions (the Kafka test this replaces) deliver chunks of different
+# partitions at once and in no fixed order; here: four partitions, four messages in flight, in
+# three seeded orders, the last also delivering a third of the messages twice.
+GATE_DELIVERIES = [Delivery(partitions=4, consumers=4, seed=1), Delivery(partitions=4, consumers=4, seed=2),
+                   Delivery(partitions=4, consumers=4, seed=3, redeliver=0.33)]
+
+
+def test_tau_gate_activates_exactly_once_across_interleaved_partitions_and_redeliveries(stack_env, tmp_path):
     corpus = _gate_corpus(12)
-    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", corpus), partitions=4)
-    workers.start(role="extractor")
-    workers.start(role="all")
-    tenant = tenant_name("gate4")
-    publish(workers, tmp_path, tenant, corpus, sorted(corpus))
+    script = write_script(tmp_path / "s.jsonl", corpus)
 
-    memory = export(workers, tenant)
-    status = {s["relation"]: (s["status"], s["frequency"]) for s in memory["schemas"]}
-    assert status == {"found": ("stable", 12), "sell": ("stable", 12), "paint": ("candidate", 1)}
-    facts = facts_by_id(memory)
-    lone = fid(corpus["lone"][1][0])
-    assert facts[lone]["status"] == "pending"
-    assert {f["status"] for i, f in facts.items() if i != lone} == {"active"} and len(facts) == 25
+    async def scenario(delivery):
+        async with replay_stages(stack_env, script, delivery=delivery) as stages:
+            await publish(stages, corpus, sorted(corpus))
+            return await stages.export(), stages.events(), stages.redeliveries
 
-    events = workers.cli.tail(tenant)
-    activated = Counter(e["fact_id"] for e in events if e["event"] == "activated")
-    assert set(activated) == set(facts) - {lone}
-    assert set(activated.values()) == {1}, "a fact was activated twice"
-    assert len({e["event_id"] for e in events}) == len(events)
+    for delivery in GATE_DELIVERIES:
+        memory, events, redeliveries = run(scenario(delivery))
+        status = {s["relation"]: (s["status"], s["frequency"]) for s in memory["schemas"]}
+        assert status == {"found": ("stable", 12), "sell": ("stable", 12), "paint": ("candidate", 1)}, delivery
+        facts = facts_by_id(memory)
+        lone = fid(corpus["lone"][1][0])
+        assert facts[lone]["status"] == "pending"
+        assert {f["status"] for i, f in facts.items() if i != lone} == {"active"} and len(facts) == 25
+
+        if not delivery.redeliver:
+            assert len({e["event_id"] for e in events}) == len(events)
+        else:  # the deliveries really were repeated
+            assert redeliveries > 0
+        activated = Counter(e["fact_id"] for e in once_each(events) if e["event"] == "activated")
+        assert set(activated) == set(facts) - {lone}
+        assert set(activated.values()) == {1}, f"a fact was activated twice ({delivery})"
 
 
 # ---- conflicts --------------------------------------------------------------------------------
@@ -127,15 +171,17 @@ def _ids(doc):
     return fid(CONFLICTS[doc][1][0])
 
 
-def test_each_conflict_kind_ends_in_its_memory_state_and_events(make_workers, tmp_path):
-    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", CONFLICTS), tau=1)
-    workers.start()
-    tenant = tenant_name("conflicts")
-    for doc in ["m1", "m2", "m3", "t1", "t2", "g0", "g1", "g2", "d1", "d2"]:
-        publish(workers, tmp_path, tenant, CONFLICTS, [doc])
-    facts = facts_by_id(export(workers, tenant))
+def test_each_conflict_kind_ends_in_its_memory_state_and_events(stack_env, tmp_path):
+    async def scenario():
+        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", CONFLICTS), tau=1) as stages:
+            for doc in ["m1", "m2", "m3", "t1", "t2", "g0", "g1", "g2", "d1", "d2"]:
+                await publish(stages, CONFLICTS, [doc])
+            return await stages.export(), stages.events()
+
+    memory, tail = run(scenario())
+    facts = facts_by_id(memory)
     events = defaultdict(list)
-    for e in workers.cli.tail(tenant):
+    for e in tail:
         events[e["fact_id"]].append(e)
 
     # no fact is ever deleted
@@ -186,23 +232,35 @@ def _comparable(memory: dict) -> dict:
     }
 
 
-def test_publishing_twice_changes_nothing_and_order_does_not_matter(make_workers, tmp_path):
+def test_publishing_twice_changes_nothing_and_order_does_not_matter(stack_env, tmp_path, real_embedder):
+    """With the real embedder and the similarity bridge on, as a worker runs: the memories
+    compared include the similarity edges, whose order independence is part of the promise."""
     corpus = _order_corpus()
-    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", corpus))
-    workers.start()
-    ordered, shuffled = tenant_name("ordered"), tenant_name("shuffled")
+    script = write_script(tmp_path / "s.jsonl", corpus)
     docs = sorted(corpus)
-    for doc in docs:  # one at a time: the most sequential order
-        publish(workers, tmp_path, ordered, corpus, [doc])
-    first = export(workers, ordered)
-    publish(workers, tmp_path, ordered, corpus, docs)  # everything again
-    assert export(workers, ordered) == first
-
     mixed = docs[:]
     random.Random(7).shuffle(mixed)
-    publish(workers, tmp_path, shuffled, corpus, mixed)  # all at once, shuffled, across partitions
-    second = export(workers, shuffled)
-    assert _comparable(second) == _comparable(first)
+
+    async def scenario():
+        async with replay_stages(stack_env, script, real_embedder, sim_bridging="on") as ordered:
+            for doc in docs:  # one at a time: the most sequential order
+                await publish(ordered, corpus, [doc])
+            first = await ordered.export()
+            await publish(ordered, corpus, docs)  # everything again
+            again = await ordered.export()
+        # all at once, shuffled, across partitions with several messages in flight; then the
+        # same with a third of the deliveries repeated
+        others = []
+        for delivery in (Delivery(partitions=2, consumers=4, seed=7), Delivery(partitions=2, consumers=4, seed=8, redeliver=0.33)):
+            async with replay_stages(stack_env, script, real_embedder, sim_bridging="on", delivery=delivery) as shuffled:
+                await publish(shuffled, corpus, mixed)
+                others.append(await shuffled.export())
+        return first, again, others
+
+    first, again, others = run(scenario())
+    assert again == first
+    for second in others:
+        assert _comparable(second) == _comparable(first)
     assert {f["status"] for f in first["facts"]} == {"active", "invalid", "pending"}
 
 
@@ -216,16 +274,21 @@ SWITCHES = {
 }
 
 
-def test_each_ablation_switch_changes_behaviour(make_workers, tmp_path):
+def test_each_ablation_switch_changes_behaviour(stack_env, tmp_path, real_embedder):
+    """With the real embedder: the similarity bridge's case is a real cosine ('Vera Lind' ~
+    'Vera Lindt')."""
     script = write_script(tmp_path / "s.jsonl", SWITCHES)
-    results = {}
-    for switch in ("defaults", "schema_filter", "conflicts", "sim_bridging", "type_bridging"):
-        workers = make_workers(extractor="replay", replay_file=script, **({} if switch == "defaults" else {switch: "off"}))
-        workers.start()
-        tenant = tenant_name(switch.replace("_", "-"))
-        publish(workers, tmp_path, tenant, SWITCHES, sorted(SWITCHES))
-        results[switch] = export(workers, tenant)
-        workers.stop()
+
+    async def scenario():
+        results = {}
+        for switch in ("defaults", "schema_filter", "conflicts", "sim_bridging", "type_bridging"):
+            settings = {"sim_bridging": "on", **({} if switch == "defaults" else {switch: "off"})}
+            async with replay_stages(stack_env, script, real_embedder, **settings) as stages:
+                await publish(stages, SWITCHES, sorted(SWITCHES))
+                results[switch] = await stages.export()
+        return results
+
+    results = run(scenario())
     facts = {switch: facts_by_id(memory) for switch, memory in results.items()}
     kinds = {switch: Counter(e["kind"] for e in memory["edges"]) for switch, memory in results.items()}
     wrote, narvik = fid(SWITCHES["a4"][1][0]), fid(SWITCHES["a3"][1][0])
@@ -244,16 +307,21 @@ ALIASED = {
 }
 
 
-def test_aliases_map_names_to_one_canonical_entity(make_workers, tmp_path):
-    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", ALIASED), tau=1)
-    workers.start()
-    tenant = tenant_name("alias")
-    listed = workers.cli.run("alias", "add", "NYC", "New York City", "--tenant", tenant).stdout
+def test_aliases_map_names_to_one_canonical_entity(stack_env, tmp_path):
+    """The aliases go in through `memstream alias` (it needs only Redis), the documents through
+    the stages in this process."""
+    cli = Cli(stack_env)
+
+    async def scenario():
+        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", ALIASED), tau=1) as stages:
+            listed = cli.run("alias", "add", "NYC", "New York City", "--tenant", stages.tenant).stdout
+            bad = cli.run("alias", "add", "New York City", "NYC", "--tenant", stages.tenant, check=False)
+            await publish(stages, ALIASED, sorted(ALIASED))
+            return listed, bad, await stages.export()
+
+    listed, bad, memory = run(scenario())
     assert "nyc -> new_york_city" in listed
-    bad = workers.cli.run("alias", "add", "New York City", "NYC", "--tenant", tenant, check=False)
     assert bad.returncode == 2 and "already an alias" in bad.stderr
-    publish(workers, tmp_path, tenant, ALIASED, sorted(ALIASED))
-    memory = export(workers, tenant)
     assert {f["tail_id"] for f in memory["facts"]} == {"new_york_city"}
     assert "nyc" not in {e["id"] for e in memory["entities"]}
     assert {f["relation"] for f in memory["facts"]} == {"move to"}
@@ -267,13 +335,14 @@ PROMOTED_SWAP = {
 }
 
 
-def test_a_promoted_fact_merges_into_its_symmetric_twin_with_its_own_passages(make_workers, tmp_path):
-    workers = make_workers(extractor="replay", replay_file=write_script(tmp_path / "s.jsonl", PROMOTED_SWAP))
-    workers.start()
-    tenant = tenant_name("swap")
-    for doc in ["b", "d", "a", "c"]:  # b, d: their schema is stable; a waits pending until c promotes it
-        publish(workers, tmp_path, tenant, PROMOTED_SWAP, [doc])
-    facts = facts_by_id(export(workers, tenant))
+def test_a_promoted_fact_merges_into_its_symmetric_twin_with_its_own_passages(stack_env, tmp_path):
+    async def scenario():
+        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", PROMOTED_SWAP)) as stages:
+            for doc in ["b", "d", "a", "c"]:  # b, d: their schema is stable; a waits pending until c promotes it
+                await publish(stages, PROMOTED_SWAP, [doc])
+            return await stages.export()
+
+    facts = facts_by_id(run(scenario()))
     a, b = fid(PROMOTED_SWAP["a"][1][0]), fid(PROMOTED_SWAP["b"][1][0])
     passage = {doc: content_hash(text)[:32] for doc, (text, _) in PROMOTED_SWAP.items()}
     assert facts[a]["status"] == "merged" and facts[a]["merged_into"] == b
