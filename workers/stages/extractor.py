@@ -1,0 +1,101 @@
+"""A_ext: a chunk → its passage, entities, schemas and new facts in memory, and one candidate
+fact per extracted fact on `candidate-facts` (keyed for the detector: detector.candidate_key)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from store.facts import Fact
+from store.keys import entity_node, passage_node
+from topics import CandidateFact, Chunk
+from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
+from workers.envelope import Emit, PermanentError
+from workers.models.extraction import Entity, drop_unnamed
+from workers.models.llm import LLMError, MalformedOutput
+from workers.stages.context import Stage, StageContext
+from workers.stages.detector import candidate_key
+
+
+def extraction_mark(chunk: Chunk) -> str:
+    """Done mark: one per chunk (its id is the content hash of its text)."""
+    return f"ext:{chunk.chunk_id}"
+
+
+class ExtractorStage(Stage):
+    def __init__(self, context: StageContext):
+        super().__init__(context)
+        self.embedder = context.embedder
+        self.extractor = context.extractor
+
+    async def handle(self, chunk: Chunk) -> None:
+        tenant = chunk.tenant
+
+        async def decide(pipe) -> list[Emit]:
+            try:
+                # whatever the extractor, a name without letters or digits has no entity id
+                extraction = drop_unnamed(await self.extractor.extract(chunk.text), f"chunk {chunk.chunk_id}")
+            except MalformedOutput as exc:
+                raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
+            except LLMError as exc:
+                raise PermanentError(str(exc)) from None
+            names = [e.name for e in extraction.entities] + [n for t in extraction.facts for n in (t.head, t.tail)]
+            canonical = await self.memory.resolve_aliases(tenant, sorted({entity_id(n) for n in names}))
+            entities = {canonical[entity_id(e.name)]: e for e in extraction.entities}
+            facts = []
+            for triple in extraction.facts:
+                head_id, tail_id, relation = canonical[entity_id(triple.head)], canonical[entity_id(triple.tail)], relation_name(triple.relation)
+                if head_id == tail_id:
+                    continue
+                triple = replace(triple, relation=relation)  # extractors may share their results (replay)
+                facts.append((triple, head_id, tail_id))
+                entities.setdefault(head_id, Entity(triple.head, triple.head_type))
+                entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
+            texts = [chunk.text] + [e.name for e in entities.values()]
+            texts += [f"{t.head} {t.relation} {t.tail}" for t, _, _ in facts]
+            texts += [f"{t.head_type} {t.relation} {t.tail_type}" for t, _, _ in facts]
+            vectors = await self.embedder.embed(texts)
+            ent_vecs = vectors[1 : 1 + len(entities)]
+            fact_vecs = vectors[1 + len(entities) : 1 + len(entities) + len(facts)]
+            schema_vecs = vectors[1 + len(entities) + len(facts) :]
+
+            await self.memory.ensure_indexes(tenant)
+            self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0])
+            version = await self.memory.bump_graph_version(tenant) if entities else 0
+            for (eid, ent), vec in zip(entities.items(), ent_vecs):
+                self.memory.stage_entity(pipe, tenant, eid, ent.name, ent.type, vec, chunk.chunk_id)
+                self.memory.stage_edge(pipe, tenant, version, entity_node(eid), passage_node(chunk.chunk_id), 1.0, "passage")
+            outbox = []
+            for index, ((triple, head_id, tail_id), fvec, svec) in enumerate(zip(facts, fact_vecs, schema_vecs)):
+                sid = schema_id(triple.head_type, triple.relation, triple.tail_type)
+                fid = fact_id(head_id, triple.relation, tail_id)
+                self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
+                self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec)
+                candidate = CandidateFact(
+                    tenant=tenant, passage_id=chunk.chunk_id, doc_id=chunk.doc_id, fact=triple, fact_index=index,
+                    chunk_fact_count=len(facts), head_id=head_id, tail_id=tail_id, extractor=self.extractor.name,
+                )
+                outbox.append(Emit("candidate-facts", candidate_key(head_id, triple.relation, tail_id), candidate))
+            if not facts:
+                self.memory.stage_chunk_done(pipe, tenant, chunk.chunk_id)
+            return outbox
+
+        await self.once(tenant, extraction_mark(chunk), decide)
+        if self.settings.on("sim_bridging"):
+            await self._bridge_similar(tenant, chunk.chunk_id)
+
+    async def _bridge_similar(self, tenant: str, chunk_id: str) -> None:
+        """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge).
+        Run after the chunk's commit: of two chunks extracted concurrently, the later committer
+        always sees the other's entities. Also run on redelivery, so a crash loses no edge."""
+        for eid in await self.memory.passage_entities(tenant, chunk_id):
+            if await self.memory.similarity_bridged(tenant, eid):
+                continue
+            vector = await self.memory.entity_vector(tenant, eid)
+            hits = [h for h in await self.memory.knn(tenant, "entities", vector, 10, ["name"]) if h.id != eid and h.score >= self.settings.sim_edge]
+            pipe = self.memory.pipeline()
+            if hits:
+                version = await self.memory.bump_graph_version(tenant)
+                for hit in hits:
+                    self.memory.stage_edge(pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar")
+            self.memory.stage_similarity_bridged(pipe, tenant, eid)
+            await pipe.execute()
