@@ -1,5 +1,18 @@
-"""The indexing stages, independent of faust: chunker, A_ext, A_det, A_res, each handling its
-messages through the shared envelope (workers.envelope: decode, retry, dead-letter, once-marks).
+"""The composition root of the indexing stages, independent of faust: the envelope
+(workers.envelope: decode, retry, dead-letter, once-marks, outbox) wired to one stage per input
+topic, each a module of workers/stages built from one StageContext.
+
+    topic in         stage module            done mark                             topics out
+    ---------------  ----------------------  ------------------------------------  ----------------------------
+    documents        stages/chunker.py       doc:{doc id}:{text hash}:{version}    chunks
+    chunks           stages/extractor.py     ext:{chunk id}                        candidate-facts
+    candidate-facts  stages/detector.py      det:{chunk id}:{fact index}           indexed-facts, conflict-sets,
+                                             act:{fact id}:{chunk id} (promoted)   candidate-facts (promotions)
+    conflict-sets    stages/resolver.py      its work id: res:duplicate:… adj:…    indexed-facts, conflict-sets
+
+Any stage: a message that cannot be decoded or keeps failing goes to `dlq` (the envelope).
+workers/app.py runs each role's agents over `Pipeline.process`; tests/inprocess.py routes the
+outgoing messages to the next stage itself.
 """
 
 from __future__ import annotations
@@ -7,34 +20,34 @@ from __future__ import annotations
 from store import Memory
 from store.facts import Lifecycle
 from topics import CandidateFact, Chunk, ConflictSet, Document
-from workers.algorithms.chunking import chunk_text
-from workers.algorithms.normalize import content_hash
-from workers.envelope import Emit, Envelope, Handler, Send
+from workers.envelope import Decide, Envelope, Finishes, Handler, Send
+from workers.models.protocols import ChatModel, Embedder, Extractor
+from workers.settings import Settings
+from workers.stages.chunker import ChunkerStage
 from workers.stages.context import StageContext
 from workers.stages.detector import DetectorStage
 from workers.stages.extractor import ExtractorStage
 from workers.stages.resolver import ResolverStage
-from workers.settings import Settings
 
 
 class Pipeline:
     RECORDS = {"documents": Document, "chunks": Chunk, "candidate-facts": CandidateFact, "conflict-sets": ConflictSet}
 
-    def __init__(self, settings: Settings, memory: Memory, send: Send, embedder=None, extractor=None, resolver_llm=None):
+    def __init__(self, settings: Settings, memory: Memory, send: Send, embedder: Embedder | None = None,
+                 extractor: Extractor | None = None, resolver_llm: ChatModel | None = None):
         self.settings = settings
         self.memory = memory
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
-        self.lifecycle = Lifecycle(memory)
         self.handlers: dict[str, Handler] = {}  # filled below: the stages run through the envelope's `once`
         self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers=self.handlers)
         context = StageContext(
-            settings=settings, memory=memory, lifecycle=self.lifecycle, once=self.envelope.once,
+            settings=settings, memory=memory, lifecycle=Lifecycle(memory), once=self.envelope.once,
             embedder=embedder, extractor=extractor, resolver_llm=resolver_llm,
         )
         self.handlers.update({
-            "documents": self.on_document,
+            "documents": ChunkerStage(context).handle,
             "chunks": ExtractorStage(context).handle,
             "candidate-facts": DetectorStage(context).handle,
             "conflict-sets": ResolverStage(context).handle,
@@ -49,27 +62,12 @@ class Pipeline:
         self.envelope.send = send
 
     async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
+        """Handle one message to the end (Envelope.process); returns only then, so the caller may ack."""
         await self.envelope.process(topic, key, value, partition, offset)
 
     async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
         return await self.envelope.publish_unsent_outboxes(grace_s)
 
-    async def _once(self, tenant, mark, decide, finishes=None) -> None:
+    async def _once(self, tenant: str, mark: str, decide: Decide, finishes: Finishes | None = None) -> None:
+        """Envelope.once, for the tests that drive a decision directly."""
         await self.envelope.once(tenant, mark, decide, finishes)
-
-    # ---- chunker -------------------------------------------------------------------------
-    async def on_document(self, doc: Document) -> None:
-        doc_hash = content_hash(doc.text)
-        pieces = chunk_text(doc.text, self.settings.chunk_tokens, self.settings.chunk_overlap)
-        # Outside the once-mark: publishing an earlier text again makes it current again.
-        pipe = self.memory.pipeline()
-        self.memory.stage_document(pipe, doc.tenant, doc.doc_id, doc_hash, doc.version, [p.chunk_id for p in pieces])
-        await pipe.execute()
-
-        async def decide(pipe):
-            return [
-                Emit("chunks", doc.doc_id, Chunk(doc.tenant, p.chunk_id, doc.doc_id, p.seq, len(pieces), p.text, doc.version, doc_hash))
-                for p in pieces
-            ]
-
-        await self._once(doc.tenant, f"doc:{doc.doc_id}:{doc_hash[:32]}:{doc.version}", decide)
