@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 
 from topics import ContractError, FactEvent, decode, validate_tenant
+from workers.retry import backoff
+from workers.roles import parse_roles
 from workers.settings import Settings
 
 
@@ -124,7 +126,8 @@ def cmd_topics(settings: Settings, args) -> int:
 
 def cmd_worker(settings: Settings, args) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if {r.strip() for r in args.role.split(",")} - {""} == {"query"}:
+    roles = parse_roles(args.role)
+    if roles == {"query"}:
         # The HTTP API alone needs only Redis: no Kafka client, and workers.app (faust) is not
         # even imported. Indexing roles, with or without query, are one faust worker.
         from workers.query.server import run_query_server
@@ -132,9 +135,7 @@ def cmd_worker(settings: Settings, args) -> int:
         run_query_server(settings)
         return 0
     from ops.kafka_admin import ensure_topics
-    from workers.app import parse_roles, run_worker
-
-    roles = parse_roles(args.role)
+    from workers.app import run_worker
 
     # A worker (re)started while the broker restarts waits for it, up to the outage deadline,
     # instead of exiting; a fresh admin client each try (kafka-python's reconnect backoff grows
@@ -151,7 +152,7 @@ def cmd_worker(settings: Settings, args) -> int:
                 logging.getLogger("memstream.worker").error("gave up waiting for Kafka at %s after %.0fs (MEMSTREAM_OUTAGE_DEADLINE)", settings.kafka_bootstrap, waited)
                 raise
             logging.getLogger("memstream.worker").warning("waiting for Kafka at %s, %.0fs so far (%s: %s)", settings.kafka_bootstrap, waited, type(exc).__name__, exc)
-            time.sleep(min(5.0, 0.5 * attempt))
+            time.sleep(backoff(attempt, 0.5, 5.0))
     run_worker(settings, roles)
     return 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workers.app import ROLE_TOPICS
+from workers.roles import ROLE_TOPICS
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

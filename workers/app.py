@@ -22,21 +22,10 @@ from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query.server import cached_embedder, query_app, serve
 from workers.retry import backoff
+from workers.roles import ROLE_TOPICS
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
-
-ROLE_TOPICS = {"chunker": "documents", "extractor": "chunks", "detector": "candidate-facts", "resolver": "conflict-sets"}
-ROLES = ("all", *ROLE_TOPICS, "query")
-
-
-def parse_roles(spec: str) -> set[str]:
-    roles = {r.strip() for r in spec.split(",") if r.strip()}
-    unknown = roles - set(ROLES)
-    if unknown or not roles:
-        raise ValueError(f"unknown role(s) {sorted(unknown)}; choose from {', '.join(ROLES)}")
-    return set(ROLE_TOPICS) | {"query"} if "all" in roles else roles
-
 
 def create_app(settings: Settings, roles: set[str]) -> faust.App:
     settings.home.mkdir(parents=True, exist_ok=True)

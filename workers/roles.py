@@ -1,0 +1,16 @@
+"""The worker roles `memstream worker --role` accepts: each indexing role is the agent of one
+topic (one faust app runs them); `query` is the HTTP API, which needs Redis only."""
+
+from __future__ import annotations
+
+ROLE_TOPICS = {"chunker": "documents", "extractor": "chunks", "detector": "candidate-facts", "resolver": "conflict-sets"}
+ROLES = ("all", *ROLE_TOPICS, "query")
+
+
+def parse_roles(spec: str) -> set[str]:
+    """The roles of a comma-separated spec (`all` = every role); ValueError names unknown ones."""
+    roles = {r.strip() for r in spec.split(",") if r.strip()}
+    unknown = roles - set(ROLES)
+    if unknown or not roles:
+        raise ValueError(f"unknown role(s) {sorted(unknown)}; choose from {', '.join(ROLES)}")
+    return set(ROLE_TOPICS) | {"query"} if "all" in roles else roles
