@@ -1,15 +1,20 @@
 """End to end on real Kafka + Redis, through the CLI as a user runs it: publish --wait, tail,
-query; dead letters; tenant isolation."""
+query; dead letters; tenant isolation.
+
+Worker processes (each loads torch and the embedding model) are shared by the tests that can
+run on the same settings, each test on its own tenant: one rules worker (τ = 1, the default
+text limit) and one with a single partition and a 4 KiB text limit for dead letters;
+the replay pipeline's exact events run in process (test_stages_replay)."""
 
 import hashlib
 import json
 import time
 import uuid
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.conftest import write_docs
-from workers.algorithms.normalize import content_hash, relation_name
+from tests.conftest import Cli, Workers, write_docs
 
 CORPUS = {
     "lighthouse": "Captain Ilse Marrow built the Varn Lighthouse in 1871. The Varn Lighthouse stands on Kestrel Point.",
@@ -18,68 +23,40 @@ CORPUS = {
     "observatory": "The Halden Observatory tracks the comet Vesk. Dr Mira Okafor directs the Halden Observatory.",
 }
 
-# The replay script: exactly these facts per document (each document is one chunk).
-SCRIPT = {
-    "lighthouse": [("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK"), ("Varn Lighthouse", "LANDMARK", "stands on", "Kestrel Point", "PLACE")],
-    "harbour": [("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK")],
-    "orchard": [("Dunmore Orchard", "FARM", "grows", "Pellow apples", "PRODUCE"), ("Tomas Reed", "PERSON", "owns", "Dunmore Orchard", "FARM")],
-    "observatory": [("Halden Observatory", "ORGANIZATION", "tracks", "Vesk", "COMET"), ("Mira Okafor", "PERSON", "directs", "Halden Observatory", "ORGANIZATION")],
-}
-
-
-def write_replay(path):
-    lines = []
-    for doc_id, facts in SCRIPT.items():
-        entities = {(h, ht) for h, ht, _, _, _ in facts} | {(t, tt) for _, _, _, t, tt in facts}
-        lines.append(json.dumps({
-            "text_sha256": content_hash(CORPUS[doc_id]),
-            "entities": [{"name": n, "type": t} for n, t in sorted(entities)],
-            "facts": [{"head": h, "head_type": ht, "relation": r, "tail": t, "tail_type": tt, "category": "DECLARATIVE", "valid_from": None, "valid_to": None}
-                      for h, ht, r, t, tt in facts],
-        }))
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def tenant_name(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def rules_workers(stack_env, tmp_path_factory):
+    """One `memstream worker` (all roles, rules extractor, τ = 1, default limits) for every
+    test of this module that needs nothing else."""
+    workers = Workers(stack_env, tmp_path_factory.mktemp("rules-workers"), extractor="rules", tau=1)
+    try:
+        workers.start()
+        yield workers
+    finally:
+        workers.stop()
+
+
+@pytest.fixture(scope="module")
+def dlq_workers(stack_env, tmp_path_factory):
+    """One worker with a single partition (a bad message and the good one behind it share it)
+    and a 4 KiB text limit (a letter of 600 KB escaped would not fit the topic)."""
+    workers = Workers(stack_env, tmp_path_factory.mktemp("dlq-workers"), extractor="rules", partitions=1, max_text_bytes=4096)
+    try:
+        workers.start()
+        yield workers
+    finally:
+        workers.stop()
 
 
 def triples(events, kind):
     return sorted((e["fact"]["head"], e["fact"]["relation"], e["fact"]["tail"]) for e in events if e["event"] == kind)
 
 
-def test_replay_pipeline_publish_tail_query(make_workers, tmp_path):
-    # τ = 1: every scripted schema is stable at once (the gate is tested in test_memory_agents)
-    workers = make_workers(extractor="replay", replay_file=write_replay(tmp_path / "replay.jsonl"), tau=1)
-    workers.start()
-    cli, tenant = workers.cli, tenant_name("replay")
-    paths = write_docs(tmp_path / "docs", CORPUS)
-
-    cli.run("publish", *paths, "--tenant", tenant, "--wait", "--timeout", "120")
-    events = cli.tail(tenant)
-    assert len({e["event_id"] for e in events}) == len(events), "an event was published twice"
-    assert all(e["tenant"] == tenant and e["graph_version"] > 0 and e["fact"]["status"] == "active" for e in events)
-    # every scripted fact activated once; the fact two documents share is merged, not duplicated
-    assert triples(events, "activated") == sorted({(h, relation_name(r), t) for facts in SCRIPT.values() for h, _, r, t, _ in facts})
-    assert triples(events, "merged") == [("Ilse Marrow", "build", "Varn Lighthouse")]
-    (merged,) = [e for e in events if e["event"] == "merged"]
-    assert len(merged["passage_ids"]) == 2
-
-    answer = cli.query("Who directs the observatory that tracks comets?", tenant)
-    assert answer["passages"][0]["doc_id"] == "observatory"
-    assert answer["tenant"] == tenant and answer["graph_version"] >= max(e["graph_version"] for e in events)
-    assert {"passages", "entities", "facts", "graph_version", "timings_ms"} <= answer.keys()
-    assert any(f["head"] == "Mira Okafor" for f in answer["facts"])
-
-    # publishing the same documents again changes nothing and emits nothing
-    cli.run("publish", *paths, "--tenant", tenant, "--wait", "--timeout", "60")
-    assert cli.tail(tenant) == events
-
-
-def test_rules_pipeline_publish_tail_query(make_workers, tmp_path):
-    workers = make_workers(extractor="rules", tau=1)
-    workers.start()
+def test_rules_pipeline_publish_tail_query(rules_workers, tmp_path):
+    workers = rules_workers
     cli, tenant = workers.cli, tenant_name("rules")
     cli.run("publish", *write_docs(tmp_path / "docs", CORPUS), "--tenant", tenant, "--wait", "--timeout", "120")
     events = cli.tail(tenant)
@@ -87,8 +64,14 @@ def test_rules_pipeline_publish_tail_query(make_workers, tmp_path):
     assert ("Captain Ilse Marrow", "build", "Varn Lighthouse") in activated
     assert ("Tomas Reed", "own", "Dunmore Orchard") in activated
     assert triples(events, "merged") == [("Captain Ilse Marrow", "build", "Varn Lighthouse")]
+    assert len({e["event_id"] for e in events}) == len(events), "an event was published twice"
+    assert all(e["tenant"] == tenant and e["graph_version"] > 0 for e in events)
     assert cli.query("Who owns the orchard with Pellow apples?", tenant)["passages"][0]["doc_id"] == "orchard"
     assert cli.query("When does the harbour freeze?", tenant)["passages"][0]["doc_id"] == "harbour"
+
+    # publishing the same documents again changes nothing and emits nothing
+    cli.run("publish", *write_docs(tmp_path / "docs", CORPUS), "--tenant", tenant, "--wait", "--timeout", "60")
+    assert cli.tail(tenant) == events
 
 
 def _dlq_letters(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[dict]:
@@ -104,9 +87,8 @@ def _dlq_letters(bootstrap: str, topic: str, expected: int, timeout: float = 60)
     return letters
 
 
-def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(make_workers, tmp_path):
-    workers = make_workers(extractor="rules", partitions=1, max_text_bytes=4096)
-    workers.start()
+def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(dlq_workers, tmp_path):
+    workers = dlq_workers
     env, ns, tenant = workers.env, workers.env["MEMSTREAM_TOPIC_NAMESPACE"], tenant_name("dlq")
     good = {"v": 1, "tenant": tenant}
     bad = {
@@ -159,10 +141,8 @@ def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(make_w
     assert any("y" * 5000 in l["payload"] for l in letters)
 
 
-def test_two_tenants_with_the_same_text_see_only_their_own(make_workers, tmp_path):
-    workers = make_workers(extractor="rules", tau=1)
-    workers.start()
-    cli = workers.cli
+def test_two_tenants_with_the_same_text_see_only_their_own(rules_workers, tmp_path):
+    cli = rules_workers.cli
     alpha, beta = tenant_name("alpha"), tenant_name("beta")
     shared = {"orchard": CORPUS["orchard"]}
     cli.run("publish", *write_docs(tmp_path / "a", {**shared, "observatory": CORPUS["observatory"]}), "--tenant", alpha, "--wait", "--timeout", "120")
@@ -180,31 +160,29 @@ def test_two_tenants_with_the_same_text_see_only_their_own(make_workers, tmp_pat
     assert cli.query("anything", tenant_name("nobody"))["passages"] == []
 
 
-def test_publish_rejects_invalid_documents_and_indexes_the_rest(make_workers, tmp_path):
-    workers = make_workers(extractor="rules", max_text_bytes=1000)
-    workers.start()
+def test_publish_rejects_invalid_documents_and_indexes_the_rest(dlq_workers, tmp_path):
+    """The limit is the publisher's own (1000 bytes here); the worker's is larger."""
+    cli = Cli({**dlq_workers.env, "MEMSTREAM_MAX_TEXT_BYTES": "1000"})
     tenant = tenant_name("bad-input")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "empty.txt").write_text("")
     (docs / "big.txt").write_text("word " * 400)
     (docs / "good.txt").write_text(CORPUS["orchard"])
-    proc = workers.cli.run("publish", *(str(docs / n) for n in ("empty.txt", "big.txt", "good.txt")), "--tenant", tenant, "--wait", "--timeout", "120", check=False)
+    proc = cli.run("publish", *(str(docs / n) for n in ("empty.txt", "big.txt", "good.txt")), "--tenant", tenant, "--wait", "--timeout", "120", check=False)
     assert proc.returncode == 2
     assert "rejected" in proc.stderr and "empty.txt: field 'text' is empty" in proc.stderr
     assert "big.txt: field 'text' is 2000 bytes, over the limit of 1000 bytes" in proc.stderr
-    assert workers.cli.query("Pellow apples", tenant)["passages"][0]["doc_id"] == "good"
-    bad_tenant = workers.cli.run("publish", str(docs / "good.txt"), "--tenant", "no/slashes", check=False)
+    assert cli.query("Pellow apples", tenant)["passages"][0]["doc_id"] == "good"
+    bad_tenant = cli.run("publish", str(docs / "good.txt"), "--tenant", "no/slashes", check=False)
     assert bad_tenant.returncode == 2 and "invalid tenant 'no/slashes'" in bad_tenant.stderr
 
 
-def test_query_endpoint_refuses_bad_requests(make_workers):
+def test_query_endpoint_refuses_bad_requests(rules_workers):
     import urllib.error
     import urllib.request
 
-    workers = make_workers(extractor="rules")
-    workers.start(role="query")
-    url = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}"
+    url = f"http://127.0.0.1:{rules_workers.env['MEMSTREAM_HTTP_PORT']}"
 
     def post(body: bytes):
         req = urllib.request.Request(url + "/v1/query", data=body, headers={"Content-Type": "application/json"})
@@ -226,9 +204,8 @@ def test_query_endpoint_refuses_bad_requests(make_workers):
         assert b"memstream_query_seconds" in r.read()
 
 
-def test_oversize_document_is_dead_lettered_whole(make_workers, tmp_path):
-    workers = make_workers(extractor="rules")  # default limit: 1 MiB of text
-    workers.start()
+def test_oversize_document_is_dead_lettered_whole(rules_workers, tmp_path):
+    workers = rules_workers  # default limit: 1 MiB of text
     env, ns, tenant = workers.env, workers.env["MEMSTREAM_TOPIC_NAMESPACE"], tenant_name("big")
     text = "word " * 300_000  # 1.5 MB
     producer = KafkaProducer(bootstrap_servers=env["MEMSTREAM_KAFKA_BOOTSTRAP"], max_request_size=8 << 20)
@@ -239,9 +216,8 @@ def test_oversize_document_is_dead_lettered_whole(make_workers, tmp_path):
     assert json.loads(letter["payload"])["text"] == text
 
 
-def test_republishing_an_earlier_text_makes_it_current_again(make_workers, tmp_path):
-    workers = make_workers(extractor="rules")
-    workers.start()
+def test_republishing_an_earlier_text_makes_it_current_again(rules_workers, tmp_path):
+    workers = rules_workers
     tenant = tenant_name("revert")
     first, second = CORPUS["orchard"], CORPUS["observatory"]
     for text in (first, second, first):
