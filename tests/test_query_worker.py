@@ -1,15 +1,22 @@
 """The query worker over HTTP on real Kafka + Redis: PPR answers with their seeds, new documents
 seen without a restart through graph deltas (no second load, no rebuild), two replicas agreeing,
-the drill-down endpoints, answer generation through an OpenAI-compatible server, and errors."""
+the drill-down endpoints, answer generation through an OpenAI-compatible server, and errors.
+
+Two worker processes serve the module (each loads torch and the embedding model), each test on
+its own tenant: an all-roles worker answering with a fake OpenAI-compatible server, and a
+query-only replica without an LLM."""
 
 import json
 import urllib.error
 import urllib.request
 import uuid
 
+import pytest
+
 from ops.fake_llm import FakeOpenAI
 from ops.stack import free_port
-from tests.conftest import write_docs
+from tests.conftest import Workers, write_docs
+from workers.algorithms.chunking import chunk_id_of
 
 FIRST = {
     "mill": "Oskar Lind runs the Tarn Mill. The Tarn Mill grinds rye for Port Selka.",
@@ -30,9 +37,40 @@ def call(base: str, path: str, body: dict | None = None):
         return exc.code, json.loads(exc.read())
 
 
-def test_ppr_sees_new_documents_through_deltas_and_replicas_agree(make_workers, tmp_path):
-    workers = make_workers(extractor="rules", tau=1)
-    workers.start()
+def _answer_model(body):
+    """Cites the mill's passage when the request carries its text and its id — by what the
+    request holds, not by the prompt's layout (workers/models/prompts.py may change it)."""
+    content = json.dumps(body["messages"], ensure_ascii=False)
+    mill = chunk_id_of(FIRST["mill"])
+    cited = [mill] if mill in content and json.dumps(FIRST["mill"], ensure_ascii=False)[1:-1] in content else []
+    return json.dumps({"answer": "Oskar Lind", "citations": cited})
+
+
+@pytest.fixture(scope="module")
+def workers(stack_env, tmp_path_factory):
+    """An all-roles worker (rules extractor, τ = 1) whose answers come from a fake
+    OpenAI-compatible server, for every test of the module."""
+    with FakeOpenAI(default=_answer_model) as llm:
+        workers = Workers(stack_env, tmp_path_factory.mktemp("query-workers"), extractor="rules", tau=1,
+                          llm_base_url=llm.base_url, llm_model="fake-answer")
+        try:
+            workers.start()
+            yield workers
+        finally:
+            workers.stop()
+
+
+@pytest.fixture(scope="module")
+def replica(workers) -> str:
+    """A second query worker over the same Redis, without an LLM; its base URL. A replica loads
+    a tenant's graph on that tenant's first query, so one started before that query is as new
+    to the tenant as one started just then."""
+    port = str(free_port())
+    workers.start(role="query", MEMSTREAM_HTTP_PORT=port, MEMSTREAM_LLM_BASE_URL="", MEMSTREAM_LLM_MODEL="")
+    return f"http://127.0.0.1:{port}"
+
+
+def test_ppr_sees_new_documents_through_deltas_and_replicas_agree(workers, replica, tmp_path):
     base, tenant = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}", f"q-{uuid.uuid4().hex[:8]}"
     workers.cli.run("publish", *write_docs(tmp_path / "first", FIRST), "--tenant", tenant, "--wait", "--timeout", "120")
 
@@ -51,12 +89,11 @@ def test_ppr_sees_new_documents_through_deltas_and_replicas_agree(make_workers, 
     assert later["graph"]["changes_applied"] > first["graph"]["changes_applied"]
     assert later["graph"]["nodes"] > first["graph"]["nodes"] and later["graph_version"] > first["graph_version"]
 
-    # a second query replica, started now, loads the same graph and answers the same
-    port = str(free_port())
-    workers.start(role="query", MEMSTREAM_HTTP_PORT=port)
-    _, replica = call(f"http://127.0.0.1:{port}", "/v1/query", {"query": "Who sails the ferry that carries rye?", "tenant": tenant, "top_k": 2})
-    assert [(p["id"], p["score"]) for p in replica["passages"]] == [(p["id"], p["score"]) for p in later["passages"]]
-    assert replica["graph"]["edges"] == later["graph"]["edges"]
+    # a second query replica, new to this tenant, loads the same graph and answers the same
+    _, replicated = call(replica, "/v1/query", {"query": "Who sails the ferry that carries rye?", "tenant": tenant, "top_k": 2})
+    assert replicated["graph"]["loads"] == 1
+    assert [(p["id"], p["score"]) for p in replicated["passages"]] == [(p["id"], p["score"]) for p in later["passages"]]
+    assert replicated["graph"]["edges"] == later["graph"]["edges"]
 
     # dense mode keeps the skeleton's shape
     status, dense = call(base, "/v1/query", {"query": "Who sails the ferry?", "tenant": tenant, "mode": "dense"})
@@ -74,10 +111,8 @@ def test_ppr_sees_new_documents_through_deltas_and_replicas_agree(make_workers, 
     assert call(base, "/v1/passages/x?tenant=bad%20tenant")[0] == 400
 
 
-def test_query_errors_are_json_and_specific(make_workers):
-    workers = make_workers(extractor="rules")
-    workers.start(role="query")
-    base = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}"
+def test_query_errors_are_json_and_specific(replica):
+    base = replica
     assert "'mode'" in call(base, "/v1/query", {"query": "x", "mode": "magic"})[1]["error"]
     assert "unknown retrieval parameter" in call(base, "/v1/query", {"query": "x", "params": {"alpah": 1}})[1]["error"]
     assert "'answer'" in call(base, "/v1/query", {"query": "x", "answer": "yes"})[1]["error"]
@@ -86,16 +121,9 @@ def test_query_errors_are_json_and_specific(make_workers):
     assert status == 200 and body["passages"] == [] and body["fallback"] == "dense"
 
 
-def test_answer_generation_cites_retrieved_passages(make_workers, tmp_path):
-    def model(body):
-        ids = [line[1:].split("]", 1)[0] for line in body["messages"][1]["content"].splitlines() if line.startswith("[")]
-        return json.dumps({"answer": "Oskar Lind", "citations": ids[:1]})
-
-    with FakeOpenAI(default=model) as llm:
-        workers = make_workers(extractor="rules", tau=1, llm_base_url=llm.base_url, llm_model="fake-answer")
-        workers.start()
-        base, tenant = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}", f"a-{uuid.uuid4().hex[:8]}"
-        workers.cli.run("publish", *write_docs(tmp_path / "docs", FIRST), "--tenant", tenant, "--wait", "--timeout", "120")
-        status, body = call(base, "/v1/query", {"query": "Who runs the Tarn Mill?", "tenant": tenant, "answer": True, "top_k": 2})
+def test_answer_generation_cites_retrieved_passages(workers, tmp_path):
+    base, tenant = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}", f"a-{uuid.uuid4().hex[:8]}"
+    workers.cli.run("publish", *write_docs(tmp_path / "docs", FIRST), "--tenant", tenant, "--wait", "--timeout", "120")
+    status, body = call(base, "/v1/query", {"query": "Who runs the Tarn Mill?", "tenant": tenant, "answer": True, "top_k": 2})
     assert status == 200 and body["answer"]["text"] == "Oskar Lind"
     assert body["answer"]["citations"] == [body["passages"][0]["id"]]
