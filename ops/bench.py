@@ -15,25 +15,26 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
-from ops.fake_llm import FakeOpenAI, user_text
+from ops.fake_llm import FakeOpenAI
 from ops.kafka_admin import ensure_topics
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr, wait_worker_healthy, worker_env
+from ops.processes import WorkerProcess, worker_env
+from ops.stack import Stack, free_port, stderr
 from store import Memory
 from store.facts import Fact
 from topics import Chunk, Document
 from topics.records import Triple
 from workers.models.extraction import RulesExtractor
-from workers.algorithms.normalize import entity_id, fact_id, schema_id
+from workers.algorithms.chunking import chunk_id_of
+from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
 from workers.settings import Settings
 
 FIRST = ["Ada", "Bram", "Cora", "Dag", "Eira", "Finn", "Gro", "Hal", "Ines", "Jon", "Kari", "Lars", "Mina", "Nils", "Olga", "Per"]
@@ -49,20 +50,31 @@ def synthetic_doc(i: int) -> str:
             f"{person} lives in {TOWNS[(i + 3) % 8]}.")
 
 
-def fake_model(body: dict) -> str:
-    """Extraction: the rules extractor's answer in the LLM schema; resolution: keep all."""
-    if body["response_format"]["json_schema"]["name"] == "resolution":
-        prompt = body["messages"][1]["content"]
-        ids = [line[2:].split(":", 1)[0] for line in prompt.splitlines() if line.startswith("- ")]
-        passage = next(line[1:].split("]", 1)[0] for line in prompt.splitlines() if line.startswith("["))
+def rules_llm(texts: Iterable[str], latency_s: float) -> FakeOpenAI:
+    """The fake LLM of fixed latency for a known corpus, answering by input: each text's
+    extraction is the rules extractor's, in the LLM schema, precomputed and matched by the text;
+    a resolution keeps every fact of the corpus the request names, with the first named passage
+    of the corpus as evidence."""
+    answers: dict[str, str] = {}
+    facts: set[str] = set()
+    passages: set[str] = set()
+    for text in texts:
+        extraction = RulesExtractor().extract_sync(text)
+        answers[text] = json.dumps({
+            "entities": [{"name": e.name, "type": e.type} for e in extraction.entities],
+            "facts": [{"head": f.head, "head_type": f.head_type, "relation": f.relation, "tail": f.tail, "tail_type": f.tail_type,
+                       "category": f.category, "valid_from": None, "valid_to": None} for f in extraction.facts],
+        })
+        facts.update(fact_id(entity_id(f.head), relation_name(f.relation), entity_id(f.tail)) for f in extraction.facts)
+        passages.add(chunk_id_of(text))  # each benchmark document is one chunk
+
+    def keep_all(body: dict) -> str:
+        mentioned = "\n".join(m["content"] for m in body["messages"])
+        passage = min(p for p in passages if p in mentioned)
         return json.dumps({"decisions": [{"fact_id": f, "action": "keep", "evidence": "benchmark", "evidence_passage_id": passage,
-                                          "valid_from": None, "valid_to": None, "scope": None} for f in ids]})
-    extraction = RulesExtractor().extract_sync(user_text(body))
-    return json.dumps({
-        "entities": [{"name": e.name, "type": e.type} for e in extraction.entities],
-        "facts": [{"head": f.head, "head_type": f.head_type, "relation": f.relation, "tail": f.tail, "tail_type": f.tail_type,
-                   "category": f.category, "valid_from": None, "valid_to": None} for f in extraction.facts],
-    })
+                                          "valid_from": None, "valid_to": None, "scope": None} for f in sorted(facts) if f in mentioned]})
+
+    return FakeOpenAI(answers=answers, schema_answers={"resolution": keep_all}, latency_s=latency_s)
 
 
 async def fill_memory(settings: Settings, tenant: str, passages: int, offset: int, dims: int = 384, batch: int = 100) -> None:
@@ -102,22 +114,25 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
     Stack(settings).up(stderr)
     ns = f"bench{uuid.uuid4().hex[:8]}"
     home = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
-    with FakeOpenAI(default=fake_model, latency_s=latency_ms / 1000) as llm:
+    tenant = f"{ns}-grow"
+    warm, burst_docs = _docs(f"{ns}-warm", 10_000_000, 4), _docs(f"{ns}-burst", 20_000_000, burst)
+    probes = {size: [_docs(tenant, 30_000_000 + size + i, 1) for i in range(probe)] for size in sizes}
+    corpus = warm + burst_docs + [doc for docs in probes.values() for batch in docs for doc in batch]
+    with rules_llm((doc.text for doc in corpus), latency_ms / 1000) as llm:
         env = worker_env(settings, ns, home, MEMSTREAM_EXTRACTOR="llm", MEMSTREAM_RESOLVER="llm", MEMSTREAM_LLM_BASE_URL=llm.base_url,
                          MEMSTREAM_LLM_MODEL=f"fake-{ns}", MEMSTREAM_LLM_CONCURRENCY=str(concurrency), MEMSTREAM_HTTP_PORT=str(free_port()))
         bench = Settings.from_env(env)
         ensure_topics(bench)
-        worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env=env, stdout=open(home / "worker.log", "wb"), stderr=subprocess.STDOUT)
-        try:
-            wait_worker_healthy(bench, worker, home / "worker.log")
+        with WorkerProcess.spawn(home / "worker.log", env) as worker:
+            worker.wait_healthy()
             # warm up: model load, first index creation
-            _index(bench, _docs(f"{ns}-warm", 10_000_000, 4))
+            _index(bench, warm)
 
             stderr("bench: embedding-bound limit (the same texts through the local embedder alone)")
-            embed_bound = _embedding_bound(_docs(f"{ns}-burst", 20_000_000, burst))
+            embed_bound = _embedding_bound(burst_docs)
             stderr(f"bench: burst of {burst} documents")
             calls_before = llm.calls
-            seconds = _index(bench, _docs(f"{ns}-burst", 20_000_000, burst))
+            seconds = _index(bench, burst_docs)
             throughput = {"chunks": burst, "seconds": round(seconds, 2), "chunks_per_s": round(burst / seconds, 2),
                           "llm_bound_chunks_per_s": round(concurrency / (latency_ms / 1000), 2),
                           "llm_calls_per_chunk": round((llm.calls - calls_before) / burst, 3)}
@@ -125,19 +140,16 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
             throughput["embedding_bound_chunks_per_s"] = round(embed_bound, 2)
             throughput["fraction_of_embedding_bound"] = round(throughput["chunks_per_s"] / embed_bound, 3)
 
-            rows, filled, tenant = [], 0, f"{ns}-grow"
+            rows, filled = [], 0
             for size in sizes:
                 stderr(f"bench: filling memory to {size} passages")
                 asyncio.run(fill_memory(bench, tenant, size - filled, filled))
                 filled = size
-                latencies = [_index(bench, _docs(tenant, 30_000_000 + size + i, 1)) for i in range(probe)]
+                latencies = [_index(bench, docs) for docs in probes[size]]
                 rows.append({"passages": size, "probe_docs": probe, "doc_ms_p50": round(1000 * statistics.median(latencies), 1),
                              "doc_ms_mean": round(1000 * statistics.fmean(latencies), 1)})
             for row in rows:
                 row["ratio_to_smallest"] = round(row["doc_ms_p50"] / rows[0]["doc_ms_p50"], 3)
-        finally:
-            worker.terminate()
-            worker.wait(timeout=30)
     result = {"latency_ms": latency_ms, "concurrency": concurrency, "vector_index": bench.vector_index, "throughput": throughput, "per_document": rows}
     if as_json:
         print(json.dumps(result, indent=1))

@@ -7,18 +7,16 @@ legitimately differs between two runs of one corpus."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ops.fake_llm import FakeOpenAI
+from ops.processes import WorkerProcess, stop_all
 from ops.stack import Stack, free_port
 
 TERM_TIMEOUT_S = 60  # a graceful stop that takes longer is finished with SIGKILL (and logged)
@@ -56,9 +54,12 @@ class ActionLog:
 class Worker:
     name: str
     role: str
-    proc: subprocess.Popen
-    log: Path
+    process: WorkerProcess
     stopping: bool = False  # signalled by the driver: its exit is no crash
+
+    @property
+    def log(self) -> Path:
+        return self.process.log
 
     def ready(self) -> bool:
         """faust logged that it is up (at log level info): it may hold partitions and work."""
@@ -83,54 +84,38 @@ class Fleet:
     def start(self, role: str) -> Worker:
         self.started += 1
         name = f"{role}-{self.started}"
-        log = self.logs / f"{name}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker", "--role", role], env=self.env, cwd=self.cwd,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        worker = Worker(name, role, proc, log)
+        worker = Worker(name, role, WorkerProcess.spawn(self.logs / f"{name}.log", self.env, role=role, cwd=self.cwd))
         self.workers.append(worker)
         return worker
 
     def running(self, role: str | None = None) -> list[Worker]:
-        return [w for w in self.workers if w.proc.poll() is None and not w.stopping and role in (None, w.role)]
+        return [w for w in self.workers if w.process.running() and not w.stopping and role in (None, w.role)]
 
     def stop(self, worker: Worker, sig: int) -> str:
         """SIGKILL goes to the process group at once; SIGTERM to the process, as compose,
         systemd and Kubernetes send it, then waits for it to exit. Returns how it ended."""
         worker.stopping = True
         if sig == signal.SIGKILL:
-            os.killpg(worker.proc.pid, signal.SIGKILL)
-            worker.proc.wait()
+            worker.process.kill()
             return "killed"
         started = time.monotonic()
-        worker.proc.send_signal(signal.SIGTERM)
-        try:
-            worker.proc.wait(timeout=TERM_TIMEOUT_S)
-            return f"exited {worker.proc.returncode} after {time.monotonic() - started:.1f}s"
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.proc.pid, signal.SIGKILL)
-            worker.proc.wait()
-            return f"still running {TERM_TIMEOUT_S}s after SIGTERM: killed"
+        if worker.process.stop(TERM_TIMEOUT_S):
+            return f"exited {worker.process.returncode} after {time.monotonic() - started:.1f}s"
+        return f"still running {TERM_TIMEOUT_S}s after SIGTERM: killed"
 
     def supervise(self) -> None:
         """Restart a worker that exited by itself, as a process supervisor would."""
         for worker in list(self.workers):
-            if not worker.stopping and worker.proc.poll() is not None:
+            if not worker.stopping and not worker.process.running():
                 worker.stopping = True
                 self.crashes += 1
                 replacement = self.start(worker.role)
-                self.say(f"CRASH {worker.name} exited by itself with {worker.proc.returncode} (see {worker.log}); restarted as {replacement.name}")
+                self.say(f"CRASH {worker.name} exited by itself with {worker.process.returncode} (see {worker.log}); restarted as {replacement.name}")
 
     def stop_all(self) -> None:
         for worker in self.running():
             worker.stopping = True
-            worker.proc.send_signal(signal.SIGTERM)
-        for worker in self.workers:
-            try:
-                worker.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.proc.pid, signal.SIGKILL)
-                worker.proc.wait()
+        stop_all(w.process for w in self.workers)
 
 
 @dataclass(frozen=True)
@@ -176,18 +161,18 @@ class Chaos:
             normal_latency = self.llm.latency_s if self.llm else 0.0
             if action.role == "extractor" and self.llm is not None:
                 self._slow_calls_in_flight(len(ready))
-            self.say(f"{sig.name} {victim.name} (pid {victim.proc.pid}{'' if victim.ready() else ', still starting'})")
+            self.say(f"{sig.name} {victim.name} (pid {victim.process.pid}{'' if victim.ready() else ', still starting'})")
             ended = self.fleet.stop(victim, sig)
             if self.llm is not None:
                 self.llm.latency_s = normal_latency
             replacement = self.fleet.start(victim.role)
             self.counts[action.kind] += 1
             self.counts["restarts"] += 1
-            self.say(f"  {victim.name} {ended}; restarted as {replacement.name} (pid {replacement.proc.pid})")
+            self.say(f"  {victim.name} {ended}; restarted as {replacement.name} (pid {replacement.process.pid})")
         elif action.kind == "join":
             joined = self.fleet.start(action.role)
             self.counts["joins"] += 1
-            self.say(f"REBALANCE {joined.name} (pid {joined.proc.pid}) joins the group")
+            self.say(f"REBALANCE {joined.name} (pid {joined.process.pid}) joins the group")
         elif action.kind == "redis":
             self.say("REDIS stop")
             self.stack.service_down("redis")

@@ -4,14 +4,13 @@ indexed, a few indexed-fact events and the answers to sample queries."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 from ops.kafka_admin import ensure_topics
 from ops.publish import load_documents, publish, wait_indexed
-from ops.stack import Stack, stderr, wait_worker_healthy
+from ops.processes import WorkerProcess
+from ops.stack import Stack, stderr
 from workers.settings import Settings
 
 SAMPLE_CORPUS = Path(__file__).parent / "sample_corpus"
@@ -31,10 +30,8 @@ def run_demo(settings: Settings) -> int:
     ensure_topics(settings)
     stderr("== 2. workers (chunker, extractor, detector, resolver, query)")
     log_path = settings.home / "demo-worker.log"
-    with open(log_path, "wb") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_worker_healthy(settings, worker, log_path)
+    with WorkerProcess.spawn(log_path) as worker:
+        worker.wait_healthy()
         stderr(f"== 3. publish the sample corpus ({SAMPLE_CORPUS}) as tenant '{TENANT}'")
         loaded = load_documents(sorted(str(p) for p in SAMPLE_CORPUS.glob("*.md")), TENANT, settings.max_text_bytes)
         publish(settings, loaded.documents)
@@ -52,9 +49,3 @@ def run_demo(settings: Settings) -> int:
         stderr("done. Try: memstream query \"Who founded Brightwater?\" --tenant demo (with `memstream worker` running);"
                " `memstream tail --tenant demo --from-beginning` for events; `memstream stack down` to stop Kafka and Redis.")
         return 0
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()

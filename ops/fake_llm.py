@@ -1,10 +1,20 @@
 """A fake OpenAI-compatible chat server on 127.0.0.1: the test double of the LLM tests and the
 fixed-latency LLM of the indexing benchmark. Never a production component.
 
-Each POST /v1/chat/completions takes the next scripted step, or asks `default` when the
-script is empty. A step is a dict: {"status": 429} (or any HTTP error), {"delay": seconds}
-(then the next step answers), {"content": "..."} (a 200 answer), or a callable(request
-body) → content. Every request body is recorded in `requests`."""
+Answers are scripted by input, never by the prompt's layout (workers/models/prompts.py may
+change it freely). Each POST /v1/chat/completions is answered by the first of:
+1. the next scripted step, if `script` is not empty: a dict {"status": 429} (or any HTTP
+   error), {"delay": seconds} (then the rest of this list answers), {"content": "..."} (a 200
+   answer), or an answer;
+2. `schema_answers[name]`, where name is the request's structured-output schema
+   (`response_format.json_schema.name`: "extraction", "resolution", "answer");
+3. `answers[snippet]` for the longest snippet that occurs in the content of one of the
+   request's messages (a chunk's text, a fact id), so a text contained in another is no
+   mistake;
+4. `default`, else HTTP 500 "script exhausted".
+An answer is the content string, or a callable(request body) → content. Every request body is
+recorded in `requests`, and the snippet that answered it (None: another way) in
+`answered_by`."""
 
 from __future__ import annotations
 
@@ -13,15 +23,21 @@ import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Callable, Mapping, Union
+
+Answer = Union[str, Callable[[dict], str]]
 
 
 class FakeOpenAI:
-    def __init__(self, default: Callable[[dict], str] | None = None, latency_s: float = 0.0):
+    def __init__(self, default: Callable[[dict], str] | None = None, latency_s: float = 0.0,
+                 answers: Mapping[str, Answer] | None = None, schema_answers: Mapping[str, Answer] | None = None):
         self.script: deque = deque()
         self.default = default
         self.latency_s = latency_s
+        self.answers: dict[str, Answer] = dict(answers or {})
+        self.schema_answers: dict[str, Answer] = dict(schema_answers or {})
         self.requests: list[dict] = []
+        self.answered_by: list[str | None] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -46,10 +62,23 @@ class FakeOpenAI:
         return len(self.requests)
 
     def _next(self, body: dict):
+        """The scripted step (or None) and the answer by input (or None) for this request."""
         with self._lock:
-            self.requests.append(body)
             step = self.script.popleft() if self.script else None
-        return step
+            snippet, answer = self._by_input(body)
+            self.requests.append(body)
+            self.answered_by.append(snippet if step is None or (isinstance(step, dict) and "delay" in step) else None)
+        return step, answer
+
+    def _by_input(self, body: dict) -> tuple[str | None, Answer | None]:
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("name")
+        if schema in self.schema_answers:
+            return None, self.schema_answers[schema]
+        contents = [m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content")) for m in body.get("messages") or []]
+        snippet = max((s for s in self.answers if any(s in c for c in contents)), key=len, default=None)
+        if snippet is not None:
+            return snippet, self.answers[snippet]
+        return None, self.default
 
     def _handler(self):
         fake = self
@@ -70,7 +99,7 @@ class FakeOpenAI:
 
             def _answer(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                step = fake._next(body)
+                step, answer = fake._next(body)
                 if isinstance(step, dict) and "delay" in step:
                     time.sleep(step["delay"])
                     step = None
@@ -78,12 +107,12 @@ class FakeOpenAI:
                     time.sleep(fake.latency_s)
                 if isinstance(step, dict) and "status" in step:
                     return self._send(step["status"], {"error": {"message": f"scripted {step['status']}", "type": "scripted"}})
-                if callable(step):
-                    content = step(body)
-                elif isinstance(step, dict) and "content" in step:
+                if isinstance(step, dict) and "content" in step:
                     content = step["content"]
-                elif fake.default is not None:
-                    content = fake.default(body)
+                elif step is not None:
+                    content = step(body) if callable(step) else step
+                elif answer is not None:
+                    content = answer(body) if callable(answer) else answer
                 else:
                     return self._send(500, {"error": {"message": "script exhausted", "type": "scripted"}})
                 self._send(200, {
@@ -105,8 +134,3 @@ class FakeOpenAI:
 
         return Handler
 
-
-def user_text(body: dict) -> str:
-    """The chunk text the extractor put in its prompt (between the markers)."""
-    content = body["messages"][1]["content"]
-    return content.split("<<<TEXT\n", 1)[1].rsplit("\nTEXT>>>", 1)[0]

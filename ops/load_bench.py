@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -31,7 +29,8 @@ import numpy as np
 
 from ops.datasets import Dataset, load_dataset
 from ops.recall import index_corpus
-from ops.stack import Stack, free_port, stderr, wait_worker_healthy, worker_env
+from ops.processes import WorkerProcess, worker_env
+from ops.stack import Stack, free_port, stderr
 from workers.settings import Settings
 
 REQUEST_TIMEOUT_S = 120
@@ -147,21 +146,18 @@ def run_load_bench(settings: Settings, clients: list[int], seconds: float, tenan
         stderr(f"load: indexing {len(sample.passages)} {dataset_name} passages as tenant {tenant} (rules extractor; pass --tenant to reuse one)")
         index_corpus(settings, sample, tenant, "rules")
     texts = query_texts(dataset, uuid.uuid4().hex[:6])
-    worker = None
+    worker: WorkerProcess | None = None
     if url is None:
         home = Path(tempfile.mkdtemp(prefix="memstream-loadbench-"))
         port = free_port()
-        env = worker_env(settings, f"loadbench{port}", home, MEMSTREAM_HTTP_PORT=str(port))
-        log = home / "query-worker.log"
-        worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker", "--role", "query"], env=env,
-                                  stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        worker = WorkerProcess.spawn(home / "query-worker.log", worker_env(settings, f"loadbench{port}", home, MEMSTREAM_HTTP_PORT=str(port)), role="query")
         url = f"http://127.0.0.1:{port}"
-        stderr(f"load: query worker pid {worker.pid} on {url} (log {log})")
+        stderr(f"load: query worker pid {worker.pid} on {url} (log {worker.log})")
     endpoint = url.rstrip("/") + "/v1/query"
     rows = []
     try:
         if worker is not None:
-            wait_worker_healthy(Settings.from_env(env), worker, log)
+            worker.wait_healthy()
         warm_up(endpoint, tenant)
         for n in clients:
             stderr(f"load: {n} client(s) for {seconds:g} s")
@@ -170,8 +166,7 @@ def run_load_bench(settings: Settings, clients: list[int], seconds: float, tenan
             rows.append(level)
     finally:
         if worker is not None:
-            worker.terminate()
-            worker.wait(timeout=30)
+            worker.stop()
     if as_json:
         print(json.dumps({"tenant": tenant, "url": url, "levels": [asdict(r) for r in rows]}, indent=1))
         return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,7 +19,8 @@ import numpy as np
 
 from ops.datasets import load_dataset
 from ops.recall import corpus_worker_env, index_corpus
-from ops.stack import Stack, free_port, stderr, wait_worker_healthy
+from ops.processes import WorkerProcess
+from ops.stack import Stack, free_port, stderr
 from store import Memory
 from workers.query.graph_cache import TenantGraph
 from workers.algorithms.ppr import SparseGraph
@@ -101,8 +101,6 @@ async def load_tenant_graph(settings: Settings, tenant: str) -> TenantGraph:
 def http_latency(settings: Settings, tenant: str, questions: list[str], home: Path) -> dict:
     port = free_port()
     env = corpus_worker_env(settings, f"pprbench{port}", home, "rules", None, MEMSTREAM_HTTP_PORT=str(port))
-    log = home / "query-worker.log"
-    worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker", "--role", "query"], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1/query"
 
     def ask(text: str, mode: str) -> float:
@@ -112,8 +110,8 @@ def http_latency(settings: Settings, tenant: str, questions: list[str], home: Pa
             response.read()
         return (time.perf_counter() - started) * 1000
 
-    try:
-        wait_worker_healthy(Settings.from_env(env), worker, log)
+    with WorkerProcess.spawn(home / "query-worker.log", env, role="query") as worker:
+        worker.wait_healthy()
         ask("warm-up", "ppr")  # model, graph load, index handles
         for text in questions:  # every question's embedding cached, so both modes pay the same for it
             ask(text, "dense")
@@ -121,9 +119,6 @@ def http_latency(settings: Settings, tenant: str, questions: list[str], home: Pa
         for text in questions:  # each text once per mode: no PPR result-cache hits
             for mode in ("ppr", "dense"):
                 times[mode].append(ask(text, mode))
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
     out = {}
     for mode, values in times.items():
         out[f"{mode}_p50_ms"] = round(float(np.percentile(values, 50)), 1)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -18,7 +16,8 @@ from pathlib import Path
 from ops.datasets import Dataset, load_dataset, recall_at
 from ops.kafka_admin import ensure_topics
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr, wait_worker_healthy, worker_env
+from ops.processes import WorkerProcess, stop_all, worker_env
+from ops.stack import Stack, free_port, stderr
 from store import Memory
 from topics import Document
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
@@ -54,14 +53,12 @@ def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: s
     env = corpus_worker_env(settings, namespace, home, extractor, dataset.openie_file if extractor == "replay" else None, **extra)
     bench = Settings.from_env(env)
     ensure_topics(bench)
-    procs = []
+    processes: list[WorkerProcess] = []
     try:
         for n in range(workers):
-            log, port = home / f"worker{n}.log", str(free_port())
-            procs.append((subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env={**env, "MEMSTREAM_HTTP_PORT": port},
-                                           stdout=open(log, "wb"), stderr=subprocess.STDOUT), log, port))
-        for proc, log, port in procs:
-            wait_worker_healthy(Settings.from_env(env, http_port=int(port)), proc, log)
+            processes.append(WorkerProcess.spawn(home / f"worker{n}.log", {**env, "MEMSTREAM_HTTP_PORT": str(free_port())}))
+        for worker in processes:
+            worker.wait_healthy()
         documents = corpus_documents(dataset, tenant)
         started = time.perf_counter()
         publish(bench, documents)
@@ -70,13 +67,7 @@ def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: s
             raise RuntimeError(f"{len(pending)} passages not indexed in time; see {home}")
         return time.perf_counter() - started
     finally:
-        for proc, *_ in procs:
-            proc.terminate()
-        for proc, *_ in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(processes)
 
 
 ABLATIONS = {  # name → (retrieval overrides, indexing overrides)

@@ -274,28 +274,3 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def worker_env(settings: Settings, namespace: str, home: Path, **overrides: str) -> dict:
-    """The environment of a `memstream worker` subprocess a benchmark starts on this stack:
-    topics, consumer group and home of its own."""
-    return {**os.environ, "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
-            "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
-            "MEMSTREAM_LOG_LEVEL": "warning", **overrides}
-
-
-def wait_worker_healthy(settings: Settings, worker: subprocess.Popen, log: Path, timeout_s: float = 180) -> None:
-    """Until the worker's /healthz answers; raises if the worker exits first."""
-    import urllib.request
-
-    url = f"http://{settings.http_host}:{settings.http_port}/healthz"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            raise RuntimeError(f"worker exited with {worker.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"worker not healthy after {timeout_s}s; see {log}")

@@ -7,13 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
+from ops.processes import WorkerProcess, stop_all
 from ops.stack import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,44 +77,21 @@ class Workers:
             **{f"MEMSTREAM_{k.upper()}": str(v) for k, v in settings.items()},
         }
         self.tmp = tmp
-        self.procs: list[tuple[subprocess.Popen, Path]] = []
+        self.procs: list[WorkerProcess] = []
         self.cli = Cli(self.env)
 
     def start(self, role: str = "all", **extra_env: str) -> subprocess.Popen:
-        log = self.tmp / f"worker-{len(self.procs)}-{role}.log"
-        env = {**self.env, **extra_env}
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(MEMSTREAM + ["worker", "--role", role], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append((proc, log))
-        if role in ("all", "query"):
-            self.wait_http(proc, log, env["MEMSTREAM_HTTP_PORT"])
-        return proc
-
-    def wait_http(self, proc, log: Path, port: str, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"worker exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError(f"worker HTTP not up after {timeout}s:\n{log.read_text()[-3000:]}")
+        worker = WorkerProcess.spawn(self.tmp / f"worker-{len(self.procs)}-{role}.log", {**self.env, **extra_env}, role=role, cwd=ROOT)
+        self.procs.append(worker)
+        if role in ("all", "query"):  # the roles that serve HTTP
+            worker.wait_healthy(timeout_s=120)
+        return worker.proc
 
     def logs(self) -> str:
-        return "\n".join(log.read_text(errors="replace") for _, log in self.procs)
+        return "\n".join(worker.log.read_text(errors="replace") for worker in self.procs)
 
     def stop(self) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc, _ in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(self.procs)
 
 
 @pytest.fixture

@@ -26,10 +26,11 @@ import pytest
 import redis
 
 from ops.chaos import ActionLog, Chaos, Fleet, audit_events, comparable_export, export_differences, free_kafka_port, plan, read_topic, unindexed, wait_indexed
-from ops.fake_llm import FakeOpenAI, user_text
+from ops.fake_llm import FakeOpenAI
 from ops.kafka_admin import ensure_topics
 from ops.publish import publish
 from ops.stack import Stack, free_port
+from store.keys import LLM_CACHE_PATTERN
 from tests.chaos_corpus import corpus, extraction
 from topics import Document
 from workers.settings import Settings
@@ -92,14 +93,12 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
     failures: list[str] = []
     phases: dict[str, float] = {}
 
-    def model(body: dict) -> str:
-        text = user_text(body)
-        if text not in answers:
-            unknown.append(text[:80])
-        return answers.get(text, '{"entities": [], "facts": []}')
+    def outside_the_corpus(body: dict) -> str:
+        unknown.append(body["messages"][-1]["content"][-80:])
+        return '{"entities": [], "facts": []}'
 
     (tmp_path / "logs").mkdir()
-    with FakeOpenAI(default=model) as llm:
+    with FakeOpenAI(answers=answers, default=outside_the_corpus) as llm:
         env = worker_env(private_stack.settings, llm.base_url, tmp_path / "workers")
         settings = Settings.from_env(env)
         ensure_topics(settings)
@@ -122,7 +121,7 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
 
             # the disrupted run calls the LLM again (a cache hit would end every call at once)
             client = redis.Redis.from_url(settings.redis_url)
-            cached = list(client.scan_iter(match="ms:{llm-cache}:*", count=1000))
+            cached = list(client.scan_iter(match=LLM_CACHE_PATTERN, count=1000))
             if cached:
                 client.delete(*cached)
             client.close()
@@ -152,7 +151,7 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
                 if pending:
                     failures.append(f"disrupted run, wave {wave}: {len(pending)} documents not indexed after {WAIT_S:g}s: {pending[:10]}")
             phases["disrupted run"] = time.monotonic() - mark
-            calls = [user_text(body) for body in llm.requests[calls_before:]]
+            calls = llm.answered_by[calls_before:]  # the chunk text each call was answered for
         finally:
             fleet.stop_all()
 

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from ops.fake_llm import FakeOpenAI, user_text
+from ops.fake_llm import FakeOpenAI
 from store import Outgoing
 from tests.conftest import write_docs
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
@@ -278,14 +278,12 @@ def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path):
     flight (how compose, systemd and Kubernetes stop a process); a new worker indexes all four."""
     texts = {f"d{i}": f"Person{i} Quill runs the Mill{i}." for i in range(4)}
 
-    def model(body):
-        text = user_text(body)
-        i = text[len("Person")]
+    def extraction(i):
         return json.dumps({"entities": [{"name": f"Person{i} Quill", "type": "PERSON"}, {"name": f"Mill{i}", "type": "ORGANIZATION"}],
                            "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
                                       "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
 
-    with FakeOpenAI(default=model, latency_s=6.0) as server:
+    with FakeOpenAI(answers={text: extraction(key[1:]) for key, text in texts.items()}, latency_s=6.0) as server:
         workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"term-{uuid.uuid4().hex[:6]}", tau=1, partitions=1)
         first = workers.start()
         tenant = tenant_name("sigterm")
@@ -459,12 +457,11 @@ def test_chunks_fetched_before_a_rebalance_are_not_lost_when_a_second_extractor_
     partitions the first extractor kept were never delivered again (seen in the chaos test)."""
     texts = {f"r{i:02d}": f"Person{i:02d} Quill runs the Mill{i:02d}." for i in range(16)}
 
-    def model(body):
-        i = user_text(body)[len("Person"):][:2]
+    def extraction(i):
         return json.dumps({"entities": [], "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
                                                       "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
 
-    with FakeOpenAI(default=model, latency_s=0.2) as server:
+    with FakeOpenAI(answers={text: extraction(key[1:]) for key, text in texts.items()}, latency_s=0.2) as server:
         server.script.append({"delay": 30})  # the first call outlasts the second extractor's start: nothing else is processed or committed
         workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"rebal-{uuid.uuid4().hex[:6]}", tau=1, partitions=4)
         workers.start(role="chunker,detector,resolver,query")

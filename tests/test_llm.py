@@ -4,13 +4,14 @@ OpenAI-compatible test server: structured output, retries, repair, cache, concur
 import asyncio
 import json
 import time
+import urllib.request
 import uuid
 
 import pytest
 from store import Memory
 
 from tests.conftest import write_docs
-from ops.fake_llm import FakeOpenAI, user_text
+from ops.fake_llm import FakeOpenAI
 from tests.test_end_to_end import _dlq_letters, tenant_name
 from workers.models.extraction import LLMExtractor
 from workers.models.llm import LLMClient, LLMConfig, LLMError, MalformedOutput
@@ -29,8 +30,14 @@ ANSWERS = {
 }
 
 
-def scripted_model(body: dict) -> str:
-    return json.dumps(ANSWERS.get(user_text(body), {"entities": [], "facts": []}))
+NOTHING = json.dumps({"entities": [], "facts": []})
+
+
+def scripted_llm(raw_answers: dict[str, str] | None = None, latency_s: float = 0.0) -> FakeOpenAI:
+    """The fake LLM answering ANSWERS (and raw_answers: text → answer as sent) by the text it is
+    given, and an extraction of nothing for any other text."""
+    answers = {**{text: json.dumps(a) for text, a in ANSWERS.items()}, **(raw_answers or {})}
+    return FakeOpenAI(answers=answers, default=lambda body: NOTHING, latency_s=latency_s)
 
 
 def run(coro):
@@ -48,7 +55,7 @@ async def _extract(server, texts, stack_env, **config):
 
 
 def test_structured_extraction_over_http_and_cache_hits(stack_env):
-    with FakeOpenAI(default=scripted_model) as server:
+    with scripted_llm() as server:
         client_model = f"cache-{uuid.uuid4().hex[:8]}"
         (result,) = run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env, model=client_model))
         assert [(f.head, f.relation, f.tail) for f in result.facts] == [("Greta Holm", "runs", "Northwind Mill")]
@@ -58,6 +65,26 @@ def test_structured_extraction_over_http_and_cache_hits(stack_env):
         assert body["response_format"]["json_schema"]["strict"] is True
         run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env, model=client_model))
         assert server.calls == 1, "the second run must be served from the cache"
+
+
+def test_the_fake_llm_answers_by_input_whatever_the_prompt_layout():
+    def ask(server, content, schema="extraction"):
+        body = {"model": "m", "messages": [{"role": "system", "content": "rules"}, {"role": "user", "content": content}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": schema, "schema": {}, "strict": True}}}
+        request = urllib.request.Request(f"{server.base_url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())["choices"][0]["message"]["content"]
+
+    answers = {"Greta Holm": "short", "Greta Holm runs the Northwind Mill.": "long", "Mill": lambda body: body["model"]}
+    with FakeOpenAI(answers=answers, schema_answers={"resolution": "resolved"}, default=lambda body: "default") as server:
+        assert ask(server, "any layout\n[[Greta Holm runs the Northwind Mill.]]") == "long"  # the longest snippet that occurs
+        assert ask(server, "Greta Holm sleeps.") == "short"
+        assert ask(server, "The Mill.") == "m"  # a callable gets the request body
+        assert ask(server, "Greta Holm runs the Northwind Mill.", schema="resolution") == "resolved"
+        assert ask(server, "nothing known") == "default"
+        server.script.append({"content": "scripted"})
+        assert ask(server, "Greta Holm sleeps.") == "scripted"  # the script comes first
+        assert server.answered_by == ["Greta Holm runs the Northwind Mill.", "Greta Holm", "Mill", None, None, None]
 
 
 def test_categories_come_through():
@@ -70,7 +97,7 @@ def test_categories_come_through():
 
 
 def test_retries_429_5xx_and_timeouts_then_succeeds(stack_env):
-    with FakeOpenAI(default=scripted_model) as server:
+    with scripted_llm() as server:
         server.script.extend([{"status": 429}, {"status": 503}, {"delay": 1.5}])
         (result,) = run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env, timeout_s=0.5))
         assert len(result.facts) == 1
@@ -88,7 +115,7 @@ def test_gives_up_after_the_attempt_budget(stack_env):
 
 
 def test_broken_json_gets_one_repair_round(stack_env):
-    with FakeOpenAI(default=scripted_model) as server:
+    with scripted_llm() as server:
         server.script.append({"content": "Sure! Here are the facts: {"})
         (result,) = run(_extract(server, ["Greta Holm runs the Northwind Mill."], stack_env))
         assert len(result.facts) == 1 and server.calls == 2
@@ -105,7 +132,7 @@ def test_persistent_garbage_raises_with_the_raw_text(stack_env):
 
 
 def test_concurrency_is_bounded(stack_env):
-    with FakeOpenAI(default=scripted_model, latency_s=0.3) as server:
+    with scripted_llm(latency_s=0.3) as server:
         started = time.monotonic()
         run(_extract(server, [f"text {i}" for i in range(6)], stack_env, concurrency=2))
         assert server.max_in_flight == 2 and server.calls == 6
@@ -115,10 +142,7 @@ def test_concurrency_is_bounded(stack_env):
 def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(make_workers, tmp_path):
     garbage = "The ledger is unreadable."
 
-    def model(body):
-        return "<<garbage>>" if user_text(body) == garbage else scripted_model(body)
-
-    with FakeOpenAI(default=model) as server:
+    with scripted_llm({garbage: "<<garbage>>"}) as server:
         workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"pipe-{uuid.uuid4().hex[:6]}", tau=1)
         workers.start()
         tenant = tenant_name("llm")
@@ -144,27 +168,29 @@ def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(make_workers,
 
 
 def test_llm_resolver_names_an_action_and_evidence_per_fact(make_workers, tmp_path):
-    from tests.test_memory_agents import CONFLICTS, _ids, export, facts_by_id, publish, write_script
+    from tests.test_memory_agents import CONFLICTS, _ids, facts_by_id, write_script
+    from workers.algorithms.chunking import chunk_id_of
 
-    def resolver_model(body):
-        prompt = body["messages"][1]["content"]
-        facts = [line[2:].split(":", 1) for line in prompt.splitlines() if line.startswith("- ")]
-        passages = [line[1:].split("]", 1)[0] for line in prompt.splitlines() if line.startswith("[")]
-        decisions = []
-        for fact_id, text in facts:
-            oslo = "Oslo" in text
-            decisions.append({"fact_id": fact_id, "action": "keep" if oslo else "invalidate", "evidence": "her passport says Oslo",
-                              "evidence_passage_id": passages[0], "valid_from": None, "valid_to": None, "scope": None})
-        return json.dumps({"decisions": decisions})
+    def publish(doc: str) -> None:
+        workers.cli.run("publish", *write_docs(tmp_path / f"docs-{doc}", {doc: CONFLICTS[doc][0]}), "--tenant", tenant, "--wait", "--timeout", "180")
 
-    with FakeOpenAI(default=resolver_model) as server:
+    def export() -> dict:
+        return json.loads(workers.cli.run("export", "--tenant", tenant).stdout)
+
+    def decision(doc: str, action: str) -> dict:
+        return {"fact_id": _ids(doc), "action": action, "evidence": "her passport says Oslo", "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]),
+                "valid_from": None, "valid_to": None, "scope": None}
+
+    # the conflict of Bergen (m1) and Oslo (m2), named by the Bergen fact's id
+    oslo_wins = json.dumps({"decisions": [decision("m2", "keep"), decision("m1", "invalidate")]})
+    with FakeOpenAI(answers={_ids("m1"): oslo_wins}) as server:
         script = write_script(tmp_path / "s.jsonl", CONFLICTS)
         workers = make_workers(extractor="replay", replay_file=script, resolver="llm", llm_base_url=server.base_url, llm_model=f"res-{uuid.uuid4().hex[:6]}", tau=1)
         workers.start()
         tenant = tenant_name("llm-res")
-        publish(workers, tmp_path, tenant, CONFLICTS, ["m2"])  # Oslo, one passage
-        publish(workers, tmp_path, tenant, CONFLICTS, ["m1"])  # Bergen, one passage, later: the rules policy would keep it
-        facts = facts_by_id(export(workers, tenant))
+        publish("m2")  # Oslo, one passage
+        publish("m1")  # Bergen, one passage, later: the rules policy would keep it
+        facts = facts_by_id(export())
         assert facts[_ids("m2")]["status"] == "active" and facts[_ids("m1")]["status"] == "invalid"
         assert "LLM: her passport says Oslo" in facts[_ids("m1")]["reason"]
         (invalidated,) = [e for e in workers.cli.tail(tenant) if e["event"] == "invalidated"]
@@ -174,9 +200,9 @@ def test_llm_resolver_names_an_action_and_evidence_per_fact(make_workers, tmp_pa
 
         # garbage twice: the deterministic policy decides instead, and nothing stays open
         server.script.extend([{"content": "no idea"}, {"content": "{}"}])
-        publish(workers, tmp_path, tenant, CONFLICTS, ["t1"])
-        publish(workers, tmp_path, tenant, CONFLICTS, ["t2"])
-        facts = facts_by_id(export(workers, tenant))
+        publish("t1")
+        publish("t2")
+        facts = facts_by_id(export())
         assert facts[_ids("t1")]["qualifiers"]["time"] == {"from": "1990", "to": "1999"}
         assert facts[_ids("t2")]["status"] == "active" and server.calls == 3
 

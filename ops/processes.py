@@ -1,0 +1,131 @@
+"""`memstream worker` subprocesses, started and stopped one way for the benchmarks, the demo,
+the chaos driver and the test fixtures: each in its own session (so a stop reaches whatever it
+started, and a Ctrl-C of the caller is not also delivered to it: the caller stops it), its
+output in a log file, waited for until its /healthz answers — failing at once, with the log's
+tail, when it exits instead — and stopped with SIGTERM, then SIGKILL to its process group
+when it outlasts the timeout."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterable
+
+from workers.settings import Settings
+
+WORKER_COMMAND = (sys.executable, "-m", "ops.cli", "worker")
+HEALTHY_TIMEOUT_S = 180  # a worker imports torch and loads the embedding model before it serves
+STOP_TIMEOUT_S = 30  # a graceful stop that takes longer is ended with SIGKILL
+LOG_TAIL_CHARS = 3000
+
+
+class WorkerFailed(RuntimeError):
+    """A worker exited, or did not answer /healthz in time, while it was awaited."""
+
+
+class WorkerProcess:
+    """One `memstream worker [--role R]` process and its log file."""
+
+    def __init__(self, proc: subprocess.Popen, log: Path, health_url: str):
+        self.proc = proc
+        self.log = log
+        self.health_url = health_url
+        self._terminated = False  # SIGTERM sent: a second one would ask faust for a harder stop
+
+    @classmethod
+    def spawn(cls, log: Path, env: dict | None = None, role: str | None = None, cwd: Path | None = None) -> "WorkerProcess":
+        """Start a worker with `env` (None: this process's environment), all roles unless
+        `role` is given, its stdout and stderr written to `log` (truncated)."""
+        settings = Settings.from_env(os.environ if env is None else env)  # where it will listen (ValueError: it would not start)
+        argv = [*WORKER_COMMAND, *(["--role", role] if role else [])]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return cls(proc, log, f"http://{settings.http_host}:{settings.http_port}/healthz")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def wait_healthy(self, timeout_s: float = HEALTHY_TIMEOUT_S) -> None:
+        """Until /healthz answers; raises WorkerFailed with the log's tail if the worker exits
+        first or the timeout passes."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise WorkerFailed(f"worker exited with {self.proc.returncode}; see {self.log}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise WorkerFailed(f"worker not healthy after {timeout_s:g}s; see {self.log}:\n{self.log_tail()}")
+
+    def terminate(self) -> None:
+        """SIGTERM to the worker itself, as compose, systemd and Kubernetes send it; once."""
+        if not self._terminated and self.proc.poll() is None:
+            self._terminated = True
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+        """SIGTERM, then SIGKILL to the process group if it is still running after `timeout_s`.
+        True if it exited by itself (or had already), False if it had to be killed."""
+        self.terminate()
+        try:
+            self.proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL to the process group at once (no clean shutdown), and reap the worker."""
+        if self.proc.returncode is None:  # not reaped yet, so the group id is still its own
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def __enter__(self) -> "WorkerProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def stop_all(workers: Iterable[WorkerProcess], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM to every worker first, so they shut down side by side, then each is waited for
+    (and killed past `timeout_s`)."""
+    workers = list(workers)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.stop(timeout_s)
+
+
+def worker_env(settings: Settings, namespace: str, home: Path, **overrides: str) -> dict:
+    """The environment of a `memstream worker` subprocess a benchmark starts on this stack:
+    topics, consumer group and home of its own."""
+    return {**os.environ, "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
+            "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
+            "MEMSTREAM_LOG_LEVEL": "warning", **overrides}
