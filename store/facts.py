@@ -9,7 +9,7 @@ export share, and the transitions that change it.
 Each transition stages, on the message's transaction, the fact's status and timestamps and its
 graph edge (an active fact is an edge between its entities; any other status is not), and
 returns the event that tells subscribers. Event ids are given when the message's outbox is
-known (workers.pipeline.stamp_event_ids): one per transition.
+known (workers.envelope.stamp_event_ids): one per transition.
 
 Times: `created_at` / `activated_at` / `expired_at` are system time (seconds since the epoch;
 `expired_at` set ⇔ the fact no longer holds in memory); `valid_at` / `invalid_at` are world
