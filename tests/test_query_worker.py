@@ -37,20 +37,16 @@ def call(base: str, path: str, body: dict | None = None):
         return exc.code, json.loads(exc.read())
 
 
-def _answer_model(body):
-    """Cites the mill's passage when the request carries its text and its id — by what the
-    request holds, not by the prompt's layout (workers/models/prompts.py may change it)."""
-    content = json.dumps(body["messages"], ensure_ascii=False)
-    mill = chunk_id_of(FIRST["mill"])
-    cited = [mill] if mill in content and json.dumps(FIRST["mill"], ensure_ascii=False)[1:-1] in content else []
-    return json.dumps({"answer": "Oskar Lind", "citations": cited})
+# The fake model's answer, by input: given when the request carries the mill's passage (the
+# worker checks that the citation names a passage it gave).
+ANSWER = {FIRST["mill"]: json.dumps({"answer": "Oskar Lind", "citations": [chunk_id_of(FIRST["mill"])]})}
 
 
 @pytest.fixture(scope="module")
 def workers(stack_env, tmp_path_factory):
     """An all-roles worker (rules extractor, τ = 1) whose answers come from a fake
     OpenAI-compatible server, for every test of the module."""
-    with FakeOpenAI(default=_answer_model) as llm:
+    with FakeOpenAI(answers=ANSWER) as llm:
         workers = Workers(stack_env, tmp_path_factory.mktemp("query-workers"), extractor="rules", tau=1,
                           llm_base_url=llm.base_url, llm_model="fake-answer")
         try:
