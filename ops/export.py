@@ -8,6 +8,7 @@ import re
 from xml.etree import ElementTree as ET
 
 from store import Memory
+from store.base import MemoryStore
 from store.keys import entity_node, node_id, node_kind
 from workers.query.graph_cache import load_whole
 from workers.settings import Settings
@@ -29,28 +30,34 @@ def export_tenant(settings: Settings, tenant: str) -> dict:
 async def _export(settings: Settings, tenant: str) -> dict:
     memory = Memory.from_url(settings.redis_url)
     try:
-        schemas = [{"id": sid, "head_type": row.get("head_type"), "relation": row.get("relation"), "tail_type": row.get("tail_type"),
-                    "frequency": int(row.get("frequency", 0)), "status": row.get("status")}
-                   for sid, row in await memory.records(tenant, "schemas")]
-        fact_ids = await memory.scan_ids(tenant, "facts")
-        facts = []
-        for fact in await memory.facts(tenant, fact_ids):
-            if fact is not None:
-                record = fact.to_json()
-                facts.append({"id": fact.id, **{k: (record[k] if record[k] not in ("", None) else None) for k in FACT_FIELDS},
-                              "qualifiers": fact.qualifiers, "passages": fact.passage_ids})
-        entities = [{"id": eid, "name": row.get("name"), "type": row.get("type")} for eid, row in await memory.records(tenant, "entities")]
-        # the graph as the query worker reads it (type edges 1/|type|), with every change since its load
-        graph = await load_whole(memory, tenant)
-        edges = []
-        for a, b, kind, weight in graph.graph.edge_weights():
-            source, target = sorted((a, b))
-            edges.append({"source": source, "target": target, "kind": kind, "weight": round(weight, 6)})
-        edges.sort(key=lambda e: (e["source"], e["target"], e["kind"]))
-        return {"tenant": tenant, "graph_version": await memory.graph_version(tenant), "schemas": schemas, "facts": facts,
-                "entities": entities, "edges": edges}
+        return await export_memory(memory, tenant)
     finally:
         await memory.close()
+
+
+async def export_memory(memory: MemoryStore, tenant: str) -> dict:
+    """The export of a tenant of any store (store.base.MemoryStore): Redis's Memory, or the
+    in-memory store the tests compare it with."""
+    schemas = [{"id": sid, "head_type": row.get("head_type"), "relation": row.get("relation"), "tail_type": row.get("tail_type"),
+                "frequency": int(row.get("frequency", 0)), "status": row.get("status")}
+               for sid, row in await memory.records(tenant, "schemas")]
+    fact_ids = await memory.scan_ids(tenant, "facts")
+    facts = []
+    for fact in await memory.facts(tenant, fact_ids):
+        if fact is not None:
+            record = fact.to_json()
+            facts.append({"id": fact.id, **{k: (record[k] if record[k] not in ("", None) else None) for k in FACT_FIELDS},
+                          "qualifiers": fact.qualifiers, "passages": fact.passage_ids})
+    entities = [{"id": eid, "name": row.get("name"), "type": row.get("type")} for eid, row in await memory.records(tenant, "entities")]
+    # the graph as the query worker reads it (type edges 1/|type|), with every change since its load
+    graph = await load_whole(memory, tenant)
+    edges = []
+    for a, b, kind, weight in graph.graph.edge_weights():
+        source, target = sorted((a, b))
+        edges.append({"source": source, "target": target, "kind": kind, "weight": round(weight, 6)})
+    edges.sort(key=lambda e: (e["source"], e["target"], e["kind"]))
+    return {"tenant": tenant, "graph_version": await memory.graph_version(tenant), "schemas": schemas, "facts": facts,
+            "entities": entities, "edges": edges}
 
 
 def xml_text(value: str | None) -> str | None:

@@ -1,12 +1,16 @@
 """store.base.MemoryStore is the interface a second store is written against: Redis's Memory
-must match it call for call (names, parameters, defaults, async or not), and every method the
-workers and the operations tools call on their memory must be in it."""
+and the in-memory store (store.in_memory.InMemoryStore) must match it call for call (names,
+parameters, defaults, async or not), and every method the workers and the operations tools
+call on their memory must be in it."""
 
 import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 from store.base import MemoryStore
+from store.in_memory import InMemoryStore
 from store.memory import Memory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,10 +25,11 @@ def _shape(function) -> tuple:
     return parameters, inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
 
 
-def test_memory_implements_every_member_of_the_interface_with_the_same_signature():
+@pytest.mark.parametrize("store", [Memory, InMemoryStore])
+def test_each_store_implements_every_member_of_the_interface_with_the_same_signature(store):
     for name in _members(MemoryStore):
-        assert hasattr(Memory, name), name
-        assert _shape(getattr(Memory, name)) == _shape(getattr(MemoryStore, name)), name
+        assert hasattr(store, name), name
+        assert _shape(getattr(store, name)) == _shape(getattr(MemoryStore, name)), name
 
 
 def test_every_memory_method_the_workers_and_ops_call_is_in_the_interface():

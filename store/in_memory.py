@@ -1,0 +1,578 @@
+"""The memory in this process: a second implementation of store.base.MemoryStore, held in
+Python dicts and sets, for tests of the stages' logic that need no Redis.
+
+It mirrors store.memory.Memory write for write — the same statuses, counts, graph versions,
+node names, edge weights, change log, done marks and outboxes, so the same messages give the
+same export and the same events (tests/test_store_in_memory.py runs them on both stores). One
+asyncio loop and no threads: a method runs to its end between two awaits, so each of Memory's
+Lua scripts is one plain method here, and `commit_once` checks and applies with no await in
+between, which is what WATCH … EXEC gives Memory. Records hold what Redis hands back: field
+values as strings (numbers written as redis-py writes them, with repr), vectors as float32
+bytes. What only Redis has — key TTLs, lost indexes after a restart, the legacy node scan —
+has no counterpart here; each place says so in one line."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Mapping
+
+import numpy as np
+
+from store.caches import EmbeddingCache, LLMCache
+from store.facts import Fact
+from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
+from store.keys import LAYERS, type_node
+from store.memory import OUTBOX_SWEEP_LOCK_S, AlreadyDone, GroupJoin, Hit, Memory, Outgoing, StaleDecision, vector_bytes
+from topics import validate_tenant
+
+
+class StagedWrites:
+    """What `pipeline()` returns: the writes one decision stages, in order, as closures over the
+    store, and the fact statuses the decision read (`expect_status`). `commit_once` applies them
+    after its checks; `execute()` applies them at once (Memory's pipe.execute())."""
+
+    def __init__(self):
+        self.writes: list[Callable[[], None]] = []
+        self.expected: dict[tuple[str, str], str] = {}  # (tenant, fact id) → status the decision read
+
+    async def execute(self) -> None:
+        writes, self.writes = self.writes, []
+        for write in writes:
+            write()
+
+    async def reset(self) -> None:
+        self.writes, self.expected = [], {}
+
+
+@dataclass
+class _Tenant:
+    """One tenant's memory. `sets` are Memory's counting sets, keyed (what, of what): fact
+    passages, groups, relation heads, chunk progress …"""
+
+    records: dict[str, dict[str, dict[str, str | bytes]]] = field(default_factory=lambda: {layer: {} for layer in LAYERS})
+    sets: defaultdict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    documents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    cardinality: dict[str, str] = field(default_factory=dict)  # relation → "single" | "multi"
+    flips: dict[str, str] = field(default_factory=dict)  # mark → the verdict its message flipped the relation to
+    done: set[str] = field(default_factory=set)  # done marks
+    outboxes: dict[str, list[Outgoing]] = field(default_factory=dict)  # mark → committed, not yet finished
+    committed_at: dict[str, float] = field(default_factory=dict)  # mark → commit time (the sweep's order)
+    sweep_locked_until: float = 0.0  # monotonic
+    adjacency: defaultdict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # node → {kind|other: weight}
+    changes: list[tuple[str, int, EdgeChange]] = field(default_factory=list)  # the graph log: (id, graph version, change)
+    changes_added: int = 0
+    graph_version: int = 0
+    indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
+
+
+class InMemoryStore:
+    def __init__(self, dims: int = 384, tau: int = 2):
+        self.dims = dims
+        self.tau = tau
+        self._tenants: dict[str, _Tenant] = {}
+        self._tenants_with_outboxes: set[str] = set()
+        self._cache: dict[str, str | bytes] = {}  # the model caches, shared by every model and tenant (no TTL)
+
+    def _tenant(self, tenant: str) -> _Tenant:
+        found = self._tenants.get(tenant)
+        if found is None:
+            validate_tenant(tenant)  # what building Memory's TenantKeys checks
+            found = self._tenants[tenant] = _Tenant()
+        return found
+
+    def _set(self, tenant: str, what: str, of: str = "") -> set[str]:
+        return self._tenant(tenant).sets[(what, of)]
+
+    def _hset(self, tenant: str, layer: str, record_id: str, fields: Mapping[str, Any]) -> None:
+        self._tenant(tenant).records[layer].setdefault(record_id, {}).update({name: _stored(value) for name, value in fields.items()})
+
+    def _hsetnx(self, tenant: str, layer: str, record_id: str, name: str, value: Any) -> None:
+        if name not in self._tenant(tenant).records[layer].get(record_id, {}):
+            self._hset(tenant, layer, record_id, {name: value})
+
+    def _set_if_smaller(self, tenant: str, layer: str, record_id: str, rank: str, fields: Mapping[str, Any]) -> None:
+        """Memory's _SET_IF_SMALLER: the smallest description seen wins (Lua compares bytes, as str does)."""
+        current = self._tenant(tenant).records[layer].get(record_id, {}).get("_rank")
+        if current is None or rank < current:
+            self._hset(tenant, layer, record_id, {"_rank": rank, **fields})
+
+    @staticmethod
+    def _stage(pipe: StagedWrites, write: Callable[[], None]) -> None:
+        pipe.writes.append(write)
+
+    # ---- lifetime, health, model caches ------------------------------------------------------
+    async def close(self) -> None:
+        pass
+
+    async def ping(self) -> None:
+        pass
+
+    def llm_cache(self, model: str) -> LLMCache:
+        return _InMemoryLLMCache(self._cache, model)
+
+    def embedding_cache(self, embedder: str) -> EmbeddingCache:
+        return _InMemoryEmbeddingCache(self._cache, embedder)
+
+    # ---- effectively once: done marks and outbox (no TTLs: nothing expires) -----------------
+    async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
+        t = self._tenant(tenant)
+        if mark in t.done:
+            raise AlreadyDone(mark)
+        found = t.outboxes.get(mark)
+        return None if found is None else list(found)
+
+    def pipeline(self) -> StagedWrites:
+        return StagedWrites()
+
+    def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing]) -> None:
+        t, at = self._tenant(tenant), time.time()
+
+        def write() -> None:
+            t.outboxes[mark], t.committed_at[mark] = list(outbox), at
+
+        self._stage(pipe, write)
+
+    def expect_status(self, pipe, tenant: str, fact_id: str, status: str) -> None:
+        pipe.expected.setdefault((tenant, fact_id), status)
+
+    async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
+        """Memory.commit_once with nothing between its checks and its writes (no await), so no
+        WatchError case: another delivery's commit is found, or ours applies."""
+        t = self._tenant(tenant)
+        self._tenants_with_outboxes.add(tenant)  # (Memory re-registers now and then: Redis may restart empty)
+        if mark in t.done or mark in t.outboxes:
+            await pipe.reset()
+            return await self.pending_outbox(tenant, mark)
+        for (fact_tenant, fact_id), status in pipe.expected.items():
+            record = self._tenant(fact_tenant).records["facts"].get(fact_id, {})
+            if (record.get("status") or None) != status:
+                await pipe.reset()
+                raise StaleDecision(mark)
+        await pipe.execute()
+        return None
+
+    async def finish(self, tenant: str, mark: str) -> None:
+        t = self._tenant(tenant)
+        t.done.add(mark)
+        t.outboxes.pop(mark, None)
+        t.committed_at.pop(mark, None)
+
+    async def unsent_outboxes(self, committed_before: float, limit: int = 500) -> list[tuple[str, str, list[Outgoing]]]:
+        found = []
+        for tenant in sorted(self._tenants_with_outboxes):
+            t = self._tenant(tenant)
+            marks = [mark for at, mark in sorted((at, mark) for mark, at in t.committed_at.items()) if at <= committed_before][:limit]
+            if not marks or t.sweep_locked_until > time.monotonic():
+                continue
+            t.sweep_locked_until = time.monotonic() + OUTBOX_SWEEP_LOCK_S
+            for mark in marks:
+                try:
+                    outbox = await self.pending_outbox(tenant, mark)
+                except AlreadyDone:
+                    outbox = None
+                if outbox is None:
+                    t.committed_at.pop(mark, None)
+                else:
+                    found.append((tenant, mark, outbox))
+        return found
+
+    # ---- document progress ---------------------------------------------------------------------
+    def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str]) -> None:
+        t, record = self._tenant(tenant), {"doc_hash": doc_hash, "version": version, "chunk_ids": list(chunk_ids), "ts": time.time()}
+
+        def write() -> None:  # the record follows the latest publication, never an older version
+            current = t.documents.get(doc_id)
+            if current is None or current["version"] <= version:
+                t.documents[doc_id] = record
+
+        self._stage(pipe, write)
+
+    def stage_chunk_done(self, pipe, tenant: str, chunk_id: str) -> None:
+        self._stage(pipe, lambda: self._set(tenant, "chunks_done").add(chunk_id))
+
+    def _progress(self, tenant: str, chunk_id: str, chunk_fact_count: int, fact_index: str = "", work_id: str = "") -> None:
+        """Memory's _CHUNK_PROGRESS: through when every fact is detected and no spawned work is outstanding."""
+        facts_done, outstanding = self._set(tenant, "chunk_facts_done", chunk_id), self._set(tenant, "chunk_outstanding", chunk_id)
+        if fact_index:
+            facts_done.add(fact_index)
+        if work_id:
+            outstanding.discard(work_id)
+        if len(facts_done) >= chunk_fact_count and not outstanding:
+            self._set(tenant, "chunks_done").add(chunk_id)
+
+    def stage_fact_done(self, pipe, tenant: str, chunk_id: str, fact_index: int, chunk_fact_count: int) -> None:
+        self._stage(pipe, lambda: self._progress(tenant, chunk_id, chunk_fact_count, fact_index=str(fact_index)))
+
+    def stage_spawn(self, pipe, tenant: str, chunk_id: str, work_ids: list[str]) -> None:
+        if work_ids:
+            self._stage(pipe, lambda: self._set(tenant, "chunk_outstanding", chunk_id).update(work_ids))
+
+    def stage_work_done(self, pipe, tenant: str, chunk_id: str, work_id: str, chunk_fact_count: int) -> None:
+        self._stage(pipe, lambda: self._progress(tenant, chunk_id, chunk_fact_count, work_id=work_id))
+
+    async def chunk_done(self, tenant: str, chunk_id: str) -> bool:
+        return chunk_id in self._set(tenant, "chunks_done")
+
+    async def chunks_done_count(self, tenant: str) -> int:
+        return len(self._set(tenant, "chunks_done"))
+
+    async def outstanding_work(self, tenant: str, chunk_id: str) -> list[str]:
+        return sorted(self._set(tenant, "chunk_outstanding", chunk_id))
+
+    async def document_status(self, tenant: str, doc_id: str) -> dict | None:
+        doc = self._tenant(tenant).documents.get(doc_id)
+        if doc is None:
+            return None
+        done = self._set(tenant, "chunks_done")
+        return {"doc_hash": doc["doc_hash"], "version": doc["version"], "chunks": len(doc["chunk_ids"]),
+                "chunks_done": sum(1 for c in doc["chunk_ids"] if c in done)}
+
+    # ---- memory layers ---------------------------------------------------------------------------
+    async def ensure_indexes(self, tenant: str) -> None:
+        self._tenant(tenant).indexed = True  # (no index to lose: Redis may restart empty, this store does not)
+
+    def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
+        fields = {"text": chunk.text, "doc_id": chunk.doc_id, "seq": chunk.seq, "doc_version": chunk.doc_version,
+                  "entities": json.dumps(entity_ids), "vec": vector_bytes(vector)}
+        self._stage(pipe, lambda: self._hset(tenant, "passages", chunk.chunk_id, fields))
+
+    def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
+        fields = {"name": name, "type": type_, "vec": vector_bytes(vector)}
+
+        def write() -> None:
+            self._set_if_smaller(tenant, "entities", entity_id, f"{name}\x1f{type_}", fields)
+            self._set(tenant, "entity_passages", entity_id).add(passage_id)
+
+        self._stage(pipe, write)
+
+    def stage_schema(self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector,
+                     passage_id: str) -> None:
+        first = {"head_type": head_type, "relation": relation, "tail_type": tail_type, "status": "candidate", "vec": vector_bytes(vector)}
+
+        def write() -> None:
+            for name, value in first.items():
+                self._hsetnx(tenant, "schemas", schema_id, name, value)
+            # Memory's _SUPPORT_SCHEMA: distinct supporting passages; stable at τ
+            supporting = self._set(tenant, "schema_passages", schema_id)
+            supporting.add(passage_id)
+            self._hset(tenant, "schemas", schema_id, {"frequency": len(supporting)})
+            if len(supporting) >= self.tau:
+                self._hset(tenant, "schemas", schema_id, {"status": "stable"})
+
+        self._stage(pipe, write)
+
+    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector) -> None:
+        described, now = fact.description(), time.time()
+        rank = "\x1f".join(described[k] for k in sorted(described))
+
+        def write() -> None:
+            self._set_if_smaller(tenant, "facts", fact.id, rank, {**described, "vec": vector_bytes(vector)})
+            self._hsetnx(tenant, "facts", fact.id, "status", "new")
+            self._hsetnx(tenant, "facts", fact.id, "created_at", now)
+
+        self._stage(pipe, write)
+
+    def stage_fact_passage(self, pipe, tenant: str, fact_id: str, passage_id: str) -> None:
+        self._stage(pipe, lambda: self._set(tenant, "fact_passages", fact_id).add(passage_id))
+
+    def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
+        stored = {k: ("" if v is None else v) for k, v in fields.items()}
+        self._stage(pipe, lambda: self._hset(tenant, "facts", fact_id, stored))
+
+    async def fact(self, tenant: str, fact_id: str) -> Fact | None:
+        return (await self.facts(tenant, [fact_id]))[0]
+
+    async def facts(self, tenant: str, fact_ids: list[str]) -> list[Fact | None]:
+        records, out = self._tenant(tenant).records["facts"], []
+        for fid in fact_ids:
+            row = records.get(fid)
+            out.append(None if not row else Fact.from_hash(fid, {k: v for k, v in row.items() if k not in ("vec", "_rank")},
+                                                           list(self._set(tenant, "fact_passages", fid))))
+        return out
+
+    async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
+        records, out = self._tenant(tenant).records["passages"], []
+        for pid in passage_ids:
+            row = records.get(pid, {})
+            out.append(None if row.get("text") is None else
+                       {"id": pid, "text": row["text"], "doc_id": row["doc_id"], "seq": int(row["seq"]), "doc_version": int(row.get("doc_version") or 1)})
+        return out
+
+    async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:
+        records = self._tenant(tenant).records["entities"]
+        return {eid: {"name": records[eid]["name"], "type": records[eid].get("type", "")}
+                for eid in dict.fromkeys(entity_ids) if records.get(eid, {}).get("name") is not None}
+
+    async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
+        raw = self._tenant(tenant).records["passages"].get(passage_id, {}).get("entities")
+        return json.loads(raw) if raw else []
+
+    def _vector(self, tenant: str, layer: str, record_id: str) -> np.ndarray | None:
+        raw = self._tenant(tenant).records[layer].get(record_id, {}).get("vec")
+        return None if raw is None else np.frombuffer(raw, dtype=np.float32)
+
+    async def entity_vector(self, tenant: str, entity_id: str) -> np.ndarray | None:
+        return self._vector(tenant, "entities", entity_id)
+
+    async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
+        return self._vector(tenant, "facts", fact_id)
+
+    async def knn(self, tenant: str, layer: str, vector: np.ndarray, k: int, return_fields: list[str],
+                  where: Mapping[str, str] | None = None) -> list[Hit]:
+        """Memory.knn by brute force, as RediSearch's FLAT index computes it: cosine distance in
+        float32 over unit vectors, given back to 12 significant digits; records without a vector
+        of `dims` floats are not in the index; tag equality is case-insensitive and matches any
+        of a comma-separated value's tags. Equal distances are ordered by id here; Memory gives
+        them in no defined order (RediSearch's heap, over vectors indexed in the background: it
+        varies from run to run), nor which of more than k equally near records it keeps."""
+        t = self._tenants.get(tenant)
+        if t is None or not t.indexed:
+            return []
+        rows = [(rid, row) for rid, row in t.records[layer].items()
+                if len(row.get("vec", b"")) == 4 * self.dims and all(_tag_equals(row.get(f), v) for f, v in (where or {}).items())]
+        if not rows:
+            return []
+        matrix = np.vstack([_unit(np.frombuffer(row["vec"], dtype=np.float32)) for _, row in rows])
+        distances = np.float32(1.0) - matrix @ _unit(np.asarray(vector, dtype=np.float32))
+        ranked = sorted(zip(distances.tolist(), rows), key=lambda x: (x[0], x[1][0]))[:k]
+        return [Hit(rid, 1.0 - float(f"{distance:.12g}"), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
+
+    # ---- entity aliases --------------------------------------------------------------------------
+    async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]:
+        aliases = self._tenant(tenant).aliases
+        return {eid: aliases.get(eid) or eid for eid in entity_ids}
+
+    async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
+        if alias_id == canonical_id:
+            raise ValueError("an alias must differ from its canonical entity")
+        canonical = (await self.resolve_aliases(tenant, [canonical_id]))[canonical_id]
+        if canonical == alias_id:
+            raise ValueError(f"{canonical_id!r} is already an alias of {alias_id!r}")
+        self._tenant(tenant).aliases[alias_id] = canonical
+
+    async def alias_map(self, tenant: str) -> dict[str, str]:
+        return dict(self._tenant(tenant).aliases)
+
+    # ---- τ gate ------------------------------------------------------------------------------------
+    async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool:
+        records = self._tenant(tenant).records
+        if records["schemas"].get(schema_id, {}).get("status") == "stable":
+            return False
+        self._set(tenant, "schema_pending", schema_id).add(fact_id)
+        self._set(tenant, "fact_passages", fact_id).add(passage_id)
+        if records["facts"].get(fact_id, {}).get("status") == "new":
+            self._hset(tenant, "facts", fact_id, {"status": "pending"})
+        return True
+
+    async def pending_facts(self, tenant: str, schema_id: str) -> list[str]:
+        return sorted(self._set(tenant, "schema_pending", schema_id))
+
+    def stage_unpend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
+        if fact_ids:
+            self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).difference_update(fact_ids))
+
+    # ---- conflict groups and relation cardinality ---------------------------------------------------
+    async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str, mark: str,
+                         multi_rule: tuple[int, float]) -> GroupJoin:
+        """Memory's _JOIN_GROUP (the first join of a relation sets its verdict: a flip)."""
+        t, group = self._tenant(tenant), self._set(tenant, "group", f"{head_id}|{relation}")
+        group.add(fact_id)
+        self._set(tenant, "facts_with_tail", tail_id).add(fact_id)
+        self._set(tenant, "relation_heads", relation).add(head_id)
+        if len(group) >= 2:
+            self._set(tenant, "relation_multi_heads", relation).add(head_id)
+        heads, multi = len(self._set(tenant, "relation_heads", relation)), len(self._set(tenant, "relation_multi_heads", relation))
+        verdict = "multi" if multi >= multi_rule[0] and multi >= multi_rule[1] * heads else "single"
+        flipped = False
+        if t.cardinality.get(relation) != verdict:
+            t.cardinality[relation] = t.flips[mark] = verdict
+            flipped = True
+        elif t.flips.get(mark) == verdict:
+            flipped = True
+        return GroupJoin(heads, multi, len(group), verdict, flipped)
+
+    async def facts_with_tail(self, tenant: str, tail_id: str) -> list[str]:
+        return sorted(self._set(tenant, "facts_with_tail", tail_id))
+
+    async def group(self, tenant: str, head_id: str, relation: str) -> list[str]:
+        return sorted(self._set(tenant, "group", f"{head_id}|{relation}"))
+
+    async def group_size(self, tenant: str, head_id: str, relation: str) -> int:
+        return len(self._set(tenant, "group", f"{head_id}|{relation}"))
+
+    async def relation_multi_heads(self, tenant: str, relation: str) -> list[str]:
+        return sorted(self._set(tenant, "relation_multi_heads", relation))
+
+    async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]:
+        return len(self._set(tenant, "relation_heads", relation)), len(self._set(tenant, "relation_multi_heads", relation))
+
+    broader = Memory.broader  # the same walk over active containment facts, through this store's group() and fact()
+
+    # ---- the graph, written ----------------------------------------------------------------------------
+    async def bump_graph_version(self, tenant: str) -> int:
+        t = self._tenant(tenant)
+        t.graph_version += 1
+        return t.graph_version
+
+    async def graph_version(self, tenant: str) -> int:
+        return self._tenant(tenant).graph_version
+
+    def _log(self, tenant: str, version: int, change: EdgeChange) -> None:
+        """Append to the graph log; past GRAPH_CHANGES_MAXLEN the oldest go (exactly here, in whole
+        macro nodes in Redis: `MAXLEN ~`)."""
+        t = self._tenant(tenant)
+        t.changes_added += 1
+        t.changes.append((f"{t.changes_added}-0", version, change))
+        del t.changes[:-GRAPH_CHANGES_MAXLEN]
+
+    def _set_weight(self, tenant: str, a: str, b: str, weight: float, kind: str) -> None:
+        """An undirected edge on both of its ends (weight 0: gone)."""
+        adjacency = self._tenant(tenant).adjacency
+        for one, other in ((a, b), (b, a)):
+            if weight:
+                adjacency[one][adjacency_field(kind, other)] = weight
+            else:
+                adjacency[one].pop(adjacency_field(kind, other), None)
+
+    def _link_fact(self, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str, linked: bool) -> None:
+        """Memory's LINK_FACT / UNLINK_FACT: the edge's weight is the number of facts between the two."""
+        between = self._set(tenant, "edge_facts", "|".join(sorted((head_node, tail_node))))
+        between.add(fact_id) if linked else between.discard(fact_id)
+        self._set_weight(tenant, head_node, tail_node, float(len(between)), "fact")
+        self._log(tenant, version, EdgeChange(head_node, tail_node, float(len(between)), "fact"))
+        if linked:
+            self._set(tenant, "graph_nodes").update((head_node, tail_node))
+
+    def stage_fact_edge(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
+        self._stage(pipe, lambda: self._link_fact(tenant, version, head_node, tail_node, fact_id, True))
+
+    def stage_fact_unlink(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
+        self._stage(pipe, lambda: self._link_fact(tenant, version, head_node, tail_node, fact_id, False))
+
+    def stage_edge(self, pipe, tenant: str, version: int, a: str, b: str, weight: float, kind: str) -> None:
+        weight = float(_stored(weight))  # as Redis hands it back
+
+        def write() -> None:
+            adjacency = self._tenant(tenant).adjacency  # set even at weight 0, as Memory's HSET does
+            adjacency[a][adjacency_field(kind, b)] = adjacency[b][adjacency_field(kind, a)] = weight
+            self._set(tenant, "graph_nodes").update((a, b))
+            self._log(tenant, version, EdgeChange(a, b, weight, kind))
+
+        self._stage(pipe, write)
+
+    def stage_type_member(self, pipe, tenant: str, version: int, entity_node: str, entity_type: str) -> None:
+        self.stage_edge(pipe, tenant, version, entity_node, type_node(entity_type), 1.0, "type")
+
+    async def similarity_bridged(self, tenant: str, entity_id: str) -> bool:
+        return entity_id in self._set(tenant, "similarity_bridged")
+
+    def stage_similarity_bridged(self, pipe, tenant: str, entity_id: str) -> None:
+        self._stage(pipe, lambda: self._set(tenant, "similarity_bridged").add(entity_id))
+
+    # ---- the graph, read (store.graph_log says what None means) ----------------------------------------
+    async def graph_log_exists(self, tenant: str) -> bool:
+        return self._tenant(tenant).changes_added > 0
+
+    async def graph_log_head(self, tenant: str) -> str:
+        changes = self._tenant(tenant).changes
+        return changes[-1][0] if changes else NO_CHANGE
+
+    async def adjacency_nodes(self, tenant: str) -> list[str]:
+        return sorted(self._set(tenant, "graph_nodes"))  # (no nodes from before the node set: nothing to scan for)
+
+    def adjacency(self, tenant: str, nodes: list[str]) -> AsyncIterator[list[EdgeChange]]:
+        return self._adjacency(self._tenant(tenant), nodes)
+
+    @staticmethod
+    async def _adjacency(t: _Tenant, nodes: list[str]) -> AsyncIterator[list[EdgeChange]]:
+        for start in range(0, len(nodes), LOAD_BATCH):
+            edges = []
+            for node in nodes[start : start + LOAD_BATCH]:
+                for name, weight in t.adjacency.get(node, {}).items():
+                    kind, other = name.split("|", 1)
+                    if node < other:
+                        edges.append(EdgeChange(node, other, weight, kind))
+            yield edges
+
+    async def changes_since(self, tenant: str, cursor: str, count: int = READ_BATCH) -> list[tuple[str, EdgeChange]] | None:
+        t = self._tenant(tenant)
+        if cursor == NO_CHANGE:
+            entries = t.changes[:count]
+            if entries and t.changes_added > len(t.changes):
+                return None  # entries made since the load are gone
+        else:
+            first = t.changes_added - len(t.changes) + 1  # the number in the id of the oldest entry kept
+            try:
+                position = int(cursor.split("-", 1)[0]) - first
+            except ValueError:
+                return None
+            if not 0 <= position < len(t.changes) or t.changes[position][0] != cursor:
+                return None
+            entries = t.changes[position + 1 : position + 1 + count]
+        return [(entry_id, change) for entry_id, _, change in entries]
+
+    # ---- whole layers ------------------------------------------------------------------------------------
+    async def scan_ids(self, tenant: str, layer: str) -> list[str]:
+        return sorted(self._tenant(tenant).records[layer])
+
+    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank")) -> list[tuple[str, dict[str, str]]]:
+        records = self._tenant(tenant).records[layer]
+        return [(rid, {k: _text(v) for k, v in records[rid].items() if k not in skip}) for rid in sorted(records)]
+
+
+class _InMemoryLLMCache(LLMCache):
+    """LLMCache's keys over a dict (no TTL)."""
+
+    def __init__(self, values: dict, model: str):
+        super().__init__(None, model)
+        self.values = values
+
+    async def get(self, messages: list[dict], schema: dict) -> str | None:
+        return self.values.get(self.key(messages, schema))
+
+    async def put(self, messages: list[dict], schema: dict, answer: str) -> None:
+        self.values[self.key(messages, schema)] = answer
+
+
+class _InMemoryEmbeddingCache(EmbeddingCache):
+    """EmbeddingCache's keys over a dict (no TTL): float32 bytes in, float32 arrays out, as from Redis."""
+
+    def __init__(self, values: dict, embedder: str):
+        super().__init__(None, embedder)
+        self.values = values
+
+    async def get_many(self, texts: list[str]) -> dict[str, np.ndarray]:
+        found = {t: self.values.get(self.key(t)) for t in texts}
+        return {t: np.frombuffer(raw, dtype=np.float32) for t, raw in found.items() if raw is not None}
+
+    async def put_many(self, vectors: dict[str, np.ndarray]) -> None:
+        for text, vector in vectors.items():
+            self.values[self.key(text)] = vector_bytes(vector)
+
+
+def _stored(value: Any) -> str | bytes:
+    """A field value as Redis stores it: text and bytes as they are, numbers as redis-py writes them."""
+    if isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    raise TypeError(f"invalid value for a Redis field: {value!r} ({type(value).__name__})")
+
+
+def _text(value: str | bytes | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    """The vector scaled to length 1 in float32, as VecSim stores vectors for cosine distance."""
+    norm = np.float32(np.sqrt(np.dot(vector, vector)))
+    return vector / norm if norm else vector
+
+
+def _tag_equals(stored: str | bytes | None, wanted: str) -> bool:
+    """RediSearch's tag match: any of the comma-separated tags, trimmed, case-insensitive."""
+    return stored is not None and wanted.strip().lower() in {tag.strip().lower() for tag in _text(stored).split(",")}

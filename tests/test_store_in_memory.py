@@ -1,0 +1,318 @@
+"""store.in_memory.InMemoryStore, the second implementation of the store's interface: the same
+messages through the four stages must leave the same memory on it as on Redis's Memory.
+
+Each scenario runs the stages (workers.pipeline.Pipeline) in this process over one store, with
+a broker that delivers one message at a time, oldest first (tests/inprocess.py's default
+order, the one that does not depend on Redis round-trip times). On InMemoryStore alone the
+scenarios need no stack (`make test-unit`) and check what the mechanism must do; with the
+stack, each runs on Memory too, for the same tenant name, and the two runs must give the same
+export (modulo system time), the same messages on every topic — fact events with their ids —
+and the same query answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+
+from ops.export import export_memory
+from store import AlreadyDone, Memory, Outgoing, StaleDecision
+from store.facts import Fact
+from store.in_memory import InMemoryStore
+from tests.inprocess import DIMS, DigitBlindEmbedder
+from tests.test_effectively_once import SynonymEmbedder
+from tests.test_memory_agents import CONFLICTS, FOUNDING, PROMOTED_SWAP, fact, fid, write_script
+from topics import Document, FactEvent, decode, encode
+from workers.algorithms.normalize import content_hash
+from workers.models.extraction import ReplayExtractor
+from workers.pipeline import Pipeline
+from workers.query.engine import QueryEngine, QueryRequest
+from workers.settings import Settings
+
+TIMES = ("created_at", "activated_at", "expired_at")
+
+
+class Stages:
+    """The four stages over `memory` for one tenant. The broker routes every message a stage
+    sends to the next stage's handler, oldest first; with `redeliver`, every message is
+    delivered a second time once those queued before its copy are through (a consumer that
+    crashed before its ack), and the first publish of a fact event fails after its commit (the
+    envelope retries and publishes the committed outbox)."""
+
+    def __init__(self, memory, extractor, embedder, tenant: str, settings: Settings, redeliver: bool = False):
+        self.memory, self.embedder, self.tenant, self.redeliver = memory, embedder, tenant, redeliver
+        self.sent: list[Outgoing] = []
+        self.queue: deque[tuple[str, bytes, bytes, bool]] = deque()  # (topic, key, value, is a redelivery)
+        self.pipeline = Pipeline(settings, memory, self._send, embedder, extractor)
+        self._failed_once = not redeliver
+        self._engine: QueryEngine | None = None
+
+    async def _send(self, item: Outgoing) -> None:
+        if not self._failed_once and item.topic == "indexed-facts":
+            self._failed_once = True
+            raise RuntimeError("broker hiccup after the commit")
+        self.sent.append(item)
+        if item.topic in Pipeline.RECORDS:
+            self.queue.append((item.topic, item.key.encode(), item.value, False))
+
+    async def publish(self, doc_id: str, text: str) -> None:
+        self.queue.append(("documents", doc_id.encode(), encode(Document(self.tenant, doc_id, text)), False))
+        while self.queue:
+            topic, key, value, again = self.queue.popleft()
+            if self.redeliver and not again:
+                self.queue.append((topic, key, value, True))
+            await self.pipeline.process(topic, key, value)
+
+    def messages(self) -> list[tuple[str, str, dict]]:
+        """Everything the stages sent, decoded, without system time."""
+        return [(o.topic, o.key, {k: v for k, v in json.loads(o.value).items() if k != "ts"}) for o in self.sent]
+
+    def events(self) -> list[dict]:
+        return [decode(FactEvent, o.value).to_dict() for o in self.sent if o.topic == "indexed-facts"]
+
+    async def export(self) -> dict:
+        return await export_memory(self.memory, self.tenant)
+
+    async def query(self, body: dict) -> dict:
+        """POST /v1/query's answer (the query worker's QueryEngine), without its timings."""
+        if self._engine is None:
+            self._engine = QueryEngine(self.memory, self.embedder)
+        answer = await self._engine.answer(QueryRequest.from_json({"tenant": self.tenant, **body}, self.tenant, 5))
+        return {k: v for k, v in answer.items() if k != "timings_ms"}
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            self._engine._ranking.shutdown(wait=False)
+        await self.memory.close()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Documents published one after the other (doc id → (text, facts as test_memory_agents.fact
+    gives them)), then queries."""
+
+    corpus: dict[str, tuple[str, list[dict]]]
+    order: tuple[str, ...]
+    settings: dict = field(default_factory=dict)  # Settings fields, as a worker's MEMSTREAM_* variables
+    embedder: type = DigitBlindEmbedder
+    redeliver: bool = False
+    queries: tuple[dict, ...] = ()  # request bodies without the tenant
+
+
+def scripted(texts: dict[str, str], facts: dict[str, list[tuple]]) -> dict:
+    """A corpus from ScriptedExtractor-style facts: (head, relation, tail[, head type, tail type])."""
+    return {doc: (text, [fact(f[0], f[3] if len(f) > 3 else "PERSON", f[1], f[2], f[4] if len(f) > 4 else "PLACE") for f in facts[doc]])
+            for doc, text in texts.items()}
+
+
+# the same scripts as tests/test_effectively_once.py's near-duplicate and twin tests
+PEOPLE = scripted({f"p{i}": f"Person{i} was born in London." for i in range(4)}, {f"p{i}": [(f"Person{i}", "was born in", "London")] for i in range(4)})
+SYNONYMS = scripted({"a": "Ada Quill was born in Ostra.", "b": "Ada Quill is a native of Ostra."},
+                    {"a": [("Ada Quill", "born in", "Ostra")], "b": [("Ada Quill", "native of", "Ostra")]})
+MARRIED = scripted({"y": "Bram Reed married Ada Quill.", "x": "Ada Quill married Bram Reed."},
+                   {"x": [("Ada Quill", "married", "Bram Reed", "PERSON", "PERSON")], "y": [("Bram Reed", "married", "Ada Quill", "PERSON", "PERSON")]})
+CONFLICT_ORDER = ("m1", "m2", "m3", "t1", "t2", "g0", "g1", "g2", "d1", "d2")
+
+SCENARIOS = {
+    "tau gate": Scenario(FOUNDING, ("falk", "pike")),
+    "conflict kinds": Scenario(CONFLICTS, CONFLICT_ORDER, {"tau": 1}, queries=(
+        {"query": CONFLICTS["m3"][0]}, {"query": CONFLICTS["g2"][0], "mode": "dense"}, {"query": "Who built the Varn Lighthouse?", "top_k": 3})),
+    "near duplicates": Scenario({**PEOPLE, **SYNONYMS}, ("p0", "p1", "p2", "p3", "a", "b"), {"tau": 1}, SynonymEmbedder,
+                                # cosine 1 to each Person passage; k above the passages: no tie is cut
+                                queries=({"query": "Person9 was born in London.", "top_k": 10, "params": {"layer_k": 10}},)),
+    "symmetric twins": Scenario({**PROMOTED_SWAP, **MARRIED}, ("b", "d", "a", "c", "y", "x")),
+    "redelivered": Scenario(CONFLICTS, CONFLICT_ORDER, {"tau": 1}, redeliver=True),
+}
+
+
+async def run_scenario(memory, scenario: Scenario, tenant: str, script) -> tuple[dict, list, list, list]:
+    """(export, messages sent, events, query answers)."""
+    settings = Settings.from_env({}, **{"sim_bridging": "off", **scenario.settings})
+    stages = Stages(memory(settings), ReplayExtractor(script), scenario.embedder(), tenant, settings, scenario.redeliver)
+    try:
+        for doc in scenario.order:
+            await stages.publish(doc, scenario.corpus[doc][0])
+        answers = [await stages.query(body) for body in scenario.queries]
+        return await stages.export(), stages.messages(), stages.events(), answers
+    finally:
+        await stages.close()
+
+
+def in_memory(settings: Settings) -> InMemoryStore:
+    return InMemoryStore(DIMS, tau=settings.effective_tau)
+
+
+def without_times(export: dict) -> dict:
+    """The export modulo system time: each time field says only whether it is set."""
+    return {**export, "facts": [{k: (v is not None if k in TIMES else v) for k, v in f.items()} for f in export["facts"]]}
+
+
+def tie_order(found):
+    """Query answers with the items of equal score in one order: Memory.knn gives equally near
+    records in no defined order (store.in_memory.InMemoryStore.knn)."""
+    if isinstance(found, dict):
+        return {k: tie_order(v) for k, v in found.items()}
+    if isinstance(found, list) and found and all(isinstance(x, dict) and "score" in x for x in found):
+        return sorted((tie_order(x) for x in found), key=lambda x: (-x["score"], json.dumps(x, sort_keys=True)))
+    return [tie_order(x) for x in found] if isinstance(found, list) else found
+
+
+def facts_of(export: dict) -> dict:
+    return {f["id"]: f for f in export["facts"]}
+
+
+def passage(corpus, doc):
+    return content_hash(corpus[doc][0])[:32]
+
+
+# ---- on InMemoryStore alone: what each mechanism must do ----------------------------------------
+def test_the_tau_gate_holds_a_schema_seen_once_and_activates_both_on_the_second_passage(tmp_path):
+    scenario = SCENARIOS["tau gate"]
+    script = write_script(tmp_path / "s.jsonl", scenario.corpus)
+    first = asyncio.run(run_scenario(in_memory, Scenario(FOUNDING, ("falk",)), "im-gate", script))
+    second = asyncio.run(run_scenario(in_memory, scenario, "im-gate", script))
+    assert [(s["status"], s["frequency"]) for s in first[0]["schemas"]] == [("candidate", 1)]
+    assert [f["status"] for f in first[0]["facts"]] == ["pending"] and first[2] == []
+    assert [(s["status"], s["frequency"]) for s in second[0]["schemas"]] == [("stable", 2)]
+    assert {f["status"] for f in second[0]["facts"]} == {"active"}
+    assert sorted(e["fact_id"] for e in second[2]) == sorted(fid(f) for _, fs in FOUNDING.values() for f in fs)
+
+
+def test_each_conflict_kind_ends_in_its_state(tmp_path):
+    export, _, events, answers = asyncio.run(run_scenario(in_memory, SCENARIOS["conflict kinds"], "im-conflicts", write_script(tmp_path / "s.jsonl", CONFLICTS)))
+    facts, of = facts_of(export), {doc: fid(CONFLICTS[doc][1][0]) for doc in CONFLICTS}
+    assert facts[of["m2"]]["status"] == "active" and facts[of["m1"]]["status"] == "invalid"  # mutual exclusion
+    assert [facts[of[d]]["qualifiers"]["time"] for d in ("t1", "t2")] == [{"from": "1990", "to": "1999"}, {"from": "2000", "to": "2010"}]
+    assert facts[of["g1"]]["qualifiers"]["scope"] == {"narrower_than": [of["g2"]], "broader_than": []}  # granularity
+    assert facts[of["d1"]]["status"] == "active" and len(facts[of["d1"]]["passages"]) == 2  # duplicate
+    assert [e["event"] for e in events if e["fact_id"] == of["d1"]] == ["activated", "merged"]
+    assert len({e["event_id"] for e in events}) == len(events)
+    assert answers[0]["mode"] == "ppr" and passage(CONFLICTS, "m3") in [p["id"] for p in answers[0]["passages"]]
+    assert (answers[1]["passages"][0]["id"], answers[1]["passages"][0]["score"]) == (passage(CONFLICTS, "g2"), 1.0)  # its own text
+
+
+def test_near_duplicates_merge_only_the_same_entities(tmp_path):
+    scenario = SCENARIOS["near duplicates"]
+    export, _, events, _ = asyncio.run(run_scenario(in_memory, scenario, "im-near", write_script(tmp_path / "s.jsonl", scenario.corpus)))
+    facts = facts_of(export)
+    assert sorted(f["head"] for f in facts.values() if f["status"] == "active") == ["Ada Quill", "Person0", "Person1", "Person2", "Person3"]
+    native, born = fid(SYNONYMS["b"][1][0]), fid(SYNONYMS["a"][1][0])
+    assert (facts[native]["status"], facts[native]["merged_into"]) == ("merged", born)
+    assert [e["event"] for e in events if e["event"] == "merged"] == ["merged"]
+
+
+def test_symmetric_twins_end_as_one_active_fact(tmp_path):
+    scenario = SCENARIOS["symmetric twins"]
+    export, *_ = asyncio.run(run_scenario(in_memory, scenario, "im-twins", write_script(tmp_path / "s.jsonl", scenario.corpus)))
+    facts = facts_of(export)
+    a, b = fid(PROMOTED_SWAP["a"][1][0]), fid(PROMOTED_SWAP["b"][1][0])
+    assert (facts[a]["status"], facts[a]["merged_into"]) == ("merged", b)
+    assert facts[b]["passages"] == sorted([passage(PROMOTED_SWAP, "a"), passage(PROMOTED_SWAP, "b")])
+    x, y = fid(MARRIED["x"][1][0]), fid(MARRIED["y"][1][0])
+    assert sorted([facts[x]["status"], facts[y]["status"]]) == ["active", "merged"]
+
+
+def test_redelivered_messages_change_nothing(tmp_path):
+    script = write_script(tmp_path / "s.jsonl", CONFLICTS)
+    once = asyncio.run(run_scenario(in_memory, SCENARIOS["conflict kinds"], "im-again", script))
+    twice = asyncio.run(run_scenario(in_memory, SCENARIOS["redelivered"], "im-again", script))
+    assert without_times(twice[0]) == without_times(once[0])
+    assert twice[1] == once[1]  # every copy found its message done; the failed publish was retried from the committed outbox
+
+
+async def fenced_commits(memory, tenant: str) -> list:
+    """The effectively-once primitives called directly; what each call gave."""
+    seen = []
+    new = Fact("f1", "Ada", "lives in", "Ostra", "PERSON", "PLACE", "ada", "ostra", "s1")
+    out = [Outgoing("indexed-facts", "f1", b'{"x": 1}')]
+    seen.append(await memory.pending_outbox(tenant, "m1"))
+    pipe = memory.pipeline()
+    memory.stage_new_fact(pipe, tenant, new, [1.0] * DIMS)
+    memory.stage_outbox(pipe, tenant, "m1", out)
+    seen.append(await memory.commit_once(pipe, tenant, "m1"))
+    pipe = memory.pipeline()  # a second delivery of m1: finds the first one's outbox, its own writes discarded
+    memory.stage_fact_update(pipe, tenant, "f1", {"status": "active"})
+    memory.stage_outbox(pipe, tenant, "m1", [])
+    seen.append(await memory.commit_once(pipe, tenant, "m1"))
+    seen.append((await memory.fact(tenant, "f1")).status)
+    pipe = memory.pipeline()  # a decision that read f1 as active: it is new
+    memory.expect_status(pipe, tenant, "f1", "active")
+    memory.stage_fact_update(pipe, tenant, "f1", {"status": "invalid"})
+    memory.stage_outbox(pipe, tenant, "m2", [])
+    try:
+        await memory.commit_once(pipe, tenant, "m2")
+    except StaleDecision:
+        seen.append("stale")
+    seen.append((await memory.fact(tenant, "f1")).status)
+    await memory.finish(tenant, "m1")
+    for call in (memory.pending_outbox(tenant, "m1"), memory.commit_once(memory.pipeline(), tenant, "m1")):
+        try:
+            seen.append(await call)
+        except AlreadyDone:
+            seen.append("done")
+    pipe = memory.pipeline()  # chunk progress: two facts, one spawned work item
+    memory.stage_spawn(pipe, tenant, "c1", ["w1"])
+    memory.stage_fact_done(pipe, tenant, "c1", 0, 2)
+    memory.stage_fact_done(pipe, tenant, "c1", 1, 2)
+    await pipe.execute()
+    seen.append((await memory.chunk_done(tenant, "c1"), await memory.outstanding_work(tenant, "c1")))
+    pipe = memory.pipeline()
+    memory.stage_work_done(pipe, tenant, "c1", "w1", 2)
+    await pipe.execute()
+    seen.append((await memory.chunk_done(tenant, "c1"), await memory.chunks_done_count(tenant)))
+    return seen
+
+
+FENCED = [None, None, [Outgoing("indexed-facts", "f1", b'{"x": 1}')], "new", "stale", "new", "done", "done", (False, ["w1"]), (True, 1)]
+
+
+def test_commits_are_fenced_on_the_done_mark_the_outbox_and_the_statuses_read():
+    assert asyncio.run(fenced_commits(InMemoryStore(DIMS), "im-fenced")) == FENCED
+
+
+def test_the_sweep_finds_committed_unsent_outboxes_once_per_lock():
+    async def scenario():
+        memory = InMemoryStore(DIMS)
+        for mark in ("m2", "m1", "m3"):
+            pipe = memory.pipeline()
+            memory.stage_outbox(pipe, "im-sweep", mark, [Outgoing("indexed-facts", mark, b"{}")])
+            await memory.commit_once(pipe, "im-sweep", mark)
+        await memory.finish("im-sweep", "m1")
+        return await memory.unsent_outboxes(float("inf")), await memory.unsent_outboxes(float("inf"))
+
+    first, second = asyncio.run(scenario())
+    assert [(t, m) for t, m, _ in first] == [("im-sweep", "m2"), ("im-sweep", "m3")]  # commit order
+    assert second == []  # another sweeper holds the tenant's lock
+
+
+# ---- on both stores: the same memory, messages and answers ----------------------------------------
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_redis_and_in_memory_give_the_same_memory_messages_and_answers(stack_env, tmp_path, name):
+    scenario = SCENARIOS[name]
+    script = write_script(tmp_path / "s.jsonl", scenario.corpus)
+    tenant = f"im-{name.replace(' ', '-')}-{uuid.uuid4().hex[:10]}"  # one tenant name for both: event ids hash it
+
+    def redis(settings):
+        return Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], tau=settings.effective_tau, vector_index=settings.vector_index)
+
+    on_redis = asyncio.run(run_scenario(redis, scenario, tenant, script))
+    in_process = asyncio.run(run_scenario(in_memory, scenario, tenant, script))
+    assert without_times(in_process[0]) == without_times(on_redis[0])
+    assert in_process[1] == on_redis[1]  # every topic, fact events with their ids
+    assert tie_order(in_process[3]) == tie_order(on_redis[3])  # query answers: passages, entities, facts, seeds, scores
+    assert on_redis[0]["facts"] and on_redis[2]
+
+
+def test_redis_and_in_memory_fence_commits_alike(stack_env):
+    async def on_redis():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        try:
+            return await fenced_commits(memory, f"im-fenced-{uuid.uuid4().hex[:10]}")
+        finally:
+            await memory.close()
+
+    assert asyncio.run(on_redis()) == FENCED
