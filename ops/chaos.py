@@ -84,7 +84,7 @@ class Fleet:
     def start(self, role: str) -> Worker:
         self.started += 1
         name = f"{role}-{self.started}"
-        worker = Worker(name, role, WorkerProcess.spawn(self.logs / f"{name}.log", self.env, role=role, cwd=self.cwd))
+        worker = Worker(name, role, WorkerProcess.spawn(self.logs / f"{name}.log", self.env, role=role, cwd=self.cwd, own_session=True))
         self.workers.append(worker)
         return worker
 

@@ -1,9 +1,7 @@
 """`memstream worker` subprocesses, started and stopped one way for the benchmarks, the demo,
-the chaos driver and the test fixtures: each in its own session (so a stop reaches whatever it
-started, and a Ctrl-C of the caller is not also delivered to it: the caller stops it), its
-output in a log file, waited for until its /healthz answers — failing at once, with the log's
-tail, when it exits instead — and stopped with SIGTERM, then SIGKILL to its process group
-when it outlasts the timeout."""
+the chaos driver and the test fixtures: output in a log file, waited for until /healthz answers
+— failing at once, with the log's tail, when the worker exits instead — and stopped with
+SIGTERM, then SIGKILL when it outlasts the timeout."""
 
 from __future__ import annotations
 
@@ -32,21 +30,28 @@ class WorkerFailed(RuntimeError):
 class WorkerProcess:
     """One `memstream worker [--role R]` process and its log file."""
 
-    def __init__(self, proc: subprocess.Popen, log: Path, health_url: str):
+    def __init__(self, proc: subprocess.Popen, log: Path, health_url: str, own_session: bool):
         self.proc = proc
         self.log = log
         self.health_url = health_url
+        self.own_session = own_session
         self._terminated = False  # SIGTERM sent: a second one would ask faust for a harder stop
 
     @classmethod
-    def spawn(cls, log: Path, env: dict | None = None, role: str | None = None, cwd: Path | None = None) -> "WorkerProcess":
+    def spawn(cls, log: Path, env: dict | None = None, role: str | None = None, cwd: Path | None = None,
+              own_session: bool = False) -> "WorkerProcess":
         """Start a worker with `env` (None: this process's environment), all roles unless
-        `role` is given, its stdout and stderr written to `log` (truncated)."""
+        `role` is given, its stdout and stderr written to `log` (truncated).
+
+        own_session: in a session and process group of its own, which a SIGKILL reaches whole
+        (the tests and the chaos driver, which signal workers themselves). Otherwise it stays in
+        the caller's process group, so a Ctrl-C or a `timeout` of a benchmark or the demo
+        reaches the worker too, even where the caller dies before it could stop it."""
         settings = Settings.from_env(os.environ if env is None else env)  # where it will listen (ValueError: it would not start)
         argv = [*WORKER_COMMAND, *(["--role", role] if role else [])]
         with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        return cls(proc, log, f"http://{settings.http_host}:{settings.http_port}/healthz")
+            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session)
+        return cls(proc, log, f"http://{settings.http_host}:{settings.http_port}/healthz", own_session)
 
     @property
     def pid(self) -> int:
@@ -89,7 +94,7 @@ class WorkerProcess:
             self.proc.send_signal(signal.SIGTERM)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
-        """SIGTERM, then SIGKILL to the process group if it is still running after `timeout_s`.
+        """SIGTERM, then SIGKILL if it is still running after `timeout_s`.
         True if it exited by itself (or had already), False if it had to be killed."""
         self.terminate()
         try:
@@ -100,10 +105,14 @@ class WorkerProcess:
             return False
 
     def kill(self) -> None:
-        """SIGKILL to the process group at once (no clean shutdown), and reap the worker."""
-        if self.proc.returncode is None:  # not reaped yet, so the group id is still its own
+        """SIGKILL at once (no clean shutdown) — to its process group when it has its own —
+        and reap the worker."""
+        if self.proc.returncode is None:  # not reaped yet, so its pid (and group id) is still its own
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                if self.own_session:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                else:
+                    self.proc.kill()
         self.proc.wait()
 
     def __enter__(self) -> "WorkerProcess":

@@ -81,7 +81,7 @@ class Workers:
         self.cli = Cli(self.env)
 
     def start(self, role: str = "all", **extra_env: str) -> subprocess.Popen:
-        worker = WorkerProcess.spawn(self.tmp / f"worker-{len(self.procs)}-{role}.log", {**self.env, **extra_env}, role=role, cwd=ROOT)
+        worker = WorkerProcess.spawn(self.tmp / f"worker-{len(self.procs)}-{role}.log", {**self.env, **extra_env}, role=role, cwd=ROOT, own_session=True)
         self.procs.append(worker)
         if role in ("all", "query"):  # the roles that serve HTTP
             worker.wait_healthy(timeout_s=120)
