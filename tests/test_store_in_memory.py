@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ops.export import export_memory
-from store import AlreadyDone, Memory, Outgoing, StaleDecision
+from store import AlreadyDone, EdgeChange, Memory, Outgoing, StaleDecision
 from store.facts import Fact
 from store.in_memory import InMemoryStore
 from tests.inprocess import DIMS, DigitBlindEmbedder
@@ -121,7 +121,8 @@ SCENARIOS = {
     "tau gate": Scenario(FOUNDING, ("falk", "pike")),
     "conflict kinds": Scenario(CONFLICTS, CONFLICT_ORDER, {"tau": 1}, queries=(
         {"query": CONFLICTS["m3"][0]}, {"query": CONFLICTS["g2"][0], "mode": "dense"}, {"query": "Who built the Varn Lighthouse?", "top_k": 3})),
-    "near duplicates": Scenario({**PEOPLE, **SYNONYMS}, ("p0", "p1", "p2", "p3", "a", "b"), {"tau": 1}, SynonymEmbedder,
+    # with the similarity bridge: the Person entities are digit variants (cosine 1), bridged pairwise
+    "near duplicates": Scenario({**PEOPLE, **SYNONYMS}, ("p0", "p1", "p2", "p3", "a", "b"), {"tau": 1, "sim_bridging": "on"}, SynonymEmbedder,
                                 # cosine 1 to each Person passage; k above the passages: no tie is cut
                                 queries=({"query": "Person9 was born in London.", "top_k": 10, "params": {"layer_k": 10}},)),
     "symmetric twins": Scenario({**PROMOTED_SWAP, **MARRIED}, ("b", "d", "a", "c", "y", "x")),
@@ -203,6 +204,8 @@ def test_near_duplicates_merge_only_the_same_entities(tmp_path):
     native, born = fid(SYNONYMS["b"][1][0]), fid(SYNONYMS["a"][1][0])
     assert (facts[native]["status"], facts[native]["merged_into"]) == ("merged", born)
     assert [e["event"] for e in events if e["event"] == "merged"] == ["merged"]
+    similar = {(e["source"], e["target"]) for e in export["edges"] if e["kind"] == "similar"}
+    assert similar == {(f"e:person{i}", f"e:person{j}") for i in range(4) for j in range(i + 1, 4)}
 
 
 def test_symmetric_twins_end_as_one_active_fact(tmp_path):
@@ -225,7 +228,8 @@ def test_redelivered_messages_change_nothing(tmp_path):
 
 
 async def fenced_commits(memory, tenant: str) -> list:
-    """The effectively-once primitives called directly; what each call gave."""
+    """The effectively-once primitives, chunk progress, aliases and the graph log called directly;
+    what each call gave."""
     seen = []
     new = Fact("f1", "Ada", "lives in", "Ostra", "PERSON", "PLACE", "ada", "ostra", "s1")
     out = [Outgoing("indexed-facts", "f1", b'{"x": 1}')]
@@ -264,10 +268,37 @@ async def fenced_commits(memory, tenant: str) -> list:
     memory.stage_work_done(pipe, tenant, "c1", "w1", 2)
     await pipe.execute()
     seen.append((await memory.chunk_done(tenant, "c1"), await memory.chunks_done_count(tenant)))
+    # aliases
+    await memory.add_alias(tenant, "nyc", "new_york_city")
+    try:
+        await memory.add_alias(tenant, "new_york_city", "nyc")
+    except ValueError as exc:
+        seen.append(str(exc))
+    seen.append((await memory.resolve_aliases(tenant, ["nyc", "ostra"]), await memory.alias_map(tenant)))
+    # the graph log: change ids are the store's own, the changes and what None means are not
+    seen.append((await memory.graph_log_exists(tenant), await memory.changes_since(tenant, "0-0"), await memory.changes_since(tenant, "7-0")))
+    pipe = memory.pipeline()
+    memory.stage_fact_edge(pipe, tenant, 1, "e:ada", "e:ostra", "f1")
+    memory.stage_fact_edge(pipe, tenant, 1, "e:ostra", "e:ada", "f2")
+    memory.stage_edge(pipe, tenant, 2, "e:ada", "p:c1", 1.0, "passage")
+    memory.stage_fact_unlink(pipe, tenant, 3, "e:ada", "e:ostra", "f1")
+    await pipe.execute()
+    head, changes = await memory.graph_log_head(tenant), await memory.changes_since(tenant, "0-0")
+    seen.append(([change for _, change in changes], head == changes[-1][0], await memory.changes_since(tenant, head)))
+    seen.append((await memory.changes_since(tenant, changes[1][0], 1))[0][1])
+    seen.append((await memory.adjacency_nodes(tenant), [edges async for edges in memory.adjacency(tenant, ["e:ada", "e:ostra", "p:c1"])]))
     return seen
 
 
-FENCED = [None, None, [Outgoing("indexed-facts", "f1", b'{"x": 1}')], "new", "stale", "new", "done", "done", (False, ["w1"]), (True, 1)]
+FENCED = [
+    None, None, [Outgoing("indexed-facts", "f1", b'{"x": 1}')], "new", "stale", "new", "done", "done", (False, ["w1"]), (True, 1),
+    "'nyc' is already an alias of 'new_york_city'", ({"nyc": "new_york_city", "ostra": "ostra"}, {"nyc": "new_york_city"}),
+    (False, [], None),
+    ([EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ostra", "e:ada", 2.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage"),
+      EdgeChange("e:ada", "e:ostra", 1.0, "fact")], True, []),
+    EdgeChange("e:ada", "p:c1", 1.0, "passage"),
+    (["e:ada", "e:ostra", "p:c1"], [[EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage")]]),
+]
 
 
 def test_commits_are_fenced_on_the_done_mark_the_outbox_and_the_statuses_read():
