@@ -209,7 +209,8 @@ class InMemoryStore:
 
     def stage_spawn(self, pipe, tenant: str, chunk_id: str, work_ids: list[str]) -> None:
         if work_ids:
-            self._stage(pipe, lambda: self._set(tenant, "chunk_outstanding", chunk_id).update(work_ids))
+            spawned = list(work_ids)
+            self._stage(pipe, lambda: self._set(tenant, "chunk_outstanding", chunk_id).update(spawned))
 
     def stage_work_done(self, pipe, tenant: str, chunk_id: str, work_id: str, chunk_fact_count: int) -> None:
         self._stage(pipe, lambda: self._progress(tenant, chunk_id, chunk_fact_count, work_id=work_id))
@@ -266,13 +267,14 @@ class InMemoryStore:
         self._stage(pipe, write)
 
     def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector) -> None:
-        described, now = fact.description(), time.time()
+        fid, described, now = fact.id, fact.description(), time.time()
         rank = "\x1f".join(described[k] for k in sorted(described))
+        fields = {**described, "vec": vector_bytes(vector)}
 
         def write() -> None:
-            self._set_if_smaller(tenant, "facts", fact.id, rank, {**described, "vec": vector_bytes(vector)})
-            self._hsetnx(tenant, "facts", fact.id, "status", "new")
-            self._hsetnx(tenant, "facts", fact.id, "created_at", now)
+            self._set_if_smaller(tenant, "facts", fid, rank, fields)
+            self._hsetnx(tenant, "facts", fid, "status", "new")
+            self._hsetnx(tenant, "facts", fid, "created_at", now)
 
         self._stage(pipe, write)
 
@@ -373,7 +375,8 @@ class InMemoryStore:
 
     def stage_unpend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
         if fact_ids:
-            self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).difference_update(fact_ids))
+            unpended = list(fact_ids)
+            self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).difference_update(unpended))
 
     # ---- conflict groups and relation cardinality ---------------------------------------------------
     async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str, mark: str,
