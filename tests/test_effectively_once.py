@@ -12,13 +12,12 @@ import uuid
 import pytest
 
 from ops.fake_llm import FakeOpenAI
-from store import Outgoing
 from tests.conftest import write_docs
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from tests.test_end_to_end import tenant_name
-from topics import encode
+from topics import Chunk, encode
 from workers.algorithms.normalize import entity_id, fact_id, relation_name
-from workers.envelope import dead_letter_record, is_outage
+from workers.envelope import Emit, dead_letter_record, event_message, is_outage
 from workers.query.engine import QueryEngine, QueryRequest
 
 
@@ -92,31 +91,34 @@ def test_of_two_deliveries_running_at_once_only_one_commits_and_publishes(stack_
         async def send(item):
             published.append(item.value)
 
-        stages.pipeline.send = send
+        stages.pipeline.envelope.send = send
         old_owner_may_commit = asyncio.Event()
+
+        def chunk(owner: str) -> Chunk:
+            return Chunk(tenant=stages.tenant, chunk_id="c1", doc_id="d1", seq=0, n_chunks=1, text=f"decided by the {owner} owner")
 
         async def old_owner(pipe):  # a revoked owner, slow in its handler
             await old_owner_may_commit.wait()
             pipe.set(stages.memory.keys(stages.tenant).base + ":probe", "old")
-            return [Outgoing("chunks", "k", b'"old"')]
+            return [Emit("chunks", "k", chunk("old"))]
 
         async def new_owner(pipe):
             pipe.set(stages.memory.keys(stages.tenant).base + ":probe", "new")
-            return [Outgoing("chunks", "k", b'"new"')]
+            return [Emit("chunks", "k", chunk("new"))]
 
         try:
-            late = asyncio.create_task(stages.pipeline._once(stages.tenant, "ext:c1", old_owner))
+            late = asyncio.create_task(stages.pipeline.envelope.once(stages.tenant, "ext:c1", old_owner))
             await asyncio.sleep(0.05)
-            await stages.pipeline._once(stages.tenant, "ext:c1", new_owner)
+            await stages.pipeline.envelope.once(stages.tenant, "ext:c1", new_owner)
             old_owner_may_commit.set()
             await late
             probe = await stages.memory.redis.get(stages.memory.keys(stages.tenant).base + ":probe")
-            return published, probe
+            return published, probe, encode(chunk("new"))
         finally:
             await stages.close()
 
-    published, probe = run(scenario())
-    assert published == [b'"new"']  # the late owner finds the message done: it never sends its own outbox
+    published, probe, new_owners = run(scenario())
+    assert published == [new_owners]  # the late owner finds the message done: it never sends its own outbox
     assert probe == b"new"  # and its writes were discarded
 
 
@@ -125,7 +127,7 @@ def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(
 
     async def scenario():
         stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({text: [("Ada Quill", "lives in", "Ostra")]}), tau=1)
-        real_send = stages.pipeline.send
+        real_send = stages.pipeline.envelope.send
 
         async def broken_for_chunks(item):
             if item.topic == "chunks":
@@ -133,10 +135,10 @@ def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(
             await real_send(item)
 
         try:
-            stages.pipeline.send = broken_for_chunks
+            stages.pipeline.envelope.send = broken_for_chunks
             await stages.publish("d1", text)
             lost = (await stages.memory.document_status(stages.tenant, "d1"))["chunks_done"]
-            stages.pipeline.send = real_send  # "the next start": publishing works again
+            stages.pipeline.envelope.send = real_send  # "the next start": publishing works again
             swept = await stages.pipeline.publish_unsent_outboxes(grace_s=0)
             await stages.drain()
             status = await stages.memory.document_status(stages.tenant, "d1")
@@ -422,11 +424,11 @@ def test_a_decision_whose_facts_changed_before_its_commit_is_made_again(stack_en
                 lifecycle.activate(other, tenant, await memory.fact(tenant, "f1"), 1)
                 await other.execute()
             if fact.status != "active":
-                return [Outgoing("indexed-facts", "f1", encode(lifecycle.activate(pipe, tenant, fact, 2)))]
+                return [event_message(lifecycle.activate(pipe, tenant, fact, 2))]
             return []
 
         try:
-            await stages.pipeline._once(tenant, "det:p1:0", decide)
+            await stages.pipeline.envelope.once(tenant, "det:p1:0", decide)
             return seen, stages.events()
         finally:
             await stages.close()

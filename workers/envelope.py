@@ -60,9 +60,7 @@ class Emit:
         return getattr(self.record, "work_id", "")
 
 
-# What a decision returns. An already-encoded Outgoing is published as it is (no event id, no
-# work id): tests drive the envelope with raw messages.
-Decided = Sequence["Emit | Outgoing"]
+Decided = Sequence["Emit"]  # what a decision returns: the messages to publish once it is committed
 Decide = Callable[[object], Awaitable[Decided]]  # staged on the pipe it is given
 Finishes = tuple[str, str, int]  # (chunk id, work id, chunk fact count)
 Once = Callable[[str, str, Decide, "Finishes | None"], Awaitable[None]]  # Envelope.once
@@ -70,7 +68,7 @@ Once = Callable[[str, str, Decide, "Finishes | None"], Awaitable[None]]  # Envel
 
 def spawned_work_ids(outbox: Decided) -> list[str]:
     """The work items an outbox spawns downstream, read from its records' work_id."""
-    return [item.work_id for item in outbox if isinstance(item, Emit) and item.work_id]
+    return [item.work_id for item in outbox if item.work_id]
 
 
 class Envelope:
@@ -233,7 +231,7 @@ class Envelope:
         return sent
 
 
-def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit | Outgoing]:
+def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit]:
     """Give each fact event the id of its transition: the message that caused it (its mark)
     and its place among that message's events. A redelivery of the message decides the same
     events in the same order, so it repeats the ids (consumers drop it); two transitions of one
@@ -245,7 +243,7 @@ def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit | Outg
     bytes as setting it in the encoded JSON did (the field keeps its place in the object)."""
     out = []
     for position, item in enumerate(outbox):
-        if isinstance(item, Emit) and isinstance(item.record, FactEvent):
+        if isinstance(item.record, FactEvent):
             event = item.record
             item = replace(item, record=replace(event, event_id=short_hash("event", tenant, mark, str(position), event.event, event.fact_id)))
         out.append(item)
@@ -259,7 +257,7 @@ def event_message(event: FactEvent) -> Emit:
 
 def encode_outbox(outbox: Decided) -> list[Outgoing]:
     """The messages as they are committed to the outbox and published: `topics.encode` bytes."""
-    return [item if isinstance(item, Outgoing) else Outgoing(item.topic, item.key, encode(item.record)) for item in outbox]
+    return [Outgoing(item.topic, item.key, encode(item.record)) for item in outbox]
 
 
 def is_outage(exc: BaseException) -> bool:

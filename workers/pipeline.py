@@ -20,7 +20,7 @@ from __future__ import annotations
 from store import Memory
 from store.facts import Lifecycle
 from topics import CandidateFact, Chunk, ConflictSet, Document
-from workers.envelope import Decide, Envelope, Finishes, Handler, Send
+from workers.envelope import Envelope, Handler, Send
 from workers.models.protocols import ChatModel, Embedder, Extractor
 from workers.settings import Settings
 from workers.stages.chunker import ChunkerStage
@@ -53,21 +53,9 @@ class Pipeline:
             "conflict-sets": ResolverStage(context).handle,
         })
 
-    @property
-    def send(self) -> Send:
-        return self.envelope.send
-
-    @send.setter
-    def send(self, send: Send) -> None:  # tests swap the broker's send
-        self.envelope.send = send
-
     async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
         """Handle one message to the end (Envelope.process); returns only then, so the caller may ack."""
         await self.envelope.process(topic, key, value, partition, offset)
 
     async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
         return await self.envelope.publish_unsent_outboxes(grace_s)
-
-    async def _once(self, tenant: str, mark: str, decide: Decide, finishes: Finishes | None = None) -> None:
-        """Envelope.once, for the tests that drive a decision directly."""
-        await self.envelope.once(tenant, mark, decide, finishes)
