@@ -15,7 +15,7 @@ import numpy as np
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import READ_BATCH, EdgeChange
-from store.memory import GroupJoin, Hit, Outgoing
+from store.records import GroupJoin, Hit, Outgoing
 
 StagedWrites = Any  # what pipeline() returns: the batch of writes one decision stages
 
@@ -109,3 +109,26 @@ class MemoryStore(Protocol):
     # ---- whole layers: `memstream export` ---------------------------------------------------
     async def scan_ids(self, tenant: str, layer: str) -> list[str]: ...
     async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank")) -> list[tuple[str, dict[str, str]]]: ...
+
+
+async def broader_by_containment(self: MemoryStore, tenant: str, a: str, b: str, containment: frozenset[str], max_depth: int = 4) -> bool:
+    """MemoryStore.broader, written once over the interface (group() and fact()) and used as
+    both stores' method: the memory holds a path of active containment facts (b part of /
+    located in … a), at most `max_depth` facts long."""
+    frontier, seen = {b}, {b}
+    for _ in range(max_depth):
+        next_frontier = set()
+        for entity in frontier:
+            for relation in containment:
+                for fid in await self.group(tenant, entity, relation):
+                    fact = await self.fact(tenant, fid)
+                    if fact and fact.status == "active":
+                        if fact.tail_id == a:
+                            return True
+                        if fact.tail_id not in seen:
+                            seen.add(fact.tail_id)
+                            next_frontier.add(fact.tail_id)
+        if not next_frontier:
+            return False
+        frontier = next_frontier
+    return False

@@ -21,11 +21,12 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 import numpy as np
 
+from store.base import broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, type_node
-from store.memory import OUTBOX_SWEEP_LOCK_S, AlreadyDone, GroupJoin, Hit, Memory, Outgoing, StaleDecision, vector_bytes
+from store.records import OUTBOX_SWEEP_LOCK_S, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, vector_bytes
 from topics import validate_tenant
 
 
@@ -413,7 +414,7 @@ class InMemoryStore:
     async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]:
         return len(self._set(tenant, "relation_heads", relation)), len(self._set(tenant, "relation_multi_heads", relation))
 
-    broader = Memory.broader  # the same walk over active containment facts, through this store's group() and fact()
+    broader = broader_by_containment  # store.base: Memory's walk over active containment facts, through this store's group() and fact()
 
     # ---- the graph, written ----------------------------------------------------------------------------
     async def bump_graph_version(self, tenant: str) -> int:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterable, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -20,14 +19,15 @@ from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
 from store import graph_log
+from store.base import broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
+from store.records import OUTBOX_SWEEP_LOCK_S, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, vector_bytes
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
-OUTBOX_SWEEP_LOCK_S = 30
 SWEEP_REGISTRATION_S = 60
 
 # The status field of each fact hash in KEYS (one round trip for a decision's checks).
@@ -114,42 +114,6 @@ if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) and redis.call('SCARD', KEY
 end
 return 0
 """
-
-@dataclass(frozen=True)
-class Outgoing:
-    """A message a stage will publish once its Redis effects are committed."""
-
-    topic: str  # topic suffix, e.g. "indexed-facts"
-    key: str
-    value: bytes
-
-    def to_json(self) -> list:
-        return [self.topic, self.key, self.value.decode("utf-8")]
-
-    @classmethod
-    def from_json(cls, item: list) -> "Outgoing":
-        return cls(item[0], item[1], item[2].encode("utf-8"))
-
-
-@dataclass(frozen=True)
-class GroupJoin:
-    heads: int  # heads seen with the relation
-    multi_heads: int  # heads with two or more tails
-    size: int  # facts in this (head, relation) group
-    verdict: str  # the relation's cardinality now: "single" | "multi"
-    flipped: bool  # this message changed the verdict
-
-
-@dataclass(frozen=True)
-class Hit:
-    id: str  # id within its layer (key without prefix)
-    score: float  # cosine similarity
-    fields: dict[str, Any]
-
-
-def vector_bytes(vector: Iterable[float]) -> bytes:
-    return np.asarray(vector, dtype=np.float32).tobytes()
-
 
 def _eval(pipe, script: str, keys: list, args: list) -> None:
     # EVAL (not EVALSHA) inside MULTI: a missing script cache cannot fail the transaction
@@ -626,25 +590,7 @@ class Memory:
     def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
         pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})
 
-    async def broader(self, tenant: str, a: str, b: str, containment: frozenset[str], max_depth: int = 4) -> bool:
-        """Memory holds a path of active containment facts (b part of / located in … a)."""
-        frontier, seen = {b}, {b}
-        for _ in range(max_depth):
-            next_frontier = set()
-            for entity in frontier:
-                for relation in containment:
-                    for fid in await self.group(tenant, entity, relation):
-                        fact = await self.fact(tenant, fid)
-                        if fact and fact.status == "active":
-                            if fact.tail_id == a:
-                                return True
-                            if fact.tail_id not in seen:
-                                seen.add(fact.tail_id)
-                                next_frontier.add(fact.tail_id)
-            if not next_frontier:
-                return False
-            frontier = next_frontier
-        return False
+    broader = broader_by_containment  # store.base: the walk over active containment facts, through group() and fact()
 
     # ---- bridging --------------------------------------------------------------------------
     def stage_type_member(self, pipe, tenant: str, version: int, entity_node: str, entity_type: str) -> None:
@@ -688,14 +634,6 @@ class Memory:
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             out.append(key.decode()[len(prefix):])
         return sorted(out)
-
-
-class StaleDecision(Exception):
-    """A fact a decision read changed before the decision committed: decide again."""
-
-
-class AlreadyDone(Exception):
-    """The message behind this mark was fully processed before (a redelivery)."""
 
 
 def _tags_equal(where: Mapping[str, str] | None) -> FilterExpression | None:

@@ -1,0 +1,58 @@
+"""The plain values of the store's interface (store.base.MemoryStore), shared by both of its
+implementations: what a stage hands the store and gets back, the two exceptions of a fenced
+commit, and the stored form of a vector. Redis-free, so the in-memory store
+(store.in_memory) loads neither redis nor redisvl."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+OUTBOX_SWEEP_LOCK_S = 30  # how long one sweeper holds a tenant's committed, unsent outboxes
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message a stage will publish once its Redis effects are committed."""
+
+    topic: str  # topic suffix, e.g. "indexed-facts"
+    key: str
+    value: bytes
+
+    def to_json(self) -> list:
+        return [self.topic, self.key, self.value.decode("utf-8")]
+
+    @classmethod
+    def from_json(cls, item: list) -> "Outgoing":
+        return cls(item[0], item[1], item[2].encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class GroupJoin:
+    heads: int  # heads seen with the relation
+    multi_heads: int  # heads with two or more tails
+    size: int  # facts in this (head, relation) group
+    verdict: str  # the relation's cardinality now: "single" | "multi"
+    flipped: bool  # this message changed the verdict
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str  # id within its layer (key without prefix)
+    score: float  # cosine similarity
+    fields: dict[str, Any]
+
+
+class StaleDecision(Exception):
+    """A fact a decision read changed before the decision committed: decide again."""
+
+
+class AlreadyDone(Exception):
+    """The message behind this mark was fully processed before (a redelivery)."""
+
+
+def vector_bytes(vector: Iterable[float]) -> bytes:
+    """A vector as both stores hold it: float32, native byte order (what the vector indexes read)."""
+    return np.asarray(vector, dtype=np.float32).tobytes()
