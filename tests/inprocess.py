@@ -1,18 +1,22 @@
-"""The indexing stages in the test's own process, over the real Redis of the test stack, with
-Kafka replaced by an in-memory broker — a test double, for tests of the stages' logic: no torch
-unless a test asks for the real embedder, no worker processes, no Kafka round trips.
+"""The indexing stages in the test's own process, over any store (store.base.MemoryStore): the
+real Redis of the test stack (store.memory.Memory) or the memory of this process
+(store.in_memory.InMemoryStore, no stack needed), with Kafka replaced by an in-memory broker — a
+test double, for tests of the stages' logic: no torch unless a test asks for the real embedder,
+no worker processes, no Kafka round trips.
 
 The broker routes every message a stage sends to the next stage's handler (`Pipeline.process`),
 as the topics do. By default it delivers one message at a time, oldest first: the most
-sequential order. `Delivery` makes it behave like several partitions and consumers: a message's
-partition follows from its key, each partition is delivered in order, up to `consumers`
-messages are in flight at once (interleaving at every Redis round trip, as several extractors
-or detectors would), the next partition is chosen by a seeded random generator, and a share of
-the messages can be delivered a second time (what a crash before the ack or a rebalance does),
-possibly while the first delivery is still running.
+sequential order, and the one that does not depend on the store's round-trip times. `Delivery`
+makes it behave like several partitions and consumers: a message's partition follows from its
+key, each partition is delivered in order, up to `consumers` messages are in flight at once
+(interleaving at every Redis round trip, as several extractors or detectors would), the next
+partition is chosen by a seeded random generator, and a share of the messages can be delivered a
+second time (what a crash before the ack or a rebalance does), possibly while the first delivery
+is still running. It can also fail the first publish of a fact event after its commit (a broker
+hiccup the envelope must retry from the committed outbox).
 
 Reading the memory goes through the same code as the CLI: `export()` is `memstream export`'s
-function, `tail()` decodes the indexed-facts events like `memstream tail`, `query()` runs the
+function, `events()` decodes the indexed-facts events like `memstream tail`, `query()` runs the
 query worker's QueryEngine."""
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from itertools import count
 import numpy as np
 import pytest
 
-from ops.export import export_tenant
+from ops.export import export_memory
 from store import Memory, Outgoing
+from store.base import MemoryStore
+from store.in_memory import InMemoryStore
 from topics import Document, FactEvent, decode, encode
 from topics.records import Triple
 from workers.models.extraction import Entity, Extraction
@@ -104,26 +110,37 @@ class Delivery:
     partitions: int = 1  # per topic; a message's partition is a hash of its key
     consumers: int = 1  # messages in flight at once, each on its own partition
     seed: int | None = None
-    redeliver: float = 0.0  # share of messages delivered a second time, at a random later moment
+    redeliver: float = 0.0  # share of messages delivered a second time, at a random later moment (1.0: every one)
+    fail_first_event: bool = False  # the first publish of a fact event raises, after its decision committed
 
     def partition(self, key: str) -> int:
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little") % self.partitions
 
 
 class InProcess:
-    """The four stages over `redis_url` for one fresh tenant; `settings` are Settings fields
-    (as the `MEMSTREAM_*` variables of a worker). The similarity bridge is off unless asked for
-    (`sim_bridging="on"`): with the digit-blind embedder it would only bridge digit variants."""
+    """The four stages for one fresh tenant over `memory` — else Redis's Memory at `redis_url`,
+    else a fresh InMemoryStore — with `settings` as Settings fields (the `MEMSTREAM_*`
+    variables of a worker); a store the test gives must have the settings' τ. The similarity
+    bridge is off unless asked for (`sim_bridging="on"`): with the digit-blind embedder it would
+    only bridge digit variants."""
 
-    def __init__(self, redis_url: str, extractor, embedder=None, *, delivery: Delivery = Delivery(), tenant: str | None = None, **settings):
-        self.settings = Settings.from_env({}, redis_url=redis_url, **{"sim_bridging": "off", **settings})
-        self.memory = Memory.from_url(redis_url, tau=self.settings.effective_tau, vector_index=self.settings.vector_index)
+    def __init__(self, redis_url: str | None, extractor, embedder=None, *, memory: MemoryStore | None = None,
+                 delivery: Delivery = Delivery(), tenant: str | None = None, **settings):
+        self.settings = Settings.from_env({}, **({"redis_url": redis_url} if redis_url else {}), **{"sim_bridging": "off", **settings})
+        tau = self.settings.effective_tau
+        if memory is None:
+            memory = (Memory.from_url(redis_url, tau=tau, vector_index=self.settings.vector_index) if redis_url
+                      else InMemoryStore(DIMS, tau=tau))
+        elif getattr(memory, "tau", tau) != tau:
+            raise ValueError(f"the store counts a schema stable at τ={memory.tau}, the settings at τ={tau}")
+        self.memory: MemoryStore = memory
         self.tenant = tenant or f"ip-{uuid.uuid4().hex[:10]}"
         self.embedder = embedder or DigitBlindEmbedder()
         self.delivery = delivery
         self.sent: list[Outgoing] = []  # everything the stages sent, in order: the topics' contents
         self.delivered: list[tuple[str, str]] = []  # (topic, key) of each delivery started, redeliveries included
         self.redeliveries = 0  # of those, second deliveries of a message
+        self.failed_publishes = 0  # publishes the broker failed (Delivery.fail_first_event)
         self._rng = random.Random(delivery.seed)
         self._arrival = count()
         self._lanes: dict[tuple, list[tuple[int, str, bytes | None, bytes | None]]] = {}
@@ -132,6 +149,9 @@ class InProcess:
 
     # ---- the broker -------------------------------------------------------------------------
     async def _send(self, item: Outgoing) -> None:
+        if self.delivery.fail_first_event and not self.failed_publishes and item.topic == "indexed-facts":
+            self.failed_publishes += 1
+            raise RuntimeError("broker hiccup after the commit")
         self.sent.append(item)
         if item.topic in Pipeline.RECORDS:
             self.put(item.topic, item.key.encode(), item.value)
@@ -195,12 +215,16 @@ class InProcess:
         (each decoded against the FactEvent contract)."""
         return [decode(FactEvent, o.value).to_dict() for o in self.sent if o.topic == "indexed-facts"]
 
+    def messages(self) -> list[tuple[str, str, dict]]:
+        """Everything the stages sent, in order, as (topic, key, decoded value) without system time."""
+        return [(o.topic, o.key, {k: v for k, v in json.loads(o.value).items() if k != "ts"}) for o in self.sent]
+
     def dead_letters(self) -> list[dict]:
         return [json.loads(o.value) for o in self.sent if o.topic == "dlq"]
 
     async def export(self) -> dict:
-        """`memstream export --tenant T` (its own function, in a thread: it runs its own loop)."""
-        return await asyncio.to_thread(export_tenant, self.settings, self.tenant)
+        """`memstream export --tenant T`: its function, over this harness's store."""
+        return await export_memory(self.memory, self.tenant)
 
     async def facts(self) -> dict[str, dict]:
         ids = await self.memory.scan_ids(self.tenant, "facts")

@@ -1,9 +1,9 @@
 """store.in_memory.InMemoryStore, the second implementation of the store's interface: the same
 messages through the four stages must leave the same memory on it as on Redis's Memory.
 
-Each scenario runs the stages (workers.pipeline.Pipeline) in this process over one store, with
-a broker that delivers one message at a time, oldest first (tests/inprocess.py's default
-order, the one that does not depend on Redis round-trip times). On InMemoryStore alone the
+Each scenario runs the stages in this process over one store (tests/inprocess.py's InProcess),
+with a broker that delivers one message at a time, oldest first (its default order, the one that
+does not depend on Redis round-trip times). On InMemoryStore alone the
 scenarios need no stack (`make test-unit`) and check what the mechanism must do; with the
 stack, each runs on Memory too, for the same tenant name, and the two runs must give the same
 export (modulo system time), the same messages on every topic — fact events with their ids —
@@ -14,80 +14,20 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
 
-from ops.export import export_memory
 from store import AlreadyDone, EdgeChange, Memory, Outgoing, StaleDecision
 from store.facts import Fact
 from store.in_memory import InMemoryStore
-from tests.inprocess import DIMS, DigitBlindEmbedder
+from tests.inprocess import DIMS, DigitBlindEmbedder, Delivery, InProcess
 from tests.test_effectively_once import SynonymEmbedder
 from tests.test_memory_agents import CONFLICTS, FOUNDING, PROMOTED_SWAP, fact, fid, write_script
-from topics import Document, FactEvent, decode, encode
 from workers.algorithms.normalize import content_hash
 from workers.models.extraction import ReplayExtractor
-from workers.pipeline import Pipeline
-from workers.query.engine import QueryEngine, QueryRequest
-from workers.settings import Settings
 
 TIMES = ("created_at", "activated_at", "expired_at")
-
-
-class Stages:
-    """The four stages over `memory` for one tenant. The broker routes every message a stage
-    sends to the next stage's handler, oldest first; with `redeliver`, every message is
-    delivered a second time once those queued before its copy are through (a consumer that
-    crashed before its ack), and the first publish of a fact event fails after its commit (the
-    envelope retries and publishes the committed outbox)."""
-
-    def __init__(self, memory, extractor, embedder, tenant: str, settings: Settings, redeliver: bool = False):
-        self.memory, self.embedder, self.tenant, self.redeliver = memory, embedder, tenant, redeliver
-        self.sent: list[Outgoing] = []
-        self.queue: deque[tuple[str, bytes, bytes, bool]] = deque()  # (topic, key, value, is a redelivery)
-        self.pipeline = Pipeline(settings, memory, self._send, embedder, extractor)
-        self._failed_once = not redeliver
-        self._engine: QueryEngine | None = None
-
-    async def _send(self, item: Outgoing) -> None:
-        if not self._failed_once and item.topic == "indexed-facts":
-            self._failed_once = True
-            raise RuntimeError("broker hiccup after the commit")
-        self.sent.append(item)
-        if item.topic in Pipeline.RECORDS:
-            self.queue.append((item.topic, item.key.encode(), item.value, False))
-
-    async def publish(self, doc_id: str, text: str) -> None:
-        self.queue.append(("documents", doc_id.encode(), encode(Document(self.tenant, doc_id, text)), False))
-        while self.queue:
-            topic, key, value, again = self.queue.popleft()
-            if self.redeliver and not again:
-                self.queue.append((topic, key, value, True))
-            await self.pipeline.process(topic, key, value)
-
-    def messages(self) -> list[tuple[str, str, dict]]:
-        """Everything the stages sent, decoded, without system time."""
-        return [(o.topic, o.key, {k: v for k, v in json.loads(o.value).items() if k != "ts"}) for o in self.sent]
-
-    def events(self) -> list[dict]:
-        return [decode(FactEvent, o.value).to_dict() for o in self.sent if o.topic == "indexed-facts"]
-
-    async def export(self) -> dict:
-        return await export_memory(self.memory, self.tenant)
-
-    async def query(self, body: dict) -> dict:
-        """POST /v1/query's answer (the query worker's QueryEngine), without its timings."""
-        if self._engine is None:
-            self._engine = QueryEngine(self.memory, self.embedder)
-        answer = await self._engine.answer(QueryRequest.from_json({"tenant": self.tenant, **body}, self.tenant, 5))
-        return {k: v for k, v in answer.items() if k != "timings_ms"}
-
-    async def close(self) -> None:
-        if self._engine is not None:
-            self._engine._ranking.shutdown(wait=False)
-        await self.memory.close()
 
 
 @dataclass(frozen=True)
@@ -99,7 +39,7 @@ class Scenario:
     order: tuple[str, ...]
     settings: dict = field(default_factory=dict)  # Settings fields, as a worker's MEMSTREAM_* variables
     embedder: type = DigitBlindEmbedder
-    redeliver: bool = False
+    delivery: Delivery = Delivery()
     queries: tuple[dict, ...] = ()  # request bodies without the tenant
 
 
@@ -126,25 +66,31 @@ SCENARIOS = {
                                 # cosine 1 to each Person passage; k above the passages: no tie is cut
                                 queries=({"query": "Person9 was born in London.", "top_k": 10, "params": {"layer_k": 10}},)),
     "symmetric twins": Scenario({**PROMOTED_SWAP, **MARRIED}, ("b", "d", "a", "c", "y", "x")),
-    "redelivered": Scenario(CONFLICTS, CONFLICT_ORDER, {"tau": 1}, redeliver=True),
+    # every message delivered twice, a copy once those queued before it are through (a consumer
+    # that crashed before its ack), and the first fact event's publish failing after its commit
+    "redelivered": Scenario(CONFLICTS, CONFLICT_ORDER, {"tau": 1}, delivery=Delivery(redeliver=1.0, fail_first_event=True)),
 }
 
 
-async def run_scenario(memory, scenario: Scenario, tenant: str, script) -> tuple[dict, list, list, list]:
-    """(export, messages sent, events, query answers)."""
-    settings = Settings.from_env({}, **{"sim_bridging": "off", **scenario.settings})
-    stages = Stages(memory(settings), ReplayExtractor(script), scenario.embedder(), tenant, settings, scenario.redeliver)
+async def run_scenario(redis_url: str | None, scenario: Scenario, tenant: str, script) -> tuple[dict, list, list, list]:
+    """(export, messages sent, events, query answers (without their timings)) of the scenario on
+    Redis's Memory at `redis_url`, or on an InMemoryStore when it is None."""
+    stages = InProcess(redis_url, ReplayExtractor(script), scenario.embedder(), delivery=scenario.delivery, tenant=tenant, **scenario.settings)
     try:
         for doc in scenario.order:
             await stages.publish(doc, scenario.corpus[doc][0])
-        answers = [await stages.query(body) for body in scenario.queries]
+        answers = []
+        for body in scenario.queries:
+            answer = await stages.query(body["query"], **{k: v for k, v in body.items() if k != "query"})
+            answers.append({k: v for k, v in answer.items() if k != "timings_ms"})
+        if scenario.delivery.fail_first_event:
+            assert stages.failed_publishes == 1 and len(stages.delivered) == 2 * stages.redeliveries  # the mode did fail and repeat
         return await stages.export(), stages.messages(), stages.events(), answers
     finally:
         await stages.close()
 
 
-def in_memory(settings: Settings) -> InMemoryStore:
-    return InMemoryStore(DIMS, tau=settings.effective_tau)
+IN_MEMORY = None  # run_scenario's redis_url for an InMemoryStore
 
 
 def without_times(export: dict) -> dict:
@@ -174,8 +120,8 @@ def passage(corpus, doc):
 def test_the_tau_gate_holds_a_schema_seen_once_and_activates_both_on_the_second_passage(tmp_path):
     scenario = SCENARIOS["tau gate"]
     script = write_script(tmp_path / "s.jsonl", scenario.corpus)
-    first = asyncio.run(run_scenario(in_memory, Scenario(FOUNDING, ("falk",)), "im-gate", script))
-    second = asyncio.run(run_scenario(in_memory, scenario, "im-gate", script))
+    first = asyncio.run(run_scenario(IN_MEMORY, Scenario(FOUNDING, ("falk",)), "im-gate", script))
+    second = asyncio.run(run_scenario(IN_MEMORY, scenario, "im-gate", script))
     assert [(s["status"], s["frequency"]) for s in first[0]["schemas"]] == [("candidate", 1)]
     assert [f["status"] for f in first[0]["facts"]] == ["pending"] and first[2] == []
     assert [(s["status"], s["frequency"]) for s in second[0]["schemas"]] == [("stable", 2)]
@@ -184,7 +130,7 @@ def test_the_tau_gate_holds_a_schema_seen_once_and_activates_both_on_the_second_
 
 
 def test_each_conflict_kind_ends_in_its_state(tmp_path):
-    export, _, events, answers = asyncio.run(run_scenario(in_memory, SCENARIOS["conflict kinds"], "im-conflicts", write_script(tmp_path / "s.jsonl", CONFLICTS)))
+    export, _, events, answers = asyncio.run(run_scenario(IN_MEMORY, SCENARIOS["conflict kinds"], "im-conflicts", write_script(tmp_path / "s.jsonl", CONFLICTS)))
     facts, of = facts_of(export), {doc: fid(CONFLICTS[doc][1][0]) for doc in CONFLICTS}
     assert facts[of["m2"]]["status"] == "active" and facts[of["m1"]]["status"] == "invalid"  # mutual exclusion
     assert [facts[of[d]]["qualifiers"]["time"] for d in ("t1", "t2")] == [{"from": "1990", "to": "1999"}, {"from": "2000", "to": "2010"}]
@@ -198,7 +144,7 @@ def test_each_conflict_kind_ends_in_its_state(tmp_path):
 
 def test_near_duplicates_merge_only_the_same_entities(tmp_path):
     scenario = SCENARIOS["near duplicates"]
-    export, _, events, _ = asyncio.run(run_scenario(in_memory, scenario, "im-near", write_script(tmp_path / "s.jsonl", scenario.corpus)))
+    export, _, events, _ = asyncio.run(run_scenario(IN_MEMORY, scenario, "im-near", write_script(tmp_path / "s.jsonl", scenario.corpus)))
     facts = facts_of(export)
     assert sorted(f["head"] for f in facts.values() if f["status"] == "active") == ["Ada Quill", "Person0", "Person1", "Person2", "Person3"]
     native, born = fid(SYNONYMS["b"][1][0]), fid(SYNONYMS["a"][1][0])
@@ -210,7 +156,7 @@ def test_near_duplicates_merge_only_the_same_entities(tmp_path):
 
 def test_symmetric_twins_end_as_one_active_fact(tmp_path):
     scenario = SCENARIOS["symmetric twins"]
-    export, *_ = asyncio.run(run_scenario(in_memory, scenario, "im-twins", write_script(tmp_path / "s.jsonl", scenario.corpus)))
+    export, *_ = asyncio.run(run_scenario(IN_MEMORY, scenario, "im-twins", write_script(tmp_path / "s.jsonl", scenario.corpus)))
     facts = facts_of(export)
     a, b = fid(PROMOTED_SWAP["a"][1][0]), fid(PROMOTED_SWAP["b"][1][0])
     assert (facts[a]["status"], facts[a]["merged_into"]) == ("merged", b)
@@ -221,8 +167,8 @@ def test_symmetric_twins_end_as_one_active_fact(tmp_path):
 
 def test_redelivered_messages_change_nothing(tmp_path):
     script = write_script(tmp_path / "s.jsonl", CONFLICTS)
-    once = asyncio.run(run_scenario(in_memory, SCENARIOS["conflict kinds"], "im-again", script))
-    twice = asyncio.run(run_scenario(in_memory, SCENARIOS["redelivered"], "im-again", script))
+    once = asyncio.run(run_scenario(IN_MEMORY, SCENARIOS["conflict kinds"], "im-again", script))
+    twice = asyncio.run(run_scenario(IN_MEMORY, SCENARIOS["redelivered"], "im-again", script))
     assert without_times(twice[0]) == without_times(once[0])
     assert twice[1] == once[1]  # every copy found its message done; the failed publish was retried from the committed outbox
 
@@ -327,11 +273,8 @@ def test_redis_and_in_memory_give_the_same_memory_messages_and_answers(stack_env
     script = write_script(tmp_path / "s.jsonl", scenario.corpus)
     tenant = f"im-{name.replace(' ', '-')}-{uuid.uuid4().hex[:10]}"  # one tenant name for both: event ids hash it
 
-    def redis(settings):
-        return Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], tau=settings.effective_tau, vector_index=settings.vector_index)
-
-    on_redis = asyncio.run(run_scenario(redis, scenario, tenant, script))
-    in_process = asyncio.run(run_scenario(in_memory, scenario, tenant, script))
+    on_redis = asyncio.run(run_scenario(stack_env["MEMSTREAM_REDIS_URL"], scenario, tenant, script))
+    in_process = asyncio.run(run_scenario(IN_MEMORY, scenario, tenant, script))
     assert without_times(in_process[0]) == without_times(on_redis[0])
     assert in_process[1] == on_redis[1]  # every topic, fact events with their ids
     assert tie_order(in_process[3]) == tie_order(on_redis[3])  # query answers: passages, entities, facts, seeds, scores
