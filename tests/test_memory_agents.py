@@ -1,15 +1,21 @@
-"""MemGraphRAG's memory mechanisms, the stages in this process over the test stack's Redis
-(tests/inprocess.py) with the replay extractor: the streaming τ gate (also under interleaved
-deliveries over four partitions and redeliveries), conflict resolution per kind, idempotent
-republishing, order independence, the ablation switches, aliases, a promoted symmetric twin.
-Kafka itself is tested by test_end_to_end (the CLI, dead letters, tenants) and the crash and
-chaos tests; what these tests show is the stages' logic, which needs no broker."""
+"""MemGraphRAG's memory mechanisms, the stages in this process (tests/inprocess.py) with the
+replay extractor: the streaming τ gate (also under interleaved deliveries over four partitions
+and redeliveries), conflict resolution per kind, idempotent republishing, order independence,
+the ablation switches, aliases, a promoted symmetric twin. Kafka itself is tested by
+test_end_to_end (the CLI, dead letters, tenants) and the crash and chaos tests; what these tests
+show is the stages' logic, which needs no broker.
+
+The tests that deliver one message at a time run on both stores (`store`): the test stack's
+Redis and the in-memory store, which needs no stack (`make test-unit`). The interleaved ones
+stay on Redis: their interleavings follow its round trips."""
 
 import asyncio
 import contextlib
 import json
 import random
 from collections import Counter, defaultdict
+
+import pytest
 
 from tests import inprocess
 from tests.conftest import Cli
@@ -39,11 +45,19 @@ def write_script(path, corpus: dict[str, tuple[str, list[dict]]]):
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
 
 
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.stack), "memory"])
+def store(request) -> str | None:
+    """Where the stages keep the memory: replay_stages' `redis_url`, the test stack's Redis or
+    None for an InMemoryStore (that variant needs no stack)."""
+    return request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"] if request.param == "redis" else None
+
+
 @contextlib.asynccontextmanager
-async def replay_stages(stack_env, script, embedder=None, **settings):
+async def replay_stages(redis_url: str | None, script, embedder=None, **settings):
     """The stages with the replay extractor over `script` (a file written by write_script) for
-    a fresh tenant; `settings` as a worker's MEMSTREAM_* variables."""
-    stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ReplayExtractor(script), embedder, **settings)
+    a fresh tenant, on Redis at `redis_url` or (None) an InMemoryStore; `settings` as a
+    worker's MEMSTREAM_* variables."""
+    stages = InProcess(redis_url, ReplayExtractor(script), embedder, **settings)
     try:
         yield stages
     finally:
@@ -82,9 +96,9 @@ FOUNDING = {
 }
 
 
-def test_a_schema_seen_once_is_pending_until_a_second_passage_activates_both(stack_env, tmp_path):
+def test_a_schema_seen_once_is_pending_until_a_second_passage_activates_both(store, tmp_path):
     async def scenario():
-        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", FOUNDING)) as stages:
+        async with replay_stages(store, write_script(tmp_path / "s.jsonl", FOUNDING)) as stages:
             await publish(stages, FOUNDING, ["falk"])
             before = await stages.export(), stages.events()
             await publish(stages, FOUNDING, ["pike"])
@@ -130,7 +144,7 @@ def test_tau_gate_activates_exactly_once_across_interleaved_partitions_and_redel
     script = write_script(tmp_path / "s.jsonl", corpus)
 
     async def scenario(delivery):
-        async with replay_stages(stack_env, script, delivery=delivery) as stages:
+        async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, delivery=delivery) as stages:
             await publish(stages, corpus, sorted(corpus))
             return await stages.export(), stages.events(), stages.redeliveries
 
@@ -171,9 +185,9 @@ def _ids(doc):
     return fid(CONFLICTS[doc][1][0])
 
 
-def test_each_conflict_kind_ends_in_its_memory_state_and_events(stack_env, tmp_path):
+def test_each_conflict_kind_ends_in_its_memory_state_and_events(store, tmp_path):
     async def scenario():
-        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", CONFLICTS), tau=1) as stages:
+        async with replay_stages(store, write_script(tmp_path / "s.jsonl", CONFLICTS), tau=1) as stages:
             for doc in ["m1", "m2", "m3", "t1", "t2", "g0", "g1", "g2", "d1", "d2"]:
                 await publish(stages, CONFLICTS, [doc])
             return await stages.export(), stages.events()
@@ -242,7 +256,7 @@ def test_publishing_twice_changes_nothing_and_order_does_not_matter(stack_env, t
     random.Random(7).shuffle(mixed)
 
     async def scenario():
-        async with replay_stages(stack_env, script, real_embedder, sim_bridging="on") as ordered:
+        async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging="on") as ordered:
             for doc in docs:  # one at a time: the most sequential order
                 await publish(ordered, corpus, [doc])
             first = await ordered.export()
@@ -252,7 +266,7 @@ def test_publishing_twice_changes_nothing_and_order_does_not_matter(stack_env, t
         # same with a third of the deliveries repeated
         others = []
         for delivery in (Delivery(partitions=2, consumers=4, seed=7), Delivery(partitions=2, consumers=4, seed=8, redeliver=0.33)):
-            async with replay_stages(stack_env, script, real_embedder, sim_bridging="on", delivery=delivery) as shuffled:
+            async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging="on", delivery=delivery) as shuffled:
                 await publish(shuffled, corpus, mixed)
                 others.append(await shuffled.export())
         return first, again, others
@@ -283,7 +297,7 @@ def test_each_ablation_switch_changes_behaviour(stack_env, tmp_path, real_embedd
         results = {}
         for switch in ("defaults", "schema_filter", "conflicts", "sim_bridging", "type_bridging"):
             settings = {"sim_bridging": "on", **({} if switch == "defaults" else {switch: "off"})}
-            async with replay_stages(stack_env, script, real_embedder, **settings) as stages:
+            async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, **settings) as stages:
                 await publish(stages, SWITCHES, sorted(SWITCHES))
                 results[switch] = await stages.export()
         return results
@@ -313,7 +327,7 @@ def test_aliases_map_names_to_one_canonical_entity(stack_env, tmp_path):
     cli = Cli(stack_env)
 
     async def scenario():
-        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", ALIASED), tau=1) as stages:
+        async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], write_script(tmp_path / "s.jsonl", ALIASED), tau=1) as stages:
             listed = cli.run("alias", "add", "NYC", "New York City", "--tenant", stages.tenant).stdout
             bad = cli.run("alias", "add", "New York City", "NYC", "--tenant", stages.tenant, check=False)
             await publish(stages, ALIASED, sorted(ALIASED))
@@ -335,9 +349,9 @@ PROMOTED_SWAP = {
 }
 
 
-def test_a_promoted_fact_merges_into_its_symmetric_twin_with_its_own_passages(stack_env, tmp_path):
+def test_a_promoted_fact_merges_into_its_symmetric_twin_with_its_own_passages(store, tmp_path):
     async def scenario():
-        async with replay_stages(stack_env, write_script(tmp_path / "s.jsonl", PROMOTED_SWAP)) as stages:
+        async with replay_stages(store, write_script(tmp_path / "s.jsonl", PROMOTED_SWAP)) as stages:
             for doc in ["b", "d", "a", "c"]:  # b, d: their schema is stable; a waits pending until c promotes it
                 await publish(stages, PROMOTED_SWAP, [doc])
             return await stages.export()
