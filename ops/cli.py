@@ -144,7 +144,8 @@ def cmd_worker(settings: Settings, args) -> int:
     while True:
         attempt += 1
         try:
-            ensure_topics(settings)
+            # one try never outlasts the deadline (kafka-python waits 30 s to bootstrap by default)
+            ensure_topics(settings, connect_timeout_s=min(30.0, settings.outage_deadline - (time.monotonic() - started)))
             break
         except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, topics not visible yet
             waited = time.monotonic() - started

@@ -11,10 +11,12 @@ from kafka.errors import TopicAlreadyExistsError
 from workers.settings import Settings
 
 
-def ensure_topics(settings: Settings, partitions: int | None = None, timeout_s: float = 30) -> list[str]:
-    """Create the missing topics of the namespace; returns the names created."""
+def ensure_topics(settings: Settings, partitions: int | None = None, timeout_s: float = 30, connect_timeout_s: float = 30) -> list[str]:
+    """Create the missing topics of the namespace; returns the names created. Raises (kafka's
+    KafkaTimeoutError) when no broker answered within `connect_timeout_s`."""
     partitions = partitions or settings.partitions
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="memstream-admin")
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="memstream-admin",
+                             bootstrap_timeout_ms=int(max(1.0, connect_timeout_s) * 1000))
     try:
         wanted = settings.topics.all()
         missing = [t for t in wanted if t not in set(admin.list_topics())]

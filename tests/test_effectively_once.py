@@ -448,7 +448,10 @@ def test_a_worker_started_while_the_broker_is_down_waits_for_it(tmp_path):
     env = {**os.environ, "MEMSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}", "MEMSTREAM_OUTAGE_DEADLINE": "6", "MEMSTREAM_HOME": str(tmp_path)}
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "ops.cli", "worker", "--role", "detector"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and time.monotonic() - started >= 6
+    waited = time.monotonic() - started
+    # the deadline holds: no single connection attempt outlasts it (kafka-python's own bootstrap
+    # wait is 30 s); the upper bound is loose, for a busy machine
+    assert proc.returncode != 0 and 6 <= waited < 25, waited
     assert "waiting for Kafka at 127.0.0.1:" in proc.stderr and "gave up waiting for Kafka" in proc.stderr
 
 
