@@ -110,7 +110,9 @@ class Delivery:
     partitions: int = 1  # per topic; a message's partition is a hash of its key
     consumers: int = 1  # messages in flight at once, each on its own partition
     seed: int | None = None
-    redeliver: float = 0.0  # share of messages delivered a second time, at a random later moment (1.0: every one)
+    # share of messages delivered a second time (1.0: every one), at a random later moment; without
+    # a seed, once the messages queued before the copy are through (a consumer that crashed before its ack)
+    redeliver: float = 0.0
     fail_first_event: bool = False  # the first publish of a fact event raises, after its decision committed
 
     def partition(self, key: str) -> int:
