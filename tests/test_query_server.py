@@ -146,3 +146,26 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     assert bad_tenant[0] == 400 and "invalid tenant" in json.loads(bad_tenant[2])["error"]
     assert json.loads(health[2]) == {"status": "ok"}
     assert metrics[0] == 200 and metrics[1].startswith("text/plain") and b"# HELP" in metrics[2]
+
+
+def test_an_indexing_worker_with_query_fails_at_once_on_a_taken_http_port(stack_env, tmp_path):
+    """The port is bound before the worker joins its consumer group: a taken one is a clear
+    error and an exit, not a crash after the agents started consuming (which would rebalance
+    the group and redeliver what they held)."""
+    import socket
+    import subprocess
+    import sys
+
+    held = socket.create_server(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    ns = f"t{uuid.uuid4().hex[:10]}"
+    env = {**stack_env, "MEMSTREAM_HTTP_PORT": str(port), "MEMSTREAM_TOPIC_NAMESPACE": ns, "MEMSTREAM_APP_ID": ns,
+           "MEMSTREAM_HOME": str(tmp_path), "MEMSTREAM_LOG_LEVEL": "info"}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ops.cli", "worker", "--role", "chunker,query"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        held.close()
+    assert proc.returncode != 0
+    assert f"the query API cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert "[^Worker]" not in proc.stderr and "memstream.chunker" not in proc.stderr  # faust never started: no agent, no group

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import tempfile
 
 import faust
@@ -27,7 +28,9 @@ from workers.settings import Settings
 
 log = logging.getLogger(__name__)
 
-def create_app(settings: Settings, roles: set[str]) -> faust.App:
+def create_app(settings: Settings, roles: set[str], http_socket: socket.socket | None = None) -> faust.App:
+    """The faust app of `roles`; with `query`, the HTTP API is served on `http_socket` (bound
+    beforehand by run_worker) or else on MEMSTREAM_HTTP_HOST:PORT."""
     settings.home.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,
@@ -69,7 +72,7 @@ def create_app(settings: Settings, roles: set[str]) -> faust.App:
     if roles & set(ROLE_TOPICS):
         _register_outbox_sweep(app, settings, pipeline)
     if "query" in roles:
-        _serve_query_api(app, settings, embedder)
+        _serve_query_api(app, settings, embedder, http_socket)
     return app
 
 
@@ -160,16 +163,16 @@ def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
             await asyncio.sleep(settings.outbox_sweep_interval)
 
 
-def _serve_query_api(app: faust.App, settings: Settings, embedder) -> None:
-    """Serve the query API (workers.query.server) from this worker's event loop, on
-    MEMSTREAM_HTTP_HOST:PORT; faust's own web server stays off. It starts with the app's tasks,
-    once the app has started, and stops (Redis pool closed) when the worker stops. A port that
-    cannot be bound crashes the worker, as faust's web server did."""
+def _serve_query_api(app: faust.App, settings: Settings, embedder, sock: socket.socket | None) -> None:
+    """Serve the query API (workers.query.server) from this worker's event loop; faust's own
+    web server stays off. It starts with the app's tasks, once the app has started (the
+    consumer group joined), and stops (Redis pool closed) when the worker stops. The port is
+    bound by run_worker before anything starts, so a taken port fails the worker at once."""
 
     @app.task
     async def serve_query_api():
         try:
-            await serve(query_app(settings, embedder), settings.http_host, settings.http_port)
+            await serve(query_app(settings, embedder), settings.http_host, settings.http_port, sock=sock)
         except OSError as exc:
             log.error("query API cannot listen on %s:%s: %s", settings.http_host, settings.http_port, exc)
             await app.crash(exc)
@@ -178,7 +181,16 @@ def _serve_query_api(app: faust.App, settings: Settings, embedder) -> None:
 def run_worker(settings: Settings, roles: set[str]) -> None:
     """The roles as one faust worker (Kafka needed). `--role query` alone does not come here:
     workers.query.server.run_query_server serves it without Kafka."""
-    app = create_app(settings, roles)
+    http_socket = None
+    if "query" in roles:
+        # bound before Kafka, Redis and the agents start: a taken port is a clear error now, not
+        # a crash after the worker joined its consumer group (and a port chosen free just before
+        # is not taken meanwhile by one of the clients' own connections)
+        try:
+            http_socket = socket.create_server((settings.http_host, settings.http_port))
+        except OSError as exc:
+            raise SystemExit(f"memstream: the query API cannot listen on {settings.http_host}:{settings.http_port}: {exc}") from None
+    app = create_app(settings, roles, http_socket)
     if settings.metrics_port and "query" not in roles:
         from prometheus_client import start_http_server
 

@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import signal
+import socket
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -150,14 +151,16 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     return app
 
 
-async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event | None = None) -> None:
-    """Serve `app` on host:port until `stop` is set or this task is cancelled (a faust worker
-    stopping cancels its tasks); then close the listener, let requests in flight finish and run
-    the app's cleanup (the Redis pool). Raises OSError when the port cannot be bound."""
+async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event | None = None,
+                sock: socket.socket | None = None) -> None:
+    """Serve `app` on host:port — or on `sock`, a listening socket bound beforehand — until
+    `stop` is set or this task is cancelled (a faust worker stopping cancels its tasks); then
+    close the listener, let requests in flight finish and run the app's cleanup (the Redis
+    pool). Raises OSError when the port cannot be bound."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await (web.SockSite(runner, sock) if sock is not None else web.TCPSite(runner, host, port)).start()
         log.info("query API serving on http://%s:%s", host, port)
         await (stop or asyncio.Event()).wait()
     finally:
