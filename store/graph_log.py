@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AsyncIterator
 
-from redis.exceptions import ResponseError
 
 from store.keys import TenantKeys
 
@@ -133,6 +132,8 @@ async def _trimmed(redis, key: str) -> bool:
     `max-deleted-entry-id` at 0-0 (only XDEL sets it: Redis 8.2, seen in
     tests/test_store_graph_log.py), so a stream that added more entries than it holds was
     trimmed too."""
+    from redis.exceptions import ResponseError  # here: store.in_memory imports this module without redis
+
     try:
         info = await redis.xinfo_stream(key)
     except ResponseError:  # deleted since the XRANGE
