@@ -304,6 +304,7 @@ def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path):
 
 def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stack_env):
     from store.facts import Fact, Lifecycle
+    from store.graph_log import adjacency_field
     from store.keys import entity_node
     from topics.records import Triple
 
@@ -322,7 +323,7 @@ def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stac
             event = transition(pipe, tenant, fact, 1, *args, **kwargs)
             await pipe.execute()
             stored = await memory.fact(tenant, "f1")
-            edge = await memory.redis.hget(memory.keys(tenant).adjacency(entity_node("ada")), f"fact|{entity_node('ostra')}")
+            edge = await memory.redis.hget(memory.keys(tenant).adjacency(entity_node("ada")), adjacency_field("fact", entity_node("ostra")))
             seen.append((event.event, stored.status, stored.expired_at is not None, edge is not None))
 
         try:
