@@ -127,7 +127,7 @@ class InProcess:
     only bridge digit variants."""
 
     def __init__(self, redis_url: str | None, extractor, embedder=None, *, memory: MemoryStore | None = None,
-                 delivery: Delivery = Delivery(), tenant: str | None = None, **settings):
+                 delivery: Delivery = Delivery(), tenant: str | None = None, resolver_llm=None, **settings):
         self.settings = Settings.from_env({}, **({"redis_url": redis_url} if redis_url else {}), **{"sim_bridging": "off", **settings})
         tau = self.settings.effective_tau
         if memory is None:
@@ -147,7 +147,7 @@ class InProcess:
         self._arrival = count()
         self._lanes: dict[tuple, list[tuple[int, str, bytes | None, bytes | None]]] = {}
         self._engine: QueryEngine | None = None
-        self.pipeline = Pipeline(self.settings, self.memory, self._send, self.embedder, extractor)
+        self.pipeline = Pipeline(self.settings, self.memory, self._send, self.embedder, extractor, resolver_llm)
 
     # ---- the broker -------------------------------------------------------------------------
     async def _send(self, item: Outgoing) -> None:

@@ -10,9 +10,8 @@ import uuid
 import pytest
 from store import Memory
 
-from tests.conftest import write_docs
+from tests.inprocess import InProcess
 from ops.fake_llm import FakeOpenAI
-from tests.test_end_to_end import _dlq_letters, tenant_name
 from workers.models.extraction import LLMExtractor
 from workers.models.llm import LLMClient, LLMConfig, LLMError, MalformedOutput
 
@@ -139,72 +138,86 @@ def test_concurrency_is_bounded(stack_env):
         assert time.monotonic() - started >= 0.9  # 6 calls, 2 at a time, 0.3 s each
 
 
-def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(make_workers, tmp_path):
+def _llm(server, memory, model: str) -> LLMClient:
+    """The workers' LLM client against the fake server, cached in `memory` as a worker's is."""
+    return LLMClient(LLMConfig(server.base_url, "sk-test", model, backoff_base_s=0.01, backoff_cap_s=0.05), memory.llm_cache(model))
+
+
+def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(stack_env):
+    """The stages in process (tests/inprocess.py) with the LLM extractor over real HTTP; the
+    `MEMSTREAM_EXTRACTOR=llm` worker itself runs through Kafka in the SIGTERM and rebalance
+    tests (tests/test_effectively_once.py)."""
     garbage = "The ledger is unreadable."
+    docs = {"mill": "Greta Holm runs the Northwind Mill.", "rule": "Never deploy on Fridays."}
+
+    async def scenario(server):
+        first = InProcess(stack_env["MEMSTREAM_REDIS_URL"], None, tau=1)  # its Redis client, shared by the two tenants
+        llm = _llm(server, first.memory, f"pipe-{uuid.uuid4().hex[:6]}")
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], LLMExtractor(llm), tau=1, memory=first.memory, tenant=first.tenant)
+        again = InProcess(stack_env["MEMSTREAM_REDIS_URL"], LLMExtractor(llm), tau=1, memory=first.memory)
+        try:
+            for doc_id, text in docs.items():
+                await stages.publish(doc_id, text)
+            events, calls = stages.events(), server.calls
+            await stages.publish("ledger", garbage)
+            letters, calls_after_garbage = stages.dead_letters(), server.calls
+            for doc_id, text in docs.items():  # the same documents in another tenant
+                await again.publish(doc_id, text)
+            return events, calls, letters, calls_after_garbage, again.events(), server.calls
+        finally:
+            await first.close()
 
     with scripted_llm({garbage: "<<garbage>>"}) as server:
-        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"pipe-{uuid.uuid4().hex[:6]}", tau=1)
-        workers.start()
-        tenant = tenant_name("llm")
-        docs = {"mill": "Greta Holm runs the Northwind Mill.", "rule": "Never deploy on Fridays.", "ledger": garbage}
-        workers.cli.run("publish", *write_docs(tmp_path / "d", {k: v for k, v in docs.items() if k != "ledger"}), "--tenant", tenant, "--wait", "--timeout", "120")
-        events = workers.cli.tail(tenant)
-        assert sorted(e["fact"]["relation"] for e in events if e["event"] == "activated") == ["must not deploy on", "run"]
-        assert {e["fact"]["category"] for e in events} == {"DECLARATIVE", "HARD_CONSTRAINT"}
-        calls = server.calls
-        assert calls == 2
-
-        workers.cli.run("publish", *write_docs(tmp_path / "g", {"ledger": garbage}), "--tenant", tenant)
-        ns = workers.env["MEMSTREAM_TOPIC_NAMESPACE"]
-        (letter,) = _dlq_letters(workers.env["MEMSTREAM_KAFKA_BOOTSTRAP"], f"{ns}.dlq", 1, timeout=120)
-        assert letter["topic"] == f"{ns}.chunks" and "raw output: <<garbage>>" in letter["error"]
-        assert server.calls == calls + 2  # one call and one repair round
-
-        # the same documents in another tenant: every answer comes from the cache
-        other = tenant_name("llm-again")
-        workers.cli.run("publish", *write_docs(tmp_path / "d2", {k: v for k, v in docs.items() if k != "ledger"}), "--tenant", other, "--wait", "--timeout", "120")
-        assert server.calls == calls + 2
-        assert len([e for e in workers.cli.tail(other) if e["event"] == "activated"]) == 2
+        events, calls, letters, calls_after_garbage, other_events, calls_at_end = run(scenario(server))
+    assert sorted(e["fact"]["relation"] for e in events if e["event"] == "activated") == ["must not deploy on", "run"]
+    assert {e["fact"]["category"] for e in events} == {"DECLARATIVE", "HARD_CONSTRAINT"}
+    assert calls == 2
+    (letter,) = letters
+    assert letter["topic"].endswith(".chunks") and "raw output: <<garbage>>" in letter["error"]
+    assert calls_after_garbage == calls + 2  # one call and one repair round
+    # every answer for the other tenant comes from the cache
+    assert calls_at_end == calls + 2 and len([e for e in other_events if e["event"] == "activated"]) == 2
 
 
-def test_llm_resolver_names_an_action_and_evidence_per_fact(make_workers, tmp_path):
+def test_llm_resolver_names_an_action_and_evidence_per_fact(stack_env, tmp_path):
+    """The LLM resolver decides a single-valued group from the evidence, over real HTTP (the
+    stages in process); garbage twice and the deterministic policy decides instead."""
     from tests.test_memory_agents import CONFLICTS, _ids, facts_by_id, write_script
     from workers.algorithms.chunking import chunk_id_of
-
-    def publish(doc: str) -> None:
-        workers.cli.run("publish", *write_docs(tmp_path / f"docs-{doc}", {doc: CONFLICTS[doc][0]}), "--tenant", tenant, "--wait", "--timeout", "180")
-
-    def export() -> dict:
-        return json.loads(workers.cli.run("export", "--tenant", tenant).stdout)
+    from workers.models.extraction import ReplayExtractor
 
     def decision(doc: str, action: str) -> dict:
         return {"fact_id": _ids(doc), "action": action, "evidence": "her passport says Oslo", "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]),
                 "valid_from": None, "valid_to": None, "scope": None}
 
+    async def scenario(server):
+        probe = InProcess(stack_env["MEMSTREAM_REDIS_URL"], None, tau=1)
+        llm = _llm(server, probe.memory, f"res-{uuid.uuid4().hex[:6]}")
+        stages = InProcess(None, ReplayExtractor(str(write_script(tmp_path / "s.jsonl", CONFLICTS))), tau=1,
+                           memory=probe.memory, tenant=probe.tenant, resolver_llm=llm)
+        try:
+            await stages.publish("m2", CONFLICTS["m2"][0])  # Oslo, one passage
+            await stages.publish("m1", CONFLICTS["m1"][0])  # Bergen, one passage, later: the rules policy would keep it
+            first = facts_by_id(await stages.export()), stages.events(), server.calls, list(server.requests)
+            server.script.extend([{"content": "no idea"}, {"content": "{}"}])  # garbage twice
+            await stages.publish("t1", CONFLICTS["t1"][0])
+            await stages.publish("t2", CONFLICTS["t2"][0])
+            return first, facts_by_id(await stages.export()), server.calls
+        finally:
+            await probe.close()
+
     # the conflict of Bergen (m1) and Oslo (m2), named by the Bergen fact's id
     oslo_wins = json.dumps({"decisions": [decision("m2", "keep"), decision("m1", "invalidate")]})
     with FakeOpenAI(answers={_ids("m1"): oslo_wins}) as server:
-        script = write_script(tmp_path / "s.jsonl", CONFLICTS)
-        workers = make_workers(extractor="replay", replay_file=script, resolver="llm", llm_base_url=server.base_url, llm_model=f"res-{uuid.uuid4().hex[:6]}", tau=1)
-        workers.start()
-        tenant = tenant_name("llm-res")
-        publish("m2")  # Oslo, one passage
-        publish("m1")  # Bergen, one passage, later: the rules policy would keep it
-        facts = facts_by_id(export())
-        assert facts[_ids("m2")]["status"] == "active" and facts[_ids("m1")]["status"] == "invalid"
-        assert "LLM: her passport says Oslo" in facts[_ids("m1")]["reason"]
-        (invalidated,) = [e for e in workers.cli.tail(tenant) if e["event"] == "invalidated"]
-        assert invalidated["fact_id"] == _ids("m1") and invalidated["evidence_passage_ids"]
-        assert server.calls == 1
-        assert server.requests[0]["response_format"]["json_schema"]["name"] == "resolution"
-
-        # garbage twice: the deterministic policy decides instead, and nothing stays open
-        server.script.extend([{"content": "no idea"}, {"content": "{}"}])
-        publish("t1")
-        publish("t2")
-        facts = facts_by_id(export())
-        assert facts[_ids("t1")]["qualifiers"]["time"] == {"from": "1990", "to": "1999"}
-        assert facts[_ids("t2")]["status"] == "active" and server.calls == 3
+        (facts, events, calls, requests), later, calls_at_end = run(scenario(server))
+    assert facts[_ids("m2")]["status"] == "active" and facts[_ids("m1")]["status"] == "invalid"
+    assert "LLM: her passport says Oslo" in facts[_ids("m1")]["reason"]
+    (invalidated,) = [e for e in events if e["event"] == "invalidated"]
+    assert invalidated["fact_id"] == _ids("m1") and invalidated["evidence_passage_ids"]
+    assert calls == 1
+    assert requests[0]["response_format"]["json_schema"]["name"] == "resolution"
+    assert later[_ids("t1")]["qualifiers"]["time"] == {"from": "1990", "to": "1999"}
+    assert later[_ids("t2")]["status"] == "active" and calls_at_end == 3
 
 
 def test_llm_resolution_answers_are_validated():
