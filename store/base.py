@@ -132,3 +132,14 @@ async def broader_by_containment(self: MemoryStore, tenant: str, a: str, b: str,
             return False
         frontier = next_frontier
     return False
+
+
+async def alias_target(store: MemoryStore, tenant: str, alias_id: str, canonical_id: str) -> str:
+    """The canonical entity `alias_id` is to point to (an alias of an alias points to the end of
+    the chain); ValueError for an alias of itself or a cycle. Both stores' add_alias use it."""
+    if alias_id == canonical_id:
+        raise ValueError("an alias must differ from its canonical entity")
+    canonical = (await store.resolve_aliases(tenant, [canonical_id]))[canonical_id]
+    if canonical == alias_id:
+        raise ValueError(f"{canonical_id!r} is already an alias of {alias_id!r}")
+    return canonical

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Callable, Mapping
 
 import numpy as np
 
-from store.base import broader_by_containment
+from store.base import alias_target, broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
@@ -350,12 +350,7 @@ class InMemoryStore:
         return {eid: aliases.get(eid) or eid for eid in entity_ids}
 
     async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
-        if alias_id == canonical_id:
-            raise ValueError("an alias must differ from its canonical entity")
-        canonical = (await self.resolve_aliases(tenant, [canonical_id]))[canonical_id]
-        if canonical == alias_id:
-            raise ValueError(f"{canonical_id!r} is already an alias of {alias_id!r}")
-        self._tenant(tenant).aliases[alias_id] = canonical
+        self._tenant(tenant).aliases[alias_id] = await alias_target(self, tenant, alias_id, canonical_id)
 
     async def alias_map(self, tenant: str) -> dict[str, str]:
         return dict(self._tenant(tenant).aliases)

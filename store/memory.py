@@ -19,7 +19,7 @@ from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
 from store import graph_log
-from store.base import broader_by_containment
+from store.base import alias_target, broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
@@ -527,12 +527,7 @@ class Memory:
         return {eid: (c.decode() if c else eid) for eid, c in zip(entity_ids, found)}
 
     async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
-        if alias_id == canonical_id:
-            raise ValueError("an alias must differ from its canonical entity")
-        canonical = (await self.resolve_aliases(tenant, [canonical_id]))[canonical_id]
-        if canonical == alias_id:
-            raise ValueError(f"{canonical_id!r} is already an alias of {alias_id!r}")
-        await self.redis.hset(self.keys(tenant).aliases, alias_id, canonical)
+        await self.redis.hset(self.keys(tenant).aliases, alias_id, await alias_target(self, tenant, alias_id, canonical_id))
 
     async def alias_map(self, tenant: str) -> dict[str, str]:
         return {k.decode(): v.decode() for k, v in (await self.redis.hgetall(self.keys(tenant).aliases)).items()}

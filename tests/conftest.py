@@ -3,6 +3,7 @@ namespace and consumer group, and the CLI as a user runs it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -92,6 +93,18 @@ class Workers:
 
     def stop(self) -> None:
         stop_all(self.procs)
+
+
+@contextlib.contextmanager
+def running_workers(base_env: dict, tmp: Path, **settings):
+    """One all-roles worker with these settings, stopped on exit: the worker a test module's
+    tests share (each test on a tenant of its own)."""
+    workers = Workers(base_env, tmp, **settings)
+    try:
+        workers.start()
+        yield workers
+    finally:
+        workers.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.conftest import Cli, Workers, write_docs
+from tests.conftest import Cli, running_workers, write_docs
 
 CORPUS = {
     "lighthouse": "Captain Ilse Marrow built the Varn Lighthouse in 1871. The Varn Lighthouse stands on Kestrel Point.",
@@ -31,24 +31,16 @@ def tenant_name(label: str) -> str:
 def rules_workers(stack_env, tmp_path_factory):
     """One `memstream worker` (all roles, rules extractor, τ = 1, default limits) for every
     test of this module that needs nothing else."""
-    workers = Workers(stack_env, tmp_path_factory.mktemp("rules-workers"), extractor="rules", tau=1)
-    try:
-        workers.start()
+    with running_workers(stack_env, tmp_path_factory.mktemp("rules-workers"), extractor="rules", tau=1) as workers:
         yield workers
-    finally:
-        workers.stop()
 
 
 @pytest.fixture(scope="module")
 def dlq_workers(stack_env, tmp_path_factory):
     """One worker with a single partition (a bad message and the good one behind it share it)
     and a 4 KiB text limit (a letter of 600 KB escaped would not fit the topic)."""
-    workers = Workers(stack_env, tmp_path_factory.mktemp("dlq-workers"), extractor="rules", partitions=1, max_text_bytes=4096)
-    try:
-        workers.start()
+    with running_workers(stack_env, tmp_path_factory.mktemp("dlq-workers"), extractor="rules", partitions=1, max_text_bytes=4096) as workers:
         yield workers
-    finally:
-        workers.stop()
 
 
 def triples(events, kind):

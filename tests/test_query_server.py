@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 import uuid
 
 import numpy as np
@@ -20,6 +18,7 @@ from store.facts import Fact
 from topics import Chunk
 from topics.records import Triple
 from workers.algorithms.normalize import entity_id, fact_id, schema_id
+from tests.test_query_worker import call
 from workers.settings import Settings
 
 DIMS = 384
@@ -60,16 +59,6 @@ async def write_memory(redis_url: str, tenant: str, seed: int = 7) -> dict:
     finally:
         await memory.close()
     return written
-
-
-def call(base: str, path: str, body: dict | None = None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def test_the_query_role_serves_with_only_redis_reachable(make_workers, stack_env):

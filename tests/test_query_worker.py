@@ -15,7 +15,7 @@ import pytest
 
 from ops.fake_llm import FakeOpenAI
 from ops.stack import free_port
-from tests.conftest import Workers, write_docs
+from tests.conftest import running_workers, write_docs
 from workers.algorithms.chunking import chunk_id_of
 
 FIRST = {
@@ -47,13 +47,9 @@ def workers(stack_env, tmp_path_factory):
     """An all-roles worker (rules extractor, τ = 1) whose answers come from a fake
     OpenAI-compatible server, for every test of the module."""
     with FakeOpenAI(answers=ANSWER) as llm:
-        workers = Workers(stack_env, tmp_path_factory.mktemp("query-workers"), extractor="rules", tau=1,
-                          llm_base_url=llm.base_url, llm_model="fake-answer")
-        try:
-            workers.start()
+        with running_workers(stack_env, tmp_path_factory.mktemp("query-workers"), extractor="rules", tau=1,
+                             llm_base_url=llm.base_url, llm_model="fake-answer") as workers:
             yield workers
-        finally:
-            workers.stop()
 
 
 @pytest.fixture(scope="module")
