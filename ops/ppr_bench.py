@@ -22,7 +22,7 @@ from ops.recall import corpus_worker_env, index_corpus
 from ops.processes import WorkerProcess
 from ops.stack import Stack, free_port, stderr
 from store import Memory
-from workers.query.graph_cache import TenantGraph
+from workers.query.graph_cache import TenantGraph, load_whole
 from workers.algorithms.ppr import SparseGraph
 from workers.settings import Settings
 
@@ -91,9 +91,7 @@ def compare(name: str, graph: SparseGraph, queries: int, candidates: np.ndarray,
 async def load_tenant_graph(settings: Settings, tenant: str) -> TenantGraph:
     memory = Memory.from_url(settings.redis_url)
     try:
-        graph = TenantGraph(tenant)
-        await graph.load(memory)
-        return graph
+        return await load_whole(memory, tenant)  # not a graph whose changes were trimmed away during its load
     finally:
         await memory.close()
 
