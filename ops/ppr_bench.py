@@ -7,6 +7,7 @@ against dense mode, on the MuSiQue tenant."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import statistics
 import sys
@@ -127,9 +128,7 @@ def http_latency(settings: Settings, tenant: str, questions: list[str], home: Pa
 
 
 def run_ppr_bench(settings: Settings, sizes: list[int], queries: int, data_dir: Path, tenant: str | None, as_json: bool) -> int:
-    try:
-        import igraph  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("igraph") is None:
         print("memstream bench ppr needs igraph: pip install 'memstream[bench]'", file=sys.stderr)
         return 2
     rows = []
