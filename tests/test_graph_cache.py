@@ -4,6 +4,8 @@ recently queried tenants dropped first and reloaded on their next query."""
 import asyncio
 import uuid
 
+import pytest
+
 from store import Memory
 from store.graph_log import adjacency_field
 from store.keys import entity_node, passage_node
@@ -86,3 +88,26 @@ def test_graph_loads_from_the_node_set_and_older_tenants_are_backfilled_once(sta
     assert len(written) == 7
     assert backfilled == sorted(written + [LEGACY, OLD]) and complete
     assert edges == 5  # the four written edges and the legacy one
+
+
+def test_a_one_off_load_overtaken_by_trimmed_changes_loads_again_then_refuses(monkeypatch):
+    """export and bench ppr read a tenant's graph once (load_whole): a load whose changes were
+    trimmed away while it ran is loaded again, and after LOAD_ATTEMPTS such loads it raises
+    instead of returning a graph that misses changes (it used to be returned short)."""
+    from workers.query import graph_cache
+
+    outcomes = iter([False, True])
+    loads = []
+
+    async def load(self, memory):
+        loads.append(self.tenant)
+        return next(outcomes)
+
+    monkeypatch.setattr(graph_cache.TenantGraph, "load", load)
+    graph = asyncio.run(graph_cache.load_whole(None, "t"))
+    assert isinstance(graph, graph_cache.TenantGraph) and loads == ["t", "t"]
+
+    outcomes, loads[:] = iter([False] * graph_cache.LOAD_ATTEMPTS), []
+    with pytest.raises(graph_cache.GraphLogOvertaken, match="changed faster than it could be loaded"):
+        asyncio.run(graph_cache.load_whole(None, "t"))
+    assert len(loads) == graph_cache.LOAD_ATTEMPTS
