@@ -12,8 +12,6 @@ PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: wor
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import logging
 import signal
 import socket
@@ -33,18 +31,6 @@ from workers.query.graph_cache import GraphCache
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
-
-# Compact JSON, the bodies the query worker has always sent (they were faust views before)
-_dumps = functools.partial(json.dumps, separators=(",", ":"))
-
-
-def json_response(value, status: int = 200) -> web.Response:
-    return web.json_response(value, status=status, dumps=_dumps)
-
-
-def error(status: int, message: str) -> web.Response:
-    return json_response({"error": message}, status=status)
-
 
 def query_memory(settings: Settings) -> Memory:
     """The query side's Redis client, with a pool of its own sized to the requests admitted at
@@ -80,26 +66,26 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         try:
             tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
         except ContractError as exc:
-            return error(400, str(exc))
+            return http.error_response(400, str(exc))
         found, what = await load(tenant)
         if found is None:
-            return error(404, f"no {what} in tenant {tenant!r}")
-        return json_response(found)
+            return http.error_response(404, f"no {what} in tenant {tenant!r}")
+        return http.json_response(found)
 
     async def post_query(request: web.Request) -> web.Response:
         try:
             query = QueryRequest.from_bytes(await request.read(), settings.tenant, settings.top_k)
         except ContractError as exc:
-            return error(400, str(exc))
+            return http.error_response(400, str(exc))
         if query.answer and answer_llm is None:
-            return error(400, "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker")
+            return http.error_response(400, "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker")
         result = await engine.answer(query)
         if query.answer:
             try:
                 result["answer"] = await generate_answer(answer_llm, query.query, result["passages"])
             except (LLMError, MalformedOutput) as exc:
-                return error(502, f"answer generation failed: {exc}")
-        return json_response(result)
+                return http.error_response(502, f"answer generation failed: {exc}")
+        return http.json_response(result)
 
     async def get_fact(request: web.Request) -> web.Response:
         fact_id = request.match_info["fact_id"]
@@ -131,8 +117,8 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         try:
             await memory.ping()
         except Exception as exc:
-            return json_response({"status": "unhealthy", "redis": str(exc)}, status=503)
-        return json_response({"status": "ok"})
+            return http.json_response({"status": "unhealthy", "redis": str(exc)}, status=503)
+        return http.json_response({"status": "ok"})
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
