@@ -127,17 +127,31 @@ class GraphLogOvertaken(RuntimeError):
     """Every load of a tenant's graph was overtaken by writers trimming its changes away."""
 
 
+async def _load_until_whole(memory: Memory, tenant: str, attempts: int, previous: TenantGraph | None = None) -> tuple[TenantGraph, bool]:
+    """Fresh graphs loaded one after another (never into an old one: that would keep edges
+    deleted since) until one is whole — every change since its load applied — or `attempts`
+    ran out: the last one, and whether it is whole. Each takes over its predecessor's lock and
+    its load and rebuild counts (`previous`: the graph it replaces)."""
+    for attempt in range(1, attempts + 1):
+        fresh = TenantGraph(tenant)
+        if previous is not None:
+            fresh.lock, fresh.loads, fresh.graph.rebuilds = previous.lock, previous.loads, previous.graph.rebuilds
+        if await fresh.load(memory):
+            return fresh, True
+        log.warning("graph change stream of tenant %s was trimmed or lost during its load (attempt %d of %d)",
+                    tenant, attempt, attempts)
+        previous = fresh
+    return fresh, False
+
+
 async def load_whole(memory: Memory, tenant: str, attempts: int = LOAD_ATTEMPTS) -> TenantGraph:
     """A tenant's graph loaded with every change since its load applied, for a one-off reader
     (export, benchmarks): loaded again while writers trim the changes away during the load, and
     GraphLogOvertaken after `attempts` such loads rather than a graph missing changes (the
     query worker, which must answer, serves its last load instead: GraphCache._reload)."""
-    for attempt in range(1, attempts + 1):
-        graph = TenantGraph(tenant)
-        if await graph.load(memory):
-            return graph
-        log.warning("graph change stream of tenant %s was trimmed or lost during its load (attempt %d of %d)",
-                    tenant, attempt, attempts)
+    graph, whole = await _load_until_whole(memory, tenant, attempts)
+    if whole:
+        return graph
     raise GraphLogOvertaken(f"the graph of tenant {tenant} changed faster than it could be loaded "
                             f"({attempts} loads overtaken by trimmed changes): try again when indexing is quieter")
 
@@ -173,18 +187,10 @@ class GraphCache:
         return graph
 
     async def _reload(self, stale: TenantGraph) -> TenantGraph:
-        """A fresh graph in place of `stale` (not loaded into it: that would keep edges deleted
-        since), under the same lock; loads and rebuilds counted over both."""
+        """A fresh graph in place of `stale`, under the same lock; loads and rebuilds counted over both."""
         tenant = stale.tenant
-        for attempt in range(1, LOAD_ATTEMPTS + 1):
-            fresh = TenantGraph(tenant)
-            fresh.lock, fresh.loads, fresh.graph.rebuilds = stale.lock, stale.loads, stale.graph.rebuilds
-            if await fresh.load(self.memory):
-                break
-            # after the last attempt it is served anyway: its next catch-up fails and it loads again
-            log.warning("graph change stream of tenant %s was trimmed or lost during its load (attempt %d of %d)",
-                        tenant, attempt, LOAD_ATTEMPTS)
-            stale = fresh
+        # not whole after the last attempt: served anyway; its next catch-up fails and it loads again
+        fresh, _ = await _load_until_whole(self.memory, tenant, LOAD_ATTEMPTS, stale)
         if tenant in self.tenants:  # (not when evicted meanwhile)
             self.tenants[tenant] = fresh
         return fresh
