@@ -204,6 +204,7 @@ class Chunk(Record):
 
     TOPIC: ClassVar[str] = "chunks"
     TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("text",)
+    FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("metadata",)
 
     tenant: str
     chunk_id: str
@@ -213,10 +214,21 @@ class Chunk(Record):
     text: str
     doc_version: int = 1
     doc_hash: str = ""
+    # Agent memory: who said a turn and when ("Caroline, 1:56 pm on 8 May, 2023"). Embedded and
+    # extracted with the text, never part of it: the passage keeps the published bytes.
+    context: str = ""
+    # the document's metadata and turn fields (session_id, turn, speaker, ts, turn_id), kept
+    # with the passage so a caller can map it back
+    metadata: dict = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         return self.doc_id
+
+    @property
+    def indexed_text(self) -> str:
+        """What the extractor and the embedder read: the context line, then the text."""
+        return f"{self.context}\n{self.text}" if self.context else self.text
 
 
 @dataclass

@@ -14,6 +14,12 @@ def chunking_mark(doc: Document, doc_hash: str) -> str:
     return f"doc:{doc.doc_id}:{doc_hash[:32]}:{doc.version}"
 
 
+def passage_metadata(doc: Document) -> dict:
+    """What each passage of `doc` keeps of it: its metadata and the turn fields that are set."""
+    turn = {name: getattr(doc, name) for name in ("session_id", "turn", "speaker", "ts") if getattr(doc, name) is not None}
+    return {**doc.metadata, **turn}
+
+
 class ChunkerStage(Stage):
     async def handle(self, doc: Document) -> None:
         doc_hash = content_hash(doc.text)
@@ -27,7 +33,7 @@ class ChunkerStage(Stage):
             return [
                 Emit("chunks", doc.doc_id, Chunk(
                     tenant=doc.tenant, chunk_id=p.chunk_id, doc_id=doc.doc_id, seq=p.seq, n_chunks=len(pieces),
-                    text=p.text, doc_version=doc.version, doc_hash=doc_hash,
+                    text=p.text, doc_version=doc.version, doc_hash=doc_hash, metadata=passage_metadata(doc),
                 ))
                 for p in pieces
             ]

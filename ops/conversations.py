@@ -1,0 +1,192 @@
+"""Conversations as memstream reads them: the LoCoMo layout and JSONL of turns → `Turn`s →
+one `Document` per turn (one immutable passage each), plus the parsing the conversation
+benchmark needs (questions, evidence ids).
+
+LoCoMo layout: a sample (or a list of samples) `{"sample_id", "conversation": {"speaker_a",
+"speaker_b", "session_N": [{"speaker", "dia_id", "text"}, ...], "session_N_date_time": "1:56 pm
+on 8 May, 2023"}, "qa": [{"question", "answer", "evidence": ["D1:3"], "category": 2}]}`.
+
+JSONL of turns: one object per line with `session_id`, `turn`, `speaker`, `ts` (seconds since
+the epoch, or an ISO time), `text`, optional `turn_id` and `doc_id`.
+
+Evidence ids are written loosely in the public file ("D8:6; D9:17", "D:11:26", "D30:05"):
+`parse_evidence` reads every id it can and canonicalises it ("D30:5"), and turn ids go through
+the same canonical form, so the two always compare equal."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from topics import ContractError, Document
+
+_SESSION_KEY = re.compile(r"^session_(\d+)$")
+_LOCOMO_DATE = re.compile(
+    r"^\s*(\d{1,2}):(\d{2})\s*([ap]\.?m\.?)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
+_MONTHS = {m: i for i, m in enumerate(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+     "november", "december"], 1)}
+_DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)", re.I)
+
+
+def parse_time(value: Any) -> float | None:
+    """A LoCoMo session date ("1:56 pm on 8 May, 2023"), an ISO time, or seconds since the
+    epoch → seconds since the epoch (UTC when no zone is given); None when unreadable."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    match = _LOCOMO_DATE.match(value)
+    if match:
+        hour, minute, half, day, month, year = match.groups()
+        month_no = _MONTHS.get(month.lower()) or next((n for m, n in _MONTHS.items() if m.startswith(month.lower()[:3])), None)
+        if month_no is None:
+            return None
+        hour = int(hour) % 12 + (12 if half.lower().startswith("p") else 0)
+        try:
+            return datetime(int(year), month_no, int(day), hour, int(minute), tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def canonical_dia_id(text: str) -> str | None:
+    """"D30:05" → "D30:5", "D:11:26" → "D11:26"; None when `text` holds no dialogue id."""
+    match = _DIA_ID.search(text or "")
+    return f"D{int(match.group(1))}:{int(match.group(2))}" if match else None
+
+
+def parse_evidence(evidence: Any) -> list[str]:
+    """Every dialogue id that can be read from a question's evidence (a list of strings, or a
+    string), canonical and in order, without repeats; unreadable parts are skipped."""
+    items = evidence if isinstance(evidence, list) else [evidence]
+    found: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            continue
+        for match in _DIA_ID.finditer(item):
+            dia = f"D{int(match.group(1))}:{int(match.group(2))}"
+            if dia not in found:
+                found.append(dia)
+    return found
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a conversation: one immutable passage."""
+
+    session_id: str
+    turn: int
+    speaker: str
+    text: str
+    turn_id: str  # the caller's id for it (LoCoMo: the canonical dia_id)
+    ts: float | None = None
+    date: str = ""  # the session's date as the source wrote it ("1:56 pm on 8 May, 2023")
+    doc_id: str = ""
+    metadata: dict = field(default_factory=dict)
+
+    def document(self, tenant: str) -> Document:
+        metadata = {**self.metadata, "turn_id": self.turn_id}
+        if self.date:
+            metadata["date"] = self.date
+        return Document(tenant=tenant, doc_id=self.doc_id or f"{self.session_id}:{self.turn_id}", text=self.text,
+                        metadata=metadata, session_id=self.session_id, turn=self.turn, speaker=self.speaker, ts=self.ts)
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    answer: str
+    evidence: list[str]  # canonical dia ids
+    category: int | None
+    sample_id: str
+
+
+def is_locomo(data: Any) -> bool:
+    """A LoCoMo sample, or a non-empty list whose first item is one."""
+    first = data[0] if isinstance(data, list) and data else data
+    return isinstance(first, dict) and isinstance(first.get("conversation"), dict)
+
+
+def locomo_turns(data: Any, where: str = "conversation") -> list[Turn]:
+    """Every turn of every sample, in session and turn order. ContractError names the sample,
+    session or turn that does not follow the layout."""
+    samples = data if isinstance(data, list) else [data]
+    turns: list[Turn] = []
+    for index, sample in enumerate(samples):
+        here = f"{where}[{index}]" if isinstance(data, list) else where
+        if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
+            raise ContractError(f"{here}: expected an object with a 'conversation' object (LoCoMo layout)")
+        sample_id = str(sample.get("sample_id") or f"conv-{index}")
+        conversation = sample["conversation"]
+        sessions = sorted((int(m.group(1)), key) for key in conversation if (m := _SESSION_KEY.match(key)))
+        if not sessions:
+            raise ContractError(f"{here}.conversation: no session_N lists")
+        for number, key in sessions:
+            rows = conversation[key]
+            if not isinstance(rows, list):
+                raise ContractError(f"{here}.conversation.{key}: expected a list of turns")
+            date = conversation.get(f"{key}_date_time") or ""
+            date = date if isinstance(date, str) else ""
+            ts = parse_time(date)
+            for position, row in enumerate(rows, 1):
+                at = f"{here}.conversation.{key}[{position - 1}]"
+                if not isinstance(row, dict) or not all(isinstance(row.get(k), str) and row[k].strip() for k in ("speaker", "text")):
+                    raise ContractError(f"{at}: a turn needs non-empty strings 'speaker' and 'text'")
+                dia_id = canonical_dia_id(str(row.get("dia_id") or "")) or f"D{number}:{position}"
+                extra = {k: v for k, v in row.items() if k not in ("speaker", "text", "dia_id") and isinstance(v, str)}
+                turns.append(Turn(session_id=f"{sample_id}:session_{number}", turn=position, speaker=row["speaker"].strip(),
+                                  text=row["text"], turn_id=dia_id, ts=ts, date=date, doc_id=f"{sample_id}:{dia_id}",
+                                  metadata={"sample_id": sample_id, "session": number, **extra}))
+    return turns
+
+
+def turn_from_json(row: Any, where: str) -> Turn:
+    """One line of a JSONL of turns."""
+    if not isinstance(row, dict):
+        raise ContractError(f"{where}: expected a JSON object")
+    for name in ("session_id", "speaker", "text"):
+        if not isinstance(row.get(name), str) or not row[name].strip():
+            raise ContractError(f"{where}: a turn needs a non-empty string '{name}'")
+    number = row.get("turn")
+    if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+        raise ContractError(f"{where}: 'turn' must be a non-negative integer")
+    ts = parse_time(row.get("ts"))
+    if row.get("ts") is not None and ts is None:
+        raise ContractError(f"{where}: 'ts' must be seconds since the epoch or an ISO time, got {row.get('ts')!r}")
+    turn_id = row.get("turn_id")
+    if turn_id is not None and (not isinstance(turn_id, str) or not turn_id.strip()):
+        raise ContractError(f"{where}: 'turn_id' must be a non-empty string")
+    metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+    turn_id = turn_id or str(number)
+    return Turn(session_id=row["session_id"], turn=number, speaker=row["speaker"].strip(), text=row["text"],
+                turn_id=turn_id, ts=ts, doc_id=str(row.get("doc_id") or f"{row['session_id']}:{turn_id}"), metadata=metadata)
+
+
+def is_turn(row: Any) -> bool:
+    """A JSON object that is a turn rather than a document: session_id and turn, no doc_id
+    required."""
+    return isinstance(row, dict) and "session_id" in row and "turn" in row and "text" in row
+
+
+def locomo_questions(data: Any) -> list[Question]:
+    samples = data if isinstance(data, list) else [data]
+    questions = []
+    for index, sample in enumerate(samples):
+        sample_id = str(sample.get("sample_id") or f"conv-{index}")
+        for row in sample.get("qa") or []:
+            if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+                continue
+            category = row.get("category")
+            questions.append(Question(row["question"], str(row.get("answer", row.get("adversarial_answer", ""))),
+                                      parse_evidence(row.get("evidence")),
+                                      category if isinstance(category, int) and not isinstance(category, bool) else None, sample_id))
+    return questions
