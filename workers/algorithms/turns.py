@@ -1,0 +1,41 @@
+"""The context line of a conversation turn (pure): who said it and when, in one format that the
+chunker writes (Chunk.context) and the extractors read. Embedded and extracted with the turn's
+text, so "what did Caroline do last May" finds Caroline's turns of that May; never part of the
+passage text."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+_CONTEXT = re.compile(r"^(?P<speaker>.+?)(?: \((?P<when>[^()]*)\))?:$")
+
+
+def when_of(date: str = "", ts: float | None = None) -> str:
+    """The time a turn names: its session date as the source wrote it, else its timestamp as
+    '8 May 2023 13:56 UTC', else ''."""
+    if date:
+        return date
+    if ts is None:
+        return ""
+    moment = datetime.fromtimestamp(ts, tz=timezone.utc)
+    return f"{moment.day} {moment:%B %Y %H:%M} UTC"
+
+
+def turn_context(speaker: str | None, when: str = "") -> str:
+    """'Caroline (1:56 pm on 8 May, 2023):', 'Caroline:' or '' (no speaker, no time)."""
+    speaker = " ".join((speaker or "").split())
+    when = " ".join(when.replace("(", "[").replace(")", "]").split())
+    if not speaker and not when:
+        return ""
+    if not when:
+        return f"{speaker}:"
+    return f"{speaker or 'unknown'} ({when}):"
+
+
+def parse_context(context: str) -> tuple[str, str]:
+    """(speaker, when) of a context line turn_context wrote; ('', '') for anything else."""
+    match = _CONTEXT.match(context or "")
+    if not match:
+        return "", ""
+    return match.group("speaker"), match.group("when") or ""
