@@ -31,10 +31,12 @@ from workers import metrics
 from workers.query.graph_cache import GraphCache
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
+from workers.algorithms.reconstruction import Budget
+from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
 MAX_TOP_K = 100
-MODES = ("ppr", "dense")
+MODES = ("ppr", "dense", "reconstruct")
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at"]
@@ -101,6 +103,7 @@ class QueryRequest:
     mode: str = "ppr"
     params: RetrievalParams = RetrievalParams()
     answer: bool = False
+    budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
 
     @classmethod
     def from_bytes(cls, raw: bytes, default_tenant: str, default_top_k: int, defaults: RetrievalParams = RetrievalParams()) -> "QueryRequest":
@@ -136,14 +139,27 @@ class QueryRequest:
             params = RetrievalParams.from_json({**asdict(defaults), **overrides}) if overrides else defaults
         except ValueError as exc:
             raise ContractError(str(exc)) from None
-        return cls(query, tenant, top_k, mode, params, generate)
+        budget = _budget(body, mode)
+        return cls(query, tenant, top_k, mode, params, generate, budget)
+
+
+def _budget(body: dict, mode: str) -> Budget | None:
+    if body.get("budget") is None:
+        return None
+    if mode != "reconstruct":
+        raise ContractError(f"'budget' applies to mode reconstruct only, not {mode!r}")
+    try:
+        return Budget.from_json(body["budget"])
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
 
 
 class QueryEngine:
-    def __init__(self, memory: Memory, embedder, graphs: GraphCache | None = None):
+    def __init__(self, memory: Memory, embedder, graphs: GraphCache | None = None, reconstructor: Reconstructor | None = None):
         self.memory = memory
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
+        self.reconstructor = reconstructor or Reconstructor(memory, embedder)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
         # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
         # the graph's cached matrix in place (`Transition.scale`), and more threads would only
@@ -157,6 +173,8 @@ class QueryEngine:
         timings["embed"] = _ms(t)
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)
+        elif request.mode == "reconstruct":
+            result = await self.reconstructor.answer(request, vector, self._facts, timings)
         else:
             result = await self._ppr(request, vector, timings)
         timings["total"] = _ms(started)
@@ -256,9 +274,9 @@ class QueryEngine:
             self._results.popitem(last=False)
         return result
 
-    async def _facts(self, tenant: str, vector, k: int):
-        """Active facts nearest the query; expired ones contribute nothing."""
-        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {"status": "active"})
+    async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None):
+        """Active facts nearest the query (and matching `where`'s tags); expired ones contribute nothing."""
+        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {**(where or {}), "status": "active"})
         now = time.time()
         return [h for h in hits if not (h.fields.get("expired_at") and float(h.fields["expired_at"]) <= now)]
 
