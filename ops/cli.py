@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     worker = sub.add_parser("worker", help="run workers (indexing roles: one faust app; query alone: an HTTP server on Redis only)")
     worker.add_argument("--role", default="all", help="all|chunker|extractor|detector|resolver|query (comma-separated)")
 
-    pub = sub.add_parser("publish", help="publish documents to memstream.documents")
-    pub.add_argument("paths", nargs="+", metavar="PATH", help=".txt .md .json .jsonl file, or - for stdin")
+    pub = sub.add_parser("publish", help="publish documents (and conversation turns: one document each) to memstream.documents")
+    pub.add_argument("paths", nargs="+", metavar="PATH",
+                     help=".txt .md .json (documents, or a LoCoMo-layout conversation) .jsonl (documents and turns) file, or - for stdin")
     pub.add_argument("--tenant", default=None)
     pub.add_argument("--wait", action="store_true", help="return once every document is fully indexed")
     pub.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
