@@ -156,7 +156,7 @@ def locomo_turns(data: Any, where: str = "conversation", errors: list[str] | Non
                 extra = {k: v for k, v in row.items() if k not in ("speaker", "text", "dia_id") and isinstance(v, str)}
                 turns.append(Turn(session_id=f"{sample_id}:session_{number}", turn=position, speaker=row["speaker"].strip(),
                                   text=row["text"], turn_id=dia_id, ts=ts, date=date, doc_id=f"{sample_id}:{dia_id}",
-                                  metadata={"sample_id": sample_id, "session": number, **extra}))
+                                  metadata={"sample_id": sample_id, "session": number, "dia_id": dia_id, **extra}))
     return turns
 
 

@@ -76,7 +76,7 @@ def test_a_locomo_file_is_one_document_per_turn(tmp_path):
     first = docs[0]
     assert (first.tenant, first.session_id, first.turn, first.speaker) == ("acme", "conv-7:session_1", 1, "Caroline")
     assert first.ts == 1683554160.0  # 2023-05-08 13:56 UTC
-    assert first.metadata == {"turn_id": "D1:1", "date": "1:56 pm on 8 May, 2023", "sample_id": "conv-7", "session": 1}
+    assert first.metadata == {"turn_id": "D1:1", "dia_id": "D1:1", "date": "1:56 pm on 8 May, 2023", "sample_id": "conv-7", "session": 1}
     assert docs[3].metadata["img_url"] == "https://example.org/bowl.jpg"
     # stdin holds the same layout: read the same way
     assert load_documents(["-"], "acme", 10_000, stdin=io.StringIO(json.dumps(LOCOMO))).documents == docs
@@ -215,16 +215,17 @@ def test_passages_map_back_to_their_dia_ids(tmp_path):
             await stages.close()
 
     passages, answer, evidence = run(scenario())
-    dia = {p["metadata"]["turn_id"]: p for p in passages}
+    dia = {p["metadata"]["dia_id"]: p for p in passages}
     assert sorted(dia) == ["D1:1", "D1:2", "D2:1", "D2:2"]
     for turn_id, passage in dia.items():
         assert passage["doc_id"] == f"conv-7:{turn_id}"
         assert passage["text"] == LOCOMO["conversation"][f"session_{turn_id[1]}"][int(turn_id[3]) - 1]["text"]
+    assert all(p["metadata"]["turn_id"] == turn_id for turn_id, p in dia.items())
     assert dia["D2:2"]["context"] == "Caroline (4:10 pm on 14 October, 2023):"
     assert dia["D2:2"]["metadata"]["img_url"] == "https://example.org/bowl.jpg"
     assert len(answer["passages"]) == 4
-    assert all(p["metadata"]["turn_id"] and p["context"] for p in answer["passages"])
-    assert evidence and all(p["metadata"]["turn_id"] in dia for e in evidence for p in e["passages"])
+    assert all(p["metadata"]["dia_id"] in dia and p["context"] for p in answer["passages"])
+    assert evidence and all(p["metadata"]["dia_id"] in dia for e in evidence for p in e["passages"])
 
 
 def test_who_said_it_and_when_are_embedded(real_embedder, tmp_path):
