@@ -48,6 +48,12 @@ def chunk_id_of(text: str) -> str:
     return content_hash(text)[:32]
 
 
+def turn_chunk_id(doc_id: str, context: str, text: str) -> str:
+    """A conversation turn's passage id: of its document, context line and text, so two turns
+    with the same words ("Thanks!") stay two passages, and a turn published again keeps its id."""
+    return content_hash("\x1f".join((doc_id, context, text)))[:32]
+
+
 def chunk_text(text: str, window: int = 200, overlap: int = 40) -> list[TextChunk]:
     """Windows of `window` tokens, each starting `overlap` tokens before the previous one ended.
     A window whose slice would pass window * MAX_TOKEN_CHARS characters (long runs of whitespace

@@ -185,15 +185,16 @@ class QueryEngine:
     async def _dense(self, request: QueryRequest, vector, timings: dict) -> dict:
         t = time.perf_counter()
         passages, facts, entities, version = await asyncio.gather(
-            self.memory.knn(request.tenant, "passages", vector, request.top_k, ["doc_id", "text"]),
+            self.memory.knn(request.tenant, "passages", vector, request.top_k, ["doc_id"]),
             self._facts(request.tenant, vector, request.params.layer_k),
             self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
             self.memory.graph_version(request.tenant),
         )
+        rows = await self.memory.passages(request.tenant, [h.id for h in passages])  # with their metadata and context
         timings["retrieve"] = _ms(t)
         return {
             "query": request.query, "tenant": request.tenant, "mode": "dense",
-            "passages": [{"id": h.id, "doc_id": h.fields["doc_id"], "text": h.fields["text"], "score": round(h.score, 6)} for h in passages],
+            "passages": [_passage_json(row, round(h.score, 6)) for h, row in zip(passages, rows) if row is not None],
             "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
             "facts": [_fact_json(h) for h in facts],
             "graph_version": version,
@@ -251,8 +252,7 @@ class QueryEngine:
         by_id = {h.id: h for h in facts}
         result = {
             "query": request.query, "tenant": tenant, "mode": "ppr",
-            "passages": [{"id": node_id(node), "doc_id": row["doc_id"], "text": row["text"], "score": round(score, 8)}
-                         for (node, score), row in zip(ranked, texts) if row is not None],
+            "passages": [_passage_json(row, round(score, 8)) for (_, score), row in zip(ranked, texts) if row is not None],
             "entities": [{"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)} for eid, i in zip(entity_ids, top_entities)],
             "facts": [_fact_json(by_id[f.id]) for f in seeds.facts],
             "seeds": {
@@ -296,6 +296,12 @@ def _walk(graph, transition: Transition, seeds: Seeds, params: RetrievalParams, 
     ranked = rank_passages(graph, ppr.scores, passage_index, top_k, list(seeds.outside))
     entities = entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else np.zeros(0, dtype=np.int64)
     return Walk(ppr, ranked, entities)
+
+
+def _passage_json(row: dict, score: float) -> dict:
+    """A ranked passage in a query response: the stored passage (text as published, doc_id,
+    metadata with turn_id/dia_id, context line) with its score."""
+    return {"id": row["id"], "doc_id": row["doc_id"], "text": row["text"], "metadata": row["metadata"], "context": row["context"], "score": score}
 
 
 def _fact_json(hit) -> dict:

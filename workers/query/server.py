@@ -24,7 +24,7 @@ from topics import ContractError, validate_tenant
 from workers.models.embedding import BatchingEmbedder, make_embedder
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
-from workers.query import http
+from workers.query import drilldown, http
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
 from workers.query.reconstruct import Reconstructor
@@ -92,26 +92,21 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         fact_id = request.match_info["fact_id"]
 
         async def load(tenant):
-            fact = await memory.fact(tenant, fact_id)
-            return (fact and fact.to_json()), f"fact {fact_id!r}"
+            return await drilldown.fact_record(memory, tenant, fact_id), f"fact {fact_id!r}"
         return await lookup(request, load)
 
     async def get_evidence(request: web.Request) -> web.Response:
         fact_id = request.match_info["fact_id"]
 
         async def load(tenant):
-            fact = await memory.fact(tenant, fact_id)
-            if fact is None:
-                return None, f"fact {fact_id!r}"
-            passages = [p for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
-            return {"fact": fact.to_json(), "passages": passages}, ""
+            return await drilldown.fact_evidence(memory, tenant, fact_id), f"fact {fact_id!r}"
         return await lookup(request, load)
 
     async def get_passage(request: web.Request) -> web.Response:
         passage_id = request.match_info["passage_id"]
 
         async def load(tenant):
-            return (await memory.passages(tenant, [passage_id]))[0], f"passage {passage_id!r}"
+            return await drilldown.passage_record(memory, tenant, passage_id), f"passage {passage_id!r}"
         return await lookup(request, load)
 
     async def health(request: web.Request) -> web.Response:
