@@ -246,7 +246,21 @@ async def run(settings: Settings, path: Path, modes: list[str], redis_url: str |
         "skipped_no_evidence": work.no_evidence, "unreadable_evidence": work.unreadable_evidence, "unknown_evidence": work.unknown_evidence,
         "categories": {str(n): name for n, name in CATEGORIES.items()}, "categories_source": "as in the public LoCoMo file",
         "modes": summarize(answers, modes),
+        "per_question": per_question(answers),
     }
+
+
+def per_question(answers: list[Answer]) -> list[dict]:
+    """Each question asked, its evidence and, per mode, the top passages' doc ids and recall:
+    what to read when a mode misses."""
+    rows: dict[int, dict] = {}  # by id(): a probe is asked once per mode
+    for answer in answers:
+        question = answer.probe.question
+        row = rows.setdefault(id(answer.probe), {"question": question.question, "category": question.category,
+                                             "evidence": sorted(answer.probe.gold), "modes": {}})
+        row["modes"][answer.mode] = {"top": answer.ranked[:max(KS)], "fallback": answer.fallback,
+                                     **{f"R@{k}": round(100 * recall_at(answer.ranked, answer.probe.gold, k), 1) for k in KS}}
+    return list(rows.values())
 
 
 def parse_modes(text: str | None) -> list[str]:
