@@ -5,7 +5,8 @@ from __future__ import annotations
 from topics import Chunk, Document
 from workers.algorithms.chunking import chunk_text
 from workers.algorithms.normalize import content_hash
-from workers.envelope import Emit
+from workers.algorithms.expiry import document_ttls
+from workers.envelope import Emit, PermanentError
 from workers.stages.context import Stage
 
 
@@ -22,6 +23,10 @@ def passage_metadata(doc: Document) -> dict:
 
 class ChunkerStage(Stage):
     async def handle(self, doc: Document) -> None:
+        try:  # refused here, before any chunk: the dead letter names the document and the field
+            document_ttls(doc.metadata)
+        except ValueError as exc:
+            raise PermanentError(f"document {doc.doc_id}: {exc}") from None
         doc_hash = content_hash(doc.text)
         pieces = chunk_text(doc.text, self.settings.chunk_tokens, self.settings.chunk_overlap)
         # Outside the once-mark: publishing an earlier text again makes it current again.
