@@ -18,6 +18,7 @@ import pytest
 from store.keys import entity_node
 from topics import ContractError
 from topics.records import Triple
+from store.in_memory import InMemoryStore
 from tests.inprocess import DIMS, InProcess
 from tests.test_query_bounds import NO_REDIS, GatedEmbedder, post, serve
 from workers.algorithms.expiry import document_ttls, parse_ttl_setting, was_valid, world_time
@@ -77,8 +78,20 @@ SCRIPT = {TEXTS["tool"]: [TOOL, HOME], TEXTS["a"]: [HOME], TEXTS["b"]: [HOME], T
 MAY_8, JUNE_10 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp(), datetime(2023, 6, 10, 9, 0, tzinfo=timezone.utc).timestamp()
 
 
-def harness(**settings) -> InProcess:
-    return InProcess(None, CategoryExtractor(SCRIPT), PrefixEmbedder(), tau=1, **settings)
+@pytest.fixture(params=["in-memory", "redis"])
+def redis_url(request) -> str | None:
+    """Each scenario over both stores: InMemoryStore, and Redis's Memory on the test stack."""
+    return request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"] if request.param == "redis" else None
+
+
+def harness(redis_url: str | None = None, **settings) -> InProcess:
+    return InProcess(redis_url, CategoryExtractor(SCRIPT), PrefixEmbedder(), tau=1, **settings)
+
+
+async def sweep(ip: InProcess, now: float) -> int:
+    """The expiry sweep at `now`: over every tenant in process; on the shared stack's Redis only
+    over this test's (others' tenants are there too)."""
+    return await ip.pipeline.expire_lapsed(now=now, tenants=None if isinstance(ip.memory, InMemoryStore) else [ip.tenant])
 
 
 async def fact_named(ip: InProcess, head: str, tail: str):
@@ -110,9 +123,9 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_from_retrieval():
+def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_from_retrieval(redis_url):
     async def scenario():
-        ip = harness(ttl_seconds="TOOL_FAILURE=60,DECLARATIVE=0")
+        ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60,DECLARATIVE=0")
         try:
             before = time.time()
             await ip.publish("tool", TEXTS["tool"])
@@ -124,13 +137,13 @@ def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_fro
             # lapsed, not swept yet: queries already leave it out
             ip.query_engine().clock = lambda: tool.expires_at + 1
             assert tool.id not in used(await ip.query(tool.text)) and tool.id not in used(await ip.query(tool.text, mode="dense"))
-            assert await ip.pipeline.expire_lapsed(now=tool.expires_at - 1) == 0  # not lapsed then: nothing to do
+            assert await sweep(ip, tool.expires_at - 1) == 0  # not lapsed then: nothing to do
 
             # the sweep: one expired event, no edge; twice, or two at once: still one
             lapsed_by = tool.expires_at + 1
-            assert await ip.pipeline.expire_lapsed(now=lapsed_by) == 1
-            assert await ip.pipeline.expire_lapsed(now=lapsed_by) == 0
-            await asyncio.gather(ip.pipeline.expire_lapsed(now=lapsed_by + 5), ip.pipeline.expire_lapsed(now=lapsed_by + 5))
+            assert await sweep(ip, lapsed_by) == 1
+            assert await sweep(ip, lapsed_by) == 0
+            await asyncio.gather(sweep(ip, lapsed_by + 5), sweep(ip, lapsed_by + 5))
             [expired] = events_of(ip, tool.id, "expired")
             assert expired["fact"]["status"] == "expired" and "TTL lapsed" in expired["reason"]
             stored = await ip.memory.fact(ip.tenant, tool.id)
@@ -146,9 +159,9 @@ def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_fro
     run(scenario())
 
 
-def test_a_document_ttl_from_metadata_and_the_latest_lapse_of_several_passages():
+def test_a_document_ttl_from_metadata_and_the_latest_lapse_of_several_passages(redis_url):
     async def scenario():
-        ip = harness(ttl_seconds="DECLARATIVE=100000")
+        ip = harness(redis_url, ttl_seconds="DECLARATIVE=100000")
         try:
             await ip.publish("a", TEXTS["a"], metadata={"ttl_seconds": 30})
             home = await fact_named(ip, "Ana", "Madrid")
@@ -156,8 +169,8 @@ def test_a_document_ttl_from_metadata_and_the_latest_lapse_of_several_passages()
             await ip.publish("b", TEXTS["b"], metadata={"ttl_seconds": {"DECLARATIVE": 600, "TOOL_FAILURE": 5}})
             held = (await fact_named(ip, "Ana", "Madrid")).expires_at
             assert held == pytest.approx(home.created_at + 600, abs=5)  # supported by both: until the later lapse
-            assert await ip.pipeline.expire_lapsed(now=home.expires_at + 1) == 0  # the first passage alone lapsed
-            assert await ip.pipeline.expire_lapsed(now=held + 1) == 1
+            assert await sweep(ip, home.expires_at + 1) == 0  # the first passage alone lapsed
+            assert await sweep(ip, held + 1) == 1
             assert len(events_of(ip, home.id, "expired")) == 1
 
             # said again after it expired: back in memory, until the new passage's support lapses (never: no TTL)
@@ -166,16 +179,16 @@ def test_a_document_ttl_from_metadata_and_the_latest_lapse_of_several_passages()
             assert back.status == "active" and back.expires_at is None and await fact_edge(ip, back) == 1.0
             assert [e["event"] for e in ip.events() if e["fact_id"] == home.id][-1] == "activated"
             assert home.id in used(await ip.query(home.text))
-            assert await ip.pipeline.expire_lapsed(now=held + 10**6) == 0
+            assert await sweep(ip, held + 10**6) == 0
         finally:
             await ip.close()
 
     run(scenario())
 
 
-def test_invalidation_drops_the_fact_and_as_of_answers_with_the_fact_valid_then():
+def test_invalidation_drops_the_fact_and_as_of_answers_with_the_fact_valid_then(redis_url):
     async def scenario():
-        ip = harness()
+        ip = harness(redis_url)
         try:
             await ip.publish("paris", TEXTS["paris"], speaker="Ana", ts=MAY_8)
             await ip.publish("berlin", TEXTS["berlin"], speaker="Ana", ts=JUNE_10)
@@ -201,9 +214,9 @@ def test_invalidation_drops_the_fact_and_as_of_answers_with_the_fact_valid_then(
     run(scenario())
 
 
-def test_the_sweep_decides_again_when_the_resolver_changes_the_fact_under_it():
+def test_the_sweep_decides_again_when_the_resolver_changes_the_fact_under_it(redis_url):
     async def scenario():
-        ip = harness(ttl_seconds="TOOL_FAILURE=60")
+        ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60")
         try:
             await ip.publish("tool", TEXTS["tool"])
             tool = await fact_named(ip, "booking api", "ROOM_UNAVAILABLE")
@@ -218,7 +231,7 @@ def test_the_sweep_decides_again_when_the_resolver_changes_the_fact_under_it():
                 return await bump(tenant)
 
             ip.memory.bump_graph_version = bump_and_race
-            assert await ip.pipeline.expire_lapsed(now=tool.expires_at + 1) == 1
+            assert await sweep(ip, tool.expires_at + 1) == 1
             stored = await ip.memory.fact(ip.tenant, tool.id)
             assert raced and stored.status == "expired" and await fact_edge(ip, tool) == 0.0
             [expired] = events_of(ip, tool.id, "expired")

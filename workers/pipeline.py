@@ -63,9 +63,10 @@ class Pipeline:
         """Handle one message to the end (Envelope.process); returns only then, so the caller may ack."""
         await self.envelope.process(topic, key, value, partition, offset)
 
-    async def expire_lapsed(self, now: float | None = None) -> int:
-        """Expire the facts whose TTL lapsed by `now` (workers.stages.expiry); returns how many."""
-        return await self.expiry.run(now)
+    async def expire_lapsed(self, now: float | None = None, tenants: list[str] | None = None) -> int:
+        """Expire the facts whose TTL lapsed by `now` (workers.stages.expiry) in `tenants`
+        (default: all); returns how many."""
+        return await self.expiry.run(now, tenants)
 
     async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
         return await self.envelope.publish_unsent_outboxes(grace_s)

@@ -30,12 +30,13 @@ def expiry_mark(fact_id: str, expires_at: float) -> str:
 
 
 class ExpirySweep(Stage):
-    async def run(self, now: float | None = None) -> int:
-        """Expire every fact whose TTL lapsed by `now` (default: the time now); returns how
-        many were expired (by this sweep, or by another running at the same moment)."""
+    async def run(self, now: float | None = None, tenants: list[str] | None = None) -> int:
+        """Expire every fact whose TTL lapsed by `now` (default: the time now) in `tenants`
+        (default: every tenant); returns how many were expired (by this sweep, or by another
+        running at the same moment)."""
         now = time.time() if now is None else now
         expired: set[tuple[str, str]] = set()
-        for tenant in await self.memory.tenants():
+        for tenant in await self.memory.tenants() if tenants is None else tenants:
             seen = None
             # each fact seen through leaves the index's lapsed range (expired, or its lapse moved)
             while (lapsed := await self.memory.lapsed_facts(tenant, now, SWEEP_BATCH)) and lapsed != seen:
