@@ -200,7 +200,7 @@ def test_invalidation_drops_the_fact_and_as_of_answers_with_the_fact_valid_then(
             assert invalidated["fact"]["status"] == "invalid"
             assert await fact_edge(ip, paris) == 0.0 and await fact_edge(ip, berlin) == 1.0
 
-            for mode in ("ppr", "dense"):
+            for mode in ("ppr", "dense", "reconstruct"):
                 now = await ip.query("Ana live in", mode=mode)
                 assert berlin.id in used(now) and paris.id not in used(now), mode
                 assert paris.id not in used(await ip.query(paris.text, mode=mode))

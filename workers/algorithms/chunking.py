@@ -39,6 +39,11 @@ class TextChunk:
     text: str
 
 
+def token_count(text: str) -> int:
+    """Tokens as the chunker counts them (what a chunk window of N holds)."""
+    return sum(1 for _ in _TOKEN.finditer(text))
+
+
 def chunk_id_of(text: str) -> str:
     return content_hash(text)[:32]
 

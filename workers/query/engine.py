@@ -32,10 +32,12 @@ from workers.query.graph_cache import GraphCache
 from workers.algorithms.expiry import parse_as_of, was_valid
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
+from workers.algorithms.reconstruction import Budget
+from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
 MAX_TOP_K = 100
-MODES = ("ppr", "dense")
+MODES = ("ppr", "dense", "reconstruct")
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at", "expires_at"]
@@ -103,6 +105,7 @@ class QueryRequest:
     mode: str = "ppr"
     params: RetrievalParams = RetrievalParams()
     answer: bool = False
+    budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
     as_of: float | None = None  # seconds since the epoch: answer from the facts valid then (see _facts_as_of)
 
     @classmethod
@@ -139,14 +142,27 @@ class QueryRequest:
             params = RetrievalParams.from_json({**asdict(defaults), **overrides}) if overrides else defaults
         except ValueError as exc:
             raise ContractError(str(exc)) from None
-        return cls(query, tenant, top_k, mode, params, generate, _as_of(body))
+        budget = _budget(body, mode)
+        return cls(query, tenant, top_k, mode, params, generate, budget, _as_of(body))
+
+
+def _budget(body: dict, mode: str) -> Budget | None:
+    if body.get("budget") is None:
+        return None
+    if mode != "reconstruct":
+        raise ContractError(f"'budget' applies to mode reconstruct only, not {mode!r}")
+    try:
+        return Budget.from_json(body["budget"])
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
 
 
 class QueryEngine:
-    def __init__(self, memory: Memory, embedder, graphs: GraphCache | None = None):
+    def __init__(self, memory: Memory, embedder, graphs: GraphCache | None = None, reconstructor: Reconstructor | None = None):
         self.memory = memory
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
+        self.reconstructor = reconstructor or Reconstructor(memory, embedder)
         self.clock = time.time  # the time a fact's TTL is compared with (tests set it)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
         # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
@@ -161,6 +177,8 @@ class QueryEngine:
         timings["embed"] = _ms(t)
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)
+        elif request.mode == "reconstruct":
+            result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings)
         else:
             result = await self._ppr(request, vector, timings)
         timings["total"] = _ms(started)
@@ -172,7 +190,7 @@ class QueryEngine:
         t = time.perf_counter()
         passages, facts, entities, version = await asyncio.gather(
             self.memory.knn(request.tenant, "passages", vector, request.top_k, ["doc_id", "text"]),
-            self._facts(request.tenant, vector, request.params.layer_k, request.as_of),
+            self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
             self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
             self.memory.graph_version(request.tenant),
         )
@@ -192,7 +210,7 @@ class QueryEngine:
             self.graphs.current(tenant),
             asyncio.gather(
                 self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}),
-                self._facts(tenant, vector, params.layer_k, request.as_of),
+                self._facts(tenant, vector, params.layer_k, as_of=request.as_of),
                 self.memory.knn(tenant, "passages", vector, params.layer_k, ["doc_id"]),
             ),
         )
@@ -260,17 +278,23 @@ class QueryEngine:
             self._results.popitem(last=False)
         return result
 
-    async def _facts(self, tenant: str, vector, k: int, as_of: float | None = None):
-        """The facts nearest the query that hold: active and their TTL not lapsed (before the
-        expiry sweep gets to them); invalidated, merged and expired facts weigh nothing. With
-        `as_of`: the facts valid then (_facts_as_of)."""
+    async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None, as_of: float | None = None):
+        """The facts nearest the query (and matching `where`'s tags) that hold: active and their
+        TTL not lapsed (before the expiry sweep gets to them); invalidated, merged and expired
+        facts weigh nothing. With `as_of`: the facts valid then (_facts_as_of)."""
         if as_of is not None:
-            return await self._facts_as_of(tenant, vector, k, as_of)
-        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {"status": "active"})
+            return await self._facts_as_of(tenant, vector, k, as_of, where)
+        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {**(where or {}), "status": "active"})
         now = self.clock()
         return [h for h in hits if not (h.fields.get("expires_at") and float(h.fields["expires_at"]) <= now)]
 
-    async def _facts_as_of(self, tenant: str, vector, k: int, as_of: float):
+    def _fact_search(self, request: QueryRequest):
+        """The fact search a reconstruct walk uses: this engine's, at the request's as_of."""
+        if request.as_of is None:
+            return self._facts
+        return lambda tenant, vector, k, where=None: self._facts(tenant, vector, k, where, request.as_of)
+
+    async def _facts_as_of(self, tenant: str, vector, k: int, as_of: float, where: dict[str, str] | None = None):
         """The `k` facts nearest the query among those valid at `as_of`, whatever their status
         now (a fact invalidated since was valid then). The rule (workers.algorithms.expiry
         .was_valid), per end of a fact's span: its event time when known — from `valid_at`
@@ -280,7 +304,7 @@ class QueryEngine:
         fact ends where the fact that excluded it begins. The walk runs over today's graph,
         seeded by these facts. Fact KNN is filtered after the search: it reads AS_OF_OVERFETCH×k
         candidates."""
-        hits = await self.memory.knn(tenant, "facts", vector, min(k * AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES), FACT_FIELDS)
+        hits = await self.memory.knn(tenant, "facts", vector, min(k * AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES), FACT_FIELDS, where)
         facts = await self.memory.facts(tenant, [h.id for h in hits])
         valid = [h for h, f in zip(hits, facts) if f is not None and was_valid(
             as_of, event_start=f.event_start, event_end=f.event_end, created_at=f.created_at, expired_at=f.expired_at,
