@@ -5,6 +5,7 @@ from __future__ import annotations
 from topics import Chunk, Document
 from workers.algorithms.chunking import chunk_text
 from workers.algorithms.normalize import content_hash
+from workers.algorithms.turns import turn_context, when_of
 from workers.envelope import Emit
 from workers.stages.context import Stage
 
@@ -20,6 +21,16 @@ def passage_metadata(doc: Document) -> dict:
     return {**doc.metadata, **turn}
 
 
+def context_of(doc: Document) -> str:
+    """A turn's context line: its speaker, and its session date as the source wrote it (LoCoMo
+    metadata 'date') or else its timestamp; '' for other documents. (The same as branch
+    i11-conv's chunker, which supersedes this on merge.)"""
+    if doc.session_id is None and doc.turn is None:
+        return ""
+    date = doc.metadata.get("date")
+    return turn_context(doc.speaker, when_of(date if isinstance(date, str) else "", doc.ts))
+
+
 class ChunkerStage(Stage):
     async def handle(self, doc: Document) -> None:
         doc_hash = content_hash(doc.text)
@@ -33,7 +44,7 @@ class ChunkerStage(Stage):
             return [
                 Emit("chunks", doc.doc_id, Chunk(
                     tenant=doc.tenant, chunk_id=p.chunk_id, doc_id=doc.doc_id, seq=p.seq, n_chunks=len(pieces),
-                    text=p.text, doc_version=doc.version, doc_hash=doc_hash, metadata=passage_metadata(doc),
+                    text=p.text, doc_version=doc.version, doc_hash=doc_hash, context=context_of(doc), metadata=passage_metadata(doc),
                 ))
                 for p in pieces
             ]
