@@ -12,10 +12,10 @@ A sentence's category is that of the first cue, in this precedence, whose patter
 2. REJECTED_OPTION — "we won't", "I won't", "will not", "refuse(d)", "rejected", "declined"
    (to do something, or an object: "the population declined" is no refusal), "ruled out",
    "don't want", "would rather not", "not an option", "out of the question", "no <X> please".
-3. HARD_CONSTRAINT — must (not) <verb>, "cannot / must not / may not exceed", "never <verb>",
-   "at most", "no more than", "maximum of", "at least", "no later than", "no earlier than",
-   "budget of / is", "required", "mandatory", "not allowed", "only <…>" at a clause start or
-   after a modal ("we can only …", "only if").
+3. HARD_CONSTRAINT — "cannot / must not / may not exceed", "at most", "no more than", "maximum
+   of", "no less than", "minimum of", "no later than", "no earlier than", "budget of / is",
+   must (not) <verb>, "never <verb>", "required", "mandatory", "not allowed", "forbidden", and
+   "only" at a clause start or after a modal ("Only direct flights", "we can only …").
 4. DECLARATIVE — everything else.
 
 The most specific evidence wins: a failure report often quotes a constraint ("cannot be
@@ -23,9 +23,11 @@ booked"), and a refusal often gives one as its reason ("not an option because we
 
 Each cue also names the relation of the fact the sentence states about its speaker (the
 `rules` extractor's "trigger fact": head = the turn's speaker, relation, tail = the thing
-constrained, rejected or failed on; see `Finding.tail`) and where that thing is written: after
-the cue ("we won't transit through Miami"), before it ("Miami is not an option"), or the cue
-itself (an error code).
+constrained, rejected or failed on): "failed with" (an error code, exception or HTTP status),
+"failed", "timed out", "rejected", "must not exceed", "at most", "at least", "no later than",
+"no earlier than", "budget of", "required", "only", or the cue's own words ("must arrive",
+"never fly"); and where that thing is written: after the cue ("we won't transit through
+Miami"), before it ("Miami is not an option"), or the cue itself (an error code).
 
 Measured on the 994 HotpotQA-100 passages (Wikipedia prose, as ops.datasets builds them): 40
 of the rules extractor's 6,088 facts (0.7%) get a category (33 HARD_CONSTRAINT, mostly "only"
