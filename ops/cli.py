@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation"])
+    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax"])
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
     bench.add_argument("--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)")
@@ -293,6 +293,10 @@ def cmd_export(settings: Settings, args) -> int:
 
 def cmd_bench(settings: Settings, args) -> int:
     data = Path(args.data) if args.data else Path("..") / "shared" / "data"
+    if args.kind == "memory-tax":  # offline: its own in-memory store, no stack
+        from ops.memory_tax import run_memory_tax_bench
+
+        return run_memory_tax_bench(args.json)
     if args.kind == "conversation":
         from ops.conversation_bench import run_conversation_bench
 

@@ -73,7 +73,7 @@ class ScriptedExtractor:
     def __init__(self, script: dict[str, list[tuple]]):
         self.script = script
 
-    async def extract(self, text: str) -> Extraction:
+    async def extract(self, text: str, context: str = "") -> Extraction:
         facts = [Triple(*fact[:3], *(fact[3:5] if len(fact) >= 5 else ("PERSON", "PLACE"))) for fact in self.script[text]]
         entities = {(t.head, t.head_type) for t in facts} | {(t.tail, t.tail_type) for t in facts}
         return Extraction([Entity(n, t) for n, t in sorted(entities)], facts)

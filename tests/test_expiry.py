@@ -37,7 +37,7 @@ class CategoryExtractor:
     def __init__(self, script: dict[str, list[tuple]]):
         self.script = script
 
-    async def extract(self, text: str) -> Extraction:
+    async def extract(self, text: str, context: str = "") -> Extraction:
         facts = [Triple(h, r, t, "PERSON", "THING", category) for h, r, t, category in self.script[text]]
         entities = sorted({(f.head, f.head_type) for f in facts} | {(f.tail, f.tail_type) for f in facts})
         return Extraction([Entity(n, t) for n, t in entities], facts)

@@ -24,13 +24,13 @@ class CountingExtractor(ScriptedExtractor):
         self.running = self.most = 0
         self.order: list[str] = []
 
-    async def extract(self, text):
+    async def extract(self, text, context=""):
         self.running += 1
         self.most = max(self.most, self.running)
         self.order.append(text)
         await asyncio.sleep(0.01)
         self.running -= 1
-        return await super().extract(text)
+        return await super().extract(text, context)
 
 
 def index(redis_url: str | None, delivery: Delivery):

@@ -21,6 +21,11 @@ CONTAINMENT_RELATIONS = frozenset({"part of", "located in", "situated in", "lie 
 
 MIN_MULTI_HEADS = 2
 MULTI_HEAD_SHARE = 0.25
+# Fact categories whose facts never compete for a relation's single value, and so never join a
+# conflict group: a speaker rejects many options, a tool fails many times. Judged as a group,
+# "Ana rejected Miami" lost to "Ana rejected US" (one head, two tails: single-valued) and the
+# memory forgot the refusal. Hard constraints do compete: a new budget replaces the old one.
+UNCONTESTED_CATEGORIES = frozenset({"REJECTED_OPTION", "TOOL_FAILURE"})
 
 
 def is_multi_valued(heads_seen: int, heads_with_many_tails: int) -> bool:

@@ -3,6 +3,11 @@
 - `rules`: deterministic and offline. Entities are capitalised spans, years and numbers, typed
   by suffix and title cues; a fact links two neighbouring entities of a sentence by the words
   between them. Entity-centric: its value is the entity–passage graph, not its relations.
+  Categories by wording (workers.algorithms.categories): every fact of a sentence that states
+  a hard constraint, rejects an option or reports a tool failure gets that category, and such
+  a sentence also states its "trigger fact" (speaker, relation of the cue, the thing
+  constrained / rejected / failed on) — in a conversation turn always, in a plain document
+  only when the neighbour rule found no fact in it.
 - `replay`: recorded extractions, keyed by the sha256 of the chunk text (JSONL, see README), or
   HippoRAG's OpenIE output keyed by passage text.
 - `llm`: one structured call per chunk to a `ChatModel` (workers/models/llm.py), prompt in
@@ -14,12 +19,15 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from topics import ContractError
 from topics.records import Triple
+from workers.algorithms import categories
+from workers.algorithms.categories import Finding
 from workers.algorithms.normalize import content_hash, has_entity_id, relation_name
+from workers.algorithms.turns import parse_context
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
 from workers.models.protocols import Extractor
 
@@ -139,21 +147,27 @@ def _mentions(sentence: str) -> list[tuple[int, int, str]]:
     return spans
 
 
+SPEAKER = "SPEAKER"  # the type of a turn's speaker as a fact's head: a person, an agent or a tool
+MONEY, ERROR = "MONEY", "ERROR"  # types of a trigger fact's tail: an amount, a failure's code / status / exception
+
+
 class RulesExtractor:
     name = "rules"
     max_relation_words = 6
 
-    async def extract(self, text: str) -> Extraction:
-        return self.extract_sync(text)
+    async def extract(self, text: str, context: str = "") -> Extraction:
+        return self.extract_sync(text, context)
 
-    def extract_sync(self, text: str) -> Extraction:
+    def extract_sync(self, text: str, context: str = "") -> Extraction:
         # every mention starts with a letter or digit, so every name has an entity id
+        speaker, _ = parse_context(context)
         entities: dict[str, Entity] = {}
         facts: list[Triple] = []
         for sentence in _SENTENCE.split(text):
             mentions = _mentions(sentence)
             for _, _, surface in mentions:
                 entities.setdefault(surface, Entity(surface, type_of(surface)))
+            found = []
             for (_, end_a, a), (start_b, _, b) in zip(mentions, mentions[1:]):
                 between = sentence[end_a:start_b]
                 words = re.findall(r"[A-Za-z][\w'’\-]*", between)
@@ -162,8 +176,52 @@ class RulesExtractor:
                 relation = relation_name(" ".join(words))
                 if relation in {"and", "or", "the", "a", "an"}:
                     continue
-                facts.append(Triple(head=a, relation=relation, tail=b, head_type=type_of(a), tail_type=type_of(b)))
+                found.append(Triple(head=a, relation=relation, tail=b, head_type=type_of(a), tail_type=type_of(b)))
+            finding = categories.classify(sentence)
+            if finding is not None:
+                found = [replace(f, category=finding.category) for f in found]
+                # A turn's speaker is no mention: the trigger fact is what ties the constraint,
+                # rejection or failure to who stated it. In a plain document it only fills a
+                # sentence the neighbour rule left without a fact (Wikipedia prose keeps its facts).
+                if speaker or not found:
+                    trigger = _trigger_fact(sentence, mentions, finding, speaker)
+                    if trigger is not None and all((f.head, f.tail) != (trigger.head, trigger.tail) for f in found):
+                        found.append(trigger)
+                        entities.setdefault(trigger.head, Entity(trigger.head, trigger.head_type))
+                        entities[trigger.tail] = Entity(trigger.tail, trigger.tail_type)
+            facts.extend(found)
         return Extraction(list(entities.values()), facts)
+
+
+def _trigger_fact(sentence: str, mentions: list[tuple[int, int, str]], finding: Finding, speaker: str) -> Triple | None:
+    """(speaker, the cue's relation, the thing constrained / rejected / failed on) of a
+    categorised sentence; without a speaker the head is the sentence's first other mention.
+    The tail, by preference: what the cue names itself (an error code, "no <X> please"); for a
+    failure, its code, exception or HTTP status; for a constraint, an amount with its currency;
+    the nearest mention on the cue's side; the words after the cue; a mention on the other side."""
+    names = [m for m in mentions if m[2] != speaker]
+    after = [m[2] for m in names if m[0] >= finding.end]
+    before = [m[2] for m in reversed(names) if m[1] <= finding.start]
+    tail, tail_type = "", ""
+    if finding.category == categories.TOOL_FAILURE:
+        tail = finding.object or categories.failure_item(sentence)
+        tail_type = ERROR if tail else ""
+    elif finding.object:
+        tail = finding.object
+    if not tail and finding.category == categories.HARD_CONSTRAINT:
+        amounts = list(categories.AMOUNT.finditer(sentence))
+        nearest = [m for m in amounts if m.start() >= finding.end] or [m for m in reversed(amounts) if m.end() <= finding.start]
+        if nearest:
+            tail, tail_type = " ".join(nearest[0].group(0).split()), MONEY
+    if not tail:
+        side, other = (before, after) if finding.side == categories.BEFORE else (after, before)
+        tail = (side[0] if side else "") or (categories.words_after(sentence, finding.end) if finding.side != categories.BEFORE else "")
+        tail = tail or (other[0] if other else "")
+    head = speaker or next((m[2] for m in mentions if m[2] != tail), "")
+    if not tail or not head or not has_entity_id(head) or not has_entity_id(tail):
+        return None
+    return Triple(head=head, relation=finding.relation, tail=tail, head_type=SPEAKER if speaker else type_of(head),
+                  tail_type=tail_type or type_of(tail), category=finding.category)
 
 
 # ---- replay -----------------------------------------------------------------------------
@@ -217,7 +275,8 @@ class ReplayExtractor:
             self.by_sha[content_hash(passage)] = drop_unnamed(Extraction(list(entities.values()), facts), f"{self.path} passage {passage[:40]!r}")
         return True
 
-    async def extract(self, text: str) -> Extraction:
+    async def extract(self, text: str, context: str = "") -> Extraction:
+        # keyed by the passage text alone: a recorded extraction stays valid whatever context line a chunk carries
         found = self.by_sha.get(content_hash(text))
         if found is None:
             log.info("replay: no recorded extraction for chunk sha256=%s; it yields no facts", content_hash(text)[:12])
@@ -247,8 +306,8 @@ class LLMExtractor:
     def __init__(self, client):
         self.client = client
 
-    async def extract(self, text: str) -> Extraction:
-        return await self.client.structured("extract", extraction_messages(text), "extraction", EXTRACTION_SCHEMA, parse_extraction)
+    async def extract(self, text: str, context: str = "") -> Extraction:
+        return await self.client.structured("extract", extraction_messages(text, context), "extraction", EXTRACTION_SCHEMA, parse_extraction)
 
 
 def make_extractor(kind: str, replay_file: str = "", llm=None) -> Extractor:

@@ -40,8 +40,22 @@ EXTRACTION_SCHEMA = {
 }
 
 
-def extraction_messages(text: str) -> Messages:
-    return [{"role": "system", "content": EXTRACTION_PROMPT}, {"role": "user", "content": f"Passage:\n<<<TEXT\n{text}\nTEXT>>>"}]
+# A conversation turn's context line (Chunk.context, workers.algorithms.turns) goes apart from the
+# passage: it says who speaks and when, so the model can resolve "I"/"we"/"you" and relative
+# dates and head a speaker's constraints and rejections with the speaker, without taking the
+# line for passage text. Without one the messages are exactly those of a plain document (the
+# LLM cache keeps its answers).
+EXTRACTION_CONTEXT_NOTE = (
+    "Context of this passage (a conversation turn: who said it and when; not part of the passage, "
+    "use it to resolve 'I', 'we', 'you' and relative dates, and as the head of what the speaker "
+    "requires, rejects or reports as failed):"
+)
+
+
+def extraction_messages(text: str, context: str = "") -> Messages:
+    passage = f"Passage:\n<<<TEXT\n{text}\nTEXT>>>"
+    user = f"{EXTRACTION_CONTEXT_NOTE}\n{context}\n\n{passage}" if context else passage
+    return [{"role": "system", "content": EXTRACTION_PROMPT}, {"role": "user", "content": user}]
 
 
 # ---- conflict resolution (A_res) -----------------------------------------------------------

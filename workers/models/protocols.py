@@ -32,8 +32,11 @@ class ChatModel(Protocol):
 
 
 class Extractor(Protocol):
-    """A_ext's model: a chunk's text → typed entities and facts."""
+    """A_ext's model: a chunk's text → typed entities and facts. `context` is the chunk's
+    context line (Chunk.context: who said a turn and when, workers.algorithms.turns), '' for a
+    plain document: it informs the extraction (a turn's speaker heads its constraints and
+    rejections) but is not part of the passage."""
 
     name: str
 
-    async def extract(self, text: str) -> "Extraction": ...
+    async def extract(self, text: str, context: str = "") -> "Extraction": ...

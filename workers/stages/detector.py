@@ -14,7 +14,7 @@ from store.facts import Fact
 from store.keys import entity_node
 from topics import CandidateFact
 from workers.algorithms.normalize import fact_id, schema_id
-from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS
+from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, UNCONTESTED_CATEGORIES
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage
 from workers.stages.resolver import adjudication, containment_changed, duplicate
@@ -121,6 +121,8 @@ class DetectorStage(Stage):
                 taken_over = [event_message(merged)] if merged else []
                 if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
                     taken_over.append(adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
+            if fact.category in UNCONTESTED_CATEGORIES:  # one rejection or failure among many: no group
+                return taken_over + await self._activate(pipe, cand, fact)
             joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, detection_mark(cand, fid), MULTI_RULE)
             outbox = []
             if joined.flipped:

@@ -35,7 +35,7 @@ class ExtractorStage(Stage):
         async def decide(pipe) -> list[Emit]:
             try:
                 # whatever the extractor, a name without letters or digits has no entity id
-                extraction = drop_unnamed(await self.extractor.extract(chunk.text), f"chunk {chunk.chunk_id}")
+                extraction = drop_unnamed(await self.extractor.extract(chunk.text, chunk.context), f"chunk {chunk.chunk_id}")
             except MalformedOutput as exc:
                 raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
             except LLMError as exc:

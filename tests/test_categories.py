@@ -1,0 +1,161 @@
+"""Fact categories without an LLM: the `rules` extractor's categories on conversation turns of
+each kind (workers.algorithms.categories), the facts tied to the passage of their turn through
+the stages in process, rejections and failures that never compete in a conflict group, and the
+LLM extractor's prompt carrying a turn's context line apart from its text."""
+
+import asyncio
+
+from tests.inprocess import InProcess
+from workers.algorithms import categories
+from workers.algorithms.turns import turn_context, when_of
+from workers.models.extraction import LLMExtractor, RulesExtractor
+from workers.models.prompts import EXTRACTION_CONTEXT_NOTE, extraction_messages
+
+TS = 1748854800.0  # 2 June 2025 09:00 UTC
+ANA = turn_context("Ana", when_of(ts=TS))
+AGENT = turn_context("travel_agent", when_of(ts=TS + 60))
+TOOL = turn_context("hotel_booking", when_of(ts=TS + 120))
+
+BUDGET = "Our budget is 3,000 USD for flights and hotel together, and the total must not exceed that."
+REFUSAL = "We won't transit through Miami because Luis and Sofia have no US visa."
+CONFLICT = 'reserve(hotel="Hotel Gran Via", nights=7) returned HTTP 409 Conflict: {"error": "ROOM_UNAVAILABLE"}'
+EXCEPTION = "The call to the Iberia fares API raised ConnectionRefusedError after three retries."
+PLAIN = "Madrid is hot in July and the Prado opens at 10."
+
+
+def triples(extraction):
+    return {(f.head, f.relation, f.tail, f.category) for f in extraction.facts}
+
+
+def test_a_budget_constraint_is_the_speakers_hard_constraint():
+    extraction = RulesExtractor().extract_sync(BUDGET, ANA)
+    assert triples(extraction) == {("Ana", "must not exceed", "3,000 USD", "HARD_CONSTRAINT")}
+    fact = extraction.facts[0]
+    assert (fact.head_type, fact.tail_type) == ("SPEAKER", "MONEY")
+    assert {e.name for e in extraction.entities} >= {"Ana", "3,000 USD"}
+
+
+def test_a_refusal_with_its_reason_is_a_rejected_option_and_every_fact_of_it_too():
+    extraction = RulesExtractor().extract_sync(REFUSAL, ANA)
+    facts = triples(extraction)
+    assert ("Ana", "rejected", "Miami", "REJECTED_OPTION") in facts
+    # the neighbour facts of the sentence (the reason) carry its category
+    assert len(facts) > 1 and {f[3] for f in facts} == {"REJECTED_OPTION"}
+    assert "Luis and Sofia" in {f[0] for f in facts} | {f[2] for f in facts}
+
+
+def test_an_http_409_with_an_error_code_is_a_tool_failure_of_the_tool():
+    extraction = RulesExtractor().extract_sync(CONFLICT, TOOL)
+    facts = triples(extraction)
+    assert ("hotel_booking", "failed with", "ROOM_UNAVAILABLE", "TOOL_FAILURE") in facts
+    assert {f[3] for f in facts} == {"TOOL_FAILURE"}
+    # without an error code, the HTTP status is what the failure is reported with
+    bare = RulesExtractor().extract_sync("The reservation call returned HTTP 409 Conflict.", TOOL)
+    assert ("hotel_booking", "failed with", "HTTP 409", "TOOL_FAILURE") in triples(bare)
+
+
+def test_an_exception_name_is_a_tool_failure():
+    facts = triples(RulesExtractor().extract_sync(EXCEPTION, AGENT))
+    assert ("travel_agent", "failed with", "ConnectionRefusedError", "TOOL_FAILURE") in facts
+    assert {f[3] for f in facts} == {"TOOL_FAILURE"}
+    assert categories.classify("fares_api timed out after 30 s").category == "TOOL_FAILURE"
+    assert categories.classify("It raised TimeoutError.").object == "TimeoutError"
+
+
+def test_a_plain_turn_is_declarative_and_gains_no_speaker_fact():
+    with_context = RulesExtractor().extract_sync(PLAIN, ANA)
+    assert with_context == RulesExtractor().extract_sync(PLAIN)
+    assert with_context.facts and {f.category for f in with_context.facts} == {"DECLARATIVE"}
+    assert "Ana" not in {e.name for e in with_context.entities}
+
+
+def test_precedence_failure_over_rejection_over_constraint():
+    assert categories.CATEGORY_PRECEDENCE == ("TOOL_FAILURE", "REJECTED_OPTION", "HARD_CONSTRAINT", "DECLARATIVE")
+    assert categories.classify("We rejected the quote because the API failed with RATE_LIMITED.").category == "TOOL_FAILURE"
+    assert categories.classify("Miami is not an option because the total must stay under 3,000 USD.").category == "REJECTED_OPTION"
+    assert categories.classify("No red-eye flights, please.").object == "red-eye flights"
+    assert categories.classify("Flights must be direct.").relation == "must be"
+
+
+def test_prose_keeps_its_facts_and_titles_are_no_cues():
+    """Wikipedia-like prose: a cue word changes the category of a sentence's facts, never the
+    facts; a capitalised cue word inside a sentence is a title; 'declined' as a decrease is no refusal."""
+    prose = "The album failed to reach the Billboard Hot 100 in 1998."
+    categorised = RulesExtractor().extract_sync(prose)
+    plain = RulesExtractor().extract_sync(prose.replace("failed to reach", "went up to"))
+    assert [(f.head, f.tail) for f in categorised.facts] == [(f.head, f.tail) for f in plain.facts]
+    assert {f.category for f in categorised.facts} == {"TOOL_FAILURE"}
+    assert categories.classify("The Devil's Rejects is a 2005 American horror film.") is None
+    assert categories.classify('"When Flanders Failed" is the third episode of the third season.') is None
+    assert categories.classify("The population declined to 3,000 in 1990.") is None
+    assert categories.classify("He declined to comment.").category == "REJECTED_OPTION"
+
+
+# ---- through the stages, in process -------------------------------------------------------------
+TURNS = [("t1", "Ana", BUDGET), ("t2", "Ana", REFUSAL), ("t3", "hotel_booking", CONFLICT), ("t4", "travel_agent", EXCEPTION), ("t5", "Ana", PLAIN)]
+
+
+async def _index_turns(turns):
+    ip = InProcess(None, RulesExtractor(), schema_filter="off")
+    try:
+        for number, (turn_id, speaker, text) in enumerate(turns, 1):
+            await ip.publish(f"s1:{turn_id}", text, session_id="s1", turn=number, speaker=speaker, ts=TS + 60 * number, metadata={"turn_id": turn_id})
+        facts = await ip.facts()
+        ids = sorted({pid for f in facts.values() for pid in f.passage_ids})
+        passages = {pid: p for pid, p in zip(ids, await ip.memory.passages(ip.tenant, ids))}
+        return facts, passages, ip.dead_letters()
+    finally:
+        await ip.close()
+
+
+def test_each_fact_is_tied_to_the_passage_of_its_turn():
+    facts, passages, dead = asyncio.run(_index_turns(TURNS))
+    assert not dead
+    by_turn: dict[str, set] = {}
+    for fact in facts.values():
+        assert len(fact.passage_ids) == 1
+        passage = passages[fact.passage_ids[0]]
+        by_turn.setdefault(passage["doc_id"].split(":")[1], set()).add((fact.head, fact.relation, fact.tail, fact.category))
+        assert passage["text"] == dict((t, text) for t, _, text in TURNS)[passage["doc_id"].split(":")[1]]
+    # the stage normalises relations (workers.algorithms.normalize.relation_name)
+    assert ("Ana", "must not exceed", "3,000 USD", "HARD_CONSTRAINT") in by_turn["t1"]
+    assert ("Ana", "reject", "Miami", "REJECTED_OPTION") in by_turn["t2"]
+    assert ("hotel_booking", "fail with", "ROOM_UNAVAILABLE", "TOOL_FAILURE") in by_turn["t3"]
+    assert ("travel_agent", "fail with", "ConnectionRefusedError", "TOOL_FAILURE") in by_turn["t4"]
+    assert {f[3] for f in by_turn["t5"]} == {"DECLARATIVE"}
+    assert all(f.status == "active" for f in facts.values())
+
+
+def test_a_speaker_rejecting_two_options_keeps_both():
+    """Rejections never compete for a single value: as one (Ana, reject) group with two tails,
+    the conflict policy kept one refusal and invalidated the other."""
+    turns = [("t1", "Ana", "We won't transit through Miami."), ("t2", "Ana", "We won't transit through Houston either.")]
+    facts, _, dead = asyncio.run(_index_turns(turns))
+    assert not dead
+    refusals = {(f.head, f.tail): f.status for f in facts.values() if f.category == "REJECTED_OPTION"}
+    assert refusals == {("Ana", "Miami"): "active", ("Ana", "Houston"): "active"}
+
+
+# ---- the LLM extractor's prompt ---------------------------------------------------------------------
+class RecordingChat:
+    """Test double of a ChatModel: records the messages, answers with no entities and no facts."""
+
+    def __init__(self):
+        self.messages = []
+
+    async def structured(self, stage, messages, schema_name, schema, validate):
+        self.messages.append(messages)
+        return validate({"entities": [], "facts": []})
+
+
+def test_the_llm_prompt_carries_the_context_line_apart_from_the_text():
+    chat = RecordingChat()
+    asyncio.run(LLMExtractor(chat).extract(REFUSAL, ANA))
+    (messages,) = chat.messages
+    user = messages[-1]["content"]
+    assert ANA in user and EXTRACTION_CONTEXT_NOTE in user
+    # the passage block holds the text alone; the context line precedes it
+    assert f"<<<TEXT\n{REFUSAL}\nTEXT>>>" in user and user.index(ANA) < user.index("<<<TEXT")
+    # a plain document's messages are those without a context (the LLM cache keeps its answers)
+    assert extraction_messages(PLAIN, "") == extraction_messages(PLAIN)
+    assert EXTRACTION_CONTEXT_NOTE not in extraction_messages(PLAIN)[-1]["content"]

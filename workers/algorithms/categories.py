@@ -1,0 +1,161 @@
+"""Fact categories from wording (pure): the one place that says which sentences state a hard
+constraint, reject an option or report a tool failure, and what they constrain, reject or
+report. The `rules` extractor (workers.models.extraction) gives every fact of such a sentence
+its category; the LLM extractor is asked for the same categories by its prompt.
+
+A sentence's category is that of the first cue, in this precedence, whose pattern it matches:
+
+1. TOOL_FAILURE — an HTTP error status ("HTTP 409", "409 Conflict", "status 503"), an error
+   code in SCREAMING_SNAKE_CASE ("ROOM_UNAVAILABLE"), an exception name ("TimeoutError",
+   "ConnectionRefusedError", "ReadTimeout"), or the words failed / failing / timed out /
+   errored / crashed / error(s).
+2. REJECTED_OPTION — "we won't", "I won't", "will not", "refuse(d)", "rejected", "declined"
+   (to do something, or an object: "the population declined" is no refusal), "ruled out",
+   "don't want", "would rather not", "not an option", "out of the question", "no <X> please".
+3. HARD_CONSTRAINT — "cannot / must not / may not exceed", "at most", "no more than", "maximum
+   of", "no less than", "minimum of", "no later than", "no earlier than", "budget of / is",
+   must (not) <verb>, "never <verb>", "required", "mandatory", "not allowed", "forbidden", and
+   "only" at a clause start or after a modal ("Only direct flights", "we can only …").
+4. DECLARATIVE — everything else.
+
+The most specific evidence wins: a failure report often quotes a constraint ("cannot be
+booked"), and a refusal often gives one as its reason ("not an option because we must …").
+
+Each cue also names the relation of the fact the sentence states about its speaker (the
+`rules` extractor's "trigger fact": head = the turn's speaker, relation, tail = the thing
+constrained, rejected or failed on): "failed with" (an error code, exception or HTTP status),
+"failed", "timed out", "rejected", "must not exceed", "at most", "at least", "no later than",
+"no earlier than", "budget of", "required", "only", or the cue's own words ("must arrive",
+"never fly"); and where that thing is written: after the cue ("we won't transit through
+Miami"), before it ("Miami is not an option"), or the cue itself (an error code).
+
+Measured on the 994 HotpotQA-100 passages (Wikipedia prose, as ops.datasets builds them): 40
+of the rules extractor's 6,088 facts (0.7%) get a category (33 HARD_CONSTRAINT, mostly "only"
+and "never"; 4 REJECTED_OPTION; 3 TOOL_FAILURE), 10 sentences without a fact gain their trigger
+fact (and 4 entities); every other entity and fact is exactly what the extractor gave without
+categories. A cue word capitalised inside a sentence is part of a title ("The Devil's Rejects")
+and no cue; "at least" is none either (17 false constraints there: "at least 56 fatalities").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE, DECLARATIVE = "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE", "DECLARATIVE"
+
+# What the cue's fact is about, relative to the cue
+AFTER, BEFORE, ITSELF = "after", "before", "itself"
+
+_HTTP_REASONS = (
+    "Bad Request|Unauthorized|Payment Required|Forbidden|Not Found|Method Not Allowed|Not Acceptable|Request Timeout|"
+    "Conflict|Gone|Precondition Failed|Payload Too Large|Unprocessable (?:Entity|Content)|Locked|Too Many Requests|"
+    "Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|Gateway Timeout"
+)
+# The things a failure is reported with, most specific first (the tail of a failure's fact)
+FAILURE_ITEMS = (
+    ("error code", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
+    ("exception", re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Timeout)\b")),
+    ("HTTP status", re.compile(rf"\bHTTP(?:/\d(?:\.\d)?)?\s*[45]\d\d\b|\b[45]\d\d\s+(?:{_HTTP_REASONS})\b|\bstatus(?:\s+code)?\s*:?\s*[45]\d\d\b")),
+)
+_SUBJECTS = r"(?:we|i|they|he|she|you)"
+_NEGATED = r"(?:won't|won’t|will not|wouldn't|wouldn’t|would not|shan't|shall not)"
+_AMOUNT = (r"(?:[€$£]\s?\d[\d,.]*(?:\s?(?:k|K|m|million|bn))?"
+           r"|\d[\d,.]*(?:\s?(?:k|K|million|bn))?\s?(?:EUR|USD|GBP|CHF|euros?|dollars?|pounds?|€|\$|£))")
+AMOUNT = re.compile(_AMOUNT)
+
+
+@dataclass(frozen=True)
+class Cue:
+    category: str
+    pattern: re.Pattern
+    relation: str  # the trigger fact's relation; "" = the cue's own words ("must arrive", "never fly")
+    side: str  # where the constrained / rejected / failed thing is written: AFTER, BEFORE or ITSELF
+
+
+def _cue(category: str, pattern: str, relation: str, side: str = AFTER) -> Cue:
+    return Cue(category, re.compile(pattern, re.IGNORECASE if side != ITSELF else 0), relation, side)
+
+
+# In precedence order (first match decides). Within a category, the more specific cue first.
+CUES: tuple[Cue, ...] = (
+    *(Cue(TOOL_FAILURE, pattern, "failed with", ITSELF) for _, pattern in FAILURE_ITEMS),
+    _cue(TOOL_FAILURE, r"\btimed out\b|\btimes out\b", "timed out"),
+    _cue(TOOL_FAILURE, r"\b(?:failed|failing|errored|crashed)\b|\berrors?\b", "failed"),
+    _cue(REJECTED_OPTION, r"\bno\s+(?P<object>[\w’'\- ]{1,40}?),?\s+please\b", "rejected"),
+    _cue(REJECTED_OPTION, r"\b(?:is|are|was|were|been|be)\s+(?:rejected|refused|ruled out|declined)\b", "rejected", BEFORE),
+    _cue(REJECTED_OPTION, r"\bnot an option\b|\bout of the question\b", "rejected", BEFORE),
+    _cue(REJECTED_OPTION, rf"\b{_SUBJECTS}\s+{_NEGATED}", "rejected"),
+    _cue(REJECTED_OPTION, r"\b(?:rejected|rejects?|refused|refuses?|ruled out|rules? out|(?:would|'d|’d) rather not)\b", "rejected"),
+    _cue(REJECTED_OPTION, r"\b(?:don't|don’t|do not|doesn't|doesn’t|does not|didn't|didn’t|did not)\s+want\b", "rejected"),
+    _cue(REJECTED_OPTION, r"\bdeclin(?:ed|es|e)\s+(?:to\s+[a-z]|(?:the|an?|our|my|your|their|his|her|it|this|that)\b)", "rejected"),
+    _cue(HARD_CONSTRAINT, r"\b(?:cannot|can't|can’t|can not|must not|mustn't|mustn’t|may not|should not|shall not|not to)\s+exceed\b", "must not exceed"),
+    _cue(HARD_CONSTRAINT, r"\b(?:at most|no more than|not more than|a maximum of|maximum of|up to a maximum of)\b", "at most"),
+    _cue(HARD_CONSTRAINT, r"\b(?:no less than|not less than|a minimum of|minimum of)\b", "at least"),
+    _cue(HARD_CONSTRAINT, r"\b(?:no later than|not later than)\b", "no later than"),
+    _cue(HARD_CONSTRAINT, r"\b(?:no earlier than|not earlier than)\b", "no earlier than"),
+    _cue(HARD_CONSTRAINT, r"\bbudget\s*(?:of|is|was|will be|=|:)", "budget of"),
+    _cue(HARD_CONSTRAINT, r"\bmust(?:\s+not|n't|n’t)?\s+[a-z]+", ""),
+    _cue(HARD_CONSTRAINT, r"\bnever\s+[a-z]+", ""),
+    _cue(HARD_CONSTRAINT, r"\b(?:required|mandatory|not allowed|forbidden|prohibited)\b", "required", BEFORE),
+    _cue(HARD_CONSTRAINT, r"\b(?:can|could|will|would|should|may|must)\s+only\b|(?:^|[,:;(]\s*)only\b", "only"),
+)
+CATEGORY_PRECEDENCE = (TOOL_FAILURE, REJECTED_OPTION, HARD_CONSTRAINT, DECLARATIVE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A categorised sentence: its category, the trigger fact's relation, and the cue's span."""
+
+    category: str
+    relation: str
+    start: int
+    end: int
+    side: str
+    object: str = ""  # the thing the cue itself names ("no <red-eye flights> please"), else ''
+
+
+def classify(sentence: str) -> Finding | None:
+    """The category of `sentence` by the first cue that matches (CUES' order); None: DECLARATIVE."""
+    for cue in CUES:
+        for match in cue.pattern.finditer(sentence):
+            if cue.side != ITSELF and _in_title(sentence, match):
+                continue
+            if cue.side == ITSELF:
+                return Finding(cue.category, cue.relation, match.start(), match.end(), cue.side, " ".join(match.group(0).split()))
+            words = " ".join(match.group(0).split()).strip(",:;( ").lower()
+            named = match.groupdict().get("object")
+            return Finding(cue.category, cue.relation or words, match.start(), match.end(), cue.side, " ".join(named.split()) if named else "")
+    return None
+
+
+def _in_title(sentence: str, match: re.Match) -> bool:
+    """A cue word capitalised inside a sentence belongs to a name, not to the speaker's wording:
+    "The Devil's Rejects", "When Flanders Failed", "I Won't Be Home No More"."""
+    at_start = not sentence[: match.start()].strip(" \"'“‘(")
+    words = re.findall(r"[\w’']+", match.group(0))
+    return any(w[0].isupper() and w != "I" for w in words[1 if at_start else 0 :])
+
+
+def failure_item(sentence: str) -> str:
+    """The most specific thing a failure is reported with (error code, exception, HTTP status), or ''."""
+    for _, pattern in FAILURE_ITEMS:
+        match = pattern.search(sentence)
+        if match:
+            return " ".join(match.group(0).split())
+    return ""
+
+
+_CLAUSE_END = re.compile(r"[,:;()\[\]{}\"]|\b(?:because|since|as|but|and|so|unless|if|when|while|which|that)\b", re.IGNORECASE)
+_LEADING = {"the", "a", "an", "any", "our", "my", "your", "their", "his", "her", "its", "this", "that", "to", "be", "with", "of", "for"}
+
+
+def words_after(sentence: str, end: int, limit: int = 4) -> str:
+    """Up to `limit` words after a cue, to the clause's end, without leading articles: the
+    constrained or rejected thing when no name or amount is written ("must be direct")."""
+    rest = sentence[end:]
+    stop = _CLAUSE_END.search(rest)
+    words = re.findall(r"[\w’'\-]+", rest[: stop.start()] if stop else rest)
+    while words and words[0].lower() in _LEADING:
+        words.pop(0)
+    return " ".join(words[:limit])
