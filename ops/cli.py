@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
+    mcp = sub.add_parser("mcp", help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)")
+    mcp.add_argument("--tenant", default=None)
+
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
@@ -311,6 +314,15 @@ def cmd_demo(settings: Settings, args) -> int:
     return run_demo(settings)
 
 
+def cmd_mcp(settings: Settings, args) -> int:
+    # stdout carries the protocol: every log line goes to stderr, configured before the SDK's own
+    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from workers.query.mcp_server import run_stdio
+
+    run_stdio(settings, validate_tenant(args.tenant or settings.tenant))
+    return 0
+
+
 COMMANDS = {
     "stack": cmd_stack,
     "topics": cmd_topics,
@@ -322,6 +334,7 @@ COMMANDS = {
     "export": cmd_export,
     "bench": cmd_bench,
     "demo": cmd_demo,
+    "mcp": cmd_mcp,
 }
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ indexing agents (`--role all`, `chunker,query`, ...) serves the same application
 faust event loop (`workers.app`), so there is one implementation of the API.
 
 Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passages/{id} (a
-record of the tenant named by ?tenant=, 404 when missing); /healthz (200 while Redis answers a
+record of the tenant named by ?tenant=, 404 when missing); /mcp (the MCP server of the tenant
+MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 while Redis answers a
 PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import socket
@@ -24,7 +26,7 @@ from topics import ContractError, validate_tenant
 from workers.models.embedding import BatchingEmbedder, make_embedder
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
-from workers.query import http
+from workers.query import drilldown, http, mcp_server
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
 from workers.query.graph_cache import GraphCache
@@ -61,16 +63,16 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges))
 
     async def lookup(request: web.Request, load) -> web.Response:
-        """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
-        bad tenant, 404 with what was missing, else the record as JSON."""
+        """GET a record (workers.query.drilldown) of the tenant named by ?tenant= (default:
+        MEMSTREAM_TENANT): 400 for a bad tenant, 404 with what was missing, else the record as JSON."""
         try:
             tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
         except ContractError as exc:
             return http.error_response(400, str(exc))
-        found, what = await load(tenant)
-        if found is None:
-            return http.error_response(404, f"no {what} in tenant {tenant!r}")
-        return http.json_response(found)
+        try:
+            return http.json_response(await load(memory, tenant))
+        except drilldown.NotFound as exc:
+            return http.error_response(404, str(exc))
 
     async def post_query(request: web.Request) -> web.Response:
         try:
@@ -88,30 +90,13 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return http.json_response(result)
 
     async def get_fact(request: web.Request) -> web.Response:
-        fact_id = request.match_info["fact_id"]
-
-        async def load(tenant):
-            fact = await memory.fact(tenant, fact_id)
-            return (fact and fact.to_json()), f"fact {fact_id!r}"
-        return await lookup(request, load)
+        return await lookup(request, functools.partial(drilldown.fact, fact_id=request.match_info["fact_id"]))
 
     async def get_evidence(request: web.Request) -> web.Response:
-        fact_id = request.match_info["fact_id"]
-
-        async def load(tenant):
-            fact = await memory.fact(tenant, fact_id)
-            if fact is None:
-                return None, f"fact {fact_id!r}"
-            passages = [p for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
-            return {"fact": fact.to_json(), "passages": passages}, ""
-        return await lookup(request, load)
+        return await lookup(request, functools.partial(drilldown.fact_evidence, fact_id=request.match_info["fact_id"]))
 
     async def get_passage(request: web.Request) -> web.Response:
-        passage_id = request.match_info["passage_id"]
-
-        async def load(tenant):
-            return (await memory.passages(tenant, [passage_id]))[0], f"passage {passage_id!r}"
-        return await lookup(request, load)
+        return await lookup(request, functools.partial(drilldown.passage, passage_id=request.match_info["passage_id"]))
 
     async def health(request: web.Request) -> web.Response:
         try:
@@ -133,6 +118,8 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     app.router.add_get("/v1/passages/{passage_id}", get_passage)
     app.router.add_get("/healthz", health)
     app.router.add_get("/metrics", metrics)
+    # MCP for agent frameworks: the tenant MEMSTREAM_TENANT's memory at /mcp, over this engine
+    mcp_server.mount(app, settings, engine)
     app.on_cleanup.append(close_memory)
     return app
 
