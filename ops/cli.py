@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
     mcp = sub.add_parser("mcp", help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)")
-    mcp.add_argument("--tenant", default=None)
+    mcp.add_argument("--tenant", default=None, help="the one tenant this server reads and writes (default MEMSTREAM_TENANT)")
 
     args = parser.parse_args(argv)
     try:
