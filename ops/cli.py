@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     worker = sub.add_parser("worker", help="run workers (indexing roles: one faust app; query alone: an HTTP server on Redis only)")
     worker.add_argument("--role", default="all", help="all|chunker|extractor|detector|resolver|query (comma-separated)")
 
-    pub = sub.add_parser("publish", help="publish documents to memstream.documents")
-    pub.add_argument("paths", nargs="+", metavar="PATH", help=".txt .md .json .jsonl file, or - for stdin")
+    pub = sub.add_parser("publish", help="publish documents (and conversation turns: one document each) to memstream.documents")
+    pub.add_argument("paths", nargs="+", metavar="PATH",
+                     help=".txt .md .json (documents, or a LoCoMo-layout conversation) .jsonl (documents and turns) file, or - for stdin")
     pub.add_argument("--tenant", default=None)
     pub.add_argument("--wait", action="store_true", help="return once every document is fully indexed")
     pub.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", action="store_true")
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
+
+    add_drilldown_commands(sub)
 
     mcp = sub.add_parser("mcp", help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)")
     mcp.add_argument("--tenant", default=None, help="the one tenant this server reads and writes (default MEMSTREAM_TENANT)")
@@ -308,6 +311,70 @@ def cmd_bench(settings: Settings, args) -> int:
     return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json)
 
 
+# ---- drill-down: a fact, its evidence, a passage — what GET /v1/facts/{id}[/evidence] and
+# /v1/passages/{id} answer (workers.query.drilldown), read from Redis directly ---------------------
+def add_drilldown_commands(sub) -> None:
+    fact = sub.add_parser("fact", help="a fact of a tenant as JSON; --evidence: with the passages it came from")
+    fact.add_argument("id", metavar="FACT_ID")
+    fact.add_argument("--tenant", default=None)
+    fact.add_argument("--evidence", action="store_true", help="also its passages, as published")
+    passage = sub.add_parser("passage", help="a passage of a tenant as JSON (text, doc_id, metadata, context)")
+    passage.add_argument("id", metavar="PASSAGE_ID")
+    passage.add_argument("--tenant", default=None)
+    passage.add_argument("--text", action="store_true", help="write only its text: the published bytes, nothing appended")
+
+
+def cmd_fact(settings: Settings, args) -> int:
+    from workers.query import drilldown
+
+    load = drilldown.fact_evidence if args.evidence else drilldown.fact_record
+    return _drill(settings, args, "fact", load, lambda found: _json_bytes(found))
+
+
+def cmd_passage(settings: Settings, args) -> int:
+    from workers.query import drilldown
+
+    return _drill(settings, args, "passage", drilldown.passage_record,
+                  lambda found: found["text"].encode("utf-8") if args.text else _json_bytes(found))
+
+
+def _drill(settings: Settings, args, what: str, load, render) -> int:
+    """Load one record from Redis and write `render(record)` to stdout as bytes; a missing
+    record or an unreachable Redis: a message on stderr, exit 1."""
+    import asyncio
+
+    from store import Memory
+    from store.errors import redis_unavailable
+    from workers.query import drilldown
+
+    tenant = validate_tenant(args.tenant or settings.tenant)
+
+    async def run():
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            return await load(memory, tenant, args.id)
+        finally:
+            await memory.close()
+
+    try:
+        found = asyncio.run(run())
+    except Exception as exc:
+        if redis_unavailable(exc) is None:
+            raise
+        print(f"memstream {what}: cannot reach Redis at {settings.redis_url} ({exc})", file=sys.stderr)
+        return 1
+    if found is None:
+        print(f"memstream {what}: {drilldown.missing(f'{what} {args.id!r}', tenant)}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(render(found))
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _json_bytes(record: dict) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+
+
 def cmd_demo(settings: Settings, args) -> int:
     from ops.demo import run_demo
 
@@ -334,6 +401,8 @@ COMMANDS = {
     "export": cmd_export,
     "bench": cmd_bench,
     "demo": cmd_demo,
+    "fact": cmd_fact,
+    "passage": cmd_passage,
     "mcp": cmd_mcp,
 }
 

@@ -116,36 +116,47 @@ def is_locomo(data: Any) -> bool:
     return isinstance(first, dict) and isinstance(first.get("conversation"), dict)
 
 
-def locomo_turns(data: Any, where: str = "conversation") -> list[Turn]:
+def locomo_turns(data: Any, where: str = "conversation", errors: list[str] | None = None) -> list[Turn]:
     """Every turn of every sample, in session and turn order. ContractError names the sample,
-    session or turn that does not follow the layout."""
+    session or turn that does not follow the layout; given `errors`, each such message is added
+    to it instead and the rest is still read (`memstream publish` publishes the good turns)."""
     samples = data if isinstance(data, list) else [data]
     turns: list[Turn] = []
+
+    def refuse(message: str) -> None:
+        if errors is None:
+            raise ContractError(message)
+        errors.append(message)
+
     for index, sample in enumerate(samples):
         here = f"{where}[{index}]" if isinstance(data, list) else where
         if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
-            raise ContractError(f"{here}: expected an object with a 'conversation' object (LoCoMo layout)")
+            refuse(f"{here}: expected an object with a 'conversation' object (LoCoMo layout)")
+            continue
         sample_id = str(sample.get("sample_id") or f"conv-{index}")
         conversation = sample["conversation"]
         sessions = sorted((int(m.group(1)), key) for key in conversation if (m := _SESSION_KEY.match(key)))
         if not sessions:
-            raise ContractError(f"{here}.conversation: no session_N lists")
+            refuse(f"{here}.conversation: no session_N lists")
+            continue
         for number, key in sessions:
             rows = conversation[key]
             if not isinstance(rows, list):
-                raise ContractError(f"{here}.conversation.{key}: expected a list of turns")
+                refuse(f"{here}.conversation.{key}: expected a list of turns")
+                continue
             date = conversation.get(f"{key}_date_time") or ""
             date = date if isinstance(date, str) else ""
             ts = parse_time(date)
             for position, row in enumerate(rows, 1):
                 at = f"{here}.conversation.{key}[{position - 1}]"
                 if not isinstance(row, dict) or not all(isinstance(row.get(k), str) and row[k].strip() for k in ("speaker", "text")):
-                    raise ContractError(f"{at}: a turn needs non-empty strings 'speaker' and 'text'")
+                    refuse(f"{at}: a turn needs non-empty strings 'speaker' and 'text'")
+                    continue
                 dia_id = canonical_dia_id(str(row.get("dia_id") or "")) or f"D{number}:{position}"
                 extra = {k: v for k, v in row.items() if k not in ("speaker", "text", "dia_id") and isinstance(v, str)}
                 turns.append(Turn(session_id=f"{sample_id}:session_{number}", turn=position, speaker=row["speaker"].strip(),
                                   text=row["text"], turn_id=dia_id, ts=ts, date=date, doc_id=f"{sample_id}:{dia_id}",
-                                  metadata={"sample_id": sample_id, "session": number, **extra}))
+                                  metadata={"sample_id": sample_id, "session": number, "dia_id": dia_id, **extra}))
     return turns
 
 

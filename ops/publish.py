@@ -1,9 +1,14 @@
 """`memstream publish`: read documents from files or stdin, validate them against the contract,
 publish them to `memstream.documents`, and optionally wait until they are fully indexed.
 
-A document is refused here for anything the workers would refuse (topics.records: control
-characters such as NUL, lone surrogates, NaN, oversized text, ...), named with its file and
-reason; the other documents are still published."""
+Conversations too (ops.conversations): a `.json` in the LoCoMo layout (a sample or a list of
+samples) becomes one document per turn, and a `.jsonl` line that is a turn (`session_id`,
+`turn`, `speaker`, `ts`, `text`) one document, among ordinary document lines.
+
+Input is read as the bytes it is (no newline translation: a CRLF stays a CRLF), so a passage
+comes back exactly as published. A document is refused here for anything the workers would
+refuse (topics.records: control characters such as NUL, lone surrogates, NaN, oversized text,
+...), named with its file (line, turn) and reason; the other documents are still published."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, TextIO
 
+from ops.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from store import Memory
 from topics import ContractError, Document, encode, parse_json
 from workers.algorithms.normalize import content_hash
@@ -34,7 +40,7 @@ def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin
     for path in paths:
         if path == "-":
             try:
-                raw = stdin.read()
+                raw = _read_stdin(stdin)
             except UnicodeDecodeError as exc:
                 loaded.errors.append(f"<stdin>: not UTF-8 text ({exc.reason} at byte {exc.start})")
                 continue
@@ -45,7 +51,7 @@ def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin
             loaded.errors.append(f"{path}: no such file")
             continue
         try:
-            raw = p.read_text(encoding="utf-8")
+            raw = p.read_bytes().decode("utf-8")  # not read_text: it would turn CRLF into LF
         except UnicodeDecodeError as exc:
             loaded.errors.append(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
             continue
@@ -61,11 +67,35 @@ def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin
     return loaded
 
 
+def _read_stdin(stdin: TextIO) -> str:
+    """Standard input as its bytes say (a text stream without a byte buffer, as tests give, as is)."""
+    buffer = getattr(stdin, "buffer", None)
+    return buffer.read().decode("utf-8") if buffer is not None else stdin.read()
+
+
 def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> None:
+    """One JSON object: a turn (ops.conversations.is_turn) or a document."""
+    if is_turn(obj):
+        try:
+            turn = turn_from_json(obj, where)
+        except ContractError as exc:
+            loaded.errors.append(str(exc))
+            return
+        _add_turn(loaded, where, turn, obj.get("tenant") or tenant, max_text_bytes)
+        return
     if isinstance(obj, dict) and obj.get("tenant") is None:
         obj = {**obj, "tenant": tenant}
     try:
         loaded.documents.append(Document.from_dict(obj, max_text_bytes=max_text_bytes, where=where))
+    except ContractError as exc:
+        loaded.errors.append(str(exc))
+
+
+def _add_turn(loaded: Loaded, where: str, turn: Turn, tenant: str, max_text_bytes: int) -> None:
+    """A turn's document, checked against the contract as any other (text size, control
+    characters, tenant)."""
+    try:
+        loaded.documents.append(Document.from_dict(turn.document(tenant).to_dict(), max_text_bytes=max_text_bytes, where=where))
     except ContractError as exc:
         loaded.errors.append(str(exc))
 
@@ -76,13 +106,20 @@ def _load_json(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: L
     except ContractError as exc:
         loaded.errors.append(str(exc))
         return
+    if is_locomo(data):
+        turns = locomo_turns(data, where, loaded.errors)
+        for turn in turns:
+            _add_turn(loaded, f"{where}: turn {turn.turn_id} of {turn.session_id}", turn, tenant, max_text_bytes)
+        return
     items = data if isinstance(data, list) else [data]
     for i, item in enumerate(items):
         _add(loaded, f"{where}[{i}]" if isinstance(data, list) else where, item, tenant, max_text_bytes)
 
 
 def _load_jsonl(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
-    for number, line in enumerate(raw.splitlines(), 1):
+    # lines end at "\n" only: str.splitlines would also cut at U+2028, U+0085 and the like, which
+    # JSON strings may hold unescaped
+    for number, line in enumerate(raw.split("\n"), 1):
         if not line.strip():
             continue
         try:

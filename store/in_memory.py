@@ -26,7 +26,8 @@ from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, type_node
-from store.records import OUTBOX_SWEEP_LOCK_S, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, vector_bytes
+from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
+                           passage_json, vector_bytes)
 from topics import validate_tenant
 
 
@@ -239,7 +240,7 @@ class InMemoryStore:
 
     def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
         fields = {"text": chunk.text, "doc_id": chunk.doc_id, "seq": chunk.seq, "doc_version": chunk.doc_version,
-                  "entities": json.dumps(entity_ids), "vec": vector_bytes(vector)}
+                  "entities": json.dumps(entity_ids), "vec": vector_bytes(vector), **passage_extras(chunk)}
         self._stage(pipe, lambda: self._hset(tenant, "passages", chunk.chunk_id, fields))
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
@@ -302,7 +303,7 @@ class InMemoryStore:
         for pid in passage_ids:
             row = records.get(pid, {})
             out.append(None if row.get("text") is None else
-                       {"id": pid, "text": row["text"], "doc_id": row["doc_id"], "seq": int(row["seq"]), "doc_version": int(row.get("doc_version") or 1)})
+                       passage_json(pid, row["text"], row["doc_id"], row["seq"], row.get("doc_version"), *(row.get(f) for f in PASSAGE_EXTRAS)))
         return out
 
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:

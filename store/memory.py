@@ -25,7 +25,8 @@ from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
-from store.records import OUTBOX_SWEEP_LOCK_S, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, vector_bytes
+from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
+                           passage_json, vector_bytes)
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 SWEEP_REGISTRATION_S = 60
@@ -382,6 +383,7 @@ class Memory:
                 "doc_version": chunk.doc_version,
                 "entities": json.dumps(entity_ids),
                 "vec": vector_bytes(vector),
+                **passage_extras(chunk),
             },
         )
 
@@ -438,10 +440,11 @@ class Memory:
         keys = self.keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
         for pid in passage_ids:
-            pipe.hmget(keys.passage(pid), ["text", "doc_id", "seq", "doc_version"])
+            pipe.hmget(keys.passage(pid), ["text", "doc_id", "seq", "doc_version", *PASSAGE_EXTRAS])
         out = []
-        for pid, (text, doc_id, seq, version) in zip(passage_ids, await pipe.execute()):
-            out.append(None if text is None else {"id": pid, "text": text.decode(), "doc_id": doc_id.decode(), "seq": int(seq), "doc_version": int(version or 1)})
+        for pid, (text, doc_id, seq, version, *extras) in zip(passage_ids, await pipe.execute()):
+            out.append(None if text is None else passage_json(pid, text.decode(), doc_id.decode(), seq, version,
+                                                               *(None if e is None else e.decode() for e in extras)))
         return out
 
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:

@@ -5,6 +5,7 @@ commit, and the stored form of a vector. Redis-free, so the in-memory store
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -56,3 +57,21 @@ class AlreadyDone(Exception):
 def vector_bytes(vector: Iterable[float]) -> bytes:
     """A vector as both stores hold it: float32, native byte order (what the vector indexes read)."""
     return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+# ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
+PASSAGE_EXTRAS = ("metadata", "context")  # stored fields, in passage_json's order
+
+
+def passage_extras(chunk) -> dict[str, str]:
+    """The stored form of a chunk's document metadata and turn fields (JSON: turn_id, dia_id,
+    session_id, speaker, ts, ...) and of its context line (who said it and when)."""
+    return {"metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True), "context": chunk.context}
+
+
+def passage_json(passage_id: str, text: str, doc_id: str, seq, doc_version, metadata: str | None, context: str | None) -> dict:
+    """A passage as both stores give it back (and GET /v1/passages/{id} answers): the text as
+    published, its document, `metadata` as a dict and `context` ({} and '' for a passage
+    stored before they were)."""
+    return {"id": passage_id, "text": text, "doc_id": doc_id, "seq": int(seq), "doc_version": int(doc_version or 1),
+            "metadata": json.loads(metadata) if metadata else {}, "context": context or ""}

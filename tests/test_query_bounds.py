@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from store.memory import Hit
+from store.records import passage_json
 from topics import ContractError
 from workers.query.graph_cache import TenantGraph
 from workers.query.engine import QueryEngine, QueryRequest
@@ -193,7 +194,7 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
             return 1
 
         async def passages(self, tenant, ids):
-            return [{"doc_id": f"d-{i}", "text": i} for i in ids]
+            return [passage_json(i, i, f"d-{i}", 0, 1, None, None) for i in ids]  # as the stores give them
 
         async def entity_names(self, tenant, ids):
             return {}

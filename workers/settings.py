@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from topics import Topics
+from workers.algorithms.reconstruction import DEFAULT_BUDGET
 
 
 def _home() -> Path:
@@ -56,6 +57,11 @@ class Settings:
     outage_deadline: float = 300.0  # seconds a message waits out a Redis/Kafka outage before it is dead-lettered
     outbox_sweep_interval: float = 30.0  # seconds between sweeps for committed, unpublished outboxes
     log_level: str = "info"
+    # query mode reconstruct (workers.query.reconstruct): the router and the default budget of a walk
+    router: str = "similarity"  # similarity | llm (the LLM at MEMSTREAM_LLM_*)
+    reconstruct_steps: int = DEFAULT_BUDGET.steps
+    reconstruct_passages: int = DEFAULT_BUDGET.passages
+    reconstruct_tokens: int = DEFAULT_BUDGET.tokens
 
     def __post_init__(self):
         if not self.kafka_bootstrap:
@@ -73,6 +79,8 @@ class Settings:
             raise ValueError(f"MEMSTREAM_RESOLVER={self.resolver!r}: expected rules or llm")
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
             raise ValueError("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
+        if self.router not in ("similarity", "llm"):
+            raise ValueError(f"MEMSTREAM_ROUTER={self.router!r}: expected similarity or llm")
         if self.query_max_inflight < 1 or not self.redis_pool_timeout > 0:
             raise ValueError("MEMSTREAM_QUERY_MAX_INFLIGHT must be >= 1 and MEMSTREAM_REDIS_POOL_TIMEOUT > 0")
 

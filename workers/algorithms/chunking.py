@@ -39,8 +39,19 @@ class TextChunk:
     text: str
 
 
+def token_count(text: str) -> int:
+    """Tokens as the chunker counts them (what a chunk window of N holds)."""
+    return sum(1 for _ in _TOKEN.finditer(text))
+
+
 def chunk_id_of(text: str) -> str:
     return content_hash(text)[:32]
+
+
+def turn_chunk_id(doc_id: str, context: str, text: str) -> str:
+    """A conversation turn's passage id: of its document, context line and text, so two turns
+    with the same words ("Thanks!") stay two passages, and a turn published again keeps its id."""
+    return content_hash("\x1f".join((doc_id, context, text)))[:32]
 
 
 def chunk_text(text: str, window: int = 200, overlap: int = 40) -> list[TextChunk]:

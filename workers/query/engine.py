@@ -31,10 +31,12 @@ from workers import metrics
 from workers.query.graph_cache import GraphCache
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
+from workers.algorithms.reconstruction import Budget
+from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
 MAX_TOP_K = 100
-MODES = ("ppr", "dense")
+MODES = ("ppr", "dense", "reconstruct")
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at"]
@@ -101,6 +103,7 @@ class QueryRequest:
     mode: str = "ppr"
     params: RetrievalParams = RetrievalParams()
     answer: bool = False
+    budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
 
     @classmethod
     def from_bytes(cls, raw: bytes, default_tenant: str, default_top_k: int, defaults: RetrievalParams = RetrievalParams()) -> "QueryRequest":
@@ -136,14 +139,27 @@ class QueryRequest:
             params = RetrievalParams.from_json({**asdict(defaults), **overrides}) if overrides else defaults
         except ValueError as exc:
             raise ContractError(str(exc)) from None
-        return cls(query, tenant, top_k, mode, params, generate)
+        budget = _budget(body, mode)
+        return cls(query, tenant, top_k, mode, params, generate, budget)
+
+
+def _budget(body: dict, mode: str) -> Budget | None:
+    if body.get("budget") is None:
+        return None
+    if mode != "reconstruct":
+        raise ContractError(f"'budget' applies to mode reconstruct only, not {mode!r}")
+    try:
+        return Budget.from_json(body["budget"])
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
 
 
 class QueryEngine:
-    def __init__(self, memory: Memory, embedder, graphs: GraphCache | None = None):
+    def __init__(self, memory: Memory, embedder, graphs: GraphCache | None = None, reconstructor: Reconstructor | None = None):
         self.memory = memory
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
+        self.reconstructor = reconstructor or Reconstructor(memory, embedder)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
         # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
         # the graph's cached matrix in place (`Transition.scale`), and more threads would only
@@ -157,6 +173,8 @@ class QueryEngine:
         timings["embed"] = _ms(t)
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)
+        elif request.mode == "reconstruct":
+            result = await self.reconstructor.answer(request, vector, self._facts, timings)
         else:
             result = await self._ppr(request, vector, timings)
         timings["total"] = _ms(started)
@@ -167,15 +185,16 @@ class QueryEngine:
     async def _dense(self, request: QueryRequest, vector, timings: dict) -> dict:
         t = time.perf_counter()
         passages, facts, entities, version = await asyncio.gather(
-            self.memory.knn(request.tenant, "passages", vector, request.top_k, ["doc_id", "text"]),
+            self.memory.knn(request.tenant, "passages", vector, request.top_k, ["doc_id"]),
             self._facts(request.tenant, vector, request.params.layer_k),
             self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
             self.memory.graph_version(request.tenant),
         )
+        rows = await self.memory.passages(request.tenant, [h.id for h in passages])  # with their metadata and context
         timings["retrieve"] = _ms(t)
         return {
             "query": request.query, "tenant": request.tenant, "mode": "dense",
-            "passages": [{"id": h.id, "doc_id": h.fields["doc_id"], "text": h.fields["text"], "score": round(h.score, 6)} for h in passages],
+            "passages": [_passage_json(row, round(h.score, 6)) for h, row in zip(passages, rows) if row is not None],
             "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
             "facts": [_fact_json(h) for h in facts],
             "graph_version": version,
@@ -233,8 +252,7 @@ class QueryEngine:
         by_id = {h.id: h for h in facts}
         result = {
             "query": request.query, "tenant": tenant, "mode": "ppr",
-            "passages": [{"id": node_id(node), "doc_id": row["doc_id"], "text": row["text"], "score": round(score, 8)}
-                         for (node, score), row in zip(ranked, texts) if row is not None],
+            "passages": [_passage_json(row, round(score, 8)) for (_, score), row in zip(ranked, texts) if row is not None],
             "entities": [{"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)} for eid, i in zip(entity_ids, top_entities)],
             "facts": [_fact_json(by_id[f.id]) for f in seeds.facts],
             "seeds": {
@@ -256,9 +274,9 @@ class QueryEngine:
             self._results.popitem(last=False)
         return result
 
-    async def _facts(self, tenant: str, vector, k: int):
-        """Active facts nearest the query; expired ones contribute nothing."""
-        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {"status": "active"})
+    async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None):
+        """Active facts nearest the query (and matching `where`'s tags); expired ones contribute nothing."""
+        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {**(where or {}), "status": "active"})
         now = time.time()
         return [h for h in hits if not (h.fields.get("expired_at") and float(h.fields["expired_at"]) <= now)]
 
@@ -278,6 +296,12 @@ def _walk(graph, transition: Transition, seeds: Seeds, params: RetrievalParams, 
     ranked = rank_passages(graph, ppr.scores, passage_index, top_k, list(seeds.outside))
     entities = entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else np.zeros(0, dtype=np.int64)
     return Walk(ppr, ranked, entities)
+
+
+def _passage_json(row: dict, score: float) -> dict:
+    """A ranked passage in a query response: the stored passage (text as published, doc_id,
+    metadata with turn_id/dia_id, context line) with its score."""
+    return {"id": row["id"], "doc_id": row["doc_id"], "text": row["text"], "metadata": row["metadata"], "context": row["context"], "score": score}
 
 
 def _fact_json(hit) -> dict:

@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 PUBLISH_TIMEOUT_S = 10.0  # connecting to Kafka and the broker's ack of one document
+MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MODES
+    "ppr": "(the default) follows facts and entities across passages: multi-hop questions",
+    "dense": "ranks passages by similarity to the query alone",
+    "reconstruct": "recalls step by step (cue → tag → content → new cue) and returns the path it took",
+}
 
 
 # ---- what the tools answer (the SDK publishes these as output schemas) ---------------------
@@ -191,8 +196,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         "fact has an `id` for get_passage and fact_evidence."))
     async def search_memory(
         query: Annotated[str, Field(description="what to recall, in natural language")],
-        mode: Annotated[str, Field(description=f"retrieval mode, one of: {', '.join(MODES)}; 'ppr' (the default) follows facts and "
-                                               "entities across passages (multi-hop), 'dense' ranks passages by similarity alone")] = "ppr",
+        mode: Annotated[str, Field(description="retrieval mode: " + "; ".join(f"'{m}' {MODE_HINTS.get(m, '')}".strip() for m in MODES))] = "ppr",
         top_k: Annotated[int, Field(description=f"passages to return, 1 to {MAX_TOP_K}")] = 5,
         as_of: Annotated[str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")] = None,
     ) -> SearchResult:
@@ -233,19 +237,19 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         "A fact and the exact passages it was extracted from (its evidence). Use it to check a fact that search_memory returned "
         "against its source before relying on it, or to see when and by whom it was said."))
     async def fact_evidence(fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")]) -> Evidence:
-        try:
-            return Evidence.model_validate(await drilldown.fact_evidence(memory, tenant, fact_id))
-        except drilldown.NotFound as exc:
-            raise ToolError(str(exc)) from None
+        found = await drilldown.fact_evidence(memory, tenant, fact_id)
+        if found is None:
+            raise ToolError(drilldown.missing(f"fact {fact_id!r}", tenant))
+        return Evidence.model_validate(found)
 
     @server.tool(annotations=read_only, description=(
         "One passage, its text byte for byte as it was published, with its document id. Use it to quote or re-read a passage "
         "that search_memory or fact_evidence named."))
     async def get_passage(passage_id: Annotated[str, Field(description="a passage's id, as search_memory or fact_evidence return it")]) -> Passage:
-        try:
-            return Passage.model_validate(await drilldown.passage(memory, tenant, passage_id))
-        except drilldown.NotFound as exc:
-            raise ToolError(str(exc)) from None
+        found = await drilldown.passage_record(memory, tenant, passage_id)
+        if found is None:
+            raise ToolError(drilldown.missing(f"passage {passage_id!r}", tenant))
+        return Passage.model_validate(found)
 
     return server
 

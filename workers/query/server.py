@@ -13,7 +13,6 @@ PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: wor
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import signal
 import socket
@@ -29,6 +28,7 @@ from workers.models.protocols import ChatModel, Embedder
 from workers.query import drilldown, http, mcp_server
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
+from workers.query.reconstruct import Reconstructor
 from workers.query.graph_cache import GraphCache
 from workers.settings import Settings
 
@@ -60,19 +60,19 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         embedder = cached_embedder(settings, memory)
     if answer_llm is None and settings.llm_base_url and settings.llm_model:
         answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
-    engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges))
+    engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges), Reconstructor.from_settings(settings, memory, embedder))
 
     async def lookup(request: web.Request, load) -> web.Response:
-        """GET a record (workers.query.drilldown) of the tenant named by ?tenant= (default:
-        MEMSTREAM_TENANT): 400 for a bad tenant, 404 with what was missing, else the record as JSON."""
+        """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
+        bad tenant, 404 with what was missing, else the record as JSON."""
         try:
             tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
         except ContractError as exc:
             return http.error_response(400, str(exc))
-        try:
-            return http.json_response(await load(memory, tenant))
-        except drilldown.NotFound as exc:
-            return http.error_response(404, str(exc))
+        found, what = await load(tenant)
+        if found is None:
+            return http.error_response(404, drilldown.missing(what, tenant))
+        return http.json_response(found)
 
     async def post_query(request: web.Request) -> web.Response:
         try:
@@ -90,13 +90,25 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return http.json_response(result)
 
     async def get_fact(request: web.Request) -> web.Response:
-        return await lookup(request, functools.partial(drilldown.fact, fact_id=request.match_info["fact_id"]))
+        fact_id = request.match_info["fact_id"]
+
+        async def load(tenant):
+            return await drilldown.fact_record(memory, tenant, fact_id), f"fact {fact_id!r}"
+        return await lookup(request, load)
 
     async def get_evidence(request: web.Request) -> web.Response:
-        return await lookup(request, functools.partial(drilldown.fact_evidence, fact_id=request.match_info["fact_id"]))
+        fact_id = request.match_info["fact_id"]
+
+        async def load(tenant):
+            return await drilldown.fact_evidence(memory, tenant, fact_id), f"fact {fact_id!r}"
+        return await lookup(request, load)
 
     async def get_passage(request: web.Request) -> web.Response:
-        return await lookup(request, functools.partial(drilldown.passage, passage_id=request.match_info["passage_id"]))
+        passage_id = request.match_info["passage_id"]
+
+        async def load(tenant):
+            return await drilldown.passage_record(memory, tenant, passage_id), f"passage {passage_id!r}"
+        return await lookup(request, load)
 
     async def health(request: web.Request) -> web.Response:
         try:

@@ -1,17 +1,24 @@
-"""The chunker: a document → its chunks on `chunks` (keyed by the document, so they stay in order)."""
+"""The chunker: a document → its chunks on `chunks` (keyed by the document, so they stay in order).
+
+A conversation turn (a document with session_id or turn set) is one immutable passage: one chunk
+holding its text verbatim whatever its length, with the turn's context line (speaker and time,
+workers.algorithms.turns) beside it, never in it."""
 
 from __future__ import annotations
 
 from topics import Chunk, Document
-from workers.algorithms.chunking import chunk_text
+from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
+from workers.algorithms.turns import turn_context, when_of
 from workers.envelope import Emit
 from workers.stages.context import Stage
 
 
-def chunking_mark(doc: Document, doc_hash: str) -> str:
-    """Done mark: one per document text and version."""
-    return f"doc:{doc.doc_id}:{doc_hash[:32]}:{doc.version}"
+def chunking_mark(doc: Document, doc_hash: str, context: str = "") -> str:
+    """Done mark: one per document text and version, and per context line of a turn (its
+    passage id depends on it: a turn published again with its speaker corrected is chunked again)."""
+    mark = f"doc:{doc.doc_id}:{doc_hash[:32]}:{doc.version}"
+    return f"{mark}:{content_hash(context)[:16]}" if context else mark
 
 
 def passage_metadata(doc: Document) -> dict:
@@ -20,10 +27,32 @@ def passage_metadata(doc: Document) -> dict:
     return {**doc.metadata, **turn}
 
 
+def is_turn(doc: Document) -> bool:
+    return doc.session_id is not None or doc.turn is not None
+
+
+def context_of(doc: Document) -> str:
+    """A turn's context line: its speaker, and its session date as the source wrote it (LoCoMo
+    metadata 'date') or else its timestamp; '' for other documents."""
+    if not is_turn(doc):
+        return ""
+    date = doc.metadata.get("date")
+    return turn_context(doc.speaker, when_of(date if isinstance(date, str) else "", doc.ts))
+
+
+def pieces_of(doc: Document, context: str, window: int, overlap: int) -> list[TextChunk]:
+    """A turn: one piece, its text verbatim, its id of (doc id, context, text). Other documents:
+    token windows (ids: content hashes of their text, as before turns existed)."""
+    if is_turn(doc):
+        return [TextChunk(turn_chunk_id(doc.doc_id, context, doc.text), 0, doc.text)]
+    return chunk_text(doc.text, window, overlap)
+
+
 class ChunkerStage(Stage):
     async def handle(self, doc: Document) -> None:
         doc_hash = content_hash(doc.text)
-        pieces = chunk_text(doc.text, self.settings.chunk_tokens, self.settings.chunk_overlap)
+        context = context_of(doc)
+        pieces = pieces_of(doc, context, self.settings.chunk_tokens, self.settings.chunk_overlap)
         # Outside the once-mark: publishing an earlier text again makes it current again.
         pipe = self.memory.pipeline()
         self.memory.stage_document(pipe, doc.tenant, doc.doc_id, doc_hash, doc.version, [p.chunk_id for p in pieces])
@@ -33,9 +62,9 @@ class ChunkerStage(Stage):
             return [
                 Emit("chunks", doc.doc_id, Chunk(
                     tenant=doc.tenant, chunk_id=p.chunk_id, doc_id=doc.doc_id, seq=p.seq, n_chunks=len(pieces),
-                    text=p.text, doc_version=doc.version, doc_hash=doc_hash, metadata=passage_metadata(doc),
+                    text=p.text, doc_version=doc.version, doc_hash=doc_hash, context=context, metadata=passage_metadata(doc),
                 ))
                 for p in pieces
             ]
 
-        await self.once(doc.tenant, chunking_mark(doc, doc_hash), decide)
+        await self.once(doc.tenant, chunking_mark(doc, doc_hash, context), decide)

@@ -50,7 +50,7 @@ class ExtractorStage(Stage):
                 facts.append((triple, head_id, tail_id))
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
-            texts = [chunk.text] + [e.name for e in entities.values()]
+            texts = [chunk.indexed_text] + [e.name for e in entities.values()]  # a turn: with who said it and when
             texts += [f"{t.head} {t.relation} {t.tail}" for t, _, _ in facts]
             texts += [f"{t.head_type} {t.relation} {t.tail_type}" for t, _, _ in facts]
             vectors = await self.embedder.embed(texts)

@@ -1,0 +1,254 @@
+"""Query mode "reconstruct" (workers.query.reconstruct, workers.algorithms.reconstruction): a
+step-by-step recall that finds a two-hop answer dense retrieval misses, and says how it got
+there; its budget; the LLM router (through the fake OpenAI server, a test double) and the
+fallback to the similarity router when the model fails. The stages run in process
+(tests.inprocess, InMemoryStore, τ = 1 so every fact is active), with the real embedder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from ops.fake_llm import FakeOpenAI
+from tests import inprocess
+from tests.inprocess import InProcess, ScriptedExtractor
+from topics import ContractError
+from workers.algorithms.normalize import entity_id, fact_id, relation_name
+from workers.algorithms.reconstruction import (
+    Branch, Budget, Cue, Spent, Stop, admit, attribute_words, choose_mentions, mention_candidates, similarity_choice, time_expressions,
+    time_keys,
+)
+from workers.models.llm import LLMClient, LLMConfig
+from workers.query.engine import QueryEngine, QueryRequest
+from workers.query.reconstruct import LLMRouter, Reconstructor
+from workers.settings import Settings
+
+real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
+
+QUESTION = "Where was the author of The Silent Orchard born?"
+BOOK = "The Silent Orchard is a novel written by Mara Kellen."
+BIRTH = "Mara Kellen was born in Tromsø."
+# Passages that share the question's words ("author", "born", "Silent Orchard") and so outrank,
+# in dense retrieval, the one passage that answers it.
+DISTRACTORS = {
+    "Where was the author Jon Frey born? Jon Frey was born in Bergen.": [("Jon Frey", "born in", "Bergen")],
+    "The author of The Silent Orchard's sequel remains unknown; critics argue where the author was born.": [],
+    "Ilse Varga, author of many orchard poems, was born in Pécs.": [("Ilse Varga", "born in", "Pécs")],
+    "The Silent Orchard was published in 1998 by Northwind Press.": [("The Silent Orchard", "published by", "Northwind Press", "WORK", "ORGANIZATION")],
+    "Author Tomas Brand was born in Linz and writes about silent orchards.": [("Tomas Brand", "born in", "Linz")],
+    "The author's birthplace is a common question on book tours.": [],
+    "Karl Oster, an author, was born in Graz.": [("Karl Oster", "born in", "Graz")],
+}
+SCRIPT = {BOOK: [("The Silent Orchard", "written by", "Mara Kellen", "WORK", "PERSON")], BIRTH: [("Mara Kellen", "born in", "Tromsø")],
+          **DISTRACTORS}
+WRITTEN = fact_id(entity_id("The Silent Orchard"), relation_name("written by"), entity_id("Mara Kellen"))
+BORN = fact_id(entity_id("Mara Kellen"), relation_name("born in"), entity_id("Tromsø"))
+PUBLISHED = fact_id(entity_id("The Silent Orchard"), relation_name("published by"), entity_id("Northwind Press"))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _memory(embedder) -> InProcess:
+    stages = InProcess(None, ScriptedExtractor(SCRIPT), embedder, tau=1)
+    for i, text in enumerate([BOOK, BIRTH, *DISTRACTORS]):
+        await stages.publish(f"doc-{i}", text)
+    return stages
+
+
+def _texts(answer: dict, via: str | None = None) -> list[str]:
+    return [p["text"] for p in answer["passages"] if via is None or p["via"] == via]
+
+
+def test_reconstruct_finds_the_two_hop_answer_dense_misses_and_shows_its_path(real_embedder):
+    async def main():
+        stages = await _memory(real_embedder)
+        try:
+            return await stages.query(QUESTION, top_k=5, mode="dense"), await stages.query(QUESTION, top_k=5, mode="reconstruct")
+        finally:
+            await stages.close()
+
+    dense, answer = run(main())
+    assert BIRTH not in _texts(dense) and BOOK in _texts(dense)  # dense finds the book, not the birthplace
+    assert answer["mode"] == "reconstruct" and len(answer["passages"]) == 5
+    assert BIRTH in _texts(answer, "walk") and BOOK in _texts(answer, "walk")
+    # the audit trail: the book's cue → "written by" → its passage; the new cue Mara Kellen → "born in" → the answer
+    steps = {step["tag"]["fact_id"]: step for step in answer["path"]}
+    assert [step["step"] for step in answer["path"]] == list(range(1, len(answer["path"]) + 1))
+    written, born = steps[WRITTEN], steps[BORN]
+    assert written["step"] < born["step"]
+    assert {"id": "mara_kellen", "from": f"fact:{WRITTEN}"}.items() <= born["cue"].items() and born["cue"]["hop"] == 1
+    assert any(cue["id"] == "mara_kellen" for cue in written["new_cues"])
+    passage_of = {p["text"]: p["id"] for p in answer["passages"]}
+    assert written["content"]["passages"] == [passage_of[BOOK]] and born["content"]["passages"] == [passage_of[BIRTH]]
+    # a second hop scores by its chain: the fact alone is far from the question, the chain is not
+    assert born["tag"]["chain"] == "The Silent Orchard written by Mara Kellen; Mara Kellen born in Tromsø"
+    assert born["tag"]["chain_score"] > born["tag"]["fact_score"] + 0.2
+    assert answer["cues"]["entities"][0]["id"] == "silent_orchard" and answer["cues"]["attributes"] == ["author", "born"]
+    assert answer["router"] == {"name": "similarity"}
+    assert answer["stopped"]["reason"] in ("below_threshold", "exhausted")
+    assert answer["budget"]["spent"]["steps"] == len(answer["path"]) <= answer["budget"]["steps"]
+    assert {f["id"] for f in answer["facts"]} == set(steps)
+    assert [p["via"] for p in answer["passages"]] == sorted((p["via"] for p in answer["passages"]), key=lambda via: via != "walk")
+
+
+def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
+    async def main():
+        stages = await _memory(real_embedder)
+        try:
+            return [await stages.query(QUESTION, top_k=5, mode="reconstruct", budget=budget)
+                    for budget in ({"steps": 1}, {"passages": 2}, {"tokens": 15})]
+        finally:
+            await stages.close()
+
+    one_step, two_passages, few_tokens = run(main())
+    assert len(one_step["path"]) == 1 and one_step["budget"]["spent"]["steps"] == 1
+    assert one_step["stopped"] == {"reason": "budget", "detail": "steps budget of 1 spent"}
+    assert BIRTH not in _texts(one_step)  # one step does not reach the second hop
+    assert len(one_step["passages"]) == 5  # the dense ranking fills the response, outside the budget
+    assert len(_texts(two_passages, "walk")) == 2 == two_passages["budget"]["spent"]["passages"]
+    assert two_passages["stopped"]["reason"] == "budget" and "passages" in two_passages["stopped"]["detail"]
+    assert two_passages["budget"] == {"steps": 4, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 20}}
+    # each of the first passages holds 10 tokens: 15 admits one, and the walk stops before the next
+    assert few_tokens["budget"]["spent"] == {"steps": 1, "passages": 1, "tokens": 10}
+    assert few_tokens["stopped"]["reason"] == "budget" and "tokens" in few_tokens["stopped"]["detail"]
+
+
+def _llm_engine(stages: InProcess, server: FakeOpenAI) -> QueryEngine:
+    llm = LLMClient(LLMConfig(server.base_url, "sk-test", "test-router", max_attempts=1))
+    return QueryEngine(stages.memory, stages.embedder, reconstructor=Reconstructor(stages.memory, stages.embedder, LLMRouter(llm)))
+
+
+def _ask(stages: InProcess) -> QueryRequest:
+    return QueryRequest.from_json({"query": QUESTION, "tenant": stages.tenant, "top_k": 5, "mode": "reconstruct"}, stages.tenant, 5)
+
+
+def test_the_llm_router_chooses_the_branches_and_stops(real_embedder):
+    def route(body: dict) -> str:
+        """The test double's router, by what the request holds: the answer read → stop; the book's
+        passage read → the birthplace; else the book's author (never the similarity router's first pick)."""
+        content = "\n".join(m["content"] for m in body["messages"])
+        if BIRTH in content:
+            return json.dumps({"fact_id": None, "stop": True, "reason": "the birthplace is known"})
+        chosen = BORN if BOOK in content else WRITTEN
+        return json.dumps({"fact_id": chosen, "stop": False, "reason": f"follow {chosen}"})
+
+    async def main(server):
+        stages = await _memory(real_embedder)
+        engine = _llm_engine(stages, server)
+        try:
+            return await engine.answer(_ask(stages))
+        finally:
+            engine._ranking.shutdown(wait=False)
+            await stages.close()
+
+    with FakeOpenAI(schema_answers={"route": route}) as server:
+        answer = run(main(server))
+        assert len(server.requests) == 3
+        assert server.requests[0]["response_format"]["json_schema"]["name"] == "route"
+    assert [step["tag"]["fact_id"] for step in answer["path"]] == [WRITTEN, BORN]  # the similarity router starts with PUBLISHED
+    assert all(step["router"] == "llm" for step in answer["path"]) and answer["path"][0]["why"] == f"follow {WRITTEN}"
+    assert answer["stopped"] == {"reason": "router", "detail": "the birthplace is known"}
+    assert answer["router"] == {"name": "llm"}
+    assert _texts(answer, "walk") == [BOOK, BIRTH]
+
+
+@pytest.mark.parametrize("failure", ["http_400", "unknown_fact_id"])
+def test_a_failing_llm_router_falls_back_to_the_similarity_router_and_says_so(real_embedder, failure):
+    async def main(server):
+        stages = await _memory(real_embedder)
+        engine = _llm_engine(stages, server)
+        try:
+            return await engine.answer(_ask(stages))
+        finally:
+            engine._ranking.shutdown(wait=False)
+            await stages.close()
+
+    bad = json.dumps({"fact_id": "not-a-branch", "stop": False, "reason": ""})
+    with FakeOpenAI(schema_answers={"route": bad}) as server:
+        if failure == "http_400":
+            server.script.append({"status": 400})
+        answer = run(main(server))
+    assert answer["router"]["name"] == "similarity" and answer["router"]["fallback_from"] == "llm"
+    assert answer["router"]["fallback_at_step"] == 1
+    assert ("HTTP 400" if failure == "http_400" else "not one of the open branches") in answer["router"]["error"]
+    assert answer["path"][0]["tag"]["fact_id"] == PUBLISHED and all(step["router"] == "similarity" for step in answer["path"])
+    assert BIRTH in _texts(answer, "walk")  # the walk went on
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"mode": "reconstruct", "budget": {"steps": 0}}, "budget 'steps' must be an integer from 1 to 32"),
+    ({"mode": "reconstruct", "budget": {"passages": "8"}}, "budget 'passages' must be an integer from 1 to 100"),
+    ({"mode": "reconstruct", "budget": {"tokens": True}}, "budget 'tokens' must be an integer"),
+    ({"mode": "reconstruct", "budget": {"hops": 3}}, "unknown budget field(s) ['hops']"),
+    ({"mode": "reconstruct", "budget": [4]}, "'budget' must be an object"),
+    ({"mode": "dense", "budget": {"steps": 2}}, "'budget' applies to mode reconstruct only, not 'dense'"),
+])
+def test_a_bad_budget_is_a_contract_error_and_a_400(body, message):
+    with pytest.raises(ContractError) as error:
+        QueryRequest.from_json({"query": QUESTION, **body}, "t", 5)
+    assert message in str(error.value)
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from workers.query.server import query_app
+
+    async def main():  # rejected before anything reads Redis: none is needed at this address
+        async with TestClient(TestServer(query_app(Settings(redis_url="redis://127.0.0.1:9/0"), inprocess.DigitBlindEmbedder()))) as client:
+            response = await client.post("/v1/query", data=json.dumps({"query": QUESTION, **body}))
+            return response.status, await response.json()
+
+    status, answer = run(main())
+    assert status == 400 and message in answer["error"]
+
+
+def test_a_request_budget_overrides_only_what_it_names():
+    request = QueryRequest.from_json({"query": QUESTION, "mode": "reconstruct", "budget": {"steps": 2}}, "t", 5)
+    assert request.budget == Budget(steps=2) and request.budget.over(Budget(4, 8, 2000)) == Budget(2, 8, 2000)
+    assert QueryRequest.from_json({"query": QUESTION, "mode": "reconstruct"}, "t", 5).budget is None
+
+
+def test_settings_choose_the_router_and_the_default_budget():
+    with pytest.raises(ValueError, match="MEMSTREAM_ROUTER='oracle'"):
+        Settings.from_env({"MEMSTREAM_ROUTER": "oracle"})
+    with pytest.raises(ValueError, match="MEMSTREAM_LLM_BASE_URL"):
+        Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_ROUTER": "llm"}), None, None)
+    with pytest.raises(ValueError, match="MEMSTREAM_RECONSTRUCT_.*steps"):
+        Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_STEPS": "0"}), None, None)
+    made = Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_PASSAGES": "3"}), None, None)
+    assert made.budget == Budget(4, 3, 2000) and made.router.name == "similarity"
+
+
+# ---- the pure parts ---------------------------------------------------------------------------
+def test_cues_from_the_query():
+    query = "What did Mara Kellen write about The Silent Orchard on 8 May, 2023 and in 1998? It may rain."
+    candidates = mention_candidates(query)
+    known = {entity_id("The Silent Orchard"): "silent_orchard", entity_id("Orchard"): "orchard", entity_id("Mara Kellen"): "mara_kellen",
+             entity_id("1998"): "1998"}
+    chosen = choose_mentions(candidates, known)
+    assert [(m.text, eid) for m, eid in chosen] == [("Mara Kellen", "mara_kellen"), ("The Silent Orchard", "silent_orchard"), ("1998", "1998")]
+    times = time_expressions(query)
+    assert times == ["8 May, 2023", "1998"]  # "may" the verb is no month
+    assert time_keys(times) == {"2023", "may", "1998"}
+    assert attribute_words(query, [m for m, _ in chosen], times) == ["write", "rain"]
+
+
+def _branch(fid: str, score: float) -> Branch:
+    return Branch(Cue("entity", "e", "E", 1.0, 0, "query"), fid, fid, ("x",), ("p",), score, score, score)
+
+
+def test_the_similarity_router_takes_the_best_branch_and_stops_below_the_margin():
+    assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5), _branch("c", 0.7)], None).fact_id == "c"
+    assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5)], None).fact_id == "a"  # ties by fact id
+    assert similarity_choice([_branch("a", 0.5)], 0.7, margin=0.25).fact_id == "a"
+    assert similarity_choice([_branch("a", 0.4)], 0.7, margin=0.25) == Stop("below_threshold", "best open branch 0.400 < best taken 0.700 - margin 0.25")
+    assert similarity_choice([], 0.7).reason == "exhausted"
+
+
+def test_admit_counts_passages_and_tokens_in_order():
+    budget = Budget(4, 3, 100)
+    assert admit(budget, Spent(1, 1, 50), [30, 10, 5]) == 2  # the third passage would be the fourth
+    assert admit(budget, Spent(1, 0, 50), [60, 10]) == 0  # the first does not fit: none after it either

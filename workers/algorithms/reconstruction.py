@@ -1,0 +1,270 @@
+"""Active reconstruction, the pure parts (no I/O): recall step by step as a person does — cues
+from the query (entities, times, attributes) → tags (the facts linked to a cue) → content (a
+fact's evidence passages) → new cues from that content (the reverse step) — until the evidence
+suffices or a budget is spent. The walk with its reads is workers.query.reconstruct; here are the
+cue extraction, the branch scores, the budget accounting and the stop rule it applies.
+
+A branch is (cue → fact). Its score is the cosine between the query and the branch's chain —
+the facts that led to the cue and this fact, as one text ("The Silent Orchard written by Mara
+Kellen; Mara Kellen born in Tromsø") — plus a bonus when it matches a time of the query. The
+chain, not the fact alone, because a second-hop fact shares little with the question: with
+all-MiniLM-L6-v2, "Mara Kellen born in Tromsø" is at 0.21 from "Where was the author of The
+Silent Orchard born?", the chain above at 0.63, the chains through the book's other facts at
+0.54–0.60. A first-hop branch's chain is its fact, whose vector the facts index already holds."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields
+
+from workers.algorithms.normalize import UnnamedEntity, entity_id
+
+# ---- the budget ------------------------------------------------------------------------------
+# What a request may ask for: each bounds one request's reads (a step is two fact KNNs per new
+# cue and the passages of one fact).
+BUDGET_RANGES = {"steps": (1, 32), "passages": (1, 100), "tokens": (1, 100_000)}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much a walk may read: steps (branches taken), passages and their tokens (as the chunker
+    counts them). None: the query worker's default (DEFAULT_BUDGET, or its settings)."""
+
+    steps: int | None = None
+    passages: int | None = None
+    tokens: int | None = None
+
+    @classmethod
+    def from_json(cls, body) -> "Budget":
+        """A request's "budget" object; ValueError naming the field for anything else."""
+        if not isinstance(body, dict):
+            raise ValueError("'budget' must be an object with any of steps, passages, tokens")
+        unknown = sorted(set(body) - set(BUDGET_RANGES))
+        if unknown:
+            raise ValueError(f"unknown budget field(s) {unknown}; known: {sorted(BUDGET_RANGES)}")
+        for name, value in body.items():
+            low, high = BUDGET_RANGES[name]
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise ValueError(f"budget {name!r} must be an integer from {low} to {high}")
+        return cls(**body)
+
+    def over(self, defaults: "Budget") -> "Budget":
+        """This budget with its unset fields taken from `defaults`."""
+        return Budget(**{f.name: getattr(defaults, f.name) if getattr(self, f.name) is None else getattr(self, f.name) for f in fields(self)})
+
+    def check(self) -> "Budget":
+        """A complete budget inside BUDGET_RANGES (a worker's settings), else ValueError."""
+        Budget.from_json(asdict(self))
+        return self
+
+
+DEFAULT_BUDGET = Budget(steps=4, passages=8, tokens=2000)
+
+
+@dataclass
+class Spent:
+    steps: int = 0
+    passages: int = 0
+    tokens: int = 0
+
+
+def admit(budget: Budget, spent: Spent, passage_tokens: list[int]) -> int:
+    """How many of these passages, in order, the budget still has room for (their count and
+    tokens); a passage that does not fit ends the admission (the order is the evidence's)."""
+    passages, tokens, n = spent.passages, spent.tokens, 0
+    for count in passage_tokens:
+        if passages + 1 > budget.passages or tokens + count > budget.tokens:
+            break
+        passages, tokens, n = passages + 1, tokens + count, n + 1
+    return n
+
+
+def exhausted(budget: Budget, spent: Spent) -> str | None:
+    """The budget a walk has spent ('steps', 'passages', 'tokens'), or None."""
+    if spent.steps >= budget.steps:
+        return "steps"
+    if spent.passages >= budget.passages:
+        return "passages"
+    if spent.tokens >= budget.tokens:
+        return "tokens"
+    return None
+
+
+# ---- cues from the query -----------------------------------------------------------------------
+STOPWORDS = frozenset(
+    "a about above after again against all am an and any are as at be because been before being below between both but by "
+    "can could did do does doing down during each few for from further had has have having he her here hers herself him "
+    "himself his how i if in into is it its itself just me more most my myself no nor not now of off on once only or other "
+    "our ours ourselves out over own same she should so some such than that the their theirs them themselves then there "
+    "these they this those through to too under until up very was we were what when where which while who whom why will "
+    "with would you your yours yourself yourselves did does tell know said say says ever also".split())
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december")
+_MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+# the longest first: "8 May, 2023" before "May 2023" before "2023"
+_TIME = re.compile(
+    r"\b(?:\d{4}-\d{2}(?:-\d{2})?"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}\.?,?\s+\d{{4}}"
+    rf"|{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}"
+    rf"|{_MONTH}\.?,?\s+\d{{4}}"
+    rf"|{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?"
+    r"|(?:1[0-9]|20)\d{2}s?"
+    rf"|{_MONTH})\b",
+    re.I,
+)
+_MONTH_WORDS = frozenset(MONTHS) | {m[:3] for m in MONTHS} | {"sept"}
+_WORD = re.compile(r"[^\W_]+(?:['’.\-+#][^\W_]+)*[+#]*", re.U)
+MAX_MENTION_WORDS = 6
+MAX_MENTIONS = 512  # candidate spans looked up per query (a 4,096-character query has ~700 words)
+
+
+@dataclass(frozen=True)
+class Mention:
+    text: str
+    start: int  # word index of its first word in the query
+    end: int  # one past its last word
+    entity_id: str
+
+
+def mention_candidates(query: str) -> list[Mention]:
+    """Every span of up to MAX_MENTION_WORDS words that could name an entity — not only stop
+    words — with its entity id (workers.algorithms.normalize.entity_id: the id the extractor
+    gives the same name); longest first, then in query order; at most MAX_MENTIONS."""
+    words = [m for m in _WORD.finditer(query)]
+    out, seen = [], set()
+    for n in range(min(MAX_MENTION_WORDS, len(words)), 0, -1):
+        for i in range(len(words) - n + 1):
+            span = words[i : i + n]
+            if all(w.group().lower() in STOPWORDS for w in span):
+                continue
+            text = query[span[0].start() : span[-1].end()]
+            try:
+                eid = entity_id(text)
+            except UnnamedEntity:
+                continue
+            if (eid, i) not in seen:
+                seen.add((eid, i))
+                out.append(Mention(text, i, i + n, eid))
+            if len(out) >= MAX_MENTIONS:
+                return out
+    return out
+
+
+def choose_mentions(candidates: list[Mention], known: dict[str, str]) -> list[tuple[Mention, str]]:
+    """The spans that name an entity of the memory (`known`: candidate entity id → the memory's
+    entity id, aliases resolved), longest first, none overlapping a longer one: "The Silent
+    Orchard" wins over "Orchard". Pairs of (mention, memory entity id), in query order."""
+    taken: list[tuple[Mention, str]] = []
+    covered: set[int] = set()
+    for m in candidates:  # longest first
+        if m.entity_id in known and not covered & set(range(m.start, m.end)):
+            taken.append((m, known[m.entity_id]))
+            covered |= set(range(m.start, m.end))
+    return sorted(taken, key=lambda pair: pair[0].start)
+
+
+def time_expressions(query: str) -> list[str]:
+    """The times a query names ("8 May, 2023", "May 2023", "2023-05", "1998", "May"), as written."""
+    found = (m.group() for m in _TIME.finditer(query))
+    # a month name alone only capitalised: "may" and "march" are verbs too
+    return list(dict.fromkeys(t for t in found if not (t.lower().rstrip(".") in _MONTH_WORDS and t[0].islower())))
+
+
+def time_keys(times: list[str]) -> frozenset[str]:
+    """What a text must contain to mention one of these times: its years and full month names,
+    lower case ("8 May, 2023" → {"2023", "may"})."""
+    keys = set()
+    for text in times:
+        lowered = text.lower()
+        keys.update(re.findall(r"\b(?:1[0-9]|20)\d{2}\b", lowered))
+        keys.update(month for month in MONTHS if re.search(rf"\b{month[:3]}", lowered))
+    return frozenset(keys)
+
+
+def mentions_time(text: str, keys: frozenset[str]) -> bool:
+    lowered = text.lower()
+    return any(re.search(rf"\b{re.escape(key)}\b", lowered) for key in keys)
+
+
+def attribute_words(query: str, mentions: list[Mention], times: list[str]) -> list[str]:
+    """The query's remaining content words — neither stop words, nor part of an entity mention
+    or a time — lower case, in order: what the question asks about the cues ("author", "born")."""
+    covered = {i for m in mentions for i in range(m.start, m.end)}
+    time_words = {w.lower() for t in times for w in _WORD.findall(t)}
+    out = []
+    for i, w in enumerate(_WORD.finditer(query)):
+        word = w.group().lower()
+        if i not in covered and word not in STOPWORDS and word not in time_words and len(word) > 1 and not word.isdigit():
+            out.append(word)
+    return list(dict.fromkeys(out))
+
+
+# ---- cues, branches, the router's scores and the stop rule ----------------------------------------
+@dataclass(frozen=True)
+class Cue:
+    kind: str  # "entity" | "time" (an entity the query names), "query" (the query's attributes: facts nearest it, whatever their entities)
+    id: str  # the entity id ("" for the query cue)
+    name: str
+    score: float  # 1.0 for a name in the query; a similarity for one found by KNN
+    hop: int  # 0: from the query; n: from content read at hop n - 1
+    origin: str  # "query", "entity-knn", "fact:<id>", "passage:<id>"
+    chain: str = ""  # the facts that led here, as one text ("" for a query cue)
+
+    def to_json(self) -> dict:
+        out = {"kind": self.kind, "id": self.id, "name": self.name, "score": round(self.score, 6), "hop": self.hop, "from": self.origin}
+        return {k: v for k, v in out.items() if v != ""}
+
+
+@dataclass(frozen=True)
+class Branch:
+    cue: Cue
+    fact_id: str
+    text: str  # "head relation tail"
+    leads_to: tuple[str, ...]  # the entities it leads to: the fact's other end (both ends from the query cue)
+    passage_ids: tuple[str, ...]  # its evidence
+    fact_score: float  # cosine of the fact to the query (the facts index's)
+    chain_score: float  # cosine of `chain` to the query
+    score: float  # what the router ranks by (branch_score)
+
+    @property
+    def chain(self) -> str:
+        return chain_text(self.cue.chain, self.text)
+
+
+TIME_BONUS = 0.1  # a branch that mentions a time the query names
+STOP_MARGIN = 0.25  # stop when the best open branch scores this much below the best taken
+
+
+def chain_text(chain: str, fact_text: str) -> str:
+    return f"{chain}; {fact_text}" if chain else fact_text
+
+
+def branch_score(chain_score: float, text: str, keys: frozenset[str]) -> float:
+    return chain_score + (TIME_BONUS if keys and mentions_time(text, keys) else 0.0)
+
+
+def adds_something(branch: Branch, taken: set[str], read: set[str], cues: set[str]) -> bool:
+    """Whether taking the branch would add anything: a fact not taken yet that brings a passage
+    not read yet or an entity not yet a cue. One that adds nothing is dropped, never taken."""
+    return branch.fact_id not in taken and (any(p not in read for p in branch.passage_ids) or any(e not in cues for e in branch.leads_to))
+
+
+def ranked(branches) -> list[Branch]:
+    """Best first; equal scores by fact id (the order must not depend on how they were found)."""
+    return sorted(branches, key=lambda b: (-b.score, b.fact_id))
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str  # "exhausted" | "below_threshold" | "budget" | "router"
+    detail: str
+
+
+def similarity_choice(open_branches: list[Branch], best_taken: float | None, margin: float = STOP_MARGIN) -> Branch | Stop:
+    """The similarity router: the best-scored open branch, unless it scores `margin` below the best
+    branch taken so far (what is left leads away from the question: the evidence suffices)."""
+    if not open_branches:
+        return Stop("exhausted", "no open branch adds a fact, passage or cue")
+    best = ranked(open_branches)[0]
+    if best_taken is not None and best.score < best_taken - margin:
+        return Stop("below_threshold", f"best open branch {best.score:.3f} < best taken {best_taken:.3f} - margin {margin:g}")
+    return best

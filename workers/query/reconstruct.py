@@ -1,0 +1,330 @@
+"""Query mode "reconstruct": recall step by step, as a person does (issue 11, item 5).
+
+1. Cues from the query: the entities it names (spans whose entity id, aliases resolved, the
+   memory holds; else the entities nearest the query vector), its times and its remaining
+   attribute words (workers.algorithms.reconstruction).
+2. Tags: each cue's active facts — as head or tail — ranked by the facts index's similarity to
+   the query; the attribute cue's tags are the facts nearest the query, whatever their entities.
+   A (cue → fact) pair is a branch.
+3. A router takes one branch a step: its content is the fact and its evidence passages.
+4. The reverse step: the fact's other entity and the entities of the passages read become new
+   cues (one hop further), whose facts become new branches, scored by their chain of facts.
+5. It stops when no open branch adds anything, the router says the evidence suffices, or the
+   budget (steps, passages, tokens) is spent.
+
+Two routers behind `Router`: `SimilarityRouter` (offline, the default: the best branch by
+score, stopping once the best open one falls STOP_MARGIN below the best taken) and `LLMRouter`
+(`MEMSTREAM_ROUTER=llm`: the model picks the branch by fact id or stops, through the
+OpenAI-compatible client; when it fails the walk goes on with the similarity router and the
+response says so). The response carries the path: each step's cue → tag → content with scores,
+and why the walk stopped. The walk's passages come first, in the order read; the dense ranking
+fills the rest of top_k (marked "via": "dense"), outside the budget (its KNN runs anyway)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Mapping, Protocol
+
+import numpy as np
+
+from store.records import Hit
+from workers.algorithms.chunking import token_count
+from workers.algorithms.reconstruction import (
+    DEFAULT_BUDGET, STOP_MARGIN, Branch, Budget, Cue, Spent, Stop, adds_something, admit, attribute_words, branch_score,
+    chain_text, choose_mentions, exhausted, mention_candidates, ranked, similarity_choice, time_expressions, time_keys,
+)
+from workers.models.llm import LLMClient, LLMError, MalformedOutput
+from workers.models.prompts import ROUTE_SCHEMA, route_messages
+
+log = logging.getLogger(__name__)
+
+# The facts the engine counts as live: (tenant, query vector, k, extra tag filters) → hits; the
+# engine's own search (active, not expired), so both modes agree on what a query may use.
+FactSearch = Callable[[str, np.ndarray, int, Mapping[str, str] | None], Awaitable[list[Hit]]]
+
+ENTITY_CUES_BY_KNN = 3  # when the query names no entity of the memory: the entities nearest it …
+ENTITY_CUE_MIN = 0.5  # … at this cosine or more
+MAX_NEW_CUES = 4  # new cues per step (the fact's other entity first, then the passages' entities)
+ROUTE_SHORTLIST = 8  # branches the LLM router is shown, best by similarity first
+
+
+@dataclass(frozen=True)
+class Route:
+    branch: Branch | None  # the branch to take; None: stop
+    stop: Stop | None = None
+    why: str = ""
+
+
+class Router(Protocol):
+    name: str
+
+    async def choose(self, question: str, facts: list[str], passages: list[str], branches: list[Branch],
+                     best_taken: float | None) -> Route: ...
+
+
+class SimilarityRouter:
+    name = "similarity"
+
+    def __init__(self, margin: float = STOP_MARGIN):
+        self.margin = margin
+
+    async def choose(self, question, facts, passages, branches, best_taken) -> Route:
+        choice = similarity_choice(branches, best_taken, self.margin)
+        return Route(None, choice) if isinstance(choice, Stop) else Route(choice, why="best score")
+
+
+class LLMRouter:
+    """Shows the model the question, the evidence read and the best ROUTE_SHORTLIST branches;
+    it answers a fact id to take or stop. A fact id not offered is malformed output (one repair
+    round, then MalformedOutput: the walk falls back to the similarity router)."""
+
+    name = "llm"
+
+    def __init__(self, llm: LLMClient):
+        self.llm = llm
+
+    async def choose(self, question, facts, passages, branches, best_taken) -> Route:
+        shortlist = ranked(branches)[:ROUTE_SHORTLIST]
+        if not shortlist:
+            return Route(None, Stop("exhausted", "no open branch adds a fact, passage or cue"))
+        offered = {b.fact_id: b for b in shortlist}
+        messages = route_messages(question, facts, passages, [(b.fact_id, b.cue.name, b.chain) for b in shortlist])
+
+        def validate(value) -> Route:
+            if not isinstance(value, dict) or not isinstance(value.get("stop"), bool) or not isinstance(value.get("reason", ""), str):
+                raise ValueError("expected an object with fact_id, stop (boolean) and reason")
+            if value["stop"]:
+                return Route(None, Stop("router", value.get("reason") or "the router says the evidence suffices"))
+            if value.get("fact_id") not in offered:
+                raise ValueError(f"fact_id {value.get('fact_id')!r} is not one of the open branches {sorted(offered)}")
+            return Route(offered[value["fact_id"]], why=value.get("reason", ""))
+
+        return await self.llm.structured("route", messages, "route", ROUTE_SCHEMA, validate)
+
+
+class Reconstructor:
+    """Mode "reconstruct" of a query worker: its router and default budget."""
+
+    def __init__(self, memory, embedder, router: Router | None = None, budget: Budget = DEFAULT_BUDGET):
+        self.memory = memory
+        self.embedder = embedder
+        self.router = router or SimilarityRouter()
+        self.budget = budget.check()
+
+    @classmethod
+    def from_settings(cls, settings, memory, embedder) -> "Reconstructor":
+        """MEMSTREAM_ROUTER (similarity | llm, the LLM at MEMSTREAM_LLM_*) and the default budget
+        MEMSTREAM_RECONSTRUCT_STEPS / _PASSAGES / _TOKENS; ValueError for a bad one."""
+        budget = Budget(settings.reconstruct_steps, settings.reconstruct_passages, settings.reconstruct_tokens)
+        try:
+            budget.check()
+        except ValueError as exc:
+            raise ValueError(f"MEMSTREAM_RECONSTRUCT_*: {exc}") from None
+        router = None
+        if settings.router == "llm":
+            router = LLMRouter(LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)))
+        return cls(memory, embedder, router, budget)
+
+    async def answer(self, request, vector: np.ndarray, facts: FactSearch, timings: dict) -> dict:
+        budget = (request.budget or Budget()).over(self.budget)
+        walk = _Walk(self, request, np.asarray(vector, dtype=np.float32), facts, budget)
+        return await walk.run(timings)
+
+
+class _Walk:
+    def __init__(self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget):
+        self.memory, self.embedder, self.router = owner.memory, owner.embedder, owner.router
+        self.request, self.tenant, self.vector, self.search, self.budget = request, request.tenant, vector, facts, budget
+        self.layer_k = request.params.layer_k
+        self.cues: dict[str, Cue] = {}  # entity id ("" for the query's attribute cue) → cue
+        self.open: dict[str, Branch] = {}  # fact id → the best branch to it
+        self.taken: list[Branch] = []
+        self.records: dict[str, object] = {}  # fact id → store.facts.Fact of every branch seen
+        self.read: dict[str, dict] = {}  # passage id → its row, with the step and score that read it
+        self.path: list[dict] = []
+        self.spent = Spent()
+        self.fallback: dict | None = None
+        self.keys = frozenset()
+
+    async def run(self, timings: dict) -> dict:
+        t = time.perf_counter()
+        candidates = mention_candidates(self.request.query)
+        dense, near_entities, canonical, version = await asyncio.gather(
+            self.memory.knn(self.tenant, "passages", self.vector, self.request.top_k, ["doc_id", "text"]),
+            self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUES_BY_KNN, ["name", "type"]),
+            self.memory.resolve_aliases(self.tenant, sorted({m.entity_id for m in candidates})),
+            self.memory.graph_version(self.tenant),
+        )
+        names = await self.memory.entity_names(self.tenant, sorted(set(canonical.values())))
+        chosen = choose_mentions(candidates, {cid: eid for cid, eid in canonical.items() if eid in names})
+        times = time_expressions(self.request.query)
+        self.keys = time_keys(times)
+        time_words = {t.lower() for t in times}
+        cues = [Cue("time" if m.text.lower() in time_words else "entity", eid, names[eid]["name"], 1.0, 0, "query") for m, eid in chosen]
+        if not cues:
+            cues = [Cue("entity", h.id, h.fields["name"], h.score, 0, "entity-knn") for h in near_entities if h.score >= ENTITY_CUE_MIN]
+        attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
+        query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
+        await self._expand([query_cue, *cues])
+        timings["cues"] = _ms(t)
+        t = time.perf_counter()
+        stop = await self._walk()
+        timings["walk"] = _ms(t)
+        return self._result(dense, cues, times, attributes, stop, version)
+
+    async def _walk(self) -> Stop:
+        while True:
+            cue_ids, read = set(self.cues), set(self.read)
+            taken = {b.fact_id for b in self.taken}
+            self.open = {fid: b for fid, b in self.open.items() if adds_something(b, taken, read, cue_ids)}
+            if not self.open:
+                return Stop("exhausted", "no open branch adds a fact, passage or cue")
+            spent = exhausted(self.budget, self.spent)
+            if spent:
+                return Stop("budget", f"{spent} budget of {getattr(self.budget, spent)} spent")
+            route = await self._route()
+            if route.branch is None:
+                return route.stop
+            if not await self._take(route):
+                return Stop("budget", "no room left in the passages or tokens budget for the next evidence passage")
+
+    async def _route(self) -> Route:
+        branches = ranked(self.open.values())
+        best_taken = max((b.score for b in self.taken), default=None)
+        facts = [b.text for b in self.taken]
+        passages = [row["text"] for row in self.read.values()]
+        try:
+            return await self.router.choose(self.request.query, facts, passages, branches, best_taken)
+        except (LLMError, MalformedOutput) as exc:
+            log.warning("reconstruct: the %s router failed (%s); the similarity router takes over", self.router.name, exc)
+            self.fallback = {"from": self.router.name, "error": str(exc)[:500], "at_step": self.spent.steps + 1}
+            self.router = SimilarityRouter()
+            return await self.router.choose(self.request.query, facts, passages, branches, best_taken)
+
+    async def _take(self, route: Route) -> bool:
+        """Take the branch: read its new passages (as the budget admits), make new cues of the
+        fact's other end and the passages' entities, fetch their branches. False: the branch has
+        passages to read and the budget admits none of them (the step is not taken)."""
+        branch = route.branch
+        new_ids = [p for p in branch.passage_ids if p not in self.read]
+        rows = [row for row in await self.memory.passages(self.tenant, new_ids) if row is not None]
+        tokens = [token_count(row["text"]) for row in rows]
+        admitted = admit(self.budget, self.spent, tokens)
+        if rows and not admitted:
+            return False
+        del self.open[branch.fact_id]
+        self.taken.append(branch)
+        self.spent.steps += 1
+        step = self.spent.steps
+        for row, count in zip(rows[:admitted], tokens[:admitted]):
+            self.read[row["id"]] = {**row, "step": step, "score": branch.score}
+            self.spent.passages += 1
+            self.spent.tokens += count
+        leads = [(eid, name, f"fact:{branch.fact_id}") for eid, name in _ends(self.records[branch.fact_id], branch.cue.id)]
+        for row in rows[:admitted]:
+            leads += [(eid, None, f"passage:{row['id']}") for eid in sorted(await self.memory.passage_entities(self.tenant, row["id"]))]
+        fresh: dict[str, tuple[str | None, str]] = {}
+        for eid, name, origin in leads:
+            if eid not in self.cues and eid not in fresh and len(fresh) < MAX_NEW_CUES:
+                fresh[eid] = (name, origin)
+        names = await self.memory.entity_names(self.tenant, [eid for eid, (name, _) in fresh.items() if name is None])
+        new_cues = [Cue("entity", eid, name or names.get(eid, {}).get("name", eid), branch.score, branch.cue.hop + 1, origin, branch.chain)
+                    for eid, (name, origin) in fresh.items()]
+        self.path.append({
+            "step": step,
+            "cue": branch.cue.to_json(),
+            "tag": {"fact_id": branch.fact_id, "text": branch.text, "fact_score": round(branch.fact_score, 6),
+                    "chain": branch.chain, "chain_score": round(branch.chain_score, 6)},
+            "score": round(branch.score, 6),
+            "router": self.router.name, **({"why": route.why} if route.why else {}),
+            "content": {"fact_id": branch.fact_id, "passages": [row["id"] for row in rows[:admitted]], "tokens": sum(tokens[:admitted]),
+                        **({"not_read": [row["id"] for row in rows[admitted:]]} if admitted < len(rows) else {})},
+            "new_cues": [cue.to_json() for cue in new_cues],
+        })
+        await self._expand(new_cues)
+        return True
+
+    async def _expand(self, cues: list[Cue]) -> None:
+        """Record the cues and open a branch to each of their live facts not taken yet (a fact
+        reached from two cues keeps the better-scored branch)."""
+        found: list[tuple[Cue, Hit]] = []
+        searches = []
+        for cue in cues:
+            if cue.id in self.cues:
+                continue
+            self.cues[cue.id] = cue
+            wheres = [None] if cue.kind == "query" else [{"head_id": cue.id}, {"tail_id": cue.id}]
+            searches += [(cue, where) for where in wheres]
+        results = await asyncio.gather(*(self.search(self.tenant, self.vector, self.layer_k, where) for _, where in searches))
+        taken = {b.fact_id for b in self.taken}
+        for (cue, _), hits in zip(searches, results):
+            found += [(cue, h) for h in hits if h.id not in taken]
+        missing = sorted({h.id for _, h in found} - set(self.records))
+        for fid, fact in zip(missing, await self.memory.facts(self.tenant, missing)):
+            if fact is not None:
+                self.records[fid] = fact
+        found = [(cue, h) for cue, h in found if h.id in self.records]
+        chains = [chain_text(cue.chain, self.records[h.id].text or f"{h.fields['head']} {h.fields['relation']} {h.fields['tail']}")
+                  for cue, h in found]
+        # a first-hop chain is the fact itself: its cosine is the index's score
+        to_embed = sorted({chain for (cue, _), chain in zip(found, chains) if cue.chain})
+        cosines = dict(zip(to_embed, _cosines(await self.embedder.embed(to_embed), self.vector))) if to_embed else {}
+        for (cue, hit), chain in zip(found, chains):
+            fact = self.records[hit.id]
+            chain_score = cosines[chain] if cue.chain else hit.score
+            text = fact.text or f"{fact.head} {fact.relation} {fact.tail}"
+            branch = Branch(cue, hit.id, text, tuple(eid for eid, _ in _ends(fact, cue.id)), tuple(sorted(fact.passage_ids)), hit.score,
+                            chain_score, branch_score(chain_score, " ".join([text, fact.valid_from or "", fact.valid_to or ""]), self.keys))
+            current = self.open.get(hit.id)
+            if current is None or (branch.score, -branch.cue.hop, branch.cue.kind != "query") > (current.score, -current.cue.hop, current.cue.kind != "query"):
+                self.open[hit.id] = branch
+
+    def _result(self, dense: list[Hit], query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int) -> dict:
+        passages = [{"id": pid, "doc_id": row["doc_id"], "text": row["text"], "score": round(row["score"], 6), "step": row["step"], "via": "walk"}
+                    for pid, row in self.read.items()][: self.request.top_k]
+        for hit in dense:
+            if len(passages) >= self.request.top_k:
+                break
+            if hit.id not in self.read:
+                passages.append({"id": hit.id, "doc_id": hit.fields["doc_id"], "text": hit.fields["text"], "score": round(hit.score, 6), "via": "dense"})
+        facts = []
+        for step, branch in enumerate(self.taken, 1):
+            fact = self.records[branch.fact_id]
+            fields = {"head": fact.head, "relation": fact.relation, "tail": fact.tail, "head_id": fact.head_id, "tail_id": fact.tail_id,
+                      "status": fact.status, "category": fact.category}
+            facts.append({"id": fact.id, **{k: v for k, v in fields.items() if v}, "score": round(branch.score, 6), "step": step})
+        router = {"name": self.router.name}
+        if self.fallback:
+            router.update(fallback_from=self.fallback["from"], error=self.fallback["error"], fallback_at_step=self.fallback["at_step"])
+        return {
+            "query": self.request.query, "tenant": self.tenant, "mode": "reconstruct",
+            "passages": passages,
+            "entities": [cue.to_json() for cue in self.cues.values() if cue.kind != "query"],
+            "facts": facts,
+            "cues": {"entities": [c.to_json() for c in query_cues if c.kind == "entity"], "times": times, "attributes": attributes},
+            "path": self.path,
+            "stopped": {"reason": stop.reason, "detail": stop.detail},
+            "budget": {"steps": self.budget.steps, "passages": self.budget.passages, "tokens": self.budget.tokens,
+                       "spent": {"steps": self.spent.steps, "passages": self.spent.passages, "tokens": self.spent.tokens}},
+            "router": router,
+            "graph_version": version,
+        }
+
+
+def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
+    """The entities a fact leads to from a cue: its other end (both ends for the query cue)."""
+    ends = [(fact.head_id, fact.head), (fact.tail_id, fact.tail)]
+    return [(eid, name) for eid, name in ends if eid != cue_id]
+
+
+def _cosines(rows: np.ndarray, vector: np.ndarray) -> list[float]:
+    rows = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1) * max(float(np.linalg.norm(vector)), 1e-12)
+    return [float(x) for x in (rows @ vector) / np.maximum(norms, 1e-12)]
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
