@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index", "recall", "ppr", "load"])
+    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation"])
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
     bench.add_argument("--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)")
@@ -81,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--passages", type=int, default=50, help="load: passages indexed into a fresh tenant when --tenant is not given")
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
+    # bench conversation (ops/conversation_bench.py)
+    bench.add_argument("file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)")
+    bench.add_argument("--modes", default=None, help="conversation: query modes, comma-separated (default: every mode of the query engine)")
+    bench.add_argument("--redis-url", default=None, help="conversation: index into fresh tenants of this Redis instead of an in-memory store")
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
@@ -292,6 +296,12 @@ def cmd_export(settings: Settings, args) -> int:
 
 def cmd_bench(settings: Settings, args) -> int:
     data = Path(args.data) if args.data else Path("..") / "shared" / "data"
+    if args.kind == "conversation":
+        from ops.conversation_bench import run_conversation_bench
+
+        return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json)
+    if args.file:
+        raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
     if args.kind == "recall":
         from ops.recall import run_recall_bench
 

@@ -79,6 +79,19 @@ def parse_evidence(evidence: Any) -> list[str]:
     return found
 
 
+def unreadable_evidence(evidence: Any) -> list[str]:
+    """The parts of a question's evidence that `parse_evidence` reads no dialogue id from: each
+    non-string item, and each string's text left over around its ids when it holds letters or
+    digits ("see D3", "D", "session 4"), as written. No evidence at all (None, []) is none."""
+    items = evidence if isinstance(evidence, list) else [] if evidence is None else [evidence]
+    unreadable = []
+    for item in items:
+        leftover = _DIA_ID.sub(" ", item) if isinstance(item, str) else None
+        if leftover is None or re.search(r"\w", leftover):
+            unreadable.append(item if isinstance(item, str) else repr(item))
+    return unreadable
+
+
 @dataclass(frozen=True)
 class Turn:
     """One turn of a conversation: one immutable passage."""
@@ -108,6 +121,7 @@ class Question:
     evidence: list[str]  # canonical dia ids
     category: int | None
     sample_id: str
+    unreadable_evidence: tuple[str, ...] = ()  # evidence parts without a readable id (unreadable_evidence)
 
 
 def is_locomo(data: Any) -> bool:
@@ -199,5 +213,6 @@ def locomo_questions(data: Any) -> list[Question]:
             category = row.get("category")
             questions.append(Question(row["question"], str(row.get("answer", row.get("adversarial_answer", ""))),
                                       parse_evidence(row.get("evidence")),
-                                      category if isinstance(category, int) and not isinstance(category, bool) else None, sample_id))
+                                      category if isinstance(category, int) and not isinstance(category, bool) else None, sample_id,
+                                      tuple(unreadable_evidence(row.get("evidence")))))
     return questions

@@ -47,6 +47,7 @@ def load_dataset(name: str, data_dir: Path) -> Dataset:
     return Dataset(name, passages, questions, None)
 
 
-def recall_at(ranked: list[int], gold: frozenset[int], k: int) -> float:
-    """HippoRAG's recall@k: the share of a question's gold passages among the top k."""
+def recall_at(ranked: list, gold: frozenset, k: int) -> float:
+    """HippoRAG's recall@k: the share of a question's gold passages (any ids: passage indexes,
+    a conversation's turn doc ids) among the top k."""
     return len(gold & set(ranked[:k])) / len(gold)

@@ -1,0 +1,280 @@
+"""`memstream bench conversation FILE`: evidence recall on a conversation in the LoCoMo layout.
+
+Every turn of the file becomes one document (ops.conversations: `Turn.document`, doc_id
+"<sample_id>:<dia_id>") and goes through the real indexing pipeline (`ingest`: chunker,
+rules extractor, detector, resolver, the local all-MiniLM-L6-v2 embedder) — in this process
+over store.in_memory.InMemoryStore by default (deterministic, offline), or over Redis with
+`--redis-url` (fresh tenants). Each sample (conversation) is a tenant of its own: its questions
+are asked of its memory only, as in LoCoMo.
+
+Then every question with readable evidence is asked of the query worker's engine in each mode,
+and R@5 / R@10 is the share of its evidence turns among the top 5 / 10 passages (a passage
+counts for the turn whose doc_id it carries, so a turn chunked into several passages is still
+one turn), overall and per the file's own category numbers. Questions without readable evidence
+are skipped and counted, as are unreadable evidence parts and ids naming no turn of the sample.
+Latency is the engine's answer per question with the question's embedding already computed
+(all questions are embedded once beforehand), so modes are compared on the retrieval they do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ops.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
+from ops.datasets import recall_at
+from ops.local_run import LocalIndexer
+from ops.stack import stderr
+from topics import ContractError
+from workers.models.extraction import RulesExtractor
+from workers.query.engine import MODES, QueryEngine, QueryRequest
+from workers.settings import Settings
+
+SAMPLE_CONVERSATION = Path(__file__).parent / "sample_conversation" / "maya-jonas.json"
+# The category numbers as in the public LoCoMo file; papers disagree on this map, so the
+# benchmark prints it with every table.
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open domain", 4: "single hop", 5: "adversarial"}
+KS = (5, 10)
+EMBEDDER = "all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A question as the benchmark asks it: its sample's tenant and its evidence as doc ids."""
+
+    question: Question
+    tenant: str
+    gold: frozenset[str]  # doc ids of the evidence turns
+
+
+@dataclass
+class Plan:
+    """What a file gives the benchmark: the turns to ingest, the tenant of each sample, the
+    questions it can ask, and the counts of what it cannot."""
+
+    turns: list[Turn]
+    tenants: dict[str, str]  # sample id → tenant
+    probes: list[Probe]
+    questions: int
+    no_evidence: int  # questions skipped: no evidence id could be read, or none names a turn
+    unreadable_evidence: int  # evidence parts no id could be read from
+    unknown_evidence: int  # readable evidence ids naming no turn of their sample
+
+
+def load_conversations(path: Path) -> tuple[list[Turn], list[Question]]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"{path}: not JSON ({exc})") from None
+    if not is_locomo(data):
+        raise ContractError(f"{path}: expected the LoCoMo layout (a sample, or a list of samples, with a 'conversation' object)")
+    return locomo_turns(data, str(path)), locomo_questions(data)
+
+
+def plan(turns: list[Turn], questions: list[Question], tenant_prefix: str) -> Plan:
+    samples = list(dict.fromkeys(turn.metadata["sample_id"] for turn in turns))
+    tenants = {sample: f"{tenant_prefix}-{i}" for i, sample in enumerate(samples)}
+    doc_of = {(turn.metadata["sample_id"], turn.turn_id): turn.doc_id for turn in turns}
+    probes, no_evidence, unknown = [], 0, 0
+    for question in questions:
+        gold = frozenset(doc_of[(question.sample_id, dia)] for dia in question.evidence if (question.sample_id, dia) in doc_of)
+        unknown += len(question.evidence) - len(gold)
+        if not gold:
+            no_evidence += 1
+            continue
+        probes.append(Probe(question, tenants[question.sample_id], gold))
+    return Plan(turns, tenants, probes, len(questions), no_evidence, sum(len(q.unreadable_evidence) for q in questions), unknown)
+
+
+def every(total: int, what: str, started: float) -> Callable[[int], None]:
+    """A progress callback printing to stderr about twenty times over `total` steps."""
+    step = max(1, total // 20)
+
+    def progress(done: int) -> None:
+        if done % step == 0 or done == total:
+            stderr(f"conversation: {what} {done}/{total} ({time.perf_counter() - started:.0f} s)")
+
+    return progress
+
+
+async def ingest(memory, settings: Settings, embedder, turns: list[Turn], tenants: dict[str, str],
+                 progress: Callable[[int], None] | None = None) -> LocalIndexer:
+    """Every turn through the indexing pipeline in this process, into its sample's tenant (the
+    one ingestion path, over InMemoryStore or Redis's Memory): one turn at a time, each indexed
+    to the end before the next is published, as a live conversation arrives; `progress(turns
+    done)` after each."""
+    indexer = LocalIndexer(settings, memory, embedder, RulesExtractor())
+    for done, turn in enumerate(turns, 1):
+        await indexer.index([turn.document(tenants[turn.metadata["sample_id"]])])
+        if progress:
+            progress(done)
+    if indexer.dead_letters:
+        raise RuntimeError(f"{len(indexer.dead_letters)} messages were dead-lettered while indexing the conversation")
+    return indexer
+
+
+@dataclass(frozen=True)
+class Answer:
+    probe: Probe
+    mode: str
+    ranked: list[str]  # doc ids of the passages, best first
+    ms: float
+    fallback: bool
+
+
+async def ask(engine: QueryEngine, probes: list[Probe], modes: list[str], progress: Callable[[int], None] | None = None) -> list[Answer]:
+    """Every probe in every mode, top max(KS) passages each."""
+    await engine.embedder.embed(list(dict.fromkeys(p.question.question for p in probes)))  # latency: retrieval, not the model
+    for tenant in dict.fromkeys(p.tenant for p in probes):  # the first query of a tenant loads its graph: not timed
+        for mode in modes:
+            await engine.answer(QueryRequest("warm-up", tenant, max(KS), mode))
+    answers, done = [], 0
+    for mode in modes:
+        for probe in probes:
+            started = time.perf_counter()
+            result = await engine.answer(QueryRequest(probe.question.question, probe.tenant, max(KS), mode))
+            ms = 1000 * (time.perf_counter() - started)
+            answers.append(Answer(probe, mode, [p["doc_id"] for p in result["passages"]], ms, bool(result.get("fallback"))))
+            done += 1
+            if progress:
+                progress(done)
+    return answers
+
+
+def _recall(answers: list[Answer]) -> dict:
+    row = {"n": len(answers)}
+    for k in KS:
+        row[f"R@{k}"] = round(100 * sum(recall_at(a.ranked, a.probe.gold, k) for a in answers) / len(answers), 1) if answers else None
+    return row
+
+
+def summarize(answers: list[Answer], modes: list[str]) -> dict:
+    """Per mode: recall overall and per category (the file's numbers; "none" without one),
+    latency p50/p99 in ms, and how many PPR answers fell back to dense."""
+    out = {}
+    for mode in modes:
+        mine = [a for a in answers if a.mode == mode]
+        by_category: dict[str, list[Answer]] = defaultdict(list)
+        for answer in mine:
+            category = answer.probe.question.category
+            by_category["none" if category is None else str(category)].append(answer)
+        ms = [a.ms for a in mine]
+        out[mode] = {
+            "overall": _recall(mine),
+            "by_category": {c: _recall(by_category[c]) for c in sorted(by_category, key=lambda c: (c == "none", c.zfill(3)))},
+            "p50_ms": round(float(np.percentile(ms, 50)), 1) if ms else None,
+            "p99_ms": round(float(np.percentile(ms, 99)), 1) if ms else None,
+            "fallbacks": sum(a.fallback for a in mine),
+        }
+    return out
+
+
+def category_name(category: str) -> str:
+    return CATEGORIES.get(int(category), "") if category.isdigit() else ""
+
+
+def format_table(result: dict) -> str:
+    modes = list(result["modes"])
+    lines = [
+        f"{Path(result['file']).name}: {result['samples']} conversation(s), {result['turns']} turns, {result['questions']} questions "
+        f"({result['evaluated']} asked; skipped without evidence: {result['skipped_no_evidence']}; "
+        f"unreadable evidence parts: {result['unreadable_evidence']}; evidence ids naming no turn: {result['unknown_evidence']})",
+        f"indexed in {result['index_seconds']} s ({result['store']}, {result['extractor']} extractor, {result['embedder']})",
+        "categories as in the public LoCoMo file: " + ", ".join(f"{n} {name}" for n, name in CATEGORIES.items()),
+        f"{'':<18} {'':>4}" + "".join(f" {mode:>13}" for mode in modes),
+        f"{'category':<18} {'n':>4}" + "".join(f" {'R@5':>6} {'R@10':>6}" for _ in modes),
+    ]
+    first = result["modes"][modes[0]]
+    rows = [("all", first["overall"]["n"], "overall", None)]
+    rows += [(f"{c} {category_name(c)}".strip(), row["n"], "by_category", c) for c, row in first["by_category"].items()]
+    for label, n, where, key in rows:
+        cells = []
+        for mode in modes:
+            row = result["modes"][mode][where] if key is None else result["modes"][mode][where][key]
+            cells.append(f" {_cell(row['R@5'])} {_cell(row['R@10'])}")
+        lines.append(f"{label:<18} {n:>4}" + "".join(cells))
+    for name in ("p50_ms", "p99_ms"):
+        lines.append(f"{name.replace('_', ' '):<18} {'':>4}" + "".join(f" {_cell(result['modes'][m][name]):>13}" for m in modes))
+    fallbacks = {m: r["fallbacks"] for m, r in result["modes"].items() if r["fallbacks"]}
+    if fallbacks:
+        lines.append("fell back to dense: " + ", ".join(f"{m} {n}/{result['evaluated']}" for m, n in fallbacks.items()))
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    return f"{'-' if value is None else value:>6}"
+
+
+async def run(settings: Settings, path: Path, modes: list[str], redis_url: str | None, embedder=None) -> dict:
+    turns, questions = load_conversations(path)
+    prefix = f"convbench-{uuid.uuid4().hex[:8]}"
+    work = plan(turns, questions, prefix)
+    if embedder is None:
+        from workers.models.embedding import BatchingEmbedder, LocalEmbedder
+
+        embedder = BatchingEmbedder(LocalEmbedder())
+    if redis_url:
+        from store import Memory
+
+        memory = Memory.from_url(redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
+    else:
+        from store.in_memory import InMemoryStore
+
+        memory = InMemoryStore(embedder.dims, tau=settings.effective_tau)
+    try:
+        started = time.perf_counter()
+        stderr(f"conversation: ingesting {len(turns)} turns of {len(work.tenants)} conversation(s) "
+               f"({'Redis at ' + redis_url if redis_url else 'in-memory store'}, tenants {prefix}-*)")
+        await ingest(memory, settings, embedder, turns, work.tenants, every(len(turns), "turns indexed", started))
+        index_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        answers = await ask(QueryEngine(memory, embedder), work.probes, modes, every(len(work.probes) * len(modes), "questions asked", started))
+    finally:
+        await memory.close()
+    return {
+        "file": str(path), "samples": len(work.tenants), "turns": len(turns), "tenants": list(work.tenants.values()),
+        "store": "redis" if redis_url else "in-memory", "extractor": "rules", "embedder": EMBEDDER,
+        "index_seconds": round(index_seconds, 1), "questions": work.questions, "evaluated": len(work.probes),
+        "skipped_no_evidence": work.no_evidence, "unreadable_evidence": work.unreadable_evidence, "unknown_evidence": work.unknown_evidence,
+        "categories": {str(n): name for n, name in CATEGORIES.items()}, "categories_source": "as in the public LoCoMo file",
+        "modes": summarize(answers, modes),
+        "per_question": per_question(answers),
+    }
+
+
+def per_question(answers: list[Answer]) -> list[dict]:
+    """Each question asked, its evidence and, per mode, the top passages' doc ids and recall:
+    what to read when a mode misses."""
+    rows: dict[int, dict] = {}  # by id(): a probe is asked once per mode
+    for answer in answers:
+        question = answer.probe.question
+        row = rows.setdefault(id(answer.probe), {"question": question.question, "category": question.category,
+                                             "evidence": sorted(answer.probe.gold), "modes": {}})
+        row["modes"][answer.mode] = {"top": answer.ranked[:max(KS)], "fallback": answer.fallback,
+                                     **{f"R@{k}": round(100 * recall_at(answer.ranked, answer.probe.gold, k), 1) for k in KS}}
+    return list(rows.values())
+
+
+def parse_modes(text: str | None) -> list[str]:
+    """"dense,ppr" → the modes, each one the query engine has; None → all of them."""
+    if text is None:
+        return list(MODES)
+    modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in MODES]
+    if not modes or unknown:
+        raise ValueError(f"--modes: {', '.join(unknown) or 'none given'}; the query engine has {', '.join(MODES)}")
+    return modes
+
+
+def run_conversation_bench(settings: Settings, path: Path | None, modes: str | None, redis_url: str | None, as_json: bool) -> int:
+    result = asyncio.run(run(settings, path or SAMPLE_CONVERSATION, parse_modes(modes), redis_url))
+    print(json.dumps(result, indent=1) if as_json else format_table(result))
+    return 0
