@@ -12,8 +12,10 @@ returns the event that tells subscribers. Event ids are given when the message's
 known (workers.envelope.stamp_event_ids): one per transition.
 
 Times: `created_at` / `activated_at` / `expired_at` are system time (seconds since the epoch;
-`expired_at` set ⇔ the fact no longer holds in memory); `valid_at` / `invalid_at` are world
-time from the evidence ("1998", "1998-05").
+`expired_at` set ⇔ the fact no longer holds in memory), as is `expires_at` (when its TTL lapses);
+`valid_at` / `invalid_at` are world time from the evidence ("1998", "1998-05") as the resolver
+qualifies it — an invalidated fact ends where the fact that excluded it begins, when that is later
+(`invalidate(..., ends_at=)`). workers.algorithms.expiry reads the two timelines (`as_of`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ STATUSES = ("new", "pending", "active", "invalid", "merged", "expired", "retract
 DESCRIPTION_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "valid_from", "valid_to", "text")
 # What an event tells subscribers about the fact.
 PUBLIC_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "status", "qualifiers", "valid_from", "valid_to", "merged_into")
-_TIMES = ("created_at", "activated_at", "expired_at")
+_TIMES = ("created_at", "activated_at", "expired_at", "expires_at")
 
 
 @dataclass
@@ -60,6 +62,9 @@ class Fact:
     created_at: float | None = None
     activated_at: float | None = None
     expired_at: float | None = None
+    # system time at which its TTL lapses: the latest lapse of its supporting passages (None:
+    # never). Written by the store with each passage's lapse (Memory.stage_fact_lapse).
+    expires_at: float | None = None
 
     @classmethod
     def extracted(cls, fact_id: str, triple: Triple, head_id: str, tail_id: str, schema_id: str) -> "Fact":
@@ -90,8 +95,22 @@ class Fact:
         return asdict(self)
 
     def holds(self, now: float | None = None) -> bool:
-        """Active and not expired: what a query may use."""
-        return self.status == "active" and not (self.expired_at and self.expired_at <= (time.time() if now is None else now))
+        """Active and its TTL not lapsed: what a query may use (before the sweep expires it too)."""
+        return self.status == "active" and not self.lapsed(now)
+
+    def lapsed(self, now: float | None = None) -> bool:
+        """Its TTL is over (the sweep expires it, if it has not yet)."""
+        return self.expires_at is not None and self.expires_at <= (time.time() if now is None else now)
+
+    @property
+    def event_start(self) -> str:
+        """When it began to hold in the world, as far as known: the resolver's span, else the
+        evidence's ('' unknown)."""
+        return self.valid_at or self.valid_from or ""
+
+    @property
+    def event_end(self) -> str:
+        return self.invalid_at or self.valid_to or ""
 
 
 def event(tenant: str, kind: str, fact: Fact, graph_version: int, reason: str = "", evidence=()) -> FactEvent:
@@ -132,11 +151,16 @@ class Lifecycle:
         self._stage(pipe, tenant, fact, **changes)
         return event(tenant, "activated", fact, version, told or reason, evidence)
 
-    def invalidate(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = "") -> FactEvent:
-        """Excluded by better-supported evidence: kept (non-destructive), no longer an edge."""
+    def invalidate(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = "",
+                   ends_at: str = "") -> FactEvent:
+        """Excluded by better-supported evidence: kept (non-destructive), no longer an edge.
+        `ends_at`: the event time the fact that excluded it begins at, its `invalid_at` when
+        its qualifiers give none (as Graphiti ends a superseded edge)."""
         if fact.status == "active":
             self._unlink(pipe, tenant, fact, version)
-        self._stage(pipe, tenant, fact, status="invalid", expired_at=time.time(), qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
+        times = _world_times(qualifiers)
+        times["invalid_at"] = times["invalid_at"] or ends_at
+        self._stage(pipe, tenant, fact, status="invalid", expired_at=time.time(), qualifiers=qualifiers, reason=reason, **times)
         return event(tenant, "invalidated", fact, version, told or reason, evidence)
 
     def qualify(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = "") -> FactEvent:
@@ -168,7 +192,9 @@ class Lifecycle:
         return event(tenant, "merged", target, version, reason) if new else None
 
     def expire(self, pipe, tenant: str, fact: Fact, version: int, reason: str) -> FactEvent:
-        """Its time in memory is over (a TTL): no edge, no longer used by queries."""
+        """Its time in memory is over (a TTL): no edge, no longer used by queries. Not final: a
+        passage extracted later that says it again brings it back (the detector admits it like a
+        new fact, and it holds until that passage's support lapses)."""
         if fact.status == "active":
             self._unlink(pipe, tenant, fact, version)
         self._stage(pipe, tenant, fact, status="expired", expired_at=time.time(), reason=reason)

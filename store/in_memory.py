@@ -68,6 +68,8 @@ class _Tenant:
     changes: list[tuple[str, int, EdgeChange]] = field(default_factory=list)  # the graph log: (id, graph version, change)
     changes_added: int = 0
     graph_version: int = 0
+    lapses: dict[str, dict[str, str]] = field(default_factory=dict)  # fact id → {passage id: lapse ('' never)}
+    expiry: dict[str, float] = field(default_factory=dict)  # the expiry index: fact id → expires_at
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
 
 
@@ -514,6 +516,32 @@ class InMemoryStore:
                 return None
             entries = t.changes[position + 1 : position + 1 + count]
         return [(entry_id, change) for entry_id, _, change in entries]
+
+    # ---- time in memory: TTLs and the expiry index ------------------------------------------------------
+    def stage_fact_lapse(self, pipe, tenant: str, fact_id: str, passage_id: str, lapses_at: float | None) -> None:
+        t, lapse = self._tenant(tenant), "" if lapses_at is None else repr(float(lapses_at))
+
+        def write() -> None:  # Memory's _RECORD_LAPSE
+            lapses = t.lapses.setdefault(fact_id, {})
+            lapses[passage_id] = lapse
+            latest = "" if "" in lapses.values() else max(lapses.values(), key=float)
+            self._hset(tenant, "facts", fact_id, {"expires_at": latest})
+            if latest:
+                t.expiry[fact_id] = float(latest)
+            else:
+                t.expiry.pop(fact_id, None)
+
+        self._stage(pipe, write)
+
+    async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:
+        expiry = self._tenant(tenant).expiry
+        return sorted(((fid, at) for fid, at in expiry.items() if at <= now), key=lambda x: (x[1], x[0]))[:limit]
+
+    def stage_expiry_done(self, pipe, tenant: str, fact_id: str) -> None:
+        self._stage(pipe, lambda: self._tenant(tenant).expiry.pop(fact_id, None))
+
+    async def tenants(self) -> list[str]:
+        return sorted(self._tenants_with_outboxes)
 
     # ---- whole layers ------------------------------------------------------------------------------------
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:

@@ -174,6 +174,17 @@ class TenantKeys:
     def outbox_sweep_lock(self) -> str:
         return f"{self.base}:outboxes:sweeping"
 
+    # time in memory: TTLs (store.memory.Memory.stage_fact_lapse)
+    def fact_lapses(self, fact_id: str) -> str:
+        """Hash: supporting passage id → when its support lapses (system time; '' never)."""
+        return f"{self.base}:factlapse:{fact_id}"
+
+    @property
+    def expiry(self) -> str:
+        """Sorted set of fact ids by `expires_at` (facts that never lapse are not in it): where
+        the expiry sweep finds lapsed facts without scanning."""
+        return f"{self.base}:expiry"
+
     def cardinality_flip(self, mark: str) -> str:
         """Set when the message behind `mark` flipped a relation's cardinality verdict, so its
         redelivery spawns the same re-adjudications."""

@@ -116,6 +116,22 @@ end
 return 0
 """
 
+# A passage's support for a fact lapses at ARGV[3] ('' never); the fact holds until the latest
+# lapse of its passages, for ever if one never lapses: written to the fact and the expiry index.
+# KEYS: the fact's lapses, the fact, the expiry index. ARGV: fact id, passage id, lapse.
+_RECORD_LAPSE = """
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+local latest, latest_at = nil, nil
+for _, lapse in ipairs(redis.call('HVALS', KEYS[1])) do
+  if lapse == '' then latest = '' break end
+  local at = tonumber(lapse)
+  if latest_at == nil or at > latest_at then latest, latest_at = lapse, at end
+end
+redis.call('HSET', KEYS[2], 'expires_at', latest)
+if latest == '' then redis.call('ZREM', KEYS[3], ARGV[1]) else redis.call('ZADD', KEYS[3], latest, ARGV[1]) end
+return latest
+"""
+
 def _eval(pipe, script: str, keys: list, args: list) -> None:
     # EVAL (not EVALSHA) inside MULTI: a missing script cache cannot fail the transaction
     pipe.eval(script, len(keys), *keys, *args)
@@ -626,6 +642,29 @@ class Memory:
             pipe.set(keys.graph_nodes_complete, 1)
             await pipe.execute()
         return sorted(m.decode() for m in await self.redis.smembers(keys.graph_nodes))
+
+    # ---- time in memory: TTLs and the expiry index (workers.stages.expiry sweeps it) ----------
+    def stage_fact_lapse(self, pipe, tenant: str, fact_id: str, passage_id: str, lapses_at: float | None) -> None:
+        """A passage supports the fact until `lapses_at` (None: for ever); the fact's
+        `expires_at` and its place in the expiry index follow (_RECORD_LAPSE). Stage after
+        stage_new_fact."""
+        keys = self.keys(tenant)
+        _eval(pipe, _RECORD_LAPSE, [keys.fact_lapses(fact_id), keys.fact(fact_id), keys.expiry],
+              [fact_id, passage_id, "" if lapses_at is None else repr(float(lapses_at))])
+
+    async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:
+        """(fact id, expires_at) of the tenant's facts whose TTL lapsed by `now`, earliest first."""
+        rows = await self.redis.zrangebyscore(self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True)
+        return [(fid.decode(), float(at)) for fid, at in rows]
+
+    def stage_expiry_done(self, pipe, tenant: str, fact_id: str) -> None:
+        """The sweep saw the fact's lapse through: out of the expiry index (a passage that
+        supports it later puts it back)."""
+        pipe.zrem(self.keys(tenant).expiry, fact_id)
+
+    async def tenants(self) -> list[str]:
+        """Every tenant that committed a message (commit_once registers it): where to sweep."""
+        return sorted(raw.decode() for raw in await self.redis.smembers(TENANTS_WITH_OUTBOXES))
 
     async def _scan_suffixes(self, prefix: str) -> list[str]:
         out = []

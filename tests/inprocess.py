@@ -235,10 +235,14 @@ class InProcess:
     async def query(self, text: str, top_k: int = 5, **body) -> dict:
         """What `POST /v1/query` answers (without the answer generation): the query worker's
         QueryEngine over this memory, with this harness's embedder."""
+        request = QueryRequest.from_json({"query": text, "tenant": self.tenant, "top_k": top_k, **body}, self.tenant, top_k)
+        return await self.query_engine().answer(request)
+
+    def query_engine(self) -> QueryEngine:
+        """The query worker's QueryEngine over this memory, with this harness's embedder (made once)."""
         if self._engine is None:
             self._engine = QueryEngine(self.memory, self.embedder)
-        request = QueryRequest.from_json({"query": text, "tenant": self.tenant, "top_k": top_k, **body}, self.tenant, top_k)
-        return await self._engine.answer(request)
+        return self._engine
 
     async def close(self) -> None:
         if self._engine is not None:

@@ -71,6 +71,8 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
             _register_agent(app, role, topics[suffix], suffix, pipeline)
     if roles & set(ROLE_TOPICS):
         _register_outbox_sweep(app, settings, pipeline)
+    if "resolver" in roles:
+        _register_expiry_sweep(app, settings, pipeline)
     if "query" in roles:
         _serve_query_api(app, settings, embedder, http_socket)
     return app
@@ -161,6 +163,25 @@ def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
             except Exception as exc:  # Redis or Kafka away: the next round tries again
                 log.warning("outbox sweep failed (%s: %s); next try in %.0fs", type(exc).__name__, exc, settings.outbox_sweep_interval)
             await asyncio.sleep(settings.outbox_sweep_interval)
+
+
+def _register_expiry_sweep(app: faust.App, settings: Settings, pipeline: Pipeline) -> None:
+    """Expire facts whose TTL lapsed (Pipeline.expire_lapsed), every expiry_sweep_interval
+    seconds. In the resolver workers: every deployment has one, it is not the extractor's
+    model-bound loop, and the sweep's work is the resolver's kind — fact transitions and the
+    groups they make worth deciding again. Two resolvers sweep at once safely (one commit per
+    fact and lapse); queries leave out lapsed facts before the sweep reaches them."""
+
+    @app.task
+    async def sweep_expired():
+        while True:
+            await asyncio.sleep(settings.expiry_sweep_interval)
+            try:
+                expired = await pipeline.expire_lapsed()
+                if expired:
+                    log.info("expiry sweep: %d facts expired", expired)
+            except Exception as exc:  # Redis or Kafka away: the next round tries again
+                log.warning("expiry sweep failed (%s: %s); next try in %.0fs", type(exc).__name__, exc, settings.expiry_sweep_interval)
 
 
 def _serve_query_api(app: faust.App, settings: Settings, embedder, sock: socket.socket | None) -> None:

@@ -10,6 +10,10 @@ topic, each a module of workers/stages built from one StageContext.
                                              act:{fact id}:{chunk id} (promoted)   candidate-facts (promotions)
     conflict-sets    stages/resolver.py      its work id: res:duplicate:… adj:…    indexed-facts, conflict-sets
 
+Not fed by a topic: the expiry sweep (stages/expiry.py, mark exp:{fact id}:{expires_at}) expires
+facts whose TTL lapsed — `expire_lapsed`, run on a timer by the resolver workers — with events on
+indexed-facts and groups to decide again on conflict-sets.
+
 Any stage: a message that cannot be decoded or keeps failing goes to `dlq` (the envelope).
 workers/app.py runs each role's agents over `Pipeline.process`; tests/inprocess.py routes the
 outgoing messages to the next stage itself.
@@ -26,6 +30,7 @@ from workers.settings import Settings
 from workers.stages.chunker import ChunkerStage
 from workers.stages.context import StageContext
 from workers.stages.detector import DetectorStage
+from workers.stages.expiry import ExpirySweep
 from workers.stages.extractor import ExtractorStage
 from workers.stages.resolver import ResolverStage
 
@@ -46,6 +51,7 @@ class Pipeline:
             settings=settings, memory=memory, lifecycle=Lifecycle(memory), once=self.envelope.once,
             embedder=embedder, extractor=extractor, resolver_llm=resolver_llm,
         )
+        self.expiry = ExpirySweep(context)
         self.handlers.update({
             "documents": ChunkerStage(context).handle,
             "chunks": ExtractorStage(context).handle,
@@ -56,6 +62,11 @@ class Pipeline:
     async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
         """Handle one message to the end (Envelope.process); returns only then, so the caller may ack."""
         await self.envelope.process(topic, key, value, partition, offset)
+
+    async def expire_lapsed(self, now: float | None = None, tenants: list[str] | None = None) -> int:
+        """Expire the facts whose TTL lapsed by `now` (workers.stages.expiry) in `tenants`
+        (default: all); returns how many."""
+        return await self.expiry.run(now, tenants)
 
     async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
         return await self.envelope.publish_unsent_outboxes(grace_s)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from topics import Topics
 from workers.algorithms.reconstruction import DEFAULT_BUDGET
+from workers.algorithms.expiry import parse_ttl_setting
 
 
 def _home() -> Path:
@@ -62,6 +63,9 @@ class Settings:
     reconstruct_steps: int = DEFAULT_BUDGET.steps
     reconstruct_passages: int = DEFAULT_BUDGET.passages
     reconstruct_tokens: int = DEFAULT_BUDGET.tokens
+    # ---- time in memory (workers.algorithms.expiry) ----
+    ttl_seconds: str = ""  # per fact category: "TOOL_FAILURE=86400,DECLARATIVE=0" (0 or absent: never expires)
+    expiry_sweep_interval: float = 60.0  # seconds between sweeps that expire lapsed facts (resolver workers)
 
     def __post_init__(self):
         if not self.kafka_bootstrap:
@@ -83,6 +87,17 @@ class Settings:
             raise ValueError(f"MEMSTREAM_ROUTER={self.router!r}: expected similarity or llm")
         if self.query_max_inflight < 1 or not self.redis_pool_timeout > 0:
             raise ValueError("MEMSTREAM_QUERY_MAX_INFLIGHT must be >= 1 and MEMSTREAM_REDIS_POOL_TIMEOUT > 0")
+        self._check_time_settings()
+
+    def _check_time_settings(self) -> None:
+        object.__setattr__(self, "_category_ttls", parse_ttl_setting(self.ttl_seconds))  # ValueError naming the setting
+        if not self.expiry_sweep_interval > 0:
+            raise ValueError("MEMSTREAM_EXPIRY_SWEEP_INTERVAL must be > 0")
+
+    @property
+    def category_ttls(self) -> dict[str, int]:
+        """MEMSTREAM_TTL_SECONDS as {category: seconds}, validated at start."""
+        return dict(self._category_ttls)
 
     def on(self, switch: str) -> bool:
         return getattr(self, switch) == "on"

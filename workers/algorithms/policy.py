@@ -78,6 +78,7 @@ class Decision:
     reason: str
     qualifiers: dict = field(default_factory=dict)
     evidence: tuple[str, ...] = ()  # passage ids the decision relies on
+    excluded_by: str = ""  # an invalid fact's: the fact that excluded it
 
 
 def rank_key(f: GroupFact):
@@ -104,7 +105,7 @@ def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> d
                 "invalid", "mutual_exclusion",
                 f"excluded by {blocker.id} ({blocker.support} vs {f.support} supporting passages"
                 f"{', newer document' if blocker.support == f.support and blocker.doc_version > f.doc_version else ''})",
-                evidence=blocker.passage_ids + f.passage_ids,
+                evidence=blocker.passage_ids + f.passage_ids, excluded_by=blocker.id,
             )
         else:
             kept.append(f)

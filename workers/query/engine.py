@@ -29,6 +29,7 @@ from store.keys import entity_node, node_id, passage_node
 from topics import ContractError, validate_tenant
 from workers import metrics
 from workers.query.graph_cache import GraphCache
+from workers.algorithms.expiry import parse_as_of, was_valid
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
 from workers.algorithms.reconstruction import Budget
@@ -39,7 +40,8 @@ MAX_TOP_K = 100
 MODES = ("ppr", "dense", "reconstruct")
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
-FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at"]
+FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at", "expires_at"]
+AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES = 4, 400  # facts KNN reads for an as_of query, before the time filter
 REDIS_CALLS_PER_QUERY = 4  # Redis commands one query has in flight at once (three KNNs and the graph catch-up)
 
 
@@ -104,6 +106,7 @@ class QueryRequest:
     params: RetrievalParams = RetrievalParams()
     answer: bool = False
     budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
+    as_of: float | None = None  # seconds since the epoch: answer from the facts valid then (see _facts_as_of)
 
     @classmethod
     def from_bytes(cls, raw: bytes, default_tenant: str, default_top_k: int, defaults: RetrievalParams = RetrievalParams()) -> "QueryRequest":
@@ -140,7 +143,7 @@ class QueryRequest:
         except ValueError as exc:
             raise ContractError(str(exc)) from None
         budget = _budget(body, mode)
-        return cls(query, tenant, top_k, mode, params, generate, budget)
+        return cls(query, tenant, top_k, mode, params, generate, budget, _as_of(body))
 
 
 def _budget(body: dict, mode: str) -> Budget | None:
@@ -160,6 +163,7 @@ class QueryEngine:
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
         self.reconstructor = reconstructor or Reconstructor(memory, embedder)
+        self.clock = time.time  # the time a fact's TTL is compared with (tests set it)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
         # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
         # the graph's cached matrix in place (`Transition.scale`), and more threads would only
@@ -174,7 +178,7 @@ class QueryEngine:
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)
         elif request.mode == "reconstruct":
-            result = await self.reconstructor.answer(request, vector, self._facts, timings)
+            result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings)
         else:
             result = await self._ppr(request, vector, timings)
         timings["total"] = _ms(started)
@@ -186,7 +190,7 @@ class QueryEngine:
         t = time.perf_counter()
         passages, facts, entities, version = await asyncio.gather(
             self.memory.knn(request.tenant, "passages", vector, request.top_k, ["doc_id"]),
-            self._facts(request.tenant, vector, request.params.layer_k),
+            self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
             self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
             self.memory.graph_version(request.tenant),
         )
@@ -207,7 +211,7 @@ class QueryEngine:
             self.graphs.current(tenant),
             asyncio.gather(
                 self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}),
-                self._facts(tenant, vector, params.layer_k),
+                self._facts(tenant, vector, params.layer_k, as_of=request.as_of),
                 self.memory.knn(tenant, "passages", vector, params.layer_k, ["doc_id"]),
             ),
         )
@@ -274,11 +278,38 @@ class QueryEngine:
             self._results.popitem(last=False)
         return result
 
-    async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None):
-        """Active facts nearest the query (and matching `where`'s tags); expired ones contribute nothing."""
+    async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None, as_of: float | None = None):
+        """The facts nearest the query (and matching `where`'s tags) that hold: active and their
+        TTL not lapsed (before the expiry sweep gets to them); invalidated, merged and expired
+        facts weigh nothing. With `as_of`: the facts valid then (_facts_as_of)."""
+        if as_of is not None:
+            return await self._facts_as_of(tenant, vector, k, as_of, where)
         hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {**(where or {}), "status": "active"})
-        now = time.time()
-        return [h for h in hits if not (h.fields.get("expired_at") and float(h.fields["expired_at"]) <= now)]
+        now = self.clock()
+        return [h for h in hits if not (h.fields.get("expires_at") and float(h.fields["expires_at"]) <= now)]
+
+    def _fact_search(self, request: QueryRequest):
+        """The fact search a reconstruct walk uses: this engine's, at the request's as_of."""
+        if request.as_of is None:
+            return self._facts
+        return lambda tenant, vector, k, where=None: self._facts(tenant, vector, k, where, request.as_of)
+
+    async def _facts_as_of(self, tenant: str, vector, k: int, as_of: float, where: dict[str, str] | None = None):
+        """The `k` facts nearest the query among those valid at `as_of`, whatever their status
+        now (a fact invalidated since was valid then). The rule (workers.algorithms.expiry
+        .was_valid), per end of a fact's span: its event time when known — from `valid_at`
+        (else `valid_from`, which for a conversation turn defaults to the turn's time) up to,
+        not including, `invalid_at` (else `valid_to`) — else its transaction time, from
+        `created_at` up to `expired_at`; a fact never activated was never valid. An invalidated
+        fact ends where the fact that excluded it begins. The walk runs over today's graph,
+        seeded by these facts. Fact KNN is filtered after the search: it reads AS_OF_OVERFETCH×k
+        candidates."""
+        hits = await self.memory.knn(tenant, "facts", vector, min(k * AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES), FACT_FIELDS, where)
+        facts = await self.memory.facts(tenant, [h.id for h in hits])
+        valid = [h for h, f in zip(hits, facts) if f is not None and was_valid(
+            as_of, event_start=f.event_start, event_end=f.event_end, created_at=f.created_at, expired_at=f.expired_at,
+            entered_memory=f.status not in ("new", "pending"))]
+        return valid[:k]
 
 
 @dataclass(frozen=True)
@@ -302,6 +333,16 @@ def _passage_json(row: dict, score: float) -> dict:
     """A ranked passage in a query response: the stored passage (text as published, doc_id,
     metadata with turn_id/dia_id, context line) with its score."""
     return {"id": row["id"], "doc_id": row["doc_id"], "text": row["text"], "metadata": row["metadata"], "context": row["context"], "score": score}
+
+
+def _as_of(body: dict) -> float | None:
+    """The request's "as_of" (an ISO 8601 time) as seconds since the epoch; None when absent."""
+    if body.get("as_of") is None:
+        return None
+    try:
+        return parse_as_of(body["as_of"])
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
 
 
 def _fact_json(hit) -> dict:

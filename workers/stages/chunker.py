@@ -9,8 +9,9 @@ from __future__ import annotations
 from topics import Chunk, Document
 from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
+from workers.algorithms.expiry import document_ttls
 from workers.algorithms.turns import turn_context, when_of
-from workers.envelope import Emit
+from workers.envelope import Emit, PermanentError
 from workers.stages.context import Stage
 
 
@@ -50,6 +51,10 @@ def pieces_of(doc: Document, context: str, window: int, overlap: int) -> list[Te
 
 class ChunkerStage(Stage):
     async def handle(self, doc: Document) -> None:
+        try:  # refused here, before any chunk: the dead letter names the document and the field
+            document_ttls(doc.metadata)
+        except ValueError as exc:
+            raise PermanentError(f"document {doc.doc_id}: {exc}") from None
         doc_hash = content_hash(doc.text)
         context = context_of(doc)
         pieces = pieces_of(doc, context, self.settings.chunk_tokens, self.settings.chunk_overlap)

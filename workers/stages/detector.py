@@ -48,6 +48,8 @@ class DetectorStage(Stage):
             fact = await self.memory.fact(tenant, fid)
             if fact is None:
                 raise PermanentError(f"candidate fact {fid} has no extracted record in memory (publish documents, not candidate facts)")
+            if fact.lapsed():  # its TTL is over (every passage's): nothing to admit; the expiry sweep expires it
+                return self._finish(pipe, cand, cand.work_id if cand.activation else None, [])
             if cand.activation:  # a promoted pending fact
                 outbox = await self._admit(pipe, cand, fact) if fact.status == "pending" else []
                 return self._finish(pipe, cand, cand.work_id, outbox)

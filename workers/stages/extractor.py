@@ -3,11 +3,13 @@ fact per extracted fact on `candidate-facts` (keyed for the detector: detector.c
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
+from workers.algorithms.expiry import document_ttls, lapse_time, ttl_for, turn_time
 from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
 from workers.envelope import Emit, PermanentError
 from workers.models.extraction import Entity, drop_unnamed
@@ -38,6 +40,7 @@ class ExtractorStage(Stage):
                 raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
             except LLMError as exc:
                 raise PermanentError(str(exc)) from None
+            lapse_of, said_at = self._time_of(chunk)
             names = [e.name for e in extraction.entities] + [n for t in extraction.facts for n in (t.head, t.tail)]
             canonical = await self.memory.resolve_aliases(tenant, sorted({entity_id(n) for n in names}))
             entities = {canonical[entity_id(e.name)]: e for e in extraction.entities}
@@ -47,6 +50,8 @@ class ExtractorStage(Stage):
                 if head_id == tail_id:
                     continue
                 triple = replace(triple, relation=relation)  # extractors may share their results (replay)
+                if said_at and not triple.valid_from and not triple.valid_to:  # a turn's fact holds from the turn on
+                    triple = replace(triple, valid_from=said_at)
                 facts.append((triple, head_id, tail_id))
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
@@ -70,6 +75,7 @@ class ExtractorStage(Stage):
                 fid = fact_id(head_id, triple.relation, tail_id)
                 self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
                 self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec)
+                self.memory.stage_fact_lapse(pipe, tenant, fid, chunk.chunk_id, lapse_of(triple.category))
                 candidate = CandidateFact(
                     tenant=tenant, passage_id=chunk.chunk_id, doc_id=chunk.doc_id, fact=triple, fact_index=index,
                     chunk_fact_count=len(facts), head_id=head_id, tail_id=tail_id, extractor=self.extractor.name,
@@ -82,6 +88,16 @@ class ExtractorStage(Stage):
         await self.once(tenant, extraction_mark(chunk), decide)
         if self.settings.on("sim_bridging"):
             await self._bridge_similar(tenant, chunk.chunk_id)
+
+    def _time_of(self, chunk: Chunk):
+        """(category → when this passage's support lapses (None: never), the turn's time or '').
+        TTLs: the document's metadata.ttl_seconds, else MEMSTREAM_TTL_SECONDS."""
+        try:
+            document_ttls(chunk.metadata)
+        except ValueError as exc:
+            raise PermanentError(f"chunk {chunk.chunk_id} of document {chunk.doc_id}: {exc}") from None
+        extracted_at = time.time()
+        return (lambda category: lapse_time(extracted_at, ttl_for(category, self.settings.category_ttls, chunk.metadata))), turn_time(chunk.metadata)
 
     async def _bridge_similar(self, tenant: str, chunk_id: str) -> None:
         """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge).

@@ -15,6 +15,7 @@ from dataclasses import replace
 from store import Memory
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
+from workers.algorithms.expiry import world_time
 from workers.algorithms.normalize import fact_id
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
@@ -70,6 +71,16 @@ async def containment_changed(settings: Settings, memory: Memory, cand: Candidat
     return outbox
 
 
+def superseded_at(fact: Fact, winner: Fact | None) -> str:
+    """The event time an excluded fact stops holding at: where the fact that excluded it begins,
+    when that is after its own beginning ("Ana lives in Paris" said in May, "Ana lives in
+    Berlin" in June: Paris holds until June); '' when unknown."""
+    if winner is None:
+        return ""
+    start, until = world_time(fact.event_start), world_time(winner.event_start)
+    return winner.event_start if until is not None and (start is None or start < until) else ""
+
+
 class ResolverStage(Stage):
     def __init__(self, context: StageContext):
         super().__init__(context)
@@ -114,7 +125,8 @@ class ResolverStage(Stage):
         """Decide a (head, relation) group from its content and apply the difference."""
         tenant = cand.tenant
         members = await self.memory.group(tenant, head_id, relation)
-        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged"}
+        # a lapsed fact takes no part (the expiry sweep expires it, then decides the group again)
+        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged" and not f.lapsed()}
         if not facts:
             return []
         for fact in facts.values():  # the decision rests on every member's status, not only the ones it changes
@@ -176,7 +188,8 @@ class ResolverStage(Stage):
                 if decision.qualifiers != old_qualifiers:
                     outbox.append(event_message(self.lifecycle.qualify(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
             elif decision.status == "invalid" and fact.status != "invalid":
-                outbox.append(event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                ends_at = superseded_at(fact, facts.get(decision.excluded_by))
+                outbox.append(event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told, ends_at)))
             else:
                 self.lifecycle.requalify_silently(pipe, tenant, fact, decision.qualifiers, reason)
         return outbox

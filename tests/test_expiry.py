@@ -1,0 +1,301 @@
+"""Two timelines and expiry (issue 11 item 3): TTLs per category (settings) and per document
+(metadata), the expiry sweep (one `expired` event per fact and lapse, the graph edge dropped,
+the fact gone from retrieval — before the sweep too), invalidation dropping a fact likewise,
+`as_of` answering from the facts valid then, and bad TTLs and as_of refused by name.
+
+In process (tests/inprocess.py, InMemoryStore): no stack needed."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from store.keys import entity_node
+from topics import ContractError
+from topics.records import Triple
+from store.in_memory import InMemoryStore
+from tests.inprocess import DIMS, InProcess
+from tests.test_query_bounds import NO_REDIS, GatedEmbedder, post, serve
+from workers.algorithms.expiry import document_ttls, parse_ttl_setting, was_valid, world_time
+from workers.algorithms.ppr import SparseGraph
+from workers.algorithms.retrieval import FactHit, PassageStats, RetrievalParams, seed
+from workers.models.extraction import Entity, Extraction
+from workers.query.engine import QueryRequest
+from workers.settings import Settings
+
+
+class CategoryExtractor:
+    """Test double: each text's facts as (head, relation, tail, category) tuples."""
+
+    name = "scripted"
+
+    def __init__(self, script: dict[str, list[tuple]]):
+        self.script = script
+
+    async def extract(self, text: str) -> Extraction:
+        facts = [Triple(h, r, t, "PERSON", "THING", category) for h, r, t, category in self.script[text]]
+        entities = sorted({(f.head, f.head_type) for f in facts} | {(f.tail, f.tail_type) for f in facts})
+        return Extraction([Entity(n, t) for n, t in entities], facts)
+
+
+class PrefixEmbedder:
+    """Test double: a text's vector is mostly that of its first three words, so "Ana lives in
+    Paris", "Ana lives in Berlin" and the query "Ana live in" are near (cosine ≈ 0.9) and
+    texts with other beginnings are not (≈ 0)."""
+
+    dims = DIMS
+
+    @staticmethod
+    def _vector(text: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        return np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        rows = []
+        for text in texts:
+            vector = self._vector(" ".join(text.split()[:3]).lower()) + 0.3 * self._vector(text)
+            rows.append(vector / np.linalg.norm(vector))
+        return np.vstack(rows)
+
+
+TOOL = ("booking api", "returned", "ROOM_UNAVAILABLE", "TOOL_FAILURE")
+HOME = ("Ana", "lives in", "Madrid", "DECLARATIVE")
+TEXTS = {
+    "tool": "The booking API returned HTTP 409 ROOM_UNAVAILABLE. Ana lives in Madrid.",
+    "a": "Note A: Ana lives in Madrid.",
+    "b": "Note B: Ana lives in Madrid.",
+    "c": "Note C: Ana lives in Madrid.",
+    "paris": "I live in Paris.",
+    "berlin": "I moved: I live in Berlin now.",
+}
+SCRIPT = {TEXTS["tool"]: [TOOL, HOME], TEXTS["a"]: [HOME], TEXTS["b"]: [HOME], TEXTS["c"]: [HOME],
+          TEXTS["paris"]: [("Ana", "lives in", "Paris", "DECLARATIVE")], TEXTS["berlin"]: [("Ana", "lives in", "Berlin", "DECLARATIVE")]}
+MAY_8, JUNE_10 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp(), datetime(2023, 6, 10, 9, 0, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.fixture(params=["in-memory", "redis"])
+def redis_url(request) -> str | None:
+    """Each scenario over both stores: InMemoryStore, and Redis's Memory on the test stack."""
+    return request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"] if request.param == "redis" else None
+
+
+def harness(redis_url: str | None = None, **settings) -> InProcess:
+    return InProcess(redis_url, CategoryExtractor(SCRIPT), PrefixEmbedder(), tau=1, **settings)
+
+
+async def sweep(ip: InProcess, now: float) -> int:
+    """The expiry sweep at `now`: over every tenant in process; on the shared stack's Redis only
+    over this test's (others' tenants are there too)."""
+    return await ip.pipeline.expire_lapsed(now=now, tenants=None if isinstance(ip.memory, InMemoryStore) else [ip.tenant])
+
+
+async def fact_named(ip: InProcess, head: str, tail: str):
+    found = [f for f in (await ip.facts()).values() if (f.head, f.tail) == (head, tail)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+async def fact_edge(ip: InProcess, fact) -> float:
+    """The weight of the fact edge between the fact's entities (0: none)."""
+    head, tail = entity_node(fact.head_id), entity_node(fact.tail_id)
+    async for edges in ip.memory.adjacency(ip.tenant, [head, tail]):
+        for edge in edges:
+            if edge.kind == "fact" and {edge.a, edge.b} == {head, tail}:
+                return edge.weight
+    return 0.0
+
+
+def used(answer: dict) -> set[str]:
+    """The fact ids a query answer used: its facts and its seeds."""
+    return {f["id"] for f in answer["facts"]} | {f["id"] for f in answer.get("seeds", {}).get("facts", [])}
+
+
+def events_of(ip: InProcess, fact_id: str, kind: str) -> list[dict]:
+    return [e for e in ip.events() if e["fact_id"] == fact_id and e["event"] == kind]
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_from_retrieval(redis_url):
+    async def scenario():
+        ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60,DECLARATIVE=0")
+        try:
+            before = time.time()
+            await ip.publish("tool", TEXTS["tool"])
+            tool, home = await fact_named(ip, "booking api", "ROOM_UNAVAILABLE"), await fact_named(ip, "Ana", "Madrid")
+            assert tool.status == home.status == "active" and home.expires_at is None
+            assert before + 60 <= tool.expires_at <= time.time() + 60
+            assert tool.id in used(await ip.query(tool.text)) and await fact_edge(ip, tool) == 1.0
+
+            # lapsed, not swept yet: queries already leave it out
+            ip.query_engine().clock = lambda: tool.expires_at + 1
+            assert tool.id not in used(await ip.query(tool.text)) and tool.id not in used(await ip.query(tool.text, mode="dense"))
+            assert await sweep(ip, tool.expires_at - 1) == 0  # not lapsed then: nothing to do
+
+            # the sweep: one expired event, no edge; twice, or two at once: still one
+            lapsed_by = tool.expires_at + 1
+            assert await sweep(ip, lapsed_by) == 1
+            assert await sweep(ip, lapsed_by) == 0
+            await asyncio.gather(sweep(ip, lapsed_by + 5), sweep(ip, lapsed_by + 5))
+            [expired] = events_of(ip, tool.id, "expired")
+            assert expired["fact"]["status"] == "expired" and "TTL lapsed" in expired["reason"]
+            stored = await ip.memory.fact(ip.tenant, tool.id)
+            assert stored.status == "expired" and stored.expired_at and await fact_edge(ip, tool) == 0.0
+            ip.query_engine().clock = time.time
+            assert tool.id not in used(await ip.query(tool.text)) and tool.id not in used(await ip.query(tool.text, mode="dense"))
+            # the DECLARATIVE fact of the same passage never lapses
+            assert (await ip.memory.fact(ip.tenant, home.id)).status == "active" and home.id in used(await ip.query(home.text))
+            assert await ip.memory.lapsed_facts(ip.tenant, lapsed_by + 10**9) == []
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_a_document_ttl_from_metadata_and_the_latest_lapse_of_several_passages(redis_url):
+    async def scenario():
+        ip = harness(redis_url, ttl_seconds="DECLARATIVE=100000")
+        try:
+            await ip.publish("a", TEXTS["a"], metadata={"ttl_seconds": 30})
+            home = await fact_named(ip, "Ana", "Madrid")
+            assert home.expires_at == pytest.approx(home.created_at + 30, abs=5)  # the document's TTL, not the setting's
+            await ip.publish("b", TEXTS["b"], metadata={"ttl_seconds": {"DECLARATIVE": 600, "TOOL_FAILURE": 5}})
+            held = (await fact_named(ip, "Ana", "Madrid")).expires_at
+            assert held == pytest.approx(home.created_at + 600, abs=5)  # supported by both: until the later lapse
+            assert await sweep(ip, home.expires_at + 1) == 0  # the first passage alone lapsed
+            assert await sweep(ip, held + 1) == 1
+            assert len(events_of(ip, home.id, "expired")) == 1
+
+            # said again after it expired: back in memory, until the new passage's support lapses (never: no TTL)
+            await ip.publish("c", TEXTS["c"], metadata={"ttl_seconds": {"DECLARATIVE": 0}})
+            back = await fact_named(ip, "Ana", "Madrid")
+            assert back.status == "active" and back.expires_at is None and await fact_edge(ip, back) == 1.0
+            assert [e["event"] for e in ip.events() if e["fact_id"] == home.id][-1] == "activated"
+            assert home.id in used(await ip.query(home.text))
+            assert await sweep(ip, held + 10**6) == 0
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_invalidation_drops_the_fact_and_as_of_answers_with_the_fact_valid_then(redis_url):
+    async def scenario():
+        ip = harness(redis_url)
+        try:
+            await ip.publish("paris", TEXTS["paris"], speaker="Ana", ts=MAY_8)
+            await ip.publish("berlin", TEXTS["berlin"], speaker="Ana", ts=JUNE_10)
+            paris, berlin = await fact_named(ip, "Ana", "Paris"), await fact_named(ip, "Ana", "Berlin")
+            # a turn's fact holds from the turn on; the excluded one until the other begins
+            assert (paris.valid_from, berlin.valid_from) == ("2023-05-08T13:56:00Z", "2023-06-10T09:00:00Z")
+            assert paris.status == "invalid" and paris.invalid_at == berlin.valid_from and berlin.status == "active"
+            [invalidated] = events_of(ip, paris.id, "invalidated")
+            assert invalidated["fact"]["status"] == "invalid"
+            assert await fact_edge(ip, paris) == 0.0 and await fact_edge(ip, berlin) == 1.0
+
+            for mode in ("ppr", "dense", "reconstruct"):
+                now = await ip.query("Ana live in", mode=mode)
+                assert berlin.id in used(now) and paris.id not in used(now), mode
+                assert paris.id not in used(await ip.query(paris.text, mode=mode))
+                then = await ip.query("Ana live in", mode=mode, as_of="2023-05-20T12:00:00Z")
+                assert used(then) == {paris.id}, mode
+                assert used(await ip.query("Ana live in", mode=mode, as_of="2023-07-01")) == {berlin.id}
+                assert used(await ip.query("Ana live in", mode=mode, as_of="2023-01-01")) == set()
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_the_sweep_decides_again_when_the_resolver_changes_the_fact_under_it(redis_url):
+    async def scenario():
+        ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60")
+        try:
+            await ip.publish("tool", TEXTS["tool"])
+            tool = await fact_named(ip, "booking api", "ROOM_UNAVAILABLE")
+            bump, raced = ip.memory.bump_graph_version, []
+
+            async def bump_and_race(tenant):  # the sweep has read the fact active: another stage invalidates it now
+                if not raced:
+                    raced.append(True)
+                    pipe, fact = ip.memory.pipeline(), await ip.memory.fact(tenant, tool.id)
+                    ip.pipeline.expiry.lifecycle.invalidate(pipe, tenant, fact, await bump(tenant), {}, "excluded meanwhile")
+                    await pipe.execute()
+                return await bump(tenant)
+
+            ip.memory.bump_graph_version = bump_and_race
+            assert await sweep(ip, tool.expires_at + 1) == 1
+            stored = await ip.memory.fact(ip.tenant, tool.id)
+            assert raced and stored.status == "expired" and await fact_edge(ip, tool) == 0.0
+            [expired] = events_of(ip, tool.id, "expired")
+            assert expired["reason"].startswith("TTL lapsed")
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("category", ["HARD_CONSTRAINT", "REJECTED_OPTION"])
+def test_constraints_and_rejections_keep_the_boost(category):
+    graph = SparseGraph()
+    for node in ("e:a", "e:b", "e:c", "e:d"):
+        graph.node(node)
+    facts = [FactHit("f1", "e:a", "e:b", 0.8, category), FactHit("f2", "e:c", "e:d", 0.8, "DECLARATIVE")]
+    seeds = seed(graph, PassageStats(), {}, 1, facts, [], [], RetrievalParams())
+    assert seeds.entities["e:a"] == pytest.approx(1.35 * seeds.entities["e:c"])
+
+
+def test_bad_ttls_are_refused_by_name():
+    with pytest.raises(ValueError, match="MEMSTREAM_TTL_SECONDS: unknown fact category 'TOOL'"):
+        Settings.from_env({"MEMSTREAM_TTL_SECONDS": "TOOL=5"})
+    with pytest.raises(ValueError, match="MEMSTREAM_TTL_SECONDS: TOOL_FAILURE='soon'"):
+        Settings.from_env({"MEMSTREAM_TTL_SECONDS": "TOOL_FAILURE=soon"})
+    assert Settings.from_env({"MEMSTREAM_TTL_SECONDS": " TOOL_FAILURE=86400, DECLARATIVE=0 "}).category_ttls == {"TOOL_FAILURE": 86400, "DECLARATIVE": 0}
+    assert parse_ttl_setting("") == {}
+    with pytest.raises(ValueError, match=r"metadata.ttl_seconds must be a whole number"):
+        document_ttls({"ttl_seconds": "1d"})
+    with pytest.raises(ValueError, match=r"metadata.ttl_seconds.DECLARATIVE must be"):
+        document_ttls({"ttl_seconds": {"DECLARATIVE": -1}})
+
+    async def scenario():
+        ip = harness()
+        try:
+            await ip.publish("a", TEXTS["a"], metadata={"ttl_seconds": {"SOMETIMES": 5}})
+            [letter] = ip.dead_letters()
+            assert "document a: metadata.ttl_seconds: unknown fact category 'SOMETIMES'" in letter["error"]
+            assert await ip.facts() == {}
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_bad_as_of_is_a_400_naming_the_field():
+    with pytest.raises(ContractError, match="'as_of' is 'yesterday', not an ISO 8601 time"):
+        QueryRequest.from_json({"query": "x", "as_of": "yesterday"}, "default", 5)
+    with pytest.raises(ContractError, match="'as_of' must be an ISO 8601 time"):
+        QueryRequest.from_json({"query": "x", "as_of": 1683554160}, "default", 5)
+    assert QueryRequest.from_json({"query": "x", "as_of": "2023-05-08T13:56:00Z"}, "default", 5).as_of == MAY_8
+
+    async def requests(client):
+        return await post(client, b'{"query": "x", "as_of": "last May"}')
+
+    embedder = GatedEmbedder()
+    status, _, answer = serve(Settings(redis_url=NO_REDIS), embedder, requests)
+    assert status == 400 and "'as_of' is 'last May', not an ISO 8601 time" in answer["error"] and embedder.calls == 0
+
+
+def test_the_as_of_rule_reads_event_time_when_known_else_transaction_time():
+    may, june = world_time("2023-05"), world_time("2023-06")
+    event = dict(event_start="2023-05", event_end="2023-05", created_at=june + 10**7, expired_at=None, entered_memory=True)
+    assert was_valid(may + 1, **event) and not was_valid(june, **event)  # "2023-05" ends when June begins
+    system = dict(event_start="", event_end="", created_at=may, expired_at=june, entered_memory=True)
+    assert was_valid(may, **system) and not was_valid(june, **system) and not was_valid(may - 1, **system)
+    assert not was_valid(may, **{**system, "entered_memory": False})

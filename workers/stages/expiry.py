@@ -1,0 +1,75 @@
+"""The expiry sweep: facts whose TTL lapsed leave memory with an `expired` event on
+`indexed-facts` and their graph edge dropped; a single-valued group that loses an active fact
+this way is decided again (a fact it had excluded may hold now).
+
+No topic feeds it: workers.app runs `Pipeline.expire_lapsed` every MEMSTREAM_EXPIRY_SWEEP_INTERVAL
+seconds in the resolver workers (tests call it directly). Each lapsed fact is expired through the
+envelope's effectively-once commit under the mark `exp:{fact id}:{expires_at}`: two workers that
+sweep at once commit it once (the other publishes that outbox or skips), a sweep that dies after
+its commit is finished by the outbox sweep, and a stage that changes the fact meanwhile (the
+resolver, a new supporting passage that moves `expires_at`) makes the commit fail on the fact's
+status check and the sweep decide again.
+"""
+
+from __future__ import annotations
+
+import time
+
+from topics import CandidateFact
+from workers.envelope import Emit, event_message
+from workers.stages.context import Stage
+from workers.stages.resolver import adjudication
+
+SWEEP_BATCH = 500  # lapsed facts read from the index at once
+GONE = ("merged", "expired", "retracted")  # no longer in memory: nothing to expire
+
+
+def expiry_mark(fact_id: str, expires_at: float) -> str:
+    """Done mark: one per fact and lapse (a fact that regains support lapses again later)."""
+    return f"exp:{fact_id}:{expires_at!r}"
+
+
+class ExpirySweep(Stage):
+    async def run(self, now: float | None = None, tenants: list[str] | None = None) -> int:
+        """Expire every fact whose TTL lapsed by `now` (default: the time now) in `tenants`
+        (default: every tenant); returns how many were expired (by this sweep, or by another
+        running at the same moment)."""
+        now = time.time() if now is None else now
+        expired: set[tuple[str, str]] = set()
+        for tenant in await self.memory.tenants() if tenants is None else tenants:
+            seen = None
+            # each fact seen through leaves the index's lapsed range (expired, or its lapse moved)
+            while (lapsed := await self.memory.lapsed_facts(tenant, now, SWEEP_BATCH)) and lapsed != seen:
+                for fid, expires_at in lapsed:
+                    await self.once(tenant, expiry_mark(fid, expires_at), self._decision(tenant, fid, now, expired))
+                seen = lapsed
+        return len(expired)
+
+    def _decision(self, tenant: str, fid: str, now: float, expired: set):
+        async def decide(pipe) -> list[Emit]:
+            fact = await self.memory.fact(tenant, fid)
+            if fact is None:
+                self.memory.stage_expiry_done(pipe, tenant, fid)
+                return []
+            self.memory.expect_status(pipe, tenant, fid, fact.status)  # anything that changes it meanwhile: decide again
+            if not fact.lapsed(now):
+                return []  # a passage supports it longer now (the index already says until when)
+            self.memory.stage_expiry_done(pipe, tenant, fid)
+            if fact.status in GONE:
+                return []
+            was_active = fact.status == "active"
+            ttl_over = f"TTL lapsed at {fact.expires_at:.3f} (system time)"
+            outbox = [event_message(self.lifecycle.expire(pipe, tenant, fact, await self.memory.bump_graph_version(tenant), ttl_over))]
+            expired.add((tenant, fid))
+            if was_active and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
+                outbox.append(adjudication(_probe(tenant, fact), fact.head_id, fact.relation, f"{fid} expired",
+                                           f"expired-{fid}-{fact.expires_at!r}"))
+            return outbox
+
+        return decide
+
+
+def _probe(tenant: str, fact) -> CandidateFact:
+    """The candidate an adjudication names: the expired fact, at its first passage."""
+    return CandidateFact(tenant=tenant, passage_id=(fact.passage_ids or [fact.id])[0], doc_id="", fact=fact.triple(), fact_index=0,
+                         chunk_fact_count=1, head_id=fact.head_id, tail_id=fact.tail_id, extractor="expiry")
