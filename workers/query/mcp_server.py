@@ -20,7 +20,6 @@ so a query worker with no broker reachable still serves the other three tools.""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
 from typing import Annotated, Any
@@ -181,7 +180,6 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     """The MCP server of one tenant's memory over `engine` (and its store)."""
     tenant = validate_tenant(tenant)
     memory = engine.memory
-    request_fields = {f.name for f in dataclasses.fields(QueryRequest)}
     server = MCPServer(
         "memstream", version="1", log_level=settings.log_level.upper(),
         instructions=(f"Long-term memory of tenant {tenant!r}: past conversation turns and documents, the facts extracted from them "
@@ -202,8 +200,6 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     ) -> SearchResult:
         body: dict[str, Any] = {"query": query, "mode": mode, "top_k": top_k, "tenant": tenant}
         if as_of is not None:
-            if "as_of" not in request_fields:  # an engine without time travel must not answer as if it had
-                raise ToolError("'as_of' is not supported by this query engine")
             body["as_of"] = as_of
         try:
             request = QueryRequest.from_json(body, tenant, top_k)
