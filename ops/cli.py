@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
 
     add_drilldown_commands(sub)
 
+    mcp = sub.add_parser("mcp", help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)")
+    mcp.add_argument("--tenant", default=None, help="the one tenant this server reads and writes (default MEMSTREAM_TENANT)")
+
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
@@ -356,6 +359,7 @@ def _drill(settings: Settings, args, what: str, load, render) -> int:
 
     from store import Memory
     from store.errors import redis_unavailable
+    from workers.query import drilldown
 
     tenant = validate_tenant(args.tenant or settings.tenant)
 
@@ -374,7 +378,7 @@ def _drill(settings: Settings, args, what: str, load, render) -> int:
         print(f"memstream {what}: cannot reach Redis at {settings.redis_url} ({exc})", file=sys.stderr)
         return 1
     if found is None:
-        print(f"memstream {what}: no {what} {args.id!r} in tenant {tenant!r}", file=sys.stderr)
+        print(f"memstream {what}: {drilldown.missing(f'{what} {args.id!r}', tenant)}", file=sys.stderr)
         return 1
     sys.stdout.buffer.write(render(found))
     sys.stdout.buffer.flush()
@@ -391,6 +395,15 @@ def cmd_demo(settings: Settings, args) -> int:
     return run_demo(settings)
 
 
+def cmd_mcp(settings: Settings, args) -> int:
+    # stdout carries the protocol: every log line goes to stderr, configured before the SDK's own
+    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from workers.query.mcp_server import run_stdio
+
+    run_stdio(settings, validate_tenant(args.tenant or settings.tenant))
+    return 0
+
+
 COMMANDS = {
     "stack": cmd_stack,
     "topics": cmd_topics,
@@ -404,6 +417,7 @@ COMMANDS = {
     "demo": cmd_demo,
     "fact": cmd_fact,
     "passage": cmd_passage,
+    "mcp": cmd_mcp,
 }
 
 if __name__ == "__main__":

@@ -8,6 +8,12 @@ from __future__ import annotations
 from store.base import MemoryStore
 
 
+def missing(what: str, tenant: str) -> str:
+    """The message for a record the tenant does not have (`what`: "fact 'f1'", "passage 'p9'"):
+    the HTTP 404 body, the CLI's error and the MCP tool error say the same."""
+    return f"no {what} in tenant {tenant!r}"
+
+
 async def fact_record(memory: MemoryStore, tenant: str, fact_id: str) -> dict | None:
     """The fact (store.facts.Fact.to_json)."""
     fact = await memory.fact(tenant, fact_id)

@@ -6,7 +6,8 @@ indexing agents (`--role all`, `chunker,query`, ...) serves the same application
 faust event loop (`workers.app`), so there is one implementation of the API.
 
 Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passages/{id} (a
-record of the tenant named by ?tenant=, 404 when missing); /healthz (200 while Redis answers a
+record of the tenant named by ?tenant=, 404 when missing); /mcp (the MCP server of the tenant
+MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 while Redis answers a
 PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from topics import ContractError, validate_tenant
 from workers.models.embedding import BatchingEmbedder, make_embedder
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
-from workers.query import drilldown, http
+from workers.query import drilldown, http, mcp_server
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
 from workers.query.reconstruct import Reconstructor
@@ -70,7 +71,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
             return http.error_response(400, str(exc))
         found, what = await load(tenant)
         if found is None:
-            return http.error_response(404, f"no {what} in tenant {tenant!r}")
+            return http.error_response(404, drilldown.missing(what, tenant))
         return http.json_response(found)
 
     async def post_query(request: web.Request) -> web.Response:
@@ -129,6 +130,8 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     app.router.add_get("/v1/passages/{passage_id}", get_passage)
     app.router.add_get("/healthz", health)
     app.router.add_get("/metrics", metrics)
+    # MCP for agent frameworks: the tenant MEMSTREAM_TENANT's memory at /mcp, over this engine
+    mcp_server.mount(app, settings, engine)
     app.on_cleanup.append(close_memory)
     return app
 

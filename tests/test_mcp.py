@@ -1,0 +1,241 @@
+"""The MCP server (workers.query.mcp_server) through the official SDK's own client: over stdio
+(`memstream mcp --tenant T` as a subprocess), over streamable HTTP at /mcp of the query
+worker's address (query_app served on a port, next to /v1/query), and in process (the SDK's
+in-process client, for what needs no stack: argument errors, an unreachable Kafka, `as_of`).
+
+The memory is written by the in-process harness (tests/inprocess.py: the four stages over the
+stack's Redis, with the workers' real embedder so the server's query vectors match), then read
+by the MCP server; `remember` is read back from the documents topic with kafka-python."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from ops.stack import free_port
+from tests.conftest import ROOT
+from tests import inprocess
+from tests.inprocess import InProcess, ScriptedExtractor
+from topics import ContractError, Document, decode
+from workers.query.engine import MODES, QueryEngine, QueryRequest
+from workers.query.mcp_server import DocumentPublisher, memory_server
+from workers.settings import Settings
+
+TRIP = "The Garcia family flies from Boston to Madrid on 14 June; the whole trip must cost at most 2400 euros."
+VISA = "We won't route the Garcias through Miami: two of the passengers have no US visa, so a US transit is not an option."
+HOTEL = "Booking Hotel Prado failed: HTTP 409 ROOM_UNAVAILABLE for the nights of 14-18 June."
+NOISE = "Lucia asked whether the paella in Valencia is better than in Madrid.  \n"  # trailing bytes kept as published
+CORPUS = {"trip": TRIP, "visa": VISA, "hotel": HOTEL, "noise": NOISE}
+SCRIPT = {
+    TRIP: [("Garcia family", "flies to", "Madrid", "GROUP", "PLACE")],
+    VISA: [("Garcia family", "rejected transit via", "Miami", "GROUP", "PLACE")],
+    HOTEL: [("Hotel Prado", "returned", "ROOM_UNAVAILABLE", "HOTEL", "ERROR")],
+    NOISE: [("Lucia", "asked about", "Valencia", "PERSON", "PLACE")],
+}
+QUESTION = "Can the Garcias have a transit through Miami?"
+TOOLS = {"search_memory", "remember", "fact_evidence", "get_passage"}
+real_embedder = inprocess.real_embedder  # the fixture, registered in this module
+
+
+async def index_corpus(redis_url: str | None, embedder) -> tuple[InProcess, dict]:
+    """CORPUS through the pipeline into a fresh tenant; returns the harness and
+    {doc_id: {"passage": id, "fact": id}}."""
+    stages = InProcess(redis_url, ScriptedExtractor(SCRIPT), embedder, tau=1)
+    for doc_id, text in CORPUS.items():
+        await stages.publish(doc_id, text)
+    facts = await stages.facts()
+    written = {}
+    for doc_id, text in CORPUS.items():
+        head, _, tail = SCRIPT[text][0][:3]  # (relations are stored lemmatised: "rejects" → "reject")
+        fact = next(f for f in facts.values() if (f.head, f.tail) == (head, tail))
+        assert fact.status == "active" and len(fact.passage_ids) == 1
+        written[doc_id] = {"passage": fact.passage_ids[0], "fact": fact.id}
+    return stages, written
+
+
+async def check_tools(client: Client, tenant: str, written: dict) -> None:
+    """What every transport must answer: the four tools, a search that finds the passage asked
+    about, the drill-down with the exact published text, and bad requests as tool errors."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    assert tools["search_memory"].input_schema["required"] == ["query"]
+    assert set(tools["search_memory"].input_schema["properties"]) == {"query", "mode", "top_k", "as_of"}
+    assert tools["search_memory"].output_schema["properties"]["passages"]["type"] == "array"
+    assert tools["fact_evidence"].annotations.read_only_hint and not tools["remember"].annotations.read_only_hint
+
+    for mode in MODES:
+        found = await client.call_tool("search_memory", {"query": QUESTION, "mode": mode, "top_k": 2})
+        assert not found.is_error, found.content
+        answer = found.structured_content
+        assert answer["tenant"] == tenant and answer["mode"] == mode
+        top = answer["passages"][0]
+        assert (top["id"], top["doc_id"], top["text"]) == (written["visa"]["passage"], "visa", VISA), answer["passages"]
+        assert json.loads(found.content[0].text) == answer  # the same answer as text, for clients that read only content
+
+    evidence = await client.call_tool("fact_evidence", {"fact_id": written["visa"]["fact"]})
+    assert not evidence.is_error, evidence.content
+    fact = evidence.structured_content["fact"]
+    assert (fact["id"], fact["head"], fact["relation"], fact["tail"]) == (written["visa"]["fact"], "Garcia family", "reject transit via", "Miami")
+    assert [(p["id"], p["text"]) for p in evidence.structured_content["passages"]] == [(written["visa"]["passage"], VISA)]
+
+    passage = await client.call_tool("get_passage", {"passage_id": written["noise"]["passage"]})
+    assert not passage.is_error and passage.structured_content["text"] == NOISE and passage.structured_content["doc_id"] == "noise"
+
+    async def error(tool: str, arguments: dict) -> str:
+        result = await client.call_tool(tool, arguments)
+        assert result.is_error, result.structured_content
+        return result.content[0].text
+
+    # the messages of POST /v1/query's 400s and the drill-down routes' 404s
+    assert await error("search_memory", {"query": "  "}) == "Error executing tool search_memory: 'query' must be a non-empty string"
+    assert await error("search_memory", {"query": QUESTION, "mode": "telepathy"}) == \
+        f"Error executing tool search_memory: 'mode' must be one of {', '.join(MODES)}"
+    assert await error("search_memory", {"query": QUESTION, "top_k": 0}) == "Error executing tool search_memory: 'top_k' must be an integer from 1 to 100"
+    assert await error("get_passage", {"passage_id": "nope"}) == f"Error executing tool get_passage: no passage 'nope' in tenant '{tenant}'"
+    assert await error("fact_evidence", {"fact_id": "nope"}) == f"Error executing tool fact_evidence: no fact 'nope' in tenant '{tenant}'"
+    assert "query" in await error("search_memory", {})  # the SDK's own argument validation: the missing argument named
+    # the server still answers after the errors
+    assert not (await client.call_tool("get_passage", {"passage_id": written["trip"]["passage"]})).is_error
+
+
+def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_topic(stack_env, real_embedder):
+    from kafka import KafkaConsumer, TopicPartition
+
+    from ops.kafka_admin import ensure_topics
+
+    ns = f"t{uuid.uuid4().hex[:10]}"
+    settings = Settings.from_env(stack_env, topic_namespace=ns, partitions=1)
+    ensure_topics(settings)
+
+    async def main():
+        stages, written = await index_corpus(stack_env["MEMSTREAM_REDIS_URL"], real_embedder)
+        try:
+            env = {**stack_env, "MEMSTREAM_TOPIC_NAMESPACE": ns, "MEMSTREAM_TAU": "1", "MEMSTREAM_LOG_LEVEL": "warning"}
+            params = StdioServerParameters(command=sys.executable, args=["-m", "ops.cli", "mcp", "--tenant", stages.tenant], env=env, cwd=str(ROOT))
+            async with Client(params, read_timeout_seconds=120) as client:
+                await check_tools(client, stages.tenant, written)
+                turn = await client.call_tool("remember", {"text": "Ana: no red-eye flights, the kids need sleep.\n", "session_id": "trip-7",
+                                                           "turn": 3, "speaker": "Ana", "ts": "2025-05-08T13:56:00Z", "metadata": {"channel": "chat"}})
+                note = await client.call_tool("remember", {"text": "Prefers aisle seats."})
+                bad = await client.call_tool("remember", {"text": "no speaker", "session_id": "trip-7", "turn": 4})
+            return stages.tenant, turn, note, bad
+        finally:
+            await stages.close()
+
+    tenant, turn, note, bad = asyncio.run(main())
+    assert not turn.is_error, turn.content
+    assert turn.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
+    assert not note.is_error and note.structured_content["doc_id"].startswith("memory-")
+    assert bad.is_error and bad.content[0].text == "Error executing tool remember: remember: a turn needs a non-empty string 'speaker'"
+
+    # everything on the topic (remember returns once the broker has acked): up to its end offset
+    partition = TopicPartition(f"{ns}.documents", 0)
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        consumer.assign([partition])
+        consumer.seek_to_beginning()
+        end, records = consumer.end_offsets([partition])[partition], []
+        while consumer.position(partition) < end:
+            for batch in consumer.poll(timeout_ms=1000).values():
+                records += [(r.key.decode(), decode(Document, r.value)) for r in batch]
+    finally:
+        consumer.close()
+    assert [key for key, _ in records] == ["trip-7:3", note.structured_content["doc_id"]]  # the bad turn was never sent
+    doc = records[0][1]
+    assert (doc.tenant, doc.text, doc.session_id, doc.turn, doc.speaker) == (tenant, "Ana: no red-eye flights, the kids need sleep.\n", "trip-7", 3, "Ana")
+    assert doc.ts == 1746712560.0 and doc.metadata == {"channel": "chat", "turn_id": "3"}
+    assert records[1][1].text == "Prefers aisle seats." and records[1][1].session_id is None
+
+
+def test_streamable_http_at_mcp_on_the_query_workers_address(stack_env, real_embedder):
+    from tests.test_query_worker import call
+    from workers.query.server import query_app, serve
+
+    async def main():
+        stages, written = await index_corpus(stack_env["MEMSTREAM_REDIS_URL"], real_embedder)
+        port = free_port()
+        settings = Settings.from_env(stack_env, tenant=stages.tenant, http_port=port, tau=1)
+        stop = asyncio.Event()
+        server = asyncio.create_task(serve(query_app(settings, real_embedder), "127.0.0.1", port, stop))
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(100):  # until it listens
+                try:
+                    await asyncio.to_thread(call, base, "/healthz")
+                    break
+                except OSError:
+                    await asyncio.sleep(0.05)
+            async with Client(f"{base}/mcp") as client:
+                await check_tools(client, stages.tenant, written)
+            async with Client(f"{base}/mcp/", mode="legacy") as client:  # the initialize handshake of pre-2026 clients
+                legacy = await client.call_tool("search_memory", {"query": QUESTION, "top_k": 1})
+            # the HTTP API still answers on the same address
+            status, answer = await asyncio.to_thread(call, base, "/v1/query", {"query": QUESTION, "top_k": 1})
+            return stages.tenant, written, legacy, status, answer
+        finally:
+            stop.set()
+            await server  # the MCP session manager and the Redis pool close with the application
+            await stages.close()
+
+    tenant, written, legacy, status, answer = asyncio.run(main())
+    assert not legacy.is_error and legacy.structured_content["passages"][0]["text"] == VISA
+    assert status == 200 and answer["tenant"] == tenant and answer["passages"][0]["id"] == written["visa"]["passage"]
+
+
+# ---- in process: no stack ---------------------------------------------------------------------
+
+def test_remember_refuses_bad_input_and_names_an_unreachable_kafka():
+    unreachable = Settings(kafka_bootstrap=f"127.0.0.1:{free_port()}")
+
+    async def main():
+        stages = InProcess(None, ScriptedExtractor({}))
+        server = memory_server(stages.tenant, QueryEngine(stages.memory, stages.embedder), unreachable, DocumentPublisher(unreachable, timeout_s=1))
+        try:
+            async with Client(server) as client:
+                calls = [
+                    {"text": "   "},
+                    {"text": "bad time", "ts": "last Tuesday-ish"},
+                    {"text": "nul \x00 inside"},
+                    {"text": "a turn", "session_id": "s", "turn": -1, "speaker": "Ana"},
+                    {"text": "fine", "doc_id": "note-1"},
+                ]
+                return [await client.call_tool("remember", arguments) for arguments in calls]
+        finally:
+            await stages.close()
+
+    empty, bad_time, nul, negative_turn, unreachable_kafka = asyncio.run(main())
+    messages = [r.content[0].text.removeprefix("Error executing tool remember: ") for r in (empty, bad_time, nul, negative_turn, unreachable_kafka)]
+    assert all(r.is_error for r in (empty, bad_time, nul, negative_turn, unreachable_kafka))
+    assert messages[0] == "remember: field 'text' is empty"
+    assert messages[1] == "remember: 'ts' must be seconds since the epoch or an ISO time, got 'last Tuesday-ish'"
+    assert messages[2].startswith("remember.text:") and "U+0000" in messages[2]
+    assert messages[3] == "remember: 'turn' must be a non-negative integer"
+    assert messages[4].startswith(f"could not queue document 'note-1': Kafka at {unreachable.kafka_bootstrap} did not take it")
+
+
+def test_search_memory_passes_as_of_to_the_query_request():
+    """`as_of` reaches QueryRequest (and its validation: a bad time is the HTTP 400's message)."""
+
+    async def main():
+        stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
+        await stages.publish("trip", TRIP)
+        server = memory_server(stages.tenant, QueryEngine(stages.memory, stages.embedder), stages.settings, DocumentPublisher(stages.settings))
+        try:
+            async with Client(server) as client:
+                later = await client.call_tool("search_memory", {"query": TRIP, "as_of": "2999-01-01T00:00:00Z"})
+                bad = await client.call_tool("search_memory", {"query": TRIP, "as_of": "the day after tomorrow"})
+            return stages.tenant, later, bad
+        finally:
+            await stages.close()
+
+    tenant, later, bad = asyncio.run(main())
+    assert not later.is_error and later.structured_content["passages"][0]["text"] == TRIP
+    with pytest.raises(ContractError) as refused:
+        QueryRequest.from_json({"query": TRIP, "as_of": "the day after tomorrow"}, tenant, 5)
+    assert bad.is_error and bad.content[0].text == f"Error executing tool search_memory: {refused.value}"

@@ -1,0 +1,85 @@
+"""An ASGI application as an aiohttp handler, so the query worker serves the MCP SDK's streamable
+HTTP endpoint (an ASGI app) on its own address, next to /v1/query, with one server and one
+port. Only what the MCP endpoint needs: HTTP requests (no websockets, no lifespan events: the
+owner runs the app's lifespan itself), the body streamed in, the response streamed out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from workers.query import http
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+BODY_CHUNK = 1 << 16
+
+
+def asgi_handler(app: ASGIApp) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler that runs `app` for each request."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        scope = _scope(request)
+        answered = asyncio.Event()  # the handler is done: the app's receive() reports a disconnect
+        response: web.StreamResponse | None = None
+        body_read = False
+
+        async def receive() -> dict:
+            nonlocal body_read
+            if not body_read:
+                chunk = await request.content.read(BODY_CHUNK)
+                body_read = request.content.at_eof()
+                return {"type": "http.request", "body": chunk, "more_body": not body_read}
+            await answered.wait()  # an app that listens for a disconnect hears one once the response ends
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            nonlocal response
+            if message["type"] == "http.response.start":
+                response = web.StreamResponse(status=message["status"])
+                for name, value in message.get("headers", ()):
+                    response.headers.add(name.decode("latin-1"), value.decode("latin-1"))
+            elif message["type"] == "http.response.body":
+                if response is None:
+                    raise RuntimeError("ASGI app sent a body before http.response.start")
+                if not response.prepared:
+                    await response.prepare(request)
+                if message.get("body"):
+                    await response.write(message["body"])
+                if not message.get("more_body", False):
+                    await response.write_eof()
+
+        try:
+            await app(scope, receive, send)
+        finally:
+            answered.set()
+        if response is None:
+            return http.error_response(500, f"internal error: {request.method} {request.path} sent no response")
+        if not response.prepared:  # a start without a body message: an empty body
+            await response.prepare(request)
+            await response.write_eof()
+        return response
+
+    return handle
+
+
+def _scope(request: web.Request) -> dict[str, Any]:
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport else None
+    host = transport.get_extra_info("sockname") if transport else None
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": f"{request.version.major}.{request.version.minor}",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.rel_url.raw_path.encode("latin-1"),
+        "query_string": request.rel_url.raw_query_string.encode("latin-1"),
+        "root_path": "",
+        "headers": [(name.lower(), value) for name, value in request.raw_headers],
+        "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
+        "server": tuple(host[:2]) if isinstance(host, tuple) else None,
+        "state": {},
+    }

@@ -1,0 +1,316 @@
+"""memstream as an MCP server (Model Context Protocol, the official `mcp` SDK 2.x) for agent
+frameworks: the memory of ONE tenant per server, as four tools —
+
+- `search_memory`: the query engine's answer (workers.query.engine), validated as POST /v1/query
+  validates a body, so a bad request is a tool error with the same message as the HTTP 400;
+- `remember`: a conversation turn or a document published to `memstream.documents`, indexed by
+  the workers like anything `memstream publish` sends;
+- `fact_evidence`, `get_passage`: the drill-down of GET /v1/facts/{id}/evidence and
+  /v1/passages/{id} (workers.query.drilldown).
+
+Two transports: stdio (`memstream mcp --tenant T`, `run_stdio`) and streamable HTTP at /mcp of
+the query worker's own address (`mount`, called by workers.query.server.query_app for the
+tenant MEMSTREAM_TENANT), sharing the HTTP API's engine, result cache and graph cache. The HTTP
+endpoint is stateless (every POST stands alone, JSON responses): no session to pin to one
+query worker, so several behind a load balancer serve it alike.
+
+Searching needs Redis only; `remember` needs Kafka, and its producer is made on the first call,
+so a query worker with no broker reachable still serves the other three tools."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Annotated, Any
+
+from aiohttp import web
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field
+
+from ops.conversations import parse_time, turn_from_json
+from topics import ContractError, Document, encode, validate_tenant
+from workers.algorithms.normalize import content_hash
+from workers.query import drilldown
+from workers.query.asgi import asgi_handler
+from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
+from workers.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+PUBLISH_TIMEOUT_S = 10.0  # connecting to Kafka and the broker's ack of one document
+MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MODES
+    "ppr": "(the default) follows facts and entities across passages: multi-hop questions",
+    "dense": "ranks passages by similarity to the query alone",
+    "reconstruct": "recalls step by step (cue → tag → content → new cue) and returns the path it took",
+}
+
+
+# ---- what the tools answer (the SDK publishes these as output schemas) ---------------------
+# Fields beyond the declared ones pass through unchanged (extra="allow"): the engine's
+# diagnostics, a mode's own fields, a record's newer fields.
+
+class Passage(BaseModel):
+    """A passage: the exact text of a published turn or document piece."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    doc_id: str
+    text: str
+
+
+class RankedPassage(Passage):
+    score: float | None = None
+
+
+class Fact(BaseModel):
+    """A fact (head, relation, tail) extracted from passages; `category` says whether it is a
+    plain statement (DECLARATIVE), a HARD_CONSTRAINT, a REJECTED_OPTION or a TOOL_FAILURE."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    head: str
+    relation: str
+    tail: str
+    category: str | None = None
+    status: str | None = None
+
+
+class RankedFact(Fact):
+    score: float | None = None
+
+
+class SearchResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    query: str
+    tenant: str
+    mode: str
+    passages: list[RankedPassage]
+    facts: list[RankedFact] = []
+    entities: list[dict[str, Any]] = []
+    graph_version: int | None = None
+
+
+class Evidence(BaseModel):
+    fact: Fact
+    passages: list[Passage]
+
+
+class Remembered(BaseModel):
+    doc_id: str
+    tenant: str
+    topic: str
+    queued: bool = Field(description="true: on the topic; indexed by the workers within seconds, then found by search_memory")
+
+
+# ---- remember: one document onto memstream.documents --------------------------------------
+
+class PublishError(RuntimeError):
+    pass
+
+
+class DocumentPublisher:
+    """Publishes documents to `memstream.documents` with kafka-python (as `memstream publish`
+    does: key = doc id, acks from all replicas), on a thread off the event loop. The producer is
+    made on first use and dropped after a failure, so the next call connects afresh."""
+
+    def __init__(self, settings: Settings, timeout_s: float = PUBLISH_TIMEOUT_S):
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.topic = settings.topics.documents
+        self._producer = None
+        self._lock = threading.Lock()
+
+    async def publish(self, doc: Document) -> None:
+        await asyncio.to_thread(self._publish, doc)
+
+    def _publish(self, doc: Document) -> None:
+        try:
+            with self._lock:
+                if self._producer is None:
+                    from kafka import KafkaProducer
+
+                    timeout_ms = int(self.timeout_s * 1000)
+                    self._producer = KafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
+                                                   max_request_size=self.settings.max_message_bytes,
+                                                   bootstrap_timeout_ms=timeout_ms, max_block_ms=timeout_ms)
+                producer = self._producer
+            producer.send(self.topic, key=doc.key.encode("utf-8"), value=encode(doc)).get(timeout=self.timeout_s)
+        except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, a refused message, ...
+            self.close()
+            raise PublishError(f"could not queue document {doc.doc_id!r}: Kafka at {self.settings.kafka_bootstrap} "
+                               f"did not take it ({exc})") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=self.timeout_s)
+            except Exception as exc:
+                log.warning("closing the Kafka producer: %s: %s", type(exc).__name__, exc)
+
+
+def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: str | None, turn: int | None,
+                        speaker: str | None, ts: float | str | None, metadata: dict | None, max_text_bytes: int) -> Document:
+    """The document `remember` publishes, validated as the workers validate it (topics.Document).
+    With `turn`, a conversation turn made as `memstream publish` makes one of a JSONL line
+    (ops.conversations: doc id "{session_id}:{turn}", turn id in the metadata); else a document
+    whose default id is derived from its text, so remembering the same text twice is one
+    document."""
+    if turn is not None:
+        row = {"session_id": session_id, "turn": turn, "speaker": speaker, "text": text, "ts": ts, "metadata": metadata or {},
+               **({"doc_id": doc_id} if doc_id is not None else {})}
+        doc = turn_from_json(row, "remember").document(tenant)
+    else:
+        when = parse_time(ts)
+        if ts is not None and when is None:
+            raise ContractError(f"remember: 'ts' must be seconds since the epoch or an ISO time, got {ts!r}")
+        doc = Document(tenant, f"memory-{content_hash(text)[:16]}" if doc_id is None else doc_id, text, metadata or {},
+                       session_id=session_id, speaker=speaker, ts=when)
+    return Document.from_dict(doc.to_dict(), max_text_bytes=max_text_bytes, where="remember")
+
+
+# ---- the server -----------------------------------------------------------------------------
+
+def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publisher: DocumentPublisher) -> MCPServer:
+    """The MCP server of one tenant's memory over `engine` (and its store)."""
+    tenant = validate_tenant(tenant)
+    memory = engine.memory
+    server = MCPServer(
+        "memstream", version="1", log_level=settings.log_level.upper(),
+        instructions=(f"Long-term memory of tenant {tenant!r}: past conversation turns and documents, the facts extracted from them "
+                      "(with constraints, rejected options and tool failures marked) and the exact passages behind each fact. "
+                      "search_memory before deciding anything earlier turns may bear on; remember what later sessions need."))
+    read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+
+    @server.tool(annotations=read_only, description=(
+        "Recall what memory holds about a question or topic: the passages (exact text of past turns and documents) most relevant to "
+        "`query`, the facts behind them and the entities they involve. Use it before answering or deciding anything that may depend on "
+        "earlier conversations: decisions, hard constraints, options already rejected and why, tool calls that failed. Each passage and "
+        "fact has an `id` for get_passage and fact_evidence."))
+    async def search_memory(
+        query: Annotated[str, Field(description="what to recall, in natural language")],
+        mode: Annotated[str, Field(description="retrieval mode: " + "; ".join(f"'{m}' {MODE_HINTS.get(m, '')}".strip() for m in MODES))] = "ppr",
+        top_k: Annotated[int, Field(description=f"passages to return, 1 to {MAX_TOP_K}")] = 5,
+        as_of: Annotated[str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")] = None,
+    ) -> SearchResult:
+        body: dict[str, Any] = {"query": query, "mode": mode, "top_k": top_k, "tenant": tenant}
+        if as_of is not None:
+            body["as_of"] = as_of
+        try:
+            request = QueryRequest.from_json(body, tenant, top_k)
+        except ContractError as exc:
+            raise ToolError(str(exc)) from None
+        return SearchResult.model_validate(await engine.answer(request))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+                 description=(
+        "Store something in long-term memory so later sessions can recall it: a conversation turn (give session_id, turn and speaker) "
+        "or a document or note (text alone). Record decisions, constraints, rejected options with their reasons, and tool failures as "
+        "they happen. It is indexed in the background (seconds); search_memory finds it afterwards. Returns the doc_id; the same "
+        "doc_id and text again is the same memory, indexed once."))
+    async def remember(
+        text: Annotated[str, Field(description="the exact text to keep; passages return it byte for byte")],
+        doc_id: Annotated[str | None, Field(description="an id of your own; default: '{session_id}:{turn}' for a turn, else derived from the text")] = None,
+        session_id: Annotated[str | None, Field(description="the conversation the turn belongs to")] = None,
+        turn: Annotated[int | None, Field(description="the turn's number in its session (makes this a conversation turn)")] = None,
+        speaker: Annotated[str | None, Field(description="who said it (required for a turn)")] = None,
+        ts: Annotated[float | str | None, Field(description="when it was said: seconds since the epoch or an ISO time")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(description="anything else to keep with it (strings, numbers)")] = None,
+    ) -> Remembered:
+        try:
+            doc = remembered_document(tenant, text, doc_id, session_id, turn, speaker, ts, metadata, settings.max_text_bytes)
+            await publisher.publish(doc)
+        except (ContractError, PublishError) as exc:
+            raise ToolError(str(exc)) from None
+        return Remembered(doc_id=doc.doc_id, tenant=tenant, topic=publisher.topic, queued=True)
+
+    @server.tool(annotations=read_only, description=(
+        "A fact and the exact passages it was extracted from (its evidence). Use it to check a fact that search_memory returned "
+        "against its source before relying on it, or to see when and by whom it was said."))
+    async def fact_evidence(fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")]) -> Evidence:
+        found = await drilldown.fact_evidence(memory, tenant, fact_id)
+        if found is None:
+            raise ToolError(drilldown.missing(f"fact {fact_id!r}", tenant))
+        return Evidence.model_validate(found)
+
+    @server.tool(annotations=read_only, description=(
+        "One passage, its text byte for byte as it was published, with its document id. Use it to quote or re-read a passage "
+        "that search_memory or fact_evidence named."))
+    async def get_passage(passage_id: Annotated[str, Field(description="a passage's id, as search_memory or fact_evidence return it")]) -> Passage:
+        found = await drilldown.passage_record(memory, tenant, passage_id)
+        if found is None:
+            raise ToolError(drilldown.missing(f"passage {passage_id!r}", tenant))
+        return Passage.model_validate(found)
+
+    return server
+
+
+# ---- transports -----------------------------------------------------------------------------
+
+def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None:
+    """Serve the MCP server of MEMSTREAM_TENANT over streamable HTTP at /mcp of `app` (the query
+    worker's aiohttp application): the SDK's ASGI endpoint through workers.query.asgi, its
+    session manager run from the application's startup to its cleanup. Call it before the
+    cleanup that closes the store, so requests in flight end first."""
+    publisher = DocumentPublisher(settings)
+    server = memory_server(settings.tenant, engine, settings, publisher)
+    # The SDK's own construction of the endpoint: its defaults (DNS-rebinding protection when
+    # bound to localhost, body limit) come with it; its Starlette app is not used.
+    server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=settings.http_host)
+    manager = server.session_manager
+    running: dict[str, Any] = {}
+
+    async def start(app: web.Application) -> None:
+        # The manager's run() is an anyio task group: entered and left by one task of its own,
+        # whatever tasks aiohttp runs startup and cleanup on.
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def run() -> None:
+            async with manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(run(), name="memstream-mcp-sessions")
+        waiting = asyncio.create_task(started.wait())
+        await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if task.done():
+            task.result()  # raises what stopped it
+        running.update(task=task, stop=stop)
+
+    async def stop(app: web.Application) -> None:
+        if running:
+            running["stop"].set()
+            await running["task"]
+        await asyncio.to_thread(publisher.close)
+
+    handler = asgi_handler(manager.handle_request)
+    app.router.add_route("*", MCP_PATH, handler)
+    app.router.add_route("*", MCP_PATH + "/", handler)
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+
+
+def run_stdio(settings: Settings, tenant: str) -> None:
+    """`memstream mcp`: the MCP server of `tenant` on stdin/stdout until the client closes it."""
+    # workers.query.server imports this module (to mount /mcp): its helpers are imported here
+    from workers.query.graph_cache import GraphCache
+    from workers.query.server import cached_embedder, query_memory
+
+    async def main() -> None:
+        memory = query_memory(settings)
+        engine = QueryEngine(memory, cached_embedder(settings, memory), GraphCache(memory, settings.graph_cache_edges))
+        publisher = DocumentPublisher(settings)
+        try:
+            await memory_server(tenant, engine, settings, publisher).run_stdio_async()
+        finally:
+            await asyncio.to_thread(publisher.close)
+            engine._ranking.shutdown(wait=False)
+            await memory.close()
+
+    asyncio.run(main())
