@@ -1,6 +1,6 @@
 """`memstream bench conversation FILE`: evidence recall on a conversation in the LoCoMo layout.
 
-Every turn of the file becomes one document (ops.conversations: `Turn.document`, doc_id
+Every turn of the file becomes one document (topics.conversations: `Turn.document`, doc_id
 "<sample_id>:<dia_id>") and goes through the real indexing pipeline (`ingest`: chunker,
 rules extractor, detector, resolver, the local all-MiniLM-L6-v2 embedder) — in this process
 over store.in_memory.InMemoryStore by default (deterministic, offline), or over Redis with
@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ops.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
+from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
 from ops.datasets import recall_at
 from ops.local_run import LocalIndexer
 from ops.stack import stderr

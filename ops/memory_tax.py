@@ -39,7 +39,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from ops.conversations import Turn
+from topics.conversations import Turn
 from store.in_memory import InMemoryStore
 from workers.algorithms.categories import HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE, classify
 from workers.settings import Settings

@@ -1,7 +1,7 @@
 """`memstream publish`: read documents from files or stdin, validate them against the contract,
 publish them to `memstream.documents`, and optionally wait until they are fully indexed.
 
-Conversations too (ops.conversations): a `.json` in the LoCoMo layout (a sample or a list of
+Conversations too (topics.conversations): a `.json` in the LoCoMo layout (a sample or a list of
 samples) becomes one document per turn, and a `.jsonl` line that is a turn (`session_id`,
 `turn`, `speaker`, `ts`, `text`) one document, among ordinary document lines.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from ops.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
+from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from store import Memory
 from topics import ContractError, Document, encode, parse_json
 from workers.algorithms.normalize import content_hash
@@ -74,7 +74,7 @@ def _read_stdin(stdin: TextIO) -> str:
 
 
 def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> None:
-    """One JSON object: a turn (ops.conversations.is_turn) or a document."""
+    """One JSON object: a turn (topics.conversations.is_turn) or a document."""
     if is_turn(obj):
         try:
             turn = turn_from_json(obj, where)

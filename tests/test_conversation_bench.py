@@ -12,7 +12,7 @@ import pytest
 
 from ops.cli import main
 from ops.conversation_bench import SAMPLE_CONVERSATION, Answer, load_conversations, plan, run, summarize
-from ops.conversations import locomo_questions, locomo_turns, parse_evidence, unreadable_evidence
+from topics.conversations import locomo_questions, locomo_turns, parse_evidence, unreadable_evidence
 from tests.conftest import MEMSTREAM, ROOT
 from tests import inprocess
 from workers.settings import Settings

@@ -30,7 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from ops.conversations import parse_time, turn_from_json
+from topics.conversations import parse_time, turn_from_json
 from topics import ContractError, Document, encode, validate_tenant
 from workers.algorithms.normalize import content_hash
 from workers.query import drilldown
@@ -158,7 +158,7 @@ def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: 
                         speaker: str | None, ts: float | str | None, metadata: dict | None, max_text_bytes: int) -> Document:
     """The document `remember` publishes, validated as the workers validate it (topics.Document).
     With `turn`, a conversation turn made as `memstream publish` makes one of a JSONL line
-    (ops.conversations: doc id "{session_id}:{turn}", turn id in the metadata); else a document
+    (topics.conversations: doc id "{session_id}:{turn}", turn id in the metadata); else a document
     whose default id is derived from its text, so remembering the same text twice is one
     document."""
     if turn is not None:
