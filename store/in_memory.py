@@ -271,9 +271,8 @@ class InMemoryStore:
         self._stage(pipe, write)
 
     def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector) -> None:
-        fid, described, now = fact.id, fact.description(), time.time()
-        rank = "\x1f".join(described[k] for k in sorted(described))
-        fields = {**described, "vec": vector_bytes(vector)}
+        fid, rank, now = fact.id, fact.description_rank(), time.time()
+        fields = {**fact.description(), "vec": vector_bytes(vector)}
 
         def write() -> None:
             self._set_if_smaller(tenant, "facts", fid, rank, fields)

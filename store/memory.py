@@ -420,12 +420,11 @@ class Memory:
 
     def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector) -> None:
         """An extracted fact, status 'new' until the detector decides. Status and first-seen
-        time are set once; the description is the smallest seen (order-independent)."""
+        time are set once; the description is the one of the smallest Fact.description_rank
+        seen: the most specific category, then the smallest (order-independent)."""
         key = self.keys(tenant).fact(fact.id)
-        described = fact.description()
-        rank = "\x1f".join(described[k] for k in sorted(described))
-        pairs = [x for kv in described.items() for x in kv]
-        _eval(pipe, _SET_IF_SMALLER, [key], [rank, *pairs, "vec", vector_bytes(vector)])
+        pairs = [x for kv in fact.description().items() for x in kv]
+        _eval(pipe, _SET_IF_SMALLER, [key], [fact.description_rank(), *pairs, "vec", vector_bytes(vector)])
         pipe.hsetnx(key, "status", "new")
         pipe.hsetnx(key, "created_at", time.time())
 

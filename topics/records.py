@@ -27,6 +27,9 @@ SCHEMA_VERSION = 1
 DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 FACT_CATEGORIES = ("DECLARATIVE", "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
+# Most specific first: a sentence's category is its first cue's in this order
+# (workers.algorithms.categories), and a fact extracted with several keeps the first (store.facts).
+CATEGORY_PRECEDENCE = ("TOOL_FAILURE", "REJECTED_OPTION", "HARD_CONSTRAINT", "DECLARATIVE")
 MAX_DEPTH = 32  # nesting of arrays and objects inside a field (metadata); deeper data is refused
 _INT64 = (-(1 << 63), (1 << 63) - 1)  # what other languages' consumers and Redis can hold
 # Characters refused in strings: lone surrogates always; control characters (Cc) except that free
