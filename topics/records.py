@@ -200,6 +200,13 @@ class Document(Record):
     def key(self) -> str:
         return self.doc_id
 
+    @property
+    def is_turn(self) -> bool:
+        """A conversation turn: `turn` is set. The one rule (the chunker, `memstream publish`, the
+        MCP `remember`): a turn is one immutable passage with its speaker's context line; a
+        document with only a session_id (a note of the session) is chunked in windows like any."""
+        return self.turn is not None
+
 
 @dataclass
 class Chunk(Record):

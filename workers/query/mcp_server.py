@@ -157,10 +157,10 @@ class DocumentPublisher:
 def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: str | None, turn: int | None,
                         speaker: str | None, ts: float | str | None, metadata: dict | None, max_text_bytes: int) -> Document:
     """The document `remember` publishes, validated as the workers validate it (topics.Document).
-    With `turn`, a conversation turn made as `memstream publish` makes one of a JSONL line
-    (topics.conversations: doc id "{session_id}:{turn}", turn id in the metadata); else a document
-    whose default id is derived from its text, so remembering the same text twice is one
-    document."""
+    With `turn`, a conversation turn (topics.Document.is_turn) made as `memstream publish` makes
+    one of a JSONL line (topics.conversations: doc id "{session_id}:{turn}", turn id in the
+    metadata); else a document, chunked in windows even with a session_id, whose default id is
+    derived from its text, so remembering the same text twice is one document."""
     if turn is not None:
         row = {"session_id": session_id, "turn": turn, "speaker": speaker, "text": text, "ts": ts, "metadata": metadata or {},
                **({"doc_id": doc_id} if doc_id is not None else {})}
@@ -216,7 +216,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     async def remember(
         text: Annotated[str, Field(description="the exact text to keep; passages return it byte for byte")],
         doc_id: Annotated[str | None, Field(description="an id of your own; default: '{session_id}:{turn}' for a turn, else derived from the text")] = None,
-        session_id: Annotated[str | None, Field(description="the conversation the turn belongs to")] = None,
+        session_id: Annotated[str | None, Field(description="the conversation it belongs to (required for a turn)")] = None,
         turn: Annotated[int | None, Field(description="the turn's number in its session (makes this a conversation turn)")] = None,
         speaker: Annotated[str | None, Field(description="who said it (required for a turn)")] = None,
         ts: Annotated[float | str | None, Field(description="when it was said: seconds since the epoch or an ISO time")] = None,
