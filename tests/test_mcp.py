@@ -239,3 +239,25 @@ def test_search_memory_passes_as_of_to_the_query_request():
     with pytest.raises(ContractError) as refused:
         QueryRequest.from_json({"query": TRIP, "as_of": "the day after tomorrow"}, tenant, 5)
     assert bad.is_error and bad.content[0].text == f"Error executing tool search_memory: {refused.value}"
+
+
+def test_memstream_mcp_builds_its_engine_from_the_settings_as_the_query_worker_does():
+    """`memstream mcp` (stdio_parts) honours MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_* and the
+    graph cache's size, as query_app does: one construction, QueryEngine.from_settings."""
+    from workers.query.mcp_server import stdio_parts
+    from workers.algorithms.reconstruction import Budget
+
+    settings = Settings.from_env({"MEMSTREAM_ROUTER": "llm", "MEMSTREAM_LLM_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
+                                  "MEMSTREAM_LLM_MODEL": "router-model", "MEMSTREAM_RECONSTRUCT_STEPS": "2",
+                                  "MEMSTREAM_RECONSTRUCT_PASSAGES": "3", "MEMSTREAM_GRAPH_CACHE_EDGES": "1234"},
+                                 redis_url=f"redis://127.0.0.1:{free_port()}")  # nothing is read: no Redis needed
+
+    async def main():
+        async with stdio_parts(settings, "acme") as (server, engine):
+            async with Client(server) as client:
+                tools = {t.name for t in (await client.list_tools()).tools}
+            return tools, engine.reconstructor.router.name, engine.reconstructor.budget, engine.graphs.max_edges
+
+    tools, router, budget, max_edges = asyncio.run(main())
+    assert tools == TOOLS
+    assert (router, budget, max_edges) == ("llm", Budget(2, 3, settings.reconstruct_tokens), 1234)

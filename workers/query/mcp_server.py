@@ -20,9 +20,10 @@ so a query worker with no broker reachable still serves the other three tools.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from typing import Annotated, Any
+from typing import Annotated, Any, AsyncIterator
 
 from aiohttp import web
 from mcp.server.mcpserver import MCPServer
@@ -296,21 +297,32 @@ def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None
     app.on_cleanup.append(stop)
 
 
-def run_stdio(settings: Settings, tenant: str) -> None:
-    """`memstream mcp`: the MCP server of `tenant` on stdin/stdout until the client closes it."""
+@contextlib.asynccontextmanager
+async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MCPServer, QueryEngine]]:
+    """The MCP server of `tenant` that `memstream mcp` runs, and its engine — built as the query
+    worker builds its own (QueryEngine.from_settings: MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_*,
+    the graph cache's size); everything closed on leaving."""
     # workers.query.server imports this module (to mount /mcp): its helpers are imported here
-    from workers.query.graph_cache import GraphCache
     from workers.query.server import cached_embedder, query_memory
 
+    memory = query_memory(settings)
+    publisher = DocumentPublisher(settings)
+    engine = None
+    try:
+        engine = QueryEngine.from_settings(settings, memory, cached_embedder(settings, memory))
+        yield memory_server(tenant, engine, settings, publisher), engine
+    finally:
+        await asyncio.to_thread(publisher.close)
+        if engine is not None:
+            engine.close()
+        await memory.close()
+
+
+def run_stdio(settings: Settings, tenant: str) -> None:
+    """`memstream mcp`: the MCP server of `tenant` on stdin/stdout until the client closes it."""
+
     async def main() -> None:
-        memory = query_memory(settings)
-        engine = QueryEngine(memory, cached_embedder(settings, memory), GraphCache(memory, settings.graph_cache_edges))
-        publisher = DocumentPublisher(settings)
-        try:
-            await memory_server(tenant, engine, settings, publisher).run_stdio_async()
-        finally:
-            await asyncio.to_thread(publisher.close)
-            engine._ranking.shutdown(wait=False)
-            await memory.close()
+        async with stdio_parts(settings, tenant) as (server, _):
+            await server.run_stdio_async()
 
     asyncio.run(main())

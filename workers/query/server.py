@@ -28,8 +28,6 @@ from workers.models.protocols import ChatModel, Embedder
 from workers.query import drilldown, http, mcp_server
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
-from workers.query.reconstruct import Reconstructor
-from workers.query.graph_cache import GraphCache
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,7 +58,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         embedder = cached_embedder(settings, memory)
     if answer_llm is None and settings.llm_base_url and settings.llm_model:
         answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
-    engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges), Reconstructor.from_settings(settings, memory, embedder))
+    engine = QueryEngine.from_settings(settings, memory, embedder)
 
     async def lookup(request: web.Request, load) -> web.Response:
         """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
@@ -121,6 +119,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     async def close_memory(app: web.Application) -> None:
+        engine.close()
         await memory.close()
 
     app = web.Application(middlewares=http.middlewares(settings.query_max_inflight))
