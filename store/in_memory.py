@@ -516,6 +516,13 @@ class InMemoryStore:
             entries = t.changes[position + 1 : position + 1 + count]
         return [(entry_id, change) for entry_id, _, change in entries]
 
+    # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) ---------------------
+    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int) -> tuple[list[Fact], int]:
+        """Memory.active_facts: the active facts of `categories`, at most `limit` sorted by id, and their count."""
+        ids = sorted(fid for fid, row in self._tenant(tenant).records["facts"].items()
+                     if _text(row.get("status")) == "active" and _text(row.get("category")) in categories)
+        return [f for f in await self.facts(tenant, ids[:limit]) if f is not None], len(ids)
+
     # ---- time in memory: TTLs and the expiry index ------------------------------------------------------
     def stage_fact_lapse(self, pipe, tenant: str, fact_id: str, passage_id: str, lapses_at: float | None) -> None:
         t, lapse = self._tenant(tenant), "" if lapses_at is None else repr(float(lapses_at))

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Mapping
 import numpy as np
 import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import VectorQuery
+from redisvl.query import FilterQuery, VectorQuery
 from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
@@ -641,6 +641,27 @@ class Memory:
             pipe.set(keys.graph_nodes_complete, 1)
             await pipe.execute()
         return sorted(m.decode() for m in await self.redis.smembers(keys.graph_nodes))
+
+    # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) -------------
+    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int) -> tuple[list[Fact], int]:
+        """At most `limit` of the tenant's active facts whose category is one of `categories`,
+        sorted by id, and how many there are: a filter on the facts index's status and category
+        tags, no vector. Which `limit` of more there are is the index's choice."""
+        index = await self.index(tenant, "facts", create=False)
+        if index is None or not categories:
+            return [], 0
+        query = FilterQuery((Tag("status") == "active") & (Tag("category") == list(categories)), return_fields=["status"], num_results=limit)
+        try:
+            result = await index.search(query.query, query_params=query.params)
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._forget_indexes(tenant)
+            self._indexes_checked.pop(tenant, None)
+            return [], 0
+        prefix = self.keys(tenant).prefix("facts")
+        ids = sorted((doc.id.decode() if isinstance(doc.id, bytes) else doc.id).removeprefix(prefix) for doc in result.docs)
+        return [f for f in await self.facts(tenant, ids) if f is not None], int(result.total)
 
     # ---- time in memory: TTLs and the expiry index (workers.stages.expiry sweeps it) ----------
     def stage_fact_lapse(self, pipe, tenant: str, fact_id: str, passage_id: str, lapses_at: float | None) -> None:

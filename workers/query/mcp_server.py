@@ -1,12 +1,14 @@
 """memstream as an MCP server (Model Context Protocol, the official `mcp` SDK 2.x) for agent
-frameworks: the memory of ONE tenant per server, as four tools —
+frameworks: the memory of ONE tenant per server, as five tools —
 
 - `search_memory`: the query engine's answer (workers.query.engine), validated as POST /v1/query
   validates a body, so a bad request is a tool error with the same message as the HTTP 400;
 - `remember`: a conversation turn or a document published to `memstream.documents`, indexed by
   the workers like anything `memstream publish` sends;
 - `fact_evidence`, `get_passage`: the drill-down of GET /v1/facts/{id}/evidence and
-  /v1/passages/{id} (workers.query.drilldown).
+  /v1/passages/{id} (workers.query.drilldown);
+- `standing_facts`: the tenant's constraints, rejected options and tool failures that hold, as
+  GET /v1/facts?category= lists them (drilldown.standing_facts) — for an agent before a decision.
 
 Two transports: stdio (`memstream mcp --tenant T`, `run_stdio`) and streamable HTTP at /mcp of
 the query worker's own address (`mount`, called by workers.query.server.query_app for the
@@ -15,7 +17,7 @@ endpoint is stateless (every POST stands alone, JSON responses): no session to p
 query worker, so several behind a load balancer serve it alike.
 
 Searching needs Redis only; `remember` needs Kafka, and its producer is made on the first call,
-so a query worker with no broker reachable still serves the other three tools."""
+so a query worker with no broker reachable still serves the other four tools."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from topics.conversations import parse_time, turn_from_json
 from topics import ContractError, Document, encode, validate_tenant
+from topics.records import FACT_CATEGORIES
 from workers.algorithms.normalize import content_hash
 from workers.query import drilldown
 from workers.query.asgi import asgi_handler
@@ -98,6 +101,17 @@ class SearchResult(BaseModel):
 class Evidence(BaseModel):
     fact: Fact
     passages: list[Passage]
+
+
+class StandingFact(Fact):
+    doc_ids: list[str] = Field(description="the documents (for a turn: '{session_id}:{turn}') of the passages that state it")
+
+
+class StandingFacts(BaseModel):
+    tenant: str
+    categories: list[str]
+    total: int = Field(description="active facts of these categories; more than listed when over `limit`")
+    facts: list[StandingFact]
 
 
 class Remembered(BaseModel):
@@ -185,7 +199,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         "memstream", version="1", log_level=settings.log_level.upper(),
         instructions=(f"Long-term memory of tenant {tenant!r}: past conversation turns and documents, the facts extracted from them "
                       "(with constraints, rejected options and tool failures marked) and the exact passages behind each fact. "
-                      "search_memory before deciding anything earlier turns may bear on; remember what later sessions need."))
+                      "standing_facts and search_memory before deciding anything earlier turns may bear on; remember what later sessions need."))
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
     @server.tool(annotations=read_only, description=(
@@ -247,6 +261,21 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         if found is None:
             raise ToolError(drilldown.missing(f"passage {passage_id!r}", tenant))
         return Passage.model_validate(found)
+
+    @server.tool(annotations=read_only, description=(
+        "The standing facts of this memory: every hard constraint, rejected option (with its reason in the passage) and tool "
+        "failure that still holds, most specific first. Call it before a decision (booking, routing, retrying a tool, offering an "
+        "option) so that nothing already refused, failed or ruled out is proposed again; fact_evidence gives each one's passages."))
+    async def standing_facts(
+        categories: Annotated[list[str] | None, Field(description=(
+            f"categories to list, of {', '.join(FACT_CATEGORIES)}; default: {', '.join(drilldown.STANDING_CATEGORIES)}"))] = None,
+        limit: Annotated[int, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")] = drilldown.DEFAULT_FACTS_LIMIT,
+    ) -> StandingFacts:
+        try:
+            chosen, bounded = drilldown.fact_filter(categories, limit)
+        except ContractError as exc:
+            raise ToolError(str(exc)) from None
+        return StandingFacts.model_validate(await drilldown.standing_facts(memory, tenant, chosen, bounded))
 
     return server
 
