@@ -20,6 +20,7 @@ from workers.algorithms.reconstruction import (
     Branch, Budget, Cue, Spent, Stop, admit, attribute_words, choose_mentions, mention_candidates, similarity_choice, time_expressions,
     time_keys,
 )
+from workers.models.extraction import RulesExtractor
 from workers.models.llm import LLMClient, LLMConfig
 from workers.query.engine import QueryEngine, QueryRequest
 from workers.query.reconstruct import LLMRouter, Reconstructor
@@ -96,6 +97,38 @@ def test_reconstruct_finds_the_two_hop_answer_dense_misses_and_shows_its_path(re
     assert answer["budget"]["spent"]["steps"] == len(answer["path"]) <= answer["budget"]["steps"]
     assert {f["id"] for f in answer["facts"]} == {step["tag"]["fact_id"] for step in answer["path"] if "fact_id" in step["tag"]}
     assert [p["via"] for p in answer["passages"]] == sorted((p["via"] for p in answer["passages"]), key=lambda via: via != "walk")
+
+
+# Two turns joined only by the person they name; the rules extractor finds the names, no fact.
+TURN_QUESTION = "What did Maya promise the person who lent her a pickup truck?"
+LENT = "My old neighbor Tomás lent me his pickup truck for the move."
+DINNER = "Tomás is coming over tonight for the chicken mole dinner."
+TURN_NOISE = ["Renting a truck costs a lot in this city.", "Someone asked me whether a pickup is worth it.",
+              "A promise is a promise, my mother used to say.", "The weather was rainy all week."]
+
+
+def test_reconstruct_hops_between_turns_through_a_shared_entity_without_facts(real_embedder):
+    async def main():
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        try:
+            for i, text in enumerate([LENT, DINNER, *TURN_NOISE]):
+                await stages.publish(f"turn-{i}", text)
+            return await stages.query(TURN_QUESTION, top_k=3, mode="dense"), await stages.query(TURN_QUESTION, top_k=3, mode="reconstruct")
+        finally:
+            await stages.close()
+
+    dense, answer = run(main())
+    assert LENT in _texts(dense) and DINNER not in _texts(dense)  # the second turn shares no word with the question
+    assert answer["facts"] == [] and _texts(answer, "walk")[:2] == [LENT, DINNER]
+    passage_of = {p["text"]: p["id"] for p in answer["passages"]}
+    first, second = answer["path"][:2]
+    # cue (the question) → passage → new cue (Tomás) → passage
+    assert first["cue"]["kind"] == "query" and first["tag"]["passage_id"] == passage_of[LENT]
+    assert first["content"] == {"passages": [passage_of[LENT]], "tokens": first["content"]["tokens"]}
+    assert [cue["name"] for cue in first["new_cues"]] == ["Tomás"]
+    assert {"kind": "entity", "name": "Tomás", "hop": 1, "from": f"passage:{passage_of[LENT]}"}.items() <= second["cue"].items()
+    assert second["tag"]["passage_id"] == passage_of[DINNER] and second["content"]["passages"] == [passage_of[DINNER]]
+    assert second["tag"]["chain_score"] > second["tag"]["passage_score"] + 0.2  # the chain carries the question to the dinner
 
 
 def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
