@@ -347,6 +347,13 @@ class InMemoryStore:
         ranked = sorted(zip(distances.tolist(), rows), key=lambda x: (x[0], x[1][0]))[:k]
         return [Hit(rid, 1.0 - float(f"{distance:.12g}"), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
 
+    # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
+    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
+        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))  # reading adds no empty set
+
+    async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
+        return [self._vector(tenant, "passages", pid) for pid in passage_ids]
+
     # ---- entity aliases --------------------------------------------------------------------------
     async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]:
         aliases = self._tenant(tenant).aliases

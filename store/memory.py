@@ -491,6 +491,19 @@ class Memory:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
         return None if raw is None else np.frombuffer(raw, dtype=np.float32)
 
+    # ---- reconstruct: an entity's passages, passage vectors ------------------------------
+    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
+        """The ids of the passages the entity was extracted from, sorted."""
+        return sorted(p.decode() for p in await self.redis.smembers(self.keys(tenant).entity_passages(entity_id)))
+
+    async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
+        """Each passage's stored vector (of its indexed text), in one round trip; None for a missing id."""
+        pipe = self.redis.pipeline(transaction=False)
+        for pid in passage_ids:
+            pipe.hget(self.keys(tenant).passage(pid), "vec")
+        replies = await pipe.execute() if passage_ids else []
+        return [None if raw is None else np.frombuffer(raw, dtype=np.float32) for raw in replies]
+
     # ---- graph -------------------------------------------------------------------------
     async def bump_graph_version(self, tenant: str) -> int:
         # A replayed message may bump it again: versions may skip, never go back.
