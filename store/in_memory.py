@@ -33,12 +33,12 @@ from topics import validate_tenant
 
 class StagedWrites:
     """What `pipeline()` returns: the writes one decision stages, in order, as closures over the
-    store, and the fact statuses the decision read (`expect_status`). `commit_once` applies them
+    store, and the fact fields the decision read (`expect_status`, `expect_field`). `commit_once` applies them
     after its checks; `execute()` applies them at once (Memory's pipe.execute())."""
 
     def __init__(self):
         self.writes: list[Callable[[], None]] = []
-        self.expected: dict[tuple[str, str], str] = {}  # (tenant, fact id) → status the decision read
+        self.expected: dict[tuple[str, str, str], str | None] = {}  # (tenant, fact id, field) → value the decision read
 
     async def execute(self) -> None:
         writes, self.writes = self.writes, []
@@ -68,7 +68,6 @@ class _Tenant:
     changes: list[tuple[str, int, EdgeChange]] = field(default_factory=list)  # the graph log: (id, graph version, change)
     changes_added: int = 0
     graph_version: int = 0
-    lapses: dict[str, dict[str, str]] = field(default_factory=dict)  # fact id → {passage id: lapse ('' never)}
     expiry: dict[str, float] = field(default_factory=dict)  # the expiry index: fact id → expires_at
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
 
@@ -141,7 +140,10 @@ class InMemoryStore:
         self._stage(pipe, write)
 
     def expect_status(self, pipe, tenant: str, fact_id: str, status: str) -> None:
-        pipe.expected.setdefault((tenant, fact_id), status)
+        self.expect_field(pipe, tenant, fact_id, "status", status)
+
+    def expect_field(self, pipe, tenant: str, fact_id: str, name: str, value: str | float | None) -> None:
+        pipe.expected.setdefault((tenant, fact_id, name), None if value in (None, "") else _stored(value))
 
     async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
         """Memory.commit_once with nothing between its checks and its writes (no await), so no
@@ -151,9 +153,9 @@ class InMemoryStore:
         if mark in t.done or mark in t.outboxes:
             await pipe.reset()
             return await self.pending_outbox(tenant, mark)
-        for (fact_tenant, fact_id), status in pipe.expected.items():
+        for (fact_tenant, fact_id, name), value in pipe.expected.items():
             record = self._tenant(fact_tenant).records["facts"].get(fact_id, {})
-            if (record.get("status") or None) != status:
+            if (record.get(name) or None) != value:
                 await pipe.reset()
                 raise StaleDecision(mark)
         await pipe.execute()
@@ -270,11 +272,12 @@ class InMemoryStore:
 
         self._stage(pipe, write)
 
-    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector) -> None:
+    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None) -> None:
         fid, rank, now = fact.id, fact.description_rank(), time.time()
         fields = {**fact.description(), "vec": vector_bytes(vector)}
 
         def write() -> None:
+            self._record_lapse(tenant, fid, lapses_at)  # before the fact exists: tells its first passage
             self._set_if_smaller(tenant, "facts", fid, rank, fields)
             self._hsetnx(tenant, "facts", fid, "status", "new")
             self._hsetnx(tenant, "facts", fid, "created_at", now)
@@ -345,6 +348,13 @@ class InMemoryStore:
         distances = np.float32(1.0) - matrix @ _unit(np.asarray(vector, dtype=np.float32))
         ranked = sorted(zip(distances.tolist(), rows), key=lambda x: (x[0], x[1][0]))[:k]
         return [Hit(rid, 1.0 - float(f"{distance:.12g}"), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
+
+    # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
+    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
+        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))  # reading adds no empty set
+
+    async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
+        return [self._vector(tenant, "passages", pid) for pid in passage_ids]
 
     # ---- entity aliases --------------------------------------------------------------------------
     async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]:
@@ -524,27 +534,31 @@ class InMemoryStore:
         return [f for f in await self.facts(tenant, ids[:limit]) if f is not None], len(ids)
 
     # ---- time in memory: TTLs and the expiry index ------------------------------------------------------
-    def stage_fact_lapse(self, pipe, tenant: str, fact_id: str, passage_id: str, lapses_at: float | None) -> None:
-        t, lapse = self._tenant(tenant), "" if lapses_at is None else repr(float(lapses_at))
-
-        def write() -> None:  # Memory's _RECORD_LAPSE
-            lapses = t.lapses.setdefault(fact_id, {})
-            lapses[passage_id] = lapse
-            latest = "" if "" in lapses.values() else max(lapses.values(), key=float)
-            self._hset(tenant, "facts", fact_id, {"expires_at": latest})
-            if latest:
-                t.expiry[fact_id] = float(latest)
-            else:
+    def _record_lapse(self, tenant: str, fact_id: str, lapses_at: float | None) -> None:
+        """Memory's _RECORD_LAPSE: `expires_at` absent on an existing fact = for ever."""
+        t = self._tenant(tenant)
+        record = t.records["facts"].get(fact_id)
+        current = (record or {}).get("expires_at") or None
+        if lapses_at is None:
+            if current is not None:
+                del record["expires_at"]
                 t.expiry.pop(fact_id, None)
-
-        self._stage(pipe, write)
+        elif record is None or (current is not None and lapses_at > float(current)):
+            self._hset(tenant, "facts", fact_id, {"expires_at": repr(float(lapses_at))})
+            t.expiry[fact_id] = float(lapses_at)
 
     async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:
         expiry = self._tenant(tenant).expiry
         return sorted(((fid, at) for fid, at in expiry.items() if at <= now), key=lambda x: (x[1], x[0]))[:limit]
 
-    def stage_expiry_done(self, pipe, tenant: str, fact_id: str) -> None:
-        self._stage(pipe, lambda: self._tenant(tenant).expiry.pop(fact_id, None))
+    def stage_expiry_done(self, pipe, tenant: str, fact_id: str, expires_at: float) -> None:
+        expiry = self._tenant(tenant).expiry
+
+        def write() -> None:
+            if expiry.get(fact_id) == float(expires_at):
+                del expiry[fact_id]
+
+        self._stage(pipe, write)
 
     async def tenants(self) -> list[str]:
         return sorted(self._tenants_with_outboxes)

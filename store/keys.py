@@ -174,11 +174,7 @@ class TenantKeys:
     def outbox_sweep_lock(self) -> str:
         return f"{self.base}:outboxes:sweeping"
 
-    # time in memory: TTLs (store.memory.Memory.stage_fact_lapse)
-    def fact_lapses(self, fact_id: str) -> str:
-        """Hash: supporting passage id → when its support lapses (system time; '' never)."""
-        return f"{self.base}:factlapse:{fact_id}"
-
+    # time in memory: TTLs (store.memory.Memory.stage_new_fact)
     @property
     def expiry(self) -> str:
         """Sorted set of fact ids by `expires_at` (facts that never lapse are not in it): where

@@ -32,9 +32,10 @@ DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 SWEEP_REGISTRATION_S = 60
 
 # The status field of each fact hash in KEYS (one round trip for a decision's checks).
-_STATUSES = """
+# KEYS: fact hashes; ARGV: the field of each to read
+_FIELDS = """
 local out = {}
-for i, key in ipairs(KEYS) do out[i] = redis.call('HGET', key, 'status') or false end  -- false: nil, keeps the list whole
+for i, key in ipairs(KEYS) do out[i] = redis.call('HGET', key, ARGV[i]) or false end  -- false: nil, keeps the list whole
 return out
 """
 
@@ -116,20 +117,34 @@ end
 return 0
 """
 
-# A passage's support for a fact lapses at ARGV[3] ('' never); the fact holds until the latest
-# lapse of its passages, for ever if one never lapses: written to the fact and the expiry index.
-# KEYS: the fact's lapses, the fact, the expiry index. ARGV: fact id, passage id, lapse.
+# A passage's support for a fact lapses at ARGV[2] ('' never); the fact holds until the latest
+# lapse of its passages, for ever once one never lapses. Only a fact some TTL applies to is
+# written: `expires_at` absent on an existing fact = for ever (a passage without TTL supported
+# it; none is ever taken back); the latest lapse is a running maximum, so no per-passage record.
+# Staged before the fact's creation, to tell its first passage from later ones.
+# KEYS: the fact, the expiry index. ARGV: fact id, lapse.
 _RECORD_LAPSE = """
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-local latest, latest_at = nil, nil
-for _, lapse in ipairs(redis.call('HVALS', KEYS[1])) do
-  if lapse == '' then latest = '' break end
-  local at = tonumber(lapse)
-  if latest_at == nil or at > latest_at then latest, latest_at = lapse, at end
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+local current = redis.call('HGET', KEYS[1], 'expires_at')
+if current == '' then current = false end  -- written by older versions: never
+if ARGV[2] == '' then
+  if current then
+    redis.call('HDEL', KEYS[1], 'expires_at')
+    redis.call('ZREM', KEYS[2], ARGV[1])
+  end
+elseif not exists or (current and tonumber(ARGV[2]) > tonumber(current)) then
+  redis.call('HSET', KEYS[1], 'expires_at', ARGV[2])
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 end
-redis.call('HSET', KEYS[2], 'expires_at', latest)
-if latest == '' then redis.call('ZREM', KEYS[3], ARGV[1]) else redis.call('ZADD', KEYS[3], latest, ARGV[1]) end
-return latest
+return 1
+"""
+
+# The sweep saw a lapse through: out of the expiry index, if the fact still lapses then.
+# KEYS: the expiry index. ARGV: fact id, the lapse the sweep read.
+_EXPIRY_DONE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 1
 """
 
 def _eval(pipe, script: str, keys: list, args: list) -> None:
@@ -268,7 +283,12 @@ class Memory:
     def expect_status(self, pipe, tenant: str, fact_id: str, status: str) -> None:
         """The decision staged on `pipe` read this fact with this status: its commit fails with
         StaleDecision if the status changed meanwhile (another stage decided about the fact)."""
-        pipe.__dict__.setdefault("memstream_expected", {}).setdefault(self.keys(tenant).fact(fact_id), status)
+        self.expect_field(pipe, tenant, fact_id, "status", status)
+
+    def expect_field(self, pipe, tenant: str, fact_id: str, name: str, value: str | float | None) -> None:
+        """Likewise for any field of the fact as the decision read it (None: absent)."""
+        stored = None if value in (None, "") else value if isinstance(value, str) else repr(float(value))
+        pipe.__dict__.setdefault("memstream_expected", {}).setdefault((self.keys(tenant).fact(fact_id), name), stored)
 
     async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
         """Execute a message's staged writes and outbox, fenced on two sides:
@@ -285,12 +305,12 @@ class Memory:
             self._sweep_registered[tenant] = now
         expected = pipe.__dict__.get("memstream_expected", {})
         try:
-            await pipe.watch(keys.done_mark(mark), keys.outbox(mark), *expected)
+            await pipe.watch(keys.done_mark(mark), keys.outbox(mark), *{key for key, _ in expected})
             done, committed = await pipe.mget(keys.done_mark(mark), keys.outbox(mark))
             if done is None and committed is None:
                 if expected:
-                    statuses = await pipe.eval(_STATUSES, len(expected), *expected)
-                    if [s.decode() if s else None for s in statuses] != list(expected.values()):
+                    found = await pipe.eval(_FIELDS, len(expected), *[key for key, _ in expected], *[name for _, name in expected])
+                    if [v.decode() if v else None for v in found] != list(expected.values()):
                         raise StaleDecision(mark)
                 await pipe.execute()
                 return None
@@ -418,11 +438,15 @@ class Memory:
         pipe.hsetnx(schema_key, "vec", vector_bytes(vector))
         _eval(pipe, _SUPPORT_SCHEMA, [keys.schema_passages(schema_id), schema_key], [passage_id, self.tau])
 
-    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector) -> None:
+    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None) -> None:
         """An extracted fact, status 'new' until the detector decides. Status and first-seen
         time are set once; the description is the one of the smallest Fact.description_rank
-        seen: the most specific category, then the smallest (order-independent)."""
-        key = self.keys(tenant).fact(fact.id)
+        seen: the most specific category, then the smallest (order-independent). The passage's
+        support lapses at `lapses_at` (None: never): the fact's `expires_at` and its place in the
+        expiry index follow (_RECORD_LAPSE)."""
+        keys = self.keys(tenant)
+        key = keys.fact(fact.id)
+        _eval(pipe, _RECORD_LAPSE, [key, keys.expiry], [fact.id, "" if lapses_at is None else repr(float(lapses_at))])
         pairs = [x for kv in fact.description().items() for x in kv]
         _eval(pipe, _SET_IF_SMALLER, [key], [fact.description_rank(), *pairs, "vec", vector_bytes(vector)])
         pipe.hsetnx(key, "status", "new")
@@ -489,6 +513,19 @@ class Memory:
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
         return None if raw is None else np.frombuffer(raw, dtype=np.float32)
+
+    # ---- reconstruct: an entity's passages, passage vectors ------------------------------
+    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
+        """The ids of the passages the entity was extracted from, sorted."""
+        return sorted(p.decode() for p in await self.redis.smembers(self.keys(tenant).entity_passages(entity_id)))
+
+    async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
+        """Each passage's stored vector (of its indexed text), in one round trip; None for a missing id."""
+        pipe = self.redis.pipeline(transaction=False)
+        for pid in passage_ids:
+            pipe.hget(self.keys(tenant).passage(pid), "vec")
+        replies = await pipe.execute() if passage_ids else []
+        return [None if raw is None else np.frombuffer(raw, dtype=np.float32) for raw in replies]
 
     # ---- graph -------------------------------------------------------------------------
     async def bump_graph_version(self, tenant: str) -> int:
@@ -663,24 +700,16 @@ class Memory:
         ids = sorted((doc.id.decode() if isinstance(doc.id, bytes) else doc.id).removeprefix(prefix) for doc in result.docs)
         return [f for f in await self.facts(tenant, ids) if f is not None], int(result.total)
 
-    # ---- time in memory: TTLs and the expiry index (workers.stages.expiry sweeps it) ----------
-    def stage_fact_lapse(self, pipe, tenant: str, fact_id: str, passage_id: str, lapses_at: float | None) -> None:
-        """A passage supports the fact until `lapses_at` (None: for ever); the fact's
-        `expires_at` and its place in the expiry index follow (_RECORD_LAPSE). Stage after
-        stage_new_fact."""
-        keys = self.keys(tenant)
-        _eval(pipe, _RECORD_LAPSE, [keys.fact_lapses(fact_id), keys.fact(fact_id), keys.expiry],
-              [fact_id, passage_id, "" if lapses_at is None else repr(float(lapses_at))])
-
+    # ---- time in memory: the expiry index (stage_new_fact fills it, workers.stages.expiry sweeps it) --
     async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:
         """(fact id, expires_at) of the tenant's facts whose TTL lapsed by `now`, earliest first."""
         rows = await self.redis.zrangebyscore(self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True)
         return [(fid.decode(), float(at)) for fid, at in rows]
 
-    def stage_expiry_done(self, pipe, tenant: str, fact_id: str) -> None:
-        """The sweep saw the fact's lapse through: out of the expiry index (a passage that
-        supports it later puts it back)."""
-        pipe.zrem(self.keys(tenant).expiry, fact_id)
+    def stage_expiry_done(self, pipe, tenant: str, fact_id: str, expires_at: float) -> None:
+        """The sweep saw the fact's lapse at `expires_at` through: out of the expiry index, unless
+        it lapses at another time now (a passage that supports it later puts it back)."""
+        _eval(pipe, _EXPIRY_DONE, [self.keys(tenant).expiry], [fact_id, repr(float(expires_at))])
 
     async def tenants(self) -> list[str]:
         """Every tenant that committed a message (commit_once registers it): where to sweep."""

@@ -21,7 +21,10 @@ from topics.records import Triple
 from store.in_memory import InMemoryStore
 from tests.inprocess import DIMS, InProcess
 from tests.test_query_bounds import NO_REDIS, GatedEmbedder, post, serve
-from workers.algorithms.expiry import document_ttls, parse_ttl_setting, was_valid, world_time
+from topics.conversations import parse_time, turn_from_json
+from topics.records import Document
+from topics.times import iso_moment
+from workers.algorithms.expiry import document_ttls, parse_as_of, parse_ttl_setting, turn_time, was_valid, world_time
 from workers.algorithms.ppr import SparseGraph
 from workers.algorithms.retrieval import FactHit, PassageStats, RetrievalParams, seed
 from workers.models.extraction import Entity, Extraction
@@ -72,9 +75,11 @@ TEXTS = {
     "c": "Note C: Ana lives in Madrid.",
     "paris": "I live in Paris.",
     "berlin": "I moved: I live in Berlin now.",
+    "tool again": "The booking API returned ROOM_UNAVAILABLE again.",
 }
 SCRIPT = {TEXTS["tool"]: [TOOL, HOME], TEXTS["a"]: [HOME], TEXTS["b"]: [HOME], TEXTS["c"]: [HOME],
-          TEXTS["paris"]: [("Ana", "lives in", "Paris", "DECLARATIVE")], TEXTS["berlin"]: [("Ana", "lives in", "Berlin", "DECLARATIVE")]}
+          TEXTS["paris"]: [("Ana", "lives in", "Paris", "DECLARATIVE")], TEXTS["berlin"]: [("Ana", "lives in", "Berlin", "DECLARATIVE")],
+          TEXTS["tool again"]: [TOOL]}
 MAY_8, JUNE_10 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp(), datetime(2023, 6, 10, 9, 0, tzinfo=timezone.utc).timestamp()
 
 
@@ -269,7 +274,7 @@ def test_bad_ttls_are_refused_by_name():
         try:
             await ip.publish("a", TEXTS["a"], metadata={"ttl_seconds": {"SOMETIMES": 5}})
             [letter] = ip.dead_letters()
-            assert "document a: metadata.ttl_seconds: unknown fact category 'SOMETIMES'" in letter["error"]
+            assert "documents: metadata.ttl_seconds: unknown fact category 'SOMETIMES'" in letter["error"]  # refused at decode
             assert await ip.facts() == {}
         finally:
             await ip.close()
@@ -294,8 +299,159 @@ def test_bad_as_of_is_a_400_naming_the_field():
 
 def test_the_as_of_rule_reads_event_time_when_known_else_transaction_time():
     may, june = world_time("2023-05"), world_time("2023-06")
-    event = dict(event_start="2023-05", event_end="2023-05", created_at=june + 10**7, expired_at=None, entered_memory=True)
+    event = dict(event_start="2023-05", event_end="2023-05", created_at=june + 10**7, expired_at=None, expires_at=None, activated_at=june)
     assert was_valid(may + 1, **event) and not was_valid(june, **event)  # "2023-05" ends when June begins
-    system = dict(event_start="", event_end="", created_at=may, expired_at=june, entered_memory=True)
+    system = dict(event_start="", event_end="", created_at=may, expired_at=june, expires_at=None, activated_at=may)
     assert was_valid(may, **system) and not was_valid(june, **system) and not was_valid(may - 1, **system)
-    assert not was_valid(may, **{**system, "entered_memory": False})
+    assert not was_valid(may, **{**system, "activated_at": None})
+
+
+def test_a_fact_never_activated_or_past_its_lapse_was_not_valid():
+    may, june = world_time("2023-05"), world_time("2023-06")
+    # excluded from birth (invalid, never activated): a status past "pending" is not enough
+    assert not was_valid(may + 1, event_start="2023-05", event_end="2023-06", created_at=may, expired_at=may,
+                         expires_at=None, activated_at=None)
+    # its TTL lapsed (swept or not): transaction time ends at the earlier of expired_at and expires_at
+    lapsing = dict(event_start="", event_end="", created_at=may, expired_at=None, expires_at=june, activated_at=may)
+    assert was_valid(june - 1, **lapsing) and not was_valid(june, **lapsing) and not was_valid(june + 10**6, **lapsing)
+    assert not was_valid(may + 10, **{**lapsing, "expired_at": may + 10})
+
+
+def test_as_of_leaves_out_a_lapsed_fact_not_swept_yet(redis_url):
+    async def scenario():
+        ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60")
+        try:
+            await ip.publish("tool", TEXTS["tool"])
+            tool = await fact_named(ip, "booking api", "ROOM_UNAVAILABLE")
+
+            def iso(at: float) -> str:
+                return datetime.fromtimestamp(at, tz=timezone.utc).isoformat()
+
+            assert tool.id in used(await ip.query(tool.text, as_of=iso(tool.expires_at - 1)))
+            assert tool.id not in used(await ip.query(tool.text, as_of=iso(tool.expires_at + 1)))
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_the_sweep_decides_again_when_a_new_passage_moves_the_lapse_under_it(redis_url):
+    """The status stays active, only expires_at moves: the sweep's commit is fenced on it too,
+    and the fact stays in the expiry index at its new lapse."""
+    async def scenario():
+        ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60")
+        try:
+            await ip.publish("tool", TEXTS["tool"])
+            tool = await fact_named(ip, "booking api", "ROOM_UNAVAILABLE")
+            bump, raced = ip.memory.bump_graph_version, []
+
+            async def bump_and_race(tenant):  # the sweep has read the fact lapsed: a passage supports it for an hour now
+                if not raced:
+                    raced.append(True)
+                    await ip.publish("again", TEXTS["tool again"], metadata={"ttl_seconds": {"TOOL_FAILURE": 3600}})
+                return await bump(tenant)
+
+            ip.memory.bump_graph_version = bump_and_race
+            assert await sweep(ip, tool.expires_at + 1) == 0
+            stored = await ip.memory.fact(ip.tenant, tool.id)
+            assert raced and stored.status == "active" and stored.expires_at >= tool.expires_at + 3000
+            assert events_of(ip, tool.id, "expired") == [] and await fact_edge(ip, tool) == 1.0
+            assert await ip.memory.lapsed_facts(ip.tenant, stored.expires_at + 1) == [(tool.id, stored.expires_at)]
+            assert await sweep(ip, stored.expires_at + 1) == 1  # its real lapse expires it
+            assert len(events_of(ip, tool.id, "expired")) == 1
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+async def stored_fields(ip: InProcess, fact_id: str) -> set[str]:
+    """The fields of the fact as the store holds it (test-only peek at each store's layout)."""
+    if isinstance(ip.memory, InMemoryStore):
+        return set(ip.memory._tenant(ip.tenant).records["facts"][fact_id])
+    return {k.decode() for k in await ip.memory.redis.hkeys(ip.memory.keys(ip.tenant).fact(fact_id))}
+
+
+async def tenant_key_count(ip: InProcess) -> int | None:
+    if isinstance(ip.memory, InMemoryStore):
+        return None
+    return len(await ip.memory.redis.keys(ip.memory.keys(ip.tenant).base + ":*"))
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
+def test_no_lapse_record_without_a_ttl_and_forever_wins_in_either_order(redis_url, order):
+    """Doc "a" has no TTL, doc "b" one of 60 s: in either order Ana's home never lapses; before
+    any TTL applies the fact carries no expires_at and the store no key for it."""
+    async def scenario():
+        ip = harness(redis_url)
+        try:
+            ttl = {"a": {}, "b": {"ttl_seconds": 60}}
+            first, second = order
+            await ip.publish(first, TEXTS[first], metadata=ttl[first])
+            home = await fact_named(ip, "Ana", "Madrid")
+            if first == "a":
+                assert "expires_at" not in await stored_fields(ip, home.id)
+                keys_before = await tenant_key_count(ip)
+            else:
+                assert home.expires_at and await ip.memory.lapsed_facts(ip.tenant, home.expires_at) == [(home.id, home.expires_at)]
+            await ip.publish(second, TEXTS[second], metadata=ttl[second])
+            home = await fact_named(ip, "Ana", "Madrid")
+            assert home.expires_at is None and "expires_at" not in await stored_fields(ip, home.id)
+            assert await ip.memory.lapsed_facts(ip.tenant, time.time() + 10**9) == []
+            assert await sweep(ip, time.time() + 10**6) == 0 and (await ip.memory.fact(ip.tenant, home.id)).status == "active"
+            if first == "a" and keys_before is not None:  # the TTL'd passage adds no key of its own for the fact
+                after = await ip.memory.redis.keys(ip.memory.keys(ip.tenant).base + ":*")
+                assert not [k for k in after if b"lapse" in k]
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_world_time_of_extreme_and_garbage_dates_never_raises():
+    assert world_time("9999-12", end=True) == world_time("9999", end=True) == float("inf")
+    assert world_time("9999-12-31", end=True) == world_time("9999-12-31") + 86400
+    assert world_time("0001") == datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()
+    for garbage in ("0000", "2023-13", "2023-02-30", "yesterday", "10000", "-500", "", None):
+        assert world_time(garbage) is None and world_time(garbage, end=True) is None, garbage
+    for edge in ("0001-01-01T00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01", "9999-12-31T23:59:59.999999"):
+        world_time(edge), world_time(edge, end=True)  # a number or None, never an exception
+    # one reading of ISO times (topics.times.iso_moment): "Z" and "z" are UTC, no zone is UTC
+    for text in ("2023-05-08T13:56:00Z", "2023-05-08T13:56:00z", "2023-05-08T13:56:00", "2023-05-08T15:56:00+02:00"):
+        assert iso_moment(text) == parse_as_of(text) == parse_time(text) == world_time(text) == MAY_8, text
+
+
+def test_a_ts_out_of_range_is_refused_by_the_contract_and_a_plain_documents_metadata_ts_is_no_turn_time():
+    millis = MAY_8 * 1000
+    with pytest.raises(ContractError, match=r"'ts' must be seconds since the epoch within years 1-9999 \(got 1.68\d*e\+12: milliseconds\?\)"):
+        Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "ts": millis})
+    with pytest.raises(ContractError, match="turns.jsonl:1: 'ts' must be seconds since the epoch.*milliseconds"):
+        turn_from_json({"session_id": "s", "turn": 0, "speaker": "Ana", "text": "x", "ts": millis}, "turns.jsonl:1")
+    assert parse_time(millis) is None and parse_time(-1e15) is None and parse_time(MAY_8) == MAY_8
+    assert Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "ts": MAY_8}).ts == MAY_8
+    assert turn_time({"ts": millis}) == ""  # what is already on a topic: no crash either
+
+    async def scenario():
+        ip = harness()
+        try:
+            await ip.publish("late", "bad time", speaker="Ana", session_id="s", turn=0, ts=millis)
+            [letter] = ip.dead_letters()
+            assert "'ts' must be seconds since the epoch" in letter["error"] and "milliseconds?" in letter["error"]
+            # a plain document's own metadata "ts" is no turn's time: its facts get no valid_from from it
+            await ip.publish("paris", TEXTS["paris"], metadata={"ts": MAY_8, "source": "notes"})
+            paris = await fact_named(ip, "Ana", "Paris")
+            assert paris.valid_from is None
+            [passage] = await ip.memory.passages(ip.tenant, paris.passage_ids)
+            assert passage["metadata"] == {"source": "notes"}
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_bad_ttls_in_metadata_are_refused_at_the_contract():
+    for bad, named in (("1d", "metadata.ttl_seconds must be a whole number"), ({"SOMETIMES": 5}, "metadata.ttl_seconds: unknown fact category"),
+                       ({"DECLARATIVE": -1}, "metadata.ttl_seconds.DECLARATIVE must be")):
+        with pytest.raises(ContractError, match=named):
+            Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"ttl_seconds": bad}})
+    assert Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"ttl_seconds": {"TOOL_FAILURE": 60}}})

@@ -203,20 +203,24 @@ def test_remember_refuses_bad_input_and_names_an_unreachable_kafka():
                     {"text": "bad time", "ts": "last Tuesday-ish"},
                     {"text": "nul \x00 inside"},
                     {"text": "a turn", "session_id": "s", "turn": -1, "speaker": "Ana"},
+                    {"text": "in milliseconds", "ts": 1683554160000},
+                    {"text": "bad ttl", "metadata": {"ttl_seconds": -5}},
                     {"text": "fine", "doc_id": "note-1"},
                 ]
                 return [await client.call_tool("remember", arguments) for arguments in calls]
         finally:
             await stages.close()
 
-    empty, bad_time, nul, negative_turn, unreachable_kafka = asyncio.run(main())
-    messages = [r.content[0].text.removeprefix("Error executing tool remember: ") for r in (empty, bad_time, nul, negative_turn, unreachable_kafka)]
-    assert all(r.is_error for r in (empty, bad_time, nul, negative_turn, unreachable_kafka))
+    empty, bad_time, nul, negative_turn, millis, bad_ttl, unreachable_kafka = results = asyncio.run(main())
+    messages = [r.content[0].text.removeprefix("Error executing tool remember: ") for r in results]
+    assert all(r.is_error for r in results)
     assert messages[0] == "remember: field 'text' is empty"
     assert messages[1] == "remember: 'ts' must be seconds since the epoch or an ISO time, got 'last Tuesday-ish'"
     assert messages[2].startswith("remember.text:") and "U+0000" in messages[2]
     assert messages[3] == "remember: 'turn' must be a non-negative integer"
-    assert messages[4].startswith(f"could not queue document 'note-1': Kafka at {unreachable.kafka_bootstrap} did not take it")
+    assert messages[4] == "remember: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)"
+    assert messages[5].startswith("remember: metadata.ttl_seconds must be a whole number of seconds >= 0")
+    assert messages[6].startswith(f"could not queue document 'note-1': Kafka at {unreachable.kafka_bootstrap} did not take it")
 
 
 def test_search_memory_passes_as_of_to_the_query_request():

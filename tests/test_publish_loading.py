@@ -49,3 +49,16 @@ def test_bad_documents_are_named_and_the_rest_kept(tmp_path):
     assert "x.pdf: unsupported file type '.pdf'" in errors
     assert "missing.txt: no such file" in errors
     assert len(loaded.errors) == 8
+
+
+def test_times_and_ttls_the_workers_would_refuse_are_refused_at_load(tmp_path):
+    (tmp_path / "docs.jsonl").write_text('{"doc_id": "ok", "text": "fine", "metadata": {"ttl_seconds": 60}}\n'
+                                         '{"doc_id": "ttl", "text": "x", "metadata": {"ttl_seconds": "1d"}}\n'
+                                         '{"doc_id": "ms", "text": "x", "ts": 1683554160000}\n'
+                                         '{"session_id": "s", "turn": 0, "speaker": "Ana", "text": "x", "ts": 1683554160000}\n')
+    loaded = load_documents([str(tmp_path / "docs.jsonl")], "acme", 1000)
+    assert [d.doc_id for d in loaded.documents] == ["ok"]
+    errors = "\n".join(loaded.errors)
+    assert "docs.jsonl:2: metadata.ttl_seconds must be a whole number of seconds" in errors
+    assert "docs.jsonl:3: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)" in errors
+    assert "docs.jsonl:4: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)" in errors

@@ -20,6 +20,7 @@ from workers.algorithms.reconstruction import (
     Branch, Budget, Cue, Spent, Stop, admit, attribute_words, choose_mentions, mention_candidates, similarity_choice, time_expressions,
     time_keys,
 )
+from workers.models.extraction import RulesExtractor
 from workers.models.llm import LLMClient, LLMConfig
 from workers.query.engine import QueryEngine, QueryRequest
 from workers.query.reconstruct import LLMRouter, Reconstructor
@@ -67,7 +68,9 @@ def test_reconstruct_finds_the_two_hop_answer_dense_misses_and_shows_its_path(re
     async def main():
         stages = await _memory(real_embedder)
         try:
-            return await stages.query(QUESTION, top_k=5, mode="dense"), await stages.query(QUESTION, top_k=5, mode="reconstruct")
+            # six steps: the query cue's passages (the dense ranking's top) compete with the facts now
+            return await stages.query(QUESTION, top_k=5, mode="dense"), await stages.query(QUESTION, top_k=5, mode="reconstruct",
+                                                                                          budget={"steps": 6})
         finally:
             await stages.close()
 
@@ -75,24 +78,57 @@ def test_reconstruct_finds_the_two_hop_answer_dense_misses_and_shows_its_path(re
     assert BIRTH not in _texts(dense) and BOOK in _texts(dense)  # dense finds the book, not the birthplace
     assert answer["mode"] == "reconstruct" and len(answer["passages"]) == 5
     assert BIRTH in _texts(answer, "walk") and BOOK in _texts(answer, "walk")
-    # the audit trail: the book's cue → "written by" → its passage; the new cue Mara Kellen → "born in" → the answer
-    steps = {step["tag"]["fact_id"]: step for step in answer["path"]}
+    # the audit trail: the book's cue → "written by" → its passage; the new cue Mara Kellen → the passage that mentions
+    # her → the answer
+    passage_of = {p["text"]: p["id"] for p in answer["passages"]}
+    steps = {step["tag"].get("fact_id") or step["tag"]["passage_id"]: step for step in answer["path"]}
     assert [step["step"] for step in answer["path"]] == list(range(1, len(answer["path"]) + 1))
-    written, born = steps[WRITTEN], steps[BORN]
+    written, born = steps[WRITTEN], steps[passage_of[BIRTH]]
     assert written["step"] < born["step"]
     assert {"id": "mara_kellen", "from": f"fact:{WRITTEN}"}.items() <= born["cue"].items() and born["cue"]["hop"] == 1
     assert any(cue["id"] == "mara_kellen" for cue in written["new_cues"])
-    passage_of = {p["text"]: p["id"] for p in answer["passages"]}
     assert written["content"]["passages"] == [passage_of[BOOK]] and born["content"]["passages"] == [passage_of[BIRTH]]
-    # a second hop scores by its chain: the fact alone is far from the question, the chain is not
-    assert born["tag"]["chain"] == "The Silent Orchard written by Mara Kellen; Mara Kellen born in Tromsø"
-    assert born["tag"]["chain_score"] > born["tag"]["fact_score"] + 0.2
+    # a second hop scores by its chain: the passage alone is far from the question, the chain is not
+    assert born["tag"]["chain"] == "The Silent Orchard written by Mara Kellen; Mara Kellen was born in Tromsø."
+    assert born["tag"]["chain_score"] > born["tag"]["passage_score"] + 0.2
     assert answer["cues"]["entities"][0]["id"] == "silent_orchard" and answer["cues"]["attributes"] == ["author", "born"]
     assert answer["router"] == {"name": "similarity"}
     assert answer["stopped"]["reason"] in ("below_threshold", "exhausted")
     assert answer["budget"]["spent"]["steps"] == len(answer["path"]) <= answer["budget"]["steps"]
-    assert {f["id"] for f in answer["facts"]} == set(steps)
+    assert {f["id"] for f in answer["facts"]} == {step["tag"]["fact_id"] for step in answer["path"] if "fact_id" in step["tag"]}
     assert [p["via"] for p in answer["passages"]] == sorted((p["via"] for p in answer["passages"]), key=lambda via: via != "walk")
+
+
+# Two turns joined only by the person they name; the rules extractor finds the names, no fact.
+TURN_QUESTION = "What did Maya promise the person who lent her a pickup truck?"
+LENT = "My old neighbor Tomás lent me his pickup truck for the move."
+DINNER = "Tomás is coming over tonight for the chicken mole dinner."
+TURN_NOISE = ["Renting a truck costs a lot in this city.", "Someone asked me whether a pickup is worth it.",
+              "A promise is a promise, my mother used to say.", "The weather was rainy all week."]
+
+
+def test_reconstruct_hops_between_turns_through_a_shared_entity_without_facts(real_embedder):
+    async def main():
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        try:
+            for i, text in enumerate([LENT, DINNER, *TURN_NOISE]):
+                await stages.publish(f"turn-{i}", text)
+            return await stages.query(TURN_QUESTION, top_k=3, mode="dense"), await stages.query(TURN_QUESTION, top_k=3, mode="reconstruct")
+        finally:
+            await stages.close()
+
+    dense, answer = run(main())
+    assert LENT in _texts(dense) and DINNER not in _texts(dense)  # the second turn shares no word with the question
+    assert answer["facts"] == [] and _texts(answer, "walk")[:2] == [LENT, DINNER]
+    passage_of = {p["text"]: p["id"] for p in answer["passages"]}
+    first, second = answer["path"][:2]
+    # cue (the question) → passage → new cue (Tomás) → passage
+    assert first["cue"]["kind"] == "query" and first["tag"]["passage_id"] == passage_of[LENT]
+    assert first["content"] == {"passages": [passage_of[LENT]], "tokens": first["content"]["tokens"]}
+    assert [cue["name"] for cue in first["new_cues"]] == ["Tomás"]
+    assert {"kind": "entity", "name": "Tomás", "hop": 1, "from": f"passage:{passage_of[LENT]}"}.items() <= second["cue"].items()
+    assert second["tag"]["passage_id"] == passage_of[DINNER] and second["content"]["passages"] == [passage_of[DINNER]]
+    assert second["tag"]["chain_score"] > second["tag"]["passage_score"] + 0.2  # the chain carries the question to the dinner
 
 
 def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
@@ -100,7 +136,7 @@ def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
         stages = await _memory(real_embedder)
         try:
             return [await stages.query(QUESTION, top_k=5, mode="reconstruct", budget=budget)
-                    for budget in ({"steps": 1}, {"passages": 2}, {"tokens": 15})]
+                    for budget in ({"steps": 1}, {"passages": 2}, {"tokens": 20})]
         finally:
             await stages.close()
 
@@ -111,9 +147,10 @@ def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
     assert len(one_step["passages"]) == 5  # the dense ranking fills the response, outside the budget
     assert len(_texts(two_passages, "walk")) == 2 == two_passages["budget"]["spent"]["passages"]
     assert two_passages["stopped"]["reason"] == "budget" and "passages" in two_passages["stopped"]["detail"]
-    assert two_passages["budget"] == {"steps": 4, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 20}}
-    # each of the first passages holds 10 tokens: 15 admits one, and the walk stops before the next
-    assert few_tokens["budget"]["spent"] == {"steps": 1, "passages": 1, "tokens": 10}
+    # the first passage read (the nearest the query: the sequel's) holds 16 tokens, the second (the book's) 10
+    assert two_passages["budget"] == {"steps": 4, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 26}}
+    # 20 tokens admit the first, and the walk stops before the next
+    assert few_tokens["budget"]["spent"] == {"steps": 1, "passages": 1, "tokens": 16}
     assert few_tokens["stopped"]["reason"] == "budget" and "tokens" in few_tokens["stopped"]["detail"]
 
 
@@ -130,11 +167,11 @@ def test_the_llm_router_chooses_the_branches_and_stops(real_embedder):
     def route(body: dict) -> str:
         """The test double's router, by what the request holds: the answer read → stop; the book's
         passage read → the birthplace; else the book's author (never the similarity router's first pick)."""
-        content = "\n".join(m["content"] for m in body["messages"])
+        content = "\n".join(m["content"] for m in body["messages"]).split("Open branches:")[0]  # the evidence read
         if BIRTH in content:
-            return json.dumps({"fact_id": None, "stop": True, "reason": "the birthplace is known"})
+            return json.dumps({"branch": None, "stop": True, "reason": "the birthplace is known"})
         chosen = BORN if BOOK in content else WRITTEN
-        return json.dumps({"fact_id": chosen, "stop": False, "reason": f"follow {chosen}"})
+        return json.dumps({"branch": f"fact:{chosen}", "stop": False, "reason": f"follow {chosen}"})
 
     async def main(server):
         stages = await _memory(real_embedder)
@@ -149,7 +186,7 @@ def test_the_llm_router_chooses_the_branches_and_stops(real_embedder):
         answer = run(main(server))
         assert len(server.requests) == 3
         assert server.requests[0]["response_format"]["json_schema"]["name"] == "route"
-    assert [step["tag"]["fact_id"] for step in answer["path"]] == [WRITTEN, BORN]  # the similarity router starts with PUBLISHED
+    assert [step["tag"]["fact_id"] for step in answer["path"]] == [WRITTEN, BORN]  # the similarity router starts with a passage
     assert all(step["router"] == "llm" for step in answer["path"]) and answer["path"][0]["why"] == f"follow {WRITTEN}"
     assert answer["stopped"] == {"reason": "router", "detail": "the birthplace is known"}
     assert answer["router"] == {"name": "llm"}
@@ -167,7 +204,7 @@ def test_a_failing_llm_router_falls_back_to_the_similarity_router_and_says_so(re
             engine._ranking.shutdown(wait=False)
             await stages.close()
 
-    bad = json.dumps({"fact_id": "not-a-branch", "stop": False, "reason": ""})
+    bad = json.dumps({"branch": "not-a-branch", "stop": False, "reason": ""})
     with FakeOpenAI(schema_answers={"route": bad}) as server:
         if failure == "http_400":
             server.script.append({"status": 400})
@@ -175,8 +212,7 @@ def test_a_failing_llm_router_falls_back_to_the_similarity_router_and_says_so(re
     assert answer["router"]["name"] == "similarity" and answer["router"]["fallback_from"] == "llm"
     assert answer["router"]["fallback_at_step"] == 1
     assert ("HTTP 400" if failure == "http_400" else "not one of the open branches") in answer["router"]["error"]
-    assert answer["path"][0]["tag"]["fact_id"] == PUBLISHED and all(step["router"] == "similarity" for step in answer["path"])
-    assert BIRTH in _texts(answer, "walk")  # the walk went on
+    assert all(step["router"] == "similarity" for step in answer["path"]) and answer["path"]  # the walk went on
 
 
 @pytest.mark.parametrize("body, message", [
@@ -237,13 +273,13 @@ def test_cues_from_the_query():
 
 
 def _branch(fid: str, score: float) -> Branch:
-    return Branch(Cue("entity", "e", "E", 1.0, 0, "query"), fid, fid, ("x",), ("p",), score, score, score)
+    return Branch(Cue("entity", "e", "E", 1.0, 0, "query"), "fact", fid, fid, ("x",), ("p",), score, score, score)
 
 
 def test_the_similarity_router_takes_the_best_branch_and_stops_below_the_margin():
-    assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5), _branch("c", 0.7)], None).fact_id == "c"
-    assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5)], None).fact_id == "a"  # ties by fact id
-    assert similarity_choice([_branch("a", 0.5)], 0.7, margin=0.25).fact_id == "a"
+    assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5), _branch("c", 0.7)], None).tag_id == "c"
+    assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5)], None).tag_id == "a"  # ties by key
+    assert similarity_choice([_branch("a", 0.5)], 0.7, margin=0.25).tag_id == "a"
     assert similarity_choice([_branch("a", 0.4)], 0.7, margin=0.25) == Stop("below_threshold", "best open branch 0.400 < best taken 0.700 - margin 0.25")
     assert similarity_choice([], 0.7).reason == "exhausted"
 

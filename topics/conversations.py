@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from topics import ContractError, Document
+from topics.times import epoch_seconds, iso_moment
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _LOCOMO_DATE = re.compile(
@@ -33,11 +34,15 @@ _DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)", re.I)
 
 def parse_time(value: Any) -> float | None:
     """A LoCoMo session date ("1:56 pm on 8 May, 2023"), an ISO time, or seconds since the
-    epoch → seconds since the epoch (UTC when no zone is given); None when unreadable."""
+    epoch → seconds since the epoch (UTC when no zone is given); None when unreadable or out of
+    the years 1-9999 (topics.times)."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return epoch_seconds(value)
+        except ContractError:
+            return None
     if not isinstance(value, str) or not value.strip():
         return None
     match = _LOCOMO_DATE.match(value)
@@ -51,11 +56,23 @@ def parse_time(value: Any) -> float | None:
             return datetime(int(year), month_no, int(day), hour, int(minute), tzinfo=timezone.utc).timestamp()
         except ValueError:
             return None
-    try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
+    return iso_moment(value)
+
+
+def turn_ts(value: Any, where: str) -> float | None:
+    """A turn's `ts` as a caller gives it (seconds since the epoch, an ISO time or a LoCoMo
+    date; None: none) → seconds since the epoch; ContractError saying what is wrong."""
+    if value is None:
         return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return epoch_seconds(value)
+        except ContractError as exc:  # says why: not finite, out of range, milliseconds
+            raise ContractError(f"{where}: {exc}") from None
+    ts = parse_time(value)
+    if ts is None:
+        raise ContractError(f"{where}: 'ts' must be seconds since the epoch or an ISO time, got {value!r}")
+    return ts
 
 
 def canonical_dia_id(text: str) -> str | None:
@@ -184,9 +201,7 @@ def turn_from_json(row: Any, where: str) -> Turn:
     number = row.get("turn")
     if not isinstance(number, int) or isinstance(number, bool) or number < 0:
         raise ContractError(f"{where}: 'turn' must be a non-negative integer")
-    ts = parse_time(row.get("ts"))
-    if row.get("ts") is not None and ts is None:
-        raise ContractError(f"{where}: 'ts' must be seconds since the epoch or an ISO time, got {row.get('ts')!r}")
+    ts = turn_ts(row.get("ts"), where)
     turn_id = row.get("turn_id")
     if turn_id is not None and (not isinstance(turn_id, str) or not turn_id.strip()):
         raise ContractError(f"{where}: 'turn_id' must be a non-empty string")

@@ -207,6 +207,21 @@ class Document(Record):
         document with only a session_id (a note of the session) is chunked in windows like any."""
         return self.turn is not None
 
+    @classmethod
+    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):
+        """Also time (topics.times): `ts` seconds since the epoch a worker can read as a date,
+        `metadata.ttl_seconds` TTLs the extractor can apply."""
+        from topics.times import document_ttls, epoch_seconds  # topics.times builds on this module
+
+        doc = super().from_dict(data, max_text_bytes=max_text_bytes, where=where)
+        try:
+            if doc.ts is not None:
+                epoch_seconds(doc.ts)
+            document_ttls(doc.metadata)
+        except ContractError as exc:
+            raise ContractError(f"{where or cls.TOPIC}: {exc}") from None
+        return doc
+
 
 @dataclass
 class Chunk(Record):

@@ -18,24 +18,10 @@ import math
 import re
 from datetime import datetime, timezone
 
-from topics.records import FACT_CATEGORIES
+from topics.times import EARLIEST_TS, LATEST_TS, document_ttls, fact_category, iso_moment
 
 TTL_SETTING = "MEMSTREAM_TTL_SECONDS"
-TTL_METADATA = "ttl_seconds"  # the document metadata field
 _PERIOD = re.compile(r"^\d{1,4}(-\d{1,2}){0,2}$")  # a year, a month or a day
-
-
-def _seconds(value, where: str) -> int:
-    """A TTL: whole seconds, 0 = never lapses."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{where} must be a whole number of seconds >= 0 (0: never expires), not {value!r}")
-    return value
-
-
-def _category(name, where: str) -> str:
-    if name not in FACT_CATEGORIES:
-        raise ValueError(f"{where}: unknown fact category {name!r}; expected one of {', '.join(FACT_CATEGORIES)}")
-    return name
 
 
 def parse_ttl_setting(text: str) -> dict[str, int]:
@@ -48,32 +34,22 @@ def parse_ttl_setting(text: str) -> dict[str, int]:
         name, raw = name.strip(), raw.strip()
         if not sep:
             raise ValueError(f"{TTL_SETTING}: {item.strip()!r} is not CATEGORY=SECONDS")
-        _category(name, TTL_SETTING)
+        fact_category(name, TTL_SETTING)
         try:
             seconds = int(raw)
         except ValueError:
             raise ValueError(f"{TTL_SETTING}: {name}={raw!r}: expected whole seconds") from None
-        ttls[name] = _seconds(seconds, f"{TTL_SETTING}: {name}")
+        if seconds < 0:
+            raise ValueError(f"{TTL_SETTING}: {name} must be a whole number of seconds >= 0 (0: never expires), not {seconds}")
+        ttls[name] = seconds
     return ttls
 
 
-def document_ttls(metadata: dict) -> dict[str, int]:
-    """A document's own TTLs, from `metadata.ttl_seconds`: an integer for every category, or an
-    object {CATEGORY: seconds}; {} when absent. ValueError naming the field."""
-    raw = (metadata or {}).get(TTL_METADATA)
-    where = f"metadata.{TTL_METADATA}"
-    if raw is None:
-        return {}
-    if isinstance(raw, dict):
-        return {_category(name, where): _seconds(value, f"{where}.{name}") for name, value in raw.items()}
-    seconds = _seconds(raw, where)
-    return {name: seconds for name in FACT_CATEGORIES}
-
-
-def ttl_for(category: str, settings_ttls: dict[str, int], metadata: dict) -> int:
-    """A fact's TTL in seconds from one passage (0: never): the document's, else the settings'."""
-    own = document_ttls(metadata)
-    return own[category] if category in own else settings_ttls.get(category, 0)
+def passage_ttls(settings_ttls: dict[str, int], metadata: dict) -> dict[str, int]:
+    """The TTL of each category for one passage (0 or absent: never): the document's own
+    (`metadata.ttl_seconds`, topics.times.document_ttls: ContractError if bad), else the
+    settings'. Read once per chunk."""
+    return {**settings_ttls, **document_ttls(metadata)}
 
 
 def lapse_time(extracted_at: float, ttl: int) -> float | None:
@@ -82,27 +58,24 @@ def lapse_time(extracted_at: float, ttl: int) -> float | None:
 
 
 def turn_time(metadata: dict) -> str:
-    """The time of a conversation turn (chunk metadata `ts`, seconds since the epoch) as an ISO
-    time in UTC, '' for a passage that is no timed turn."""
+    """The time of a conversation turn — chunk metadata `ts`, which the chunker writes from the
+    Document's own `ts` (seconds since the epoch) — as an ISO time in UTC; '' for a passage that
+    is no timed turn (or a time no date can hold)."""
     ts = (metadata or {}).get("ts")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not EARLIEST_TS <= ts <= LATEST_TS:
         return ""
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_as_of(value, where: str = "as_of") -> float:
     """An ISO 8601 time ('2023-05-08', '2023-05-08T13:56:00Z', '…+02:00'; no zone = UTC) →
-    seconds since the epoch; ValueError naming the field."""
+    seconds since the epoch (topics.times.iso_moment); ValueError naming the field."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"'{where}' must be an ISO 8601 time such as \"2023-05-08T13:56:00Z\"")
-    text = value.strip()
-    try:
-        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
-    except ValueError:
-        raise ValueError(f"'{where}' is {value[:64]!r}, not an ISO 8601 time such as \"2023-05-08T13:56:00Z\"") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    moment = iso_moment(value)
+    if moment is None:
+        raise ValueError(f"'{where}' is {value[:64]!r}, not an ISO 8601 time such as \"2023-05-08T13:56:00Z\"")
+    return moment
 
 
 def world_time(value: str | None, end: bool = False) -> float | None:
@@ -113,10 +86,7 @@ def world_time(value: str | None, end: bool = False) -> float | None:
         return None
     text = str(value).strip()
     if not _PERIOD.match(text):  # a full ISO time: a moment, no period
-        try:
-            return parse_as_of(text)
-        except ValueError:
-            return None
+        return iso_moment(text)
     numbers = [int(p) for p in text.split("-")]
     try:
         start = datetime(numbers[0], *(numbers[1:] + [1, 1][len(numbers) - 1:]), tzinfo=timezone.utc)
@@ -127,23 +97,28 @@ def world_time(value: str | None, end: bool = False) -> float | None:
     year, month, day = (numbers + [None, None])[:3]
     if day is not None:
         return start.timestamp() + 86400
-    if month is not None:
-        return datetime(year + month // 12, month % 12 + 1, 1, tzinfo=timezone.utc).timestamp()
-    return datetime(year + 1, 1, 1, tzinfo=timezone.utc).timestamp() if year < 9999 else math.inf
+    try:
+        if month is not None:
+            return datetime(year + month // 12, month % 12 + 1, 1, tzinfo=timezone.utc).timestamp()
+        return datetime(year + 1, 1, 1, tzinfo=timezone.utc).timestamp()
+    except ValueError:  # the period ends after year 9999 ('9999', '9999-12'): never, for a datetime
+        return math.inf
 
 
 def was_valid(as_of: float, *, event_start: str | None, event_end: str | None, created_at: float | None,
-             expired_at: float | None, entered_memory: bool) -> bool:
+             expired_at: float | None, expires_at: float | None, activated_at: float | None) -> bool:
     """Whether a fact was valid at `as_of` (seconds since the epoch). Each end of its span is
     its event time when known, else its transaction time: from `event_start` (else
-    `created_at`) up to, not including, `event_end` (else `expired_at`; neither: still valid).
-    A fact that never entered memory (new or pending: never activated) was never valid."""
-    if not entered_memory:
+    `created_at`) up to, not including, `event_end` (else the earlier of `expired_at` and
+    `expires_at` — its TTL lapsed, swept or not; neither: still valid). A fact never activated
+    (new, pending, or excluded from birth) never entered memory: never valid."""
+    if activated_at is None:
         return False
     start = world_time(event_start)
     if start is None:
         start = created_at
     end = world_time(event_end, end=True)
     if end is None:
-        end = expired_at
+        ends = [at for at in (expired_at, expires_at) if at is not None]
+        end = min(ends) if ends else None
     return (start is None or start <= as_of) and (end is None or as_of < end)

@@ -120,24 +120,26 @@ def answer_messages(question: str, passages: list[dict]) -> Messages:
 
 # ---- the reconstruction router (query, mode "reconstruct") ----------------------------------
 ROUTE_PROMPT = ("You guide a step-by-step recall over a memory of facts and passages. Each open branch follows a cue (an "
-                "entity) to a fact; taking it reads that fact's evidence passages and makes the fact's other entity a new cue. "
-                "Choose the one branch most likely to lead to the answer, by its fact_id, or stop when the evidence read so "
-                "far answers the question or no branch can help. Give a short reason.")
+                "entity, or the question itself) to a tag: a fact (branch fact:<id>; taking it reads the fact's evidence "
+                "passages and makes the fact's other entity a new cue) or a passage (branch passage:<id>; taking it reads the "
+                "passage and makes the entities it names new cues). Choose the one branch most likely to lead to the answer, "
+                "by its branch id, or stop when the evidence read so far answers the question or no branch can help. Give a "
+                "short reason.")
 ROUTE_SCHEMA = {
     "type": "object",
-    "properties": {"fact_id": {"type": ["string", "null"]}, "stop": {"type": "boolean"}, "reason": {"type": "string"}},
-    "required": ["fact_id", "stop", "reason"],
+    "properties": {"branch": {"type": ["string", "null"]}, "stop": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["branch", "stop", "reason"],
     "additionalProperties": False,
 }
 ROUTE_PASSAGE_CHARS = 400  # of each passage read so far, in the router's prompt
 
 
 def route_messages(question: str, facts: list[str], passages: list[str], branches: list[tuple[str, str, str]]) -> Messages:
-    """facts: the facts taken so far; passages: the texts read; branches: (fact id, cue name, chain text)."""
+    """facts: the facts taken so far; passages: the texts read; branches: (branch id, cue name, chain text)."""
     lines = [f"Question: {question}", "Evidence so far:"]
     lines += [f"- fact: {text}" for text in facts] + [f"- passage: {text[:ROUTE_PASSAGE_CHARS]}" for text in passages]
     if not facts and not passages:
         lines.append("(none yet)")
     lines.append("Open branches:")
-    lines += [f"- fact_id {fid}: from {cue}: {chain}" for fid, cue, chain in branches]
+    lines += [f"- branch {key}: from {cue}: {chain}" for key, cue, chain in branches]
     return [{"role": "system", "content": ROUTE_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

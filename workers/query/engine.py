@@ -311,7 +311,8 @@ class QueryEngine:
         .was_valid), per end of a fact's span: its event time when known — from `valid_at`
         (else `valid_from`, which for a conversation turn defaults to the turn's time) up to,
         not including, `invalid_at` (else `valid_to`) — else its transaction time, from
-        `created_at` up to `expired_at`; a fact never activated was never valid. An invalidated
+        `created_at` up to `expired_at` or its TTL's lapse (`expires_at`), the earlier; a fact
+        never activated was never valid. An invalidated
         fact ends where the fact that excluded it begins. The walk runs over today's graph,
         seeded by these facts. Fact KNN is filtered after the search: it reads AS_OF_OVERFETCH×k
         candidates."""
@@ -319,7 +320,7 @@ class QueryEngine:
         facts = await self.memory.facts(tenant, [h.id for h in hits])
         valid = [h for h, f in zip(hits, facts) if f is not None and was_valid(
             as_of, event_start=f.event_start, event_end=f.event_end, created_at=f.created_at, expired_at=f.expired_at,
-            entered_memory=f.status not in ("new", "pending"))]
+            expires_at=f.expires_at, activated_at=f.activated_at)]
         return valid[:k]
 
 

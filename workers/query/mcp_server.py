@@ -33,7 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from topics.conversations import parse_time, turn_from_json
+from topics.conversations import turn_from_json, turn_ts
 from topics import ContractError, Document, encode, validate_tenant
 from topics.records import FACT_CATEGORIES
 from workers.algorithms.normalize import content_hash
@@ -181,9 +181,7 @@ def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: 
                **({"doc_id": doc_id} if doc_id is not None else {})}
         doc = turn_from_json(row, "remember").document(tenant)
     else:
-        when = parse_time(ts)
-        if ts is not None and when is None:
-            raise ContractError(f"remember: 'ts' must be seconds since the epoch or an ISO time, got {ts!r}")
+        when = turn_ts(ts, "remember")
         doc = Document(tenant, f"memory-{content_hash(text)[:16]}" if doc_id is None else doc_id, text, metadata or {},
                        session_id=session_id, speaker=speaker, ts=when)
     return Document.from_dict(doc.to_dict(), max_text_bytes=max_text_bytes, where="remember")

@@ -9,9 +9,8 @@ from __future__ import annotations
 from topics import Chunk, Document
 from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
-from workers.algorithms.expiry import document_ttls
 from workers.algorithms.turns import turn_context, when_of
-from workers.envelope import Emit, PermanentError
+from workers.envelope import Emit
 from workers.stages.context import Stage
 
 
@@ -22,10 +21,15 @@ def chunking_mark(doc: Document, doc_hash: str, context: str = "") -> str:
     return f"{mark}:{content_hash(context)[:16]}" if context else mark
 
 
+TURN_FIELDS = ("session_id", "turn", "speaker", "ts")
+
+
 def passage_metadata(doc: Document) -> dict:
-    """What each passage of `doc` keeps of it: its metadata and the turn fields that are set."""
-    turn = {name: getattr(doc, name) for name in ("session_id", "turn", "speaker", "ts") if getattr(doc, name) is not None}
-    return {**doc.metadata, **turn}
+    """What each passage of `doc` keeps of it: its metadata and the turn fields that are set.
+    The turn fields' names are theirs: a metadata key of the same name is not kept (the
+    extractor reads `ts` as the turn's time: only the Document's own, range-checked `ts`)."""
+    turn = {name: getattr(doc, name) for name in TURN_FIELDS if getattr(doc, name) is not None}
+    return {**{k: v for k, v in doc.metadata.items() if k not in TURN_FIELDS}, **turn}
 
 
 def context_of(doc: Document) -> str:
@@ -47,10 +51,6 @@ def pieces_of(doc: Document, context: str, window: int, overlap: int) -> list[Te
 
 class ChunkerStage(Stage):
     async def handle(self, doc: Document) -> None:
-        try:  # refused here, before any chunk: the dead letter names the document and the field
-            document_ttls(doc.metadata)
-        except ValueError as exc:
-            raise PermanentError(f"document {doc.doc_id}: {exc}") from None
         doc_hash = content_hash(doc.text)
         context = context_of(doc)
         pieces = pieces_of(doc, context, self.settings.chunk_tokens, self.settings.chunk_overlap)

@@ -6,9 +6,10 @@ No topic feeds it: workers.app runs `Pipeline.expire_lapsed` every MEMSTREAM_EXP
 seconds in the resolver workers (tests call it directly). Each lapsed fact is expired through the
 envelope's effectively-once commit under the mark `exp:{fact id}:{expires_at}`: two workers that
 sweep at once commit it once (the other publishes that outbox or skips), a sweep that dies after
-its commit is finished by the outbox sweep, and a stage that changes the fact meanwhile (the
-resolver, a new supporting passage that moves `expires_at`) makes the commit fail on the fact's
-status check and the sweep decide again.
+its commit is finished by the outbox sweep, and a stage that changes the fact meanwhile makes
+the commit fail and the sweep decide again: the commit is fenced on the fact's status (the
+resolver) and on the `expires_at` the sweep read (a new supporting passage that moves it leaves the
+status active). The index entry goes only if it still says the lapse the sweep saw through.
 """
 
 from __future__ import annotations
@@ -41,20 +42,24 @@ class ExpirySweep(Stage):
             # each fact seen through leaves the index's lapsed range (expired, or its lapse moved)
             while (lapsed := await self.memory.lapsed_facts(tenant, now, SWEEP_BATCH)) and lapsed != seen:
                 for fid, expires_at in lapsed:
-                    await self.once(tenant, expiry_mark(fid, expires_at), self._decision(tenant, fid, now, expired))
+                    await self.once(tenant, expiry_mark(fid, expires_at), self._decision(tenant, fid, expires_at, now, expired))
                 seen = lapsed
         return len(expired)
 
-    def _decision(self, tenant: str, fid: str, now: float, expired: set):
+    def _decision(self, tenant: str, fid: str, indexed_at: float, now: float, expired: set):
+        """`indexed_at`: when the expiry index said the fact lapses."""
         async def decide(pipe) -> list[Emit]:
+            expired.discard((tenant, fid))  # a decision taken again counts as it decides now
             fact = await self.memory.fact(tenant, fid)
             if fact is None:
-                self.memory.stage_expiry_done(pipe, tenant, fid)
+                self.memory.stage_expiry_done(pipe, tenant, fid, indexed_at)
                 return []
-            self.memory.expect_status(pipe, tenant, fid, fact.status)  # anything that changes it meanwhile: decide again
+            # anything that changes them meanwhile: decide again
+            self.memory.expect_status(pipe, tenant, fid, fact.status)
+            self.memory.expect_field(pipe, tenant, fid, "expires_at", fact.expires_at)
             if not fact.lapsed(now):
                 return []  # a passage supports it longer now (the index already says until when)
-            self.memory.stage_expiry_done(pipe, tenant, fid)
+            self.memory.stage_expiry_done(pipe, tenant, fid, fact.expires_at)
             if fact.status in GONE:
                 return []
             was_active = fact.status == "active"

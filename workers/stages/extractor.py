@@ -9,7 +9,7 @@ from dataclasses import replace
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
-from workers.algorithms.expiry import document_ttls, lapse_time, ttl_for, turn_time
+from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
 from workers.envelope import Emit, PermanentError
 from workers.models.extraction import Entity, drop_unnamed
@@ -76,8 +76,7 @@ class ExtractorStage(Stage):
                 sid = schema_id(triple.head_type, triple.relation, triple.tail_type)
                 fid = fact_id(head_id, triple.relation, tail_id)
                 self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
-                self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec)
-                self.memory.stage_fact_lapse(pipe, tenant, fid, chunk.chunk_id, lapse_of(triple.category))
+                self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec, lapse_of(triple.category))
                 candidate = CandidateFact(
                     tenant=tenant, passage_id=chunk.chunk_id, doc_id=chunk.doc_id, fact=triple, fact_index=index,
                     chunk_fact_count=len(facts), head_id=head_id, tail_id=tail_id, extractor=self.extractor.name,
@@ -93,13 +92,13 @@ class ExtractorStage(Stage):
 
     def _time_of(self, chunk: Chunk):
         """(category → when this passage's support lapses (None: never), the turn's time or '').
-        TTLs: the document's metadata.ttl_seconds, else MEMSTREAM_TTL_SECONDS."""
+        TTLs, read once per chunk: the document's metadata.ttl_seconds, else MEMSTREAM_TTL_SECONDS."""
         try:
-            document_ttls(chunk.metadata)
-        except ValueError as exc:
+            ttls = passage_ttls(self.settings.category_ttls, chunk.metadata)
+        except ValueError as exc:  # a chunk published on `chunks` directly, not through Document's contract
             raise PermanentError(f"chunk {chunk.chunk_id} of document {chunk.doc_id}: {exc}") from None
         extracted_at = time.time()
-        return (lambda category: lapse_time(extracted_at, ttl_for(category, self.settings.category_ttls, chunk.metadata))), turn_time(chunk.metadata)
+        return (lambda category: lapse_time(extracted_at, ttls.get(category, 0))), turn_time(chunk.metadata)
 
     async def _bridge_similar(self, tenant: str, chunk_id: str) -> None:
         """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge).
