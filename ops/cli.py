@@ -325,13 +325,17 @@ def cmd_bench(settings: Settings, args) -> int:
     return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json)
 
 
-# ---- drill-down: a fact, its evidence, a passage — what GET /v1/facts/{id}[/evidence] and
-# /v1/passages/{id} answer (workers.query.drilldown), read from Redis directly ---------------------
+# ---- drill-down: a fact, its evidence, a passage, the standing facts — what GET
+# /v1/facts/{id}[/evidence], /v1/passages/{id} and /v1/facts?category= answer (workers.query.drilldown), read from Redis directly ---------------------
 def add_drilldown_commands(sub) -> None:
     fact = sub.add_parser("fact", help="a fact of a tenant as JSON; --evidence: with the passages it came from")
     fact.add_argument("id", metavar="FACT_ID")
     fact.add_argument("--tenant", default=None)
     fact.add_argument("--evidence", action="store_true", help="also its passages, as published")
+    facts = sub.add_parser("facts", help="a tenant's standing facts as JSON (GET /v1/facts): constraints, rejected options, tool failures")
+    facts.add_argument("--tenant", default=None)
+    facts.add_argument("--category", default=None, help="comma-separated categories (default: HARD_CONSTRAINT,REJECTED_OPTION,TOOL_FAILURE)")
+    facts.add_argument("--limit", default=None, help="at most this many facts, 1 to 500 (default 50)")
     passage = sub.add_parser("passage", help="a passage of a tenant as JSON (text, doc_id, metadata, context)")
     passage.add_argument("id", metavar="PASSAGE_ID")
     passage.add_argument("--tenant", default=None)
@@ -342,19 +346,26 @@ def cmd_fact(settings: Settings, args) -> int:
     from workers.query import drilldown
 
     load = drilldown.fact_evidence if args.evidence else drilldown.fact_record
-    return _drill(settings, args, "fact", load, lambda found: _json_bytes(found))
+    return _drill(settings, args, "fact", lambda memory, tenant: load(memory, tenant, args.id), lambda found: _json_bytes(found))
+
+
+def cmd_facts(settings: Settings, args) -> int:
+    from workers.query import drilldown
+
+    categories, limit = drilldown.fact_filter(args.category, args.limit)  # ContractError: exit 2 with its message
+    return _drill(settings, args, "facts", lambda memory, tenant: drilldown.standing_facts(memory, tenant, categories, limit), _json_bytes)
 
 
 def cmd_passage(settings: Settings, args) -> int:
     from workers.query import drilldown
 
-    return _drill(settings, args, "passage", drilldown.passage_record,
+    return _drill(settings, args, "passage", lambda memory, tenant: drilldown.passage_record(memory, tenant, args.id),
                   lambda found: found["text"].encode("utf-8") if args.text else _json_bytes(found))
 
 
 def _drill(settings: Settings, args, what: str, load, render) -> int:
-    """Load one record from Redis and write `render(record)` to stdout as bytes; a missing
-    record or an unreachable Redis: a message on stderr, exit 1."""
+    """Load a record from Redis (`load(memory, tenant)`) and write `render(record)` to stdout as
+    bytes; a missing record or an unreachable Redis: a message on stderr, exit 1."""
     import asyncio
 
     from store import Memory
@@ -366,7 +377,7 @@ def _drill(settings: Settings, args, what: str, load, render) -> int:
     async def run():
         memory = Memory.from_url(settings.redis_url)
         try:
-            return await load(memory, tenant, args.id)
+            return await load(memory, tenant)
         finally:
             await memory.close()
 
@@ -416,6 +427,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "demo": cmd_demo,
     "fact": cmd_fact,
+    "facts": cmd_facts,
     "passage": cmd_passage,
     "mcp": cmd_mcp,
 }

@@ -1,5 +1,5 @@
-"""The indexing pipeline in this process, for the offline benchmarks (`bench memory-tax`,
-`bench conversation --in-process`): the four stages (workers.pipeline.Pipeline) over any store,
+"""The indexing pipeline in this process, for the benchmarks (`bench memory-tax`, `bench
+conversation`, over InMemoryStore or with --redis-url over Redis): the four stages (workers.pipeline.Pipeline) over any store,
 with Kafka replaced by a queue that delivers every message oldest first. The stages, the
 envelope, the store and the query engine are the production code; only the broker is not, so
 runs are deterministic and need no services (with store.in_memory.InMemoryStore).

@@ -14,8 +14,9 @@ no context repeats it):
   the four stages over store.in_memory.InMemoryStore, the `rules` extractor, the local MiniLM
   embedder), then the query engine (workers.query.engine.QueryEngine, PPR mode) for the final
   turn's text (its top TOP_K passages), plus the tenant's standing HARD_CONSTRAINT /
-  REJECTED_OPTION / TOOL_FAILURE facts read through the store interface, one line per
-  (category, relation, tail) with the turns that state it.
+  REJECTED_OPTION / TOOL_FAILURE facts as GET /v1/facts and the MCP tool standing_facts list
+  them (workers.query.drilldown.standing_facts), one line per (category, relation, tail) with
+  the turns that state it.
 
 Measures, per engine:
 - process recall: the share of the two process items (the visa refusal, the 409) the context
@@ -217,19 +218,22 @@ async def memstream_context(history: list[Turn], decision: Turn, embedder) -> Me
 
 
 async def standing_facts(memory, turn_of_doc: dict[str, Turn]) -> list[dict]:
-    """The tenant's facts of STANDING_CATEGORIES that hold (active, not expired), read through
-    the store interface, one entry per (category, relation, tail): the heads that state it and
-    the turns it rests on."""
-    ids = await memory.scan_ids(TENANT, "facts")
+    """The tenant's standing facts as an agent reads them before the decision — GET /v1/facts,
+    the MCP tool standing_facts and `memstream facts` (workers.query.drilldown.standing_facts:
+    the facts of STANDING_CATEGORIES that hold) — one entry per (category, relation, tail): the
+    heads that state it and the turns it rests on."""
+    from workers.query.drilldown import MAX_FACTS_LIMIT
+    from workers.query.drilldown import standing_facts as read_standing
+
+    found = await read_standing(memory, TENANT, STANDING_CATEGORIES, MAX_FACTS_LIMIT)
+    if found["total"] > len(found["facts"]) and found["total"] > MAX_FACTS_LIMIT:
+        raise RuntimeError(f"memory-tax: {found['total']} standing facts, more than one read lists ({MAX_FACTS_LIMIT})")
     grouped: dict[tuple[str, str, str], dict] = {}
-    for fact in await memory.facts(TENANT, ids):
-        if fact is None or fact.category not in STANDING_CATEGORIES or not fact.holds():
-            continue
-        passages = [p for p in await memory.passages(TENANT, fact.passage_ids) if p is not None]
-        entry = grouped.setdefault((fact.category, fact.relation, fact.tail),
-                                   {"category": fact.category, "relation": fact.relation, "tail": fact.tail, "heads": [], "turns": []})
-        entry["heads"] = sorted({*entry["heads"], fact.head})
-        entry["turns"] = sorted({*entry["turns"], *(turn_of_doc[p["doc_id"]].turn_id for p in passages)})
+    for fact in found["facts"]:
+        entry = grouped.setdefault((fact["category"], fact["relation"], fact["tail"]),
+                                   {"category": fact["category"], "relation": fact["relation"], "tail": fact["tail"], "heads": [], "turns": []})
+        entry["heads"] = sorted({*entry["heads"], fact["head"]})
+        entry["turns"] = sorted({*entry["turns"], *(turn_of_doc[doc_id].turn_id for doc_id in fact["doc_ids"])})
     return sorted(grouped.values(), key=lambda e: (e["turns"], e["category"], e["relation"], e["tail"]))
 
 

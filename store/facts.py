@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass, field, fields
 
 from store.keys import entity_node
 from topics import FactEvent
-from topics.records import Triple
+from topics.records import CATEGORY_PRECEDENCE, Triple
 
 STATUSES = ("new", "pending", "active", "invalid", "merged", "expired", "retracted")
 
-# What extraction says of a fact; the smallest description seen wins (order-independent).
+# What extraction says of a fact; of the descriptions seen, the one of the most specific category
+# (CATEGORY_PRECEDENCE), then the smallest, wins (order-independent): Fact.description_rank.
 DESCRIPTION_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "valid_from", "valid_to", "text")
 # What an event tells subscribers about the fact.
 PUBLIC_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "status", "qualifiers", "valid_from", "valid_to", "merged_into")
@@ -83,6 +84,15 @@ class Fact:
 
     def description(self) -> dict[str, str]:
         return {name: "" if getattr(self, name) is None else str(getattr(self, name)) for name in DESCRIPTION_FIELDS}
+
+    def description_rank(self) -> str:
+        """What the stores compare descriptions by (the smaller wins): the category's place in
+        CATEGORY_PRECEDENCE first, so a plain re-mention (DECLARATIVE) of a refusal, constraint or
+        failure does not take its category away whatever the order they arrive in, then the
+        fields, so ties go to the smallest."""
+        described = self.description()
+        place = CATEGORY_PRECEDENCE.index(self.category) if self.category in CATEGORY_PRECEDENCE else len(CATEGORY_PRECEDENCE)
+        return "\x1f".join([str(place), *(described[k] for k in sorted(described))])
 
     def triple(self) -> Triple:
         return Triple(self.head, self.relation, self.tail, self.head_type, self.tail_type, self.category, self.valid_from, self.valid_to)

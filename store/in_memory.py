@@ -273,9 +273,8 @@ class InMemoryStore:
         self._stage(pipe, write)
 
     def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None) -> None:
-        fid, described, now = fact.id, fact.description(), time.time()
-        rank = "\x1f".join(described[k] for k in sorted(described))
-        fields = {**described, "vec": vector_bytes(vector)}
+        fid, rank, now = fact.id, fact.description_rank(), time.time()
+        fields = {**fact.description(), "vec": vector_bytes(vector)}
 
         def write() -> None:
             self._record_lapse(tenant, fid, lapses_at)  # before the fact exists: tells its first passage
@@ -526,6 +525,13 @@ class InMemoryStore:
                 return None
             entries = t.changes[position + 1 : position + 1 + count]
         return [(entry_id, change) for entry_id, _, change in entries]
+
+    # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) ---------------------
+    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int) -> tuple[list[Fact], int]:
+        """Memory.active_facts: the active facts of `categories`, at most `limit` sorted by id, and their count."""
+        ids = sorted(fid for fid, row in self._tenant(tenant).records["facts"].items()
+                     if _text(row.get("status")) == "active" and _text(row.get("category")) in categories)
+        return [f for f in await self.facts(tenant, ids[:limit]) if f is not None], len(ids)
 
     # ---- time in memory: TTLs and the expiry index ------------------------------------------------------
     def _record_lapse(self, tenant: str, fact_id: str, lapses_at: float | None) -> None:

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Mapping
 import numpy as np
 import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import VectorQuery
+from redisvl.query import FilterQuery, VectorQuery
 from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
@@ -440,16 +440,15 @@ class Memory:
 
     def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None) -> None:
         """An extracted fact, status 'new' until the detector decides. Status and first-seen
-        time are set once; the description is the smallest seen (order-independent). The
-        passage's support lapses at `lapses_at` (None: never): the fact's `expires_at` and its
-        place in the expiry index follow (_RECORD_LAPSE)."""
+        time are set once; the description is the one of the smallest Fact.description_rank
+        seen: the most specific category, then the smallest (order-independent). The passage's
+        support lapses at `lapses_at` (None: never): the fact's `expires_at` and its place in the
+        expiry index follow (_RECORD_LAPSE)."""
         keys = self.keys(tenant)
         key = keys.fact(fact.id)
         _eval(pipe, _RECORD_LAPSE, [key, keys.expiry], [fact.id, "" if lapses_at is None else repr(float(lapses_at))])
-        described = fact.description()
-        rank = "\x1f".join(described[k] for k in sorted(described))
-        pairs = [x for kv in described.items() for x in kv]
-        _eval(pipe, _SET_IF_SMALLER, [key], [rank, *pairs, "vec", vector_bytes(vector)])
+        pairs = [x for kv in fact.description().items() for x in kv]
+        _eval(pipe, _SET_IF_SMALLER, [key], [fact.description_rank(), *pairs, "vec", vector_bytes(vector)])
         pipe.hsetnx(key, "status", "new")
         pipe.hsetnx(key, "created_at", time.time())
 
@@ -679,6 +678,27 @@ class Memory:
             pipe.set(keys.graph_nodes_complete, 1)
             await pipe.execute()
         return sorted(m.decode() for m in await self.redis.smembers(keys.graph_nodes))
+
+    # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) -------------
+    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int) -> tuple[list[Fact], int]:
+        """At most `limit` of the tenant's active facts whose category is one of `categories`,
+        sorted by id, and how many there are: a filter on the facts index's status and category
+        tags, no vector. Which `limit` of more there are is the index's choice."""
+        index = await self.index(tenant, "facts", create=False)
+        if index is None or not categories:
+            return [], 0
+        query = FilterQuery((Tag("status") == "active") & (Tag("category") == list(categories)), return_fields=["status"], num_results=limit)
+        try:
+            result = await index.search(query.query, query_params=query.params)
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._forget_indexes(tenant)
+            self._indexes_checked.pop(tenant, None)
+            return [], 0
+        prefix = self.keys(tenant).prefix("facts")
+        ids = sorted((doc.id.decode() if isinstance(doc.id, bytes) else doc.id).removeprefix(prefix) for doc in result.docs)
+        return [f for f in await self.facts(tenant, ids) if f is not None], int(result.total)
 
     # ---- time in memory: the expiry index (stage_new_fact fills it, workers.stages.expiry sweeps it) --
     async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:

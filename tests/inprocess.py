@@ -246,5 +246,5 @@ class InProcess:
 
     async def close(self) -> None:
         if self._engine is not None:
-            self._engine._ranking.shutdown(wait=False)
+            self._engine.close()
         await self.memory.close()

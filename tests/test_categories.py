@@ -5,7 +5,10 @@ LLM extractor's prompt carrying a turn's context line apart from its text."""
 
 import asyncio
 
+import pytest
+
 from tests.inprocess import InProcess
+from topics.records import CATEGORY_PRECEDENCE
 from workers.algorithms import categories
 from workers.algorithms.turns import turn_context, when_of
 from workers.models.extraction import LLMExtractor, RulesExtractor
@@ -70,7 +73,7 @@ def test_a_plain_turn_is_declarative_and_gains_no_speaker_fact():
 
 
 def test_precedence_failure_over_rejection_over_constraint():
-    assert categories.CATEGORY_PRECEDENCE == ("TOOL_FAILURE", "REJECTED_OPTION", "HARD_CONSTRAINT", "DECLARATIVE")
+    assert CATEGORY_PRECEDENCE == ("TOOL_FAILURE", "REJECTED_OPTION", "HARD_CONSTRAINT", "DECLARATIVE")
     assert categories.classify("We rejected the quote because the API failed with RATE_LIMITED.").category == "TOOL_FAILURE"
     assert categories.classify("Miami is not an option because the total must stay under 3,000 USD.").category == "REJECTED_OPTION"
     assert categories.classify("No red-eye flights, please.").object == "red-eye flights"
@@ -159,3 +162,45 @@ def test_the_llm_prompt_carries_the_context_line_apart_from_the_text():
     # a plain document's messages are those without a context (the LLM cache keeps its answers)
     assert extraction_messages(PLAIN, "") == extraction_messages(PLAIN)
     assert EXTRACTION_CONTEXT_NOTE not in extraction_messages(PLAIN)[-1]["content"]
+
+
+# ---- one triple said with two categories: the most specific stays ----------------------------
+
+def test_the_cues_are_in_the_contracts_precedence():
+    assert tuple(dict.fromkeys(cue.category for cue in categories.CUES)) + ("DECLARATIVE",) == CATEGORY_PRECEDENCE
+
+
+async def _said_twice(redis_url: str | None, first: str, second: str):
+    """The same triple from two turns, in the categories `first` then `second` (the second
+    delivered twice): the fact as it ends."""
+    from tests.test_expiry import CategoryExtractor, PrefixEmbedder
+
+    script = {f"turn {n}": [("Ana", "rejected", "Miami", category)] for n, category in enumerate((first, second))}
+    stages = InProcess(redis_url, CategoryExtractor(script), PrefixEmbedder(), tau=1)
+    try:
+        await stages.publish("d0", "turn 0")
+        await stages.publish("d1", "turn 1")
+        await stages.publish("d1", "turn 1")
+        [fact] = (await stages.facts()).values()
+        return fact
+    finally:
+        await stages.close()
+
+
+PAIRS = [("REJECTED_OPTION", "DECLARATIVE"), ("HARD_CONSTRAINT", "DECLARATIVE"), ("TOOL_FAILURE", "DECLARATIVE"),
+         ("TOOL_FAILURE", "REJECTED_OPTION"), ("REJECTED_OPTION", "HARD_CONSTRAINT")]
+
+
+@pytest.mark.parametrize("specific,plain", PAIRS)
+@pytest.mark.parametrize("specific_first", [True, False])
+def test_a_plain_re_mention_keeps_the_most_specific_category_in_memory(specific, plain, specific_first):
+    order = (specific, plain) if specific_first else (plain, specific)
+    fact = asyncio.run(_said_twice(None, *order))
+    assert (fact.category, fact.status, len(fact.passage_ids)) == (specific, "active", 2)
+
+
+@pytest.mark.parametrize("specific_first", [True, False])
+def test_a_plain_re_mention_keeps_the_most_specific_category_in_redis(stack_env, specific_first):
+    order = ("REJECTED_OPTION", "DECLARATIVE") if specific_first else ("DECLARATIVE", "REJECTED_OPTION")
+    fact = asyncio.run(_said_twice(stack_env["MEMSTREAM_REDIS_URL"], *order))
+    assert (fact.category, fact.status, len(fact.passage_ids)) == ("REJECTED_OPTION", "active", 2)

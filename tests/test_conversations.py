@@ -19,7 +19,7 @@ from ops.publish import load_documents
 from tests import inprocess
 from tests.conftest import MEMSTREAM, ROOT, running_workers
 from tests.inprocess import InProcess
-from topics import encode
+from topics import Document, encode
 from workers.algorithms.chunking import chunk_id_of, chunk_text
 from workers.algorithms.normalize import entity_id, fact_id, relation_name
 from workers.models.extraction import RulesExtractor
@@ -301,3 +301,43 @@ def test_drill_down_returns_the_published_bytes(stack_env, tmp_path):
         assert missing.stderr.decode() == f"memstream passage: no passage 'nope' in tenant '{tenant}'\n"
         missing = memstream("fact", "nope", "--tenant", tenant, "--evidence")
         assert (missing.returncode, missing.stderr.decode()) == (1, f"memstream fact: no fact 'nope' in tenant '{tenant}'\n")
+
+
+# ---- one rule for what a turn is: `turn` set (topics.Document.is_turn) ----------------------------
+def test_a_turn_is_a_document_with_turn_set_and_a_session_note_is_chunked_as_a_document(tmp_path):
+    """The chunker, `memstream publish` and the MCP `remember` agree: `turn` makes a turn (one
+    passage, with its context line); a session_id alone does not (windows, no context line)."""
+    from workers.query.mcp_server import remembered_document
+
+    long_text = " ".join(f"word{i}" for i in range(900))
+    assert Document("acme", "t", "x", session_id="s1", turn=0).is_turn and Document("acme", "t", "x", turn=0).is_turn
+    assert not Document("acme", "n", "x", session_id="s1").is_turn and not Document("acme", "d", "x").is_turn
+
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in [
+        {"doc_id": "note", "session_id": "s1", "speaker": "Ana", "text": long_text},  # no turn: a document
+        {"doc_id": "numbered", "turn": 2, "text": "a turn with no session"},
+    ]) + "\n")
+    loaded = load_documents([str(path)], "acme", 1 << 20)
+    assert [(d.doc_id, d.is_turn) for d in loaded.documents] == [("note", False)]
+    assert loaded.errors == [f"{path}:2: a turn needs a non-empty string 'session_id'"]
+    note_text = long_text.replace("word", "term")  # another text: documents' passages are content hashes
+    remembered = remembered_document("acme", note_text, None, "s1", None, "Ana", None, None, 1 << 20)
+    assert not remembered.is_turn and remembered.session_id == "s1"
+
+    async def scenario():
+        stages = InProcess(None, RulesExtractor())
+        try:
+            await stages.publish("note", long_text, session_id="s1", speaker="Ana")
+            await stages.publish(remembered.doc_id, note_text, session_id="s1", speaker="Ana")
+            await stages.publish("s1:0", long_text, session_id="s1", turn=0, speaker="Ana")
+            return await stored_passages(stages)
+        finally:
+            await stages.close()
+
+    passages = run(scenario())
+    for doc_id in ("note", remembered.doc_id):
+        pieces = [p for p in passages if p["doc_id"] == doc_id]
+        assert len(pieces) == len(chunk_text(long_text)) > 1 and {p["context"] for p in pieces} == {""}
+    [turn] = [p for p in passages if p["doc_id"] == "s1:0"]
+    assert turn["text"] == long_text and turn["context"] == "Ana:"

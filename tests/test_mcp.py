@@ -39,7 +39,7 @@ SCRIPT = {
     NOISE: [("Lucia", "asked about", "Valencia", "PERSON", "PLACE")],
 }
 QUESTION = "Can the Garcias have a transit through Miami?"
-TOOLS = {"search_memory", "remember", "fact_evidence", "get_passage"}
+TOOLS = {"search_memory", "remember", "fact_evidence", "get_passage", "standing_facts"}
 real_embedder = inprocess.real_embedder  # the fixture, registered in this module
 
 
@@ -243,3 +243,52 @@ def test_search_memory_passes_as_of_to_the_query_request():
     with pytest.raises(ContractError) as refused:
         QueryRequest.from_json({"query": TRIP, "as_of": "the day after tomorrow"}, tenant, 5)
     assert bad.is_error and bad.content[0].text == f"Error executing tool search_memory: {refused.value}"
+
+
+def test_memstream_mcp_builds_its_engine_from_the_settings_as_the_query_worker_does():
+    """`memstream mcp` (stdio_parts) honours MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_* and the
+    graph cache's size, as query_app does: one construction, QueryEngine.from_settings."""
+    from workers.query.mcp_server import stdio_parts
+    from workers.algorithms.reconstruction import Budget
+
+    settings = Settings.from_env({"MEMSTREAM_ROUTER": "llm", "MEMSTREAM_LLM_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
+                                  "MEMSTREAM_LLM_MODEL": "router-model", "MEMSTREAM_RECONSTRUCT_STEPS": "2",
+                                  "MEMSTREAM_RECONSTRUCT_PASSAGES": "3", "MEMSTREAM_GRAPH_CACHE_EDGES": "1234"},
+                                 redis_url=f"redis://127.0.0.1:{free_port()}")  # nothing is read: no Redis needed
+
+    async def main():
+        async with stdio_parts(settings, "acme") as (server, engine):
+            async with Client(server) as client:
+                tools = {t.name for t in (await client.list_tools()).tools}
+            return tools, engine.reconstructor.router.name, engine.reconstructor.budget, engine.graphs.max_edges
+
+    tools, router, budget, max_edges = asyncio.run(main())
+    assert tools == TOOLS
+    assert (router, budget, max_edges) == ("llm", Budget(2, 3, settings.reconstruct_tokens), 1234)
+
+
+def test_standing_facts_lists_what_get_v1_facts_lists_and_refuses_an_unknown_category():
+    from tests.test_query_server import STANDING_ROWS, _rows, standing_memory
+    from workers.query import drilldown
+
+    async def main():
+        stages = await standing_memory(None)
+        server = memory_server(stages.tenant, QueryEngine(stages.memory, stages.embedder), stages.settings, DocumentPublisher(stages.settings))
+        try:
+            async with Client(server) as client:
+                tool = next(t for t in (await client.list_tools()).tools if t.name == "standing_facts")
+                every = await client.call_tool("standing_facts", {})
+                failures = await client.call_tool("standing_facts", {"categories": ["TOOL_FAILURE"], "limit": 1})
+                unknown = await client.call_tool("standing_facts", {"categories": ["HARD_CONSTRAINT", "NOPE"]})
+                over = await client.call_tool("standing_facts", {"limit": 501})
+            return tool, every, failures, unknown, over, await drilldown.standing_facts(stages.memory, stages.tenant)
+        finally:
+            await stages.close()
+
+    tool, every, failures, unknown, over, read = asyncio.run(main())
+    assert tool.annotations.read_only_hint and set(tool.input_schema["properties"]) == {"categories", "limit"}
+    assert not every.is_error and every.structured_content == read and _rows(every.structured_content) == STANDING_ROWS
+    assert not failures.is_error and [f["tail"] for f in failures.structured_content["facts"]] == ["ROOM_UNAVAILABLE"]
+    assert unknown.is_error and unknown.content[0].text == ("Error executing tool standing_facts: unknown fact category 'NOPE': "
+                                                           "expected DECLARATIVE, HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE")
+    assert over.is_error and over.content[0].text == "Error executing tool standing_facts: 'limit' must be an integer from 1 to 500"

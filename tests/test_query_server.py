@@ -159,3 +159,101 @@ def test_an_indexing_worker_with_query_fails_at_once_on_a_taken_http_port(stack_
     assert proc.returncode != 0
     assert f"the query API cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert "[^Worker]" not in proc.stderr and "memstream.chunker" not in proc.stderr  # faust never started: no agent, no group
+
+
+# ---- standing facts: GET /v1/facts?category= (workers.query.drilldown.standing_facts) ---------------
+STANDING_SCRIPT = {
+    "We won't transit through Miami.": [("Ana", "rejected", "Miami", "REJECTED_OPTION")],
+    "The total must not exceed 3000 USD.": [("Ana", "must not exceed", "3000 USD", "HARD_CONSTRAINT")],
+    "Booking failed: ROOM_UNAVAILABLE.": [("Hotel Prado", "failed with", "ROOM_UNAVAILABLE", "TOOL_FAILURE")],
+    "Ana likes tapas.": [("Ana", "likes", "tapas", "DECLARATIVE")],
+}
+
+
+async def standing_memory(redis_url: str | None):
+    """STANDING_SCRIPT as turns s1:0..3 of one session, through the stages (τ = 1)."""
+    from tests.inprocess import InProcess
+    from tests.test_expiry import CategoryExtractor, PrefixEmbedder
+
+    stages = InProcess(redis_url, CategoryExtractor(STANDING_SCRIPT), PrefixEmbedder(), tau=1)
+    for n, text in enumerate(STANDING_SCRIPT):
+        await stages.publish(f"s1:{n}", text, session_id="s1", turn=n, speaker="Ana")
+    return stages
+
+
+def _rows(found: dict) -> list[tuple]:
+    return [(f["category"], f["head"], f["relation"], f["tail"], f["status"], f["doc_ids"]) for f in found["facts"]]
+
+
+STANDING_ROWS = [("TOOL_FAILURE", "Hotel Prado", "fail with", "ROOM_UNAVAILABLE", "active", ["s1:2"]),
+                 ("REJECTED_OPTION", "Ana", "reject", "Miami", "active", ["s1:0"]),
+                 ("HARD_CONSTRAINT", "Ana", "must not exceed", "3000 USD", "active", ["s1:1"])]
+
+
+def test_both_stores_list_the_standing_facts_most_specific_first(stack_env):
+    from workers.query import drilldown
+
+    async def read(redis_url):
+        stages = await standing_memory(redis_url)
+        try:
+            memory, tenant = stages.memory, stages.tenant
+            default = await drilldown.standing_facts(memory, tenant)
+            one = await drilldown.standing_facts(memory, tenant, ("HARD_CONSTRAINT", "TOOL_FAILURE"), 1)
+            plain = await drilldown.standing_facts(memory, tenant, ("DECLARATIVE",))
+            lapsed = default["facts"][0]["id"]
+            pipe = memory.pipeline()
+            memory.stage_fact_update(pipe, tenant, lapsed, {"expires_at": 1.0})  # its TTL over, not yet swept
+            await pipe.execute()
+            after = await drilldown.standing_facts(memory, tenant)
+            return default, one, plain, after, await drilldown.standing_facts(memory, "nobody-here")
+        finally:
+            await stages.close()
+
+    for redis_url in (None, stack_env["MEMSTREAM_REDIS_URL"]):
+        default, one, plain, after, nobody = asyncio.run(read(redis_url))
+        assert default["categories"] == ["HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE"] and default["total"] == 3
+        assert _rows(default) == STANDING_ROWS, redis_url
+        assert one["total"] == 2 and len(one["facts"]) == 1 and one["facts"][0]["category"] in ("HARD_CONSTRAINT", "TOOL_FAILURE")
+        assert [(f["tail"], f["doc_ids"]) for f in plain["facts"]] == [("tapas", ["s1:3"])]
+        assert _rows(after) == STANDING_ROWS[1:] and after["total"] == 3  # listed: what holds; total: what is active
+        assert (nobody["total"], nobody["facts"]) == (0, [])
+
+
+def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
+    import subprocess
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tests.conftest import MEMSTREAM, ROOT
+    from workers.query.server import query_app
+
+    async def main():
+        stages = await standing_memory(stack_env["MEMSTREAM_REDIS_URL"])
+        settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant=stages.tenant)
+        try:
+            async with TestClient(TestServer(query_app(settings, stages.embedder))) as client:
+                paths = ["/v1/facts", "/v1/facts?category=REJECTED_OPTION,TOOL_FAILURE&limit=1", "/v1/facts?category=DECLARATIVE",
+                         "/v1/facts?category=HARD_CONSTRAINT,NOPE", "/v1/facts?limit=0", "/v1/facts?limit=501", "/v1/facts?limit=ten",
+                         "/v1/facts?tenant=bad%20tenant"]
+                return stages.tenant, [(r.status, await r.json()) for r in [await client.get(p) for p in paths]]
+        finally:
+            await stages.close()
+
+    tenant, (every, limited, plain, unknown, zero, over, words, bad_tenant) = asyncio.run(main())
+    assert every[0] == 200 and every[1]["tenant"] == tenant and _rows(every[1]) == STANDING_ROWS
+    assert limited[0] == 200 and limited[1]["total"] == 2 and len(limited[1]["facts"]) == 1
+    assert plain[0] == 200 and [f["tail"] for f in plain[1]["facts"]] == ["tapas"]
+    assert unknown == (400, {"error": "unknown fact category 'NOPE': expected DECLARATIVE, HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE"})
+    for refused in (zero, over, words):
+        assert refused == (400, {"error": "'limit' must be an integer from 1 to 500"})
+    assert bad_tenant[0] == 400 and "invalid tenant" in bad_tenant[1]["error"]
+
+    # `memstream facts`: the same answer from the command line
+    def memstream(*args):
+        return subprocess.run(MEMSTREAM + ["facts", *args], env=stack_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    listed = memstream("--tenant", tenant)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == every[1]
+    refused = memstream("--tenant", tenant, "--category", "NOPE")
+    assert refused.returncode == 2 and refused.stderr.strip() == f"memstream: {unknown[1]['error']}"

@@ -212,9 +212,10 @@ def turn_from_json(row: Any, where: str) -> Turn:
 
 
 def is_turn(row: Any) -> bool:
-    """A JSON object that is a turn rather than a document: session_id and turn, no doc_id
-    required."""
-    return isinstance(row, dict) and "session_id" in row and "turn" in row and "text" in row
+    """A JSON object that is a turn rather than a document: one that gives `turn`, as the
+    Document it becomes is a turn (Document.is_turn). turn_from_json then requires its
+    session_id, speaker and text; an object without `turn` is a document, session_id or not."""
+    return isinstance(row, dict) and row.get("turn") is not None
 
 
 def locomo_questions(data: Any) -> list[Question]:

@@ -27,6 +27,9 @@ SCHEMA_VERSION = 1
 DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 FACT_CATEGORIES = ("DECLARATIVE", "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
+# Most specific first: a sentence's category is its first cue's in this order
+# (workers.algorithms.categories), and a fact extracted with several keeps the first (store.facts).
+CATEGORY_PRECEDENCE = ("TOOL_FAILURE", "REJECTED_OPTION", "HARD_CONSTRAINT", "DECLARATIVE")
 MAX_DEPTH = 32  # nesting of arrays and objects inside a field (metadata); deeper data is refused
 _INT64 = (-(1 << 63), (1 << 63) - 1)  # what other languages' consumers and Redis can hold
 # Characters refused in strings: lone surrogates always; control characters (Cc) except that free
@@ -196,6 +199,13 @@ class Document(Record):
     @property
     def key(self) -> str:
         return self.doc_id
+
+    @property
+    def is_turn(self) -> bool:
+        """A conversation turn: `turn` is set. The one rule (the chunker, `memstream publish`, the
+        MCP `remember`): a turn is one immutable passage with its speaker's context line; a
+        document with only a session_id (a note of the session) is chunked in windows like any."""
+        return self.turn is not None
 
     @classmethod
     def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):

@@ -77,7 +77,7 @@ def _cue(category: str, pattern: str, relation: str, side: str = AFTER) -> Cue:
     return Cue(category, re.compile(pattern, re.IGNORECASE if side != ITSELF else 0), relation, side)
 
 
-# In precedence order (first match decides). Within a category, the more specific cue first.
+# In precedence order (topics.records.CATEGORY_PRECEDENCE; first match decides). Within a category, the more specific cue first.
 CUES: tuple[Cue, ...] = (
     *(Cue(TOOL_FAILURE, pattern, "failed with", ITSELF) for _, pattern in FAILURE_ITEMS),
     _cue(TOOL_FAILURE, r"\btimed out\b|\btimes out\b", "timed out"),
@@ -100,7 +100,6 @@ CUES: tuple[Cue, ...] = (
     _cue(HARD_CONSTRAINT, r"\b(?:required|mandatory|not allowed|forbidden|prohibited)\b", "required", BEFORE),
     _cue(HARD_CONSTRAINT, r"\b(?:can|could|will|would|should|may|must)\s+only\b|(?:^|[,:;(]\s*)only\b", "only"),
 )
-CATEGORY_PRECEDENCE = (TOOL_FAILURE, REJECTED_OPTION, HARD_CONSTRAINT, DECLARATIVE)
 
 
 @dataclass(frozen=True)

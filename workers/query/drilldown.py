@@ -1,11 +1,22 @@
 """Drill-down from a fact to its evidence and to a passage: the records GET /v1/facts/{id},
 /v1/facts/{id}/evidence and /v1/passages/{id} answer, and `memstream fact` / `memstream passage`
 print (one implementation for the HTTP API, the CLI and other callers). None: no such record in
-the tenant."""
+the tenant. And a tenant's standing facts — its constraints, rejected options and tool failures
+that hold — as GET /v1/facts?category=, the MCP tool standing_facts and `memstream facts` list
+them (`standing_facts`)."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from store.base import MemoryStore
+from topics import ContractError
+from topics.records import CATEGORY_PRECEDENCE, FACT_CATEGORIES
+
+# What an agent checks before a decision: everything but plain statements
+STANDING_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
+DEFAULT_FACTS_LIMIT, MAX_FACTS_LIMIT = 50, 500
 
 
 def missing(what: str, tenant: str) -> str:
@@ -33,3 +44,43 @@ async def passage_record(memory: MemoryStore, tenant: str, passage_id: str) -> d
     """The passage (store.records.passage_json): its text byte for byte as published, its
     document, metadata (turn_id, dia_id, session_id, speaker, ts, ...) and context line."""
     return (await memory.passages(tenant, [passage_id]))[0]
+
+
+def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, ...], int]:
+    """The categories (a list, or one comma-separated string; None or empty: STANDING_CATEGORIES)
+    and the limit (1 to MAX_FACTS_LIMIT; None: DEFAULT_FACTS_LIMIT; a decimal string is read)
+    of a standing-facts request; ContractError names what is wrong."""
+    if categories is None or categories == "" or categories == []:
+        chosen = STANDING_CATEGORIES
+    else:
+        names = categories.split(",") if isinstance(categories, str) else categories
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ContractError("'category' must be a list of category names or one comma-separated string")
+        chosen = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+        unknown = [n for n in chosen if n not in FACT_CATEGORIES]
+        if unknown or not chosen:
+            raise ContractError(f"unknown fact category {', '.join(map(repr, unknown)) or repr(categories)}: expected {', '.join(FACT_CATEGORIES)}")
+    if limit is None or limit == "":
+        return chosen, DEFAULT_FACTS_LIMIT
+    if isinstance(limit, str) and limit.strip().isdigit():
+        limit = int(limit)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_FACTS_LIMIT:
+        raise ContractError(f"'limit' must be an integer from 1 to {MAX_FACTS_LIMIT}")
+    return chosen, limit
+
+
+async def standing_facts(memory: MemoryStore, tenant: str, categories: tuple[str, ...] = STANDING_CATEGORIES,
+                         limit: int = DEFAULT_FACTS_LIMIT, now: float | None = None) -> dict:
+    """The tenant's facts of `categories` that hold now (active, TTL not lapsed), most specific
+    category first (CATEGORY_PRECEDENCE), then oldest first: {"tenant", "categories", "total"
+    (active facts of those categories; more than listed when over `limit`), "facts": each fact
+    (store.facts.Fact.to_json) with the doc ids of its passages ("doc_ids": a turn's document,
+    so the turn that said it)}. One read of the facts index (MemoryStore.active_facts)."""
+    facts, total = await memory.active_facts(tenant, tuple(categories), limit)
+    now = time.time() if now is None else now
+    facts = sorted((f for f in facts if f.holds(now)),
+                   key=lambda f: (CATEGORY_PRECEDENCE.index(f.category), f.created_at or 0.0, f.id))
+    passage_ids = sorted({p for f in facts for p in f.passage_ids})
+    doc_of = {p["id"]: p["doc_id"] for p in await memory.passages(tenant, passage_ids) if p is not None}
+    return {"tenant": tenant, "categories": list(categories), "total": total,
+            "facts": [{**f.to_json(), "doc_ids": sorted({doc_of[p] for p in f.passage_ids if p in doc_of})} for f in facts]}

@@ -170,6 +170,17 @@ class QueryEngine:
         # share the same cores.
         self._ranking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstream-ppr")
 
+    @classmethod
+    def from_settings(cls, settings, memory: Memory, embedder) -> "QueryEngine":
+        """The query worker's engine as configured: its graph cache's size
+        (MEMSTREAM_GRAPH_CACHE_EDGES) and mode reconstruct's router and budget
+        (Reconstructor.from_settings). The one construction the HTTP API and `memstream mcp` share."""
+        return cls(memory, embedder, GraphCache(memory, settings.graph_cache_edges), Reconstructor.from_settings(settings, memory, embedder))
+
+    def close(self) -> None:
+        """Stop the ranking thread (the store is its owner's to close)."""
+        self._ranking.shutdown(wait=False)
+
     async def answer(self, request: QueryRequest) -> dict:
         timings = {}
         started = t = time.perf_counter()

@@ -1,12 +1,14 @@
 """memstream as an MCP server (Model Context Protocol, the official `mcp` SDK 2.x) for agent
-frameworks: the memory of ONE tenant per server, as four tools —
+frameworks: the memory of ONE tenant per server, as five tools —
 
 - `search_memory`: the query engine's answer (workers.query.engine), validated as POST /v1/query
   validates a body, so a bad request is a tool error with the same message as the HTTP 400;
 - `remember`: a conversation turn or a document published to `memstream.documents`, indexed by
   the workers like anything `memstream publish` sends;
 - `fact_evidence`, `get_passage`: the drill-down of GET /v1/facts/{id}/evidence and
-  /v1/passages/{id} (workers.query.drilldown).
+  /v1/passages/{id} (workers.query.drilldown);
+- `standing_facts`: the tenant's constraints, rejected options and tool failures that hold, as
+  GET /v1/facts?category= lists them (drilldown.standing_facts) — for an agent before a decision.
 
 Two transports: stdio (`memstream mcp --tenant T`, `run_stdio`) and streamable HTTP at /mcp of
 the query worker's own address (`mount`, called by workers.query.server.query_app for the
@@ -15,14 +17,15 @@ endpoint is stateless (every POST stands alone, JSON responses): no session to p
 query worker, so several behind a load balancer serve it alike.
 
 Searching needs Redis only; `remember` needs Kafka, and its producer is made on the first call,
-so a query worker with no broker reachable still serves the other three tools."""
+so a query worker with no broker reachable still serves the other four tools."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from typing import Annotated, Any
+from typing import Annotated, Any, AsyncIterator
 
 from aiohttp import web
 from mcp.server.mcpserver import MCPServer
@@ -32,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from topics.conversations import turn_from_json, turn_ts
 from topics import ContractError, Document, encode, validate_tenant
+from topics.records import FACT_CATEGORIES
 from workers.algorithms.normalize import content_hash
 from workers.query import drilldown
 from workers.query.asgi import asgi_handler
@@ -99,6 +103,17 @@ class Evidence(BaseModel):
     passages: list[Passage]
 
 
+class StandingFact(Fact):
+    doc_ids: list[str] = Field(description="the documents (for a turn: '{session_id}:{turn}') of the passages that state it")
+
+
+class StandingFacts(BaseModel):
+    tenant: str
+    categories: list[str]
+    total: int = Field(description="active facts of these categories; more than listed when over `limit`")
+    facts: list[StandingFact]
+
+
 class Remembered(BaseModel):
     doc_id: str
     tenant: str
@@ -157,10 +172,10 @@ class DocumentPublisher:
 def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: str | None, turn: int | None,
                         speaker: str | None, ts: float | str | None, metadata: dict | None, max_text_bytes: int) -> Document:
     """The document `remember` publishes, validated as the workers validate it (topics.Document).
-    With `turn`, a conversation turn made as `memstream publish` makes one of a JSONL line
-    (topics.conversations: doc id "{session_id}:{turn}", turn id in the metadata); else a document
-    whose default id is derived from its text, so remembering the same text twice is one
-    document."""
+    With `turn`, a conversation turn (topics.Document.is_turn) made as `memstream publish` makes
+    one of a JSONL line (topics.conversations: doc id "{session_id}:{turn}", turn id in the
+    metadata); else a document, chunked in windows even with a session_id, whose default id is
+    derived from its text, so remembering the same text twice is one document."""
     if turn is not None:
         row = {"session_id": session_id, "turn": turn, "speaker": speaker, "text": text, "ts": ts, "metadata": metadata or {},
                **({"doc_id": doc_id} if doc_id is not None else {})}
@@ -182,7 +197,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         "memstream", version="1", log_level=settings.log_level.upper(),
         instructions=(f"Long-term memory of tenant {tenant!r}: past conversation turns and documents, the facts extracted from them "
                       "(with constraints, rejected options and tool failures marked) and the exact passages behind each fact. "
-                      "search_memory before deciding anything earlier turns may bear on; remember what later sessions need."))
+                      "standing_facts and search_memory before deciding anything earlier turns may bear on; remember what later sessions need."))
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
     @server.tool(annotations=read_only, description=(
@@ -214,7 +229,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     async def remember(
         text: Annotated[str, Field(description="the exact text to keep; passages return it byte for byte")],
         doc_id: Annotated[str | None, Field(description="an id of your own; default: '{session_id}:{turn}' for a turn, else derived from the text")] = None,
-        session_id: Annotated[str | None, Field(description="the conversation the turn belongs to")] = None,
+        session_id: Annotated[str | None, Field(description="the conversation it belongs to (required for a turn)")] = None,
         turn: Annotated[int | None, Field(description="the turn's number in its session (makes this a conversation turn)")] = None,
         speaker: Annotated[str | None, Field(description="who said it (required for a turn)")] = None,
         ts: Annotated[float | str | None, Field(description="when it was said: seconds since the epoch or an ISO time")] = None,
@@ -244,6 +259,21 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         if found is None:
             raise ToolError(drilldown.missing(f"passage {passage_id!r}", tenant))
         return Passage.model_validate(found)
+
+    @server.tool(annotations=read_only, description=(
+        "The standing facts of this memory: every hard constraint, rejected option (with its reason in the passage) and tool "
+        "failure that still holds, most specific first. Call it before a decision (booking, routing, retrying a tool, offering an "
+        "option) so that nothing already refused, failed or ruled out is proposed again; fact_evidence gives each one's passages."))
+    async def standing_facts(
+        categories: Annotated[list[str] | None, Field(description=(
+            f"categories to list, of {', '.join(FACT_CATEGORIES)}; default: {', '.join(drilldown.STANDING_CATEGORIES)}"))] = None,
+        limit: Annotated[int, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")] = drilldown.DEFAULT_FACTS_LIMIT,
+    ) -> StandingFacts:
+        try:
+            chosen, bounded = drilldown.fact_filter(categories, limit)
+        except ContractError as exc:
+            raise ToolError(str(exc)) from None
+        return StandingFacts.model_validate(await drilldown.standing_facts(memory, tenant, chosen, bounded))
 
     return server
 
@@ -294,21 +324,32 @@ def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None
     app.on_cleanup.append(stop)
 
 
-def run_stdio(settings: Settings, tenant: str) -> None:
-    """`memstream mcp`: the MCP server of `tenant` on stdin/stdout until the client closes it."""
+@contextlib.asynccontextmanager
+async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MCPServer, QueryEngine]]:
+    """The MCP server of `tenant` that `memstream mcp` runs, and its engine — built as the query
+    worker builds its own (QueryEngine.from_settings: MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_*,
+    the graph cache's size); everything closed on leaving."""
     # workers.query.server imports this module (to mount /mcp): its helpers are imported here
-    from workers.query.graph_cache import GraphCache
     from workers.query.server import cached_embedder, query_memory
 
+    memory = query_memory(settings)
+    publisher = DocumentPublisher(settings)
+    engine = None
+    try:
+        engine = QueryEngine.from_settings(settings, memory, cached_embedder(settings, memory))
+        yield memory_server(tenant, engine, settings, publisher), engine
+    finally:
+        await asyncio.to_thread(publisher.close)
+        if engine is not None:
+            engine.close()
+        await memory.close()
+
+
+def run_stdio(settings: Settings, tenant: str) -> None:
+    """`memstream mcp`: the MCP server of `tenant` on stdin/stdout until the client closes it."""
+
     async def main() -> None:
-        memory = query_memory(settings)
-        engine = QueryEngine(memory, cached_embedder(settings, memory), GraphCache(memory, settings.graph_cache_edges))
-        publisher = DocumentPublisher(settings)
-        try:
-            await memory_server(tenant, engine, settings, publisher).run_stdio_async()
-        finally:
-            await asyncio.to_thread(publisher.close)
-            engine._ranking.shutdown(wait=False)
-            await memory.close()
+        async with stdio_parts(settings, tenant) as (server, _):
+            await server.run_stdio_async()
 
     asyncio.run(main())

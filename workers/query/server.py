@@ -6,7 +6,8 @@ indexing agents (`--role all`, `chunker,query`, ...) serves the same application
 faust event loop (`workers.app`), so there is one implementation of the API.
 
 Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passages/{id} (a
-record of the tenant named by ?tenant=, 404 when missing); /mcp (the MCP server of the tenant
+record of the tenant named by ?tenant=, 404 when missing); GET /v1/facts?category=&limit= (the
+tenant's standing facts: constraints, rejected options, tool failures); /mcp (the MCP server of the tenant
 MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 while Redis answers a
 PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http."""
 
@@ -28,8 +29,6 @@ from workers.models.protocols import ChatModel, Embedder
 from workers.query import drilldown, http, mcp_server
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
-from workers.query.reconstruct import Reconstructor
-from workers.query.graph_cache import GraphCache
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         embedder = cached_embedder(settings, memory)
     if answer_llm is None and settings.llm_base_url and settings.llm_model:
         answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
-    engine = QueryEngine(memory, embedder, GraphCache(memory, settings.graph_cache_edges), Reconstructor.from_settings(settings, memory, embedder))
+    engine = QueryEngine.from_settings(settings, memory, embedder)
 
     async def lookup(request: web.Request, load) -> web.Response:
         """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
@@ -88,6 +87,16 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
             except (LLMError, MalformedOutput) as exc:
                 return http.error_response(502, f"answer generation failed: {exc}")
         return http.json_response(result)
+
+    async def list_facts(request: web.Request) -> web.Response:
+        """GET /v1/facts?tenant=&category=A,B&limit=N: the tenant's standing facts
+        (drilldown.standing_facts); 400 for a bad tenant, category or limit."""
+        try:
+            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
+            categories, limit = drilldown.fact_filter(request.query.get("category"), request.query.get("limit"))
+        except ContractError as exc:
+            return http.error_response(400, str(exc))
+        return http.json_response(await drilldown.standing_facts(memory, tenant, categories, limit))
 
     async def get_fact(request: web.Request) -> web.Response:
         fact_id = request.match_info["fact_id"]
@@ -121,10 +130,12 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     async def close_memory(app: web.Application) -> None:
+        engine.close()
         await memory.close()
 
     app = web.Application(middlewares=http.middlewares(settings.query_max_inflight))
     app.router.add_post("/v1/query", post_query)
+    app.router.add_get("/v1/facts", list_facts)
     app.router.add_get("/v1/facts/{fact_id}", get_fact)
     app.router.add_get("/v1/facts/{fact_id}/evidence", get_evidence)
     app.router.add_get("/v1/passages/{passage_id}", get_passage)

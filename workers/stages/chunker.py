@@ -1,6 +1,6 @@
 """The chunker: a document → its chunks on `chunks` (keyed by the document, so they stay in order).
 
-A conversation turn (a document with session_id or turn set) is one immutable passage: one chunk
+A conversation turn (a document with `turn` set: topics.Document.is_turn) is one immutable passage: one chunk
 holding its text verbatim whatever its length, with the turn's context line (speaker and time,
 workers.algorithms.turns) beside it, never in it."""
 
@@ -32,14 +32,10 @@ def passage_metadata(doc: Document) -> dict:
     return {**{k: v for k, v in doc.metadata.items() if k not in TURN_FIELDS}, **turn}
 
 
-def is_turn(doc: Document) -> bool:
-    return doc.session_id is not None or doc.turn is not None
-
-
 def context_of(doc: Document) -> str:
     """A turn's context line: its speaker, and its session date as the source wrote it (LoCoMo
     metadata 'date') or else its timestamp; '' for other documents."""
-    if not is_turn(doc):
+    if not doc.is_turn:
         return ""
     date = doc.metadata.get("date")
     return turn_context(doc.speaker, when_of(date if isinstance(date, str) else "", doc.ts))
@@ -48,7 +44,7 @@ def context_of(doc: Document) -> str:
 def pieces_of(doc: Document, context: str, window: int, overlap: int) -> list[TextChunk]:
     """A turn: one piece, its text verbatim, its id of (doc id, context, text). Other documents:
     token windows (ids: content hashes of their text, as before turns existed)."""
-    if is_turn(doc):
+    if doc.is_turn:
         return [TextChunk(turn_chunk_id(doc.doc_id, context, doc.text), 0, doc.text)]
     return chunk_text(doc.text, window, overlap)
 

@@ -19,7 +19,9 @@ from workers.stages.detector import candidate_key
 
 
 def extraction_mark(chunk: Chunk) -> str:
-    """Done mark: one per chunk (its id is the content hash of its text)."""
+    """Done mark: one per chunk. A chunk's id is derived from its content (a document window's:
+    its text; a turn's: its document, context line and text — workers.algorithms.chunking), so
+    the same content is extracted once."""
     return f"ext:{chunk.chunk_id}"
 
 
