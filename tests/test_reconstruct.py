@@ -148,7 +148,7 @@ def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
     assert len(_texts(two_passages, "walk")) == 2 == two_passages["budget"]["spent"]["passages"]
     assert two_passages["stopped"]["reason"] == "budget" and "passages" in two_passages["stopped"]["detail"]
     # the first passage read (the nearest the query: the sequel's) holds 16 tokens, the second (the book's) 10
-    assert two_passages["budget"] == {"steps": 4, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 26}}
+    assert two_passages["budget"] == {"steps": 6, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 26}}
     # 20 tokens admit the first, and the walk stops before the next
     assert few_tokens["budget"]["spent"] == {"steps": 1, "passages": 1, "tokens": 16}
     assert few_tokens["stopped"]["reason"] == "budget" and "tokens" in few_tokens["stopped"]["detail"]
@@ -255,7 +255,7 @@ def test_settings_choose_the_router_and_the_default_budget():
     with pytest.raises(ValueError, match="MEMSTREAM_RECONSTRUCT_.*steps"):
         Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_STEPS": "0"}), None, None)
     made = Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_PASSAGES": "3"}), None, None)
-    assert made.budget == Budget(4, 3, 2000) and made.router.name == "similarity"
+    assert made.budget == Budget(6, 3, 2000) and made.router.name == "similarity"
 
 
 # ---- the pure parts ---------------------------------------------------------------------------
