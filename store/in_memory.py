@@ -69,6 +69,7 @@ class _Tenant:
     changes_added: int = 0
     graph_version: int = 0
     expiry: dict[str, float] = field(default_factory=dict)  # the expiry index: fact id → expires_at
+    session_turns: dict[str, dict[str, int]] = field(default_factory=dict)  # session id → {passage id: turn} (Memory's sorted set)
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
 
 
@@ -355,6 +356,17 @@ class InMemoryStore:
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid) for pid in passage_ids]
+
+    # ---- episodes: a session's turns in order (reconstruct's temporal contiguity) ---------------
+    def stage_session_turn(self, pipe, tenant: str, session_id: str, turn: int, passage_id: str) -> None:
+        def write() -> None:
+            self._tenant(tenant).session_turns.setdefault(session_id, {})[passage_id] = turn  # Memory's ZADD
+
+        self._stage(pipe, write)
+
+    async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:
+        turns = self._tenant(tenant).session_turns.get(session_id, {})
+        return sorted((t, pid) for pid, t in turns.items() if t != turn and abs(t - turn) <= radius)
 
     # ---- entity aliases --------------------------------------------------------------------------
     async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]:

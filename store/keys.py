@@ -106,6 +106,11 @@ class TenantKeys:
     def relation_multi_heads(self, relation: str) -> str:
         return f"{self.base}:relmulti:{relation}"
 
+    # episodes: a session's turns in order (reconstruct's contiguity)
+    def session_turns(self, session_id: str) -> str:
+        """Sorted set: the passage ids of a session's turns, scored by their turn number."""
+        return f"{self.base}:session:{session_id}"
+
     @property
     def similarity_bridged(self) -> str:
         return f"{self.base}:simbridged"

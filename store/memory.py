@@ -527,6 +527,19 @@ class Memory:
         replies = await pipe.execute() if passage_ids else []
         return [None if raw is None else np.frombuffer(raw, dtype=np.float32) for raw in replies]
 
+    # ---- episodes: a session's turns in order (reconstruct's temporal contiguity) -----------
+    def stage_session_turn(self, pipe, tenant: str, session_id: str, turn: int, passage_id: str) -> None:
+        """Index a turn's passage under its session, scored by its turn number: ZADD, so a
+        redelivered chunk changes nothing (a turn published again with a corrected speaker is a
+        new passage beside the first: both are that turn)."""
+        pipe.zadd(self.keys(tenant).session_turns(session_id), {passage_id: turn})
+
+    async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:
+        """(turn, passage id) of the session's turns at most `radius` from `turn`, the turn
+        itself left out; by turn, then passage id."""
+        rows = await self.redis.zrangebyscore(self.keys(tenant).session_turns(session_id), turn - radius, turn + radius, withscores=True)
+        return sorted((int(score), pid.decode()) for pid, score in rows if int(score) != turn)
+
     # ---- graph -------------------------------------------------------------------------
     async def bump_graph_version(self, tenant: str) -> int:
         # A replayed message may bump it again: versions may skip, never go back.

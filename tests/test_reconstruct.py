@@ -148,7 +148,7 @@ def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
     assert len(_texts(two_passages, "walk")) == 2 == two_passages["budget"]["spent"]["passages"]
     assert two_passages["stopped"]["reason"] == "budget" and "passages" in two_passages["stopped"]["detail"]
     # the first passage read (the nearest the query: the sequel's) holds 16 tokens, the second (the book's) 10
-    assert two_passages["budget"] == {"steps": 4, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 26}}
+    assert two_passages["budget"] == {"steps": 6, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 26}}
     # 20 tokens admit the first, and the walk stops before the next
     assert few_tokens["budget"]["spent"] == {"steps": 1, "passages": 1, "tokens": 16}
     assert few_tokens["stopped"]["reason"] == "budget" and "tokens" in few_tokens["stopped"]["detail"]
@@ -255,7 +255,7 @@ def test_settings_choose_the_router_and_the_default_budget():
     with pytest.raises(ValueError, match="MEMSTREAM_RECONSTRUCT_.*steps"):
         Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_STEPS": "0"}), None, None)
     made = Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_PASSAGES": "3"}), None, None)
-    assert made.budget == Budget(4, 3, 2000) and made.router.name == "similarity"
+    assert made.budget == Budget(6, 3, 2000) and made.router.name == "similarity"
 
 
 # ---- the pure parts ---------------------------------------------------------------------------
@@ -288,3 +288,81 @@ def test_admit_counts_passages_and_tokens_in_order():
     budget = Budget(4, 3, 100)
     assert admit(budget, Spent(1, 1, 50), [30, 10, 5]) == 2  # the third passage would be the fourth
     assert admit(budget, Spent(1, 0, 50), [60, 10]) == 0  # the first does not fit: none after it either
+
+
+# Temporal contiguity: a question and its reply are neighbouring turns of a session; the reply
+# names nothing the question does ("He studies cod …"), so only the episode leads there.
+FIANCE_QUESTION = "What does Elin's fiancé do for a living?"
+ENGAGED = "My sister Elin just got engaged, and I finally met her fiancé last weekend."
+REPLY = "Quiet and kind. He studies cod populations off the coast near Bergen."
+EPISODE_TURNS = [("s1", 1, "Maya", ENGAGED), ("s1", 2, "Jonas", REPLY),
+                 # another session, with turns numbered like s1's: never s1's neighbours
+                 ("s2", 1, "Maya", "Living in the city is expensive these days."),
+                 ("s2", 2, "Jonas", "My fiancé and I want to do a road trip."),
+                 ("s2", 3, "Maya", "What do you even do all day on a living room couch?"),
+                 ("s2", 4, "Jonas", "Elin wants to know what to do for her birthday.")]
+
+
+async def _episodes(stages: InProcess) -> None:
+    for session, turn, speaker, text in EPISODE_TURNS:
+        await stages.publish(f"{session}:{turn}", text, session_id=session, turn=turn, speaker=speaker)
+
+
+def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episode_cue(real_embedder):
+    async def main():
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        try:
+            await _episodes(stages)
+            return (await stages.query(FIANCE_QUESTION, top_k=3, mode="dense"), await stages.query(FIANCE_QUESTION, top_k=3, mode="reconstruct"),
+                    {(p["metadata"]["session_id"], p["metadata"]["turn"]): p["id"]
+                     for p in await stages.memory.passages(stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages"))})
+        finally:
+            await stages.close()
+
+    dense, answer, passage_of = run(main())
+    assert ENGAGED in _texts(dense) and REPLY not in _texts(dense)
+    assert REPLY in _texts(answer, "walk")
+    # the path: the engaged turn is read, its episode (s1 turn 1 ± 1) recalls the reply
+    step = next(step for step in answer["path"] if step["tag"].get("passage_id") == passage_of[("s1", 2)])
+    assert {"kind": "episode", "id": "episode:s1:1", "from": f"passage:{passage_of[('s1', 1)]}"}.items() <= step["cue"].items()
+    engaged = next(s for s in answer["path"] if s["content"]["passages"] == [passage_of[("s1", 1)]])
+    assert engaged["step"] < step["step"] and any(cue["kind"] == "episode" for cue in engaged["new_cues"])
+    assert step["tag"]["chain"].endswith(f"{ENGAGED}; {REPLY}")  # the chain that read the engaged turn, then the reply
+    assert step["score"] <= engaged["score"]  # capped by the branch that read the engaged turn
+    # neighbours only within the session: every passage an episode cue read is of the cue's session
+    session_of = {pid: key[0] for key, pid in passage_of.items()}
+    episode_steps = [s for s in answer["path"] if s["cue"]["kind"] == "episode"]
+    assert episode_steps and all(session_of[s["tag"]["passage_id"]] == s["cue"]["id"].split(":")[1] for s in episode_steps)
+    assert all(cue["kind"] != "episode" for cue in answer["entities"])
+
+
+def test_session_neighbours_are_the_sessions_turns_within_the_radius_and_survive_redelivery():
+    async def index(delivery: inprocess.Delivery) -> tuple[dict, int]:
+        stages = InProcess(None, RulesExtractor(), delivery=delivery)
+        try:
+            await _episodes(stages)
+            await stages.publish("plain", "Elin's fiancé is a marine biologist.")  # no turn: in no session
+            await stages.publish("no-turn", "A session note without a turn number.", session_id="s1")
+            ids = {(p["metadata"].get("session_id"), p["metadata"].get("turn")): p["id"]
+                   for p in await stages.memory.passages(stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages"))}
+            near = {(session, turn, radius): await stages.memory.session_neighbours(stages.tenant, session, turn, radius)
+                    for session, turn in [("s1", 1), ("s1", 2), ("s2", 2), ("s3", 1)] for radius in (1, 2)}
+            return {key: [(t, next(k for k, v in ids.items() if v == pid)) for t, pid in found] for key, found in near.items()}, stages.redeliveries
+        finally:
+            await stages.close()
+
+    once, _ = run(index(inprocess.Delivery()))
+    assert once[("s1", 1, 1)] == once[("s1", 1, 2)] == [(2, ("s1", 2))]  # the turn itself left out; s2's turn 2 is not s1's
+    assert once[("s1", 2, 1)] == [(1, ("s1", 1))]
+    assert once[("s2", 2, 1)] == [(1, ("s2", 1)), (3, ("s2", 3))]
+    assert once[("s2", 2, 2)] == [(1, ("s2", 1)), (3, ("s2", 3)), (4, ("s2", 4))]
+    assert once[("s3", 1, 1)] == []
+    again, redeliveries = run(index(inprocess.Delivery(partitions=3, consumers=3, seed=7, redeliver=1.0)))
+    assert redeliveries > 0 and again == once  # every chunk extracted twice: the same index
+
+
+def test_episode_score_prefers_the_nearer_turn_and_the_next_before_the_previous():
+    from workers.algorithms.reconstruction import episode_score
+    assert episode_score(0.6, 1) == 0.6
+    assert episode_score(0.6, 1) > episode_score(0.6, -1) > episode_score(0.6, 2) > episode_score(0.6, -2)
+    assert 0.6 - episode_score(0.6, -2) < 0.01  # a tie-break, not a discount

@@ -39,3 +39,12 @@ def parse_context(context: str) -> tuple[str, str]:
     if not match:
         return "", ""
     return match.group("speaker"), match.group("when") or ""
+
+
+def session_turn(metadata: dict) -> tuple[str, int] | None:
+    """(session id, turn number) of a conversation turn's passage (chunk metadata, as the chunker's
+    passage_metadata writes it), None for a passage that is not a numbered turn of a session."""
+    session, turn = (metadata or {}).get("session_id"), (metadata or {}).get("turn")
+    if isinstance(session, str) and session and isinstance(turn, int) and not isinstance(turn, bool):
+        return session, turn
+    return None

@@ -11,6 +11,7 @@ from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
+from workers.algorithms.turns import session_turn
 from workers.envelope import Emit, PermanentError
 from workers.models.extraction import Entity, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
@@ -67,6 +68,9 @@ class ExtractorStage(Stage):
 
             await self.memory.ensure_indexes(tenant)
             self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0])
+            episode = session_turn(chunk.metadata)
+            if episode is not None:  # the session's turns in order: reconstruct's contiguity cue
+                self.memory.stage_session_turn(pipe, tenant, *episode, chunk.chunk_id)
             version = await self.memory.bump_graph_version(tenant) if entities else 0
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
                 self.memory.stage_entity(pipe, tenant, eid, ent.name, ent.type, vec, chunk.chunk_id)
