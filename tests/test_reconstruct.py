@@ -179,7 +179,7 @@ def test_the_llm_router_chooses_the_branches_and_stops(real_embedder):
         try:
             return await engine.answer(_ask(stages))
         finally:
-            engine._ranking.shutdown(wait=False)
+            engine.close()
             await stages.close()
 
     with FakeOpenAI(schema_answers={"route": route}) as server:
@@ -201,7 +201,7 @@ def test_a_failing_llm_router_falls_back_to_the_similarity_router_and_says_so(re
         try:
             return await engine.answer(_ask(stages))
         finally:
-            engine._ranking.shutdown(wait=False)
+            engine.close()
             await stages.close()
 
     bad = json.dumps({"branch": "not-a-branch", "stop": False, "reason": ""})
