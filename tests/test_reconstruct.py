@@ -315,11 +315,12 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
             await _episodes(stages)
             return (await stages.query(FIANCE_QUESTION, top_k=3, mode="dense"), await stages.query(FIANCE_QUESTION, top_k=3, mode="reconstruct"),
                     {(p["metadata"]["session_id"], p["metadata"]["turn"]): p["id"]
-                     for p in await stages.memory.passages(stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages"))})
+                     for p in await stages.memory.passages(stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages"))},
+                    await stages.query(FIANCE_QUESTION, top_k=4, mode="reconstruct", budget={"steps": 1}))
         finally:
             await stages.close()
 
-    dense, answer, passage_of = run(main())
+    dense, answer, passage_of, short = run(main())
     assert ENGAGED in _texts(dense) and REPLY not in _texts(dense)
     assert REPLY in _texts(answer, "walk")
     # the path: the engaged turn is read, its episode (s1 turn 1 ± 1) recalls the reply
@@ -334,6 +335,12 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
     episode_steps = [s for s in answer["path"] if s["cue"]["kind"] == "episode"]
     assert episode_steps and all(session_of[s["tag"]["passage_id"]] == s["cue"]["id"].split(":")[1] for s in episode_steps)
     assert all(cue["kind"] != "episode" for cue in answer["entities"])
+    # every passage, read by the walk or filled in from dense, maps back to its turn as in the
+    # other modes: metadata and context line
+    assert {p["via"] for p in short["passages"]} == {"walk", "dense"}
+    for passage in answer["passages"] + short["passages"]:
+        assert passage_of[(passage["metadata"]["session_id"], passage["metadata"]["turn"])] == passage["id"]
+        assert passage["context"].endswith(":")
 
 
 def test_session_neighbours_are_the_sessions_turns_within_the_radius_and_survive_redelivery():

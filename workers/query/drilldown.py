@@ -84,3 +84,11 @@ async def standing_facts(memory: MemoryStore, tenant: str, categories: tuple[str
     doc_of = {p["id"]: p["doc_id"] for p in await memory.passages(tenant, passage_ids) if p is not None}
     return {"tenant": tenant, "categories": list(categories), "total": total,
             "facts": [{**f.to_json(), "doc_ids": sorted({doc_of[p] for p in f.passage_ids if p in doc_of})} for f in facts]}
+
+
+def ranked_passage(row: dict, score: float, **extra) -> dict:
+    """A ranked passage in a query answer (every mode): the stored passage (text as published,
+    doc_id, metadata with turn_id/dia_id, context line) with its score, and `extra` (reconstruct:
+    the step that read it, how it was found)."""
+    return {"id": row["id"], "doc_id": row["doc_id"], "text": row["text"], "metadata": row["metadata"], "context": row["context"],
+            "score": score, **extra}

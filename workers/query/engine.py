@@ -28,6 +28,7 @@ from store import Memory
 from store.keys import entity_node, node_id, passage_node
 from topics import ContractError, validate_tenant
 from workers import metrics
+from workers.query.drilldown import ranked_passage
 from workers.query.graph_cache import GraphCache
 from workers.algorithms.expiry import parse_as_of, was_valid
 from workers.algorithms.ppr import PPR, Transition
@@ -209,7 +210,7 @@ class QueryEngine:
         timings["retrieve"] = _ms(t)
         return {
             "query": request.query, "tenant": request.tenant, "mode": "dense",
-            "passages": [_passage_json(row, round(h.score, 6)) for h, row in zip(passages, rows) if row is not None],
+            "passages": [ranked_passage(row, round(h.score, 6)) for h, row in zip(passages, rows) if row is not None],
             "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
             "facts": [_fact_json(h) for h in facts],
             "graph_version": version,
@@ -267,7 +268,7 @@ class QueryEngine:
         by_id = {h.id: h for h in facts}
         result = {
             "query": request.query, "tenant": tenant, "mode": "ppr",
-            "passages": [_passage_json(row, round(score, 8)) for (_, score), row in zip(ranked, texts) if row is not None],
+            "passages": [ranked_passage(row, round(score, 8)) for (_, score), row in zip(ranked, texts) if row is not None],
             "entities": [{"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)} for eid, i in zip(entity_ids, top_entities)],
             "facts": [_fact_json(by_id[f.id]) for f in seeds.facts],
             "seeds": {
@@ -339,12 +340,6 @@ def _walk(graph, transition: Transition, seeds: Seeds, params: RetrievalParams, 
     ranked = rank_passages(graph, ppr.scores, passage_index, top_k, list(seeds.outside))
     entities = entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else np.zeros(0, dtype=np.int64)
     return Walk(ppr, ranked, entities)
-
-
-def _passage_json(row: dict, score: float) -> dict:
-    """A ranked passage in a query response: the stored passage (text as published, doc_id,
-    metadata with turn_id/dia_id, context line) with its score."""
-    return {"id": row["id"], "doc_id": row["doc_id"], "text": row["text"], "metadata": row["metadata"], "context": row["context"], "score": score}
 
 
 def _as_of(body: dict) -> float | None:

@@ -60,6 +60,7 @@ from workers.algorithms.reconstruction import (
 from workers.algorithms.turns import session_turn
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.prompts import ROUTE_SCHEMA, route_messages
+from workers.query.drilldown import ranked_passage
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class _Walk:
         t = time.perf_counter()
         candidates = mention_candidates(self.request.query)
         dense, near_entities, canonical, version = await asyncio.gather(
-            self.memory.knn(self.tenant, "passages", self.vector, self.request.top_k, ["doc_id", "text"]),
+            self.memory.knn(self.tenant, "passages", self.vector, self.request.top_k, ["doc_id"]),
             self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUES_BY_KNN, ["name", "type"]),
             self.memory.resolve_aliases(self.tenant, sorted({m.entity_id for m in candidates})),
             self.memory.graph_version(self.tenant),
@@ -202,7 +203,7 @@ class _Walk:
         t = time.perf_counter()
         stop = await self._walk()
         timings["walk"] = _ms(t)
-        return self._result(dense, cues, times, attributes, stop, version)
+        return await self._result(dense, cues, times, attributes, stop, version)
 
     async def _walk(self) -> Stop:
         while True:
@@ -376,14 +377,12 @@ class _Walk:
                 out += [(cue, pid, score) for score, pid in best]
         return out
 
-    def _result(self, dense: list[Hit], query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int) -> dict:
-        passages = [{"id": pid, "doc_id": row["doc_id"], "text": row["text"], "score": round(row["score"], 6), "step": row["step"], "via": "walk"}
-                    for pid, row in self.read.items()][: self.request.top_k]
-        for hit in dense:
-            if len(passages) >= self.request.top_k:
-                break
-            if hit.id not in self.read:
-                passages.append({"id": hit.id, "doc_id": hit.fields["doc_id"], "text": hit.fields["text"], "score": round(hit.score, 6), "via": "dense"})
+    async def _result(self, dense: list[Hit], query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int) -> dict:
+        passages = [ranked_passage(row, round(row["score"], 6), step=row["step"], via="walk") for row in self.read.values()][: self.request.top_k]
+        fill = [hit for hit in dense if hit.id not in self.read][: self.request.top_k - len(passages)]
+        for hit, row in zip(fill, await self.memory.passages(self.tenant, [hit.id for hit in fill])):
+            if row is not None:
+                passages.append(ranked_passage(row, round(hit.score, 6), via="dense"))
         facts = []
         for step, branch in enumerate(self.taken, 1):
             if branch.kind != "fact":
