@@ -90,10 +90,15 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
 
     async def list_facts(request: web.Request) -> web.Response:
         """GET /v1/facts?tenant=&category=A,B&limit=N: the tenant's standing facts
-        (drilldown.standing_facts); 400 for a bad tenant, category or limit."""
+        (drilldown.standing_facts); categories repeated (?category=A&category=B) add up; 400 for a
+        bad tenant, category or limit, or a limit given twice."""
         try:
             tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
-            categories, limit = drilldown.fact_filter(request.query.get("category"), request.query.get("limit"))
+            limits = request.query.getall("limit", [])
+            if len(limits) > 1:
+                raise ContractError(f"'limit' given {len(limits)} times: give it once")
+            # ?category=A&category=B,C: every one, as ?category=A,B,C lists them
+            categories, limit = drilldown.fact_filter(",".join(request.query.getall("category", [])), limits[0] if limits else None)
         except ContractError as exc:
             return http.error_response(400, str(exc))
         return http.json_response(await drilldown.standing_facts(memory, tenant, categories, limit))
