@@ -351,8 +351,8 @@ class InMemoryStore:
         return [Hit(rid, 1.0 - float(f"{distance:.12g}"), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
 
     # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
-    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
-        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))  # reading adds no empty set
+    async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
+        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))[:limit]  # reading adds no empty set
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid) for pid in passage_ids]

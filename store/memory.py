@@ -517,9 +517,13 @@ class Memory:
         return None if raw is None else np.frombuffer(raw, dtype=np.float32)
 
     # ---- reconstruct: an entity's passages, passage vectors ------------------------------
-    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
-        """The ids of the passages the entity was extracted from, sorted."""
-        return sorted(p.decode() for p in await self.redis.smembers(self.keys(tenant).entity_passages(entity_id)))
+    async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
+        """The ids of the passages the entity was extracted from, sorted; the first `limit` of
+        them (SORT ... ALPHA LIMIT: a partial sort in Redis, only `limit` ids come back)."""
+        key = self.keys(tenant).entity_passages(entity_id)
+        if limit is None:
+            return sorted(p.decode() for p in await self.redis.smembers(key))
+        return [p.decode() for p in await self.redis.sort(key, start=0, num=limit, alpha=True)]
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         """Each passage's stored vector (of its indexed text), in one round trip; None for a missing id."""

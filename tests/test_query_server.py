@@ -12,7 +12,6 @@ import time
 import uuid
 
 import numpy as np
-import pytest
 
 from ops.stack import free_port
 from store import Memory
@@ -229,12 +228,6 @@ CROWDED_SCRIPT = {
     "Payment failed: CARD_DECLINED.": [("Card", "failed with", "CARD_DECLINED", "TOOL_FAILURE")],
     "We won't transit through Miami.": [("Ana", "rejected", "Miami", "REJECTED_OPTION")],
 }
-
-
-@pytest.fixture(params=["in-memory", "redis"])
-def redis_url(request) -> str | None:
-    """Both stores: InMemoryStore, and the stack's Redis."""
-    return request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"] if request.param == "redis" else None
 
 
 def test_a_page_of_standing_facts_fills_with_the_most_specific_categories_first(redis_url):

@@ -57,8 +57,9 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     memory = query_memory(settings)
     if embedder is None:
         embedder = cached_embedder(settings, memory)
+    owned_llm = None  # the answer LLM made here, closed with the application
     if answer_llm is None and settings.llm_base_url and settings.llm_model:
-        answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
+        answer_llm = owned_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
     engine = QueryEngine.from_settings(settings, memory, embedder)
 
     async def lookup(request: web.Request, load) -> web.Response:
@@ -135,7 +136,9 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     async def close_memory(app: web.Application) -> None:
-        engine.close()
+        await engine.aclose()
+        if owned_llm is not None:
+            await owned_llm.aclose()
         await memory.close()
 
     app = web.Application(middlewares=http.middlewares(settings.query_max_inflight))
