@@ -351,8 +351,8 @@ class InMemoryStore:
         return [Hit(rid, 1.0 - float(f"{distance:.12g}"), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
 
     # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
-    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
-        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))  # reading adds no empty set
+    async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
+        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))[:limit]  # reading adds no empty set
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid) for pid in passage_ids]
@@ -539,10 +539,19 @@ class InMemoryStore:
         return [(entry_id, change) for entry_id, _, change in entries]
 
     # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) ---------------------
-    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int) -> tuple[list[Fact], int]:
-        """Memory.active_facts: the active facts of `categories`, at most `limit` sorted by id, and their count."""
-        ids = sorted(fid for fid, row in self._tenant(tenant).records["facts"].items()
-                     if _text(row.get("status")) == "active" and _text(row.get("category")) in categories)
+    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int,
+                           now: float | None = None) -> tuple[list[Fact], int]:
+        """Memory.active_facts: at most `limit` of the facts of `categories` that hold at `now`,
+        one category at a time in the order given, oldest first (created_at, then id), and how many hold."""
+        now = time.time() if now is None else now
+
+        def holds(row) -> bool:
+            return _text(row.get("status")) == "active" and not float(_text(row.get("expires_at")) or "inf") <= now
+
+        rows = self._tenant(tenant).records["facts"]
+        ids = [fid for category in categories
+               for fid in sorted((fid for fid, row in rows.items() if _text(row.get("category")) == category and holds(row)),
+                                 key=lambda fid: (float(_text(rows[fid].get("created_at")) or 0.0), fid))]
         return [f for f in await self.facts(tenant, ids[:limit]) if f is not None], len(ids)
 
     # ---- time in memory: TTLs and the expiry index ------------------------------------------------------

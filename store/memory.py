@@ -14,7 +14,9 @@ from typing import Any, AsyncIterator, Mapping
 import numpy as np
 import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import FilterQuery, VectorQuery
+from redisvl.query import VectorQuery
+from redis.commands.search import reducers
+from redis.commands.search.aggregation import AggregateRequest, Asc
 from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
@@ -515,9 +517,13 @@ class Memory:
         return None if raw is None else np.frombuffer(raw, dtype=np.float32)
 
     # ---- reconstruct: an entity's passages, passage vectors ------------------------------
-    async def entity_passages(self, tenant: str, entity_id: str) -> list[str]:
-        """The ids of the passages the entity was extracted from, sorted."""
-        return sorted(p.decode() for p in await self.redis.smembers(self.keys(tenant).entity_passages(entity_id)))
+    async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
+        """The ids of the passages the entity was extracted from, sorted; the first `limit` of
+        them (SORT ... ALPHA LIMIT: a partial sort in Redis, only `limit` ids come back)."""
+        key = self.keys(tenant).entity_passages(entity_id)
+        if limit is None:
+            return sorted(p.decode() for p in await self.redis.smembers(key))
+        return [p.decode() for p in await self.redis.sort(key, start=0, num=limit, alpha=True)]
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         """Each passage's stored vector (of its indexed text), in one round trip; None for a missing id."""
@@ -693,25 +699,38 @@ class Memory:
         return sorted(m.decode() for m in await self.redis.smembers(keys.graph_nodes))
 
     # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) -------------
-    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int) -> tuple[list[Fact], int]:
-        """At most `limit` of the tenant's active facts whose category is one of `categories`,
-        sorted by id, and how many there are: a filter on the facts index's status and category
-        tags, no vector. Which `limit` of more there are is the index's choice."""
+    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int,
+                           now: float | None = None) -> tuple[list[Fact], int]:
+        """At most `limit` of the tenant's facts of `categories` that hold at `now` (active, TTL
+        not lapsed), filled one category at a time in the order given, within a category oldest
+        first (created_at, then id), and how many hold: FT.AGGREGATE over the facts index's
+        status and category tags, loading created_at / expires_at (RediSearch sorts only the top
+        `limit` of a category; no vector read)."""
         index = await self.index(tenant, "facts", create=False)
         if index is None or not categories:
             return [], 0
-        query = FilterQuery((Tag("status") == "active") & (Tag("category") == list(categories)), return_fields=["status"], num_results=limit)
+        holds = f"!exists(@expires_at) || @expires_at > {float(time.time() if now is None else now)!r}"
+
+        def active(of: tuple[str, ...]) -> AggregateRequest:
+            return AggregateRequest(f"@status:{{active}} @category:{{{' | '.join(of)}}}").load("@__key", "@created_at", "@expires_at").filter(holds)
+
+        search = self.redis.ft(index.name)
+        prefix, ids = self.keys(tenant).prefix("facts"), []
         try:
-            result = await index.search(query.query, query_params=query.params)
+            counted = await search.aggregate(active(categories).group_by([], reducers.count().alias("n")))
+            total = int(dict(zip(counted.rows[0][::2], counted.rows[0][1::2]))[b"n"]) if counted.rows else 0
+            for category in categories:
+                if len(ids) >= limit or len(ids) >= total:
+                    break
+                page = await search.aggregate(active((category,)).sort_by(Asc("@created_at"), Asc("@__key"), max=limit - len(ids)))
+                ids += [dict(zip(row[::2], row[1::2]))[b"__key"].decode().removeprefix(prefix) for row in page.rows]
         except Exception as exc:
             if not index_missing(exc):
                 raise
             self._forget_indexes(tenant)
             self._indexes_checked.pop(tenant, None)
             return [], 0
-        prefix = self.keys(tenant).prefix("facts")
-        ids = sorted((doc.id.decode() if isinstance(doc.id, bytes) else doc.id).removeprefix(prefix) for doc in result.docs)
-        return [f for f in await self.facts(tenant, ids) if f is not None], int(result.total)
+        return [f for f in await self.facts(tenant, ids) if f is not None], total
 
     # ---- time in memory: the expiry index (stage_new_fact fills it, workers.stages.expiry sweeps it) --
     async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:

@@ -26,6 +26,13 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.stack)
 
 
+@pytest.fixture(params=["in-memory", "redis"])
+def redis_url(request) -> str | None:
+    """A test over both stores: None (InMemoryStore, tests/inprocess.py's default) and the
+    stack's Redis URL."""
+    return request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"] if request.param == "redis" else None
+
+
 @pytest.fixture(scope="session")
 def stack_env():
     """Environment pointing at a running local stack; starts one if none answers (and stops

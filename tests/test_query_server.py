@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import numpy as np
@@ -200,9 +201,10 @@ def test_both_stores_list_the_standing_facts_most_specific_first(stack_env):
             default = await drilldown.standing_facts(memory, tenant)
             one = await drilldown.standing_facts(memory, tenant, ("HARD_CONSTRAINT", "TOOL_FAILURE"), 1)
             plain = await drilldown.standing_facts(memory, tenant, ("DECLARATIVE",))
-            lapsed = default["facts"][0]["id"]
+            lapsed, later = default["facts"][0]["id"], default["facts"][1]["id"]
             pipe = memory.pipeline()
             memory.stage_fact_update(pipe, tenant, lapsed, {"expires_at": 1.0})  # its TTL over, not yet swept
+            memory.stage_fact_update(pipe, tenant, later, {"expires_at": time.time() + 1e6})  # lapses, but not yet
             await pipe.execute()
             after = await drilldown.standing_facts(memory, tenant)
             return default, one, plain, after, await drilldown.standing_facts(memory, "nobody-here")
@@ -215,8 +217,42 @@ def test_both_stores_list_the_standing_facts_most_specific_first(stack_env):
         assert _rows(default) == STANDING_ROWS, redis_url
         assert one["total"] == 2 and len(one["facts"]) == 1 and one["facts"][0]["category"] in ("HARD_CONSTRAINT", "TOOL_FAILURE")
         assert [(f["tail"], f["doc_ids"]) for f in plain["facts"]] == [("tapas", ["s1:3"])]
-        assert _rows(after) == STANDING_ROWS[1:] and after["total"] == 3  # listed: what holds; total: what is active
+        assert _rows(after) == STANDING_ROWS[1:] and after["total"] == 2  # listed and counted: what holds
         assert (nobody["total"], nobody["facts"]) == (0, [])
+
+
+# more constraints than a page holds, said first; the failures and the refusal said after them
+CROWDED_SCRIPT = {
+    **{f"Budget rule {n}.": [(f"Trip {n}", "must not exceed", f"{n}000 USD", "HARD_CONSTRAINT")] for n in range(1, 7)},
+    "Booking failed: ROOM_UNAVAILABLE.": [("Hotel Prado", "failed with", "ROOM_UNAVAILABLE", "TOOL_FAILURE")],
+    "Payment failed: CARD_DECLINED.": [("Card", "failed with", "CARD_DECLINED", "TOOL_FAILURE")],
+    "We won't transit through Miami.": [("Ana", "rejected", "Miami", "REJECTED_OPTION")],
+}
+
+
+def test_a_page_of_standing_facts_fills_with_the_most_specific_categories_first(redis_url):
+    """More standing facts than `limit`: the page is filled category by category in
+    CATEGORY_PRECEDENCE order (tool failures, then refusals, then constraints), oldest first
+    within one — not whichever `limit` facts the index returns first."""
+    from tests.inprocess import InProcess
+    from tests.test_expiry import CategoryExtractor, PrefixEmbedder
+    from workers.query import drilldown
+
+    async def main():
+        stages = InProcess(redis_url, CategoryExtractor(CROWDED_SCRIPT), PrefixEmbedder(), tau=1)
+        try:
+            for n, text in enumerate(CROWDED_SCRIPT):
+                await stages.publish(f"s1:{n}", text, session_id="s1", turn=n, speaker="Ana")
+            return [await drilldown.standing_facts(stages.memory, stages.tenant, limit=limit) for limit in (2, 4, 50)]
+        finally:
+            await stages.close()
+
+    two, four, every = asyncio.run(main())
+    assert [(f["category"], f["tail"]) for f in four["facts"]] == [
+        ("TOOL_FAILURE", "ROOM_UNAVAILABLE"), ("TOOL_FAILURE", "CARD_DECLINED"), ("REJECTED_OPTION", "Miami"), ("HARD_CONSTRAINT", "1000 USD")]
+    assert two["facts"] == four["facts"][:2] and four["facts"] == every["facts"][:4]
+    assert [f["tail"] for f in every["facts"][3:]] == [f"{n}000 USD" for n in range(1, 7)]  # oldest first within a category
+    assert two["total"] == four["total"] == every["total"] == 9
 
 
 def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
@@ -234,17 +270,29 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
             async with TestClient(TestServer(query_app(settings, stages.embedder))) as client:
                 paths = ["/v1/facts", "/v1/facts?category=REJECTED_OPTION,TOOL_FAILURE&limit=1", "/v1/facts?category=DECLARATIVE",
                          "/v1/facts?category=HARD_CONSTRAINT,NOPE", "/v1/facts?limit=0", "/v1/facts?limit=501", "/v1/facts?limit=ten",
-                         "/v1/facts?tenant=bad%20tenant"]
-                return stages.tenant, [(r.status, await r.json()) for r in [await client.get(p) for p in paths]]
+                         "/v1/facts?tenant=bad%20tenant", "/v1/facts?category=REJECTED_OPTION&category=TOOL_FAILURE,DECLARATIVE",
+                         "/v1/facts?category=TOOL_FAILURE&category=NOPE", "/v1/facts?limit=1&limit=2"]
+                # not plain ASCII digits: "²".isdigit() is True but int("²") raises
+                odd_limits = ["%C2%B2", "%205", "-1", "1e3", "5%20", "%EF%BC%95"]
+                answers = [(r.status, await r.json()) for r in [await client.get(p) for p in paths]]
+                odd = [(r.status, await r.json()) for r in [await client.get(f"/v1/facts?limit={n}") for n in odd_limits]]
+                empty = await client.get("/v1/facts?limit=")
+                return stages.tenant, answers, odd, (empty.status, await empty.json())
         finally:
             await stages.close()
 
-    tenant, (every, limited, plain, unknown, zero, over, words, bad_tenant) = asyncio.run(main())
+    tenant, answers, odd, empty = asyncio.run(main())
+    every, limited, plain, unknown, zero, over, words, bad_tenant, repeated, repeated_unknown, two_limits = answers
+    assert empty[0] == 200 and empty[1] == every[1]  # an empty limit: the default
+    assert repeated[0] == 200 and [f["category"] for f in repeated[1]["facts"]] == ["TOOL_FAILURE", "REJECTED_OPTION", "DECLARATIVE"]
+    assert repeated[1]["categories"] == ["REJECTED_OPTION", "TOOL_FAILURE", "DECLARATIVE"] and repeated[1]["total"] == 3
+    assert repeated_unknown[0] == 400 and "'NOPE'" in repeated_unknown[1]["error"]
+    assert two_limits == (400, {"error": "'limit' given 2 times: give it once"})
     assert every[0] == 200 and every[1]["tenant"] == tenant and _rows(every[1]) == STANDING_ROWS
     assert limited[0] == 200 and limited[1]["total"] == 2 and len(limited[1]["facts"]) == 1
     assert plain[0] == 200 and [f["tail"] for f in plain[1]["facts"]] == ["tapas"]
     assert unknown == (400, {"error": "unknown fact category 'NOPE': expected DECLARATIVE, HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE"})
-    for refused in (zero, over, words):
+    for refused in (zero, over, words, *odd):
         assert refused == (400, {"error": "'limit' must be an integer from 1 to 500"})
     assert bad_tenant[0] == 400 and "invalid tenant" in bad_tenant[1]["error"]
 
@@ -257,3 +305,5 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
     assert json.loads(listed.stdout) == every[1]
     refused = memstream("--tenant", tenant, "--category", "NOPE")
     assert refused.returncode == 2 and refused.stderr.strip() == f"memstream: {unknown[1]['error']}"
+    superscript = memstream("--tenant", tenant, "--limit", "²")
+    assert superscript.returncode == 2 and superscript.stderr.strip() == "memstream: 'limit' must be an integer from 1 to 500"

@@ -258,6 +258,17 @@ def test_settings_choose_the_router_and_the_default_budget():
     assert made.budget == Budget(6, 3, 2000) and made.router.name == "similarity"
 
 
+def test_closing_the_engine_closes_the_llm_routers_http_client():
+    from store.in_memory import InMemoryStore
+
+    settings = Settings.from_env({"MEMSTREAM_ROUTER": "llm", "MEMSTREAM_LLM_BASE_URL": "http://127.0.0.1:9/v1", "MEMSTREAM_LLM_MODEL": "m"})
+    engine = QueryEngine.from_settings(settings, InMemoryStore(), None)
+    client = engine.reconstructor.router.llm._client
+    assert not client.is_closed()
+    run(engine.aclose())
+    assert client.is_closed()
+
+
 # ---- the pure parts ---------------------------------------------------------------------------
 def test_cues_from_the_query():
     query = "What did Mara Kellen write about The Silent Orchard on 8 May, 2023 and in 1998? It may rain."
@@ -343,9 +354,9 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
         assert passage["context"].endswith(":")
 
 
-def test_session_neighbours_are_the_sessions_turns_within_the_radius_and_survive_redelivery():
+def test_session_neighbours_are_the_sessions_turns_within_the_radius_and_survive_redelivery(redis_url):
     async def index(delivery: inprocess.Delivery) -> tuple[dict, int]:
-        stages = InProcess(None, RulesExtractor(), delivery=delivery)
+        stages = InProcess(redis_url, RulesExtractor(), delivery=delivery)
         try:
             await _episodes(stages)
             await stages.publish("plain", "Elin's fiancé is a marine biologist.")  # no turn: in no session
@@ -373,3 +384,42 @@ def test_episode_score_prefers_the_nearer_turn_and_the_next_before_the_previous(
     assert episode_score(0.6, 1) == 0.6
     assert episode_score(0.6, 1) > episode_score(0.6, -1) > episode_score(0.6, 2) > episode_score(0.6, -2)
     assert 0.6 - episode_score(0.6, -2) < 0.01  # a tie-break, not a discount
+
+
+def test_an_entity_cue_reads_at_most_entity_passages_read_of_its_passages(redis_url, monkeypatch):
+    """A cue entity in more passages than the cap (a speaker of a long-lived tenant): the walk
+    reads the ids and vectors of the first ENTITY_PASSAGES_READ by id only, on both stores."""
+    from tests.test_expiry import PrefixEmbedder
+    from workers.query import reconstruct
+
+    monkeypatch.setattr(reconstruct, "ENTITY_PASSAGES_READ", 2)
+    notes = {f"Tomás wrote note {n} about the harbour.": [("Tomás", "wrote", f"note {n}", "PERSON", "THING")] for n in range(6)}
+
+    async def main():
+        stages = InProcess(redis_url, ScriptedExtractor(notes), PrefixEmbedder(), tau=1)
+        read, listed = [], []
+        entity_passages, passage_vectors = stages.memory.entity_passages, stages.memory.passage_vectors
+
+        async def counted_entity_passages(tenant, entity, limit=None):
+            listed.append(found := await entity_passages(tenant, entity, limit))
+            return found
+
+        async def counted_passage_vectors(tenant, ids):
+            read.append(list(ids))
+            return await passage_vectors(tenant, ids)
+
+        try:
+            for n, text in enumerate(notes):
+                await stages.publish(f"note-{n}", text)
+            every = await stages.memory.entity_passages(stages.tenant, entity_id("Tomás"))
+            first = await stages.memory.entity_passages(stages.tenant, entity_id("Tomás"), 2)
+            stages.memory.entity_passages, stages.memory.passage_vectors = counted_entity_passages, counted_passage_vectors
+            answer = await stages.query("What did Tomás write?", mode="reconstruct")
+            return every, first, answer, listed, read
+        finally:
+            await stages.close()
+
+    every, first, answer, listed, read = run(main())
+    assert len(every) == 6 and first == every[:2]
+    assert entity_id("Tomás") in [cue["id"] for cue in answer["cues"]["entities"]]
+    assert listed and all(len(ids) <= 2 for ids in listed) and all(len(ids) <= 2 for ids in read)

@@ -1,13 +1,16 @@
 """Active reconstruction, the pure parts (no I/O): recall step by step as a person does — cues
-from the query (entities, times, attributes) → tags (the facts linked to a cue) → content (a
-fact's evidence passages) → new cues from that content (the reverse step) — until the evidence
-suffices or a budget is spent. The walk with its reads is workers.query.reconstruct; here are the
-cue extraction, the branch scores, the budget accounting and the stop rule it applies.
+(the entities and times the query names, its attribute words; later the entities of what was
+read, and episodes: a conversation turn read recalls its session's neighbouring turns) → tags
+(a cue's facts, and its passages: those mentioning its entity, the query's nearest, an
+episode's turns) → content (a fact's evidence passages, or the passage) → new cues from that
+content (the reverse step) — until the evidence suffices or a budget is spent. The walk with
+its reads is workers.query.reconstruct; here are the cue extraction, the branch scores (with
+the episode tie-break), the budget accounting and the stop rule it applies.
 
-A branch is (cue → fact). Its score is the cosine between the query and the branch's chain —
-the facts that led to the cue and this fact, as one text ("The Silent Orchard written by Mara
-Kellen; Mara Kellen born in Tromsø") — plus a bonus when it matches a time of the query. The
-chain, not the fact alone, because a second-hop fact shares little with the question: with
+A branch is (cue → tag), the tag a fact or a passage. Its score is the cosine between the query
+and the branch's chain — the texts that led to the cue and this tag, as one text ("The Silent
+Orchard written by Mara Kellen; Mara Kellen born in Tromsø") — plus a bonus when it matches a
+time of the query. The chain, not the tag alone, because a second-hop fact shares little with the question: with
 all-MiniLM-L6-v2, "Mara Kellen born in Tromsø" is at 0.21 from "Where was the author of The
 Silent Orchard born?", the chain above at 0.63, the chains through the book's other facts at
 0.54–0.60. A first-hop branch's chain is its fact, whose vector the facts index already holds."""
@@ -232,8 +235,9 @@ class Cue:
 
 @dataclass(frozen=True)
 class Branch:
-    """(cue → tag): a fact linked to the cue (head or tail), or a passage — one that mentions the
-    cue's entity, or for the query's attribute cue one nearest the query."""
+    """(cue → tag): a fact linked to the cue's entity (head or tail; for the query cue one nearest
+    the query), or a passage — one that mentions the cue's entity, for the query cue one of the
+    dense ranking's top, for an episode cue one of the neighbouring turns of the turn read."""
 
     cue: Cue
     kind: str  # "fact" | "passage"

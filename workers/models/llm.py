@@ -54,6 +54,10 @@ class LLMClient:
         self._client = openai.AsyncOpenAI(base_url=config.base_url, api_key=config.api_key or "none", timeout=config.timeout_s, max_retries=0)
         self._slots = asyncio.Semaphore(config.concurrency)
 
+    async def aclose(self) -> None:
+        """Close the HTTP client's connection pool (its owner's shutdown)."""
+        await self._client.close()
+
     async def structured(self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]) -> Any:
         """Ask for JSON following `schema`; `validate(parsed)` returns the value or raises
         ValueError. One repair round on malformed output, then MalformedOutput."""

@@ -120,9 +120,12 @@ def answer_messages(question: str, passages: list[dict]) -> Messages:
 
 # ---- the reconstruction router (query, mode "reconstruct") ----------------------------------
 ROUTE_PROMPT = ("You guide a step-by-step recall over a memory of facts and passages. Each open branch follows a cue (an "
-                "entity, or the question itself) to a tag: a fact (branch fact:<id>; taking it reads the fact's evidence "
-                "passages and makes the fact's other entity a new cue) or a passage (branch passage:<id>; taking it reads the "
-                "passage and makes the entities it names new cues). Choose the one branch most likely to lead to the answer, "
+                "entity, the question itself, or an episode: \"s2 turn 5 ±1\" is the turns next to turn 5 of session s2, a "
+                "turn read, as one moment of a conversation brings back the ones around it) to a tag: a fact (branch fact:<id>; "
+                "taking it reads the fact's evidence passages and makes the fact's other entity a new cue) or a passage "
+                "(branch passage:<id>: one naming the cue's entity, near the question, or a neighbouring turn; taking it reads "
+                "the passage and makes the entities it names new cues). Every conversation turn read also becomes an episode "
+                "cue. Choose the one branch most likely to lead to the answer, "
                 "by its branch id, or stop when the evidence read so far answers the question or no branch can help. Give a "
                 "short reason.")
 ROUTE_SCHEMA = {

@@ -48,7 +48,8 @@ async def passage_record(memory: MemoryStore, tenant: str, passage_id: str) -> d
 
 def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, ...], int]:
     """The categories (a list, or one comma-separated string; None or empty: STANDING_CATEGORIES)
-    and the limit (1 to MAX_FACTS_LIMIT; None: DEFAULT_FACTS_LIMIT; a decimal string is read)
+    and the limit (1 to MAX_FACTS_LIMIT; None: DEFAULT_FACTS_LIMIT; a string of ASCII digits is
+    read, nothing else: not " 5", "1e3", "-1" nor "²", which str.isdigit accepts and int() refuses)
     of a standing-facts request; ContractError names what is wrong."""
     if categories is None or categories == "" or categories == []:
         chosen = STANDING_CATEGORIES
@@ -62,7 +63,7 @@ def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, .
             raise ContractError(f"unknown fact category {', '.join(map(repr, unknown)) or repr(categories)}: expected {', '.join(FACT_CATEGORIES)}")
     if limit is None or limit == "":
         return chosen, DEFAULT_FACTS_LIMIT
-    if isinstance(limit, str) and limit.strip().isdigit():
+    if isinstance(limit, str) and limit.isascii() and limit.isdigit():
         limit = int(limit)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_FACTS_LIMIT:
         raise ContractError(f"'limit' must be an integer from 1 to {MAX_FACTS_LIMIT}")
@@ -72,14 +73,16 @@ def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, .
 async def standing_facts(memory: MemoryStore, tenant: str, categories: tuple[str, ...] = STANDING_CATEGORIES,
                          limit: int = DEFAULT_FACTS_LIMIT, now: float | None = None) -> dict:
     """The tenant's facts of `categories` that hold now (active, TTL not lapsed), most specific
-    category first (CATEGORY_PRECEDENCE), then oldest first: {"tenant", "categories", "total"
-    (active facts of those categories; more than listed when over `limit`), "facts": each fact
-    (store.facts.Fact.to_json) with the doc ids of its passages ("doc_ids": a turn's document,
-    so the turn that said it)}. One read of the facts index (MemoryStore.active_facts)."""
-    facts, total = await memory.active_facts(tenant, tuple(categories), limit)
+    category first (CATEGORY_PRECEDENCE), then oldest first (created_at, then id): {"tenant",
+    "categories", "total" (the facts of those categories that hold; more than listed when over
+    `limit`), "facts": each fact (store.facts.Fact.to_json) with the doc ids of its passages
+    ("doc_ids": a turn's document, so the turn that said it)}. The store fills `limit` one
+    category at a time in that order (MemoryStore.active_facts), so a tool failure is never left
+    out for a plain constraint; a fact whose TTL lapsed between that read and this is dropped."""
     now = time.time() if now is None else now
-    facts = sorted((f for f in facts if f.holds(now)),
-                   key=lambda f: (CATEGORY_PRECEDENCE.index(f.category), f.created_at or 0.0, f.id))
+    ordered = tuple(sorted(categories, key=CATEGORY_PRECEDENCE.index))
+    facts, total = await memory.active_facts(tenant, ordered, limit, now)
+    facts = [f for f in facts if f.holds(now)]
     passage_ids = sorted({p for f in facts for p in f.passage_ids})
     doc_of = {p["id"]: p["doc_id"] for p in await memory.passages(tenant, passage_ids) if p is not None}
     return {"tenant": tenant, "categories": list(categories), "total": total,

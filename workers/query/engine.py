@@ -182,6 +182,11 @@ class QueryEngine:
         """Stop the ranking thread (the store is its owner's to close)."""
         self._ranking.shutdown(wait=False)
 
+    async def aclose(self) -> None:
+        """close(), and the LLM router's HTTP client (MEMSTREAM_ROUTER=llm)."""
+        self.close()
+        await self.reconstructor.aclose()
+
     async def answer(self, request: QueryRequest) -> dict:
         timings = {}
         started = t = time.perf_counter()

@@ -341,7 +341,7 @@ async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MC
     finally:
         await asyncio.to_thread(publisher.close)
         if engine is not None:
-            engine.close()
+            await engine.aclose()
         await memory.close()
 
 

@@ -72,7 +72,13 @@ ENTITY_CUES_BY_KNN = 3  # when the query names no entity of the memory: the enti
 ENTITY_CUE_MIN = 0.5  # … at this cosine or more
 MAX_NEW_CUES = 4  # new cues per step (the fact's other entity first, then the passages' entities)
 QUERY_PASSAGES = 5  # the query cue tags the dense top 5 (3: R@5 62.7 on the conversation benchmark, 5 and 10: 64.1) …
-ENTITY_PASSAGES = 3  # … an entity cue the passages that mention it nearest the query
+ENTITY_PASSAGES = 3  # … an entity cue the passages that mention it nearest the query …
+# … among at most this many of them (their vectors are read and compared): a speaker or a common
+# noun of a long-lived tenant is in thousands. Over the cap the first by id are read — ids are
+# content hashes, so a fixed, arbitrary sample; the query cue's dense top holds the nearest
+# passages anyway. 256 vectors of 384 floats: ~400 KB a cue. It does not bind on the conversation
+# benchmark (its largest entity, rules extractor, is in 4 passages): R@5 69.2 with or without it.
+ENTITY_PASSAGES_READ = 256
 EPISODE_RADIUS = 1  # a turn read makes an episode cue of its session's turns at most this far from it
 ROUTE_SHORTLIST = 8  # branches the LLM router is shown, best by similarity first
 
@@ -140,6 +146,7 @@ class Reconstructor:
         self.embedder = embedder
         self.router = router or SimilarityRouter()
         self.budget = budget.check()
+        self.owned_llm: LLMClient | None = None  # the LLM router's client from_settings made: aclose closes it
 
     @classmethod
     def from_settings(cls, settings, memory, embedder) -> "Reconstructor":
@@ -150,10 +157,14 @@ class Reconstructor:
             budget.check()
         except ValueError as exc:
             raise ValueError(f"MEMSTREAM_RECONSTRUCT_*: {exc}") from None
-        router = None
-        if settings.router == "llm":
-            router = LLMRouter(LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)))
-        return cls(memory, embedder, router, budget)
+        llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.router == "llm" else None
+        made = cls(memory, embedder, LLMRouter(llm) if llm else None, budget)
+        made.owned_llm = llm
+        return made
+
+    async def aclose(self) -> None:
+        if self.owned_llm is not None:
+            await self.owned_llm.aclose()
 
     async def answer(self, request, vector: np.ndarray, facts: FactSearch, timings: dict) -> dict:
         budget = (request.budget or Budget()).over(self.budget)
@@ -360,7 +371,8 @@ class _Walk:
     async def _passage_tags(self, cues: list[Cue]) -> list[tuple[Cue, str, float]]:
         """(cue, passage id, the passage's cosine to the query) for each cue's passages not read
         yet: for the query cue the QUERY_PASSAGES nearest the query (the dense ranking's top);
-        for an entity the ENTITY_PASSAGES nearest the query among those that mention it; for an
+        for an entity the ENTITY_PASSAGES nearest the query among those that mention it (at most
+        ENTITY_PASSAGES_READ of them read); for an
         episode its turns (the neighbours of the turn read)."""
         out = []
         for cue in cues:
@@ -368,7 +380,7 @@ class _Walk:
                 out += [(cue, h.id, h.score) for h in self.dense[:QUERY_PASSAGES] if h.id not in self.read]
                 continue
             episode = cue.kind == "episode"
-            ids = self.episodes[cue.id] if episode else await self.memory.entity_passages(self.tenant, cue.id)
+            ids = self.episodes[cue.id] if episode else await self.memory.entity_passages(self.tenant, cue.id, ENTITY_PASSAGES_READ)
             ids = [pid for pid in ids if pid not in self.read]
             found = [(pid, vec) for pid, vec in zip(ids, await self.memory.passage_vectors(self.tenant, ids)) if vec is not None]
             if found:

@@ -57,8 +57,9 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     memory = query_memory(settings)
     if embedder is None:
         embedder = cached_embedder(settings, memory)
+    owned_llm = None  # the answer LLM made here, closed with the application
     if answer_llm is None and settings.llm_base_url and settings.llm_model:
-        answer_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
+        answer_llm = owned_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
     engine = QueryEngine.from_settings(settings, memory, embedder)
 
     async def lookup(request: web.Request, load) -> web.Response:
@@ -90,10 +91,15 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
 
     async def list_facts(request: web.Request) -> web.Response:
         """GET /v1/facts?tenant=&category=A,B&limit=N: the tenant's standing facts
-        (drilldown.standing_facts); 400 for a bad tenant, category or limit."""
+        (drilldown.standing_facts); categories repeated (?category=A&category=B) add up; 400 for a
+        bad tenant, category or limit, or a limit given twice."""
         try:
             tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
-            categories, limit = drilldown.fact_filter(request.query.get("category"), request.query.get("limit"))
+            limits = request.query.getall("limit", [])
+            if len(limits) > 1:
+                raise ContractError(f"'limit' given {len(limits)} times: give it once")
+            # ?category=A&category=B,C: every one, as ?category=A,B,C lists them
+            categories, limit = drilldown.fact_filter(",".join(request.query.getall("category", [])), limits[0] if limits else None)
         except ContractError as exc:
             return http.error_response(400, str(exc))
         return http.json_response(await drilldown.standing_facts(memory, tenant, categories, limit))
@@ -130,7 +136,9 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     async def close_memory(app: web.Application) -> None:
-        engine.close()
+        await engine.aclose()
+        if owned_llm is not None:
+            await owned_llm.aclose()
         await memory.close()
 
     app = web.Application(middlewares=http.middlewares(settings.query_max_inflight))
