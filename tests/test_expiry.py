@@ -83,12 +83,6 @@ SCRIPT = {TEXTS["tool"]: [TOOL, HOME], TEXTS["a"]: [HOME], TEXTS["b"]: [HOME], T
 MAY_8, JUNE_10 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp(), datetime(2023, 6, 10, 9, 0, tzinfo=timezone.utc).timestamp()
 
 
-@pytest.fixture(params=["in-memory", "redis"])
-def redis_url(request) -> str | None:
-    """Each scenario over both stores: InMemoryStore, and Redis's Memory on the test stack."""
-    return request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"] if request.param == "redis" else None
-
-
 def harness(redis_url: str | None = None, **settings) -> InProcess:
     return InProcess(redis_url, CategoryExtractor(SCRIPT), PrefixEmbedder(), tau=1, **settings)
 
