@@ -64,7 +64,8 @@ class Fact:
     activated_at: float | None = None
     expired_at: float | None = None
     # system time at which its TTL lapses: the latest lapse of its supporting passages (None:
-    # never). Written by the store with each passage's lapse (Memory.stage_fact_lapse).
+    # never). Written by the store with each passage's lapse (Memory.stage_new_fact) and with
+    # the passages a merge brings (Memory.stage_merged_lapse) at commit, not on this record.
     expires_at: float | None = None
 
     @classmethod
@@ -155,6 +156,8 @@ class Lifecycle:
         regains support and wins its group is used by queries again."""
         if fact.status != "active":
             self._link(pipe, tenant, fact, version)
+        # a sweep that passed its lapse while it was out of memory dropped its expiry index entry
+        self.memory.stage_lapse_indexed(pipe, tenant, fact.id)
         changes = {"status": "active", "activated_at": time.time(), "expired_at": None}
         if qualifiers is not None:
             changes.update(qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
@@ -193,6 +196,8 @@ class Lifecycle:
             if source_left:
                 self._unlink(pipe, tenant, source, version)
             self._stage(pipe, tenant, source, status="merged", merged_into=target.id, expired_at=time.time())
+            # its passages' support comes with its lapse: the target lapses no earlier (never if it never does)
+            self.memory.stage_merged_lapse(pipe, tenant, source.id, target.id)
         new = set(new_passages) - set(target.passage_ids)
         for passage_id in sorted(new):
             self.memory.stage_fact_passage(pipe, tenant, target.id, passage_id)

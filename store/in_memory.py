@@ -581,6 +581,28 @@ class InMemoryStore:
 
         self._stage(pipe, write)
 
+    def stage_merged_lapse(self, pipe, tenant: str, source_id: str, target_id: str) -> None:
+        t = self._tenant(tenant)
+
+        def write() -> None:
+            source = t.records["facts"].get(source_id)
+            if source is not None:
+                lapse = source.get("expires_at") or None
+                self._record_lapse(tenant, target_id, None if lapse is None else float(lapse))  # the target exists: a later passage's rule
+                t.expiry.pop(source_id, None)
+
+        self._stage(pipe, write)
+
+    def stage_lapse_indexed(self, pipe, tenant: str, fact_id: str) -> None:
+        t = self._tenant(tenant)
+
+        def write() -> None:
+            lapse = t.records["facts"].get(fact_id, {}).get("expires_at") or None
+            if lapse is not None:
+                t.expiry[fact_id] = float(lapse)
+
+        self._stage(pipe, write)
+
     async def tenants(self) -> list[str]:
         return sorted(self._tenants_with_outboxes)
 

@@ -449,3 +449,87 @@ def test_bad_ttls_in_metadata_are_refused_at_the_contract():
         with pytest.raises(ContractError, match=named):
             Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"ttl_seconds": bad}})
     assert Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"ttl_seconds": {"TOOL_FAILURE": 60}}})
+
+
+MARRIED = {"Ana married Ben.": [("Ana", "married to", "Ben", "DECLARATIVE")], "Ben married Ana.": [("Ben", "married to", "Ana", "DECLARATIVE")]}
+
+
+async def merged_pair(ip: InProcess) -> tuple:
+    """(target, source) of the two "married to" facts, the source merged into the target."""
+    [source] = [f for f in (await ip.facts()).values() if f.status == "merged"]
+    return await ip.memory.fact(ip.tenant, source.merged_into), source
+
+
+@pytest.mark.parametrize("order", ["target first", "source first"])
+def test_a_merge_carries_the_sources_lapse_so_forever_wins_and_the_source_leaves_the_index(redis_url, order):
+    """"Ben married Ana" (the canonical fact of the two: the smaller id) is said with a 60 s TTL,
+    "Ana married Ben" without: merged (by the resolver when the target came first, by the
+    detector when it came second), the target never lapses, as if both passages supported one
+    fact."""
+    async def scenario():
+        ip = InProcess(redis_url, CategoryExtractor(MARRIED), PrefixEmbedder(), tau=1)
+        try:
+            publish = [("ttl", "Ben married Ana.", {"ttl_seconds": 60}), ("forever", "Ana married Ben.", {})]
+            for doc_id, text, metadata in publish if order == "target first" else publish[::-1]:
+                await ip.publish(doc_id, text, metadata=metadata)
+            target, source = await merged_pair(ip)
+            assert (target.head, target.status, source.head) == ("Ben", "active", "Ana") and len(target.passage_ids) == 2
+            assert target.expires_at is None and "expires_at" not in await stored_fields(ip, target.id)
+            assert await ip.memory.lapsed_facts(ip.tenant, time.time() + 10**9) == []
+            assert await sweep(ip, time.time() + 10**6) == 0 and (await ip.memory.fact(ip.tenant, target.id)).status == "active"
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_a_merge_keeps_the_later_lapse_of_source_and_target_and_drops_the_sources_index_entry(redis_url):
+    async def scenario():
+        ip = InProcess(redis_url, CategoryExtractor(MARRIED), PrefixEmbedder(), tau=1)
+        try:
+            await ip.publish("short", "Ben married Ana.", metadata={"ttl_seconds": 30})
+            await ip.publish("long", "Ana married Ben.", metadata={"ttl_seconds": 600})
+            target, source = await merged_pair(ip)
+            assert source.expires_at > target.created_at + 500 and target.expires_at == source.expires_at
+            assert await ip.memory.lapsed_facts(ip.tenant, time.time() + 10**9) == [(target.id, source.expires_at)]
+            assert await sweep(ip, target.created_at + 100) == 0  # the target's own 30 s lapsed: not the merged support
+            assert await sweep(ip, source.expires_at + 1) == 1 and len(events_of(ip, target.id, "expired")) == 1
+        finally:
+            await ip.close()
+
+    run(scenario())
+
+
+def test_an_expired_fact_brought_back_after_the_sweep_passed_its_new_lapse_is_swept_again(redis_url):
+    """The interleaving: a new passage moves an expired fact's lapse to L2; the sweep reaches L2
+    while the fact is still `expired` (nothing to expire: its index entry goes); then the
+    detector brings it back. Active again, it must be in the index again, and be expired at L2."""
+    async def scenario():
+        ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60")
+        try:
+            await ip.publish("tool", TEXTS["tool"])
+            tool = await fact_named(ip, "booking api", "ROOM_UNAVAILABLE")
+            assert await sweep(ip, tool.expires_at + 1) == 1
+            bump, raced = ip.memory.bump_graph_version, []
+
+            async def sweep_past_the_new_lapse(tenant):  # the passage is extracted, the detector at work: the sweep runs now
+                fact = await ip.memory.fact(tenant, tool.id)
+                if not raced and fact.expires_at != tool.expires_at:
+                    raced.append(fact)
+                    assert fact.status == "expired" and await sweep(ip, fact.expires_at + 1) == 0
+                return await bump(tenant)
+
+            ip.memory.bump_graph_version = sweep_past_the_new_lapse
+            await ip.publish("again", TEXTS["tool again"], metadata={"ttl_seconds": {"TOOL_FAILURE": 3600}})
+            ip.memory.bump_graph_version = bump
+            back = await ip.memory.fact(ip.tenant, tool.id)
+            lapse = raced[0].expires_at
+            assert back.status == "active" and back.expires_at == lapse >= tool.expires_at + 3000 and await fact_edge(ip, back) == 1.0
+            assert await ip.memory.lapsed_facts(ip.tenant, lapse + 1) == [(tool.id, lapse)]
+            assert await sweep(ip, lapse + 1) == 1
+            assert (await ip.memory.fact(ip.tenant, tool.id)).status == "expired" and await fact_edge(ip, back) == 0.0
+            assert len(events_of(ip, tool.id, "expired")) == 2 and await ip.memory.lapsed_facts(ip.tenant, lapse + 10**6) == []
+        finally:
+            await ip.close()
+
+    run(scenario())

@@ -10,8 +10,8 @@ topic, each a module of workers/stages built from one StageContext.
                                              act:{fact id}:{chunk id} (promoted)   candidate-facts (promotions)
     conflict-sets    stages/resolver.py      its work id: res:duplicate:… adj:…    indexed-facts, conflict-sets
 
-Not fed by a topic: the expiry sweep (stages/expiry.py, mark exp:{fact id}:{expires_at}) expires
-facts whose TTL lapsed — `expire_lapsed`, run on a timer by the resolver workers — with events on
+Not fed by a topic: the expiry sweep (stages/expiry.py, mark exp:{fact id}:{expires_at}:{activated_at})
+expires facts whose TTL lapsed — `expire_lapsed`, run on a timer by the resolver workers — with events on
 indexed-facts and groups to decide again on conflict-sets.
 
 Any stage: a message that cannot be decoded or keeps failing goes to `dlq` (the envelope).

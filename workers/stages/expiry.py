@@ -4,12 +4,17 @@ this way is decided again (a fact it had excluded may hold now).
 
 No topic feeds it: workers.app runs `Pipeline.expire_lapsed` every MEMSTREAM_EXPIRY_SWEEP_INTERVAL
 seconds in the resolver workers (tests call it directly). Each lapsed fact is expired through the
-envelope's effectively-once commit under the mark `exp:{fact id}:{expires_at}`: two workers that
-sweep at once commit it once (the other publishes that outbox or skips), a sweep that dies after
+envelope's effectively-once commit under the mark `exp:{fact id}:{expires_at}:{activated_at}`: two
+workers that sweep at once commit it once (the other publishes that outbox or skips), a sweep that dies after
 its commit is finished by the outbox sweep, and a stage that changes the fact meanwhile makes
 the commit fail and the sweep decide again: the commit is fenced on the fact's status (the
 resolver) and on the `expires_at` the sweep read (a new supporting passage that moves it leaves the
 status active). The index entry goes only if it still says the lapse the sweep saw through.
+
+An expired fact that a new passage supports is back in the index at the new lapse before the
+detector brings it back; a sweep that passes that lapse first finds it out of memory and drops the
+entry. Activation puts it back (Lifecycle.activate), and the mark names the activation, so that
+sweep's mark does not keep the fact, active again, from being expired at the same lapse.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ SWEEP_BATCH = 500  # lapsed facts read from the index at once
 GONE = ("merged", "expired", "retracted")  # no longer in memory: nothing to expire
 
 
-def expiry_mark(fact_id: str, expires_at: float) -> str:
-    """Done mark: one per fact and lapse (a fact that regains support lapses again later)."""
-    return f"exp:{fact_id}:{expires_at!r}"
+def expiry_mark(fact_id: str, expires_at: float, activated_at: float | None) -> str:
+    """Done mark: one per fact, lapse and time in memory (a fact that regains support lapses
+    again later; one brought back after a sweep passed its lapse, at the same lapse)."""
+    return f"exp:{fact_id}:{expires_at!r}:{activated_at!r}"
 
 
 class ExpirySweep(Stage):
@@ -42,7 +48,10 @@ class ExpirySweep(Stage):
             # each fact seen through leaves the index's lapsed range (expired, or its lapse moved)
             while (lapsed := await self.memory.lapsed_facts(tenant, now, SWEEP_BATCH)) and lapsed != seen:
                 for fid, expires_at in lapsed:
-                    await self.once(tenant, expiry_mark(fid, expires_at), self._decision(tenant, fid, expires_at, now, expired))
+                    # the decision reads the fact again, fenced: this read only names the mark
+                    fact = await self.memory.fact(tenant, fid)
+                    mark = expiry_mark(fid, expires_at, fact.activated_at if fact else None)
+                    await self.once(tenant, mark, self._decision(tenant, fid, expires_at, now, expired))
                 seen = lapsed
         return len(expired)
 
