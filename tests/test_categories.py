@@ -139,6 +139,40 @@ def test_a_speaker_rejecting_two_options_keeps_both():
     assert refusals == {("Ana", "Miami"): "active", ("Ana", "Houston"): "active"}
 
 
+def test_a_stated_constraint_refusal_or_failure_is_admitted_when_said_once_the_rest_waits_for_tau():
+    """τ = 2: a schema seen in one passage parks its facts as pending. The budget, the refusal and
+    the tool failure as stated (the trigger facts) are active at once
+    (workers.algorithms.policy.needs_no_tau); the facts that only share their sentences, and the
+    plain turn's, still wait for a second passage."""
+
+    async def run():
+        ip = InProcess(None, RulesExtractor(), tau=2)
+        try:
+            for number, (turn_id, speaker, text) in enumerate(TURNS, 1):
+                await ip.publish(f"s1:{turn_id}", text, session_id="s1", turn=number, speaker=speaker, ts=TS + 60 * number)
+            return await ip.facts(), ip.events(), ip.dead_letters()
+        finally:
+            await ip.close()
+
+    facts, events, dead = asyncio.run(run())
+    assert not dead
+    status = {(f.head, f.relation, f.tail): f.status for f in facts.values()}
+    stated = {("Ana", "must not exceed", "3,000 USD"), ("Ana", "reject", "Miami"), ("hotel_booking", "fail with", "ROOM_UNAVAILABLE"),
+              ("travel_agent", "fail with", "ConnectionRefusedError")}
+    assert {status[triple] for triple in stated} == {"active"}
+    others = {triple: s for triple, s in status.items() if triple not in stated}
+    assert others and set(others.values()) == {"pending"}  # sentence neighbours of any category, and the plain turn
+    assert {e["fact_id"] for e in events if e["event"] == "activated"} == {f.id for f in facts.values() if (f.head, f.relation, f.tail) in stated}
+
+
+def test_the_llm_extractors_categorised_facts_are_stated():
+    from workers.models.extraction import parse_extraction
+
+    fact = {"head": "Ana", "head_type": "PERSON", "relation": "rejected", "tail": "Miami", "tail_type": "LOCATION", "valid_from": None, "valid_to": None}
+    parsed = parse_extraction({"entities": [], "facts": [{**fact, "category": "REJECTED_OPTION"}, {**fact, "relation": "visited", "category": "DECLARATIVE"}]})
+    assert [(f.category, f.stated) for f in parsed.facts] == [("REJECTED_OPTION", True), ("DECLARATIVE", False)]
+
+
 # ---- the LLM extractor's prompt ---------------------------------------------------------------------
 class RecordingChat:
     """Test double of a ChatModel: records the messages, answers with no entities and no facts."""

@@ -272,6 +272,10 @@ class Triple(Record):
     category: str = "DECLARATIVE"
     valid_from: Optional[str] = None
     valid_to: Optional[str] = None
+    # The statement itself of its category — a constraint, refusal or failure as stated (the
+    # rules extractor's trigger fact, a fact the LLM categorised) — not a fact that only shares
+    # its sentence. A stated fact of the decision trace needs no τ (workers.stages.detector).
+    stated: bool = False
 
     @classmethod
     def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):

@@ -26,6 +26,19 @@ MULTI_HEAD_SHARE = 0.25
 # "Ana rejected Miami" lost to "Ana rejected US" (one head, two tails: single-valued) and the
 # memory forgot the refusal. Hard constraints do compete: a new budget replaces the old one.
 UNCONTESTED_CATEGORIES = frozenset({"REJECTED_OPTION", "TOOL_FAILURE"})
+# The decision trace: a budget, a refusal or a failed tool call binds when said once. τ denoises
+# the topics of a corpus (a schema seen in one passage may be noise); an agent whose memory parks
+# "we must not exceed 3,000 USD" until it is said again repeats the mistake. Only a *stated*
+# fact of these categories passes the gate at once (Triple.stated: the rules extractor's trigger
+# fact, an LLM-categorised fact): the facts that merely share its sentence ("4 return HTTP",
+# "USD of the budget of 3") wait for τ like any other — admitting them too took the memory-tax
+# context from 83 to 317 tokens.
+TRACE_CATEGORIES = frozenset({"HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE"})
+
+
+def needs_no_tau(triple) -> bool:
+    """A stated fact of the decision trace: admitted without waiting for its schema's τ."""
+    return triple.stated and triple.category in TRACE_CATEGORIES
 
 
 def is_multi_valued(heads_seen: int, heads_with_many_tails: int) -> bool:

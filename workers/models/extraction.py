@@ -221,7 +221,7 @@ def _trigger_fact(sentence: str, mentions: list[tuple[int, int, str]], finding: 
     if not tail or not head or not has_entity_id(head) or not has_entity_id(tail):
         return None
     return Triple(head=head, relation=finding.relation, tail=tail, head_type=SPEAKER if speaker else type_of(head),
-                  tail_type=tail_type or type_of(tail), category=finding.category)
+                  tail_type=tail_type or type_of(tail), category=finding.category, stated=True)
 
 
 # ---- replay -----------------------------------------------------------------------------
@@ -295,6 +295,8 @@ def parse_extraction(data) -> Extraction:
             raise ValueError(f"entities[{i}] needs a non-empty string 'name' and a string 'type'")
         entities.append(Entity(e["name"].strip(), e["type"].strip().upper() or "ENTITY"))
     facts = [Triple.from_dict(f, where=f"facts[{i}]") for i, f in enumerate(data["facts"])]
+    # the model categorised each fact itself: a categorised fact is the statement of its category
+    facts = [replace(f, stated=f.category != "DECLARATIVE") for f in facts]
     return drop_unnamed(Extraction(entities, facts), "llm extraction")
 
 

@@ -14,7 +14,7 @@ from store.facts import Fact
 from store.keys import entity_node
 from topics import CandidateFact
 from workers.algorithms.normalize import fact_id, schema_id
-from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, UNCONTESTED_CATEGORIES
+from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, UNCONTESTED_CATEGORIES, needs_no_tau
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage
 from workers.stages.resolver import adjudication, containment_changed, duplicate
@@ -59,10 +59,11 @@ class DetectorStage(Stage):
                 # a known fact gains support: merge the provenance (and re-adjudicate) in the resolver
                 return self._finish(pipe, cand, None, [duplicate(cand, fact, "same fact")])
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
-            if self.settings.on("schema_filter") and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
+            ungated = needs_no_tau(cand.fact)  # a constraint, refusal or failure as stated binds when said once
+            if self.settings.on("schema_filter") and not ungated and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
                 return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
             outbox = await self._promote_pending(pipe, cand)
-            return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fact))
+            return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated))
 
         finishes = (cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None
         await self.once(tenant, detection_mark(cand, fid), decide, finishes)
@@ -97,10 +98,11 @@ class DetectorStage(Stage):
             outbox.append(Emit("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), promoted))
         return outbox
 
-    async def _admit(self, pipe, cand: CandidateFact, fact: Fact) -> list[Emit]:
-        """A fact passed the τ gate: detect conflicts, then activate it or hand it to A_res."""
+    async def _admit(self, pipe, cand: CandidateFact, fact: Fact, schema_stable: bool = True) -> list[Emit]:
+        """A fact passed the τ gate (or needs none, `schema_stable` False: its schema may still be a
+        candidate): detect conflicts, then activate it or hand it to A_res."""
         tenant, relation, fid = cand.tenant, fact.relation, fact.id
-        if self.settings.on("type_bridging"):  # its schema is stable: its entities join their types
+        if self.settings.on("type_bridging") and schema_stable:  # its entities join their types
             version = await self.memory.bump_graph_version(tenant)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.tail_id), fact.tail_type)
