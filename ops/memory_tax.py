@@ -50,7 +50,8 @@ SESSION_ID = "madrid-trip"
 SESSION_START = datetime(2025, 6, 2, 9, 0, tzinfo=timezone.utc).timestamp()
 # Passages memstream retrieves for the decision: the nearest evidence for the question, while the
 # standing facts carry the decision trace. With 2 the footprint was 29% of the history (over the
-# quarter the acceptance allows): the second passage was the agent's Miami offer (t03), 90 pieces.
+# quarter the acceptance allows; measured before stated constraints passed τ, which added the
+# budget's two standing lines): the second passage was the agent's Miami offer (t03), 90 pieces.
 TOP_K = 1
 SUMMARY_EVERY = 4  # turns the rolling summariser compresses at a time
 STANDING_CATEGORIES = (HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE)
