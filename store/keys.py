@@ -34,16 +34,24 @@ def node_kind(node: str) -> str | None:
 _NODE_KINDS = ((ENTITY_NODE, "entity"), (PASSAGE_NODE, "passage"), (TYPE_NODE, "type"))
 
 
+# Namespaces of memstream's own, shared by every tenant. They start with "_", which no tenant
+# name can (topics.records.validate_tenant: a letter or digit first), so a tenant named
+# "llm-cache" has keys of its own and can never read, write or scan the caches.
+LLM_CACHE_NAMESPACE = "_llm-cache"
+EMBEDDING_CACHE_NAMESPACE = "_embedding-cache"
+INTERNAL_NAMESPACES = (LLM_CACHE_NAMESPACE, EMBEDDING_CACHE_NAMESPACE)
+
+
 def llm_cache_key(model: str, prompt_sha256: str) -> str:
     # one cache for all tenants: the answer is a function of the prompt alone
-    return f"ms:{{llm-cache}}:{model}:{prompt_sha256}"
+    return f"ms:{{{LLM_CACHE_NAMESPACE}}}:{model}:{prompt_sha256}"
 
 
 def embedding_cache_key(embedder: str, text_sha256: str) -> str:
-    return f"ms:{{embedding-cache}}:{embedder}:{text_sha256}"
+    return f"ms:{{{EMBEDDING_CACHE_NAMESPACE}}}:{embedder}:{text_sha256}"
 
 
-LLM_CACHE_PATTERN = "ms:{llm-cache}:*"
+LLM_CACHE_PATTERN = f"ms:{{{LLM_CACHE_NAMESPACE}}}:*"
 
 
 def node_id(node: str) -> str:
