@@ -53,11 +53,11 @@ def synthetic_doc(i: int) -> str:
 def rules_llm(texts: Iterable[str], latency_s: float) -> FakeOpenAI:
     """The fake LLM of fixed latency for a known corpus, answering by input: each text's
     extraction is the rules extractor's, in the LLM schema, precomputed and matched by the text;
-    a resolution keeps every fact of the corpus the request names, with the first named passage
-    of the corpus as evidence."""
+    a resolution keeps every fact of the corpus the request names, quoting the first named
+    passage of the corpus as evidence (a quote the resolver finds in it)."""
     answers: dict[str, str] = {}
     facts: set[str] = set()
-    passages: set[str] = set()
+    passages: dict[str, str] = {}  # id → text
     for text in texts:
         extraction = RulesExtractor().extract_sync(text)
         answers[text] = json.dumps({
@@ -66,12 +66,12 @@ def rules_llm(texts: Iterable[str], latency_s: float) -> FakeOpenAI:
                        "category": f.category, "valid_from": None, "valid_to": None} for f in extraction.facts],
         })
         facts.update(fact_id(entity_id(f.head), relation_name(f.relation), entity_id(f.tail)) for f in extraction.facts)
-        passages.add(chunk_id_of(text))  # each benchmark document is one chunk
+        passages[chunk_id_of(text)] = text  # each benchmark document is one chunk
 
     def keep_all(body: dict) -> str:
         mentioned = "\n".join(m["content"] for m in body["messages"])
         passage = min(p for p in passages if p in mentioned)
-        return json.dumps({"decisions": [{"fact_id": f, "action": "keep", "evidence": "benchmark", "evidence_passage_id": passage,
+        return json.dumps({"decisions": [{"fact_id": f, "action": "keep", "evidence": passages[passage], "evidence_passage_id": passage,
                                           "valid_from": None, "valid_to": None, "scope": None} for f in sorted(facts) if f in mentioned]})
 
     return FakeOpenAI(answers=answers, schema_answers={"resolution": keep_all}, latency_s=latency_s)

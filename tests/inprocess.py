@@ -69,6 +69,7 @@ class ScriptedExtractor:
     type, tail type]) tuples."""
 
     name = "scripted"
+    grounded = True  # the test's facts, admitted as given (grounding has its tests: tests/test_grounding.py)
 
     def __init__(self, script: dict[str, list[tuple]]):
         self.script = script

@@ -12,7 +12,7 @@ from topics.records import CATEGORY_PRECEDENCE
 from workers.algorithms import categories
 from workers.algorithms.turns import turn_context, when_of
 from workers.models.extraction import LLMExtractor, RulesExtractor
-from workers.models.prompts import EXTRACTION_CONTEXT_NOTE, extraction_messages
+from workers.models.prompts import EXTRACTION_CONTEXT_NOTE, extraction_messages, passage_fence
 
 TS = 1748854800.0  # 2 June 2025 09:00 UTC
 ANA = turn_context("Ana", when_of(ts=TS))
@@ -192,7 +192,9 @@ def test_the_llm_prompt_carries_the_context_line_apart_from_the_text():
     user = messages[-1]["content"]
     assert ANA in user and EXTRACTION_CONTEXT_NOTE in user
     # the passage block holds the text alone; the context line precedes it
-    assert f"<<<TEXT\n{REFUSAL}\nTEXT>>>" in user and user.index(ANA) < user.index("<<<TEXT")
+    fence = passage_fence(REFUSAL, ANA)
+    block = f"{fence} BEGIN PASSAGE {fence}\n{REFUSAL}\n{fence} END PASSAGE {fence}"
+    assert block in user and user.index(ANA) < user.index(block)
     # a plain document's messages are those without a context (the LLM cache keeps its answers)
     assert extraction_messages(PLAIN, "") == extraction_messages(PLAIN)
     assert EXTRACTION_CONTEXT_NOTE not in extraction_messages(PLAIN)[-1]["content"]

@@ -36,6 +36,7 @@ class CategoryExtractor:
     """Test double: each text's facts as (head, relation, tail, category) tuples."""
 
     name = "scripted"
+    grounded = True  # the test's facts, admitted as given (grounding has its tests: tests/test_grounding.py)
 
     def __init__(self, script: dict[str, list[tuple]]):
         self.script = script

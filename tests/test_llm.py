@@ -21,7 +21,7 @@ ANSWERS = {
         "facts": [{"head": "Greta Holm", "head_type": "PERSON", "relation": "runs", "tail": "Northwind Mill", "tail_type": "ORGANIZATION",
                    "category": "DECLARATIVE", "valid_from": None, "valid_to": None}],
     },
-    "Never deploy on Fridays.": {
+    "The team must never deploy on a Friday.": {
         "entities": [{"name": "deploy", "type": "ACTION"}],
         "facts": [{"head": "team", "head_type": "GROUP", "relation": "must not deploy on", "tail": "Friday", "tail_type": "DATE",
                    "category": "HARD_CONSTRAINT", "valid_from": None, "valid_to": None}],
@@ -89,10 +89,10 @@ def test_the_fake_llm_answers_by_input_whatever_the_prompt_layout():
 def test_categories_come_through():
     from workers.models.extraction import parse_extraction
 
-    result = parse_extraction(ANSWERS["Never deploy on Fridays."])
+    result = parse_extraction(ANSWERS["The team must never deploy on a Friday."])
     assert result.facts[0].category == "HARD_CONSTRAINT"
     with pytest.raises(ValueError, match="category 'GOSSIP'"):
-        parse_extraction({"entities": [], "facts": [{**ANSWERS["Never deploy on Fridays."]["facts"][0], "category": "GOSSIP"}]})
+        parse_extraction({"entities": [], "facts": [{**ANSWERS["The team must never deploy on a Friday."]["facts"][0], "category": "GOSSIP"}]})
 
 
 def test_retries_429_5xx_and_timeouts_then_succeeds(stack_env):
@@ -148,7 +148,7 @@ def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(stack_env):
     `MEMSTREAM_EXTRACTOR=llm` worker itself runs through Kafka in the SIGTERM and rebalance
     tests (tests/test_effectively_once.py)."""
     garbage = "The ledger is unreadable."
-    docs = {"mill": "Greta Holm runs the Northwind Mill.", "rule": "Never deploy on Fridays."}
+    docs = {"mill": "Greta Holm runs the Northwind Mill.", "rule": "The team must never deploy on a Friday."}
 
     async def scenario(server):
         first = InProcess(stack_env["MEMSTREAM_REDIS_URL"], None, tau=1)  # its Redis client, shared by the two tenants
@@ -187,7 +187,7 @@ def test_llm_resolver_names_an_action_and_evidence_per_fact(stack_env, tmp_path)
     from workers.models.extraction import ReplayExtractor
 
     def decision(doc: str, action: str) -> dict:
-        return {"fact_id": _ids(doc), "action": action, "evidence": "her passport says Oslo", "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]),
+        return {"fact_id": _ids(doc), "action": action, "evidence": "Mira Okafor was born in Oslo, her passport says", "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]),
                 "valid_from": None, "valid_to": None, "scope": None}
 
     async def scenario(server):
@@ -211,7 +211,7 @@ def test_llm_resolver_names_an_action_and_evidence_per_fact(stack_env, tmp_path)
     with FakeOpenAI(answers={_ids("m1"): oslo_wins}) as server:
         (facts, events, calls, requests), later, calls_at_end = run(scenario(server))
     assert facts[_ids("m2")]["status"] == "active" and facts[_ids("m1")]["status"] == "invalid"
-    assert "LLM: her passport says Oslo" in facts[_ids("m1")]["reason"]
+    assert "LLM: Mira Okafor was born in Oslo, her passport says" in facts[_ids("m1")]["reason"]
     (invalidated,) = [e for e in events if e["event"] == "invalidated"]
     assert invalidated["fact_id"] == _ids("m1") and invalidated["evidence_passage_ids"]
     assert calls == 1

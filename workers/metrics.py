@@ -12,3 +12,10 @@ OUTBOXES_SWEPT = Counter("memstream_outboxes_swept_total", "Committed outboxes p
 REDELIVERIES = Counter("memstream_redeliveries_total", "Messages found committed or done before (a redelivery)", ["stage", "found"])
 FENCED = Counter("memstream_fenced_commits_total", "Commits discarded because another delivery of the message committed first", ["stage"])
 STALE_DECISIONS = Counter("memstream_stale_decisions_total", "Decisions made again because a fact they read changed before their commit", ["stage"])
+
+# ---- grounding: model output the passages do not support (workers.algorithms.grounding) ----
+UNGROUNDED_FACTS = Counter("memstream_ungrounded_facts_total", "Extracted facts dropped: a name not in the passage, or over a length limit", ["reason"])
+UNGROUNDED_ENTITIES = Counter("memstream_ungrounded_entities_total", "Extracted entities dropped: not in the passage, or over the length limit", ["reason"])
+DEMOTED_FACTS = Counter("memstream_demoted_facts_total", "Facts whose category no sentence of their passage states, admitted as DECLARATIVE", ["category"])
+UNGROUNDED_EVIDENCE = Counter("memstream_ungrounded_evidence_total", "LLM resolver answers whose evidence sentence is not in the passage cited: the evidence policy decided")
+DROPPED_CITATIONS = Counter("memstream_dropped_citations_total", "Answer citations dropped: not ids of passages in the answer's context")

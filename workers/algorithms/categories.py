@@ -88,7 +88,7 @@ CUES: tuple[Cue, ...] = (
     _cue(REJECTED_OPTION, rf"\b{_SUBJECTS}\s+{_NEGATED}", "rejected"),
     _cue(REJECTED_OPTION, r"\b(?:rejected|rejects?|refused|refuses?|ruled out|rules? out|(?:would|'d|’d) rather not)\b", "rejected"),
     _cue(REJECTED_OPTION, r"\b(?:don't|don’t|do not|doesn't|doesn’t|does not|didn't|didn’t|did not)\s+want\b", "rejected"),
-    _cue(REJECTED_OPTION, r"\bdeclin(?:ed|es|e)\s+(?:to\s+[a-z]|(?:the|an?|our|my|your|their|his|her|it|this|that)\b)", "rejected"),
+    _cue(REJECTED_OPTION, r"\bdeclin(?:ed|es|e)\s+(?:to\s+(?=[a-z])|(?:the|an?|our|my|your|their|his|her|it|this|that)\b)", "rejected"),
     _cue(HARD_CONSTRAINT, r"\b(?:cannot|can't|can’t|can not|must not|mustn't|mustn’t|may not|should not|shall not|not to)\s+exceed\b", "must not exceed"),
     _cue(HARD_CONSTRAINT, r"\b(?:at most|no more than|not more than|a maximum of|maximum of|up to a maximum of)\b", "at most"),
     _cue(HARD_CONSTRAINT, r"\b(?:no less than|not less than|a minimum of|minimum of)\b", "at least"),
@@ -126,6 +126,21 @@ def classify(sentence: str) -> Finding | None:
             named = match.groupdict().get("object")
             return Finding(cue.category, cue.relation or words, match.start(), match.end(), cue.side, " ".join(named.split()) if named else "")
     return None
+
+
+def cues_in(sentence: str) -> frozenset[str]:
+    """Every category some cue of `sentence` carries (not only the first by precedence): what
+    the sentence can be said to state (workers.algorithms.grounding)."""
+    return frozenset(cue.category for cue in CUES
+                     if any(cue.side == ITSELF or not _in_title(sentence, m) for m in cue.pattern.finditer(sentence)))
+
+
+# Where a passage's sentences end: after . ! ? ; and at line breaks (the rules extractor's sentences)
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    return _SENTENCE_END.split(text)
 
 
 def _in_title(sentence: str, match: re.Match) -> bool:

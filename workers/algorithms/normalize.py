@@ -43,6 +43,17 @@ def entity_id(name: str) -> str:
     return eid
 
 
+def mention_words(text: str, *, name: bool = False) -> list[str]:
+    """The words a text is matched by (workers.algorithms.grounding): NFKC, lower case, '+',
+    '#' and '.' spelled as entity_id spells them, every other run of punctuation, underscores
+    and whitespace a word break; with `name`, without a leading article (as entity_id)."""
+    text = unicodedata.normalize("NFKC", text).strip().lower()
+    if name:
+        text = _ARTICLES.sub("", text)
+    text = _SPELLED_SYMBOLS.sub(lambda m: "".join(_SYMBOL_WORDS[c] for c in m.group()), text)
+    return _NON_WORD.sub(" ", text).replace("_", " ").split()
+
+
 def has_entity_id(name: str) -> bool:
     try:
         entity_id(name)

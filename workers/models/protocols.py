@@ -38,5 +38,10 @@ class Extractor(Protocol):
     rejections) but is not part of the passage."""
 
     name: str
+    # True: every name it returns is written in the text (or is the context line's speaker) and
+    # every category is a cue of the text's sentences, so A_ext admits its output as is (the
+    # rules extractor). Otherwise — and for an extractor without the attribute — A_ext admits
+    # only what workers.algorithms.grounding finds in the passage.
+    grounded: bool
 
     async def extract(self, text: str, context: str = "") -> "Extraction": ...

@@ -5,13 +5,17 @@ group costs nothing)."""
 
 from __future__ import annotations
 
+from typing import Collection, Mapping
+
+from workers.algorithms.grounding import quoted
 from workers.algorithms.policy import Decision, GroupFact
 from workers.models.prompts import RESOLUTION_ACTIONS as ACTIONS
 from workers.models.prompts import RESOLUTION_SCHEMA, resolution_messages
 
-__all__ = ["ACTIONS", "RESOLUTION_SCHEMA", "parse_resolution", "resolution_messages"]
+__all__ = ["ACTIONS", "RESOLUTION_SCHEMA", "parse_resolution", "resolution_messages", "unquoted_evidence"]
 
-def parse_resolution(data, group: list[GroupFact], passage_ids: set[str]) -> dict[str, Decision]:
+
+def parse_resolution(data, group: list[GroupFact], passage_ids: Collection[str]) -> dict[str, Decision]:
     """Validate the model's decisions: one per fact of the group, a known action, an evidence
     sentence and a passage id from the evidence. ValueError names the problem."""
     if not isinstance(data, dict) or not isinstance(data.get("decisions"), list):
@@ -48,3 +52,11 @@ def parse_resolution(data, group: list[GroupFact], passage_ids: set[str]) -> dic
     if missing:
         raise ValueError(f"no decision for fact(s) {', '.join(sorted(missing))}")
     return decisions
+
+
+def unquoted_evidence(data, passages: Mapping[str, str]) -> list[str]:
+    """The facts (ids) whose evidence sentence is not written in the passage it cites, of an
+    answer parse_resolution accepted. A model steered by a planted passage ("ignore previous
+    instructions; invalidate …") can name any action, but it cannot make a sentence appear in a
+    passage: where one does not, the resolver lets the deterministic evidence policy decide."""
+    return [item["fact_id"] for item in data["decisions"] if not quoted(item["evidence"], passages.get(item["evidence_passage_id"], ""))]

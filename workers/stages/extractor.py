@@ -3,20 +3,25 @@ fact per extracted fact on `candidate-facts` (keyed for the detector: detector.c
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
+from workers import metrics
+from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
-from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
+from workers.algorithms.normalize import entity_id, fact_id, has_entity_id, relation_name, schema_id
 from workers.algorithms.turns import session_turn
 from workers.envelope import Emit, PermanentError
-from workers.models.extraction import Entity, drop_unnamed
+from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.stages.context import Stage, StageContext
 from workers.stages.detector import candidate_key
+
+log = logging.getLogger(__name__)
 
 
 def extraction_mark(chunk: Chunk) -> str:
@@ -43,6 +48,8 @@ class ExtractorStage(Stage):
                 raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
             except LLMError as exc:
                 raise PermanentError(str(exc)) from None
+            if not getattr(self.extractor, "grounded", False):  # a model's output: only what the passage says
+                extraction = await self._grounded(chunk, extraction)
             lapse_of, said_at = self._time_of(chunk)
             names = [e.name for e in extraction.entities] + [n for t in extraction.facts for n in (t.head, t.tail)]
             canonical = await self.memory.resolve_aliases(tenant, sorted({entity_id(n) for n in names}))
@@ -93,6 +100,33 @@ class ExtractorStage(Stage):
         await self.once(tenant, extraction_mark(chunk), decide)
         if self.settings.on("sim_bridging"):
             await self._bridge_similar(tenant, chunk.chunk_id)
+
+    async def _grounded(self, chunk: Chunk, extraction: Extraction) -> Extraction:
+        """The extraction without the facts and entities the chunk's passage does not support,
+        and with the trace facts whose category it does not state as DECLARATIVE
+        (workers.algorithms.grounding); each drop and demotion counted and logged with the
+        chunk id. The tenant's aliases are read only for a name that does not occur by itself."""
+        passage = grounding.Passage.of(chunk.text, chunk.context)
+        other_ids: dict[str, set[str]] = {}
+        missing = grounding.unmentioned(extraction.facts, extraction.entities, passage)
+        if missing:
+            aliases = await self.memory.alias_map(chunk.tenant)  # alias id → canonical id
+            if aliases:
+                for name in filter(has_entity_id, missing):
+                    canonical = aliases.get(entity_id(name), entity_id(name))
+                    other_ids[name] = {canonical} | {alias for alias, target in aliases.items() if target == canonical}
+        verdict = grounding.ground(extraction.facts, extraction.entities, passage, other_ids)
+        for triple, reason in verdict.dropped:
+            metrics.UNGROUNDED_FACTS.labels(reason=reason).inc()
+            log.warning("chunk %s: fact (%r, %r, %r) dropped: %s", chunk.chunk_id, triple.head[:80], triple.relation[:80], triple.tail[:80], reason)
+        for entity, reason in verdict.dropped_entities:
+            metrics.UNGROUNDED_ENTITIES.labels(reason=reason).inc()
+            log.warning("chunk %s: entity %r dropped: %s", chunk.chunk_id, entity.name[:80], reason)
+        for triple in verdict.demoted:
+            metrics.DEMOTED_FACTS.labels(category=triple.category).inc()
+            log.warning("chunk %s: fact (%r, %r, %r) admitted as DECLARATIVE: no sentence naming it states a %s",
+                        chunk.chunk_id, triple.head[:80], triple.relation[:80], triple.tail[:80], triple.category)
+        return Extraction(verdict.entities, verdict.facts)
 
     def _time_of(self, chunk: Chunk):
         """(category → when this passage's support lapses (None: never), the turn's time or '').

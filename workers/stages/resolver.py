@@ -13,6 +13,7 @@ import logging
 from dataclasses import replace
 
 from store import Memory
+from workers import metrics
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
 from workers.algorithms.expiry import world_time
@@ -20,7 +21,7 @@ from workers.algorithms.normalize import fact_id
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.models.llm import LLMError, MalformedOutput
-from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages
+from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
 from workers.settings import Settings
 from workers.stages.context import Stage, StageContext
 
@@ -153,16 +154,27 @@ class ResolverStage(Stage):
 
     async def _llm_decisions(self, tenant: str, group: list[GroupFact], facts: dict) -> dict:
         """The LLM reads every fact's evidence passages and names an action per fact. If it
-        keeps failing, the deterministic policy decides (logged), so no group stays open."""
+        keeps failing, or quotes an evidence sentence that is not in the passage it cites, the
+        deterministic policy decides the whole group (logged; the latter counted), so no group
+        stays open and no planted passage decides through a quote it does not contain."""
         passage_ids = sorted({pid for g in group for pid in g.passage_ids})
         passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
         some = facts[group[0].id]
         messages = resolution_messages(some.head, some.relation, [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group], passages)
+        def validate(data):
+            return parse_resolution(data, group, passages), unquoted_evidence(data, passages)
+
         try:
-            return await self.resolver_llm.structured("resolve", messages, "resolution", RESOLUTION_SCHEMA, lambda data: parse_resolution(data, group, set(passages)))
+            decisions, unquoted = await self.resolver_llm.structured("resolve", messages, "resolution", RESOLUTION_SCHEMA, validate)
         except (MalformedOutput, LLMError) as exc:
             log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
             return await self._rules_decisions(tenant, group)
+        if unquoted:
+            metrics.UNGROUNDED_EVIDENCE.inc()
+            log.warning("resolve: the LLM's evidence for fact(s) %s is not in the passage it cites; the evidence policy decides this group",
+                        ", ".join(unquoted))
+            return await self._rules_decisions(tenant, group)
+        return decisions
 
     async def _group_fact(self, tenant: str, fid: str, fact: Fact) -> GroupFact:
         passages = [p for p in await self.memory.passages(tenant, fact.passage_ids) if p]
