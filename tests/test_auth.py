@@ -312,7 +312,7 @@ def _listening(port: int) -> bool:
 
 # ---- refusing to start -------------------------------------------------------------------------
 
-def worker_env(**extra: str) -> dict:
+def bare_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_API_KEY")}
     # nothing listens there: the refusal must come before any connection is tried
     env.update(MEMSTREAM_REDIS_URL="redis://127.0.0.1:9/0", MEMSTREAM_KAFKA_BOOTSTRAP="127.0.0.1:9", MEMSTREAM_OUTAGE_DEADLINE="2", **extra)
@@ -321,7 +321,7 @@ def worker_env(**extra: str) -> dict:
 
 @pytest.mark.parametrize("role", ["query", "chunker,query"])
 def test_a_worker_without_keys_refuses_a_non_loopback_address(role):
-    proc = subprocess.run([*MEMSTREAM, "worker", "--role", role], env=worker_env(MEMSTREAM_HTTP_HOST="0.0.0.0"), cwd=ROOT,
+    proc = subprocess.run([*MEMSTREAM, "worker", "--role", role], env=bare_env(MEMSTREAM_HTTP_HOST="0.0.0.0"), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "memstream: MEMSTREAM_HTTP_HOST=0.0.0.0 is not a loopback address and no API keys are configured" in proc.stderr
@@ -331,7 +331,7 @@ def test_a_worker_without_keys_refuses_a_non_loopback_address(role):
 def test_a_worker_with_a_malformed_keys_file_refuses_to_start(tmp_path):
     path = tmp_path / "keys.json"
     path.write_text('[{"name": "ops", "key_sha256": "' + "a" * 64 + '", "tenants": ["acme"], "scopes": ["read", "everything"]}]')
-    proc = subprocess.run([*MEMSTREAM, "worker", "--role", "query"], env=worker_env(MEMSTREAM_API_KEYS_FILE=str(path)), cwd=ROOT,
+    proc = subprocess.run([*MEMSTREAM, "worker", "--role", "query"], env=bare_env(MEMSTREAM_API_KEYS_FILE=str(path)), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"memstream: MEMSTREAM_API_KEYS_FILE={path}: key 0 ('ops'): unknown scope(s) 'everything'" in proc.stderr
@@ -346,7 +346,7 @@ def test_run_query_server_refuses_before_binding():
 
 def test_memstream_keys_new_prints_a_key_once_and_the_entry_that_admits_it(tmp_path):
     made = subprocess.run([*MEMSTREAM, "keys", "new", "--tenant", "acme,globex", "--scope", "read,answer", "--name", "agents"],
-                          env=worker_env(), cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          env=bare_env(), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     token, line = made.stdout.splitlines()
     made_entry = json.loads(line)
@@ -356,9 +356,33 @@ def test_memstream_keys_new_prints_a_key_once_and_the_entry_that_admits_it(tmp_p
     path.write_text(json.dumps([made_entry]))
     key = auth.load_keys(str(path), "").find(token)
     assert key is not None and key.may_use("globex") and not key.may_use("initech")
-    listed = subprocess.run([*MEMSTREAM, "keys", "list"], env=worker_env(MEMSTREAM_API_KEYS_FILE=str(path)), cwd=ROOT,
+    listed = subprocess.run([*MEMSTREAM, "keys", "list"], env=bare_env(MEMSTREAM_API_KEYS_FILE=str(path)), cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert listed.stdout == "agents: tenants acme,globex; scopes read,answer\n" and made_entry["key_sha256"] not in listed.stdout
-    bad = subprocess.run([*MEMSTREAM, "keys", "new", "--tenant", "acme", "--scope", "read,root"], env=worker_env(), cwd=ROOT,
+    bad = subprocess.run([*MEMSTREAM, "keys", "new", "--tenant", "acme", "--scope", "read,root"], env=bare_env(), cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown scope(s) 'root'" in bad.stderr and bad.stdout == ""
+
+
+def test_compose_serves_the_api_beyond_loopback_only_with_keys():
+    import yaml
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    query = services["query"]["environment"]
+    assert not auth.is_loopback(query["MEMSTREAM_HTTP_HOST"]) and query["MEMSTREAM_API_KEYS_FILE"]
+    assert any(v.endswith(":" + query["MEMSTREAM_API_KEYS_FILE"] + ":ro") for v in services["query"]["volumes"])
+    scraped = yaml.safe_load((ROOT / "ops" / "prometheus.yml").read_text())["scrape_configs"]
+    assert "query:" + query["MEMSTREAM_METRICS_PORT"] in scraped[0]["static_configs"][0]["targets"]  # no key needed there
+
+
+def test_metrics_port_serves_metrics_without_a_key_on_loopback_by_default():
+    import urllib.request
+
+    from ops.stack import free_port
+    from workers.query.server import serve_metrics
+
+    port = free_port()
+    serve_metrics(Settings(metrics_port=port))  # a daemon thread, as in a worker
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200 and b"# HELP" in response.read()
+    assert Settings().metrics_host == "127.0.0.1"
