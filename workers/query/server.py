@@ -12,7 +12,7 @@ MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 whil
 PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http.
 
 API keys (workers.query.auth, enforced by http.authorization): every route but /healthz needs a
-key; `ROUTE_NEEDS` below says what each needs. With no keys configured the worker must listen
+key; the `needs` of query_app say what each needs. With no keys configured the worker must listen
 on loopback (auth.check_listener, at start)."""
 
 from __future__ import annotations
@@ -67,11 +67,15 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         answer_llm = owned_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
     engine = QueryEngine.from_settings(settings, memory, embedder)
 
+    def named_tenant(request: web.Request) -> str:
+        """The tenant of ?tenant= (default: MEMSTREAM_TENANT); ContractError when invalid."""
+        return validate_tenant(request.query.get("tenant") or settings.tenant)
+
     async def lookup(request: web.Request, load) -> web.Response:
         """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
         bad tenant, 404 with what was missing, else the record as JSON."""
         try:
-            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
+            tenant = named_tenant(request)
         except ContractError as exc:
             return http.error_response(400, str(exc))
         found, what = await load(tenant)
@@ -99,7 +103,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         (drilldown.standing_facts); categories repeated (?category=A&category=B) add up; 400 for a
         bad tenant, category or limit, or a limit given twice."""
         try:
-            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
+            tenant = named_tenant(request)
             limits = request.query.getall("limit", [])
             if len(limits) > 1:
                 raise ContractError(f"'limit' given {len(limits)} times: give it once")
@@ -147,9 +151,6 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         await memory.close()
 
     # ---- who may call what: the tenant each route reads, checked before its handler runs ----
-    def named_tenant(request: web.Request) -> str:
-        return validate_tenant(request.query.get("tenant") or settings.tenant)
-
     async def read_named_tenant(request: web.Request) -> http.Need:
         return http.Need(named_tenant(request), ("read",))
 
