@@ -90,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
 
     add_drilldown_commands(sub)
 
+    keys = sub.add_parser("keys", help="API keys of the query worker: make one, or check and list the configured ones")
+    keys.add_argument("action", choices=["new", "list"], help="new: a fresh key and its entry; list: the configured keys (no hashes)")
+    keys.add_argument("--tenant", action="append", default=None, help="new: a tenant the key may use (repeat, or comma-separated; * = every tenant)")
+    keys.add_argument("--scope", default="read", help="new: comma-separated, of read,write,answer,admin (default read)")
+    keys.add_argument("--name", default=None, help="new: the key's name in logs and 403 messages (default: key-<first hex of its hash>)")
+
     mcp = sub.add_parser("mcp", help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)")
     mcp.add_argument("--tenant", default=None, help="the one tenant this server reads and writes (default MEMSTREAM_TENANT)")
 
@@ -144,6 +150,11 @@ def cmd_worker(settings: Settings, args) -> int:
 
         run_query_server(settings)
         return 0
+    if "query" in roles:  # refused keys or an unprotected address fail now, not after waiting for Kafka
+        from workers.query.auth import check_listener
+        from workers.query.server import settings_keys
+
+        check_listener(settings.http_host, settings.http_port, settings_keys(settings))
     from ops.kafka_admin import ensure_topics
     from workers.app import run_worker
 
@@ -229,7 +240,10 @@ def query_endpoint(settings: Settings, url: str | None = None) -> str:
 def cmd_query(settings: Settings, args) -> int:
     body = {"query": args.text, "tenant": validate_tenant(args.tenant or settings.tenant), "top_k": args.top_k or settings.top_k,
             "mode": args.mode, "answer": args.answer}
-    request = urllib.request.Request(query_endpoint(settings, args.url), data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if settings.api_key:  # MEMSTREAM_API_KEY: a query worker with keys configured needs one
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    request = urllib.request.Request(query_endpoint(settings, args.url), data=json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             raw = response.read()
@@ -406,6 +420,31 @@ def cmd_demo(settings: Settings, args) -> int:
     return run_demo(settings)
 
 
+def cmd_keys(settings: Settings, args) -> int:
+    from workers.query import auth
+    from workers.query.server import settings_keys
+
+    if args.action == "list":
+        ring = settings_keys(settings)  # KeyConfigError (exit 2) names the entry and the problem
+        if ring is None:
+            print("no API keys configured (MEMSTREAM_API_KEYS_FILE, MEMSTREAM_API_KEYS): the query worker serves loopback only", file=sys.stderr)
+            return 1
+        for key in ring.keys:
+            entry = key.entry()
+            print(f"{entry['name']}: tenants {','.join(entry['tenants'])}; scopes {','.join(entry['scopes'])}")
+        return 0
+    tenants = [t.strip() for given in (args.tenant or []) for t in given.split(",") if t.strip()]
+    if not tenants:
+        raise ValueError("memstream keys new needs --tenant T (repeat it, or T1,T2; * for every tenant)")
+    scopes = [s.strip() for s in args.scope.split(",") if s.strip()]
+    token, entry = auth.new_key(args.name, tenants, scopes)  # KeyConfigError for a bad tenant or scope: exit 2
+    print("memstream keys: the key below is shown once; give it to the client (MEMSTREAM_API_KEY, or 'Authorization: Bearer <key>'),\n"
+          "and add the JSON entry after it to the list in MEMSTREAM_API_KEYS_FILE (only its sha256 is stored):", file=sys.stderr)
+    print(token)
+    print(json.dumps(entry))
+    return 0
+
+
 def cmd_mcp(settings: Settings, args) -> int:
     # stdout carries the protocol: every log line goes to stderr, configured before the SDK's own
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -430,6 +469,7 @@ COMMANDS = {
     "facts": cmd_facts,
     "passage": cmd_passage,
     "mcp": cmd_mcp,
+    "keys": cmd_keys,
 }
 
 if __name__ == "__main__":

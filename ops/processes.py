@@ -134,7 +134,9 @@ def stop_all(workers: Iterable[WorkerProcess], timeout_s: float = STOP_TIMEOUT_S
 
 def worker_env(settings: Settings, namespace: str, home: Path, **overrides: str) -> dict:
     """The environment of a `memstream worker` subprocess a benchmark starts on this stack:
-    topics, consumer group and home of its own."""
-    return {**os.environ, "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
+    topics, consumer group and home of its own; its query API without keys on loopback, as the
+    benchmark's own requests send none (keys in this environment are not passed on)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MEMSTREAM_API_KEYS", "MEMSTREAM_API_KEYS_FILE")}
+    return {**inherited, "MEMSTREAM_HTTP_HOST": "127.0.0.1", "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
             "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
             "MEMSTREAM_LOG_LEVEL": "warning", **overrides}

@@ -21,7 +21,7 @@ from topics import TOPIC_SUFFIXES
 from workers.models.extraction import make_extractor
 from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
-from workers.query.server import cached_embedder, query_app, serve
+from workers.query.server import cached_embedder, check_exposure, query_app, serve, serve_metrics
 from workers.retry import backoff
 from workers.roles import ROLE_TOPICS
 from workers.settings import Settings
@@ -204,6 +204,7 @@ def run_worker(settings: Settings, roles: set[str]) -> None:
     workers.query.server.run_query_server serves it without Kafka."""
     http_socket = None
     if "query" in roles:
+        check_exposure(settings)  # keys load; without keys, loopback only
         # bound before Kafka, Redis and the agents start: a taken port is a clear error now, not
         # a crash after the worker joined its consumer group (and a port chosen free just before
         # is not taken meanwhile by one of the clients' own connections)
@@ -212,9 +213,6 @@ def run_worker(settings: Settings, roles: set[str]) -> None:
         except OSError as exc:
             raise SystemExit(f"memstream: the query API cannot listen on {settings.http_host}:{settings.http_port}: {exc}") from None
     app = create_app(settings, roles, http_socket)
-    if settings.metrics_port and "query" not in roles:
-        from prometheus_client import start_http_server
-
-        start_http_server(settings.metrics_port, addr=settings.http_host)
+    serve_metrics(settings)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()

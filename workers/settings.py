@@ -40,7 +40,7 @@ class Settings:
     chunk_overlap: int = 40
     http_host: str = "127.0.0.1"
     http_port: int = 8765
-    metrics_port: int = 0  # >0: serve /metrics there on workers without the query role
+    metrics_port: int = 0  # >0: serve /metrics there (on metrics_host), on every worker
     tau: int = 2  # schema stability threshold (distinct supporting passages)
     delta: float = 0.9  # fact-embedding cosine above which two facts conflict (near-duplicates)
     sim_edge: float = 0.8  # entity cosine for a similarity bridge edge
@@ -66,6 +66,11 @@ class Settings:
     # ---- time in memory (workers.algorithms.expiry) ----
     ttl_seconds: str = ""  # per fact category: "TOOL_FAILURE=86400,DECLARATIVE=0" (0 or absent: never expires)
     expiry_sweep_interval: float = 60.0  # seconds between sweeps that expire lapsed facts (resolver workers)
+    # ---- API keys (workers.query.auth; loaded and checked when a query worker starts) ----
+    api_keys_file: str = ""  # JSON list of {"name", "key_sha256", "tenants", "scopes"}; none: no keys, loopback only
+    api_keys: str = ""  # the same list inline (not with api_keys_file)
+    api_key: str = ""  # the key `memstream query` sends (Authorization: Bearer)
+    metrics_host: str = "127.0.0.1"  # where MEMSTREAM_METRICS_PORT serves /metrics (any role), without a key
 
     def __post_init__(self):
         if not self.kafka_bootstrap:

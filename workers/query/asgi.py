@@ -14,6 +14,7 @@ from workers.query import http
 
 ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 BODY_CHUNK = 1 << 16
+ASGI_API_KEY = "memstream_api_key"  # scope["state"] entry: the request's auth.ApiKey (None: not authorized)
 
 
 def asgi_handler(app: ASGIApp) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -81,5 +82,6 @@ def _scope(request: web.Request) -> dict[str, Any]:
         "headers": [(name.lower(), value) for name, value in request.raw_headers],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
         "server": tuple(host[:2]) if isinstance(host, tuple) else None,
-        "state": {},
+        # what the middlewares decided, for the app's handlers (MCP tools check the key's scopes)
+        "state": {ASGI_API_KEY: request.get(http.API_KEY)},
     }

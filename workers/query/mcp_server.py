@@ -28,7 +28,7 @@ import threading
 from typing import Annotated, Any, AsyncIterator
 
 from aiohttp import web
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,13 +38,15 @@ from topics import ContractError, Document, encode, validate_tenant
 from topics.records import FACT_CATEGORIES
 from workers.algorithms.normalize import content_hash
 from workers.query import drilldown
-from workers.query.asgi import asgi_handler
+from workers.query.asgi import ASGI_API_KEY, asgi_handler
+from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+MCP_ROUTE_NAMES = ("mcp", "mcp.slash")  # /mcp and /mcp/, for the query worker's per-route key checks
 PUBLISH_TIMEOUT_S = 10.0  # connecting to Kafka and the broker's ack of one document
 MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MODES
     "ppr": "(the default) follows facts and entities across passages: multi-hop questions",
@@ -189,6 +191,20 @@ def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: 
 
 # ---- the server -----------------------------------------------------------------------------
 
+def require_scope(ctx: Context, scope: str) -> None:
+    """Over HTTP, the API key the query worker's middleware admitted (it checked the tenant)
+    must have `scope`, else a ToolError; over stdio (no HTTP request) whoever runs the process
+    has its memory."""
+    request = ctx.request_context.request
+    if request is None:
+        return
+    key = request.scope.get("state", {}).get(ASGI_API_KEY)
+    if key is None:
+        raise ToolError("refused: this request was not authorized by the query worker")
+    if scope not in key.scopes:
+        raise ToolError(f"refused: API key {key.name!r} lacks scope {scope!r}, needed to {SCOPE_MEANINGS[scope]}")
+
+
 def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publisher: DocumentPublisher) -> MCPServer:
     """The MCP server of one tenant's memory over `engine` (and its store)."""
     tenant = validate_tenant(tenant)
@@ -210,7 +226,9 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         mode: Annotated[str, Field(description="retrieval mode: " + "; ".join(f"'{m}' {MODE_HINTS.get(m, '')}".strip() for m in MODES))] = "ppr",
         top_k: Annotated[int, Field(description=f"passages to return, 1 to {MAX_TOP_K}")] = 5,
         as_of: Annotated[str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")] = None,
+        ctx: Context = None,
     ) -> SearchResult:
+        require_scope(ctx, "read")
         body: dict[str, Any] = {"query": query, "mode": mode, "top_k": top_k, "tenant": tenant}
         if as_of is not None:
             body["as_of"] = as_of
@@ -234,7 +252,9 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         speaker: Annotated[str | None, Field(description="who said it (required for a turn)")] = None,
         ts: Annotated[float | str | None, Field(description="when it was said: seconds since the epoch or an ISO time")] = None,
         metadata: Annotated[dict[str, Any] | None, Field(description="anything else to keep with it (strings, numbers)")] = None,
+        ctx: Context = None,
     ) -> Remembered:
+        require_scope(ctx, "write")
         try:
             doc = remembered_document(tenant, text, doc_id, session_id, turn, speaker, ts, metadata, settings.max_text_bytes)
             await publisher.publish(doc)
@@ -245,7 +265,9 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     @server.tool(annotations=read_only, description=(
         "A fact and the exact passages it was extracted from (its evidence). Use it to check a fact that search_memory returned "
         "against its source before relying on it, or to see when and by whom it was said."))
-    async def fact_evidence(fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")]) -> Evidence:
+    async def fact_evidence(fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")],
+                            ctx: Context = None) -> Evidence:
+        require_scope(ctx, "read")
         found = await drilldown.fact_evidence(memory, tenant, fact_id)
         if found is None:
             raise ToolError(drilldown.missing(f"fact {fact_id!r}", tenant))
@@ -254,7 +276,9 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     @server.tool(annotations=read_only, description=(
         "One passage, its text byte for byte as it was published, with its document id. Use it to quote or re-read a passage "
         "that search_memory or fact_evidence named."))
-    async def get_passage(passage_id: Annotated[str, Field(description="a passage's id, as search_memory or fact_evidence return it")]) -> Passage:
+    async def get_passage(passage_id: Annotated[str, Field(description="a passage's id, as search_memory or fact_evidence return it")],
+                          ctx: Context = None) -> Passage:
+        require_scope(ctx, "read")
         found = await drilldown.passage_record(memory, tenant, passage_id)
         if found is None:
             raise ToolError(drilldown.missing(f"passage {passage_id!r}", tenant))
@@ -268,7 +292,9 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         categories: Annotated[list[str] | None, Field(description=(
             f"categories to list, of {', '.join(FACT_CATEGORIES)}; default: {', '.join(drilldown.STANDING_CATEGORIES)}"))] = None,
         limit: Annotated[int, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")] = drilldown.DEFAULT_FACTS_LIMIT,
+        ctx: Context = None,
     ) -> StandingFacts:
+        require_scope(ctx, "read")
         try:
             chosen, bounded = drilldown.fact_filter(categories, limit)
         except ContractError as exc:
@@ -318,8 +344,8 @@ def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None
         await asyncio.to_thread(publisher.close)
 
     handler = asgi_handler(manager.handle_request)
-    app.router.add_route("*", MCP_PATH, handler)
-    app.router.add_route("*", MCP_PATH + "/", handler)
+    for path, name in zip((MCP_PATH, MCP_PATH + "/"), MCP_ROUTE_NAMES):
+        app.router.add_route("*", path, handler, name=name)
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
 

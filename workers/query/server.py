@@ -9,7 +9,11 @@ Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passage
 record of the tenant named by ?tenant=, 404 when missing); GET /v1/facts?category=&limit= (the
 tenant's standing facts: constraints, rejected options, tool failures); /mcp (the MCP server of the tenant
 MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 while Redis answers a
-PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http."""
+PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http.
+
+API keys (workers.query.auth, enforced by http.authorization): every route but /healthz needs a
+key; the `needs` of query_app say what each needs. With no keys configured the worker must listen
+on loopback (auth.check_listener, at start)."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from topics import ContractError, validate_tenant
 from workers.models.embedding import BatchingEmbedder, make_embedder
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
-from workers.query import drilldown, http, mcp_server
+from workers.query import auth, drilldown, http, mcp_server
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
 from workers.settings import Settings
@@ -54,6 +58,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     the worker's shared one (an `all` worker embeds for its extractor too), else one is built
     here, cached in Redis. `answer_llm`: the model for `"answer": true`, else the
     OpenAI-compatible endpoint of MEMSTREAM_LLM_BASE_URL/MODEL when both are set."""
+    keys = settings_keys(settings)  # KeyConfigError (a ValueError) before anything is opened
     memory = query_memory(settings)
     if embedder is None:
         embedder = cached_embedder(settings, memory)
@@ -62,11 +67,15 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         answer_llm = owned_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
     engine = QueryEngine.from_settings(settings, memory, embedder)
 
+    def named_tenant(request: web.Request) -> str:
+        """The tenant of ?tenant= (default: MEMSTREAM_TENANT); ContractError when invalid."""
+        return validate_tenant(request.query.get("tenant") or settings.tenant)
+
     async def lookup(request: web.Request, load) -> web.Response:
         """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
         bad tenant, 404 with what was missing, else the record as JSON."""
         try:
-            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
+            tenant = named_tenant(request)
         except ContractError as exc:
             return http.error_response(400, str(exc))
         found, what = await load(tenant)
@@ -94,7 +103,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         (drilldown.standing_facts); categories repeated (?category=A&category=B) add up; 400 for a
         bad tenant, category or limit, or a limit given twice."""
         try:
-            tenant = validate_tenant(request.query.get("tenant") or settings.tenant)
+            tenant = named_tenant(request)
             limits = request.query.getall("limit", [])
             if len(limits) > 1:
                 raise ContractError(f"'limit' given {len(limits)} times: give it once")
@@ -141,18 +150,58 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
             await owned_llm.aclose()
         await memory.close()
 
-    app = web.Application(middlewares=http.middlewares(settings.query_max_inflight))
-    app.router.add_post("/v1/query", post_query)
-    app.router.add_get("/v1/facts", list_facts)
-    app.router.add_get("/v1/facts/{fact_id}", get_fact)
-    app.router.add_get("/v1/facts/{fact_id}/evidence", get_evidence)
-    app.router.add_get("/v1/passages/{passage_id}", get_passage)
-    app.router.add_get("/healthz", health)
-    app.router.add_get("/metrics", metrics)
+    # ---- who may call what: the tenant each route reads, checked before its handler runs ----
+    async def read_named_tenant(request: web.Request) -> http.Need:
+        return http.Need(named_tenant(request), ("read",))
+
+    async def query_need(request: web.Request) -> http.Need:
+        # the body parsed as post_query parses it (aiohttp keeps the bytes read): its tenant and
+        # whether it asks for generation
+        query = QueryRequest.from_bytes(await request.read(), settings.tenant, settings.top_k)
+        return http.Need(query.tenant, ("read", "answer") if query.answer else ("read",))
+
+    needs: dict[str, http.RouteNeed] = {
+        "query": query_need, "facts": read_named_tenant, "fact": read_named_tenant, "evidence": read_named_tenant,
+        "passage": read_named_tenant, "healthz": http.OPEN, "metrics": http.Need(None, ("admin",)),
+        # MCP serves the tenant MEMSTREAM_TENANT only; each tool checks its scope (read, or write for remember)
+        **{name: http.Need(settings.tenant) for name in mcp_server.MCP_ROUTE_NAMES},
+    }
+
+    app = web.Application(middlewares=http.middlewares(settings.query_max_inflight, keys, needs))
+    app.router.add_post("/v1/query", post_query, name="query")
+    app.router.add_get("/v1/facts", list_facts, name="facts")
+    app.router.add_get("/v1/facts/{fact_id}", get_fact, name="fact")
+    app.router.add_get("/v1/facts/{fact_id}/evidence", get_evidence, name="evidence")
+    app.router.add_get("/v1/passages/{passage_id}", get_passage, name="passage")
+    app.router.add_get("/healthz", health, name="healthz")
+    app.router.add_get("/metrics", metrics, name="metrics")
     # MCP for agent frameworks: the tenant MEMSTREAM_TENANT's memory at /mcp, over this engine
     mcp_server.mount(app, settings, engine)
     app.on_cleanup.append(close_memory)
     return app
+
+
+def settings_keys(settings: Settings) -> auth.KeyRing | None:
+    """The API keys configured in `settings` (None: none); KeyConfigError when malformed."""
+    return auth.load_keys(settings.api_keys_file, settings.api_keys)
+
+
+def check_exposure(settings: Settings) -> None:
+    """At a query worker's start, before it binds: its keys load, and without keys it listens
+    on loopback only (KeyConfigError, a ValueError: `memstream worker` exits 2 with the
+    message); logs how the API is protected."""
+    log.info("%s", auth.check_listener(settings.http_host, settings.http_port, settings_keys(settings)))
+
+
+def serve_metrics(settings: Settings) -> None:
+    """MEMSTREAM_METRICS_PORT > 0: /metrics (Prometheus, no key) on MEMSTREAM_METRICS_HOST
+    (default loopback) from a thread of its own, for every worker role. The API's own /metrics
+    needs a key with scope admin."""
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port, addr=settings.metrics_host)
+        log.info("metrics on http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
 
 
 async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event | None = None,
@@ -175,6 +224,9 @@ async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event 
 def run_query_server(settings: Settings) -> None:
     """`memstream worker --role query`: the HTTP API in a process of its own, needing only
     Redis; SIGTERM or SIGINT stops it cleanly (requests in flight are finished, pool closed)."""
+
+    check_exposure(settings)
+    serve_metrics(settings)
 
     async def main() -> None:
         stop = asyncio.Event()
