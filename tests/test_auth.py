@@ -241,7 +241,7 @@ def test_a_key_without_the_answer_scope_cannot_trigger_generation(api):
         refused, calls_after_refusal, answered = asyncio.run(main(llm))
     assert refused[0] == 403 and refused[1]["error"].startswith("API key 'a-reader' lacks scope 'answer'")
     assert calls_after_refusal == 0  # the model never saw the refused request
-    assert answered[0] == 200 and answered[1]["answer"] == {"text": "Oskar Lind", "citations": []} and llm.calls == 1
+    assert answered[0] == 200 and answered[1]["answer"] == {"text": "Oskar Lind", "citations": [], "dropped_citations": []} and llm.calls == 1
 
 
 def test_mcp_over_http_needs_a_key_for_its_tenant_and_the_tool_s_scope(api):
