@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import string
-import tempfile
 import urllib.parse
 import uuid
 from collections import Counter
@@ -72,15 +71,19 @@ TOKENS = st.sampled_from(["D1:3", "D:11:26", "D30:05", "session_1", "session_2_d
                           "2023-05-08T13:56:00Z", "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+01:00", "NaN",
                           "Infinity", "-0", "1e999", "TEXT>>>", "\u2028", "\u3000", "\x1f", "\x00", "\ufeff", "C++", ".NET",
                           "the", "is", "  ", "\r\n", "日本語", "١٢٣"])
-any_text = st.one_of(st.text(ANY_CHAR, max_size=40), TOKENS, st.lists(st.one_of(TOKENS, st.text(ANY_CHAR, max_size=6)), max_size=6).map("".join),
-                     st.tuples(st.sampled_from(["", "D", "D1:", "session_"]), LONG_DIGITS).map("".join))
+# (one string in ten holds a number past the limit: they are costly to make and parse)
+any_text = st.integers(0, 9).flatmap(lambda roll: st.tuples(st.sampled_from(["", "D", "D1:", "session_"]), LONG_DIGITS).map("".join) if roll == 0
+                                     else st.one_of(st.text(ANY_CHAR, max_size=40), TOKENS,
+                                                    st.lists(st.one_of(TOKENS, st.text(ANY_CHAR, max_size=6)), max_size=6).map("".join)))
 clean_text = st.text(CLEAN_CHAR, min_size=1, max_size=30).filter(str.strip)
 free_text = st.text(FREE_CHAR, min_size=1, max_size=200).filter(str.strip)
 int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 finite = st.floats(allow_nan=False, allow_infinity=False)
 json_scalar = st.one_of(st.none(), st.booleans(), st.integers(), int64, st.floats(), any_text)
 json_value = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(any_text, inner, max_size=4)),
-                          max_leaves=12)
+                          max_leaves=8)
+json_small = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=2), st.dictionaries(any_text, inner, max_size=2)),
+                          max_leaves=3)  # inside other shapes
 clean_json = st.recursive(st.one_of(st.none(), st.booleans(), int64, finite, st.text(FREE_CHAR, max_size=20)),
                           lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(FREE_CHAR, max_size=8), inner, max_size=3)),
                           max_leaves=8)
@@ -163,27 +166,27 @@ def check_decode(target: str, cls, raw) -> None:
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.TOPIC)
-@fuzz(300, runs=len(RECORDS))
+@fuzz(200, runs=len(RECORDS))
 @given(raw=st.one_of(st.binary(max_size=200), st.text(ANY_CHAR, max_size=100), json_value.map(dumps),
                      st.dictionaries(any_text, json_value, max_size=6).map(lambda d: dumps({"v": 1, **d}))))
 def test_decode_arbitrary_bytes_text_and_json(cls, raw):
-    """300 cases per topic: bytes, text, any JSON value, any JSON object of schema version 1."""
+    """200 cases per topic: bytes, text, any JSON value, any JSON object of schema version 1."""
     check_decode("decode: arbitrary input", cls, raw)
-
-
-@pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.TOPIC)
-@fuzz(300, runs=len(RECORDS))
-@given(data=st.data())
-def test_decode_mutated_valid_records(cls, data):
-    """300 cases per topic: a valid record of the topic with one to three mutations."""
-    check_decode("decode: mutated records", cls, data.draw(mutated(cls)))
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.TOPIC)
 @fuzz(150, runs=len(RECORDS))
 @given(data=st.data())
+def test_decode_mutated_valid_records(cls, data):
+    """150 cases per topic: a valid record of the topic with one to three mutations."""
+    check_decode("decode: mutated records", cls, data.draw(mutated(cls)))
+
+
+@pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.TOPIC)
+@fuzz(50, runs=len(RECORDS))
+@given(data=st.data())
 def test_every_valid_record_decodes_to_itself(cls, data):
-    """150 cases per topic: a record built from valid fields comes back equal through encode/decode."""
+    """50 cases per topic: a record built from valid fields comes back equal through encode/decode."""
     CASES["decode: valid records"] += 1
     record = data.draw(VALID[cls])
     assert decode(cls, encode(record)) == record
@@ -192,33 +195,39 @@ def test_every_valid_record_decodes_to_itself(cls, data):
 # ---- `memstream publish`'s loaders (ops/publish.py) -----------------------------------------
 def sometimes(good):
     """Mostly a good value, sometimes anything."""
-    return st.one_of(good, good, json_value)
+    return st.one_of(good, good, json_small)
 
 
 def optional_fields(**fields):
     """Objects with any subset of `fields` (name → strategy) and perhaps an unknown one."""
-    return st.fixed_dictionaries({}, optional={**fields, "extra": json_value})
+    return st.fixed_dictionaries({}, optional={**fields, "extra": json_small})
 
 
 document_objects = optional_fields(doc_id=sometimes(clean_text), text=sometimes(free_text), tenant=sometimes(tenants),
                                    metadata=sometimes(metadata), version=sometimes(int64), ts=sometimes(epoch))
 turn_objects = st.fixed_dictionaries({"turn": sometimes(st.integers(0, 50))}, optional=dict(
     session_id=sometimes(clean_text), speaker=sometimes(clean_text), text=sometimes(free_text), tenant=sometimes(tenants),
-    ts=st.one_of(epoch, TOKENS, json_value), turn_id=sometimes(clean_text), doc_id=sometimes(clean_text), metadata=sometimes(metadata)))
+    ts=st.one_of(epoch, TOKENS, json_small), turn_id=sometimes(clean_text), doc_id=sometimes(clean_text), metadata=sometimes(metadata)))
 session_keys = st.one_of(st.integers(0, 30).map("session_{}".format), LONG_DIGITS.map("session_{}".format), any_text)
 locomo_rows = st.lists(st.one_of(optional_fields(speaker=sometimes(clean_text), text=sometimes(free_text),
-                                                 dia_id=st.one_of(TOKENS, any_text), img_url=any_text), json_value), max_size=4)
+                                                 dia_id=st.one_of(TOKENS, any_text), img_url=any_text), json_small), max_size=3)
 locomo_sample = st.fixed_dictionaries(
-    {"conversation": st.dictionaries(session_keys, sometimes(locomo_rows), max_size=4).flatmap(
-        lambda sessions: st.fixed_dictionaries({f"{k}_date_time": st.one_of(TOKENS, any_text, json_value) for k in sessions
+    {"conversation": st.dictionaries(session_keys, sometimes(locomo_rows), max_size=3).flatmap(
+        lambda sessions: st.fixed_dictionaries({f"{k}_date_time": st.one_of(TOKENS, any_text, json_small) for k in sessions
                                                 if isinstance(k, str) and k.startswith("session_")}).map(lambda dates: {**sessions, **dates}))},
-    optional={"sample_id": json_value, "qa": json_value, "speaker_a": json_value})
+    optional={"sample_id": json_small, "qa": json_small, "speaker_a": json_small})
 loader_json = st.one_of(document_objects, turn_objects, locomo_sample, st.lists(st.one_of(document_objects, turn_objects), max_size=4),
                         st.lists(locomo_sample, min_size=1, max_size=2), json_value)
 jsonl_lines = st.lists(st.one_of(document_objects.map(dumps), turn_objects.map(dumps), json_value.map(dumps), st.text(ANY_CHAR, max_size=30).map(
     lambda s: s.encode("utf-8", "surrogatepass")), st.just(b"")), max_size=5).map(b"\n".join)
 loader_input = st.one_of(st.binary(max_size=200), st.text(ANY_CHAR, max_size=100).map(lambda s: s.encode("utf-8", "surrogatepass")),
                          loader_json.map(dumps), jsonl_lines)
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    """A folder for the files the cases load (hypothesis refuses a function's tmp_path)."""
+    return tmp_path_factory.mktemp("publish")
 
 
 def check_loaded(loaded, where: str) -> None:
@@ -229,20 +238,19 @@ def check_loaded(loaded, where: str) -> None:
         assert decode(Document, encode(doc)) == doc
 
 
-@fuzz(1000)
+@fuzz(400)
 @given(name=st.sampled_from(["doc.txt", "doc.md", "doc.json", "doc.jsonl", "doc.pdf", "doc"]), raw=loader_input)
 @example(name="doc.json", raw=b'{"conversation": {"session_' + b"1" * 4400 + b'": []}}').via("a session number of 4,400 digits")
 @example(name="doc.json", raw=b'{"conversation": {"session_1": [{"speaker": "A", "text": "t", "dia_id": "D1:' + b"2" * 4400 + b'"}]}}'
          ).via("a dia_id of 4,400 digits")
-def test_publish_loads_any_file(name, raw):
-    """1,000 cases: a .txt/.md/.json/.jsonl (or unsupported) file of any bytes, JSON, documents,
+def test_publish_loads_any_file(scratch, name, raw):
+    """400 cases: a .txt/.md/.json/.jsonl (or unsupported) file of any bytes, JSON, documents,
     turns, JSONL lines or LoCoMo samples. A file gives one document or one error per text file,
     per item of a JSON list and per non-blank JSONL line."""
     CASES["publish: files"] += 1
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / name
-        path.write_bytes(raw)
-        loaded = load_documents([str(path)], "fuzz", 2000)
+    path = scratch / name
+    path.write_bytes(raw)
+    loaded = load_documents([str(path)], "fuzz", 2000)
     check_loaded(loaded, str(path))
     outcomes = len(loaded.documents) + len(loaded.errors)
     try:
@@ -264,10 +272,10 @@ def test_publish_loads_any_file(name, raw):
             assert outcomes == (len(data) if isinstance(data, list) else 1) or outcomes == 1 and "invalid JSON" in loaded.errors[0]
 
 
-@fuzz(600)
+@fuzz(300)
 @given(raw=loader_input)
 def test_publish_loads_any_stdin(raw):
-    """600 cases: the same inputs piped to `memstream publish -`: text, JSON or JSONL as it looks."""
+    """300 cases: the same inputs piped to `memstream publish -`: text, JSON or JSONL as it looks."""
     CASES["publish: stdin"] += 1
     loaded = load_documents(["-"], "fuzz", 2000, stdin=io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"))
     check_loaded(loaded, "<stdin>")
@@ -279,10 +287,10 @@ def test_publish_loads_any_stdin(raw):
         assert len(loaded.documents) + len(loaded.errors) == 1
 
 
-@fuzz(600)
+@fuzz(300)
 @given(row=st.one_of(turn_objects, json_value))
 def test_a_turn_line_is_a_turn_or_a_contract_error(row):
-    """600 cases: topics.conversations.turn_from_json on turn-shaped and arbitrary values."""
+    """300 cases: topics.conversations.turn_from_json on turn-shaped and arbitrary values."""
     CASES["conversations: turn lines"] += 1
     try:
         turn = turn_from_json(row, "line 1")
@@ -310,11 +318,11 @@ def test_parse_time_is_a_moment_within_years_1_to_9999_or_none(value):
     assert ts is None or (isinstance(ts, float) and EARLIEST_TS <= ts <= LATEST_TS), ts
 
 
-@fuzz(1000)
-@given(evidence=st.one_of(any_text, st.lists(st.one_of(any_text, json_value), max_size=4), json_value))
+@fuzz(800)
+@given(evidence=st.one_of(any_text, st.lists(st.one_of(any_text, json_small), max_size=4), json_small))
 @example(evidence="D" + "1" * 4400 + ":3").via("a session number of 4,400 digits")
 def test_evidence_is_canonical_ids_in_order_without_repeats(evidence):
-    """1,000 cases: parse_evidence and canonical_dia_id on any text, lists and JSON values."""
+    """800 cases: parse_evidence and canonical_dia_id on any text, lists and JSON values."""
     CASES["conversations: parse_evidence"] += 1
     found = parse_evidence(evidence)
     assert len(found) == len(set(found))
@@ -325,10 +333,10 @@ def test_evidence_is_canonical_ids_in_order_without_repeats(evidence):
             assert canonical_dia_id(item) in ([None] if not found else found + [None])
 
 
-@fuzz(600)
-@given(data=st.one_of(locomo_sample, st.lists(st.one_of(locomo_sample, json_value), max_size=3), json_value))
+@fuzz(200)
+@given(data=st.one_of(locomo_sample, st.lists(st.one_of(locomo_sample, json_small), max_size=3), json_value))
 def test_locomo_turns_reads_the_turns_and_names_each_bad_part(data):
-    """600 cases: LoCoMo-shaped and arbitrary values. With an error list nothing is raised; without,
+    """200 cases: LoCoMo-shaped and arbitrary values. With an error list nothing is raised; without,
     only a ContractError, the first of those errors."""
     CASES["conversations: locomo_turns"] += 1
     errors: list[str] = []
@@ -371,10 +379,10 @@ chunk_texts = st.one_of(st.text(chunk_alphabet, max_size=300), st.lists(st.one_o
     lambda n: "x" * n), st.integers(1, 300).map(lambda n: " " * n)), max_size=30).map("".join))
 
 
-@fuzz(1500)
+@fuzz(1800)
 @given(text=chunk_texts, window=st.integers(1, 30), overlap_share=st.floats(0, 1, exclude_max=True))
 def test_chunks_stay_within_the_window_and_are_slices_of_the_text(text, window, overlap_share):
-    """1,500 cases: any text (words, runs of one character, long whitespace, unspaced scripts)
+    """1,800 cases: any text (words, runs of one character, long whitespace, unspaced scripts)
     and window: every chunk holds at most `window` tokens and window × MAX_TOKEN_CHARS characters,
     is a slice of the text from a token to a token, in order, together covering every token; a
     text within one window comes back unchanged; ids are the chunks' content hashes, the same
@@ -504,10 +512,10 @@ def query_bodies(draw) -> tuple[dict, str | None]:
     return body, bad
 
 
-@fuzz(500)
+@fuzz(300)
 @given(case=query_bodies(), tenant_given=st.booleans())
 def test_post_query_answers_a_valid_body_and_names_the_bad_field(http, case, tenant_given):
-    """500 cases: a valid body is answered (200, the tenant's passages); a body with one field
+    """300 cases: a valid body is answered (200, the tenant's passages); a body with one field
     replaced by anything is answered or refused with a 400 naming that field; never a 5xx."""
     CASES["http: POST /v1/query (structured)"] += 1
     body, bad = case
@@ -521,12 +529,12 @@ def test_post_query_answers_a_valid_body_and_names_the_bad_field(http, case, ten
         assert status == 400 and FIELD_WORDS[bad] in answer, (bad, body, answer)
 
 
-@fuzz(800)
+@fuzz(300)
 @given(raw=st.one_of(st.binary(max_size=200), json_value.map(dumps), st.dictionaries(st.sampled_from(sorted(FIELD_WORDS) + ["x"]), json_value, max_size=6).map(dumps),
                      st.dictionaries(any_text, json_value, max_size=4).map(lambda d: dumps({"query": "who runs the mill?", **d}, ascii_only=True))),
        content_type=st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded", ""]))
 def test_post_query_never_fails_on_any_body(http, raw, content_type):
-    """800 cases: any bytes, any JSON, any object of the request's fields: 200 or a JSON 4xx."""
+    """300 cases: any bytes, any JSON, any object of the request's fields: 200 or a JSON 4xx."""
     CASES["http: POST /v1/query (any body)"] += 1
     http.request("POST", "/v1/query", data=raw, headers={"Content-Type": content_type} if content_type else {})
 
@@ -536,12 +544,12 @@ raw_query_string = st.lists(st.one_of(st.sampled_from(["tenant=", "category=", "
                                       st.text(string.ascii_letters + string.digits + "-._~,", max_size=8)), max_size=10).map("".join)
 
 
-@fuzz(800)
+@fuzz(400)
 @given(params=st.lists(st.tuples(st.sampled_from(["tenant", "category", "limit", "x"]), st.one_of(
     url_text, st.sampled_from(FACT_CATEGORIES + ("", "HARD_CONSTRAINT,TOOL_FAILURE", "500", "501", "0", "²", " 5", "1e3")),
     st.integers(0, 10**30).map(str))), max_size=5), raw=st.none() | raw_query_string, own_tenant=st.booleans())
 def test_get_facts_never_fails_on_any_query_string(http, params, raw, own_tenant):
-    """800 cases: GET /v1/facts with any tenant, categories and limits, repeated or not, as
+    """400 cases: GET /v1/facts with any tenant, categories and limits, repeated or not, as
     parameters or as a raw (percent-encoded, invalid UTF-8) query string."""
     CASES["http: GET /v1/facts"] += 1
     if own_tenant:
@@ -552,11 +560,11 @@ def test_get_facts_never_fails_on_any_query_string(http, params, raw, own_tenant
         assert isinstance(answer["facts"], list) and answer["total"] >= len(answer["facts"])
 
 
-@fuzz(800)
+@fuzz(400)
 @given(route=st.sampled_from(["/v1/passages/{}", "/v1/facts/{}", "/v1/facts/{}/evidence"]), known=st.booleans(), record_id=url_text,
        tenant=st.one_of(st.none(), st.just("own"), url_text, tenants), raw_id=st.none() | raw_query_string)
 def test_get_a_record_never_fails_on_any_id_or_tenant(http, route, known, record_id, tenant, raw_id):
-    """800 cases: passages and facts by any id (or one of the tenant's own) in any tenant: 200,
+    """400 cases: passages and facts by any id (or one of the tenant's own) in any tenant: 200,
     or 400/404 saying which."""
     CASES["http: GET /v1/passages|facts/{id}"] += 1
     if known:
@@ -607,14 +615,14 @@ def stages():
 def messages(draw) -> tuple[str, bytes | None, bytes | None]:
     topic = draw(st.sampled_from(sorted(Pipeline.RECORDS)))
     cls = Pipeline.RECORDS[topic]
-    value = draw(st.one_of(st.none(), st.binary(max_size=120), json_value.map(dumps), mutated(cls), VALID[cls].map(encode)))
+    value = draw(st.one_of(st.none(), st.binary(max_size=120), json_small.map(dumps), mutated(cls), VALID[cls].map(encode)))
     return topic, draw(st.none() | st.binary(max_size=20)), value
 
 
-@fuzz(1000)
+@fuzz(400)
 @given(message=messages())
 def test_no_message_escapes_the_envelope(stages, message):
-    """1,000 cases: any bytes, any JSON, mutated and valid records on each input topic. Nothing
+    """400 cases: any bytes, any JSON, mutated and valid records on each input topic. Nothing
     raises; an undecodable message is one dead letter with the decoder's reason and the message's
     bytes; a valid document is indexed without any dead letter; every dead letter says why."""
     CASES["envelope: any message"] += 1
