@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
 import string
 import urllib.parse
@@ -122,9 +123,9 @@ RECORDS = list(VALID)
 
 
 @st.composite
-def mutated(draw, cls) -> bytes:
-    """A valid record's JSON with one to three mutations anywhere in it (nested records and
-    metadata too): a field dropped, a field's value replaced by any JSON value, a field added,
+def mutated_fields(draw, cls, values) -> dict:
+    """A valid record's fields with one to three mutations anywhere in them (nested records and
+    metadata too): a field dropped, a field's value replaced by one of `values`, a field added,
     or the schema version changed."""
     data = draw(VALID[cls]).to_dict()
     for _ in range(draw(st.integers(1, 3))):
@@ -139,16 +140,21 @@ def mutated(draw, cls) -> bytes:
         target = draw(st.sampled_from(objects))
         action = draw(st.sampled_from(["drop", "replace", "replace", "add", "version"]))
         if action == "version":
-            data["v"] = draw(json_value)
+            data["v"] = draw(values)
         elif action == "add" or not target:
-            target[draw(any_text)] = draw(json_value)
+            target[draw(any_text)] = draw(values)
         else:
             name = draw(st.sampled_from(sorted(target)))
             if action == "drop":
                 del target[name]
             else:
-                target[name] = draw(json_value)
-    return dumps(data, draw(st.booleans()))
+                target[name] = draw(values)
+    return data
+
+
+def mutated(cls) -> st.SearchStrategy[bytes]:
+    """The JSON bytes of mutated_fields with any JSON values."""
+    return st.tuples(mutated_fields(cls, json_value), st.booleans()).map(lambda case: dumps(*case))
 
 
 # ---- the record decoders (topics/records.py) ------------------------------------------------
@@ -190,6 +196,37 @@ def test_every_valid_record_decodes_to_itself(cls, data):
     CASES["decode: valid records"] += 1
     record = data.draw(VALID[cls])
     assert decode(cls, encode(record)) == record
+
+
+# what a Python producer may hold: integers past 64 bits, NaN and infinities (json.dumps writes them)
+python_value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(FREE_CHAR, max_size=10),
+                                      st.sampled_from([1 << 64, -(1 << 63) - 1, math.nan, math.inf, -math.inf])),
+                            lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(FREE_CHAR, max_size=5), inner, max_size=3)),
+                            max_leaves=6)
+
+
+@pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.TOPIC)
+@fuzz(50, runs=len(RECORDS))
+@given(data=st.data())
+def test_what_from_dict_accepts_decode_accepts(cls, data):
+    """50 cases per topic: a valid record's fields mutated with any Python values (as a producer
+    in Python builds one: `memstream publish`'s turns, the MCP `remember`): what Record.from_dict
+    accepts, the workers' decode accepts as the same record."""
+    CASES["decode: from_dict agrees"] += 1
+    fields = data.draw(mutated_fields(cls, python_value))
+    try:
+        record = cls.from_dict(fields)
+    except ContractError:
+        return
+    assert decode(cls, encode(record)) == record
+
+
+@pytest.mark.parametrize("value", [1 << 70, -(1 << 63) - 1, math.nan, math.inf, [{"deep": [-math.inf]}]])
+def test_from_dict_refuses_numbers_the_workers_would_refuse(value):
+    """Found by the property above: metadata holding an integer past 64 bits or a NaN passed
+    from_dict (the MCP `remember` published it) and was dead-lettered by the chunker."""
+    with pytest.raises(ContractError, match=r"documents\.metadata\[.n.\]"):
+        Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"n": value}})
 
 
 # ---- `memstream publish`'s loaders (ops/publish.py) -----------------------------------------
@@ -516,7 +553,8 @@ def query_bodies(draw) -> tuple[dict, str | None]:
 @given(case=query_bodies(), tenant_given=st.booleans())
 def test_post_query_answers_a_valid_body_and_names_the_bad_field(http, case, tenant_given):
     """300 cases: a valid body is answered (200, the tenant's passages); a body with one field
-    replaced by anything is answered or refused with a 400 naming that field; never a 5xx."""
+    replaced by anything is answered or refused with a 400 naming that field (or, for NaN or
+    Infinity, saying the body is no JSON); never a 5xx."""
     CASES["http: POST /v1/query (structured)"] += 1
     body, bad = case
     if tenant_given and bad != "tenant":
@@ -526,7 +564,12 @@ def test_post_query_answers_a_valid_body_and_names_the_bad_field(http, case, ten
         assert status == 200, answer
         assert answer["tenant"] == http.tenant and isinstance(answer["passages"], list)
     elif status != 200:
-        assert status == 400 and FIELD_WORDS[bad] in answer, (bad, body, answer)
+        try:
+            json.dumps(body[bad], allow_nan=False)
+            expected = FIELD_WORDS[bad]
+        except ValueError:  # NaN or Infinity: the body is no JSON, whatever field holds it
+            expected = "is not a JSON number"
+        assert status == 400 and expected in answer, (bad, body, answer)
 
 
 @fuzz(300)
