@@ -139,3 +139,13 @@ def write_docs(directory: Path, docs: dict[str, str]) -> list[str]:
         path.write_text(text, encoding="utf-8")
         paths.append(str(path))
     return paths
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The cases each fuzz target ran (tests/test_fuzz.py), when it ran: the count the issue asks for."""
+    fuzz = sys.modules.get("tests.test_fuzz")
+    if fuzz is not None and fuzz.CASES:
+        terminalreporter.section("fuzz cases")
+        for target, cases in sorted(fuzz.CASES.items()):
+            terminalreporter.write_line(f"{cases:>8,}  {target}")
+        terminalreporter.write_line(f"{sum(fuzz.CASES.values()):>8,}  in all")

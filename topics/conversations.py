@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from topics import ContractError, Document
-from topics.times import epoch_seconds, iso_moment
+from topics.times import EARLIEST_TS, LATEST_TS, epoch_seconds, iso_moment
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _LOCOMO_DATE = re.compile(
@@ -30,6 +30,18 @@ _MONTHS = {m: i for i, m in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
      "november", "december"], 1)}
 _DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)", re.I)
+# Session and turn numbers of more digits are no ids (int() refuses over 4,300 digits with ValueError)
+MAX_ID_DIGITS = 18
+
+
+def _id_number(digits: str) -> int | None:
+    return int(digits) if len(digits) <= MAX_ID_DIGITS else None
+
+
+def _dia_id(match: re.Match) -> str | None:
+    """"D30:5" of a match of _DIA_ID; None when a number is too long to be one."""
+    session, turn = _id_number(match.group(1)), _id_number(match.group(2))
+    return None if session is None or turn is None else f"D{session}:{turn}"
 
 
 def parse_time(value: Any) -> float | None:
@@ -56,7 +68,8 @@ def parse_time(value: Any) -> float | None:
             return datetime(int(year), month_no, int(day), hour, int(minute), tzinfo=timezone.utc).timestamp()
         except ValueError:
             return None
-    return iso_moment(value)
+    moment = iso_moment(value)  # '9999-12-31T23:59-23:59' is in the year 10000 in UTC
+    return moment if moment is not None and EARLIEST_TS <= moment <= LATEST_TS else None
 
 
 def turn_ts(value: Any, where: str) -> float | None:
@@ -77,8 +90,7 @@ def turn_ts(value: Any, where: str) -> float | None:
 
 def canonical_dia_id(text: str) -> str | None:
     """"D30:05" → "D30:5", "D:11:26" → "D11:26"; None when `text` holds no dialogue id."""
-    match = _DIA_ID.search(text or "")
-    return f"D{int(match.group(1))}:{int(match.group(2))}" if match else None
+    return next(filter(None, map(_dia_id, _DIA_ID.finditer(text or ""))), None)
 
 
 def parse_evidence(evidence: Any) -> list[str]:
@@ -90,8 +102,8 @@ def parse_evidence(evidence: Any) -> list[str]:
         if not isinstance(item, str):
             continue
         for match in _DIA_ID.finditer(item):
-            dia = f"D{int(match.group(1))}:{int(match.group(2))}"
-            if dia not in found:
+            dia = _dia_id(match)
+            if dia is not None and dia not in found:
                 found.append(dia)
     return found
 
@@ -103,7 +115,7 @@ def unreadable_evidence(evidence: Any) -> list[str]:
     items = evidence if isinstance(evidence, list) else [] if evidence is None else [evidence]
     unreadable = []
     for item in items:
-        leftover = _DIA_ID.sub(" ", item) if isinstance(item, str) else None
+        leftover = _DIA_ID.sub(lambda m: " " if _dia_id(m) else m.group(), item) if isinstance(item, str) else None
         if leftover is None or re.search(r"\w", leftover):
             unreadable.append(item if isinstance(item, str) else repr(item))
     return unreadable
@@ -166,7 +178,15 @@ def locomo_turns(data: Any, where: str = "conversation", errors: list[str] | Non
             continue
         sample_id = str(sample.get("sample_id") or f"conv-{index}")
         conversation = sample["conversation"]
-        sessions = sorted((int(m.group(1)), key) for key in conversation if (m := _SESSION_KEY.match(key)))
+        sessions = []
+        for key in conversation:
+            if (m := _SESSION_KEY.match(key)) is None:
+                continue
+            if (number := _id_number(m.group(1))) is None:
+                refuse(f"{here}.conversation: {key[:40]}…: a session number of more than {MAX_ID_DIGITS} digits")
+            else:
+                sessions.append((number, key))
+        sessions.sort()
         if not sessions:
             refuse(f"{here}.conversation: no session_N lists")
             continue

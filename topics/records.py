@@ -79,7 +79,7 @@ class Record:
         for f in dataclasses.fields(cls):
             if f.name in data:
                 values[f.name] = _check(data[f.name], hints[f.name], f"{where}.{f.name}", max_text_bytes)
-                _check_strings(values[f.name], f"{where}.{f.name}", cls._refused(f.name))
+                _check_nested(values[f.name], f"{where}.{f.name}", cls._refused(f.name))
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ContractError(f"{where}: missing required field '{f.name}'")
         for name in cls.NONEMPTY_FIELDS + cls.TEXT_FIELDS:
@@ -145,12 +145,22 @@ def _check(value: Any, hint: Any, where: str, max_text_bytes: int) -> Any:
         raise ContractError(f"{where}: expected {expected}, got {_json_type(value)}")
     if base is int and not _INT64[0] <= value <= _INT64[1]:
         raise ContractError(f"{where}: integer out of the 64-bit range")
-    return float(value) if base is float else value
+    if base is float:
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past the double range
+            number = math.inf
+        if not math.isfinite(number):
+            raise ContractError(f"{where}: {value!r:.40} is not a finite number")
+        return number
+    return value
 
 
-def _check_strings(value: Any, where: str, refused: re.Pattern) -> None:
+def _check_nested(value: Any, where: str, refused: re.Pattern) -> None:
     """Every string in value (nested arrays and objects too, keys included) free of `refused`
-    characters. Iterative, so no input can exhaust the stack; a nested record has checked its own."""
+    characters; every number one JSON carries: integers within 64 bits, no NaN or infinity (a
+    record built in Python can hold them; encoded, the workers' decode would refuse it).
+    Iterative, so no input can exhaust the stack; a nested record has checked its own."""
     stack = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -158,6 +168,10 @@ def _check_strings(value: Any, where: str, refused: re.Pattern) -> None:
             bad = refused.search(item)
             if bad:
                 raise ContractError(f"{path}: {_describe(bad.group(), bad.start(), refused)}")
+        elif isinstance(item, int) and not isinstance(item, bool) and not _INT64[0] <= item <= _INT64[1]:
+            raise ContractError(f"{path}: integer out of the 64-bit range")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ContractError(f"{path}: {item} is not a JSON number")
         elif isinstance(item, (dict, list)):
             if depth >= MAX_DEPTH:
                 raise ContractError(f"{where}: nested deeper than {MAX_DEPTH} levels")
