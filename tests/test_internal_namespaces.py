@@ -31,3 +31,11 @@ def test_a_tenant_named_like_a_cache_has_keys_of_its_own(tenant):
     prefix = TenantKeys(tenant).prefix("passages")
     assert hash_tag(prefix) == tenant and tenant not in INTERNAL_NAMESPACES
     assert all(hash_tag(k) != tenant for k in (llm_cache_key("m", "h"), embedding_cache_key("e", "h")))
+
+
+@pytest.mark.parametrize("tenant", ["acme\n", "acme\r\n", "\nacme", "ac me", "acme\x00"])
+def test_a_tenant_name_with_a_line_break_or_other_character_around_it_is_refused(tenant):
+    """The tenant pattern must match the whole name: with `re.match` and `$`, "acme\\n" passed
+    (a `$` matches before a final newline) and named keys of its own next to acme's."""
+    with pytest.raises(ContractError):
+        validate_tenant(tenant)

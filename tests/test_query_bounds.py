@@ -119,6 +119,7 @@ def test_requests_past_the_inflight_cap_are_503_with_retry_after_and_probes_are_
     assert "limit of 2 requests" in body["error"]
     assert embedder.calls == 2  # the shed request never reached the engine
     assert health_status == 503 and health["status"] == "unhealthy"  # answered (no Redis here), not shed
+    assert health == {"status": "unhealthy", "redis": "unavailable"}  # no key needed: no hosts or ports in it
 
 
 def test_every_error_body_is_json():

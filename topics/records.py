@@ -45,7 +45,7 @@ class ContractError(ValueError):
 
 def validate_tenant(tenant: Any) -> str:
     # Tenants become part of Redis keys and index names: keep them to a safe alphabet.
-    if not isinstance(tenant, str) or not _TENANT_RE.match(tenant):
+    if not isinstance(tenant, str) or not _TENANT_RE.fullmatch(tenant):  # fullmatch: "$" alone lets "acme\n" through
         raise ContractError(
             f"invalid tenant {tenant!r}: 1-64 characters of letters, digits, '_', '.', '-', "
             "starting with a letter or digit"
