@@ -81,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--passages", type=int, default=50, help="load: passages indexed into a fresh tenant when --tenant is not given")
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
+    # bench index --rules (ops/rules_bench.py)
+    bench.add_argument("--rules", action="store_true", help="index: the rules pipeline on HotpotQA-100 against the embedding-bound limit")
+    bench.add_argument("--docs", type=int, default=None, help="index --rules: the first N documents of HotpotQA-100 (default 100)")
+    bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="index --rules: also run the workers of this checkout, side by side")
     # bench conversation (ops/conversation_bench.py)
     bench.add_argument("file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)")
     bench.add_argument("--modes", default=None, help="conversation: query modes, comma-separated (default: every mode of the query engine)")
@@ -318,6 +322,8 @@ def cmd_bench(settings: Settings, args) -> int:
         from ops.conversation_bench import run_conversation_bench
 
         return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json)
+    if (args.rules or args.docs or args.baseline_tree) and args.kind != "index":
+        raise ValueError(f"--rules, --docs and --baseline-tree are options of bench index, not bench {args.kind}")
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
     if args.kind == "recall":
@@ -333,6 +339,10 @@ def cmd_bench(settings: Settings, args) -> int:
 
         clients = [int(c) for c in args.clients.split(",")]
         return run_load_bench(settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages, args.json)
+    if args.rules:
+        from ops.rules_bench import DEFAULT_DOCS, run_rules_bench
+
+        return run_rules_bench(settings, data, args.docs or DEFAULT_DOCS, Path(args.baseline_tree) if args.baseline_tree else None, args.json)
     from ops.bench import run_index_bench
 
     sizes = sorted(int(s) for s in args.sizes.split(","))

@@ -142,15 +142,17 @@ class ExtractorStage(Stage):
         """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge).
         Run after the chunk's commit: of two chunks extracted concurrently, the later committer
         always sees the other's entities. Also run on redelivery, so a crash loses no edge."""
-        for eid in await self.memory.passage_entities(tenant, chunk_id):
-            if await self.memory.similarity_bridged(tenant, eid):
-                continue
-            vector = await self.memory.entity_vector(tenant, eid)
-            hits = [h for h in await self.memory.knn(tenant, "entities", vector, 10, ["name"]) if h.id != eid and h.score >= self.settings.sim_edge]
-            pipe = self.memory.pipeline()
-            if hits:
-                version = await self.memory.bump_graph_version(tenant)
+        vectors = await self.memory.unbridged_entity_vectors(tenant, chunk_id)
+        if not vectors:
+            return
+        found = await self.memory.knn_many(tenant, "entities", list(vectors.values()), 10, ["name"])
+        similar = {eid: [h for h in hits if h.id != eid and h.score >= self.settings.sim_edge] for eid, hits in zip(vectors, found)}
+        pipe = self.memory.pipeline()
+        if any(similar.values()):
+            version = await self.memory.bump_graph_version(tenant)
+            for eid, hits in similar.items():
                 for hit in hits:
                     self.memory.stage_edge(pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar")
+        for eid in vectors:
             self.memory.stage_similarity_bridged(pipe, tenant, eid)
-            await pipe.execute()
+        await pipe.execute()

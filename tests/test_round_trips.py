@@ -1,0 +1,76 @@
+"""Redis round trips of the indexing stages that do not grow with the work in a chunk (issue 13:
+the rules pipeline made several round trips per entity and per fact). Commands are counted
+through a wrapper of the Redis client: each command sent alone and each pipeline sent is one."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import pytest
+from redis.asyncio.client import Pipeline as RedisPipeline
+from redis.asyncio.client import Redis
+
+from tests.inprocess import InProcess
+from store.keys import entity_node
+from workers.models.extraction import Entity, Extraction
+
+
+class NamesOnly:
+    """Test double: each text's entities are its comma-separated names; no facts."""
+
+    name = "names-only"
+    grounded = True
+
+    async def extract(self, text: str, context: str = "") -> Extraction:
+        return Extraction([Entity(name.strip(), "PERSON") for name in text.split(",")], [])
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """Counts Redis round trips of this process, by command ('pipeline' for a pipeline sent)."""
+    counts: collections.Counter = collections.Counter()
+    command, pipeline = Redis.execute_command, RedisPipeline.execute
+
+    async def counted_command(self, *args, **options):
+        if not isinstance(self, RedisPipeline) or self.watching:  # a queued command is sent with the pipeline
+            counts[str(args[0]).upper()] += 1
+        return await command(self, *args, **options)
+
+    async def counted_pipeline(self, *args, **options):
+        counts["pipeline"] += 1
+        return await pipeline(self, *args, **options)
+
+    monkeypatch.setattr(Redis, "execute_command", counted_command)
+    monkeypatch.setattr(RedisPipeline, "execute", counted_pipeline)
+    return counts
+
+
+async def _round_trips_of(ip: InProcess, counts: collections.Counter, doc_id: str, text: str) -> int:
+    counts.clear()
+    await ip.publish(doc_id, text)
+    return sum(counts.values())
+
+
+def test_similarity_bridge_round_trips_do_not_grow_with_entities(stack_env, round_trips):
+    """A chunk of 12 entities costs the same round trips as a chunk of 2: the bridge reads the
+    unbridged entities' vectors in one pipeline, searches all their neighbours in one, and
+    writes every edge and mark in one transaction (it was 4 round trips per entity)."""
+    asyncio.run(_bridge_round_trips(stack_env["MEMSTREAM_REDIS_URL"], round_trips))
+
+
+async def _bridge_round_trips(redis_url: str, round_trips: collections.Counter) -> None:
+    ip = InProcess(redis_url, NamesOnly(), sim_bridging="on")
+    try:
+        await ip.publish("warm", "Warm Up One, Warm Up Two")  # the tenant's indexes exist
+        few = await _round_trips_of(ip, round_trips, "few", "Dag Person1, Dag Person2")
+        many = await _round_trips_of(ip, round_trips, "many", ", ".join(f"Cora Person{i}" for i in range(10, 22)))
+        assert many == few, dict(round_trips)
+        memory = await ip.export()
+        similar = {node for e in memory["edges"] if e["kind"] == "similar" for node in (e["source"], e["target"])}
+        # the digit-blind embedder gives "Cora Person10" … "Cora Person21" one vector: each is bridged
+        cora = [entity_node(e["id"]) for e in memory["entities"] if e["name"].startswith("Cora")]
+        assert len(cora) == 12 and set(cora) <= similar
+    finally:
+        await ip.close()
+
