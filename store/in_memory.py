@@ -136,6 +136,9 @@ class InMemoryStore:
         t, at = self._tenant(tenant), time.time()
 
         def write() -> None:
+            if not outbox:  # done with its commit, as Memory.stage_outbox
+                t.done.add(mark)
+                return
             t.outboxes[mark], t.committed_at[mark] = list(outbox), at
 
         self._stage(pipe, write)

@@ -174,10 +174,12 @@ class Envelope:
         The commit is fenced (Memory.commit_once): of two deliveries of one message running at
         once, only one commits; the other publishes that one's outbox, never its own."""
         stage = mark.split(":", 1)[0]
+        finished = False
         try:
             outbox = await self.memory.pending_outbox(tenant, mark)
             if outbox is None:
                 outbox = await self._decide_and_commit(tenant, mark, decide, stage)
+                finished = not outbox  # an empty outbox commits with the done mark (Memory.stage_outbox)
             else:
                 metrics.REDELIVERIES.labels(stage=stage, found="outbox").inc()
         except AlreadyDone:
@@ -189,7 +191,8 @@ class Envelope:
             return
         for item in outbox:
             await self.send(item)
-        await self.memory.finish(tenant, mark)
+        if not finished:
+            await self.memory.finish(tenant, mark)
 
     async def _decide_and_commit(self, tenant: str, mark: str, decide: Decide, stage: str) -> list[Outgoing]:
         """Decide and commit; decide again while another stage changes a fact under the decision
