@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 
+import numpy as np
 import pytest
 from redis.asyncio.client import Pipeline as RedisPipeline
 from redis.asyncio.client import Redis
 
 from tests.inprocess import InProcess
+from store import AlreadyDone
 from store.keys import entity_node
 from workers.models.extraction import Entity, Extraction
 
@@ -74,3 +77,42 @@ async def _bridge_round_trips(redis_url: str, round_trips: collections.Counter) 
     finally:
         await ip.close()
 
+
+
+def test_a_message_with_nothing_to_publish_is_done_with_its_commit(redis_url):
+    """An empty outbox commits with the message's done mark: no finish round trip afterwards
+    (most detections park a fact as pending and publish nothing); a redelivery is skipped."""
+    asyncio.run(_empty_outbox(redis_url))
+
+
+async def _empty_outbox(redis_url: str | None) -> None:
+    ip = InProcess(redis_url, NamesOnly())
+    try:
+        pipe = ip.memory.pipeline()
+        ip.memory.stage_chunk_done(pipe, ip.tenant, "c1")
+        ip.memory.stage_outbox(pipe, ip.tenant, "m-empty", [])
+        assert await ip.memory.commit_once(pipe, ip.tenant, "m-empty") is None
+        with pytest.raises(AlreadyDone):
+            await ip.memory.pending_outbox(ip.tenant, "m-empty")
+        assert await ip.memory.chunk_done(ip.tenant, "c1")
+        assert "m-empty" not in {mark for _, mark, _ in await ip.memory.unsent_outboxes(time.time() + 60)}  # nothing for the sweep
+    finally:
+        await ip.close()
+
+
+def test_forgotten_cached_vectors_are_embedded_again(redis_url):
+    """EmbeddingCache.forget_many (bench index --rules starts each tree's run without the
+    corpus's cached vectors): the forgotten texts are gone, the others stay."""
+    asyncio.run(_forget(redis_url))
+
+
+async def _forget(redis_url: str | None) -> None:
+    ip = InProcess(redis_url, NamesOnly())
+    try:
+        cache = ip.memory.embedding_cache(f"test-{ip.tenant}")
+        await cache.put_many({"kept": np.ones(4, dtype=np.float32), "forgotten": np.zeros(4, dtype=np.float32)})
+        await cache.forget_many(["forgotten", "never cached"])
+        assert set(await cache.get_many(["kept", "forgotten"])) == {"kept"}
+        await cache.forget_many(["kept"])
+    finally:
+        await ip.close()
