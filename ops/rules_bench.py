@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ops.datasets import load_dataset
@@ -36,9 +36,11 @@ from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr
 from store import Memory
 from topics import Document
-from workers.models.extraction import RulesExtractor
+from workers.algorithms.normalize import entity_id, relation_name
+from workers.models.extraction import RulesExtractor, drop_unnamed
 from workers.settings import Settings
 from workers.stages.chunker import pieces_of
+from workers.stages.extractor import embedded_texts as extractor_texts
 
 DEFAULT_DOCS = 100  # HotpotQA-100 passages → 100 chunks; about 2 minutes per tree on an idle 2-core machine
 COUNTED_DOCS = 20  # documents whose Redis round trips are counted in process
@@ -53,7 +55,8 @@ from ops.local_run import LocalIndexer
 from store import Memory
 from topics import Document
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
-from workers.models.extraction import RulesExtractor
+from workers.algorithms.normalize import entity_id, relation_name
+from workers.models.extraction import RulesExtractor, drop_unnamed
 from workers.settings import Settings
 
 counts = collections.Counter()
@@ -101,12 +104,19 @@ def chunk_texts(settings: Settings, documents: list[Document]) -> list[str]:
 
 
 def embedded_texts(text: str) -> list[str]:
-    """The texts the extractor embeds for one chunk of the rules extractor: the passage, its
-    entity names, facts and schemas (workers.stages.extractor, ExtractorStage.handle)."""
-    ex = RulesExtractor().extract_sync(text)
-    names = dict.fromkeys([e.name for e in ex.entities] + [n for f in ex.facts for n in (f.head, f.tail)])
-    return ([text] + list(names) + [f"{f.head} {f.relation} {f.tail}" for f in ex.facts]
-            + [f"{f.head_type} {f.relation} {f.tail_type}" for f in ex.facts])
+    """The texts the extractor embeds for one chunk of the rules extractor (entities merged by
+    id, relations normalised, self-loops dropped as ExtractorStage.handle does on a tenant
+    without aliases; tests/test_round_trips.py checks the two agree)."""
+    extraction = drop_unnamed(RulesExtractor().extract_sync(text), "bench")
+    names = {entity_id(e.name): e.name for e in extraction.entities}
+    facts = []
+    for triple in extraction.facts:
+        head_id, tail_id = entity_id(triple.head), entity_id(triple.tail)
+        if head_id != tail_id:
+            facts.append(replace(triple, relation=relation_name(triple.relation)))
+            names.setdefault(head_id, triple.head)
+            names.setdefault(tail_id, triple.tail)
+    return extractor_texts(text, list(names.values()), facts)
 
 
 def embedding_bound(chunks: list[str]) -> dict:

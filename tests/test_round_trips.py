@@ -13,10 +13,11 @@ import pytest
 from redis.asyncio.client import Pipeline as RedisPipeline
 from redis.asyncio.client import Redis
 
-from tests.inprocess import InProcess
+from ops import rules_bench
+from tests.inprocess import DigitBlindEmbedder, InProcess
 from store import AlreadyDone
 from store.keys import entity_node
-from workers.models.extraction import Entity, Extraction
+from workers.models.extraction import Entity, Extraction, RulesExtractor
 
 
 class NamesOnly:
@@ -114,5 +115,40 @@ async def _forget(redis_url: str | None) -> None:
         await cache.forget_many(["forgotten", "never cached"])
         assert set(await cache.get_many(["kept", "forgotten"])) == {"kept"}
         await cache.forget_many(["kept"])
+    finally:
+        await ip.close()
+
+
+class RecordingEmbedder(DigitBlindEmbedder):
+    """Test double: the digit-blind embedder, recording each call's texts."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    async def embed(self, texts: list[str]):
+        self.calls.append(list(texts))
+        return await super().embed(texts)
+
+
+PASSAGES = [
+    "Ada Lovelace was born in London. Ada Lovelace worked with Charles Babbage in London.",
+    "The Eiffel Tower is located in Paris. Gustave Eiffel designed the Eiffel Tower in 1887.",
+]
+
+
+def test_the_benchmark_embeds_what_the_extractor_embeds():
+    """bench index --rules measures its embedding-bound limit on the texts the rules pipeline
+    embeds: the same texts, in the same calls, as the extractor stage."""
+    asyncio.run(_embeds())
+
+
+async def _embeds() -> None:
+    embedder = RecordingEmbedder()
+    ip = InProcess(None, RulesExtractor(), embedder)
+    try:
+        for i, text in enumerate(PASSAGES):
+            await ip.publish(f"d{i}", text)
+        assert embedder.calls == [rules_bench.embedded_texts(text) for text in PASSAGES]
+        assert all(len(call) > 3 for call in embedder.calls)  # entities and facts, not the passage alone
     finally:
         await ip.close()

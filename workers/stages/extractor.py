@@ -10,6 +10,7 @@ from dataclasses import replace
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
+from topics.records import Triple
 from workers import metrics
 from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
@@ -29,6 +30,13 @@ def extraction_mark(chunk: Chunk) -> str:
     its text; a turn's: its document, context line and text — workers.algorithms.chunking), so
     the same content is extracted once."""
     return f"ext:{chunk.chunk_id}"
+
+
+def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
+    """Everything a chunk's extraction embeds, in one embed call: its passage (a turn: with who
+    said it and when), entity names, facts, then their schemas."""
+    return ([indexed_text] + entity_names + [f"{t.head} {t.relation} {t.tail}" for t in facts]
+            + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts])
 
 
 class ExtractorStage(Stage):
@@ -65,10 +73,7 @@ class ExtractorStage(Stage):
                 facts.append((triple, head_id, tail_id))
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
-            texts = [chunk.indexed_text] + [e.name for e in entities.values()]  # a turn: with who said it and when
-            texts += [f"{t.head} {t.relation} {t.tail}" for t, _, _ in facts]
-            texts += [f"{t.head_type} {t.relation} {t.tail_type}" for t, _, _ in facts]
-            vectors = await self.embedder.embed(texts)
+            vectors = await self.embedder.embed(embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts]))
             ent_vecs = vectors[1 : 1 + len(entities)]
             fact_vecs = vectors[1 + len(entities) : 1 + len(entities) + len(facts)]
             schema_vecs = vectors[1 + len(entities) + len(facts) :]
