@@ -134,6 +134,14 @@ class Settings:
             raise ValueError("the llm extractor/resolver needs MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL")
         return LLMConfig(self.llm_base_url, self.llm_api_key, self.llm_model, self.llm_concurrency, self.llm_timeout)
 
+    def embedder_config(self):
+        from workers.models.embedding import EndpointConfig
+
+        if not self.embedder_base_url or not self.embedder_model:
+            raise ValueError("MEMSTREAM_EMBEDDER=openai needs MEMSTREAM_EMBEDDER_BASE_URL and MEMSTREAM_EMBEDDER_MODEL")
+        return EndpointConfig(self.embedder_base_url, self.embedder_api_key, self.embedder_model, self.embedder_dims,
+                              self.embedder_batch, self.embedder_concurrency, self.embedder_timeout)
+
     @property
     def max_message_bytes(self) -> int:
         """Largest Kafka message memstream produces or accepts: a document at the text limit
