@@ -19,6 +19,8 @@ recorded in `requests`, and the snippet that answered it (None: another way) in
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import threading
 import time
@@ -137,6 +139,17 @@ class FakeOpenAI:
 
 
 
+@functools.lru_cache(maxsize=100_000)  # a benchmark embeds the same names again and again: keep the fake cheap
+def _fake_vector(text: str, dims: int):
+    import numpy as np
+
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    v = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
+    v /= np.linalg.norm(v)
+    v.flags.writeable = False
+    return v
+
+
 class FakeEmbeddings:
     """A fake OpenAI-compatible embeddings server on 127.0.0.1 (POST /v1/embeddings): the test
     double of the endpoint embedder and the CPU-free embedder of the indexing benchmark. Never a
@@ -146,7 +159,8 @@ class FakeEmbeddings:
     request's `dimensions` when it names one, else `dims`. `latency_s` delays every answer.
     `script` steps answer the next requests first: {"status": 429} (or any HTTP error),
     {"dims": n} (a 200 answer with vectors of n columns: a misconfigured server), {"count": n}
-    (a 200 answer with only n vectors). `.calls` counts the requests answered (errors included),
+    (a 200 answer with only n vectors), {"floats": True} (JSON floats even when base64 was asked:
+    a server that ignores `encoding_format`). `.calls` counts the requests answered (errors included),
     `.texts` lists the texts embedded (200 answers), `.requests` keeps every request body."""
 
     def __init__(self, dims: int = 384, latency_s: float = 0.0):
@@ -182,13 +196,7 @@ class FakeEmbeddings:
     @staticmethod
     def vector(text: str, dims: int) -> list[float]:
         """The fake's vector of `text`: the same text, the same vector, in every run."""
-        import hashlib
-
-        import numpy as np
-
-        seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
-        v = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
-        return (v / np.linalg.norm(v)).tolist()
+        return _fake_vector(text, dims).tolist()
 
     def _answer(self, body: dict) -> tuple[int, dict]:
         with self._lock:
@@ -201,13 +209,13 @@ class FakeEmbeddings:
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             return 400, {"error": {"message": "input must be a string or a list of strings", "type": "invalid_request_error"}}
         dims = step.get("dims") or body.get("dimensions") or self.dims
-        rows = [self.vector(t, dims) for t in texts][: step.get("count", len(texts))]
-        if body.get("encoding_format") == "base64":
+        rows = [_fake_vector(t, dims) for t in texts][: step.get("count", len(texts))]
+        if body.get("encoding_format") == "base64" and not step.get("floats"):
             import base64
 
-            import numpy as np
-
-            rows = [base64.b64encode(np.asarray(r, dtype=np.float32).tobytes()).decode() for r in rows]
+            rows = [base64.b64encode(r.astype("<f4").tobytes()).decode() for r in rows]
+        else:
+            rows = [r.tolist() for r in rows]
         with self._lock:
             self.texts.extend(texts)
         return 200, {

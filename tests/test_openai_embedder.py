@@ -33,11 +33,19 @@ def test_texts_go_in_bounded_batches_with_bounded_requests_in_flight_and_come_ba
         embedder = endpoint(fake, batch=3, concurrency=2)
         vectors = asyncio.run(embedder.aembed(TEXTS))
     assert sorted(len(r["input"]) for r in fake.requests) == [1, 3, 3, 3]
-    assert all(r["model"] == "fake-model" and r["dimensions"] == 384 and r["encoding_format"] == "float" for r in fake.requests)
+    assert all(r["model"] == "fake-model" and r["dimensions"] == 384 and r["encoding_format"] == "base64" for r in fake.requests)
     assert 1 <= fake.max_in_flight <= 2
     assert vectors.dtype == np.float32 and vectors.shape == (10, 384)
     assert np.allclose(vectors, np.asarray([FakeEmbeddings.vector(t, 384) for t in TEXTS]), atol=1e-6)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+
+
+def test_a_server_answering_floats_where_base64_was_asked_is_read_alike():
+    with FakeEmbeddings() as fake:
+        fake.script.append({"floats": True})
+        floats = asyncio.run(endpoint(fake).aembed(["alpha", "beta"]))
+        encoded = asyncio.run(endpoint(fake).aembed(["alpha", "beta"]))
+    assert np.array_equal(floats, encoded) and np.allclose(floats[0], FakeEmbeddings.vector("alpha", 384), atol=1e-6)
 
 
 def test_429_and_500_are_retried_then_the_answer_is_used():
