@@ -101,7 +101,7 @@ class BatchingEmbedder:
 
     @property
     def name(self) -> str:
-        return self.embedder.name
+        return embedder_id(self.embedder).name
 
     async def _model(self, texts: list[str]) -> np.ndarray:
         """The model's vectors: an endpoint's awaited (`aembed`), a local model's off the loop."""

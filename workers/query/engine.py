@@ -192,8 +192,8 @@ class QueryEngine:
     async def answer(self, request: QueryRequest) -> dict:
         timings = {}
         started = t = time.perf_counter()
-        await self.tenant_embedders.check(request.tenant, writing=False)
         vector = (await self.embedder.embed([request.query]))[0]
+        await self.tenant_embedders.check(request.tenant, writing=False)  # cached: a round trip per tenant every 30 s
         timings["embed"] = _ms(t)
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)
