@@ -273,22 +273,27 @@ class TenantEmbedders:
 
     def __init__(self, memory, embedder):
         self.memory = memory
-        self.current = embedder_id(embedder)
+        self.embedder = embedder
         self._checked: dict[str, float] = {}
+
+    @property
+    def current(self) -> EmbedderId:
+        return embedder_id(self.embedder)
 
     async def check(self, tenant: str, writing: bool) -> None:
         """Raises EmbedderMismatch naming both embedders."""
         checked = self._checked.get(tenant)
         if checked is not None and time.monotonic() - checked < EMBEDDER_RECHECK_S:
             return
-        recorded = await self.memory.claim_embedder(tenant, self.current, writing)
+        current = self.current
+        recorded = await self.memory.claim_embedder(tenant, current, writing)
         if recorded is None:  # a reader, nothing indexed yet: check again next time
             return
-        if recorded != self.current:
+        if recorded != current:
             built = (f"an embedder of {recorded.dims} dims (recorded before embedders were)" if recorded.name == UNRECORDED_EMBEDDER
                      else f"{recorded.name} ({recorded.dims} dims)")
-            raise EmbedderMismatch(f"tenant {tenant!r} was indexed with {built}, but this worker embeds with {self.current.name} "
-                                   f"({self.current.dims} dims): set MEMSTREAM_EMBEDDER* as the tenant was indexed, or index into a new tenant")
+            raise EmbedderMismatch(f"tenant {tenant!r} was indexed with {built}, but this worker embeds with {current.name} "
+                                   f"({current.dims} dims): set MEMSTREAM_EMBEDDER* as the tenant was indexed, or index into a new tenant")
         self._checked[tenant] = time.monotonic()
 
 

@@ -37,7 +37,7 @@ class ExtractorStage(Stage):
         super().__init__(context)
         self.embedder = context.embedder
         self.extractor = context.extractor
-        self.tenant_embedders = TenantEmbedders(self.memory, self.embedder) if self.embedder is not None else None
+        self.tenant_embedders = TenantEmbedders(self.memory, self.embedder)
 
     async def handle(self, chunk: Chunk) -> None:
         tenant = chunk.tenant
