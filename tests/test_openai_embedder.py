@@ -218,3 +218,21 @@ def test_the_query_api_answers_a_query_with_another_embedder_as_json_naming_both
     assert letters == [] and same[0] == 200 and same[1]["passages"][0]["text"] == "Ada lives in Paris."
     assert other[0] == 409 and set(other[1]) == {"error"}
     assert "indexed with openai:model-a (384 dims), but this worker embeds with openai:model-b (384 dims)" in other[1]["error"]
+
+
+def test_a_worker_with_the_endpoint_embedder_indexes_and_answers_in_the_models_size(make_workers, tmp_path):
+    """`memstream worker` with MEMSTREAM_EMBEDDER=openai and no dims set: it asks the model's size
+    (64 here, not the local model's 384), creates the tenant's indexes of that size, and embeds
+    passages and queries through the endpoint."""
+    from tests.conftest import write_docs
+
+    tenant = f"emb-e2e-{uuid.uuid4().hex[:8]}"
+    text = "Oskar Lind runs the Tarn Mill. The Tarn Mill grinds rye for Port Selka."
+    with FakeEmbeddings(dims=64) as fake:
+        workers = make_workers(embedder="openai", embedder_base_url=fake.base_url, embedder_model="fake-64")
+        workers.start()
+        workers.cli.run("publish", *write_docs(tmp_path / "d", {"mill": text}), "--tenant", tenant, "--wait", "--timeout", "180")
+        answer = workers.cli.query("Who runs the Tarn Mill?", tenant)
+    assert [p["text"] for p in answer["passages"]] == [text]
+    assert text in fake.texts and "Who runs the Tarn Mill?" in fake.texts
+    assert all("dimensions" not in r and r["model"] == "fake-64" for r in fake.requests)
