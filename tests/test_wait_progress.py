@@ -3,6 +3,7 @@ call on both stores (store.MemoryStore.document_statuses), and the wait loop ask
 poll, only for the documents still pending."""
 
 import asyncio
+import json
 import uuid
 
 import redis.asyncio as aioredis
@@ -154,3 +155,21 @@ def test_wait_reads_each_tenant_once_per_poll_and_returns_what_is_pending_at_the
 
 def test_the_poll_interval_grows_with_the_pending_documents_within_bounds():
     assert [poll_interval(n) for n in (0, 1, 50, 1000, 5000, 100_000)] == [0.05, 0.05, 0.05, 1.0, 5.0, 5.0]
+
+
+def test_bench_wait_measures_the_cli_of_each_tree_on_a_redis_of_its_own(stack_env):
+    """`memstream bench wait` end to end, small: this tree and a baseline (this tree again)."""
+    from kafka import KafkaAdminClient
+
+    from tests.conftest import Cli, ROOT
+
+    rows = json.loads(Cli(stack_env).run("bench", "wait", "--pending", "30", "--window", "1", "--seen", "--baseline-tree", str(ROOT),
+                                         "--json", timeout=300).stdout)
+    assert [(r["tree"], r["directory"], r["pending"], r["seen"]) for r in rows] == [("this", str(ROOT), 30, True), ("baseline", str(ROOT), 30, True)]
+    assert all(r["client_core_share"] > 0 and r["redis_commands_per_s"] > 0 for r in rows)  # it polled Redis in the window
+    admin = KafkaAdminClient(bootstrap_servers=stack_env["MEMSTREAM_KAFKA_BOOTSTRAP"])
+    try:
+        assert not [t for t in admin.list_topics() for r in rows if t.startswith(f"{r['namespace']}.")]  # its topics deleted
+    finally:
+        admin.close()
+
