@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax"])
+    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait"])
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
     bench.add_argument("--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)")
@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)")
     bench.add_argument("--modes", default=None, help="conversation: query modes, comma-separated (default: every mode of the query engine)")
     bench.add_argument("--redis-url", default=None, help="conversation: index into fresh tenants of this Redis instead of an in-memory store")
+    # bench wait (ops/wait_bench.py)
+    bench.add_argument("--pending", type=int, default=5000, help="wait: documents published that no worker consumes")
+    bench.add_argument("--window", type=float, default=30.0, help="wait: seconds of --wait measured")
+    bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="wait: also measure the CLI of this checkout (e.g. a git worktree of an older commit)")
+    bench.add_argument("--seen", action="store_true", help="wait: each document's status recorded as the chunker does (no chunk done), as in a busy pipeline")
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
@@ -320,6 +325,10 @@ def cmd_bench(settings: Settings, args) -> int:
         return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json)
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
+    if args.kind == "wait":
+        from ops.wait_bench import run_wait_bench
+
+        return run_wait_bench(settings, args.pending, args.window, args.baseline_tree, args.seen, args.json)
     if args.kind == "recall":
         from ops.recall import run_recall_bench
 

@@ -15,7 +15,7 @@ import numpy as np
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import READ_BATCH, EdgeChange
-from store.records import EmbedderId, GroupJoin, Hit, Outgoing
+from store.records import DocumentStatus, EmbedderId, GroupJoin, Hit, Outgoing
 
 StagedWrites = Any  # what pipeline() returns: the batch of writes one decision stages
 
@@ -49,7 +49,9 @@ class MemoryStore(Protocol):
     async def chunk_done(self, tenant: str, chunk_id: str) -> bool: ...
     async def chunks_done_count(self, tenant: str) -> int: ...
     async def outstanding_work(self, tenant: str, chunk_id: str) -> list[str]: ...
-    async def document_status(self, tenant: str, doc_id: str) -> dict | None: ...
+    async def document_status(self, tenant: str, doc_id: str) -> DocumentStatus | None: ...  # None: the chunker has not seen it
+    # many documents of a tenant in one round trip, in their order (`publish --wait` polls it)
+    async def document_statuses(self, tenant: str, doc_ids: list[str]) -> list[DocumentStatus | None]: ...
 
     # ---- memory layers: the extractor writes them, the detector, resolver and queries read ----
     async def ensure_indexes(self, tenant: str) -> None: ...

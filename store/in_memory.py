@@ -27,7 +27,7 @@ from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, type_node
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
-from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
+from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
 from topics import validate_tenant
 
@@ -233,13 +233,18 @@ class InMemoryStore:
     async def outstanding_work(self, tenant: str, chunk_id: str) -> list[str]:
         return sorted(self._set(tenant, "chunk_outstanding", chunk_id))
 
-    async def document_status(self, tenant: str, doc_id: str) -> dict | None:
-        doc = self._tenant(tenant).documents.get(doc_id)
-        if doc is None:
-            return None
-        done = self._set(tenant, "chunks_done")
-        return {"doc_hash": doc["doc_hash"], "version": doc["version"], "chunks": len(doc["chunk_ids"]),
-                "chunks_done": sum(1 for c in doc["chunk_ids"] if c in done)}
+    async def document_status(self, tenant: str, doc_id: str) -> DocumentStatus | None:
+        return (await self.document_statuses(tenant, [doc_id]))[0]
+
+    async def document_statuses(self, tenant: str, doc_ids: list[str]) -> list[DocumentStatus | None]:
+        documents, done = self._tenant(tenant).documents, self._set(tenant, "chunks_done")
+
+        def status(doc: dict | None) -> DocumentStatus | None:
+            if doc is None:
+                return None
+            return DocumentStatus(doc["doc_hash"], doc["version"], len(doc["chunk_ids"]), sum(1 for c in doc["chunk_ids"] if c in done))
+
+        return [status(documents.get(doc_id)) for doc_id in doc_ids]
 
     # ---- memory layers ---------------------------------------------------------------------------
     async def ensure_indexes(self, tenant: str) -> None:

@@ -40,6 +40,20 @@ class GroupJoin:
 
 
 @dataclass(frozen=True)
+class DocumentStatus:
+    """How far a document the chunker has seen is through the pipeline (`publish --wait`)."""
+
+    doc_hash: str  # content hash of the text of its latest publication
+    version: int
+    chunks: int
+    chunks_done: int  # of its chunks, those through the resolver
+
+    def indexed(self, doc_hash: str) -> bool:
+        """This text (by content hash) is through the pipeline: every chunk of it is done."""
+        return self.doc_hash == doc_hash and self.chunks_done == self.chunks
+
+
+@dataclass(frozen=True)
 class Hit:
     id: str  # id within its layer (key without prefix)
     score: float  # cosine similarity

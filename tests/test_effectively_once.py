@@ -137,7 +137,7 @@ def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(
         try:
             stages.pipeline.envelope.send = broken_for_chunks
             await stages.publish("d1", text)
-            lost = (await stages.memory.document_status(stages.tenant, "d1"))["chunks_done"]
+            lost = (await stages.memory.document_status(stages.tenant, "d1")).chunks_done
             stages.pipeline.envelope.send = real_send  # "the next start": publishing works again
             swept = await stages.pipeline.publish_unsent_outboxes(grace_s=0)
             await stages.drain()
@@ -148,7 +148,7 @@ def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(
 
     lost, swept, status, events = run(scenario())
     assert lost == 0 and swept >= 1
-    assert status["chunks_done"] == status["chunks"] == 1
+    assert status.chunks_done == status.chunks == 1
     assert [e["event"] for e in events] == ["activated"]
 
 
