@@ -227,12 +227,13 @@ def test_a_worker_with_the_endpoint_embedder_indexes_and_answers_in_the_models_s
     from tests.conftest import write_docs
 
     tenant = f"emb-e2e-{uuid.uuid4().hex[:8]}"
+    model = f"fake-64-{uuid.uuid4().hex[:8]}"  # a model of its own: no vector of an earlier run in the shared cache
     text = "Oskar Lind runs the Tarn Mill. The Tarn Mill grinds rye for Port Selka."
     with FakeEmbeddings(dims=64) as fake:
-        workers = make_workers(embedder="openai", embedder_base_url=fake.base_url, embedder_model="fake-64")
+        workers = make_workers(embedder="openai", embedder_base_url=fake.base_url, embedder_model=model)
         workers.start()
         workers.cli.run("publish", *write_docs(tmp_path / "d", {"mill": text}), "--tenant", tenant, "--wait", "--timeout", "180")
         answer = workers.cli.query("Who runs the Tarn Mill?", tenant)
     assert [p["text"] for p in answer["passages"]] == [text]
     assert text in fake.texts and "Who runs the Tarn Mill?" in fake.texts
-    assert all("dimensions" not in r and r["model"] == "fake-64" for r in fake.requests)
+    assert all("dimensions" not in r and r["model"] == model for r in fake.requests)
