@@ -23,7 +23,7 @@ from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query.server import cached_embedder, check_exposure, query_app, serve, serve_metrics
 from workers.retry import backoff
-from workers.roles import ROLE_TOPICS
+from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         stream_wait_empty=False,
     )
     memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
-    embedder = cached_embedder(settings, memory) if roles & {"extractor", "query"} else None
+    embedder = cached_embedder(settings, memory) if roles & EMBEDDING_ROLES else None
     extractor = None
     if "extractor" in roles:
         llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.extractor == "llm" else None
