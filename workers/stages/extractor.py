@@ -16,6 +16,7 @@ from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import entity_id, fact_id, has_entity_id, relation_name, schema_id
 from workers.algorithms.turns import session_turn
 from workers.envelope import Emit, PermanentError
+from workers.models.embedding import EmbedderMismatch, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.stages.context import Stage, StageContext
@@ -36,9 +37,14 @@ class ExtractorStage(Stage):
         super().__init__(context)
         self.embedder = context.embedder
         self.extractor = context.extractor
+        self.tenant_embedders = TenantEmbedders(self.memory, self.embedder) if self.embedder is not None else None
 
     async def handle(self, chunk: Chunk) -> None:
         tenant = chunk.tenant
+        try:  # vectors of another embedder than the tenant's indexes hold would be garbage to every query
+            await self.tenant_embedders.check(tenant, writing=True)
+        except EmbedderMismatch as exc:
+            raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
 
         async def decide(pipe) -> list[Emit]:
             try:
