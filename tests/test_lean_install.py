@@ -112,3 +112,28 @@ def test_the_dockerfile_installs_no_extra_by_default_and_the_one_named_by_EXTRAS
 
     assert target("") == "."
     assert target("local") == ".[local]"
+
+
+def test_a_wheel_built_as_the_image_builds_it_holds_every_module(tmp_path):
+    """`pip install .` (the Dockerfile's COPY lines, then a non-editable install) installs every
+    module and data file of the four packages, subpackages included."""
+    import shutil
+    import zipfile
+
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    packages = ("topics", "store", "workers", "ops")
+    for package in packages:
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("memstream-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    files = [path for package in packages for path in (source / package).rglob("*.py")]
+    files += [path for package, patterns in data.items() for pattern in patterns for path in (source / package).glob(pattern)]
+    expected = {path.relative_to(source).as_posix() for path in files}
+    assert {"workers/query/server.py", "ops/kafka/pom.xml"} <= expected
+    assert expected - shipped == set()
