@@ -160,12 +160,14 @@ class FakeEmbeddings:
     `script` steps answer the next requests first: {"status": 429} (or any HTTP error),
     {"dims": n} (a 200 answer with vectors of n columns: a misconfigured server), {"count": n}
     (a 200 answer with only n vectors), {"floats": True} (JSON floats even when base64 was asked:
-    a server that ignores `encoding_format`). `.calls` counts the requests answered (errors included),
+    a server that ignores `encoding_format`). `refuse(text)` True: a request holding that text is
+    answered 400 (as a real server refuses an input past the model's length). `.calls` counts the requests answered (errors included),
     `.texts` lists the texts embedded (200 answers), `.requests` keeps every request body."""
 
-    def __init__(self, dims: int = 384, latency_s: float = 0.0):
+    def __init__(self, dims: int = 384, latency_s: float = 0.0, refuse: Callable[[str], bool] | None = None):
         self.dims = dims
         self.latency_s = latency_s
+        self.refuse = refuse
         self.script: deque = deque()
         self.requests: list[dict] = []
         self.texts: list[str] = []
@@ -208,6 +210,8 @@ class FakeEmbeddings:
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             return 400, {"error": {"message": "input must be a string or a list of strings", "type": "invalid_request_error"}}
+        if self.refuse is not None and any(self.refuse(t) for t in texts):
+            return 400, {"error": {"message": "an input is longer than the model's maximum context length", "type": "invalid_request_error"}}
         dims = step.get("dims") or body.get("dimensions") or self.dims
         rows = [_fake_vector(t, dims) for t in texts][: step.get("count", len(texts))]
         if body.get("encoding_format") == "base64" and not step.get("floats"):

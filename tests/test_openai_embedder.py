@@ -16,7 +16,7 @@ from store import Memory
 from store.in_memory import InMemoryStore
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
-from workers.models.embedding import (BatchingEmbedder, EmbedderError, EmbedderMismatch, EndpointConfig, OpenAIEmbedder, embedder_id,
+from workers.models.embedding import (BatchingEmbedder, EmbedderError, EmbedderMismatch, EmbedderRefused, EndpointConfig, OpenAIEmbedder, embedder_id,
                                       make_embedder)
 from workers.settings import Settings
 
@@ -237,3 +237,38 @@ def test_a_worker_with_the_endpoint_embedder_indexes_and_answers_in_the_models_s
     assert [p["text"] for p in answer["passages"]] == [text]
     assert text in fake.texts and "Who runs the Tarn Mill?" in fake.texts
     assert all("dimensions" not in r and r["model"] == model for r in fake.requests)
+
+
+def refusing(fake_text: str) -> FakeEmbeddings:
+    """The fake refusing (HTTP 400) any request that holds a text containing `fake_text`."""
+    return FakeEmbeddings(refuse=lambda text: fake_text in text)
+
+
+def test_a_text_refused_in_a_merged_batch_fails_only_its_own_caller():
+    async def main(fake):
+        batching = BatchingEmbedder(endpoint(fake))
+        return await asyncio.gather(batching.embed(["alpha", "beta"]), batching.embed(["a passage TOO LONG for the model"]),
+                                    batching.embed(["gamma"]), return_exceptions=True)
+
+    with refusing("TOO LONG") as fake:
+        good, refused, other = asyncio.run(main(fake))
+    assert isinstance(refused, EmbedderRefused) and "HTTP 400" in str(refused)
+    assert np.allclose(good[1], FakeEmbeddings.vector("beta", 384), atol=1e-6)
+    assert np.allclose(other[0], FakeEmbeddings.vector("gamma", 384), atol=1e-6)
+    assert len(fake.requests[0]["input"]) == 4  # one merged request first, then each caller alone
+
+
+def test_a_chunk_whose_text_the_endpoint_refuses_is_dead_lettered_at_once_and_the_others_are_indexed():
+    async def main(fake):
+        stages = InProcess(None, ScriptedExtractor({"Ada lives in Oslo.": [("Ada", "lives in", "Oslo")],
+                                                    "A passage TOO LONG for the model.": []}), BatchingEmbedder(endpoint(fake)))
+        await stages.publish("doc-1", "Ada lives in Oslo.", wait=False)
+        await stages.publish("doc-2", "A passage TOO LONG for the model.", wait=False)
+        await stages.drain()
+        return stages.dead_letters(), await stages.memory.document_statuses(stages.tenant, ["doc-1"])
+
+    with refusing("TOO LONG") as fake:
+        letters, (status,) = asyncio.run(main(fake))
+    assert [(letter["topic"], letter["attempts"]) for letter in letters] == [("memstream.chunks", 1)]
+    assert "refused the request" in letters[0]["error"] and "HTTP 400" in letters[0]["error"]
+    assert status is not None and status.chunks_done == status.chunks == 1

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import os
 import threading
-from collections import OrderedDict
-
-import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,6 +109,19 @@ class BatchingEmbedder:
         texts = [t for part, _ in batch for t in part]
         try:
             vectors = await self._vectors(texts)
+        except EmbedderRefused as refused:
+            if len(batch) == 1:
+                batch[0][1].set_exception(refused)
+                return
+            # one caller's text was refused: each caller asks alone, so only its own call fails
+            # (merged, one over-long passage would dead-letter every chunk of the read-ahead window)
+            alone = await asyncio.gather(*(self._vectors(part) for part, _ in batch), return_exceptions=True)
+            for (_, future), result in zip(batch, alone):
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+            return
         except Exception as exc:
             for _, future in batch:
                 future.set_exception(exc)
@@ -146,6 +158,11 @@ class BatchingEmbedder:
 class EmbedderError(Exception):
     """The embeddings endpoint refused a request, kept failing after retries, or answered
     vectors that do not fit (count, dims)."""
+
+
+class EmbedderRefused(EmbedderError):
+    """The endpoint refused the request as such (an HTTP 4xx other than 429: an input too long,
+    a text it will not take): asking again cannot help, so its message is dead-lettered."""
 
 
 @dataclass(frozen=True)
@@ -229,7 +246,7 @@ class OpenAIEmbedder:
                 outcome = type(exc).__name__
             except openai.APIStatusError as exc:
                 if exc.status_code < 500:
-                    raise EmbedderError(f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
+                    raise EmbedderRefused(f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
                                         f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}") from None
                 outcome = f"http_{exc.status_code}"
             if attempt == self.config.max_attempts:

@@ -16,7 +16,7 @@ from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import entity_id, fact_id, has_entity_id, relation_name, schema_id
 from workers.algorithms.turns import session_turn
 from workers.envelope import Emit, PermanentError
-from workers.models.embedding import EmbedderMismatch, TenantEmbedders
+from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.stages.context import Stage, StageContext
@@ -74,7 +74,10 @@ class ExtractorStage(Stage):
             texts = [chunk.indexed_text] + [e.name for e in entities.values()]  # a turn: with who said it and when
             texts += [f"{t.head} {t.relation} {t.tail}" for t, _, _ in facts]
             texts += [f"{t.head_type} {t.relation} {t.tail_type}" for t, _, _ in facts]
-            vectors = await self.embedder.embed(texts)
+            try:
+                vectors = await self.embedder.embed(texts)
+            except EmbedderRefused as exc:  # this chunk's text, refused as such: asking again cannot help
+                raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
             ent_vecs = vectors[1 : 1 + len(entities)]
             fact_vecs = vectors[1 + len(entities) : 1 + len(entities) + len(facts)]
             schema_vecs = vectors[1 + len(entities) + len(facts) :]
