@@ -1,8 +1,10 @@
 """The faust app: one agent per indexing role, plus the query API (workers.query.server) when
 the roles include `query` next to indexing ones. The only module that imports faust.
 
-Agents run with concurrency 1 (faust #606 loses in-flight messages on a crash with more); scale
-with partitions and worker processes. An event is acknowledged only after `Pipeline.process`
+Agents run with concurrency 1 (faust #606 loses in-flight messages on a crash with more); the
+extractor and the LLM resolver read ahead instead (_read_ahead: model calls of up to
+MEMSTREAM_LLM_CONCURRENCY events in flight, effects and acks in offset order); scale further with
+partitions and worker processes. An event is acknowledged only after `Pipeline.process`
 returned, i.e. after its Redis effects and outgoing messages are durable."""
 
 from __future__ import annotations
@@ -123,31 +125,97 @@ if not getattr(faust.transport.consumer.Consumer.perform_seek, "memstream_patche
 
 
 def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline) -> None:
-    # One event at a time, acked by hand once `process` returned (its effects committed and
-    # its outbox published, or the message dead-lettered). faust's own ack runs in a `finally`
-    # and so also acks the event whose handler was cancelled by a SIGTERM or a rebalance: the
-    # message in flight was committed unprocessed and lost. An event never acked here stays
-    # uncommitted and is delivered again to the partition's next owner.
+    # One event processed at a time, in offset order, acked by hand once `process` returned (its
+    # effects committed and its outbox published, or the message dead-lettered). faust's own ack
+    # runs in a `finally` and so also acks the event whose handler was cancelled by a SIGTERM or
+    # a rebalance: the message in flight was committed unprocessed and lost. An event never
+    # acked here stays uncommitted and is delivered again to the partition's next owner.
     # Batching the extractor with stream.take_events (to overlap LLM calls) stalled under a
-    # consumer-group rebalance in about one run in three of the two-extractor test: not used.
+    # consumer-group rebalance in about one run in three of the two-extractor test: not used;
+    # the model calls overlap through the read-ahead window instead (_read_ahead).
+    window = pipeline.read_ahead(suffix)
+
     async def agent(stream):
         manual = stream.noack()
-        async for event in manual.events():
-            message = event.message
-            attempt = 0
-            while True:  # `process` only raises when even dead-lettering failed (e.g. Kafka down past
-                attempt += 1  # the outage deadline): an agent that crashed would go on with the next
-                try:  # message and its ack would let the commit pass this one, so run it again
-                    await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
-                    break
-                except Exception as exc:
-                    log.error("%s: message at offset %s not processed (%s: %s); trying again", suffix, message.offset, type(exc).__name__, exc)
-                    await asyncio.sleep(backoff(attempt))
-            message.memstream_processed = True
-            await manual.ack(event)
+        if window <= 1:
+            async for event in manual.events():
+                await _process_and_ack(manual, event, suffix, pipeline)
+        else:
+            await _read_ahead(manual, suffix, pipeline, window)
 
     agent.__name__ = agent.__qualname__ = role
     app.agent(topic, name=f"memstream.{role}", concurrency=1)(agent)
+
+
+async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline) -> None:
+    message = event.message
+    attempt = 0
+    while True:  # `process` only raises when even dead-lettering failed (e.g. Kafka down past
+        attempt += 1  # the outage deadline): an agent that crashed would go on with the next
+        try:  # message and its ack would let the commit pass this one, so run it again
+            await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
+            break
+        except Exception as exc:
+            log.error("%s: message at offset %s not processed (%s: %s); trying again", suffix, message.offset, type(exc).__name__, exc)
+            await asyncio.sleep(backoff(attempt))
+    message.memstream_processed = True
+    await manual.ack(event)
+
+
+async def _prefetch_quietly(pipeline: Pipeline, suffix: str, message) -> None:
+    try:
+        await pipeline.prefetch(suffix, message.key, message.value)
+    except Exception as exc:  # `process` meets the same error itself, and retries or dead-letters
+        log.debug("%s: read-ahead of offset %s failed (%s: %s)", suffix, message.offset, type(exc).__name__, exc)
+
+
+async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int) -> None:
+    """Up to `window` events held at once: each event's model calls start as soon as it is read
+    (`Pipeline.prefetch`, a task per event: answers land in the LLM cache, the extractor's memo
+    and the embedding cache), while ONE consumer runs `process` and acks strictly in the order
+    the events came, as the one-at-a-time loop does. So one extractor keeps up to
+    MEMSTREAM_LLM_CONCURRENCY LLM calls in flight, and its effects and offsets still commit in
+    offset order.
+
+    Crash-safe where faust's agent `concurrency > 1` is not (faust #606: its concurrent actors
+    ack on their own, so a crash could lose an event a later offset's ack had committed past):
+    here only the in-order consumer acks, and only after `process` returned, so a committed
+    offset never passes an unprocessed event; on cancellation (SIGTERM, the agent stopped) the
+    prefetch tasks are cancelled and every event not acked stays uncommitted, to be delivered
+    again. No stall under a rebalance, where take_events stalled (it holds a batch until the
+    batch fills or times out, inside the stream's iteration): the reader never waits on
+    anything but a free slot, which the consumer frees by finishing an event, and the consumer
+    never waits on the stream; events of a revoked partition that are still held are processed
+    (the envelope's done marks and fenced commit make their redelivery to the new owner a
+    no-op) or, if the agent is stopped, left uncommitted. A prefetch that fails is ignored."""
+    slots = asyncio.Semaphore(window)  # an event holds a slot from its read until its ack
+    held: asyncio.Queue = asyncio.Queue()  # (event, its prefetch task), in read order
+
+    async def consume() -> None:
+        while True:
+            event, prefetch = await held.get()
+            try:
+                await _process_and_ack(manual, event, suffix, pipeline)
+            finally:
+                prefetch.cancel()  # done by now, unless `process` found the message already done
+                slots.release()
+
+    consumer = asyncio.ensure_future(consume())
+    try:
+        async for event in manual.events():
+            free = asyncio.ensure_future(slots.acquire())
+            await asyncio.wait({free, consumer}, return_when=asyncio.FIRST_COMPLETED)
+            if not free.done():
+                free.cancel()
+            if consumer.done():
+                consumer.result()  # raises what ended it (it only ends by an error)
+                raise RuntimeError(f"{suffix}: the read-ahead consumer stopped")
+            held.put_nowait((event, asyncio.ensure_future(_prefetch_quietly(pipeline, suffix, event.message))))
+    finally:
+        consumer.cancel()
+        while not held.empty():
+            held.get_nowait()[1].cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
 
 
 def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipeline) -> None:

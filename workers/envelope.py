@@ -91,9 +91,7 @@ class Envelope:
         the message dead-lettered with the reason. Returns only then, so the caller may ack."""
         started = time.perf_counter()
         try:
-            if value is None:
-                raise ContractError(f"{topic}: empty message (no value)")
-            record = decode(self.records[topic], value, max_text_bytes=self.settings.max_text_bytes)
+            record = self.decode(topic, value)
         except Exception as exc:  # any failure to decode is a dead letter, never a skipped message
             reason = str(exc) if isinstance(exc, ContractError) else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
             await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
@@ -136,6 +134,12 @@ class Envelope:
         finally:
             if outage_since is not None:
                 metrics.OUTAGE_WAITING.labels(stage=topic).dec()
+
+    def decode(self, topic: str, value: bytes | None) -> Record:
+        """The message's record; raises (ContractError or any decoding error) on bad input."""
+        if value is None:
+            raise ContractError(f"{topic}: empty message (no value)")
+        return decode(self.records[topic], value, max_text_bytes=self.settings.max_text_bytes)
 
     async def dead_letter(self, topic, key, value, error, partition, offset, attempts, tenant=None) -> None:
         log.error("%s: to dead-letter topic: %s", topic, error[:2000])

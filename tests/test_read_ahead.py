@@ -1,0 +1,135 @@
+"""The extractor agent's read-ahead window (workers/app.py `_read_ahead`) over the stages in
+process (tests/inprocess.py, InMemoryStore) and the fake LLM over real HTTP: up to N extraction
+calls in flight, effects and acks in offset order, nothing acked on cancellation and everything
+processed on redelivery. The Kafka worker's SIGTERM and kill with a window: tests/test_crash.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+from ops.fake_llm import FakeOpenAI
+from tests.inprocess import InProcess
+from topics import Chunk, decode, encode
+from topics.records import CandidateFact
+from workers.algorithms.chunking import chunk_id_of
+from workers.app import _read_ahead
+from workers.models.extraction import LLMExtractor
+from workers.models.llm import LLMClient, LLMConfig
+
+TEXTS = [f"Person{i} Quill runs the Mill{i}." for i in range(10)]
+
+
+def extraction(text: str) -> str:
+    i = text.split()[0].removeprefix("Person")
+    return json.dumps({"entities": [], "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
+                                                  "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
+
+
+@dataclass
+class Message:
+    key: bytes
+    value: bytes
+    partition: int
+    offset: int
+
+
+@dataclass
+class Event:
+    message: Message
+
+
+class ManualStream:
+    """Test double of faust's noack stream: yields the events, then waits until each is acked
+    (a real stream never ends) or forever when `hold` is set; records the acks in order."""
+
+    def __init__(self, events: list[Event], hold: bool = False):
+        self.events_ = events
+        self.hold = hold
+        self.acked: list[int] = []
+        self.all_acked = asyncio.Event()
+
+    async def events(self):
+        for event in self.events_:
+            yield event
+        if self.hold:
+            await asyncio.Event().wait()
+        await self.all_acked.wait()
+
+    async def ack(self, event: Event) -> None:
+        self.acked.append(event.message.offset)
+        if len(self.acked) == len(self.events_):
+            self.all_acked.set()
+
+
+def chunk_events(tenant: str) -> list[Event]:
+    chunks = [Chunk(tenant, chunk_id_of(text), f"doc{i}", 0, 1, text) for i, text in enumerate(TEXTS)]
+    return [Event(Message(c.chunk_id.encode(), encode(c), 0, offset)) for offset, c in enumerate(chunks)]
+
+
+def stages(server: FakeOpenAI, concurrency: int) -> InProcess:
+    llm = LLMClient(LLMConfig(server.base_url, "sk-test", "read-ahead", concurrency=concurrency))
+    return InProcess(None, LLMExtractor(llm), tau=1, llm_concurrency=concurrency)
+
+
+def extracted_order(ip: InProcess) -> list[str]:
+    return [decode(CandidateFact, item.value).passage_id for item in ip.sent if item.topic == "candidate-facts"]
+
+
+def test_the_window_keeps_n_extractions_in_flight_and_commits_and_acks_in_offset_order():
+    async def scenario(server):
+        ip = stages(server, concurrency=4)
+        assert ip.pipeline.read_ahead("chunks") == 4 and ip.pipeline.read_ahead("candidate-facts") == 1
+        events = chunk_events(ip.tenant)
+        stream = ManualStream(events)
+        await asyncio.wait_for(_read_ahead(stream, "chunks", ip.pipeline, ip.pipeline.read_ahead("chunks")), 60)
+        return stream.acked, extracted_order(ip), [e.message.key.decode() for e in events]
+
+    with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=0.3) as server:
+        acked, order, chunk_ids = asyncio.run(scenario(server))
+        assert server.max_in_flight == 4  # one at a time before the window
+        assert server.calls == len(TEXTS)  # the prefetched answer is the one handle uses: one call per chunk
+    assert acked == list(range(len(TEXTS)))
+    assert order == chunk_ids  # each chunk's effects and messages in offset order
+
+
+def test_a_cancelled_window_acks_nothing_unprocessed_and_a_redelivery_processes_all():
+    """The agent is cancelled (SIGTERM, rebalance) while its window holds N chunks whose calls
+    are in flight: nothing is acked, the prefetch tasks are cancelled, and the same events
+    delivered again are processed once each, in order."""
+    async def scenario(server):
+        ip = stages(server, concurrency=4)
+        events = chunk_events(ip.tenant)
+        first = ManualStream(events, hold=True)
+        agent = asyncio.ensure_future(_read_ahead(first, "chunks", ip.pipeline, 4))
+        while server.in_flight < 4:
+            await asyncio.sleep(0.02)
+        agent.cancel()
+        await asyncio.gather(agent, return_exceptions=True)
+        acked_before, sent_before = list(first.acked), extracted_order(ip)
+        leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        server.latency_s = 0.05
+        again = ManualStream(events)
+        await asyncio.wait_for(_read_ahead(again, "chunks", ip.pipeline, 4), 60)
+        return acked_before, sent_before, leftover, again.acked, extracted_order(ip), [e.message.key.decode() for e in events]
+
+    with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=2.0) as server:
+        acked_before, sent_before, leftover, acked, order, chunk_ids = asyncio.run(scenario(server))
+    assert acked_before == [] and sent_before == []  # nothing processed, nothing acked: all of it is delivered again
+    assert [t for t in leftover if "_prefetch" in repr(t) or "consume" in repr(t)] == []  # no prefetch or consumer left running
+    assert acked == list(range(len(TEXTS))) and order == chunk_ids
+
+
+def test_a_message_that_does_not_decode_is_left_to_process_which_dead_letters_it():
+    async def scenario(server):
+        ip = stages(server, concurrency=4)
+        events = chunk_events(ip.tenant)[:3]
+        events.insert(1, Event(Message(b"bad", b"{not json", 0, 99)))
+        stream = ManualStream(events)
+        await asyncio.wait_for(_read_ahead(stream, "chunks", ip.pipeline, 4), 60)
+        return stream.acked, ip.dead_letters(), extracted_order(ip)
+
+    with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=0.05) as server:
+        acked, letters, order = asyncio.run(scenario(server))
+    assert acked == [0, 99, 1, 2] and len(letters) == 1 and len(order) == 3
