@@ -80,10 +80,13 @@ def extracted_order(ip: InProcess) -> list[str]:
 def test_the_window_keeps_n_extractions_in_flight_and_commits_and_acks_in_offset_order():
     async def scenario(server):
         ip = stages(server, concurrency=4)
-        assert ip.pipeline.read_ahead("chunks") == 4 and ip.pipeline.read_ahead("candidate-facts") == 1
+        assert ip.pipeline.read_ahead("chunks") == 4
+        assert ip.pipeline.read_ahead("candidate-facts") == ip.settings.partitions  # no model calls: one message per partition
         events = chunk_events(ip.tenant)
         stream = ManualStream(events)
+        most = count_concurrent_process(ip)
         await asyncio.wait_for(_read_ahead(stream, "chunks", ip.pipeline, ip.pipeline.read_ahead("chunks")), 60)
+        assert most() == 1  # one partition: its messages processed one at a time
         return stream.acked, extracted_order(ip), [e.message.key.decode() for e in events]
 
     with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=0.3) as server:
@@ -92,6 +95,56 @@ def test_the_window_keeps_n_extractions_in_flight_and_commits_and_acks_in_offset
         assert server.calls == len(TEXTS)  # the prefetched answer is the one handle uses: one call per chunk
     assert acked == list(range(len(TEXTS)))
     assert order == chunk_ids  # each chunk's effects and messages in offset order
+
+
+def count_concurrent_process(ip: InProcess):
+    """Wraps the pipeline's `process` to count the calls running at once; returns the maximum's getter."""
+    process, running, most = ip.pipeline.process, [0], [0]
+
+    async def counted(*args):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        try:
+            await process(*args)
+        finally:
+            running[0] -= 1
+
+    ip.pipeline.process = counted
+    return lambda: most[0]
+
+
+def test_partitions_are_processed_side_by_side_each_in_offset_order():
+    """Two partitions: a lane each, so two messages are processed at once (as two processes
+    would), while each partition's effects and acks keep its offset order."""
+    async def scenario(server):
+        ip = stages(server, concurrency=4)
+        events = chunk_events(ip.tenant)
+        for i, event in enumerate(events):
+            event.message.partition, event.message.offset = i % 2, i // 2
+        stream = ManualStream(events)
+        stream.ack = acks_by_partition(stream)
+        most = count_concurrent_process(ip)
+        await asyncio.wait_for(_read_ahead(stream, "chunks", ip.pipeline, 4), 60)
+        by_partition = {p: [e.message.key.decode() for e in events if e.message.partition == p] for p in (0, 1)}
+        order = extracted_order(ip)
+        return most(), stream.by_partition, {p: [c for c in order if c in ids] for p, ids in by_partition.items()}, by_partition
+
+    with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=0.2) as server:
+        most, acked, effects, expected = asyncio.run(scenario(server))
+    assert most == 2
+    assert acked == {0: list(range(5)), 1: list(range(5))}
+    assert effects == expected
+
+
+def acks_by_partition(stream: ManualStream):
+    stream.by_partition = {}
+
+    async def ack(event: Event) -> None:
+        stream.by_partition.setdefault(event.message.partition, []).append(event.message.offset)
+        if sum(map(len, stream.by_partition.values())) == len(stream.events_):
+            stream.all_acked.set()
+
+    return ack
 
 
 def test_a_cancelled_window_acks_nothing_unprocessed_and_a_redelivery_processes_all():

@@ -27,7 +27,7 @@ from store import Memory
 from store.facts import Lifecycle
 from topics import CandidateFact, Chunk, ConflictSet, Document
 from topics.records import Record
-from workers.envelope import Envelope, Handler, Send
+from workers.envelope import Envelope, Handler, Send, SendMany
 from workers.models.protocols import ChatModel, Embedder, Extractor
 from workers.settings import Settings
 from workers.stages.chunker import ChunkerStage
@@ -42,14 +42,15 @@ class Pipeline:
     RECORDS = {"documents": Document, "chunks": Chunk, "candidate-facts": CandidateFact, "conflict-sets": ConflictSet}
 
     def __init__(self, settings: Settings, memory: Memory, send: Send, embedder: Embedder | None = None,
-                 extractor: Extractor | None = None, resolver_llm: ChatModel | None = None):
+                 extractor: Extractor | None = None, resolver_llm: ChatModel | None = None, send_many: SendMany | None = None):
         self.settings = settings
         self.memory = memory
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
         self.handlers: dict[str, Handler] = {}  # filled below: the stages run through the envelope's `once`
-        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers=self.handlers)
+        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers=self.handlers,
+                                 send_many=send_many)
         context = StageContext(
             settings=settings, memory=memory, lifecycle=Lifecycle(memory), once=self.envelope.once,
             embedder=embedder, extractor=extractor, resolver_llm=resolver_llm,
@@ -72,9 +73,10 @@ class Pipeline:
         await self.envelope.process(topic, key, value, partition, offset)
 
     def read_ahead(self, topic: str) -> int:
-        """How many messages of `topic` an agent may hold at once (workers/app.py): the LLM's
-        concurrency where a stage has model calls to start early, else 1 (one at a time)."""
-        return max(1, self.settings.llm_concurrency) if topic in self.prefetchers else 1
+        """How many messages of `topic` an agent may hold at once (workers/app.py, one lane per
+        partition): the LLM's concurrency where a stage has model calls to start early, else
+        the partition count (one message per partition in flight, as that many processes would)."""
+        return max(1, self.settings.llm_concurrency if topic in self.prefetchers else self.settings.partitions)
 
     async def prefetch(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """Start the model calls `process` will make for this message, so their answers wait in

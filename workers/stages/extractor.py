@@ -50,14 +50,8 @@ class ExtractorStage(Stage):
         few large batches and land in the embedding cache. Side-effect free otherwise: handle
         still grounds, resolves aliases and embeds what it decides (a text missed here is
         embedded then). Errors are left to handle, which meets them itself."""
-        key = (chunk.chunk_id, chunk.context)
-        task = self._memo.get(key)
-        if task is None:
-            task = self._memo[key] = asyncio.ensure_future(self.extractor.extract(chunk.text, chunk.context))
-            while len(self._memo) > MEMO_SIZE:  # dropped, not cancelled: its answer still reaches the LLM cache
-                self._memo.popitem(last=False)
         try:
-            extraction = await asyncio.shield(task)  # a cancelled prefetch leaves the extraction to handle
+            extraction = await asyncio.shield(self._started(chunk))  # a cancelled prefetch leaves the extraction to handle
         except Exception:
             return
         texts = [chunk.indexed_text] + [e.name for e in extraction.entities]
@@ -65,12 +59,26 @@ class ExtractorStage(Stage):
         texts += [f"{t.head_type} {relation_name(t.relation)} {t.tail_type}" for t in extraction.facts]
         await self.embedder.embed(list(dict.fromkeys(texts)))
 
+    def _started(self, chunk: Chunk) -> asyncio.Task:
+        """The chunk's extraction in the memo — started now unless it is there, running or done
+        well (a failed or cancelled one is asked again)."""
+        key = (chunk.chunk_id, chunk.context)
+        task = self._memo.get(key)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = self._memo[key] = asyncio.ensure_future(self.extractor.extract(chunk.text, chunk.context))
+            while len(self._memo) > MEMO_SIZE:  # dropped, not cancelled: its answer still reaches the LLM cache
+                self._memo.popitem(last=False)
+        return task
+
     async def _extraction(self, chunk: Chunk) -> Extraction:
-        """The chunk's extraction: the one prefetch started (taken from the memo), else a call now."""
-        task = self._memo.pop((chunk.chunk_id, chunk.context), None)
-        if task is None or task.cancelled():
-            return await self.extractor.extract(chunk.text, chunk.context)
-        return await task
+        """The chunk's extraction: the one prefetch started, else one started now (in the memo
+        while it runs, so a prefetch that starts late joins it instead of asking again)."""
+        task = self._started(chunk)
+        try:
+            return await task
+        finally:
+            if self._memo.get((chunk.chunk_id, chunk.context)) is task:
+                del self._memo[(chunk.chunk_id, chunk.context)]
 
     async def handle(self, chunk: Chunk) -> None:
         tenant = chunk.tenant
