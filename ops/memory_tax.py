@@ -265,9 +265,9 @@ def judge(engine: str, context: str, history_tokens: int, detail: dict | None = 
 async def memory_tax(embedder=None) -> list[EngineResult]:
     """The three engines on the session, judged alike (the module docstring)."""
     if embedder is None:
-        from workers.models.embedding import BatchingEmbedder, make_embedder
+        from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 
-        embedder = BatchingEmbedder(make_embedder("local"))
+        embedder = BatchingEmbedder(LocalEmbedder())
     turns = session()
     history, decision = turns[:-1], turns[-1]
     full = full_history(history)

@@ -15,7 +15,7 @@ import numpy as np
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import READ_BATCH, EdgeChange
-from store.records import GroupJoin, Hit, Outgoing
+from store.records import EmbedderId, GroupJoin, Hit, Outgoing
 
 StagedWrites = Any  # what pipeline() returns: the batch of writes one decision stages
 
@@ -54,6 +54,8 @@ class MemoryStore(Protocol):
     # ---- memory layers: the extractor writes them, the detector, resolver and queries read ----
     async def ensure_indexes(self, tenant: str) -> None: ...
     def stage_passage(self, pipe: StagedWrites, tenant: str, chunk, entity_ids: list[str], vector) -> None: ...
+    # the embedder the tenant's indexes were built with, recorded by the first writer (Memory's docstring)
+    async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None: ...
     def stage_entity(self, pipe: StagedWrites, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None: ...
     def stage_schema(self, pipe: StagedWrites, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector,
                      passage_id: str) -> None: ...

@@ -29,6 +29,7 @@ from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
+from store.records import UNRECORDED_EMBEDDER, EmbedderId
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 SWEEP_REGISTRATION_S = 60
@@ -166,6 +167,12 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 """
 
+# The tenant's embedder, recorded unless one is: the first claim wins. KEYS: the record. ARGV: name, dims.
+_CLAIM_EMBEDDER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'name', ARGV[1], 'dims', ARGV[2]) end
+return redis.call('HMGET', KEYS[1], 'name', 'dims')
+"""
+
 # A fact (back) in memory is in the expiry index at its lapse, if it has one: a sweep that passed
 # that lapse while the fact was out of memory dropped its entry.
 # KEYS: the fact, the expiry index. ARGV: fact id.
@@ -250,6 +257,38 @@ class Memory:
             self._indexes_checked[tenant] = now
         for layer in LAYERS:
             await self.index(tenant, layer)
+
+    # ---- the embedder a tenant's indexes were built with -------------------------------------
+    async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None:
+        """The embedder the tenant's indexes were built with. None recorded: a tenant with
+        indexes (built before records were kept) adopts `embedder` when they are of its dims,
+        else is EmbedderId(UNRECORDED_EMBEDDER, their dims); a tenant without indexes adopts it
+        when `create` (a writer, about to create them), else None (a reader records nothing).
+        Adopting is one atomic claim: of two writers, the first wins and both get its record."""
+        key = self.keys(tenant).embedder
+        recorded = await self.redis.hmget(key, "name", "dims")
+        if recorded[0] is None:
+            dims = await self._index_dims(tenant)
+            if dims is not None and dims != embedder.dims:
+                return EmbedderId(UNRECORDED_EMBEDDER, dims)
+            if dims is None and not create:
+                return None
+            recorded = await self.redis.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
+        return EmbedderId(recorded[0].decode("utf-8"), int(recorded[1]))
+
+    async def _index_dims(self, tenant: str) -> int | None:
+        """The vector size of the tenant's passages index (FT.INFO), None when it has none."""
+        try:
+            info = await self.redis.ft(self.keys(tenant).index_name("passages")).info()
+        except Exception as exc:
+            if index_missing(exc):
+                return None
+            raise
+        for attribute in info.get("attributes") or info.get(b"attributes") or []:
+            words = [w.decode() if isinstance(w, bytes) else w for w in attribute]
+            if "VECTOR" in words and "dim" in [str(w).lower() for w in words]:
+                return int(words[[str(w).lower() for w in words].index("dim") + 1])
+        return None
 
     async def knn(
         self,

@@ -20,6 +20,7 @@ from aiokafka.structs import TopicPartition as AIOKafkaTP
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES
+from workers.models.embedding import make_embedder
 from workers.models.extraction import make_extractor
 from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
@@ -50,8 +51,10 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         topic_partitions=settings.partitions,
         stream_wait_empty=False,
     )
-    memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
-    embedder = cached_embedder(settings, memory) if roles & {"extractor", "query"} else None
+    model = make_embedder(settings) if roles & {"extractor", "query"} else None
+    dims = {"dims": model.dims} if model is not None else {}  # the indexes a writer creates hold its embedder's vectors
+    memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index, **dims)
+    embedder = cached_embedder(settings, memory, model) if model is not None else None
     extractor = None
     if "extractor" in roles:
         llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.extractor == "llm" else None

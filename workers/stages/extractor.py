@@ -18,6 +18,7 @@ from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import entity_id, fact_id, has_entity_id, relation_name, schema_id
 from workers.algorithms.turns import session_turn
 from workers.envelope import Emit, PermanentError
+from workers.models.embedding import EmbedderMismatch, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.stages.context import Stage, StageContext
@@ -42,6 +43,7 @@ class ExtractorStage(Stage):
         self.embedder = context.embedder
         self.extractor = context.extractor
         self._memo: OrderedDict[tuple[str, str], asyncio.Task] = OrderedDict()  # (chunk id, context) → extraction
+        self.tenant_embedders = TenantEmbedders(self.memory, self.embedder) if self.embedder is not None else None
 
     # ---- read-ahead (workers/app.py): the model calls of a chunk, started before its turn ----
     async def prefetch(self, chunk: Chunk) -> None:
@@ -82,6 +84,10 @@ class ExtractorStage(Stage):
 
     async def handle(self, chunk: Chunk) -> None:
         tenant = chunk.tenant
+        try:  # vectors of another embedder than the tenant's indexes hold would be garbage to every query
+            await self.tenant_embedders.check(tenant, writing=True)
+        except EmbedderMismatch as exc:
+            raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
 
         async def decide(pipe) -> list[Emit]:
             try:
