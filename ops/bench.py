@@ -2,9 +2,16 @@
 and resolver against a fake OpenAI-compatible LLM of fixed latency (a benchmark double).
 
 It reports, side by side in one run:
-- throughput: chunks/s for a burst of documents against the LLM-bound limit
-  (concurrency / latency) — the best any pipeline calling that LLM could do;
-- LLM calls per chunk (extraction + resolution);
+- throughput: chunks/s for a burst of one-chunk documents through 1 (and 2: `--extractors 1,2`)
+  extractor processes — each running the extractor role alone, a further process running
+  chunker, detector, resolver and the query API — against the LLM-bound limit
+  (extractors × concurrency / latency), the best any pipeline calling that LLM could do, and
+  the ratio of each count to the first;
+- LLM calls per chunk (extraction + resolution), the LLM's average calls in flight, the cores
+  each process used during the burst (/proc), and a line saying what bounds the throughput;
+- with `--embedder fake` the workers embed through MEMSTREAM_EMBEDDER=openai against
+  ops.fake_llm.FakeEmbeddings, so this machine's CPU is not spent on a model; with the local
+  embedder, the embedding-bound limit (the same texts through the model alone);
 - per-document indexing time when the memory already holds 1k / 5k / 20k passages (filled
   directly in Redis with synthetic records and random vectors, so the fill is fast), as a ratio
   to the smallest size: it must stay flat, since nothing is rebuilt per insert.

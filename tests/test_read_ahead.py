@@ -186,3 +186,24 @@ def test_a_message_that_does_not_decode_is_left_to_process_which_dead_letters_it
     with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=0.05) as server:
         acked, letters, order = asyncio.run(scenario(server))
     assert acked == [0, 99, 1, 2] and len(letters) == 1 and len(order) == 3
+
+
+def test_an_outbox_of_several_messages_is_sent_in_one_send_many_in_its_order():
+    """The worker's send_many (workers/app.py) enqueues an outbox in order and awaits the
+    broker's acknowledgements together; the envelope hands it whole outboxes."""
+    from tests.inprocess import ScriptedExtractor
+
+    text = "Ana Lund lives in Oslo, works in Bergen and was born in Tromso."
+    ip = InProcess(None, ScriptedExtractor({text: [("Ana Lund", "lives in", "Oslo"), ("Ana Lund", "works in", "Bergen"), ("Ana Lund", "born in", "Tromso")]}), tau=1)
+    batches = []
+
+    async def send_many(items):
+        batches.append([item.topic for item in items])
+        for item in items:
+            await ip._send(item)
+
+    ip.pipeline.envelope.send_many = send_many
+    asyncio.run(ip.publish("ana", text))
+    assert ["candidate-facts"] * 3 in batches  # the chunk's three candidates, as one batch
+    assert all(len(batch) > 1 for batch in batches)  # a single message goes through `send`
+    assert [decode(CandidateFact, item.value).fact_index for item in ip.sent if item.topic == "candidate-facts"] == [0, 1, 2]
