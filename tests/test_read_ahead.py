@@ -207,3 +207,44 @@ def test_an_outbox_of_several_messages_is_sent_in_one_send_many_in_its_order():
     assert ["candidate-facts"] * 3 in batches  # the chunk's three candidates, as one batch
     assert all(len(batch) > 1 for batch in batches)  # a single message goes through `send`
     assert [decode(CandidateFact, item.value).fact_index for item in ip.sent if item.topic == "candidate-facts"] == [0, 1, 2]
+
+
+def test_the_resolvers_prefetch_asks_what_handle_then_finds_in_the_llm_cache(tmp_path):
+    """An adjudication read ahead: its resolution request goes out from memory as it is, and
+    processing the message then takes the answer from the LLM cache (no second call)."""
+    from tests.test_llm import _llm
+    from tests.test_memory_agents import CONFLICTS, _ids, write_script
+    from workers.algorithms.chunking import chunk_id_of
+    from workers.models.extraction import ReplayExtractor
+
+    decisions = [{"fact_id": _ids(doc), "action": action, "evidence": "Mira Okafor was born in Oslo, her passport says",
+                  "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]), "valid_from": None, "valid_to": None, "scope": None}
+                 for doc, action in (("m2", "keep"), ("m1", "invalidate"))]
+
+    async def scenario(server):
+        probe = InProcess(None, None, tau=1)
+        ip = InProcess(None, ReplayExtractor(str(write_script(tmp_path / "s.jsonl", CONFLICTS))), tau=1, memory=probe.memory,
+                       tenant=probe.tenant, resolver_llm=_llm(server, probe.memory, "prefetch-res"))
+        calls = []  # (calls after prefetch - before, calls after process - after prefetch) per adjudication
+        process = ip.pipeline.process
+
+        async def prefetched(topic, key, value, *rest):
+            if topic == "conflict-sets":
+                before = server.calls
+                await ip.pipeline.prefetch(topic, key, value)
+                after = server.calls
+                await process(topic, key, value, *rest)
+                calls.append((after - before, server.calls - after))
+            else:
+                await process(topic, key, value, *rest)
+
+        ip.pipeline.process = prefetched
+        await ip.publish("m2", CONFLICTS["m2"][0])
+        await ip.publish("m1", CONFLICTS["m1"][0])
+        return calls, await ip.facts()
+
+    with FakeOpenAI(answers={_ids("m1"): json.dumps({"decisions": decisions})}) as server:
+        calls, facts = asyncio.run(scenario(server))
+        assert server.calls == 1
+    assert (1, 0) in calls  # the one resolution: asked by prefetch, answered from the cache in process
+    assert facts[_ids("m1")].status == "invalid" and facts[_ids("m2")].status == "active"
