@@ -231,8 +231,8 @@ def _burst(settings: Settings, documents: list[Document], extractors: int, llm: 
     seconds = _index(settings, documents)
     cpu = {name: (_cpu_seconds(pid) - cpu_before[name]) / seconds for name, pid in pids.items()}
     cpu["bench (publisher, fakes)"] = (sum(os.times()[:2]) - own_before) / seconds
-    busy, total = (after - before for after, before in zip(_machine_busy(), machine_before))
-    return Phase(extractors, len(documents), seconds, llm.calls - calls, llm.busy_s - busy, cpu, busy / total if total else 0.0)
+    machine_busy, machine_total = (after - before for after, before in zip(_machine_busy(), machine_before))
+    return Phase(extractors, len(documents), seconds, llm.calls - calls, llm.busy_s - busy, cpu, machine_busy / machine_total if machine_total else 0.0)
 
 
 def _machine_busy() -> tuple[float, float]:
