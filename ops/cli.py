@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
     bench.add_argument("--latency-ms", type=int, default=200, help="the fake LLM's fixed latency")
     bench.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight per extractor process")
+    bench.add_argument("--extractors", default="1", help="index: extractor processes, comma-separated counts measured side by side (e.g. 1,2)")
+    bench.add_argument("--partitions", type=int, default=4, help="index: partitions per topic")
+    bench.add_argument("--embedder", choices=["local", "fake"], default="local", help="index: the local model, or a fake embeddings endpoint (CPU not the bound)")
     bench.add_argument("--clients", default="1,16,64", help="load: concurrent clients, one level each")
     bench.add_argument("--seconds", type=float, default=10.0, help="load: seconds per client level")
     bench.add_argument("--passages", type=int, default=50, help="load: passages indexed into a fresh tenant when --tenant is not given")
@@ -348,8 +351,10 @@ def cmd_bench(settings: Settings, args) -> int:
         return run_load_bench(settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages, args.json)
     from ops.bench import run_index_bench
 
-    sizes = sorted(int(s) for s in args.sizes.split(","))
-    return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json)
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
+    extractors = [int(n) for n in args.extractors.split(",")]
+    return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json,
+                           extractors, args.partitions, args.embedder)
 
 
 # ---- drill-down: a fact, its evidence, a passage, the standing facts — what GET

@@ -43,6 +43,7 @@ class FakeOpenAI:
         self.answered_by: list[str | None] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.busy_s = 0.0  # request-seconds answered: over a span, busy_s / span = the average in flight
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -94,11 +95,13 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                started = time.monotonic()
                 try:
                     self._answer()
                 finally:
                     with fake._lock:
                         fake.in_flight -= 1
+                        fake.busy_s += time.monotonic() - started
 
             def _answer(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
