@@ -2,9 +2,16 @@
 and resolver against a fake OpenAI-compatible LLM of fixed latency (a benchmark double).
 
 It reports, side by side in one run:
-- throughput: chunks/s for a burst of documents against the LLM-bound limit
-  (concurrency / latency) — the best any pipeline calling that LLM could do;
-- LLM calls per chunk (extraction + resolution);
+- throughput: chunks/s for a burst of one-chunk documents through 1 (and 2: `--extractors 1,2`)
+  extractor processes — each running the extractor role alone, a further process running
+  chunker, detector, resolver and the query API — against the LLM-bound limit
+  (extractors × concurrency / latency), the best any pipeline calling that LLM could do, and
+  the ratio of each count to the first;
+- LLM calls per chunk (extraction + resolution), the LLM's average calls in flight, the cores
+  each process used during the burst (/proc), and a line saying what bounds the throughput;
+- with `--embedder fake` the workers embed through MEMSTREAM_EMBEDDER=openai against
+  ops.fake_llm.FakeEmbeddings, so this machine's CPU is not spent on a model; with the local
+  embedder, the embedding-bound limit (the same texts through the model alone);
 - per-document indexing time when the memory already holds 1k / 5k / 20k passages (filled
   directly in Redis with synthetic records and random vectors, so the fill is fast), as a ratio
   to the smallest size: it must stay flat, since nothing is rebuilt per insert.
@@ -13,11 +20,14 @@ It reports, side by side in one run:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import statistics
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -110,59 +120,166 @@ def _docs(tenant: str, start: int, count: int) -> list[Document]:
     return [Document(tenant=tenant, doc_id=f"bench-{i}", text=synthetic_doc(i)) for i in range(start, start + count)]
 
 
-def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int, latency_ms: int, concurrency: int, as_json: bool) -> int:
+@dataclass
+class Phase:
+    """One throughput measurement: a burst through `extractors` extractor processes."""
+
+    extractors: int
+    chunks: int
+    seconds: float
+    llm_calls: int
+    llm_busy_s: float  # request-seconds the fake LLM spent answering during the burst
+    cpu: dict[str, float]  # process name → cores used on average during the burst
+    machine_busy: float  # share of the machine's CPU time busy during the burst, every process counted (others' too)
+
+    def row(self, latency_ms: int, concurrency: int) -> dict:
+        limit = self.extractors * concurrency / (latency_ms / 1000)  # LLM-bound: every slot of every extractor busy
+        rate = self.chunks / self.seconds
+        return {"extractors": self.extractors, "chunks": self.chunks, "seconds": round(self.seconds, 2), "chunks_per_s": round(rate, 2),
+                "llm_bound_chunks_per_s": round(limit, 2), "fraction_of_limit": round(rate / limit, 3),
+                "llm_calls_per_chunk": round(self.llm_calls / self.chunks, 3),
+                "llm_in_flight_avg": round(self.llm_busy_s / self.seconds, 2), "llm_slots": self.extractors * concurrency,
+                "cpu_cores": {name: round(c, 2) for name, c in self.cpu.items()}, "machine_busy": round(self.machine_busy, 3)}
+
+
+def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int, latency_ms: int, concurrency: int, as_json: bool,
+                    extractors: list[int] = (1,), partitions: int = 4, embedder: str = "local") -> int:
+    """Throughput of a burst for each count of extractor processes in `extractors` (side by
+    side, in this run), then per-document time as memory grows (`sizes`; none: skipped).
+
+    With several counts the roles are split: one process runs the extractor role alone per
+    extractor, one more runs chunker, detector, resolver and the query API. `embedder`
+    "fake": MEMSTREAM_EMBEDDER=openai against ops.fake_llm.FakeEmbeddings (no model on this
+    CPU), so the LLM is the only bound meant to remain."""
     Stack(settings).up(stderr)
-    ns = f"bench{uuid.uuid4().hex[:8]}"
+    run_id = uuid.uuid4().hex[:8]
     home = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
-    tenant = f"{ns}-grow"
-    warm, burst_docs = _docs(f"{ns}-warm", 10_000_000, 4), _docs(f"{ns}-burst", 20_000_000, burst)
+    bursts = {n: _docs(f"bench{run_id}-x{n}", 20_000_000 + 1_000_000 * n, burst) for n in extractors}
+    warms = {n: _docs(f"bench{run_id}-warm{n}", 10_000_000 + 10_000 * n, 12) for n in extractors}
+    tenant = f"bench{run_id}-grow"
     probes = {size: [_docs(tenant, 30_000_000 + size + i, 1) for i in range(probe)] for size in sizes}
-    corpus = warm + burst_docs + [doc for docs in probes.values() for batch in docs for doc in batch]
-    with rules_llm((doc.text for doc in corpus), latency_ms / 1000) as llm:
-        env = worker_env(settings, ns, home, MEMSTREAM_EXTRACTOR="llm", MEMSTREAM_RESOLVER="llm", MEMSTREAM_LLM_BASE_URL=llm.base_url,
-                         MEMSTREAM_LLM_MODEL=f"fake-{ns}", MEMSTREAM_LLM_CONCURRENCY=str(concurrency), MEMSTREAM_HTTP_PORT=str(free_port()))
-        bench = Settings.from_env(env)
-        ensure_topics(bench)
-        with WorkerProcess.spawn(home / "worker.log", env) as worker:
-            worker.wait_healthy()
-            # warm up: model load, first index creation
-            _index(bench, warm)
+    corpus = [d for docs in (*bursts.values(), *warms.values()) for d in docs] + [doc for docs in probes.values() for batch in docs for doc in batch]
+    with contextlib.ExitStack() as stack:
+        llm = stack.enter_context(rules_llm((doc.text for doc in corpus), latency_ms / 1000))
+        embedder_env = {}
+        if embedder == "fake":
+            from ops.fake_llm import FakeEmbeddings  # the fake embeddings endpoint (a benchmark double)
 
-            stderr("bench: embedding-bound limit (the same texts through the local embedder alone)")
-            embed_bound = _embedding_bound(burst_docs)
-            stderr(f"bench: burst of {burst} documents")
-            calls_before = llm.calls
-            seconds = _index(bench, burst_docs)
-            throughput = {"chunks": burst, "seconds": round(seconds, 2), "chunks_per_s": round(burst / seconds, 2),
-                          "llm_bound_chunks_per_s": round(concurrency / (latency_ms / 1000), 2),
-                          "llm_calls_per_chunk": round((llm.calls - calls_before) / burst, 3)}
-            throughput["fraction_of_limit"] = round(throughput["chunks_per_s"] / throughput["llm_bound_chunks_per_s"], 3)
-            throughput["embedding_bound_chunks_per_s"] = round(embed_bound, 2)
-            throughput["fraction_of_embedding_bound"] = round(throughput["chunks_per_s"] / embed_bound, 3)
-
-            rows, filled = [], 0
-            for size in sizes:
-                stderr(f"bench: filling memory to {size} passages")
-                asyncio.run(fill_memory(bench, tenant, size - filled, filled))
-                filled = size
-                latencies = [_index(bench, docs) for docs in probes[size]]
-                rows.append({"passages": size, "probe_docs": probe, "doc_ms_p50": round(1000 * statistics.median(latencies), 1),
-                             "doc_ms_mean": round(1000 * statistics.fmean(latencies), 1)})
-            for row in rows:
-                row["ratio_to_smallest"] = round(row["doc_ms_p50"] / rows[0]["doc_ms_p50"], 3)
-    result = {"latency_ms": latency_ms, "concurrency": concurrency, "vector_index": bench.vector_index, "throughput": throughput, "per_document": rows}
+            fake = stack.enter_context(FakeEmbeddings(dims=384))
+            embedder_env = {"MEMSTREAM_EMBEDDER": "openai", "MEMSTREAM_EMBEDDER_BASE_URL": fake.base_url,
+                            "MEMSTREAM_EMBEDDER_MODEL": f"fake-embed-{run_id}", "MEMSTREAM_EMBEDDER_DIMS": "384"}
+        phases, rows = [], []
+        for n in extractors:
+            ns = f"bench{run_id}x{n}"
+            env = worker_env(settings, ns, home / ns, MEMSTREAM_EXTRACTOR="llm", MEMSTREAM_RESOLVER="llm", MEMSTREAM_LLM_BASE_URL=llm.base_url,
+                             MEMSTREAM_LLM_MODEL=f"fake-{ns}", MEMSTREAM_LLM_CONCURRENCY=str(concurrency), MEMSTREAM_HTTP_PORT=str(free_port()),
+                             MEMSTREAM_PARTITIONS=str(partitions), **embedder_env)
+            (home / ns).mkdir(parents=True)
+            bench = Settings.from_env(env)
+            ensure_topics(bench)
+            stderr(f"bench: {n} extractor process(es), {partitions} partitions, {concurrency} LLM calls in flight each, {latency_ms} ms per call")
+            with contextlib.ExitStack() as procs:
+                rest = procs.enter_context(WorkerProcess.spawn(home / ns / "others.log", env, role="chunker,detector,resolver,query"))
+                workers = {"others": rest}
+                for i in range(n):
+                    workers[f"extractor{i + 1}"] = procs.enter_context(WorkerProcess.spawn(home / ns / f"extractor{i + 1}.log", env, role="extractor"))
+                rest.wait_healthy()
+                _index(bench, warms[n][:4])  # model load, first index creation, the group joined
+                time.sleep(bench.session_timeout)  # the extractors' group settled
+                _index(bench, warms[n][4:])
+                for name, worker in workers.items():
+                    if not worker.running():
+                        raise RuntimeError(f"bench: {name} exited; see {worker.log}")
+                phases.append(_burst(bench, bursts[n], n, llm, {name: w.pid for name, w in workers.items()}))
+                if n == extractors[0] and sizes:
+                    rows = _growth(bench, tenant, sizes, probes)
+    throughput = [phase.row(latency_ms, concurrency) for phase in phases]
+    for row in throughput[1:]:
+        row["ratio_to_first"] = round(row["chunks_per_s"] / throughput[0]["chunks_per_s"], 3)
+    result = {"latency_ms": latency_ms, "concurrency": concurrency, "partitions": partitions, "embedder": embedder,
+              "throughput": throughput, "bound": _bound(throughput[-1]), "per_document": rows}
+    if embedder == "local":
+        stderr("bench: embedding-bound limit (the same texts through the local embedder alone)")
+        embed_bound = _embedding_bound(bursts[extractors[0]])
+        result["embedding_bound_chunks_per_s"] = round(embed_bound, 2)
     if as_json:
         print(json.dumps(result, indent=1))
-    else:
-        t = throughput
-        print(f"throughput: {t['chunks_per_s']} chunks/s vs LLM-bound limit {t['llm_bound_chunks_per_s']} "
-              f"({100 * t['fraction_of_limit']:.0f}%) and embedding-bound limit {t['embedding_bound_chunks_per_s']} "
-              f"({100 * t['fraction_of_embedding_bound']:.0f}%); {t['llm_calls_per_chunk']} LLM calls per chunk ({burst} documents, {t['seconds']} s)")
+        return 0
+    print(f"LLM latency {latency_ms} ms, {concurrency} calls in flight per extractor, {partitions} partitions, {embedder} embedder, {burst} one-chunk documents")
+    for t in throughput:
+        ratio = f", {t['ratio_to_first']}x the first" if "ratio_to_first" in t else ""
+        print(f"{t['extractors']} extractor(s): {t['chunks_per_s']} chunks/s vs LLM-bound limit {t['llm_bound_chunks_per_s']} "
+              f"({100 * t['fraction_of_limit']:.0f}%){ratio}; {t['llm_calls_per_chunk']} LLM calls per chunk; "
+              f"LLM in flight {t['llm_in_flight_avg']} of {t['llm_slots']} on average; {t['seconds']} s")
+        print("    cores used: " + ", ".join(f"{name} {cores}" for name, cores in t["cpu_cores"].items()))
+    if "embedding_bound_chunks_per_s" in result:
+        print(f"embedding-bound limit (local embedder alone): {result['embedding_bound_chunks_per_s']} chunks/s")
+    print(f"bound: {result['bound']}")
+    if rows:
         print(f"vector index: {bench.vector_index}")
         print(f"{'passages in memory':>20} {'doc p50 ms':>11} {'doc mean ms':>12} {'ratio':>7}")
         for row in rows:
             print(f"{row['passages']:>20} {row['doc_ms_p50']:>11} {row['doc_ms_mean']:>12} {row['ratio_to_smallest']:>7}")
     return 0
+
+
+def _burst(settings: Settings, documents: list[Document], extractors: int, llm: FakeOpenAI, pids: dict[str, int]) -> Phase:
+    stderr(f"bench: burst of {len(documents)} documents")
+    calls, busy = llm.calls, llm.busy_s
+    cpu_before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    own_before, machine_before = sum(os.times()[:2]), _machine_busy()
+    seconds = _index(settings, documents)
+    cpu = {name: (_cpu_seconds(pid) - cpu_before[name]) / seconds for name, pid in pids.items()}
+    cpu["bench (publisher, fakes)"] = (sum(os.times()[:2]) - own_before) / seconds
+    machine_busy, machine_total = (after - before for after, before in zip(_machine_busy(), machine_before))
+    return Phase(extractors, len(documents), seconds, llm.calls - calls, llm.busy_s - busy, cpu, machine_busy / machine_total if machine_total else 0.0)
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU time of the whole machine so far, every process included (/proc/stat)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return float(sum(ticks) - idle), float(sum(ticks))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat, Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _bound(row: dict) -> str:
+    """What bounds the burst's throughput: the LLM when its slots stay full, else the busiest
+    process's CPU (one core is all a worker's event loop can use) or the machine's cores."""
+    llm_share = row["llm_in_flight_avg"] / row["llm_slots"]
+    name, cores = max(row["cpu_cores"].items(), key=lambda item: item[1])
+    total, machine = sum(row["cpu_cores"].values()), os.cpu_count() or 1
+    facts = (f"LLM slots {100 * llm_share:.0f}% busy ({row['llm_in_flight_avg']} of {row['llm_slots']}); busiest process {name} at "
+             f"{cores} cores; the benchmark's processes {total:.2f} of {machine} cores; the machine {100 * row['machine_busy']:.0f}% busy")
+    if llm_share >= 0.8:
+        return f"the LLM ({100 * row['fraction_of_limit']:.0f}% of its limit): {facts}"
+    if row["machine_busy"] >= 0.8 and total < 0.8 * machine:
+        return (f"the machine's CPU, taken mostly by processes outside the benchmark: {facts}; "
+                f"the LLM would allow {1 / max(row['fraction_of_limit'], 1e-9):.1f}x this throughput")
+    if total >= 0.8 * machine:
+        return f"the machine's CPU: {facts}; the LLM would allow {1 / max(row['fraction_of_limit'], 1e-9):.1f}x this throughput"
+    if cores >= 0.8:
+        return f"the CPU of {name} (one event loop): {facts}; the LLM would allow {1 / max(row['fraction_of_limit'], 1e-9):.1f}x this throughput"
+    return f"neither the LLM nor a CPU alone (waits: Kafka, Redis round trips): {facts}"
+
+
+def _growth(settings: Settings, tenant: str, sizes: list[int], probes: dict) -> list[dict]:
+    rows, filled = [], 0
+    for size in sizes:
+        stderr(f"bench: filling memory to {size} passages")
+        asyncio.run(fill_memory(settings, tenant, size - filled, filled))
+        filled = size
+        latencies = [_index(settings, docs) for docs in probes[size]]
+        rows.append({"passages": size, "probe_docs": len(latencies), "doc_ms_p50": round(1000 * statistics.median(latencies), 1),
+                     "doc_ms_mean": round(1000 * statistics.fmean(latencies), 1)})
+    for row in rows:
+        row["ratio_to_smallest"] = round(row["doc_ms_p50"] / rows[0]["doc_ms_p50"], 3)
+    return rows
 
 
 def _embedding_bound(documents: list[Document]) -> float:

@@ -207,18 +207,15 @@ def unindexed(settings, documents) -> list[str]:
     """Ids of the documents (this text) not yet fully indexed, in one pass over their status."""
     import asyncio
 
+    from ops.publish import unindexed as unindexed_of
     from store import Memory
     from workers.algorithms.normalize import content_hash
 
     async def check() -> list[str]:
         memory = Memory.from_url(settings.redis_url)
         try:
-            pending = []
-            for doc in documents:
-                status = await memory.document_status(doc.tenant, doc.doc_id)
-                if not (status and status["doc_hash"] == content_hash(doc.text) and status["chunks_done"] == status["chunks"]):
-                    pending.append(doc.doc_id)
-            return pending
+            left = await unindexed_of(memory, {(doc.tenant, doc.doc_id): content_hash(doc.text) for doc in documents})
+            return [doc.doc_id for doc in documents if (doc.tenant, doc.doc_id) in left]
         finally:
             await memory.close()
 

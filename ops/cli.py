@@ -13,7 +13,7 @@ from pathlib import Path
 
 from topics import ContractError, FactEvent, decode, validate_tenant
 from workers.retry import backoff
-from workers.roles import parse_roles
+from workers.roles import EMBEDDING_ROLES, parse_roles
 from workers.settings import Settings
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax"])
+    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait"])
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
     bench.add_argument("--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)")
@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
     bench.add_argument("--latency-ms", type=int, default=200, help="the fake LLM's fixed latency")
     bench.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight per extractor process")
+    bench.add_argument("--extractors", default="1", help="index: extractor processes, comma-separated counts measured side by side (e.g. 1,2)")
+    bench.add_argument("--partitions", type=int, default=4, help="index: partitions per topic")
+    bench.add_argument("--embedder", choices=["local", "fake"], default="local", help="index: the local model, or a fake embeddings endpoint (CPU not the bound)")
     bench.add_argument("--clients", default="1,16,64", help="load: concurrent clients, one level each")
     bench.add_argument("--seconds", type=float, default=10.0, help="load: seconds per client level")
     bench.add_argument("--passages", type=int, default=50, help="load: passages indexed into a fresh tenant when --tenant is not given")
@@ -84,11 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     # bench index --rules (ops/rules_bench.py)
     bench.add_argument("--rules", action="store_true", help="index: the rules pipeline on HotpotQA-100 against the embedding-bound limit")
     bench.add_argument("--docs", type=int, default=None, help="index --rules: the first N documents of HotpotQA-100 (default 100)")
-    bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="index --rules: also run the workers of this checkout, side by side")
     # bench conversation (ops/conversation_bench.py)
     bench.add_argument("file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)")
     bench.add_argument("--modes", default=None, help="conversation: query modes, comma-separated (default: every mode of the query engine)")
     bench.add_argument("--redis-url", default=None, help="conversation: index into fresh tenants of this Redis instead of an in-memory store")
+    # bench wait (ops/wait_bench.py)
+    bench.add_argument("--pending", type=int, default=5000, help="wait: documents published that no worker consumes")
+    bench.add_argument("--window", type=float, default=30.0, help="wait: seconds of --wait measured")
+    bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side")
+    bench.add_argument("--seen", action="store_true", help="wait: each document's status recorded as the chunker does (no chunk done), as in a busy pipeline")
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
@@ -147,6 +154,10 @@ def cmd_topics(settings: Settings, args) -> int:
 def cmd_worker(settings: Settings, args) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     roles = parse_roles(args.role)
+    if roles & EMBEDDING_ROLES and settings.embedder == "local":  # an install without the extra fails now, not after Kafka is up
+        from workers.models.embedding import require_local_extra
+
+        require_local_extra()
     if roles == {"query"}:
         # The HTTP API alone needs only Redis: no Kafka client, and workers.app (faust) is not
         # even imported. Indexing roles, with or without query, are one faust worker.
@@ -322,10 +333,16 @@ def cmd_bench(settings: Settings, args) -> int:
         from ops.conversation_bench import run_conversation_bench
 
         return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json)
-    if (args.rules or args.docs or args.baseline_tree) and args.kind != "index":
-        raise ValueError(f"--rules, --docs and --baseline-tree are options of bench index, not bench {args.kind}")
+    if (args.rules or args.docs) and args.kind != "index":
+        raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
+    if args.baseline_tree and args.kind not in ("index", "wait"):
+        raise ValueError(f"--baseline-tree is an option of bench index --rules and bench wait, not bench {args.kind}")
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
+    if args.kind == "wait":
+        from ops.wait_bench import run_wait_bench
+
+        return run_wait_bench(settings, args.pending, args.window, args.baseline_tree, args.seen, args.json)
     if args.kind == "recall":
         from ops.recall import run_recall_bench
 
@@ -345,8 +362,10 @@ def cmd_bench(settings: Settings, args) -> int:
         return run_rules_bench(settings, data, args.docs or DEFAULT_DOCS, Path(args.baseline_tree) if args.baseline_tree else None, args.json)
     from ops.bench import run_index_bench
 
-    sizes = sorted(int(s) for s in args.sizes.split(","))
-    return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json)
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
+    extractors = [int(n) for n in args.extractors.split(",")]
+    return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json,
+                           extractors, args.partitions, args.embedder)
 
 
 # ---- drill-down: a fact, its evidence, a passage, the standing facts — what GET

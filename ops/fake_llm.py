@@ -1,4 +1,5 @@
-"""A fake OpenAI-compatible chat server on 127.0.0.1: the test double of the LLM tests and the
+"""A fake OpenAI-compatible chat server on 127.0.0.1 (FakeOpenAI; FakeEmbeddings below serves
+/v1/embeddings): the test double of the LLM tests and the
 fixed-latency LLM of the indexing benchmark. Never a production component.
 
 Answers are scripted by input, never by the prompt's layout (workers/models/prompts.py may
@@ -18,6 +19,8 @@ recorded in `requests`, and the snippet that answered it (None: another way) in
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import threading
 import time
@@ -40,6 +43,7 @@ class FakeOpenAI:
         self.answered_by: list[str | None] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.busy_s = 0.0  # request-seconds answered: over a span, busy_s / span = the average in flight
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -91,11 +95,13 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                started = time.monotonic()
                 try:
                     self._answer()
                 finally:
                     with fake._lock:
                         fake.in_flight -= 1
+                        fake.busy_s += time.monotonic() - started
 
             def _answer(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -134,3 +140,126 @@ class FakeOpenAI:
 
         return Handler
 
+
+
+@functools.lru_cache(maxsize=100_000)  # a benchmark embeds the same names again and again: keep the fake cheap
+def _fake_vector(text: str, dims: int):
+    import numpy as np
+
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    v = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
+    v /= np.linalg.norm(v)
+    v.flags.writeable = False
+    return v
+
+
+class FakeEmbeddings:
+    """A fake OpenAI-compatible embeddings server on 127.0.0.1 (POST /v1/embeddings): the test
+    double of the endpoint embedder and the CPU-free embedder of the indexing benchmark. Never a
+    production component.
+
+    A text's vector is deterministic (seeded by a hash of the text) and L2-normalised, of the
+    request's `dimensions` when it names one, else `dims`. `latency_s` delays every answer.
+    `script` steps answer the next requests first: {"status": 429} (or any HTTP error),
+    {"dims": n} (a 200 answer with vectors of n columns: a misconfigured server), {"count": n}
+    (a 200 answer with only n vectors), {"floats": True} (JSON floats even when base64 was asked:
+    a server that ignores `encoding_format`). `refuse(text)` True: a request holding that text is
+    answered 400 (as a real server refuses an input past the model's length). `.calls` counts the requests answered (errors included),
+    `.texts` lists the texts embedded (200 answers), `.requests` keeps every request body."""
+
+    def __init__(self, dims: int = 384, latency_s: float = 0.0, refuse: Callable[[str], bool] | None = None):
+        self.dims = dims
+        self.latency_s = latency_s
+        self.refuse = refuse
+        self.script: deque = deque()
+        self.requests: list[dict] = []
+        self.texts: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._server.request_queue_size = 128
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def __enter__(self) -> "FakeEmbeddings":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    @staticmethod
+    def vector(text: str, dims: int) -> list[float]:
+        """The fake's vector of `text`: the same text, the same vector, in every run."""
+        return _fake_vector(text, dims).tolist()
+
+    def _answer(self, body: dict) -> tuple[int, dict]:
+        with self._lock:
+            step = self.script.popleft() if self.script else {}
+            self.requests.append(body)
+        if "status" in step:
+            return step["status"], {"error": {"message": f"scripted {step['status']}", "type": "scripted"}}
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return 400, {"error": {"message": "input must be a string or a list of strings", "type": "invalid_request_error"}}
+        if self.refuse is not None and any(self.refuse(t) for t in texts):
+            return 400, {"error": {"message": "an input is longer than the model's maximum context length", "type": "invalid_request_error"}}
+        dims = step.get("dims") or body.get("dimensions") or self.dims
+        rows = [_fake_vector(t, dims) for t in texts][: step.get("count", len(texts))]
+        if body.get("encoding_format") == "base64" and not step.get("floats"):
+            import base64
+
+            rows = [base64.b64encode(r.astype("<f4").tobytes()).decode() for r in rows]
+        else:
+            rows = [r.tolist() for r in rows]
+        with self._lock:
+            self.texts.extend(texts)
+        return 200, {
+            "object": "list", "model": body.get("model", ""),
+            "data": [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)],
+            "usage": {"prompt_tokens": sum(len(t.split()) for t in texts), "total_tokens": sum(len(t.split()) for t in texts)},
+        }
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                with fake._lock:
+                    fake.in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                    if fake.latency_s:
+                        time.sleep(fake.latency_s)
+                    if not self.path.rstrip("/").endswith("/embeddings"):
+                        status, payload = 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
+                    else:
+                        status, payload = fake._answer(body)
+                    data = json.dumps(payload).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left
+                finally:
+                    with fake._lock:
+                        fake.in_flight -= 1
+
+        return Handler

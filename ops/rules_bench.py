@@ -139,9 +139,12 @@ def embedding_bound(chunks: list[str]) -> dict:
 async def forget_cached_vectors(settings: Settings, texts: list[str]) -> None:
     memory = Memory.from_url(settings.redis_url)
     try:
-        from workers.models.embedding import LocalEmbedder
+        from workers.models.embedding import LocalEmbedder, embedder_id
 
-        await memory.embedding_cache(LocalEmbedder.name).forget_many(texts)
+        # under the cache name of this tree's workers and of older ones (the bare name, before
+        # the cache was keyed by name and dims), so a --baseline-tree of either kind starts cold
+        for name in {embedder_id(LocalEmbedder).cache_name, LocalEmbedder.name}:
+            await memory.embedding_cache(name).forget_many(texts)
     finally:
         await memory.close()
 

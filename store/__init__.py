@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from store.graph_log import EdgeChange
 from store.keys import LAYERS, TenantKeys
-from store.records import AlreadyDone, Hit, Outgoing, StaleDecision
+from store.records import AlreadyDone, DocumentStatus, Hit, Outgoing, StaleDecision
 
 if TYPE_CHECKING:
     from store.memory import Memory
 
-__all__ = ["LAYERS", "AlreadyDone", "EdgeChange", "Hit", "Memory", "Outgoing", "StaleDecision", "TenantKeys"]
+__all__ = ["LAYERS", "AlreadyDone", "DocumentStatus", "EdgeChange", "Hit", "Memory", "Outgoing", "StaleDecision", "TenantKeys"]
 
 
 def __getattr__(name: str):

@@ -26,7 +26,8 @@ from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, type_node
-from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
+from store.records import UNRECORDED_EMBEDDER, EmbedderId
+from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
 from topics import validate_tenant
 
@@ -71,6 +72,7 @@ class _Tenant:
     expiry: dict[str, float] = field(default_factory=dict)  # the expiry index: fact id → expires_at
     session_turns: dict[str, dict[str, int]] = field(default_factory=dict)  # session id → {passage id: turn} (Memory's sorted set)
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
+    embedder: EmbedderId | None = None  # the embedder its indexes were built with (claim_embedder)
 
 
 class InMemoryStore:
@@ -234,17 +236,33 @@ class InMemoryStore:
     async def outstanding_work(self, tenant: str, chunk_id: str) -> list[str]:
         return sorted(self._set(tenant, "chunk_outstanding", chunk_id))
 
-    async def document_status(self, tenant: str, doc_id: str) -> dict | None:
-        doc = self._tenant(tenant).documents.get(doc_id)
-        if doc is None:
-            return None
-        done = self._set(tenant, "chunks_done")
-        return {"doc_hash": doc["doc_hash"], "version": doc["version"], "chunks": len(doc["chunk_ids"]),
-                "chunks_done": sum(1 for c in doc["chunk_ids"] if c in done)}
+    async def document_status(self, tenant: str, doc_id: str) -> DocumentStatus | None:
+        return (await self.document_statuses(tenant, [doc_id]))[0]
+
+    async def document_statuses(self, tenant: str, doc_ids: list[str]) -> list[DocumentStatus | None]:
+        documents, done = self._tenant(tenant).documents, self._set(tenant, "chunks_done")
+
+        def status(doc: dict | None) -> DocumentStatus | None:
+            if doc is None:
+                return None
+            return DocumentStatus(doc["doc_hash"], doc["version"], len(doc["chunk_ids"]), sum(1 for c in doc["chunk_ids"] if c in done))
+
+        return [status(documents.get(doc_id)) for doc_id in doc_ids]
 
     # ---- memory layers ---------------------------------------------------------------------------
     async def ensure_indexes(self, tenant: str) -> None:
         self._tenant(tenant).indexed = True  # (no index to lose: Redis may restart empty, this store does not)
+
+    async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None:
+        """Memory.claim_embedder; the store's indexes are of its `dims`."""
+        t = self._tenant(tenant)
+        if t.embedder is None:
+            if t.indexed and self.dims != embedder.dims:
+                return EmbedderId(UNRECORDED_EMBEDDER, self.dims)
+            if not t.indexed and not create:
+                return None
+            t.embedder = embedder
+        return t.embedder
 
     def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
         fields = {"text": chunk.text, "doc_id": chunk.doc_id, "seq": chunk.seq, "doc_version": chunk.doc_version,

@@ -194,6 +194,11 @@ class TenantKeys:
         the expiry sweep finds lapsed facts without scanning."""
         return f"{self.base}:expiry"
 
+    # the embedder the tenant's indexes were built with (Memory.claim_embedder)
+    @property
+    def embedder(self) -> str:
+        return f"{self.base}:embedder"
+
     def cardinality_flip(self, mark: str) -> str:
         """Set when the message behind `mark` flipped a relation's cardinality verdict, so its
         redelivery spawns the same re-adjudications."""

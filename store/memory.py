@@ -27,8 +27,9 @@ from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
-from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
+from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
+from store.records import UNRECORDED_EMBEDDER, EmbedderId
 
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 SWEEP_REGISTRATION_S = 60
@@ -166,6 +167,12 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 """
 
+# The tenant's embedder, recorded unless one is: the first claim wins. KEYS: the record. ARGV: name, dims.
+_CLAIM_EMBEDDER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'name', ARGV[1], 'dims', ARGV[2]) end
+return redis.call('HMGET', KEYS[1], 'name', 'dims')
+"""
+
 # A fact (back) in memory is in the expiry index at its lapse, if it has one: a sweep that passed
 # that lapse while the fact was out of memory dropped its entry.
 # KEYS: the fact, the expiry index. ARGV: fact id.
@@ -174,6 +181,35 @@ local at = redis.call('HGET', KEYS[1], 'expires_at')
 if at and at ~= '' then redis.call('ZADD', KEYS[2], at, ARGV[1]) end
 return 1
 """
+
+
+# ---- document progress, many at once (`publish --wait`) ----
+# Per document of KEYS[2..], [doc_hash, version, chunks, chunks done] (false: the chunker has not
+# seen it), as one JSON text: a reply of one string is parsed at C speed by json.loads, where
+# redis-py's pure-Python parser took ~17 µs per document's nested reply (measured on 5,000).
+# KEYS[1]: the tenant's chunks-done set.
+_DOCUMENT_STATUSES = """
+local out = {}
+for i = 2, #KEYS do
+  local doc = redis.call('HMGET', KEYS[i], 'doc_hash', 'version', 'chunk_ids')
+  if doc[1] then
+    local ids, done = cjson.decode(doc[3]), 0
+    for first = 1, #ids, 1000 do  -- unpack's limit on arguments is ~8,000
+      for _, member in ipairs(redis.call('SMISMEMBER', KEYS[1], unpack(ids, first, math.min(first + 999, #ids)))) do
+        done = done + member
+      end
+    end
+    out[i - 1] = {doc[1], tonumber(doc[2]), #ids, done}
+  else
+    out[i - 1] = false  -- keeps the list whole
+  end
+end
+return cjson.encode(out)
+"""
+# Documents per script call: the calls of one request go in one round trip, and Redis serves
+# other clients between them instead of being held by one long script (250 documents of two
+# chunks each: ~1.3 ms of Redis; measured 5.2 µs per such document, 1.4 µs per unseen one).
+DOCUMENT_STATUS_BATCH = 250
 
 
 def _eval(pipe, script: str, keys: list, args: list) -> None:
@@ -250,6 +286,38 @@ class Memory:
             self._indexes_checked[tenant] = now
         for layer in LAYERS:
             await self.index(tenant, layer)
+
+    # ---- the embedder a tenant's indexes were built with -------------------------------------
+    async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None:
+        """The embedder the tenant's indexes were built with. None recorded: a tenant with
+        indexes (built before records were kept) adopts `embedder` when they are of its dims,
+        else is EmbedderId(UNRECORDED_EMBEDDER, their dims); a tenant without indexes adopts it
+        when `create` (a writer, about to create them), else None (a reader records nothing).
+        Adopting is one atomic claim: of two writers, the first wins and both get its record."""
+        key = self.keys(tenant).embedder
+        recorded = await self.redis.hmget(key, "name", "dims")
+        if recorded[0] is None:
+            dims = await self._index_dims(tenant)
+            if dims is not None and dims != embedder.dims:
+                return EmbedderId(UNRECORDED_EMBEDDER, dims)
+            if dims is None and not create:
+                return None
+            recorded = await self.redis.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
+        return EmbedderId(recorded[0].decode("utf-8"), int(recorded[1]))
+
+    async def _index_dims(self, tenant: str) -> int | None:
+        """The vector size of the tenant's passages index (FT.INFO), None when it has none."""
+        try:
+            info = await self.redis.ft(self.keys(tenant).index_name("passages")).info()
+        except Exception as exc:
+            if index_missing(exc):
+                return None
+            raise
+        for attribute in info.get("attributes") or info.get(b"attributes") or []:
+            words = [w.decode() if isinstance(w, bytes) else w for w in attribute]
+            if "VECTOR" in words and "dim" in [str(w).lower() for w in words]:
+                return int(words[[str(w).lower() for w in words].index("dim") + 1])
+        return None
 
     async def knn(
         self,
@@ -427,20 +495,22 @@ class Memory:
         """Ids of the work a chunk's facts spawned that has not finished yet."""
         return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).chunk_outstanding(chunk_id)))
 
-    async def document_status(self, tenant: str, doc_id: str) -> dict | None:
-        """{'doc_hash', 'version', 'chunks', 'chunks_done'} or None if the chunker has not seen it."""
+    async def document_status(self, tenant: str, doc_id: str) -> DocumentStatus | None:
+        """None if the chunker has not seen the document."""
+        return (await self.document_statuses(tenant, [doc_id]))[0]
+
+    async def document_statuses(self, tenant: str, doc_ids: list[str]) -> list[DocumentStatus | None]:
+        """Each document's status (None: not seen by the chunker) in one round trip, counted in
+        Redis: nothing but four values per document crosses the wire."""
         keys = self.keys(tenant)
-        doc = await self.redis.hgetall(keys.document(doc_id))
-        if not doc:
-            return None
-        chunk_ids = json.loads(doc[b"chunk_ids"])
-        done = await self.redis.smismember(keys.chunks_done, chunk_ids) if chunk_ids else []
-        return {
-            "doc_hash": doc[b"doc_hash"].decode(),
-            "version": int(doc[b"version"]),
-            "chunks": len(chunk_ids),
-            "chunks_done": sum(1 for d in done if d),
-        }
+        pipe = self.redis.pipeline(transaction=False)
+        for start in range(0, len(doc_ids), DOCUMENT_STATUS_BATCH):
+            batch = [keys.document(doc_id) for doc_id in doc_ids[start:start + DOCUMENT_STATUS_BATCH]]
+            _eval(pipe, _DOCUMENT_STATUSES, [keys.chunks_done, *batch], [])
+        statuses: list[DocumentStatus | None] = []
+        for reply in await pipe.execute() if doc_ids else []:
+            statuses += [DocumentStatus(*s) if s else None for s in json.loads(reply)]
+        return statuses
 
     # ---- memory layers -------------------------------------------------------------------
     def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:

@@ -40,6 +40,20 @@ class GroupJoin:
 
 
 @dataclass(frozen=True)
+class DocumentStatus:
+    """How far a document the chunker has seen is through the pipeline (`publish --wait`)."""
+
+    doc_hash: str  # content hash of the text of its latest publication
+    version: int
+    chunks: int
+    chunks_done: int  # of its chunks, those through the resolver
+
+    def indexed(self, doc_hash: str) -> bool:
+        """This text (by content hash) is through the pipeline: every chunk of it is done."""
+        return self.doc_hash == doc_hash and self.chunks_done == self.chunks
+
+
+@dataclass(frozen=True)
 class Hit:
     id: str  # id within its layer (key without prefix)
     score: float  # cosine similarity
@@ -75,3 +89,22 @@ def passage_json(passage_id: str, text: str, doc_id: str, seq, doc_version, meta
     stored before they were)."""
     return {"id": passage_id, "text": text, "doc_id": doc_id, "seq": int(seq), "doc_version": int(doc_version or 1),
             "metadata": json.loads(metadata) if metadata else {}, "context": context or ""}
+
+
+# ---- the embedder a tenant's indexes were built with (workers.models.embedding.TenantEmbedders) ----
+UNRECORDED_EMBEDDER = "unrecorded"  # the name claim_embedder gives a tenant indexed before records, in vectors of another size
+
+
+@dataclass(frozen=True)
+class EmbedderId:
+    """What a tenant's vectors are: the embedder's name ("local", "openai:text-embedding-3-small")
+    and their dims."""
+
+    name: str
+    dims: int
+
+    @property
+    def cache_name(self) -> str:
+        """The shared embedding cache's namespace (store.caches.EmbeddingCache): two models, or one
+        model at two sizes, never share vectors."""
+        return f"{self.name}:{self.dims}"

@@ -27,6 +27,16 @@ def test_compose_has_the_stack_and_one_service_per_role():
     assert (ROOT / "ops" / "prometheus.yml").exists()
 
 
+def test_compose_builds_the_image_with_the_local_embedder():
+    """The Dockerfile's default image is lean (no torch: tests/test_lean_install.py); compose runs
+    offline, so its image carries the `local` extra and its workers use it."""
+    compose = yaml.safe_load(COMPOSE.read_text())
+    built = {name: service["build"] for name, service in compose["services"].items() if "build" in service}
+    assert set(built) == {*ROLE_TOPICS, "query", "topics"}
+    assert all(build == {"context": ".", "args": {"EXTRAS": "local"}} for build in built.values())
+    assert compose["x-worker"]["environment"]["MEMSTREAM_EMBEDDER"] == "local"
+
+
 def _has_compose() -> bool:
     docker = shutil.which("docker")
     return bool(docker) and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0

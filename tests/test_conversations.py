@@ -194,7 +194,7 @@ def test_a_turn_published_again_with_its_speaker_corrected_is_indexed_again():
             await stages.close()
 
     status, passages = run(scenario())
-    assert status["chunks"] == status["chunks_done"] == 1  # `publish --wait` returns
+    assert status.chunks == status.chunks_done == 1  # `publish --wait` returns
     assert sorted(p["context"] for p in passages) == ["Carolin:", "Caroline:"]
 
 

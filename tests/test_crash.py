@@ -8,6 +8,8 @@ import signal
 import time
 from collections import defaultdict
 
+import pytest
+
 from store import Memory
 from tests.conftest import write_docs
 from tests.test_end_to_end import tenant_name
@@ -46,9 +48,11 @@ def chunks_done(env: dict, tenant: str) -> int:
     return asyncio.run(count())
 
 
-def test_killed_worker_loses_and_duplicates_nothing(make_workers, tmp_path):
-    # delivery guarantees only: no τ gate, no conflict handling (templated sentences are near-duplicates)
-    workers = make_workers(extractor="rules", partitions=4, tau=1, conflicts="off")
+@pytest.mark.parametrize("window", [1, 8])
+def test_killed_worker_loses_and_duplicates_nothing(make_workers, tmp_path, window):
+    # delivery guarantees only: no τ gate, no conflict handling (templated sentences are near-duplicates);
+    # window 8: the extractors read ahead (MEMSTREAM_LLM_CONCURRENCY), the victim dies holding up to 8 chunks
+    workers = make_workers(extractor="rules", partitions=4, tau=1, conflicts="off", llm_concurrency=window)
     victim = workers.start(role="chunker,extractor,detector,resolver")
     workers.start(role="all")
     time.sleep(4)  # let the group settle with both members

@@ -137,7 +137,7 @@ def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(
         try:
             stages.pipeline.envelope.send = broken_for_chunks
             await stages.publish("d1", text)
-            lost = (await stages.memory.document_status(stages.tenant, "d1"))["chunks_done"]
+            lost = (await stages.memory.document_status(stages.tenant, "d1")).chunks_done
             stages.pipeline.envelope.send = real_send  # "the next start": publishing works again
             swept = await stages.pipeline.publish_unsent_outboxes(grace_s=0)
             await stages.drain()
@@ -148,7 +148,7 @@ def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(
 
     lost, swept, status, events = run(scenario())
     assert lost == 0 and swept >= 1
-    assert status["chunks_done"] == status["chunks"] == 1
+    assert status.chunks_done == status.chunks == 1
     assert [e["event"] for e in events] == ["activated"]
 
 
@@ -275,9 +275,11 @@ def test_event_ids_of_a_flip_flop_differ(stack_env):
 
 
 # ---- a graceful stop through real Kafka ----------------------------------------------------------
-def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path):
+@pytest.mark.parametrize("window", [1, 4])
+def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path, window):
     """One worker, an LLM that takes 6 s, four documents, SIGTERM while the first call is in
-    flight (how compose, systemd and Kubernetes stop a process); a new worker indexes all four."""
+    flight (how compose, systemd and Kubernetes stop a process) — with a read-ahead window of 4,
+    while all four calls are (MEMSTREAM_LLM_CONCURRENCY); a new worker indexes all four."""
     texts = {f"d{i}": f"Person{i} Quill runs the Mill{i}." for i in range(4)}
 
     def extraction(i):
@@ -286,14 +288,14 @@ def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path):
                                       "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
 
     with FakeOpenAI(answers={text: extraction(key[1:]) for key, text in texts.items()}, latency_s=6.0) as server:
-        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"term-{uuid.uuid4().hex[:6]}", tau=1, partitions=1)
+        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"term-{uuid.uuid4().hex[:6]}", tau=1, partitions=1, llm_concurrency=window)
         first = workers.start()
         tenant = tenant_name("sigterm")
         workers.cli.run("publish", *write_docs(tmp_path / "d", texts), "--tenant", tenant)
         deadline = time.monotonic() + 120
-        while server.in_flight == 0 and time.monotonic() < deadline:
+        while server.in_flight < window and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert server.in_flight, "no LLM call started"
+        assert server.in_flight == window, f"{server.in_flight} LLM calls in flight, not {window}"
         os.killpg(first.pid, signal.SIGTERM)
         first.wait(timeout=60)
         workers.start()

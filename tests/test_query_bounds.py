@@ -200,11 +200,16 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
         async def entity_names(self, tenant, ids):
             return {}
 
+        async def claim_embedder(self, tenant, embedder, create):
+            return embedder  # the tenant was built with the engine's embedder
+
     class Graphs:
         async def current(self, tenant):
             return graph
 
     class Embedder:
+        dims = 4
+
         async def embed(self, texts):
             return np.ones((len(texts), 4), dtype=np.float32)
 

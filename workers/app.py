@@ -1,8 +1,10 @@
 """The faust app: one agent per indexing role, plus the query API (workers.query.server) when
 the roles include `query` next to indexing ones. The only module that imports faust.
 
-Agents run with concurrency 1 (faust #606 loses in-flight messages on a crash with more); scale
-with partitions and worker processes. An event is acknowledged only after `Pipeline.process`
+Agents run with concurrency 1 (faust #606 loses in-flight messages on a crash with more) and
+read ahead instead (_read_ahead: the model calls of up to MEMSTREAM_LLM_CONCURRENCY events in
+flight, one lane per partition processing and acking in offset order); scale further with
+partitions and worker processes. An event is acknowledged only after `Pipeline.process`
 returned, i.e. after its Redis effects and outgoing messages are durable."""
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from aiokafka.structs import TopicPartition as AIOKafkaTP
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES
+from workers.models.embedding import make_embedder
 from workers.models.extraction import make_extractor
 from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query.server import cached_embedder, check_exposure, query_app, serve, serve_metrics
 from workers.retry import backoff
-from workers.roles import ROLE_TOPICS
+from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,8 +51,10 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         topic_partitions=settings.partitions,
         stream_wait_empty=False,
     )
-    memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index)
-    embedder = cached_embedder(settings, memory) if roles & {"extractor", "query"} else None
+    model = make_embedder(settings) if roles & EMBEDDING_ROLES else None
+    dims = {"dims": model.dims} if model is not None else {}  # the indexes a writer creates hold its embedder's vectors
+    memory = Memory.from_url(settings.redis_url, tau=settings.effective_tau, vector_index=settings.vector_index, **dims)
+    embedder = cached_embedder(settings, memory, model) if model is not None else None
     extractor = None
     if "extractor" in roles:
         llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.extractor == "llm" else None
@@ -64,8 +69,14 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         delivered = await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value)
         await delivered  # wait for the broker's ack before the input offset may be committed
 
+    async def send_many(items: list[Outgoing]) -> None:
+        # enqueued one after the other (the producer keeps their order), acknowledged together:
+        # an outbox of n messages waits for one broker round trip, not n
+        deliveries = [await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value) for item in items]
+        await asyncio.gather(*deliveries)
+
     resolver_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.resolver == "llm" and "resolver" in roles else None
-    pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm)
+    pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm, send_many)
     for role, suffix in ROLE_TOPICS.items():
         if role in roles:
             _register_agent(app, role, topics[suffix], suffix, pipeline)
@@ -123,31 +134,105 @@ if not getattr(faust.transport.consumer.Consumer.perform_seek, "memstream_patche
 
 
 def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline) -> None:
-    # One event at a time, acked by hand once `process` returned (its effects committed and
-    # its outbox published, or the message dead-lettered). faust's own ack runs in a `finally`
-    # and so also acks the event whose handler was cancelled by a SIGTERM or a rebalance: the
-    # message in flight was committed unprocessed and lost. An event never acked here stays
-    # uncommitted and is delivered again to the partition's next owner.
+    # Each partition's events processed one at a time, in offset order, acked by hand once
+    # `process` returned (its effects committed and its outbox published, or the message
+    # dead-lettered). faust's own ack runs in a `finally` and so also acks the event whose
+    # handler was cancelled by a SIGTERM or a rebalance: the message in flight was committed
+    # unprocessed and lost. An event never acked here stays uncommitted and is delivered again
+    # to the partition's next owner.
     # Batching the extractor with stream.take_events (to overlap LLM calls) stalled under a
-    # consumer-group rebalance in about one run in three of the two-extractor test: not used.
+    # consumer-group rebalance in about one run in three of the two-extractor test: not used;
+    # the model calls overlap through the read-ahead window instead (_read_ahead).
+    window = pipeline.read_ahead(suffix)
+
     async def agent(stream):
-        manual = stream.noack()
-        async for event in manual.events():
-            message = event.message
-            attempt = 0
-            while True:  # `process` only raises when even dead-lettering failed (e.g. Kafka down past
-                attempt += 1  # the outage deadline): an agent that crashed would go on with the next
-                try:  # message and its ack would let the commit pass this one, so run it again
-                    await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
-                    break
-                except Exception as exc:
-                    log.error("%s: message at offset %s not processed (%s: %s); trying again", suffix, message.offset, type(exc).__name__, exc)
-                    await asyncio.sleep(backoff(attempt))
-            message.memstream_processed = True
-            await manual.ack(event)
+        await _read_ahead(stream.noack(), suffix, pipeline, window)
 
     agent.__name__ = agent.__qualname__ = role
     app.agent(topic, name=f"memstream.{role}", concurrency=1)(agent)
+
+
+async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline) -> None:
+    message = event.message
+    attempt = 0
+    while True:  # `process` only raises when even dead-lettering failed (e.g. Kafka down past
+        attempt += 1  # the outage deadline): an agent that crashed would go on with the next
+        try:  # message and its ack would let the commit pass this one, so run it again
+            await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
+            break
+        except Exception as exc:
+            log.error("%s: message at offset %s not processed (%s: %s); trying again", suffix, message.offset, type(exc).__name__, exc)
+            await asyncio.sleep(backoff(attempt))
+    message.memstream_processed = True
+    await manual.ack(event)
+
+
+async def _prefetch_quietly(pipeline: Pipeline, suffix: str, message) -> None:
+    try:
+        await pipeline.prefetch(suffix, message.key, message.value)
+    except Exception as exc:  # `process` meets the same error itself, and retries or dead-letters
+        log.debug("%s: read-ahead of offset %s failed (%s: %s)", suffix, message.offset, type(exc).__name__, exc)
+
+
+async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int) -> None:
+    """Up to `window` events held at once (Pipeline.read_ahead). Each event's model calls start
+    as soon as it is read (`Pipeline.prefetch`, a task per event: answers land in the LLM cache,
+    the extractor's memo and the embedding cache), while one consumer per partition (a lane)
+    runs `process` and acks its partition's events strictly in offset order, as the
+    one-at-a-time loop did. So one extractor keeps up to MEMSTREAM_LLM_CONCURRENCY LLM calls in
+    flight, and each partition's effects and offsets still commit in offset order. Partitions
+    run side by side as they would in separate processes (the envelope's fenced commits and
+    optimistic checks make that safe): a message's serial part — Redis round trips and the
+    broker's acknowledgements, about 150 ms for a chunk of 3 facts on the shared test machine —
+    would otherwise cap one process at about 7 chunks/s, whatever the LLM allows.
+
+    Crash-safe where faust's agent `concurrency > 1` is not (faust #606: concurrent actors
+    share the partitions and ack on their own, so a commit could pass an event another actor
+    had not finished): here only a partition's own lane acks, in order, and only after
+    `process` returned, so a committed offset never passes an unprocessed event; on
+    cancellation (SIGTERM, the agent stopped) lanes and prefetch tasks are cancelled and every
+    event not acked stays uncommitted, to be delivered again (an extraction already asked of
+    the LLM finishes into its cache). No stall under a rebalance, where take_events stalled (it
+    holds a batch until the batch fills or times out, inside the stream's iteration): the
+    reader waits for nothing but a free slot, which the lanes free by finishing events, and the
+    lanes never wait on the stream; events of a revoked partition still held are processed (the
+    done marks and fenced commits make their redelivery to the new owner a no-op). A prefetch
+    that fails is ignored: `process` meets the error itself."""
+    slots = asyncio.Semaphore(window)  # an event holds a slot from its read until its ack
+    lanes: dict[int, asyncio.Queue] = {}  # partition → (event, its prefetch task), in offset order
+    consumers: list[asyncio.Future] = []
+
+    async def consume(held: asyncio.Queue) -> None:
+        while True:
+            event, prefetch = await held.get()
+            try:
+                await _process_and_ack(manual, event, suffix, pipeline)
+            finally:
+                prefetch.cancel()  # done by now, unless `process` found the message already done
+                slots.release()
+
+    try:
+        async for event in manual.events():
+            free = asyncio.ensure_future(slots.acquire())
+            await asyncio.wait({free, *consumers}, return_when=asyncio.FIRST_COMPLETED)
+            if not free.done():
+                free.cancel()
+            for consumer in consumers:
+                if consumer.done():  # a lane only ends by an error: raise it
+                    consumer.result()
+                    raise RuntimeError(f"{suffix}: a read-ahead lane stopped")
+            partition = event.message.partition
+            if partition not in lanes:
+                lanes[partition] = asyncio.Queue()
+                consumers.append(asyncio.ensure_future(consume(lanes[partition])))
+            lanes[partition].put_nowait((event, asyncio.ensure_future(_prefetch_quietly(pipeline, suffix, event.message))))
+    finally:
+        for consumer in consumers:
+            consumer.cancel()
+        for held in lanes.values():
+            while not held.empty():
+                held.get_nowait()[1].cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
 
 
 def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipeline) -> None:

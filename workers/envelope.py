@@ -37,6 +37,9 @@ from workers.settings import Settings
 log = logging.getLogger(__name__)
 
 Send = Callable[[Outgoing], Awaitable[None]]
+# Sends several messages in their order and returns once the broker acknowledged them all: the
+# acknowledgements are awaited together, not one round trip after the other (workers/app.py)
+SendMany = Callable[[list[Outgoing]], Awaitable[None]]
 Handler = Callable[[Record], Awaitable[None]]
 MAX_ATTEMPTS = 5
 MAX_REDECISIONS = 8
@@ -78,10 +81,12 @@ class Envelope:
     `handlers` maps a topic suffix to its stage's handler; the composition root
     (workers.pipeline) fills it after building the stages, which themselves call `once`."""
 
-    def __init__(self, *, settings: Settings, memory: Memory, send: Send, records: Mapping[str, type[Record]], handlers: Mapping[str, Handler]):
+    def __init__(self, *, settings: Settings, memory: Memory, send: Send, records: Mapping[str, type[Record]], handlers: Mapping[str, Handler],
+                 send_many: SendMany | None = None):
         self.settings = settings
         self.memory = memory
         self.send = send
+        self.send_many = send_many  # None: one send after the other
         self.records = records
         self.handlers = handlers
 
@@ -91,9 +96,7 @@ class Envelope:
         the message dead-lettered with the reason. Returns only then, so the caller may ack."""
         started = time.perf_counter()
         try:
-            if value is None:
-                raise ContractError(f"{topic}: empty message (no value)")
-            record = decode(self.records[topic], value, max_text_bytes=self.settings.max_text_bytes)
+            record = self.decode(topic, value)
         except Exception as exc:  # any failure to decode is a dead letter, never a skipped message
             reason = str(exc) if isinstance(exc, ContractError) else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
             await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
@@ -136,6 +139,12 @@ class Envelope:
         finally:
             if outage_since is not None:
                 metrics.OUTAGE_WAITING.labels(stage=topic).dec()
+
+    def decode(self, topic: str, value: bytes | None) -> Record:
+        """The message's record; raises (ContractError or any decoding error) on bad input."""
+        if value is None:
+            raise ContractError(f"{topic}: empty message (no value)")
+        return decode(self.records[topic], value, max_text_bytes=self.settings.max_text_bytes)
 
     async def dead_letter(self, topic, key, value, error, partition, offset, attempts, tenant=None) -> None:
         log.error("%s: to dead-letter topic: %s", topic, error[:2000])
@@ -189,10 +198,17 @@ class Envelope:
                 self.memory.stage_work_done(pipe, tenant, *finishes)
                 await pipe.execute()
             return
-        for item in outbox:
-            await self.send(item)
+        await self._publish(outbox)
         if not finished:
             await self.memory.finish(tenant, mark)
+
+    async def _publish(self, outbox: list[Outgoing]) -> None:
+        """Send the outbox in order; returns once the broker acknowledged every message."""
+        if self.send_many is not None and len(outbox) > 1:
+            await self.send_many(outbox)
+            return
+        for item in outbox:
+            await self.send(item)
 
     async def _decide_and_commit(self, tenant: str, mark: str, decide: Decide, stage: str) -> list[Outgoing]:
         """Decide and commit; decide again while another stage changes a fact under the decision
@@ -220,8 +236,7 @@ class Envelope:
         sent = 0
         for tenant, mark, outbox in await self.memory.unsent_outboxes(time.time() - grace_s):
             try:
-                for item in outbox:
-                    await self.send(item)
+                await self._publish(outbox)
                 await self.memory.finish(tenant, mark)
             except Exception as exc:  # one outbox that cannot be sent must not hold back the others
                 if is_outage(exc):

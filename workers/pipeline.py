@@ -21,10 +21,13 @@ outgoing messages to the next stage itself.
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable
+
 from store import Memory
 from store.facts import Lifecycle
 from topics import CandidateFact, Chunk, ConflictSet, Document
-from workers.envelope import Envelope, Handler, Send
+from topics.records import Record
+from workers.envelope import Envelope, Handler, Send, SendMany
 from workers.models.protocols import ChatModel, Embedder, Extractor
 from workers.settings import Settings
 from workers.stages.chunker import ChunkerStage
@@ -39,29 +42,54 @@ class Pipeline:
     RECORDS = {"documents": Document, "chunks": Chunk, "candidate-facts": CandidateFact, "conflict-sets": ConflictSet}
 
     def __init__(self, settings: Settings, memory: Memory, send: Send, embedder: Embedder | None = None,
-                 extractor: Extractor | None = None, resolver_llm: ChatModel | None = None):
+                 extractor: Extractor | None = None, resolver_llm: ChatModel | None = None, send_many: SendMany | None = None):
         self.settings = settings
         self.memory = memory
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
         self.handlers: dict[str, Handler] = {}  # filled below: the stages run through the envelope's `once`
-        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers=self.handlers)
+        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers=self.handlers,
+                                 send_many=send_many)
         context = StageContext(
             settings=settings, memory=memory, lifecycle=Lifecycle(memory), once=self.envelope.once,
             embedder=embedder, extractor=extractor, resolver_llm=resolver_llm,
         )
         self.expiry = ExpirySweep(context)
+        extractor_stage, resolver_stage = ExtractorStage(context), ResolverStage(context)
         self.handlers.update({
             "documents": ChunkerStage(context).handle,
-            "chunks": ExtractorStage(context).handle,
+            "chunks": extractor_stage.handle,
             "candidate-facts": DetectorStage(context).handle,
-            "conflict-sets": ResolverStage(context).handle,
+            "conflict-sets": resolver_stage.handle,
         })
+        # read-ahead (workers/app.py): the model calls a message will make, started early
+        self.prefetchers: dict[str, Callable[[Record], Awaitable[None]]] = {"chunks": extractor_stage.prefetch}
+        if resolver_llm is not None:  # the evidence policy calls no model: nothing to read ahead
+            self.prefetchers["conflict-sets"] = resolver_stage.prefetch
 
     async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
         """Handle one message to the end (Envelope.process); returns only then, so the caller may ack."""
         await self.envelope.process(topic, key, value, partition, offset)
+
+    def read_ahead(self, topic: str) -> int:
+        """How many messages of `topic` an agent may hold at once (workers/app.py, one lane per
+        partition): the LLM's concurrency where a stage has model calls to start early, else
+        the partition count (one message per partition in flight, as that many processes would)."""
+        return max(1, self.settings.llm_concurrency if topic in self.prefetchers else self.settings.partitions)
+
+    async def prefetch(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Start the model calls `process` will make for this message, so their answers wait in
+        the models' caches (the LLM cache, the extractor's memo, the embedding cache); no other
+        effect. A message that does not decode is left to `process`, which dead-letters it."""
+        prefetch = self.prefetchers.get(topic)
+        if prefetch is None:
+            return
+        try:
+            record = self.envelope.decode(topic, value)
+        except Exception:
+            return
+        await prefetch(record)
 
     async def expire_lapsed(self, now: float | None = None, tenants: list[str] | None = None) -> int:
         """Expire the facts whose TTL lapsed by `now` (workers.stages.expiry) in `tenants`

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 ROLE_TOPICS = {"chunker": "documents", "extractor": "chunks", "detector": "candidate-facts", "resolver": "conflict-sets"}
 ROLES = ("all", *ROLE_TOPICS, "query")
+EMBEDDING_ROLES = frozenset({"extractor", "query"})  # the roles that load MEMSTREAM_EMBEDDER
 
 
 def parse_roles(spec: str) -> set[str]:

@@ -28,7 +28,7 @@ class Settings:
     tenant: str = "default"
     extractor: str = "rules"  # rules | replay | llm
     replay_file: str = ""
-    embedder: str = "local"
+    embedder: str = "local"  # local | openai (MEMSTREAM_EMBEDDER_* below)
     vector_index: str = "flat"  # flat | hnsw, for indexes created from now on
     llm_base_url: str = ""
     llm_api_key: str = ""
@@ -63,6 +63,14 @@ class Settings:
     reconstruct_steps: int = DEFAULT_BUDGET.steps
     reconstruct_passages: int = DEFAULT_BUDGET.passages
     reconstruct_tokens: int = DEFAULT_BUDGET.tokens
+    # ---- the embeddings endpoint (MEMSTREAM_EMBEDDER=openai; workers.models.embedding.OpenAIEmbedder) ----
+    embedder_base_url: str = ""  # any OpenAI-compatible /v1 (OpenAI, vLLM, TEI)
+    embedder_model: str = ""
+    embedder_api_key: str = ""
+    embedder_dims: int = 0  # >0: sent as `dimensions` and checked; 0: the server's size, asked once at start
+    embedder_batch: int = 256  # texts per request
+    embedder_concurrency: int = 4  # requests in flight per process
+    embedder_timeout: float = 30.0  # seconds per request before it is retried
     # ---- time in memory (workers.algorithms.expiry) ----
     ttl_seconds: str = ""  # per fact category: "TOOL_FAILURE=86400,DECLARATIVE=0" (0 or absent: never expires)
     expiry_sweep_interval: float = 60.0  # seconds between sweeps that expire lapsed facts (resolver workers)
@@ -93,6 +101,14 @@ class Settings:
         if self.query_max_inflight < 1 or not self.redis_pool_timeout > 0:
             raise ValueError("MEMSTREAM_QUERY_MAX_INFLIGHT must be >= 1 and MEMSTREAM_REDIS_POOL_TIMEOUT > 0")
         self._check_time_settings()
+        self._check_embedder_settings()
+
+    def _check_embedder_settings(self) -> None:
+        if self.embedder not in ("local", "openai"):
+            raise ValueError(f"MEMSTREAM_EMBEDDER={self.embedder!r}: expected local or openai")
+        if self.embedder_dims < 0 or self.embedder_batch < 1 or self.embedder_concurrency < 1 or not self.embedder_timeout > 0:
+            raise ValueError("MEMSTREAM_EMBEDDER_DIMS must be >= 0, MEMSTREAM_EMBEDDER_BATCH and MEMSTREAM_EMBEDDER_CONCURRENCY >= 1, "
+                             "MEMSTREAM_EMBEDDER_TIMEOUT > 0")
 
     def _check_time_settings(self) -> None:
         object.__setattr__(self, "_category_ttls", parse_ttl_setting(self.ttl_seconds))  # ValueError naming the setting
@@ -117,6 +133,14 @@ class Settings:
         if not self.llm_base_url or not self.llm_model:
             raise ValueError("the llm extractor/resolver needs MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL")
         return LLMConfig(self.llm_base_url, self.llm_api_key, self.llm_model, self.llm_concurrency, self.llm_timeout)
+
+    def embedder_config(self):
+        from workers.models.embedding import EndpointConfig
+
+        if not self.embedder_base_url or not self.embedder_model:
+            raise ValueError("MEMSTREAM_EMBEDDER=openai needs MEMSTREAM_EMBEDDER_BASE_URL and MEMSTREAM_EMBEDDER_MODEL")
+        return EndpointConfig(self.embedder_base_url, self.embedder_api_key, self.embedder_model, self.embedder_dims,
+                              self.embedder_batch, self.embedder_concurrency, self.embedder_timeout)
 
     @property
     def max_message_bytes(self) -> int:

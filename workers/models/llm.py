@@ -22,6 +22,11 @@ LLM_CALLS = Counter("memstream_llm_calls_total", "LLM calls per stage and outcom
 LLM_TOKENS = Counter("memstream_llm_tokens_total", "LLM tokens per stage", ["stage", "kind"])
 
 
+# Worth retrying after a backoff (also the embeddings endpoint's: workers.models.embedding);
+# any other HTTP status below 500 is refused for good.
+RETRYABLE_ERRORS = (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError)
+
+
 class LLMError(Exception):
     """The endpoint kept failing (after retries)."""
 
@@ -99,7 +104,7 @@ class LLMClient:
                     LLM_TOKENS.labels(stage=stage, kind="prompt").inc(response.usage.prompt_tokens or 0)
                     LLM_TOKENS.labels(stage=stage, kind="completion").inc(response.usage.completion_tokens or 0)
                 return response.choices[0].message.content or ""
-            except (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError) as exc:
+            except RETRYABLE_ERRORS as exc:
                 outcome = type(exc).__name__
             except openai.APIStatusError as exc:
                 if exc.status_code < 500:

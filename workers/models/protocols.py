@@ -1,6 +1,6 @@
 """The model interfaces the stages and the query engine depend on. Production implementations:
 `workers.models.llm.LLMClient` (any OpenAI-compatible chat endpoint),
-`workers.models.embedding.BatchingEmbedder` over `LocalEmbedder`, the extractors of
+`workers.models.embedding.BatchingEmbedder` over `LocalEmbedder` or `OpenAIEmbedder`, the extractors of
 `workers.models.extraction`. Tests pass their own doubles (tests/inprocess.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 
 class Embedder(Protocol):
-    """Texts → L2-normalised float32 vectors, one row per text, `dims` columns."""
+    """Texts → L2-normalised float32 vectors, one row per text, `dims` columns. Its `name` (with
+    dims: workers.models.embedding.embedder_id) is what a tenant's indexes record."""
 
     dims: int
 

@@ -34,6 +34,7 @@ from workers.algorithms.expiry import parse_as_of, was_valid
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
 from workers.algorithms.reconstruction import Budget
+from workers.models.embedding import TenantEmbedders
 from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
@@ -164,6 +165,7 @@ class QueryEngine:
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
         self.reconstructor = reconstructor or Reconstructor(memory, embedder)
+        self.tenant_embedders = TenantEmbedders(memory, embedder)  # answer() raises EmbedderMismatch for a tenant built with another
         self.clock = time.time  # the time a fact's TTL is compared with (tests set it)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
         # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
@@ -191,6 +193,7 @@ class QueryEngine:
         timings = {}
         started = t = time.perf_counter()
         vector = (await self.embedder.embed([request.query]))[0]
+        await self.tenant_embedders.check(request.tenant, writing=False)  # cached: a round trip per tenant every 30 s
         timings["embed"] = _ms(t)
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)

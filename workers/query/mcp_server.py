@@ -38,6 +38,7 @@ from topics import ContractError, Document, encode, validate_tenant
 from topics.records import FACT_CATEGORIES
 from workers.algorithms.normalize import content_hash
 from workers.query import drilldown
+from workers.models.embedding import EmbedderMismatch
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
@@ -236,7 +237,10 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
             request = QueryRequest.from_json(body, tenant, top_k)
         except ContractError as exc:
             raise ToolError(str(exc)) from None
-        return SearchResult.model_validate(await engine.answer(request))
+        try:
+            return SearchResult.model_validate(await engine.answer(request))
+        except EmbedderMismatch as exc:
+            raise ToolError(str(exc)) from None
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
                  description=(

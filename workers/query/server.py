@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory
 from topics import ContractError, validate_tenant
-from workers.models.embedding import BatchingEmbedder, make_embedder
+from workers.models.embedding import BatchingEmbedder, EmbedderMismatch, embedder_id, make_embedder
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
 from workers.query import auth, drilldown, http, mcp_server
@@ -46,11 +46,12 @@ def query_memory(settings: Settings) -> Memory:
                            pool_timeout=settings.redis_pool_timeout, tau=settings.effective_tau, vector_index=settings.vector_index)
 
 
-def cached_embedder(settings: Settings, memory: Memory) -> BatchingEmbedder:
-    """The configured embedder behind a BatchingEmbedder whose vectors are cached in `memory`
-    (shared by every worker); one per process, for the extractor and the query side alike."""
-    model = make_embedder(settings.embedder)
-    return BatchingEmbedder(model, cache=memory.embedding_cache(model.name))
+def cached_embedder(settings: Settings, memory: Memory, model=None) -> BatchingEmbedder:
+    """The configured embedder (or `model`, made from it already) behind a BatchingEmbedder whose
+    vectors are cached in `memory` (shared by every worker) under its name and dims; one per
+    process, for the extractor and the query side alike."""
+    model = model or make_embedder(settings)
+    return BatchingEmbedder(model, cache=memory.embedding_cache(embedder_id(model).cache_name))
 
 
 def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: ChatModel | None = None) -> web.Application:
@@ -90,7 +91,10 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
             return http.error_response(400, str(exc))
         if query.answer and answer_llm is None:
             return http.error_response(400, "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker")
-        result = await engine.answer(query)
+        try:
+            result = await engine.answer(query)
+        except EmbedderMismatch as exc:  # the tenant's memory is another embedder's: no query of it means anything here
+            return http.error_response(409, str(exc))
         if query.answer:
             try:
                 result["answer"] = await generate_answer(answer_llm, query.query, result["passages"])

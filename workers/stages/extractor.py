@@ -3,8 +3,10 @@ fact per extracted fact on `candidate-facts` (keyed for the detector: detector.c
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import replace
 
 from store.facts import Fact
@@ -17,6 +19,7 @@ from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import entity_id, fact_id, has_entity_id, relation_name, schema_id
 from workers.algorithms.turns import session_turn
 from workers.envelope import Emit, PermanentError
+from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.stages.context import Stage, StageContext
@@ -39,19 +42,65 @@ def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Tripl
             + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts])
 
 
+MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle (far above any read-ahead window)
+
+
 class ExtractorStage(Stage):
     def __init__(self, context: StageContext):
         super().__init__(context)
         self.embedder = context.embedder
         self.extractor = context.extractor
+        self._memo: OrderedDict[tuple[str, str], asyncio.Task] = OrderedDict()  # (chunk id, context) → extraction
+        self.tenant_embedders = TenantEmbedders(self.memory, self.embedder) if self.embedder is not None else None
+
+    # ---- read-ahead (workers/app.py): the model calls of a chunk, started before its turn ----
+    async def prefetch(self, chunk: Chunk) -> None:
+        """Extract the chunk (the task waits in the memo for `handle`, its LLM answer in the LLM
+        cache) and embed the texts of the raw extraction, so the window's embeddings go out in
+        few large batches and land in the embedding cache. Side-effect free otherwise: handle
+        still grounds, resolves aliases and embeds what it decides (a text missed here is
+        embedded then). Errors are left to handle, which meets them itself."""
+        try:
+            extraction = await asyncio.shield(self._started(chunk))  # a cancelled prefetch leaves the extraction to handle
+        except Exception:
+            return
+        texts = [chunk.indexed_text] + [e.name for e in extraction.entities]
+        texts += [f"{t.head} {relation_name(t.relation)} {t.tail}" for t in extraction.facts]
+        texts += [f"{t.head_type} {relation_name(t.relation)} {t.tail_type}" for t in extraction.facts]
+        await self.embedder.embed(list(dict.fromkeys(texts)))
+
+    def _started(self, chunk: Chunk) -> asyncio.Task:
+        """The chunk's extraction in the memo — started now unless it is there, running or done
+        well (a failed or cancelled one is asked again)."""
+        key = (chunk.chunk_id, chunk.context)
+        task = self._memo.get(key)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = self._memo[key] = asyncio.ensure_future(self.extractor.extract(chunk.text, chunk.context))
+            while len(self._memo) > MEMO_SIZE:  # dropped, not cancelled: its answer still reaches the LLM cache
+                self._memo.popitem(last=False)
+        return task
+
+    async def _extraction(self, chunk: Chunk) -> Extraction:
+        """The chunk's extraction: the one prefetch started, else one started now (in the memo
+        while it runs, so a prefetch that starts late joins it instead of asking again)."""
+        task = self._started(chunk)
+        try:
+            return await task
+        finally:
+            if self._memo.get((chunk.chunk_id, chunk.context)) is task:
+                del self._memo[(chunk.chunk_id, chunk.context)]
 
     async def handle(self, chunk: Chunk) -> None:
         tenant = chunk.tenant
+        try:  # vectors of another embedder than the tenant's indexes hold would be garbage to every query
+            await self.tenant_embedders.check(tenant, writing=True)
+        except EmbedderMismatch as exc:
+            raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
 
         async def decide(pipe) -> list[Emit]:
             try:
                 # whatever the extractor, a name without letters or digits has no entity id
-                extraction = drop_unnamed(await self.extractor.extract(chunk.text, chunk.context), f"chunk {chunk.chunk_id}")
+                extraction = drop_unnamed(await self._extraction(chunk), f"chunk {chunk.chunk_id}")
             except MalformedOutput as exc:
                 raise PermanentError(f"{exc}; raw output: {exc.raw[:4000]}") from None
             except LLMError as exc:
@@ -73,7 +122,10 @@ class ExtractorStage(Stage):
                 facts.append((triple, head_id, tail_id))
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
-            vectors = await self.embedder.embed(embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts]))
+            try:
+                vectors = await self.embedder.embed(embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts]))
+            except EmbedderRefused as exc:  # this chunk's text, refused as such: asking again cannot help
+                raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
             ent_vecs = vectors[1 : 1 + len(entities)]
             fact_vecs = vectors[1 + len(entities) : 1 + len(entities) + len(facts)]
             schema_vecs = vectors[1 + len(entities) + len(facts) :]

@@ -122,12 +122,35 @@ class ResolverStage(Stage):
             outbox += await self._adjudicate(pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained})
         return outbox
 
+    async def prefetch(self, conflict: ConflictSet) -> None:
+        """Read-ahead (workers/app.py): ask the LLM what `handle` will ask it about this
+        adjudication, from memory as it is now, so the answer waits in the LLM cache (if a
+        message before it changes the group, handle asks again). A duplicate's question
+        depends on the merge handle stages first: not read ahead."""
+        if self.resolver_llm is None or conflict.kind == "duplicate":
+            return
+        tenant, cand = conflict.tenant, conflict.candidate
+        facts = await self._members(tenant, cand.head_id, cand.fact.relation)
+        if not facts or not await self._weighs_evidence(tenant, cand.fact.relation, facts):
+            return
+        group = [await self._group_fact(tenant, fid, f) for fid, f in facts.items()]
+        await self.resolver_llm.structured("resolve", *await self._resolution_request(tenant, group, facts))
+
+    async def _members(self, tenant: str, head_id: str, relation: str) -> dict[str, Fact]:
+        """The group's facts that take part in its decision: a lapsed fact does not (the expiry
+        sweep expires it, then decides the group again), nor a merged one."""
+        members = await self.memory.group(tenant, head_id, relation)
+        return {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged" and not f.lapsed()}
+
+    async def _weighs_evidence(self, tenant: str, relation: str, facts: dict) -> bool:
+        """False when the group is decided without reading any evidence (one fact, or a multi-valued relation)."""
+        heads, multi = await self.memory.relation_counts(tenant, relation)
+        return not is_multi_valued(heads, multi) and len(facts) >= 2
+
     async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Emit]:
         """Decide a (head, relation) group from its content and apply the difference."""
         tenant = cand.tenant
-        members = await self.memory.group(tenant, head_id, relation)
-        # a lapsed fact takes no part (the expiry sweep expires it, then decides the group again)
-        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged" and not f.lapsed()}
+        facts = await self._members(tenant, head_id, relation)
         if not facts:
             return []
         for fact in facts.values():  # the decision rests on every member's status, not only the ones it changes
@@ -135,8 +158,7 @@ class ResolverStage(Stage):
         for fid, pids in (extra or {}).items():  # support staged in this transaction, not yet visible
             if fid in facts:
                 facts[fid].passage_ids = sorted(set(facts[fid].passage_ids) | pids)
-        heads, multi = await self.memory.relation_counts(tenant, relation)
-        if is_multi_valued(heads, multi) or len(facts) < 2:  # decided without reading any evidence
+        if not await self._weighs_evidence(tenant, relation, facts):
             reason = "multi-valued relation" if len(facts) > 1 else "no conflict"
             decisions = {fid: Decision(status="active", kind="", reason=reason) for fid in facts}
             return await self._apply(pipe, cand, facts, decisions, why)
@@ -157,15 +179,8 @@ class ResolverStage(Stage):
         keeps failing, or quotes an evidence sentence that is not in the passage it cites, the
         deterministic policy decides the whole group (logged; the latter counted), so no group
         stays open and no planted passage decides through a quote it does not contain."""
-        passage_ids = sorted({pid for g in group for pid in g.passage_ids})
-        passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
-        some = facts[group[0].id]
-        messages = resolution_messages(some.head, some.relation, [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group], passages)
-        def validate(data):
-            return parse_resolution(data, group, passages), unquoted_evidence(data, passages)
-
         try:
-            decisions, unquoted = await self.resolver_llm.structured("resolve", messages, "resolution", RESOLUTION_SCHEMA, validate)
+            decisions, unquoted = await self.resolver_llm.structured("resolve", *await self._resolution_request(tenant, group, facts))
         except (MalformedOutput, LLMError) as exc:
             log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
             return await self._rules_decisions(tenant, group)
@@ -175,6 +190,19 @@ class ResolverStage(Stage):
                         ", ".join(unquoted))
             return await self._rules_decisions(tenant, group)
         return decisions
+
+    async def _resolution_request(self, tenant: str, group: list[GroupFact], facts: dict) -> tuple:
+        """The arguments of the resolver's structured LLM call after the stage name: messages,
+        schema name, schema, validate (→ decisions, the facts whose evidence is unquoted)."""
+        passage_ids = sorted({pid for g in group for pid in g.passage_ids})
+        passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
+        some = facts[group[0].id]
+        messages = resolution_messages(some.head, some.relation, [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group], passages)
+
+        def validate(data):
+            return parse_resolution(data, group, passages), unquoted_evidence(data, passages)
+
+        return messages, "resolution", RESOLUTION_SCHEMA, validate
 
     async def _group_fact(self, tenant: str, fid: str, fact: Fact) -> GroupFact:
         passages = [p for p in await self.memory.passages(tenant, fact.passage_ids) if p]
