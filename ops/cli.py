@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--passages", type=int, default=50, help="load: passages indexed into a fresh tenant when --tenant is not given")
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
+    # bench index --rules (ops/rules_bench.py)
+    bench.add_argument("--rules", action="store_true", help="index: the rules pipeline on HotpotQA-100 against the embedding-bound limit")
+    bench.add_argument("--docs", type=int, default=None, help="index --rules: the first N documents of HotpotQA-100 (default 100)")
     # bench conversation (ops/conversation_bench.py)
     bench.add_argument("file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)")
     bench.add_argument("--modes", default=None, help="conversation: query modes, comma-separated (default: every mode of the query engine)")
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     # bench wait (ops/wait_bench.py)
     bench.add_argument("--pending", type=int, default=5000, help="wait: documents published that no worker consumes")
     bench.add_argument("--window", type=float, default=30.0, help="wait: seconds of --wait measured")
-    bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="wait: also measure the CLI of this checkout (e.g. a git worktree of an older commit)")
+    bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side")
     bench.add_argument("--seen", action="store_true", help="wait: each document's status recorded as the chunker does (no chunk done), as in a busy pipeline")
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
@@ -330,6 +333,10 @@ def cmd_bench(settings: Settings, args) -> int:
         from ops.conversation_bench import run_conversation_bench
 
         return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json)
+    if (args.rules or args.docs) and args.kind != "index":
+        raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
+    if args.baseline_tree and args.kind not in ("index", "wait"):
+        raise ValueError(f"--baseline-tree is an option of bench index --rules and bench wait, not bench {args.kind}")
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
     if args.kind == "wait":
@@ -349,6 +356,10 @@ def cmd_bench(settings: Settings, args) -> int:
 
         clients = [int(c) for c in args.clients.split(",")]
         return run_load_bench(settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages, args.json)
+    if args.rules:
+        from ops.rules_bench import DEFAULT_DOCS, run_rules_bench
+
+        return run_rules_bench(settings, data, args.docs or DEFAULT_DOCS, Path(args.baseline_tree) if args.baseline_tree else None, args.json)
     from ops.bench import run_index_bench
 
     sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())

@@ -52,3 +52,9 @@ class EmbeddingCache:
         for text, vector in vectors.items():
             pipe.set(self.key(text), np.asarray(vector, dtype=np.float32).tobytes(), ex=EMBEDDING_CACHE_TTL_S)
         await pipe.execute()
+
+    # ---- benchmarks: a run that must embed a corpus itself (ops/rules_bench.py) ----
+    async def forget_many(self, texts: list[str]) -> None:
+        """Drop the cached vectors of these texts (the others stay)."""
+        for start in range(0, len(texts), 1000):
+            await self.redis.delete(*[self.key(t) for t in texts[start : start + 1000]])

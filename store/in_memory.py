@@ -138,6 +138,9 @@ class InMemoryStore:
         t, at = self._tenant(tenant), time.time()
 
         def write() -> None:
+            if not outbox:  # done with its commit, as Memory.stage_outbox
+                t.done.add(mark)
+                return
             t.outboxes[mark], t.committed_at[mark] = list(outbox), at
 
         self._stage(pipe, write)
@@ -342,11 +345,12 @@ class InMemoryStore:
         raw = self._tenant(tenant).records[layer].get(record_id, {}).get("vec")
         return None if raw is None else np.frombuffer(raw, dtype=np.float32)
 
-    async def entity_vector(self, tenant: str, entity_id: str) -> np.ndarray | None:
-        return self._vector(tenant, "entities", entity_id)
-
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return self._vector(tenant, "facts", fact_id)
+
+    async def knn_many(self, tenant: str, layer: str, vectors: list[np.ndarray], k: int, return_fields: list[str],
+                       where: Mapping[str, str] | None = None) -> list[list[Hit]]:
+        return [await self.knn(tenant, layer, vector, k, return_fields, where) for vector in vectors]
 
     async def knn(self, tenant: str, layer: str, vector: np.ndarray, k: int, return_fields: list[str],
                   where: Mapping[str, str] | None = None) -> list[Hit]:
@@ -508,11 +512,13 @@ class InMemoryStore:
     def stage_type_member(self, pipe, tenant: str, version: int, entity_node: str, entity_type: str) -> None:
         self.stage_edge(pipe, tenant, version, entity_node, type_node(entity_type), 1.0, "type")
 
-    async def similarity_bridged(self, tenant: str, entity_id: str) -> bool:
-        return entity_id in self._set(tenant, "similarity_bridged")
-
     def stage_similarity_bridged(self, pipe, tenant: str, entity_id: str) -> None:
         self._stage(pipe, lambda: self._set(tenant, "similarity_bridged").add(entity_id))
+
+    async def unbridged_entity_vectors(self, tenant: str, passage_id: str) -> dict[str, np.ndarray]:
+        bridged = self._set(tenant, "similarity_bridged")
+        vectors = {eid: self._vector(tenant, "entities", eid) for eid in await self.passage_entities(tenant, passage_id) if eid not in bridged}
+        return {eid: vec for eid, vec in vectors.items() if vec is not None}
 
     # ---- the graph, read (store.graph_log says what None means) ----------------------------------------
     async def graph_log_exists(self, tenant: str) -> bool:
@@ -661,6 +667,10 @@ class _InMemoryEmbeddingCache(EmbeddingCache):
     async def put_many(self, vectors: dict[str, np.ndarray]) -> None:
         for text, vector in vectors.items():
             self.values[self.key(text)] = vector_bytes(vector)
+
+    async def forget_many(self, texts: list[str]) -> None:
+        for text in texts:
+            self.values.pop(self.key(text), None)
 
 
 def _stored(value: Any) -> str | bytes:

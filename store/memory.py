@@ -330,18 +330,20 @@ class Memory:
     ) -> list[Hit]:
         """The `k` records of `layer` nearest `vector` (cosine similarity in `Hit.score`), among
         those whose tag fields equal every value in `where` (e.g. {"status": "active"})."""
+        return (await self.knn_many(tenant, layer, [vector], k, return_fields, where))[0]
+
+    async def knn_many(self, tenant: str, layer: str, vectors: list[np.ndarray], k: int, return_fields: list[str],
+                       where: Mapping[str, str] | None = None) -> list[list[Hit]]:
+        """`knn` for each of `vectors`, all searches sent in one round trip."""
+        if not vectors:
+            return []
         index = await self.index(tenant, layer, create=False)
         if index is None:
-            return []
-        query = VectorQuery(
-            vector=vector_bytes(vector),
-            vector_field_name="vec",
-            return_fields=return_fields,
-            filter_expression=_tags_equal(where),
-            num_results=k,
-        )
+            return [[] for _ in vectors]
+        queries = [VectorQuery(vector=vector_bytes(vector), vector_field_name="vec", return_fields=return_fields,
+                               filter_expression=_tags_equal(where), num_results=k) for vector in vectors]
         try:
-            rows = await index.query(query)
+            results = await index.batch_query(queries, batch_size=len(queries)) if len(queries) > 1 else [await index.query(queries[0])]
         except Exception as exc:
             if not index_missing(exc):
                 raise
@@ -349,13 +351,10 @@ class Memory:
             # write creates its indexes again (readers create nothing)
             self._forget_indexes(tenant)
             self._indexes_checked.pop(tenant, None)
-            return []
+            return [[] for _ in vectors]
         prefix = self.keys(tenant).prefix(layer)
-        hits = []
-        for row in rows:
-            fields = {f: row.get(f) for f in return_fields}
-            hits.append(Hit(row["id"].removeprefix(prefix), 1.0 - float(row["vector_distance"]), fields))
-        return hits
+        return [[Hit(row["id"].removeprefix(prefix), 1.0 - float(row["vector_distance"]), {f: row.get(f) for f in return_fields}) for row in rows]
+                for rows in results]
 
     # ---- effectively once: done marks and outbox ---------------------------------------
     async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
@@ -373,7 +372,13 @@ class Memory:
         return self.redis.pipeline(transaction=True)
 
     def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing]) -> None:
+        """The message's outbox, published after the commit and then `finish`ed. An empty one
+        has nothing to publish: the message is done with its commit (its done mark staged here),
+        which saves the finish round trip of most detections (a fact parked as pending)."""
         keys = self.keys(tenant)
+        if not outbox:
+            pipe.set(keys.done_mark(mark), b"1", ex=DONE_MARK_TTL_S)
+            return
         pipe.set(keys.outbox(mark), json.dumps([o.to_json() for o in outbox]), ex=DONE_MARK_TTL_S)
         pipe.zadd(keys.outboxes, {mark: time.time()})
 
@@ -599,15 +604,22 @@ class Memory:
         raw = await self.redis.hget(self.keys(tenant).passage(passage_id), "entities")
         return json.loads(raw) if raw else []
 
-    async def entity_vector(self, tenant: str, entity_id: str) -> np.ndarray | None:
-        raw = await self.redis.hget(self.keys(tenant).entity(entity_id), "vec")
-        return None if raw is None else np.frombuffer(raw, dtype=np.float32)
-
-    async def similarity_bridged(self, tenant: str, entity_id: str) -> bool:
-        return bool(await self.redis.sismember(self.keys(tenant).similarity_bridged, entity_id))
-
     def stage_similarity_bridged(self, pipe, tenant: str, entity_id: str) -> None:
         pipe.sadd(self.keys(tenant).similarity_bridged, entity_id)
+
+    async def unbridged_entity_vectors(self, tenant: str, passage_id: str) -> dict[str, np.ndarray]:
+        """The vectors of the passage's entities not yet similarity-bridged, in two round trips
+        (per entity, a check and a read were two round trips each)."""
+        keys = self.keys(tenant)
+        entity_ids = await self.passage_entities(tenant, passage_id)
+        if not entity_ids:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.smismember(keys.similarity_bridged, entity_ids)
+        for eid in entity_ids:
+            pipe.hget(keys.entity(eid), "vec")
+        bridged, *raw = await pipe.execute()
+        return {eid: np.frombuffer(vec, dtype=np.float32) for eid, done, vec in zip(entity_ids, bridged, raw) if not done and vec is not None}
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")

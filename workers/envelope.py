@@ -183,10 +183,12 @@ class Envelope:
         The commit is fenced (Memory.commit_once): of two deliveries of one message running at
         once, only one commits; the other publishes that one's outbox, never its own."""
         stage = mark.split(":", 1)[0]
+        finished = False
         try:
             outbox = await self.memory.pending_outbox(tenant, mark)
             if outbox is None:
                 outbox = await self._decide_and_commit(tenant, mark, decide, stage)
+                finished = not outbox  # an empty outbox commits with the done mark (Memory.stage_outbox)
             else:
                 metrics.REDELIVERIES.labels(stage=stage, found="outbox").inc()
         except AlreadyDone:
@@ -197,7 +199,8 @@ class Envelope:
                 await pipe.execute()
             return
         await self._publish(outbox)
-        await self.memory.finish(tenant, mark)
+        if not finished:
+            await self.memory.finish(tenant, mark)
 
     async def _publish(self, outbox: list[Outgoing]) -> None:
         """Send the outbox in order; returns once the broker acknowledged every message."""

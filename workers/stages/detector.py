@@ -102,6 +102,7 @@ class DetectorStage(Stage):
         """A fact passed the τ gate (or needs none, `schema_stable` False: its schema may still be a
         candidate): detect conflicts, then activate it or hand it to A_res."""
         tenant, relation, fid = cand.tenant, fact.relation, fact.id
+        version = None  # the graph version of this fact's edges: one bump for its type and fact edges
         if self.settings.on("type_bridging") and schema_stable:  # its entities join their types
             version = await self.memory.bump_graph_version(tenant)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
@@ -124,7 +125,7 @@ class DetectorStage(Stage):
                 if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
                     taken_over.append(adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
             if fact.category in UNCONTESTED_CATEGORIES:  # one rejection or failure among many: no group
-                return taken_over + await self._activate(pipe, cand, fact)
+                return taken_over + await self._activate(pipe, cand, fact, version)
             joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, detection_mark(cand, fid), MULTI_RULE)
             outbox = []
             if joined.flipped:
@@ -135,8 +136,8 @@ class DetectorStage(Stage):
             outbox = taken_over + outbox
             if joined.size >= 2 and joined.verdict == "single":
                 return outbox + [adjudication(cand, fact.head_id, relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
-            return outbox + await self._activate(pipe, cand, fact)
-        return await self._activate(pipe, cand, fact)
+            return outbox + await self._activate(pipe, cand, fact, version)
+        return await self._activate(pipe, cand, fact, version)
 
     async def _active_twin(self, tenant: str, fact: Fact) -> tuple[Fact, str] | None:
         """An active fact that is this one said otherwise — head and tail swapped under a
@@ -167,7 +168,8 @@ class DetectorStage(Stage):
                 return hit
         return None
 
-    async def _activate(self, pipe, cand: CandidateFact, fact: Fact) -> list[Emit]:
-        version = await self.memory.bump_graph_version(cand.tenant)
+    async def _activate(self, pipe, cand: CandidateFact, fact: Fact, version: int | None = None) -> list[Emit]:
+        if version is None:
+            version = await self.memory.bump_graph_version(cand.tenant)
         activated = self.lifecycle.activate(pipe, cand.tenant, fact, version)
         return [event_message(activated)] + await containment_changed(self.settings, self.memory, cand, fact)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
+from topics.records import Triple
 from workers import metrics
 from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
@@ -32,6 +33,13 @@ def extraction_mark(chunk: Chunk) -> str:
     its text; a turn's: its document, context line and text — workers.algorithms.chunking), so
     the same content is extracted once."""
     return f"ext:{chunk.chunk_id}"
+
+
+def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
+    """Everything a chunk's extraction embeds, in one embed call: its passage (a turn: with who
+    said it and when), entity names, facts, then their schemas."""
+    return ([indexed_text] + entity_names + [f"{t.head} {t.relation} {t.tail}" for t in facts]
+            + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts])
 
 
 MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle (far above any read-ahead window)
@@ -114,11 +122,8 @@ class ExtractorStage(Stage):
                 facts.append((triple, head_id, tail_id))
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
-            texts = [chunk.indexed_text] + [e.name for e in entities.values()]  # a turn: with who said it and when
-            texts += [f"{t.head} {t.relation} {t.tail}" for t, _, _ in facts]
-            texts += [f"{t.head_type} {t.relation} {t.tail_type}" for t, _, _ in facts]
             try:
-                vectors = await self.embedder.embed(texts)
+                vectors = await self.embedder.embed(embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts]))
             except EmbedderRefused as exc:  # this chunk's text, refused as such: asking again cannot help
                 raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
             ent_vecs = vectors[1 : 1 + len(entities)]
@@ -194,15 +199,17 @@ class ExtractorStage(Stage):
         """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge).
         Run after the chunk's commit: of two chunks extracted concurrently, the later committer
         always sees the other's entities. Also run on redelivery, so a crash loses no edge."""
-        for eid in await self.memory.passage_entities(tenant, chunk_id):
-            if await self.memory.similarity_bridged(tenant, eid):
-                continue
-            vector = await self.memory.entity_vector(tenant, eid)
-            hits = [h for h in await self.memory.knn(tenant, "entities", vector, 10, ["name"]) if h.id != eid and h.score >= self.settings.sim_edge]
-            pipe = self.memory.pipeline()
-            if hits:
-                version = await self.memory.bump_graph_version(tenant)
+        vectors = await self.memory.unbridged_entity_vectors(tenant, chunk_id)
+        if not vectors:
+            return
+        found = await self.memory.knn_many(tenant, "entities", list(vectors.values()), 10, ["name"])
+        similar = {eid: [h for h in hits if h.id != eid and h.score >= self.settings.sim_edge] for eid, hits in zip(vectors, found)}
+        pipe = self.memory.pipeline()
+        if any(similar.values()):
+            version = await self.memory.bump_graph_version(tenant)
+            for eid, hits in similar.items():
                 for hit in hits:
                     self.memory.stage_edge(pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar")
+        for eid in vectors:
             self.memory.stage_similarity_bridged(pipe, tenant, eid)
-            await pipe.execute()
+        await pipe.execute()

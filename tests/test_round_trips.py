@@ -1,0 +1,154 @@
+"""Redis round trips of the indexing stages that do not grow with the work in a chunk (issue 13:
+the rules pipeline made several round trips per entity and per fact). Commands are counted
+through a wrapper of the Redis client: each command sent alone and each pipeline sent is one."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import numpy as np
+import pytest
+from redis.asyncio.client import Pipeline as RedisPipeline
+from redis.asyncio.client import Redis
+
+from ops import rules_bench
+from tests.inprocess import DigitBlindEmbedder, InProcess
+from store import AlreadyDone
+from store.keys import entity_node
+from workers.models.extraction import Entity, Extraction, RulesExtractor
+
+
+class NamesOnly:
+    """Test double: each text's entities are its comma-separated names; no facts."""
+
+    name = "names-only"
+    grounded = True
+
+    async def extract(self, text: str, context: str = "") -> Extraction:
+        return Extraction([Entity(name.strip(), "PERSON") for name in text.split(",")], [])
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """Counts Redis round trips of this process, by command ('pipeline' for a pipeline sent)."""
+    counts: collections.Counter = collections.Counter()
+    command, pipeline = Redis.execute_command, RedisPipeline.execute
+
+    async def counted_command(self, *args, **options):
+        if not isinstance(self, RedisPipeline) or self.watching:  # a queued command is sent with the pipeline
+            counts[str(args[0]).upper()] += 1
+        return await command(self, *args, **options)
+
+    async def counted_pipeline(self, *args, **options):
+        counts["pipeline"] += 1
+        return await pipeline(self, *args, **options)
+
+    monkeypatch.setattr(Redis, "execute_command", counted_command)
+    monkeypatch.setattr(RedisPipeline, "execute", counted_pipeline)
+    return counts
+
+
+async def _round_trips_of(ip: InProcess, counts: collections.Counter, doc_id: str, text: str) -> int:
+    counts.clear()
+    await ip.publish(doc_id, text)
+    return sum(counts.values())
+
+
+def test_similarity_bridge_round_trips_do_not_grow_with_entities(stack_env, round_trips):
+    """A chunk of 12 entities costs the same round trips as a chunk of 2: the bridge reads the
+    unbridged entities' vectors in one pipeline, searches all their neighbours in one, and
+    writes every edge and mark in one transaction (it was 4 round trips per entity)."""
+    asyncio.run(_bridge_round_trips(stack_env["MEMSTREAM_REDIS_URL"], round_trips))
+
+
+async def _bridge_round_trips(redis_url: str, round_trips: collections.Counter) -> None:
+    ip = InProcess(redis_url, NamesOnly(), sim_bridging="on")
+    try:
+        await ip.publish("warm", "Warm Up One, Warm Up Two")  # the tenant's indexes exist
+        few = await _round_trips_of(ip, round_trips, "few", "Dag Person1, Dag Person2")
+        many = await _round_trips_of(ip, round_trips, "many", ", ".join(f"Cora Person{i}" for i in range(10, 22)))
+        assert many == few, dict(round_trips)
+        memory = await ip.export()
+        similar = {node for e in memory["edges"] if e["kind"] == "similar" for node in (e["source"], e["target"])}
+        # the digit-blind embedder gives "Cora Person10" … "Cora Person21" one vector: each is bridged
+        cora = [entity_node(e["id"]) for e in memory["entities"] if e["name"].startswith("Cora")]
+        assert len(cora) == 12 and set(cora) <= similar
+    finally:
+        await ip.close()
+
+
+
+def test_a_message_with_nothing_to_publish_is_done_with_its_commit(redis_url):
+    """An empty outbox commits with the message's done mark: no finish round trip afterwards
+    (most detections park a fact as pending and publish nothing); a redelivery is skipped."""
+    asyncio.run(_empty_outbox(redis_url))
+
+
+async def _empty_outbox(redis_url: str | None) -> None:
+    ip = InProcess(redis_url, NamesOnly())
+    try:
+        pipe = ip.memory.pipeline()
+        ip.memory.stage_chunk_done(pipe, ip.tenant, "c1")
+        ip.memory.stage_outbox(pipe, ip.tenant, "m-empty", [])
+        assert await ip.memory.commit_once(pipe, ip.tenant, "m-empty") is None
+        with pytest.raises(AlreadyDone):
+            await ip.memory.pending_outbox(ip.tenant, "m-empty")
+        assert await ip.memory.chunk_done(ip.tenant, "c1")
+        assert "m-empty" not in {mark for _, mark, _ in await ip.memory.unsent_outboxes(time.time() + 60)}  # nothing for the sweep
+    finally:
+        await ip.close()
+
+
+def test_forgotten_cached_vectors_are_embedded_again(redis_url):
+    """EmbeddingCache.forget_many (bench index --rules starts each tree's run without the
+    corpus's cached vectors): the forgotten texts are gone, the others stay."""
+    asyncio.run(_forget(redis_url))
+
+
+async def _forget(redis_url: str | None) -> None:
+    ip = InProcess(redis_url, NamesOnly())
+    try:
+        cache = ip.memory.embedding_cache(f"test-{ip.tenant}")
+        await cache.put_many({"kept": np.ones(4, dtype=np.float32), "forgotten": np.zeros(4, dtype=np.float32)})
+        await cache.forget_many(["forgotten", "never cached"])
+        assert set(await cache.get_many(["kept", "forgotten"])) == {"kept"}
+        await cache.forget_many(["kept"])
+    finally:
+        await ip.close()
+
+
+class RecordingEmbedder(DigitBlindEmbedder):
+    """Test double: the digit-blind embedder, recording each call's texts."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    async def embed(self, texts: list[str]):
+        self.calls.append(list(texts))
+        return await super().embed(texts)
+
+
+PASSAGES = [
+    "Ada Lovelace was born in London. Ada Lovelace worked with Charles Babbage in London.",
+    "The Eiffel Tower is located in Paris. Gustave Eiffel designed the Eiffel Tower in 1887.",
+]
+
+
+def test_the_benchmark_embeds_what_the_extractor_embeds():
+    """bench index --rules measures its embedding-bound limit on the texts the rules pipeline
+    embeds: the same texts, in the same calls, as the extractor stage."""
+    asyncio.run(_embeds())
+
+
+async def _embeds() -> None:
+    embedder = RecordingEmbedder()
+    ip = InProcess(None, RulesExtractor(), embedder)
+    try:
+        for i, text in enumerate(PASSAGES):
+            await ip.publish(f"d{i}", text)
+        assert embedder.calls == [rules_bench.embedded_texts(text) for text in PASSAGES]
+        assert all(len(call) > 3 for call in embedder.calls)  # entities and facts, not the passage alone
+    finally:
+        await ip.close()
