@@ -64,10 +64,9 @@ class ExtractorStage(Stage):
             extraction = await asyncio.shield(self._started(chunk))  # a cancelled prefetch leaves the extraction to handle
         except Exception:
             return
-        texts = [chunk.indexed_text] + [e.name for e in extraction.entities]
-        texts += [f"{t.head} {relation_name(t.relation)} {t.tail}" for t in extraction.facts]
-        texts += [f"{t.head_type} {relation_name(t.relation)} {t.tail_type}" for t in extraction.facts]
-        await self.embedder.embed(list(dict.fromkeys(texts)))
+        facts = [replace(t, relation=relation_name(t.relation)) for t in extraction.facts]
+        names = [e.name for e in extraction.entities] + [n for t in facts for n in (t.head, t.tail)]
+        await self.embedder.embed(list(dict.fromkeys(embedded_texts(chunk.indexed_text, names, facts))))
 
     def _started(self, chunk: Chunk) -> asyncio.Task:
         """The chunk's extraction in the memo — started now unless it is there, running or done
