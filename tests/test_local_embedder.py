@@ -1,0 +1,27 @@
+"""The local embedder's batching: texts of similar length together, under a token budget
+(workers.models.embedding.token_batches), with the vectors encode gives text by text."""
+
+import numpy as np
+
+from workers.models.embedding import TOKEN_BUDGET, LocalEmbedder, token_batches
+
+
+def test_batches_hold_texts_of_similar_length_within_the_budget_and_a_longer_text_alone():
+    lengths = [5, 150, 3, 600, 4, 150, 150, 150]
+    batches = token_batches(lengths, 512)
+    assert batches == [[2, 4, 0], [1, 5, 6], [7], [3]]
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    assert all(len(b) * max(lengths[i] for i in b) <= 512 for b in batches if len(b) > 1)
+    assert token_batches([], 512) == []
+
+
+def test_vectors_are_those_of_each_text_encoded_alone_in_the_callers_order():
+    embedder = LocalEmbedder()
+    passage = " ".join(["The bridge over the river was built in 1890 by the city's engineers."] * 12)
+    texts = ["Ada Lovelace", passage, "PERSON founded ORGANIZATION", "Ada Lovelace founded Analytical Engines", passage + " Again."]
+    vectors = embedder.embed(texts)
+    alone = np.stack([embedder._model.encode([t], normalize_embeddings=True)[0] for t in texts])
+    assert vectors.shape == (5, 384) and vectors.dtype == np.float32
+    assert np.allclose(vectors, alone, atol=1e-5)
+    lengths = [len(ids) for ids in embedder._model.tokenizer(texts)["input_ids"]]
+    assert len(token_batches(lengths, TOKEN_BUDGET)) >= 2  # the passages do not pad the short texts
