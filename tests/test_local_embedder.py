@@ -25,3 +25,39 @@ def test_vectors_are_those_of_each_text_encoded_alone_in_the_callers_order():
     assert np.allclose(vectors, alone, atol=1e-5)
     lengths = [len(ids) for ids in embedder._model.tokenizer(texts)["input_ids"]]
     assert len(token_batches(lengths, TOKEN_BUDGET)) >= 2  # the passages do not pad the short texts
+
+
+class SlowModel:
+    """A test double of a local model: sync `embed`, 50 ms a call, records each call's texts."""
+
+    dims = 4
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts):
+        import time
+
+        self.calls.append(list(texts))
+        time.sleep(0.05)
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+
+def test_calls_made_while_a_local_model_is_busy_go_together_in_its_next_batch():
+    import asyncio
+
+    from workers.models.embedding import BatchingEmbedder
+
+    async def main():
+        batching = BatchingEmbedder(SlowModel())
+        first = asyncio.ensure_future(batching.embed(["a"]))
+        await asyncio.sleep(0.01)  # the model is busy with ["a"]
+        rest = [asyncio.ensure_future(batching.embed([f"t{i}"])) for i in range(3)]
+        await asyncio.sleep(0.01)
+        rest += [asyncio.ensure_future(batching.embed(["t3", "t4"]))]
+        results = await asyncio.gather(first, *rest)
+        return batching.embedder.calls, results
+
+    calls, results = asyncio.run(main())
+    assert calls == [["a"], ["t0", "t1", "t2", "t3", "t4"]]
+    assert [len(r) for r in results] == [1, 1, 1, 1, 2]

@@ -127,6 +127,11 @@ class BatchingEmbedder:
         self.cache = cache
         self._queue: list[tuple[list[str], asyncio.Future]] = []
         self._flusher: asyncio.Task | None = None
+        # A local model computes one batch at a time anyway (its lock): calls made while it is
+        # busy wait and go together in the next, larger batch (HotpotQA rules pipeline: see
+        # TOKEN_BUDGET). An endpoint takes several requests at once (OpenAIEmbedder bounds them).
+        self._one_batch_at_a_time = not hasattr(embedder, "aembed")
+        self._model_free: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}  # per loop: tests run several
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         future = asyncio.get_running_loop().create_future()
@@ -136,6 +141,16 @@ class BatchingEmbedder:
         return await future
 
     async def _flush(self) -> None:
+        if not self._one_batch_at_a_time:
+            return await self._flush_queue()
+        loop = asyncio.get_running_loop()
+        model_free = self._model_free.get(loop)
+        if model_free is None:
+            self._model_free = {loop: (model_free := asyncio.Lock())}  # a finished loop's lock goes
+        async with model_free:
+            await self._flush_queue()
+
+    async def _flush_queue(self) -> None:
         await asyncio.sleep(self.wait_s)  # 0: one loop turn gathers the calls already made
         batch, self._queue, self._flusher = self._queue, [], None
         texts = [t for part, _ in batch for t in part]
