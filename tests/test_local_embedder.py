@@ -61,3 +61,26 @@ def test_calls_made_while_a_local_model_is_busy_go_together_in_its_next_batch():
     calls, results = asyncio.run(main())
     assert calls == [["a"], ["t0", "t1", "t2", "t3", "t4"]]
     assert [len(r) for r in results] == [1, 1, 1, 1, 2]
+
+
+def test_a_caller_cancelled_while_the_model_is_busy_strands_no_other_caller():
+    """The read-ahead cancels the prefetch of a message found done; its queued embed call must
+    not take down the batch it sat in (the reviewer's reproduction: the other caller hung)."""
+    import asyncio
+
+    from workers.models.embedding import BatchingEmbedder
+
+    async def main():
+        batching = BatchingEmbedder(SlowModel())
+        busy = asyncio.ensure_future(batching.embed(["a"]))
+        await asyncio.sleep(0.01)  # the model is busy with ["a"] until 50 ms
+        gone, kept, late = (asyncio.ensure_future(batching.embed([text])) for text in ("prefetched", "handled", "late"))
+        await asyncio.sleep(0.01)
+        gone.cancel()  # cancelled while queued
+        await asyncio.sleep(0.05)
+        late.cancel()  # cancelled while its batch is in the model (50–100 ms)
+        return await asyncio.wait_for(asyncio.gather(busy, kept), 5), batching.embedder.calls
+
+    (busy, kept), calls = asyncio.run(main())
+    assert len(busy) == 1 and len(kept) == 1
+    assert calls == [["a"], ["handled", "late"]]

@@ -153,29 +153,31 @@ class BatchingEmbedder:
     async def _flush_queue(self) -> None:
         await asyncio.sleep(self.wait_s)  # 0: one loop turn gathers the calls already made
         batch, self._queue, self._flusher = self._queue, [], None
+        # A caller may be gone (the read-ahead cancels a prefetch whose message turned out done):
+        # its future is left alone, or setting it would raise and strand every other caller.
+        batch = [(part, future) for part, future in batch if not future.done()]
+        if not batch:
+            return
         texts = [t for part, _ in batch for t in part]
         try:
             vectors = await self._vectors(texts)
         except EmbedderRefused as refused:
             if len(batch) == 1:
-                batch[0][1].set_exception(refused)
+                _settle(batch[0][1], error=refused)
                 return
             # one caller's text was refused: each caller asks alone, so only its own call fails
             # (merged, one over-long passage would dead-letter every chunk of the read-ahead window)
             alone = await asyncio.gather(*(self._vectors(part) for part, _ in batch), return_exceptions=True)
             for (_, future), result in zip(batch, alone):
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+                _settle(future, error=result) if isinstance(result, BaseException) else _settle(future, result)
             return
         except Exception as exc:
             for _, future in batch:
-                future.set_exception(exc)
+                _settle(future, error=exc)
             return
         start = 0
         for part, future in batch:
-            future.set_result(vectors[start : start + len(part)])
+            _settle(future, vectors[start : start + len(part)])
             start += len(part)
 
     @property
@@ -200,6 +202,16 @@ class BatchingEmbedder:
             await self.cache.put_many(fresh)
             known.update(fresh)
         return np.stack([known[t] for t in texts])
+
+
+def _settle(future: asyncio.Future, result=None, error: BaseException | None = None) -> None:
+    """Give a caller its vectors or its error, unless it has gone (cancelled) meanwhile."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class EmbedderError(Exception):
