@@ -272,3 +272,20 @@ def test_a_chunk_whose_text_the_endpoint_refuses_is_dead_lettered_at_once_and_th
     assert [(letter["topic"], letter["attempts"]) for letter in letters] == [("memstream.chunks", 1)]
     assert "refused the request" in letters[0]["error"] and "HTTP 400" in letters[0]["error"]
     assert status is not None and status.chunks_done == status.chunks == 1
+
+
+def test_a_refused_key_or_a_server_down_past_the_retries_is_an_outage_and_a_refused_text_is_not():
+    from workers.envelope import is_outage
+    from workers.models.embedding import EmbedderUnavailable
+
+    with FakeEmbeddings() as fake:
+        errors = []
+        for script in ([{"status": 401}], [{"status": 404}], [{"status": 503}, {"status": 503}], [{"status": 413}], [{"status": 422}]):
+            fake.script.extend(script)
+            with pytest.raises(EmbedderError) as raised:
+                asyncio.run(endpoint(fake, max_attempts=2).aembed(["alpha"]))
+            errors.append(raised.value)
+    unavailable, refused = errors[:3], errors[3:]
+    assert all(isinstance(e, EmbedderUnavailable) and is_outage(e) for e in unavailable)
+    assert "HTTP 401" in str(unavailable[0]) and "still failing after 2 attempts" in str(unavailable[2])
+    assert all(isinstance(e, EmbedderRefused) and not is_outage(e) for e in refused)

@@ -219,9 +219,21 @@ class EmbedderError(Exception):
     vectors that do not fit (count, dims)."""
 
 
+class EmbedderUnavailable(EmbedderError, ConnectionError):
+    """The endpoint cannot serve this worker now: it kept failing past the retries, or refused
+    the worker itself (HTTP 401/403/404: a key, a model, a URL). A ConnectionError, so the
+    envelope waits it out as an outage (MEMSTREAM_OUTAGE_DEADLINE) instead of dead-lettering
+    every chunk of a restarting server after five quick tries."""
+
+
+# The statuses by which a server refuses the input itself (too long, malformed): asking again
+# cannot help, and the text's chunk is dead-lettered. Other 4xx are the worker's to fix.
+REFUSED_INPUT_STATUSES = frozenset({400, 413, 422})
+
+
 class EmbedderRefused(EmbedderError):
-    """The endpoint refused the request as such (an HTTP 4xx other than 429: an input too long,
-    a text it will not take): asking again cannot help, so its message is dead-lettered."""
+    """The endpoint refused the input as such (HTTP 400, 413, 422: an input too long, a text it
+    will not take): asking again cannot help, so its message is dead-lettered."""
 
 
 @dataclass(frozen=True)
@@ -304,12 +316,15 @@ class OpenAIEmbedder:
             except RETRYABLE_ERRORS as exc:
                 outcome = type(exc).__name__
             except openai.APIStatusError as exc:
-                if exc.status_code < 500:
+                if exc.status_code in REFUSED_INPUT_STATUSES:
                     raise EmbedderRefused(f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
-                                        f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}") from None
+                                          f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}") from None
+                if exc.status_code < 500:  # a key, a model or a URL to fix: no text is at fault
+                    raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} refused this worker (model {self.config.model!r}): "
+                                              f"HTTP {exc.status_code}: {exc.message}") from None
                 outcome = f"http_{exc.status_code}"
             if attempt == self.config.max_attempts:
-                raise EmbedderError(f"embeddings endpoint {self.config.base_url} still failing after {attempt} attempts ({outcome})")
+                raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} still failing after {attempt} attempts ({outcome})")
             delay = backoff(attempt, self.config.backoff_base_s, self.config.backoff_cap_s)
             log.warning("embeddings request failed (%s), retry %d in %.2fs", outcome, attempt, delay)
             await asyncio.sleep(delay)
