@@ -237,3 +237,55 @@ def test_llm_resolution_answers_are_validated():
         parse_resolution({"decisions": [dict(ok["decisions"][0], evidence_passage_id="p9"), ok["decisions"][1]]}, group, {"p1", "p2"})
     with pytest.raises(ValueError, match="action 'delete'"):
         parse_resolution({"decisions": [dict(ok["decisions"][0], action="delete"), ok["decisions"][1]]}, group, {"p1", "p2"})
+
+
+class DictCache:
+    """A test double of store.caches.LLMCache: answers kept in a dict by prompt."""
+
+    def __init__(self):
+        self.answers: dict[str, str] = {}
+
+    async def get(self, messages, schema):
+        return self.answers.get(json.dumps([messages, schema]))
+
+    async def put(self, messages, schema, answer):
+        self.answers[json.dumps([messages, schema])] = answer
+
+
+SCHEMA = {"type": "object"}
+
+
+def _ask(client: LLMClient, text: str):
+    return client.structured("resolution", [{"role": "user", "content": text}], "resolution", SCHEMA, lambda value: value)
+
+
+def test_callers_asking_the_same_at_once_share_one_call_and_a_caller_that_goes_leaves_it_to_the_others():
+    async def main(server):
+        client = LLMClient(LLMConfig(server.base_url, "sk-test", "m"), DictCache())
+        together = await asyncio.gather(_ask(client, "Greta Holm runs the Northwind Mill."), _ask(client, "Greta Holm runs the Northwind Mill."))
+        prefetch = asyncio.ensure_future(_ask(client, "The team must never deploy on a Friday."))
+        await asyncio.sleep(0.05)
+        handle = asyncio.ensure_future(_ask(client, "The team must never deploy on a Friday."))
+        await asyncio.sleep(0.05)
+        prefetch.cancel()  # the read-ahead drops a prefetch whose message turned out done
+        return together, await handle, prefetch.cancelled()
+
+    with scripted_llm(latency_s=0.3) as server:
+        together, handled, cancelled = run(main(server))
+        calls = server.calls
+    assert together[0] == together[1] == ANSWERS["Greta Holm runs the Northwind Mill."]
+    assert handled == ANSWERS["The team must never deploy on a Friday."] and cancelled
+    assert calls == 2  # one per distinct prompt
+
+
+def test_a_fenced_answer_comes_back_from_the_cache_as_it_was_accepted():
+    async def main(server):
+        client = LLMClient(LLMConfig(server.base_url, "sk-test", "m"), DictCache())
+        first = await _ask(client, "fenced")
+        again = await _ask(client, "fenced")  # from the cache: the text as the server sent it, fence and all
+        return first, again
+
+    with FakeOpenAI(answers={"fenced": "```json\n{\"ok\": true}\n```"}) as server:
+        first, again = run(main(server))
+        calls = server.calls
+    assert first == again == {"ok": True} and calls == 1

@@ -6,6 +6,8 @@ output, responses cached (store.caches.LLMCache) by (model, prompt hash), and to
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -58,6 +60,7 @@ class LLMClient:
         self.cache = cache
         self._client = openai.AsyncOpenAI(base_url=config.base_url, api_key=config.api_key or "none", timeout=config.timeout_s, max_retries=0)
         self._slots = asyncio.Semaphore(config.concurrency)
+        self._calls: dict[str, asyncio.Task] = {}  # prompt hash → the call answering it now
 
     async def aclose(self) -> None:
         """Close the HTTP client's connection pool (its owner's shutdown)."""
@@ -65,14 +68,35 @@ class LLMClient:
 
     async def structured(self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]) -> Any:
         """Ask for JSON following `schema`; `validate(parsed)` returns the value or raises
-        ValueError. One repair round on malformed output, then MalformedOutput."""
+        ValueError. One repair round on malformed output, then MalformedOutput. Callers asking
+        the same while it is being answered share one call: the read-ahead's prefetch and the
+        handler of the same conflict set would otherwise both miss the cache and pay twice."""
+        key = hashlib.sha256(json.dumps({"messages": messages, "schema": schema}, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        loop = asyncio.get_running_loop()
+        call = self._calls.get(key)
+        if call is None or call.get_loop() is not loop:
+            call = self._calls[key] = loop.create_task(self._answer(stage, messages, schema_name, schema, validate))
+            call.add_done_callback(functools.partial(self._call_done, key))
+        else:
+            LLM_CALLS.labels(stage=stage, outcome="joined").inc()
+        # shielded: a caller that goes (a cancelled prefetch) leaves the call to the others and the cache
+        return validate(_parse(await asyncio.shield(call)))
+
+    def _call_done(self, key: str, call: asyncio.Task) -> None:
+        if self._calls.get(key) is call:
+            del self._calls[key]
+        if not call.cancelled():
+            call.exception()  # retrieved: every caller may have gone
+
+    async def _answer(self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]) -> str:
+        """The answer's text that validates: from the cache, else asked (and repaired once), then cached."""
         cached = await self.cache.get(messages, schema) if self.cache is not None else None
         if cached is not None:
             LLM_CALLS.labels(stage=stage, outcome="cache_hit").inc()
-            return validate(json.loads(cached))
+            return cached
         raw = await self._complete(stage, messages, schema_name, schema)
         try:
-            value = validate(_parse(raw))
+            validate(_parse(raw))
         except ValueError as first_error:
             log.warning("%s: malformed LLM output (%s); asking once to repair it", stage, first_error)
             repair = messages + [
@@ -81,13 +105,13 @@ class LLMClient:
             ]
             raw = await self._complete(stage, repair, schema_name, schema)
             try:
-                value = validate(_parse(raw))
+                validate(_parse(raw))
             except ValueError as second_error:
                 LLM_CALLS.labels(stage=stage, outcome="malformed").inc()
                 raise MalformedOutput(f"malformed LLM output after one repair round: {second_error}", raw) from None
         if self.cache is not None:
             await self.cache.put(messages, schema, raw)
-        return value
+        return raw
 
     async def _complete(self, stage: str, messages: list[dict], schema_name: str, schema: dict) -> str:
         for attempt in range(1, self.config.max_attempts + 1):
