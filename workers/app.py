@@ -71,9 +71,12 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
 
     async def send_many(items: list[Outgoing]) -> None:
         # enqueued one after the other (the producer keeps their order), acknowledged together:
-        # an outbox of n messages waits for one broker round trip, not n
+        # an outbox of n messages waits for one broker round trip, not n. Every ack is awaited
+        # before a failure is raised, so none is left unretrieved behind it.
         deliveries = [await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value) for item in items]
-        await asyncio.gather(*deliveries)
+        failed = [r for r in await asyncio.gather(*deliveries, return_exceptions=True) if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
 
     resolver_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.resolver == "llm" and "resolver" in roles else None
     pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm, send_many)
@@ -214,9 +217,11 @@ async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int) -> N
     try:
         async for event in manual.events():
             free = asyncio.ensure_future(slots.acquire())
-            await asyncio.wait({free, *consumers}, return_when=asyncio.FIRST_COMPLETED)
-            if not free.done():
-                free.cancel()
+            try:
+                await asyncio.wait({free, *consumers}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when the agent is cancelled while waiting
+                if not free.done():
+                    free.cancel()
             for consumer in consumers:
                 if consumer.done():  # a lane only ends by an error: raise it
                     consumer.result()
