@@ -31,29 +31,31 @@ from typing import Callable, Mapping, Union
 Answer = Union[str, Callable[[dict], str]]
 
 
-class FakeOpenAI:
-    def __init__(self, default: Callable[[dict], str] | None = None, latency_s: float = 0.0,
-                 answers: Mapping[str, Answer] | None = None, schema_answers: Mapping[str, Answer] | None = None):
-        self.script: deque = deque()
-        self.default = default
-        self.latency_s = latency_s
-        self.answers: dict[str, Answer] = dict(answers or {})
-        self.schema_answers: dict[str, Answer] = dict(schema_answers or {})
+class _FakeServer:
+    """What both fakes share: a threaded HTTP server on 127.0.0.1 (a context manager), requests
+    in flight counted (`in_flight`, `max_in_flight`, `busy_s`: request-seconds answered, so over a
+    span busy_s / span is the average in flight), every POST answered with JSON by `_respond`."""
+
+    def __init__(self):
         self.requests: list[dict] = []
-        self.answered_by: list[str | None] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        self.busy_s = 0.0  # request-seconds answered: over a span, busy_s / span = the average in flight
+        self.busy_s = 0.0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
+        self._server.request_queue_size = 128  # a burst of concurrent clients is not refused
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def __enter__(self) -> "FakeOpenAI":
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -61,9 +63,50 @@ class FakeOpenAI:
         self._server.shutdown()
         self._server.server_close()
 
-    @property
-    def calls(self) -> int:
-        return len(self.requests)
+    def _respond(self, path: str, body: dict) -> tuple[int, dict]:
+        raise NotImplementedError
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                with fake._lock:
+                    fake.in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                started = time.monotonic()
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                    status, payload = fake._respond(self.path, body)
+                    data = json.dumps(payload).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left
+                finally:
+                    with fake._lock:
+                        fake.in_flight -= 1
+                        fake.busy_s += time.monotonic() - started
+
+        return Handler
+
+
+class FakeOpenAI(_FakeServer):
+    def __init__(self, default: Callable[[dict], str] | None = None, latency_s: float = 0.0,
+                 answers: Mapping[str, Answer] | None = None, schema_answers: Mapping[str, Answer] | None = None):
+        self.script: deque = deque()
+        self.default = default
+        self.latency_s = latency_s
+        self.answers: dict[str, Answer] = dict(answers or {})
+        self.schema_answers: dict[str, Answer] = dict(schema_answers or {})
+        self.answered_by: list[str | None] = []
+        super().__init__()
 
     def _next(self, body: dict):
         """The scripted step (or None) and the answer by input (or None) for this request."""
@@ -84,61 +127,28 @@ class FakeOpenAI:
             return snippet, self.answers[snippet]
         return None, self.default
 
-    def _handler(self):
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                with fake._lock:
-                    fake.in_flight += 1
-                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
-                started = time.monotonic()
-                try:
-                    self._answer()
-                finally:
-                    with fake._lock:
-                        fake.in_flight -= 1
-                        fake.busy_s += time.monotonic() - started
-
-            def _answer(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                step, answer = fake._next(body)
-                if isinstance(step, dict) and "delay" in step:
-                    time.sleep(step["delay"])
-                    step = None
-                if fake.latency_s:
-                    time.sleep(fake.latency_s)
-                if isinstance(step, dict) and "status" in step:
-                    return self._send(step["status"], {"error": {"message": f"scripted {step['status']}", "type": "scripted"}})
-                if isinstance(step, dict) and "content" in step:
-                    content = step["content"]
-                elif step is not None:
-                    content = step(body) if callable(step) else step
-                elif answer is not None:
-                    content = answer(body) if callable(answer) else answer
-                else:
-                    return self._send(500, {"error": {"message": "script exhausted", "type": "scripted"}})
-                self._send(200, {
-                    "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body.get("model", ""),
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-                })
-
-            def _send(self, status: int, payload: dict):
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and left
-
-        return Handler
+    def _respond(self, path: str, body: dict) -> tuple[int, dict]:
+        step, answer = self._next(body)
+        if isinstance(step, dict) and "delay" in step:
+            time.sleep(step["delay"])
+            step = None
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        if isinstance(step, dict) and "status" in step:
+            return step["status"], {"error": {"message": f"scripted {step['status']}", "type": "scripted"}}
+        if isinstance(step, dict) and "content" in step:
+            content = step["content"]
+        elif step is not None:
+            content = step(body) if callable(step) else step
+        elif answer is not None:
+            content = answer(body) if callable(answer) else answer
+        else:
+            return 500, {"error": {"message": "script exhausted", "type": "scripted"}}
+        return 200, {
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body.get("model", ""),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+        }
 
 
 
@@ -153,7 +163,7 @@ def _fake_vector(text: str, dims: int):
     return v
 
 
-class FakeEmbeddings:
+class FakeEmbeddings(_FakeServer):
     """A fake OpenAI-compatible embeddings server on 127.0.0.1 (POST /v1/embeddings): the test
     double of the endpoint embedder and the CPU-free embedder of the indexing benchmark. Never a
     production component.
@@ -172,31 +182,8 @@ class FakeEmbeddings:
         self.latency_s = latency_s
         self.refuse = refuse
         self.script: deque = deque()
-        self.requests: list[dict] = []
         self.texts: list[str] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 128
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    @property
-    def calls(self) -> int:
-        return len(self.requests)
-
-    def __enter__(self) -> "FakeEmbeddings":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__()
 
     @staticmethod
     def vector(text: str, dims: int) -> list[float]:
@@ -231,35 +218,9 @@ class FakeEmbeddings:
             "usage": {"prompt_tokens": sum(len(t.split()) for t in texts), "total_tokens": sum(len(t.split()) for t in texts)},
         }
 
-    def _handler(self):
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                with fake._lock:
-                    fake.in_flight += 1
-                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
-                try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                    if fake.latency_s:
-                        time.sleep(fake.latency_s)
-                    if not self.path.rstrip("/").endswith("/embeddings"):
-                        status, payload = 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
-                    else:
-                        status, payload = fake._answer(body)
-                    data = json.dumps(payload).encode()
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and left
-                finally:
-                    with fake._lock:
-                        fake.in_flight -= 1
-
-        return Handler
+    def _respond(self, path: str, body: dict) -> tuple[int, dict]:
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        if not path.rstrip("/").endswith("/embeddings"):
+            return 404, {"error": {"message": f"no route {path}", "type": "not_found"}}
+        return self._answer(body)
