@@ -119,21 +119,33 @@ def embedded_texts(text: str) -> list[str]:
     return extractor_texts(text, list(names.values()), facts)
 
 
-def embedding_bound(chunks: list[str]) -> dict:
-    """Chunks/s of LocalEmbedder alone: every text the pipeline embeds (one call per chunk,
-    its in-process cache shared across chunks as in a worker), and the passages alone."""
-    from workers.models.embedding import LocalEmbedder
+# Run in the tree under test, so each tree's bound is that of its own LocalEmbedder (how it
+# batches is part of what changed): the texts of each chunk on stdin, one JSON line out.
+EMBEDDING_BOUND = r"""
+import json, sys, time
+from workers.models.embedding import LocalEmbedder
+per_chunk = json.load(sys.stdin)
+result = {}
+for name, calls in (("passages_only", [texts[:1] for texts in per_chunk]), ("all_texts", per_chunk)):
+    embedder = LocalEmbedder()  # a fresh cache: nothing embedded before counts
+    embedder.embed(["warm up"])
+    started = time.perf_counter()
+    for texts in calls:
+        embedder.embed(texts)
+    result[name + "_chunks_per_s"] = round(len(per_chunk) / (time.perf_counter() - started), 2)
+print(json.dumps(result))
+"""
 
-    per_chunk = [embedded_texts(text) for text in chunks]
-    result = {"texts_per_chunk": round(sum(map(len, per_chunk)) / len(chunks), 1)}
-    for name, calls in (("passages_only", [[text] for text in chunks]), ("all_texts", per_chunk)):
-        embedder = LocalEmbedder()  # a fresh cache: nothing embedded before counts
-        embedder.embed(["warm up"])
-        started = time.perf_counter()
-        for texts in calls:
-            embedder.embed(texts)
-        result[f"{name}_chunks_per_s"] = round(len(chunks) / (time.perf_counter() - started), 2)
-    return result
+
+def embedding_bound(chunks: list[str], tree: Path) -> dict:
+    """Chunks/s of `tree`'s LocalEmbedder alone: every text the pipeline embeds (one call per
+    chunk, its in-process cache shared across chunks as in a worker), and the passages alone."""
+    per_chunk = [embedded_texts(text) for text in chunks]  # the passage first
+    out = subprocess.run([sys.executable, "-c", EMBEDDING_BOUND], input=json.dumps(per_chunk), cwd=tree,
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"embedding bound in {tree} failed:\n{out.stderr[-3000:]}")
+    return {"texts_per_chunk": round(sum(map(len, per_chunk)) / len(chunks), 1), **json.loads(out.stdout.strip().splitlines()[-1])}
 
 
 async def forget_cached_vectors(settings: Settings, texts: list[str]) -> None:
@@ -199,8 +211,8 @@ def run_rules_bench(settings: Settings, data: Path, docs: int, baseline_tree: Pa
     runs = []
     for tree in ([baseline_tree] if baseline_tree else []) + [here]:
         # the limit measured next to each run, so both see the same load on a shared machine
-        stderr(f"bench: embedding-bound limit for {tree} (the same texts through LocalEmbedder alone)")
-        bound = embedding_bound(chunks)
+        stderr(f"bench: embedding-bound limit for {tree} (the same texts through its LocalEmbedder alone)")
+        bound = embedding_bound(chunks, tree.resolve())
         run = run_tree(settings, tree.resolve(), documents, len(chunks), all_texts, counted)
         runs.append({**run.__dict__, "embedding_bound": bound, "fraction_of_embedding_bound": round(run.chunks_per_s / bound["all_texts_chunks_per_s"], 3)})
     result = {"dataset": "hotpotqa", "documents": len(documents), "chunks": len(chunks), "texts_per_chunk": runs[0]["embedding_bound"]["texts_per_chunk"],
@@ -209,7 +221,7 @@ def run_rules_bench(settings: Settings, data: Path, docs: int, baseline_tree: Pa
         print(json.dumps(result, indent=1))
         return 0
     print(f"rules pipeline, HotpotQA-100: {len(documents)} documents, {len(chunks)} chunks, {result['texts_per_chunk']} texts embedded per chunk")
-    print("embedding-bound limit: every text the pipeline embeds, by LocalEmbedder alone, measured just before each run")
+    print("embedding-bound limit: every text the pipeline embeds, by the tree's own LocalEmbedder alone, measured just before its run")
     print(f"{'tree':<32} {'seconds':>8} {'chunks/s':>9} {'bound':>7} {'of bound':>9} {'passages alone':>15} {'round trips/chunk':>18}")
     for row in runs:
         bound = row["embedding_bound"]
