@@ -34,7 +34,7 @@ from typing import Iterable
 import numpy as np
 
 from ops.fake_llm import FakeOpenAI
-from ops.kafka_admin import ensure_topics
+from ops.kafka_admin import delete_namespace_topics, ensure_topics
 from ops.publish import publish, wait_indexed
 from ops.processes import WorkerProcess, worker_env
 from ops.stack import Stack, free_port, stderr
@@ -169,6 +169,7 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
             embedder_env = {"MEMSTREAM_EMBEDDER": "openai", "MEMSTREAM_EMBEDDER_BASE_URL": fake.base_url,
                             "MEMSTREAM_EMBEDDER_MODEL": f"fake-embed-{run_id}", "MEMSTREAM_EMBEDDER_DIMS": "384"}
         phases, rows = [], []
+        stack.callback(lambda: delete_namespace_topics(settings, [f"bench{run_id}x{n}" for n in extractors]))  # the broker keeps none
         for n in extractors:
             ns = f"bench{run_id}x{n}"
             env = worker_env(settings, ns, home / ns, MEMSTREAM_EXTRACTOR="llm", MEMSTREAM_RESOLVER="llm", MEMSTREAM_LLM_BASE_URL=llm.base_url,

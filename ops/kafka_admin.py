@@ -33,3 +33,18 @@ def ensure_topics(settings: Settings, partitions: int | None = None, timeout_s: 
         return missing
     finally:
         admin.close()
+
+
+def delete_namespace_topics(settings: Settings, namespaces: list[str]) -> list[str]:
+    """Delete the topics of these namespaces — theirs (`ns.documents`, …) and those of faust apps
+    named after them (`ns-…`) — so a benchmark leaves the broker as it found it; returns them."""
+    if not namespaces:
+        return []
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="memstream-admin")
+    try:
+        ours = [t for t in admin.list_topics() if any(t.startswith((f"{ns}.", f"{ns}-")) for ns in namespaces)]
+        if ours:
+            admin.delete_topics(ours)
+        return ours
+    finally:
+        admin.close()

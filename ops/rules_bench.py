@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ops.datasets import load_dataset
-from ops.kafka_admin import ensure_topics
+from ops.kafka_admin import delete_namespace_topics, ensure_topics
 from ops.processes import WorkerProcess, worker_env
 from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr
@@ -180,19 +180,22 @@ def run_tree(settings: Settings, tree: Path, documents: list[Document], chunks: 
     ensure_topics(bench)
     corpus = [Document(tenant=f"{ns}-corpus", doc_id=d.doc_id, text=d.text) for d in documents]
     asyncio.run(forget_cached_vectors(settings, all_texts))
-    stderr(f"bench: {tree}: worker")
-    with WorkerProcess.spawn(home / "worker.log", env, cwd=tree) as worker:
-        worker.wait_healthy()
-        warm = [Document(tenant=f"{ns}-warm", doc_id="warm", text="Ada Berg founded Ropes Works in 1901. Ropes Works sells goods in Norland.")]
-        publish(bench, warm, quiet=True)
-        if wait_indexed(bench, warm, timeout_s=600, quiet=True):
-            raise RuntimeError(f"warm-up document not indexed; see {home / 'worker.log'}")
-        started = time.perf_counter()
-        publish(bench, corpus, quiet=True)
-        pending = wait_indexed(bench, corpus, timeout_s=3600, quiet=True)
-        seconds = time.perf_counter() - started
-        if pending:
-            raise RuntimeError(f"{len(pending)} documents not indexed in time; see {home / 'worker.log'}")
+    try:
+        stderr(f"bench: {tree}: worker")
+        with WorkerProcess.spawn(home / "worker.log", env, cwd=tree) as worker:
+            worker.wait_healthy()
+            warm = [Document(tenant=f"{ns}-warm", doc_id="warm", text="Ada Berg founded Ropes Works in 1901. Ropes Works sells goods in Norland.")]
+            publish(bench, warm, quiet=True)
+            if wait_indexed(bench, warm, timeout_s=600, quiet=True):
+                raise RuntimeError(f"warm-up document not indexed; see {home / 'worker.log'}")
+            started = time.perf_counter()
+            publish(bench, corpus, quiet=True)
+            pending = wait_indexed(bench, corpus, timeout_s=3600, quiet=True)
+            seconds = time.perf_counter() - started
+            if pending:
+                raise RuntimeError(f"{len(pending)} documents not indexed in time; see {home / 'worker.log'}")
+    finally:
+        delete_namespace_topics(settings, [ns])  # the broker keeps none of the benchmark's topics
     stderr(f"bench: {tree}: counting round trips on {len(counted)} documents in process")
     commands = count_round_trips(settings, tree, [d.text for d in counted])
     counted_chunks = len(chunk_texts(settings, counted))

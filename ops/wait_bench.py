@@ -26,6 +26,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ops.kafka_admin import delete_namespace_topics
 from ops.stack import Stack, free_port, stderr
 from store.server_stats import server_usage
 from workers.settings import Settings
@@ -67,7 +68,7 @@ def run_wait_bench(settings: Settings, pending: int, window_s: float, baseline_t
             rows.append(_measure(settings, tree, name, ns, redis_url, work, pending, window_s, seen))
     finally:
         redis_stack.service_down("redis")
-        _delete_topics(settings, namespaces)
+        delete_namespace_topics(settings, namespaces)
         shutil.rmtree(work, ignore_errors=True)
     if as_json:
         print(json.dumps([asdict(row) for row in rows], indent=1))
@@ -156,14 +157,3 @@ def _process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _delete_topics(settings: Settings, namespaces: list[str]) -> None:
-    """The benchmark's topics (auto-created by its publish), so the shared broker keeps none."""
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="memstream-waitbench")
-    try:
-        ours = [t for t in admin.list_topics() if any(t.startswith(f"{ns}.") for ns in namespaces)]
-        if ours:
-            admin.delete_topics(ours)
-    finally:
-        admin.close()
