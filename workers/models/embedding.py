@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.records import EmbedderId, UNRECORDED_EMBEDDER
-from workers.retry import backoff
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +253,7 @@ class OpenAIEmbedder:
     """An OpenAI-compatible embeddings endpoint through the `openai` client. A call's texts go
     in requests of at most `batch` texts, at most `concurrency` requests in flight (per
     process: one embedder serves every agent); 429, 5xx, timeouts and refused connections are
-    retried with capped backoff and jitter (workers.retry), another 4xx is an EmbedderError at
+    retried with capped backoff and jitter (workers.models.llm.with_retries), another 4xx is an EmbedderError at
     once. Answers are checked (one vector per text, `dims` each) and L2-normalised as float32."""
 
     def __init__(self, config: EndpointConfig):
@@ -303,32 +302,28 @@ class OpenAIEmbedder:
         return np.concatenate(parts)
 
     async def _request(self, texts: list[str]) -> np.ndarray:
-        from workers.models.llm import RETRYABLE_ERRORS
+        from workers.models.llm import StillFailing, with_retries
 
         openai = self._openai
         client, slots = self._session()
         extra = {"dimensions": self.config.dims} if self.config.dims else {}
-        for attempt in range(1, self.config.max_attempts + 1):
-            try:
-                async with slots:
-                    response = await client.embeddings.create(model=self.config.model, input=texts, encoding_format=WIRE_ENCODING, **extra)
-                return self._checked(response, len(texts))
-            except RETRYABLE_ERRORS as exc:
-                outcome = type(exc).__name__
-            except openai.APIStatusError as exc:
-                if exc.status_code in REFUSED_INPUT_STATUSES:
-                    raise EmbedderRefused(f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
-                                          f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}") from None
-                if exc.status_code < 500:  # a key, a model or a URL to fix: no text is at fault
-                    raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} refused this worker (model {self.config.model!r}): "
-                                              f"HTTP {exc.status_code}: {exc.message}") from None
-                outcome = f"http_{exc.status_code}"
-            if attempt == self.config.max_attempts:
-                raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} still failing after {attempt} attempts ({outcome})")
-            delay = backoff(attempt, self.config.backoff_base_s, self.config.backoff_cap_s)
-            log.warning("embeddings request failed (%s), retry %d in %.2fs", outcome, attempt, delay)
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+
+        async def ask() -> np.ndarray:
+            async with slots:
+                response = await client.embeddings.create(model=self.config.model, input=texts, encoding_format=WIRE_ENCODING, **extra)
+            return self._checked(response, len(texts))
+
+        try:
+            return await with_retries(ask, self.config, "embeddings request")
+        except openai.APIStatusError as exc:
+            if exc.status_code in REFUSED_INPUT_STATUSES:
+                raise EmbedderRefused(f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
+                                      f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}") from None
+            # a key, a model or a URL to fix: no text is at fault
+            raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} refused this worker (model {self.config.model!r}): "
+                                      f"HTTP {exc.status_code}: {exc.message}") from None
+        except StillFailing as exc:
+            raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} {exc}") from None
 
     def _checked(self, response, count: int) -> np.ndarray:
         rows = sorted(response.data, key=lambda item: item.index)

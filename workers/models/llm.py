@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import openai
 from prometheus_client import Counter
@@ -114,34 +114,60 @@ class LLMClient:
         return raw
 
     async def _complete(self, stage: str, messages: list[dict], schema_name: str, schema: dict) -> str:
-        for attempt in range(1, self.config.max_attempts + 1):
-            try:
-                async with self._slots:
-                    response = await self._client.chat.completions.create(
-                        model=self.config.model,
-                        messages=messages,
-                        temperature=0,
-                        response_format={"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema, "strict": True}},
-                    )
-                LLM_CALLS.labels(stage=stage, outcome="ok").inc()
-                if response.usage is not None:
-                    LLM_TOKENS.labels(stage=stage, kind="prompt").inc(response.usage.prompt_tokens or 0)
-                    LLM_TOKENS.labels(stage=stage, kind="completion").inc(response.usage.completion_tokens or 0)
-                return response.choices[0].message.content or ""
-            except RETRYABLE_ERRORS as exc:
-                outcome = type(exc).__name__
-            except openai.APIStatusError as exc:
-                if exc.status_code < 500:
-                    LLM_CALLS.labels(stage=stage, outcome=f"http_{exc.status_code}").inc()
-                    raise LLMError(f"LLM endpoint refused the request: HTTP {exc.status_code}: {exc.message}") from None
-                outcome = f"http_{exc.status_code}"
-            LLM_CALLS.labels(stage=stage, outcome=outcome).inc()
-            if attempt == self.config.max_attempts:
-                raise LLMError(f"LLM endpoint still failing after {attempt} attempts ({outcome})")
-            delay = backoff(attempt, self.config.backoff_base_s, self.config.backoff_cap_s)
-            log.warning("%s: LLM call failed (%s), retry %d in %.2fs", stage, outcome, attempt, delay)
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+        async def ask() -> str:
+            async with self._slots:
+                response = await self._client.chat.completions.create(
+                    model=self.config.model,
+                    messages=messages,
+                    temperature=0,
+                    response_format={"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema, "strict": True}},
+                )
+            LLM_CALLS.labels(stage=stage, outcome="ok").inc()
+            if response.usage is not None:
+                LLM_TOKENS.labels(stage=stage, kind="prompt").inc(response.usage.prompt_tokens or 0)
+                LLM_TOKENS.labels(stage=stage, kind="completion").inc(response.usage.completion_tokens or 0)
+            return response.choices[0].message.content or ""
+
+        try:
+            return await with_retries(ask, self.config, f"{stage}: LLM call", lambda outcome: LLM_CALLS.labels(stage=stage, outcome=outcome).inc())
+        except openai.APIStatusError as exc:
+            LLM_CALLS.labels(stage=stage, outcome=f"http_{exc.status_code}").inc()
+            raise LLMError(f"LLM endpoint refused the request: HTTP {exc.status_code}: {exc.message}") from None
+        except StillFailing as exc:
+            raise LLMError(f"LLM endpoint still failing after {exc.attempts} attempts ({exc.outcome})") from None
+
+
+class StillFailing(Exception):
+    """An endpoint call failed in a retryable way on every attempt."""
+
+    def __init__(self, outcome: str, attempts: int):
+        super().__init__(f"still failing after {attempts} attempts ({outcome})")
+        self.outcome, self.attempts = outcome, attempts
+
+
+async def with_retries(call: Callable[[], Awaitable[Any]], config, what: str, failed: Callable[[str], None] | None = None) -> Any:
+    """`call()`'s answer, asked again on 429s, 5xx, timeouts and refused connections with capped
+    exponential backoff and jitter (`config`'s max_attempts, backoff_base_s, backoff_cap_s),
+    then StillFailing; any other HTTP status (openai.APIStatusError) is raised as it came, for
+    the caller to name. `failed(outcome)` counts each failed attempt. One retry policy for the
+    chat client and the embeddings endpoint (workers.models.embedding.OpenAIEmbedder)."""
+    for attempt in range(1, config.max_attempts + 1):
+        try:
+            return await call()
+        except RETRYABLE_ERRORS as exc:
+            outcome = type(exc).__name__
+        except openai.APIStatusError as exc:
+            if exc.status_code < 500:
+                raise
+            outcome = f"http_{exc.status_code}"
+        if failed is not None:
+            failed(outcome)
+        if attempt == config.max_attempts:
+            raise StillFailing(outcome, attempt)
+        delay = backoff(attempt, config.backoff_base_s, config.backoff_cap_s)
+        log.warning("%s failed (%s), retry %d in %.2fs", what, outcome, attempt, delay)
+        await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _parse(raw: str) -> Any:
