@@ -26,6 +26,7 @@ from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, type_node
+from store.lexical import B, K1, LEXICAL_FIELD, search_terms
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
@@ -73,6 +74,7 @@ class _Tenant:
     session_turns: dict[str, dict[str, int]] = field(default_factory=dict)  # session id → {passage id: turn} (Memory's sorted set)
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
     embedder: EmbedderId | None = None  # the embedder its indexes were built with (claim_embedder)
+    lexical: "_LexicalIndex | None" = None  # BM25 over the passages, rebuilt when they change (lexical)
 
 
 class InMemoryStore:
@@ -372,6 +374,20 @@ class InMemoryStore:
         ranked = sorted(zip(distances.tolist(), rows), key=lambda x: (x[0], x[1][0]))[:k]
         return [Hit(rid, 1.0 - float(f"{distance:.12g}"), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
 
+    async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
+        """Memory.lexical with bm25s (Lucene's BM25, RediSearch's k1 and b) over the passages'
+        Snowball stems (store.lexical): the `k` passages matching any query term, best first,
+        equal scores by id. The index is rebuilt on the first search after passages change
+        (this store serves tests and in-process benchmarks; Redis maintains its own)."""
+        t = self._tenants.get(tenant)
+        terms = search_terms(query)
+        if t is None or not t.indexed or not terms or k < 1:
+            return []
+        passages = t.records["passages"]
+        if t.lexical is None or t.lexical.size != len(passages):
+            t.lexical = _LexicalIndex(passages)
+        return [Hit(pid, score, {"doc_id": _text(passages[pid].get("doc_id"))}) for pid, score in t.lexical.search(terms, k)]
+
     # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
         return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))[:limit]  # reading adds no empty set
@@ -634,9 +650,35 @@ class InMemoryStore:
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:
         return sorted(self._tenant(tenant).records[layer])
 
-    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank")) -> list[tuple[str, dict[str, str]]]:
+    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank", "lexical")) -> list[tuple[str, dict[str, str]]]:
         records = self._tenant(tenant).records[layer]
         return [(rid, {k: _text(v) for k, v in records[rid].items() if k not in skip}) for rid in sorted(records)]
+
+
+class _LexicalIndex:
+    """bm25s over one snapshot of a tenant's passages (ids sorted, so ties order by id)."""
+
+    def __init__(self, passages: dict[str, dict]):
+        import bm25s  # only a lexical search needs it
+
+        self.size = len(passages)
+        self.ids = sorted(passages)
+        corpus = [(_text(passages[pid].get(LEXICAL_FIELD)) or "").split() for pid in self.ids]
+        self.model = bm25s.BM25(method="lucene", k1=K1, b=B) if self.ids else None
+        if self.model is not None:
+            self.model.index(corpus, show_progress=False)
+
+    def search(self, terms: list[str], k: int) -> list[tuple[str, float]]:
+        if self.model is None:
+            return []
+        known = [t for t in terms if t in self.model.vocab_dict]
+        if not known:
+            return []
+        scores = self.model.get_scores(known)
+        matching = np.flatnonzero(scores > 0)
+        order = sorted(matching.tolist(), key=lambda i: (-float(scores[i]), self.ids[i]))[:k]
+        # bm25s's Lucene form leaves out the constant (k1 + 1) of the numerator; BM25STD has it
+        return [(self.ids[i], float(scores[i]) * (K1 + 1)) for i in order]
 
 
 class _InMemoryLLMCache(LLMCache):

@@ -6,10 +6,14 @@ larger tenants. The algorithm is fixed when a tenant's index is created."""
 from redisvl.schema import IndexSchema
 
 from store.keys import TenantKeys
+from store.lexical import LEXICAL_FIELD
+
+LEXICAL_TEXT_FIELD = {"name": LEXICAL_FIELD, "type": "text", "attrs": {"no_stem": True}}
 
 # layer → its filterable fields besides the vector
 _LAYER_FIELDS = {
-    "passages": [{"name": "doc_id", "type": "tag"}],
+    # the lexical leg: BM25 over the passage's terms, stemmed and stopped already (store.lexical)
+    "passages": [{"name": "doc_id", "type": "tag"}, LEXICAL_TEXT_FIELD],
     "facts": [
         {"name": "status", "type": "tag"},
         {"name": "category", "type": "tag"},
@@ -44,7 +48,8 @@ def layer_schema(keys: TenantKeys, layer: str, dims: int, algorithm: str = "flat
         raise ValueError(f"vector index algorithm {algorithm!r}: expected flat or hnsw")
     return IndexSchema.from_dict(
         {
-            "index": {"name": keys.index_name(layer), "prefix": keys.prefix(layer), "storage_type": "hash"},
+            # no stop words: the lexical terms are final (store.lexical); no other field is TEXT
+            "index": {"name": keys.index_name(layer), "prefix": keys.prefix(layer), "storage_type": "hash", "stopwords": []},
             "fields": _LAYER_FIELDS[layer]
             + [
                 {

@@ -16,6 +16,8 @@ import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
 from redis.commands.search import reducers
+from redis.commands.search.field import TextField
+from redis.commands.search.query import Query
 from redis.commands.search.aggregation import AggregateRequest, Asc
 from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Tag
@@ -26,6 +28,7 @@ from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
+from store.lexical import LEXICAL_FIELD, passage_terms, redis_query, search_terms
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
@@ -226,6 +229,7 @@ class Memory:
         self._indexes: dict[tuple[str, str], AsyncSearchIndex] = {}
         self.index_recheck_s = INDEX_RECHECK_S
         self._indexes_checked: dict[str, float] = {}  # tenant → when a writer last checked them
+        self._lexical_ready: set[str] = set()  # tenants whose passages index has the lexical field (Memory.lexical)
         self._sweep_registered: dict[str, float] = {}  # tenant → when it was last registered for the sweep
 
     @classmethod
@@ -273,6 +277,7 @@ class Memory:
 
     def _forget_indexes(self, tenant: str) -> None:
         """Redis lost (or may have lost) the tenant's indexes: the next use checks them again."""
+        self._lexical_ready.discard(tenant)
         for layer in LAYERS:
             self._indexes.pop((tenant, layer), None)
 
@@ -305,18 +310,23 @@ class Memory:
             recorded = await self.redis.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
         return EmbedderId(recorded[0].decode("utf-8"), int(recorded[1]))
 
-    async def _index_dims(self, tenant: str) -> int | None:
-        """The vector size of the tenant's passages index (FT.INFO), None when it has none."""
+    async def _index_attributes(self, tenant: str, layer: str) -> list[list[str]] | None:
+        """The fields of the tenant's index of `layer` as FT.INFO lists them (each a list of
+        words: identifier, attribute, type, options), None when it has no such index."""
         try:
-            info = await self.redis.ft(self.keys(tenant).index_name("passages")).info()
+            info = await self.redis.ft(self.keys(tenant).index_name(layer)).info()
         except Exception as exc:
             if index_missing(exc):
                 return None
             raise
-        for attribute in info.get("attributes") or info.get(b"attributes") or []:
-            words = [w.decode() if isinstance(w, bytes) else w for w in attribute]
-            if "VECTOR" in words and "dim" in [str(w).lower() for w in words]:
-                return int(words[[str(w).lower() for w in words].index("dim") + 1])
+        return [[w.decode() if isinstance(w, bytes) else str(w) for w in attribute]
+                for attribute in info.get("attributes") or info.get(b"attributes") or []]
+
+    async def _index_dims(self, tenant: str) -> int | None:
+        """The vector size of the tenant's passages index (FT.INFO), None when it has none."""
+        for words in await self._index_attributes(tenant, "passages") or []:
+            if "VECTOR" in words and "dim" in [w.lower() for w in words]:
+                return int(words[[w.lower() for w in words].index("dim") + 1])
         return None
 
     async def knn(
@@ -353,8 +363,72 @@ class Memory:
             self._indexes_checked.pop(tenant, None)
             return [[] for _ in vectors]
         prefix = self.keys(tenant).prefix(layer)
-        return [[Hit(row["id"].removeprefix(prefix), 1.0 - float(row["vector_distance"]), {f: row.get(f) for f in return_fields}) for row in rows]
+        # equally near records by id, as in the in-memory store: the first stage fuses ranks, so
+        # RediSearch's arbitrary order of ties would otherwise change a fused answer run to run
+        return [sorted((Hit(row["id"].removeprefix(prefix), 1.0 - float(row["vector_distance"]), {f: row.get(f) for f in return_fields}) for row in rows),
+                       key=lambda h: (-h.score, h.id))
                 for rows in results]
+
+    async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
+        """The `k` passages of the tenant best matching `query` by BM25 (the query engine's
+        BM25STD over the passages' terms, store.lexical), any of its terms matching, best first;
+        `Hit.score` is the BM25 score and `fields` hold doc_id. A passages index made before the
+        lexical leg gains it on the first search: the field is added (FT.ALTER) and the stored
+        passages' terms written (_backfill_lexical)."""
+        terms = search_terms(query)
+        if not terms or k < 1 or await self.index(tenant, "passages", create=False) is None:
+            return []
+        name = self.keys(tenant).index_name("passages")
+        search = Query(redis_query(terms)).scorer("BM25STD").with_scores().paging(0, k).return_fields("doc_id").dialect(2)
+        try:
+            if tenant not in self._lexical_ready:
+                if await self._index_attributes(tenant, "passages") is None:
+                    raise LookupError  # dropped meanwhile
+                await self._backfill_lexical(tenant)
+                self._lexical_ready.add(tenant)
+            result = await self.redis.ft(name).search(search)
+        except Exception as exc:
+            if not (isinstance(exc, LookupError) or index_missing(exc)):
+                raise
+            self._forget_indexes(tenant)
+            self._indexes_checked.pop(tenant, None)
+            return []
+        prefix = self.keys(tenant).prefix("passages")
+        hits = [Hit(doc.id.removeprefix(prefix), float(doc.score), {"doc_id": getattr(doc, "doc_id", None)}) for doc in result.docs]
+        return sorted(hits, key=lambda h: (-h.score, h.id))  # equal scores by id, as in the in-memory store
+
+    async def _backfill_lexical(self, tenant: str) -> None:
+        """A passages index made before the lexical leg (no lexical field in FT.INFO; Redis 8
+        answers a search of an unknown field with nothing, not an error): its TEXT field added,
+        and every stored passage's terms written (one SCAN of the tenant's passages; a passage
+        written meanwhile has them already). Idempotent: two readers doing it at once write the
+        same terms. Nothing to do for an index made with the field (checked once per process)."""
+        keys = self.keys(tenant)
+        attributes = await self._index_attributes(tenant, "passages") or []
+        if any(LEXICAL_FIELD in words for words in attributes):
+            return
+        try:
+            await self.redis.ft(keys.index_name("passages")).alter_schema_add([TextField(LEXICAL_FIELD, no_stem=True)])
+        except Exception as exc:  # another reader added it first
+            if "duplicate" not in str(exc).lower() and "already" not in str(exc).lower():
+                raise
+        batch: list[bytes] = []
+        async for key in self.redis.scan_iter(match=keys.prefix("passages") + "*", count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                await self._write_terms(batch)
+                batch = []
+        await self._write_terms(batch)
+
+    async def _write_terms(self, passage_keys: list[bytes]) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for key in passage_keys:
+            pipe.hmget(key, ["context", "text"])
+        writes = self.redis.pipeline(transaction=False)
+        for key, (context, text) in zip(passage_keys, await pipe.execute() if passage_keys else []):
+            if text is not None:
+                writes.hset(key, LEXICAL_FIELD, passage_terms((context or b"").decode(), text.decode()))
+        await writes.execute()
 
     # ---- effectively once: done marks and outbox ---------------------------------------
     async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
@@ -779,7 +853,7 @@ class Memory:
         """Ids of every record of a layer (passages, facts, entities, schemas)."""
         return await self._scan_suffixes(self.keys(tenant).prefix(layer))
 
-    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank")) -> list[tuple[str, dict[str, str]]]:
+    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank", "lexical")) -> list[tuple[str, dict[str, str]]]:
         """(id, fields) of every record of a layer, sorted by id, without the vector and the
         description rank (`skip`); 500 records per round trip."""
         keys = self.keys(tenant)

@@ -11,6 +11,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from store.lexical import LEXICAL_FIELD, passage_terms
+
 OUTBOX_SWEEP_LOCK_S = 30  # how long one sweeper holds a tenant's committed, unsent outboxes
 
 
@@ -79,8 +81,10 @@ PASSAGE_EXTRAS = ("metadata", "context")  # stored fields, in passage_json's ord
 
 def passage_extras(chunk) -> dict[str, str]:
     """The stored form of a chunk's document metadata and turn fields (JSON: turn_id, dia_id,
-    session_id, speaker, ts, ...) and of its context line (who said it and when)."""
-    return {"metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True), "context": chunk.context}
+    session_id, speaker, ts, ...), of its context line (who said it and when) and of its
+    lexical terms (store.lexical: what BM25 counts)."""
+    return {"metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True), "context": chunk.context,
+            LEXICAL_FIELD: passage_terms(chunk.context, chunk.text)}
 
 
 def passage_json(passage_id: str, text: str, doc_id: str, seq, doc_version, metadata: str | None, context: str | None) -> dict:

@@ -1,0 +1,77 @@
+"""The lexical leg's text rules, one place for both stores (pure: no Redis, no bm25s).
+
+A passage is full-text indexed as its context line (a turn's speaker and date) and its text,
+turned here into the terms BM25 counts: runs of letters, digits and underscores (every other
+character separates, as in RediSearch's tokenizer), lowercased, RediSearch's default English
+stop words dropped, each word reduced to its Snowball English stem (PyStemmer). The terms are
+stored with the passage (`LEXICAL_FIELD`, space-separated) and both stores index exactly them:
+Redis as a TEXT field with no stemming of its own and no stop words (the terms are final), the
+in-memory store with bm25s. A query goes through the same `terms`.
+
+Both score with Okapi BM25 in Lucene's form,
+
+    idf(t) = ln(1 + (N − n_t + 0.5) / (n_t + 0.5)),  tf·(k1 + 1) / (tf + k1·(1 − b + b·|d| / avgdl))
+
+k1 = 1.2, b = 0.75: Redis's BM25STD scorer, and bm25s's `method="lucene"` with these constants.
+Letting Redis stem and stop on its own instead gave the same top passages but scores 2–5× apart
+(it matches a query term's exact form and its stem as two terms), so the legs' ranks drifted
+apart on shared words; on one set of terms they agree (tests/test_lexical.py: the same passages in the same
+order, scores within 15%, the documented tolerance — measured up to 9% apart on short passages,
+where RediSearch's document lengths and idf differ slightly from bm25s's).
+
+The query is the set of its distinct terms, any of which may match (a union: BM25 ranks by how
+many and how rare)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+LEXICAL_FIELD = "lexical"  # the passage hash field holding its terms (Redis indexes it as TEXT)
+K1, B = 1.2, 0.75  # Redis BM25STD's constants, fixed there: the in-memory store uses the same
+
+# RediSearch's default stop words (FT.CREATE without STOPWORDS): the in-memory store drops the same.
+STOP_WORDS = frozenset(
+    "a is the an and are as at be but by for if in into it no not of on or such that their then there these they this to was will with".split())
+
+_TOKEN = re.compile(r"\w+")  # RediSearch: every punctuation mark and whitespace separates, underscores do not
+MAX_QUERY_TERMS = 64  # a query's distinct terms sent to the index (a 4,096-character query has at most ~700)
+
+
+def tokens(text: str) -> list[str]:
+    """The text's words as the index sees them: lowercased, stop words out, in order."""
+    return [t for t in _TOKEN.findall((text or "").lower()) if t not in STOP_WORDS]
+
+
+def query_terms(text: str) -> list[str]:
+    """A query's distinct terms, in order of first appearance (at most MAX_QUERY_TERMS)."""
+    return list(dict.fromkeys(tokens(text)))[:MAX_QUERY_TERMS]
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    import Stemmer  # PyStemmer: Snowball, the algorithm RediSearch stems English with
+
+    return Stemmer.Stemmer("english")
+
+
+def stems(words: list[str]) -> list[str]:
+    """Each word's Snowball English stem."""
+    return _stemmer().stemWords(words) if words else []
+
+
+def passage_terms(context: str | None, text: str | None) -> str:
+    """What a passage is indexed as (LEXICAL_FIELD): the stems of its context line and text,
+    space-separated, in order."""
+    return " ".join(stems(tokens(f"{context or ''}\n{text or ''}")))
+
+
+def search_terms(query: str) -> list[str]:
+    """A query's distinct stems, in order of first appearance (at most MAX_QUERY_TERMS)."""
+    return list(dict.fromkeys(stems(query_terms(query))))
+
+
+def redis_query(terms: list[str]) -> str:
+    """The FT.SEARCH query matching any of `terms` (search_terms output: letters, digits and
+    underscores only, so nothing in them needs escaping) in LEXICAL_FIELD."""
+    return f"@{LEXICAL_FIELD}:({'|'.join(terms)})"

@@ -1,0 +1,146 @@
+"""The lexical leg (store.lexical): its text rules, BM25 in both stores, their agreement on a
+fixed corpus, and an index made before the leg gaining it (FT.ALTER)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+
+from store.in_memory import InMemoryStore
+from store.lexical import query_terms, redis_query, stems, tokens
+from topics.records import Chunk
+
+# A fixed corpus of turns with context lines: words shared, stemmed forms ("adopted" / "adopting"),
+# a rare name, stop words, punctuation and underscores.
+CORPUS = [
+    ("Caroline (1:56 pm on 8 May, 2023):", "I adopted a dog last week, her name is Biscuit!"),
+    ("Melanie (1:58 pm on 8 May, 2023):", "That's lovely. Are you thinking of adopting another one?"),
+    ("Caroline (2:01 pm on 8 May, 2023):", "Maybe a cat. I went to the LGBTQ support group yesterday."),
+    ("Melanie (2:03 pm on 8 May, 2023):", "I painted a sunrise over the lake; painting calms me."),
+    ("Caroline (6:10 pm on 25 May, 2023):", "The support group talked about adoption agencies and transgender stories."),
+    ("Melanie (6:12 pm on 25 May, 2023):", "We went camping with the kids at the lake — roasted marshmallows."),
+    ("Caroline (6:15 pm on 25 May, 2023):", "I'm researching adoption agencies; counseling is my career goal."),
+    ("Melanie (6:20 pm on 25 May, 2023):", "My kids love dinosaurs and the museum_trip we took."),
+    ("", "A passage with no context line about Biscuit the dog and a lake."),
+    ("Caroline:", "Pottery class was fun; I made a bowl for my mom."),
+]
+QUERIES = [
+    "What did Caroline adopt?", "When did Melanie paint a sunrise?", "adoption agencies", "Biscuit", "lake camping kids",
+    "What is Caroline's career goal in counseling?", "museum_trip", "the of and", "pottery bowl mom", "support group",
+]
+TOP = 10
+
+
+def test_tokens_follow_the_query_engines_rules():
+    assert tokens("Caroline's dog, Biscuit—adopted!") == ["caroline", "s", "dog", "biscuit", "adopted"]
+    assert tokens("The museum_trip of 2023") == ["museum_trip", "2023"]  # underscores join; stop words go
+    assert query_terms("the dog and the Dog's dog") == ["dog", "s"]
+    assert query_terms("the of and") == []
+    assert stems(["adopted", "adopting", "adoption"]) == ["adopt", "adopt", "adopt"]
+    assert redis_query(["dog", "biscuit"]) == "@lexical:(dog|biscuit)"
+
+
+def _chunk(i: int, context: str, text: str) -> Chunk:
+    return Chunk(tenant="t", chunk_id=f"p{i:02d}", doc_id=f"d{i:02d}", seq=0, n_chunks=1, text=text, doc_version=1, doc_hash=f"h{i}", context=context)
+
+
+async def _fill(store, tenant: str) -> None:
+    await store.ensure_indexes(tenant)
+    pipe = store.pipeline()
+    rng = np.random.default_rng(7)
+    for i, (context, text) in enumerate(CORPUS):
+        store.stage_passage(pipe, tenant, _chunk(i, context, text), [], rng.normal(size=store.dims))
+    await pipe.execute()
+
+
+async def _rankings(store, tenant: str) -> dict[str, list[tuple[str, float]]]:
+    return {q: [(h.id, h.score) for h in await store.lexical(tenant, q, TOP)] for q in QUERIES}
+
+
+def test_in_memory_bm25_ranks_by_rare_words_and_stems():
+    async def main():
+        store = InMemoryStore(dims=8)
+        await _fill(store, "t")
+        found = await _rankings(store, "t")
+        assert [pid for pid, _ in found["Biscuit"]] == ["p08", "p00"]  # the shorter passage first
+        assert {pid for pid, _ in found["What did Caroline adopt?"][:2]} >= {"p00"}  # "adopted" matches "adopt"
+        assert found["the of and"] == []  # stop words only: nothing to match
+        assert [pid for pid, _ in found["museum_trip"]] == ["p07"]
+        assert await store.lexical("nobody", "Biscuit", 5) == []  # an unknown tenant has no passages
+        # a passage added later is found: the index follows the passages
+        pipe = store.pipeline()
+        store.stage_passage(pipe, "t", _chunk(50, "", "Biscuit again"), [], np.ones(8))
+        await pipe.execute()
+        assert [h.id for h in await store.lexical("t", "Biscuit", 1)] == ["p50"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.stack
+def test_redis_and_the_in_memory_store_agree_on_a_fixed_corpus(stack_env):
+    """Top 10 of every query: the same passages in the same order, BM25 scores within 15% (the
+    documented tolerance, store.lexical)."""
+    from store import Memory
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=8)
+        tenant = f"lex-{uuid.uuid4().hex[:8]}"
+        try:
+            await _fill(memory, tenant)
+            await _wait_indexed(memory, tenant, len(CORPUS))
+            in_redis = await _rankings(memory, tenant)
+        finally:
+            await memory.close()
+        in_process = InMemoryStore(dims=8)
+        await _fill(in_process, tenant)
+        return in_redis, await _rankings(in_process, tenant)
+
+    in_redis, in_process = asyncio.run(main())
+    for query in QUERIES:
+        assert [pid for pid, _ in in_redis[query]] == [pid for pid, _ in in_process[query]], query
+        for (_, a), (_, b) in zip(in_redis[query], in_process[query]):
+            assert a == pytest.approx(b, rel=0.15), query
+
+
+@pytest.mark.stack
+def test_a_passages_index_made_before_the_lexical_leg_gains_it(stack_env):
+    """An index without the lexical field and passages without their terms (as made before):
+    the first lexical search adds the field, writes the stored passages' terms and finds them."""
+    from redis.commands.search.field import TagField, VectorField
+    from redis.commands.search.index_definition import IndexDefinition, IndexType
+
+    from store import Memory
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=8)
+        tenant = f"lexold-{uuid.uuid4().hex[:8]}"
+        keys = memory.keys(tenant)
+        try:
+            for layer in ("facts", "entities", "schemas"):
+                await memory.index(tenant, layer)
+            await memory.redis.ft(keys.index_name("passages")).create_index(
+                [TagField("doc_id"), VectorField("vec", "FLAT", {"TYPE": "FLOAT32", "DIM": 8, "DISTANCE_METRIC": "COSINE"})],
+                definition=IndexDefinition(prefix=[keys.prefix("passages")], index_type=IndexType.HASH))
+            await _fill(memory, tenant)
+            for i in range(len(CORPUS)):  # passages as written before the leg: no terms stored
+                await memory.redis.hdel(keys.passage(f"p{i:02d}"), "lexical")
+            for _ in range(100):
+                found = [h.id for h in await memory.lexical(tenant, "Biscuit", 5)]
+                if found:
+                    return found
+                await asyncio.sleep(0.05)
+            return []
+        finally:
+            await memory.close()
+
+    assert asyncio.run(main()) == ["p08", "p00"]
+
+
+async def _wait_indexed(memory, tenant: str, count: int) -> None:
+    for _ in range(100):
+        if len(await memory.lexical(tenant, "caroline melanie passage", 50)) >= count - 1:
+            return
+        await asyncio.sleep(0.05)
