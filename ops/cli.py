@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     query.add_argument("text")
     query.add_argument("--tenant", default=None)
     query.add_argument("--top-k", type=int, default=None)
-    query.add_argument("--mode", choices=["ppr", "dense"], default="ppr")
+    query.add_argument("--mode", choices=["ppr", "dense", "lexical", "hybrid", "reconstruct"], default="ppr")
     query.add_argument("--answer", action="store_true", help="generate an answer with citations (the query worker needs an LLM)")
     query.add_argument("--json", action="store_true", help="print the response body unchanged")
     query.add_argument("--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)")
@@ -276,7 +276,7 @@ def cmd_query(settings: Settings, args) -> int:
 
 
 def format_answer(result: dict) -> str:
-    how = result["mode"] + (" → dense fallback" if result.get("fallback") else "")
+    how = result["mode"] + (f" → {result['fallback']} fallback" if result.get("fallback") else "")
     lines = [f"query: {result['query']}  (tenant {result['tenant']}, {how}, graph v{result['graph_version']}, {result['timings_ms']['total']:.0f} ms)"]
     for rank, p in enumerate(result["passages"], 1):
         text = " ".join(p["text"].split())

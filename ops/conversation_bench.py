@@ -205,7 +205,7 @@ def format_table(result: dict) -> str:
         lines.append(f"{name.replace('_', ' '):<18} {'':>4}" + "".join(f" {_cell(result['modes'][m][name]):>13}" for m in modes))
     fallbacks = {m: r["fallbacks"] for m, r in result["modes"].items() if r["fallbacks"]}
     if fallbacks:
-        lines.append("fell back to dense: " + ", ".join(f"{m} {n}/{result['evaluated']}" for m, n in fallbacks.items()))
+        lines.append("fell back to the first stage: " + ", ".join(f"{m} {n}/{result['evaluated']}" for m, n in fallbacks.items()))
     return "\n".join(lines)
 
 

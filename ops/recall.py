@@ -1,6 +1,7 @@
 """`memstream bench recall`: index a multi-hop QA corpus through the real pipeline (Kafka +
 Redis, `memstream worker` processes), then rank passages for every question with the query
-worker's own code — dense and memory-guided PPR with the same embedder — and report R@2/R@5
+worker's own code — every mode (lexical, dense, hybrid, memory-guided PPR, reconstruct) with the
+same embedder — and report R@2/R@5
 (HippoRAG's definition) with the ablation rows."""
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: s
         stop_all(processes)
 
 
+MODE_ROWS = ("lexical", "dense", "hybrid", "ppr", "reconstruct")  # every mode, side by side in one run
+
 ABLATIONS = {  # name → (retrieval overrides, indexing overrides)
     "no_schema_filter": ({}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
     "no_conflict_resolution": ({}, {"MEMSTREAM_CONFLICTS": "off"}),
@@ -88,13 +91,13 @@ async def evaluate(settings: Settings, dataset: Dataset, tenant: str, runs: dict
             r2, r5, fallbacks = [], [], 0
             for question in dataset.questions:
                 result = await engine.answer(QueryRequest(question.text, tenant, 5, mode, params))
-                fallbacks += result.get("fallback") == "dense"
+                fallbacks += bool(result.get("fallback"))
                 ranked = [passage_index(p["doc_id"]) for p in result["passages"]]
                 r2.append(recall_at(ranked, question.gold, 2))
                 r5.append(recall_at(ranked, question.gold, 5))
             out[name] = {"R@2": round(100 * sum(r2) / len(r2), 1), "R@5": round(100 * sum(r5) / len(r5), 1)}
             if mode == "ppr":
-                out[name]["dense_fallbacks"] = fallbacks
+                out[name]["first_stage_fallbacks"] = fallbacks
     finally:
         await memory.close()
     return out
@@ -110,7 +113,7 @@ def run_recall_bench(settings: Settings, dataset_name: str, extractor: str, data
     stderr(f"recall: indexed in {seconds:.0f} s; ranking {len(dataset.questions)} questions")
     defaults = RetrievalParams()
     embedder = BatchingEmbedder(LocalEmbedder())
-    main = asyncio.run(evaluate(settings, dataset, tenant, {"dense": ("dense", defaults), "ppr": ("ppr", defaults)}, embedder))
+    main = asyncio.run(evaluate(settings, dataset, tenant, {mode: (mode, defaults) for mode in MODE_ROWS}, embedder))
     ablations = {}
     for name, (retrieval, indexing) in ABLATIONS.items():
         if indexing and not index_ablations:
@@ -124,12 +127,12 @@ def run_recall_bench(settings: Settings, dataset_name: str, extractor: str, data
         ablations[name] = asyncio.run(evaluate(settings, dataset, ablation_tenant, {name: ("ppr", params)}, embedder))[name]
     result = {"dataset": dataset_name, "questions": len(dataset.questions), "passages": len(dataset.passages), "extractor": extractor,
               "embedder": "all-MiniLM-L6-v2", "tenant": tenant, "index_seconds": round(seconds, 1),
-              "dense": main["dense"], "ppr": main["ppr"], "ablations": ablations, "params": asdict(defaults)}
+              **main, "ablations": ablations, "params": asdict(defaults)}
     if as_json:
         print(json.dumps(result, indent=1))
     else:
         print(f"{dataset_name}: {len(dataset.questions)} questions, {len(dataset.passages)} passages, {extractor} extractor, all-MiniLM-L6-v2")
         print(f"{'run':<28} {'R@2':>6} {'R@5':>6}")
-        for name, row in [("dense", main["dense"]), ("ppr", main["ppr"])] + [(f"ppr {k}", v) for k, v in ablations.items()]:
+        for name, row in list(main.items()) + [(f"ppr {k}", v) for k, v in ablations.items()]:
             print(f"{name:<28} {row['R@2']:>6} {row['R@5']:>6}")
     return 0

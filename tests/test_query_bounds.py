@@ -191,6 +191,9 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
         async def knn(self, tenant, layer, vector, k, fields, where=None):
             return {"facts": [fact], "passages": [Hit("p1", 0.8, {"doc_id": "d1"})]}.get(layer, [])
 
+        async def lexical(self, tenant, query, k):
+            return []
+
         async def graph_version(self, tenant):
             return 1
 

@@ -110,7 +110,7 @@ def test_query_errors_are_json_and_specific(replica):
     assert "'answer'" in call(base, "/v1/query", {"query": "x", "answer": "yes"})[1]["error"]
     assert "needs an LLM" in call(base, "/v1/query", {"query": "x", "answer": True})[1]["error"]
     status, body = call(base, "/v1/query", {"query": "anything", "tenant": f"empty-{uuid.uuid4().hex[:6]}"})
-    assert status == 200 and body["passages"] == [] and body["fallback"] == "dense"
+    assert status == 200 and body["passages"] == [] and body["fallback"] == "first_stage"
 
 
 def test_answer_generation_cites_retrieved_passages(workers, tmp_path):

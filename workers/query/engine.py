@@ -1,9 +1,14 @@
-"""The query worker's answer over one tenant's memory: memory-guided PPR (default) or dense.
+"""The query worker's answer over one tenant's memory, in one of MODES.
 
-PPR mode (DESIGN §5): KNN over stable schemas, active facts and passages in parallel with the
-graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`), PPR over the cached
-graph (`workers.query.graph_cache`), then passage texts. When no schema or fact passes τ_q the
-answer falls back to dense ranking and says so (`"fallback": "dense"`). Answers are cached by
+The first stage (modes hybrid, ppr, reconstruct): the passages nearest the query vector (dense)
+and those best matching its words (lexical: the store's BM25, store.lexical), fused by
+reciprocal rank. `dense` and `lexical` are each leg alone, `hybrid` the first stage alone.
+
+PPR mode (DESIGN §5): KNN over stable schemas and active facts, and the first stage, in
+parallel with the graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`),
+PPR over the cached graph (`workers.query.graph_cache`), then the first stage's ranking fused with
+the walk's, so the walk re-ranks the first stage and top_k is always filled. When no schema or
+fact passes τ_q the answer is the first stage's and says so (`"fallback": "first_stage"`). Answers are cached by
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
 embedding lookup and one XREAD.
 
@@ -15,6 +20,7 @@ requests and the Kafka consumer's heartbeats."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
@@ -32,14 +38,15 @@ from workers.query.drilldown import ranked_passage
 from workers.query.graph_cache import GraphCache
 from workers.algorithms.expiry import parse_as_of, was_valid
 from workers.algorithms.ppr import PPR, Transition
-from workers.algorithms.retrieval import FactHit, RetrievalParams, SchemaHit, Seeds, rank_passages, seed
+from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
+from workers.algorithms.retrieval import FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, fuse, linked_weights, rank_passages, seed
 from workers.algorithms.reconstruction import Budget
 from workers.models.embedding import TenantEmbedders
 from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
 MAX_TOP_K = 100
-MODES = ("ppr", "dense", "reconstruct")
+MODES = ("ppr", "dense", "lexical", "hybrid", "reconstruct")
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at", "expires_at"]
@@ -192,19 +199,70 @@ class QueryEngine:
     async def answer(self, request: QueryRequest) -> dict:
         timings = {}
         started = t = time.perf_counter()
-        vector = (await self.embedder.embed([request.query]))[0]
-        await self.tenant_embedders.check(request.tenant, writing=False)  # cached: a round trip per tenant every 30 s
+        if request.mode == "lexical":  # no model: the store's BM25 alone
+            vector = None
+        else:
+            vector = (await self.embedder.embed([request.query]))[0]
+            await self.tenant_embedders.check(request.tenant, writing=False)  # cached: a round trip per tenant every 30 s
         timings["embed"] = _ms(t)
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)
+        elif request.mode in ("lexical", "hybrid"):
+            result = await self._first_stage_only(request, vector, timings)
         elif request.mode == "reconstruct":
-            result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings)
+            t = time.perf_counter()
+            first = await self._first_stage(request, vector)
+            timings["first_stage"] = _ms(t)
+            result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings, first)
         else:
             result = await self._ppr(request, vector, timings)
         timings["total"] = _ms(started)
         metrics.QUERY_SECONDS.labels(mode=request.mode).observe(timings["total"] / 1000)
         result["timings_ms"] = {k: round(v, 3) for k, v in timings.items()}
         return result
+
+    async def _first_stage(self, request: QueryRequest, vector, with_cosines: bool = True) -> FirstStage:
+        """Both legs' candidates (first_stage_k each, at least top_k) and their fusion; with
+        `with_cosines`, every fused candidate's cosine to the query (a lexical-only candidate's
+        vector is read: one round trip), which graph modes seed and score with."""
+        k = max(request.params.first_stage_k, request.top_k)
+        dense, lexical = await asyncio.gather(
+            self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]) if vector is not None else _nothing(),
+            self.memory.lexical(request.tenant, request.query, k),
+        )
+        fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
+        cosines = {h.id: h.score for h in dense}
+        missing = [pid for pid, _ in fused if pid not in cosines]
+        if with_cosines and vector is not None and missing:
+            for pid, vec in zip(missing, await self.memory.passage_vectors(request.tenant, missing)):
+                if vec is not None:
+                    cosines[pid] = _cosine(vec, vector)
+        return FirstStage(dense, lexical, fused, cosines)
+
+    async def _first_stage_only(self, request: QueryRequest, vector, timings: dict) -> dict:
+        """Modes lexical (BM25 alone) and hybrid (BM25 and dense, fused): the first stage as the answer."""
+        t = time.perf_counter()
+        if request.mode == "lexical":
+            lexical, version = await asyncio.gather(self.memory.lexical(request.tenant, request.query, request.top_k),
+                                                    self.memory.graph_version(request.tenant))
+            ranked, facts, entities = [(h.id, h.score) for h in lexical], [], []
+        else:
+            first, facts, entities, version = await asyncio.gather(
+                self._first_stage(request, vector, with_cosines=False),
+                self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
+                self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
+                self.memory.graph_version(request.tenant),
+            )
+            ranked = first.fused[: request.top_k]
+        rows = await self.memory.passages(request.tenant, [pid for pid, _ in ranked])
+        timings["retrieve"] = _ms(t)
+        return {
+            "query": request.query, "tenant": request.tenant, "mode": request.mode,
+            "passages": [ranked_passage(row, round(score, 6)) for (_, score), row in zip(ranked, rows) if row is not None],
+            "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
+            "facts": [_fact_json(h) for h in facts],
+            "graph_version": version,
+        }
 
     async def _dense(self, request: QueryRequest, vector, timings: dict) -> dict:
         t = time.perf_counter()
@@ -225,19 +283,26 @@ class QueryEngine:
         }
 
     async def _ppr(self, request: QueryRequest, vector, timings: dict) -> dict:
+        """The first stage re-ranked by the walk: PPR seeded by the facts and schemas near the
+        query and the first stage's passages; the answer is the fusion of the first stage's
+        ranking with the walk's (fuse), the first stage filling top_k. When nothing seeds the
+        walk, the first stage's ranking is the answer (`"fallback": "first_stage"`)."""
         tenant, params = request.tenant, request.params
         t = time.perf_counter()
-        graph, (schemas, facts, passages) = await asyncio.gather(
+        mentions = mention_candidates(request.query) if params.entity_links else []
+        graph, (schemas, facts, first, canonical) = await asyncio.gather(
             self.graphs.current(tenant),
             asyncio.gather(
                 self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}),
                 self._facts(tenant, vector, params.layer_k, as_of=request.as_of),
-                self.memory.knn(tenant, "passages", vector, params.layer_k, ["doc_id"]),
+                self._first_stage(request, vector),
+                self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions})) if mentions else _nothing_mapped(),
             ),
         )
         timings["retrieve"] = _ms(t)
-        # the answer is a function of the graph state and what the three KNNs returned
-        retrieved = tuple((h.id, h.score) for layer in (schemas, facts, passages) for h in layer)
+        first_ids = [pid for pid, _ in first.fused]
+        # the answer is a function of the graph state and what the searches returned
+        retrieved = tuple((h.id, h.score) for layer in (schemas, facts) for h in layer) + tuple(first_ids)
         cache_key = (tenant, request.query, request.top_k, params, graph.cursor, retrieved)
         cached = self._results.get(cache_key)
         if cached is not None:
@@ -248,28 +313,32 @@ class QueryEngine:
         fact_hits = [FactHit(h.id, entity_node(h.fields["head_id"]), entity_node(h.fields["tail_id"]), h.score, h.fields.get("category") or "DECLARATIVE")
                      for h in facts]
         schema_hits = [SchemaHit(h.id, h.fields["head_type"], h.fields["tail_type"], h.score) for h in schemas]
-        passage_hits = [(passage_node(h.id), h.score) for h in passages]
+        passage_hits = [(passage_node(pid), first.cosines[pid]) for pid in first_ids[: params.layer_k] if pid in first.cosines]
         # The graph version this query walks: pending deltas are folded in here, on the loop
         # (the change stream adds deltas there); the thread reads only this snapshot, and node
         # names, which only append. No await until the thread has it.
         transition = graph.graph.transition()
         passage_index, entity_index = graph.passage_index(), graph.entity_index()
-        seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(passage_index), fact_hits, schema_hits, passage_hits, params)
+        # the entities the query names: spans matched to the tenant's entity ids (aliases resolved)
+        in_graph = {cid: eid for cid, eid in canonical.items() if names_something(eid) and entity_node(eid) in graph.graph.index}
+        linked = linked_weights(graph.stats, len(passage_index), [entity_node(eid) for _, eid in choose_mentions(mentions, in_graph)])
+        seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(passage_index), fact_hits, schema_hits, passage_hits, params, linked)
         timings["seed"] = _ms(t)
-        if seeds is None:  # nothing in memory is close enough to guide the walk
-            result = await self._dense(request, vector, timings)
-            result.update(mode="ppr", fallback="dense")
+        if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers
+            result = await self._first_stage_only(dataclasses.replace(request, mode="hybrid"), vector, timings)
+            result.update(mode="ppr", fallback="first_stage")
             return result
         t = time.perf_counter()
         walk = await asyncio.get_running_loop().run_in_executor(
-            self._ranking, _walk, graph.graph, transition, seeds, params, passage_index, entity_index, request.top_k)
+            self._ranking, _walk, graph.graph, transition, seeds, params, passage_index, entity_index, max(request.top_k, params.first_stage_k))
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked, scores, top_entities = walk.passages, walk.ppr.scores, walk.entities
+        ranked = fuse([first_ids, [node_id(node) for node, _ in walk.passages]], params.rrf_k, [1.0, params.walk_weight])[: request.top_k]
+        scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
         texts, names, version = await asyncio.gather(
-            self.memory.passages(tenant, [node_id(node) for node, _ in ranked]),
+            self.memory.passages(tenant, [pid for pid, _ in ranked]),
             self.memory.entity_names(tenant, entity_ids + seed_entity_ids),
             self.memory.graph_version(tenant),
         )
@@ -363,6 +432,19 @@ def _as_of(body: dict) -> float | None:
 def _fact_json(hit) -> dict:
     fields = {k: v for k, v in hit.fields.items() if v not in (None, "") and k != "expired_at"}
     return {"id": hit.id, **fields, "score": round(hit.score, 6)}
+
+
+async def _nothing() -> list:
+    return []
+
+
+async def _nothing_mapped() -> dict:
+    return {}
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    return float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
 def _ms(since: float) -> float:

@@ -51,7 +51,9 @@ MCP_ROUTE_NAMES = ("mcp", "mcp.slash")  # /mcp and /mcp/, for the query worker's
 PUBLISH_TIMEOUT_S = 10.0  # connecting to Kafka and the broker's ack of one document
 MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MODES
     "ppr": "(the default) follows facts and entities across passages: multi-hop questions",
-    "dense": "ranks passages by similarity to the query alone",
+    "dense": "ranks passages by embedding similarity to the query alone",
+    "lexical": "ranks passages by BM25 keyword match alone (no model): exact names, numbers, rare words",
+    "hybrid": "fuses keyword (BM25) and embedding rankings: the first stage every graph mode starts from",
     "reconstruct": "recalls step by step (cue → tag → content → new cue) and returns the path it took",
 }
 

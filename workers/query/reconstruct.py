@@ -38,8 +38,12 @@ score, stopping once the best open one falls STOP_MARGIN below the best taken) a
 (`MEMSTREAM_ROUTER=llm`: the model picks the branch by its key, "fact:<id>" or "passage:<id>", or stops, through the
 OpenAI-compatible client; when it fails the walk goes on with the similarity router and the
 response says so). The response carries the path: each step's cue → tag → content with scores,
-and why the walk stopped. The walk's passages come first, in the order read; the dense ranking
-fills the rest of top_k (marked "via": "dense"), outside the budget (its KNN runs anyway)."""
+and why the walk stopped. The answer's passages are the first stage's ranking (the engine's
+hybrid of BM25 and dense) fused with the walk's, the passages read in reading order
+(`walk_weight`, workers.algorithms.retrieval): the walk re-ranks the first stage and never
+empties it, a passage both found ranks first, and top_k is always filled ("via": "walk" for a
+passage the walk read, "first_stage" for the rest). The query cue's passages are the first
+stage's top, with their cosines to the query."""
 
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ import numpy as np
 
 from store.records import Hit
 from workers.algorithms.chunking import token_count
+from workers.algorithms.retrieval import FirstStage, fuse
 from workers.algorithms.reconstruction import (
     DEFAULT_BUDGET, STOP_MARGIN, Branch, Budget, Cue, Spent, Stop, adds_something, admit, attribute_words, branch_score,
     chain_part, chain_text, episode_score, names_something, choose_mentions, exhausted, mention_candidates, ranked, similarity_choice, time_expressions, time_keys,
@@ -71,7 +76,7 @@ FactSearch = Callable[[str, np.ndarray, int, Mapping[str, str] | None], Awaitabl
 ENTITY_CUES_BY_KNN = 3  # when the query names no entity of the memory: the entities nearest it …
 ENTITY_CUE_MIN = 0.5  # … at this cosine or more
 MAX_NEW_CUES = 4  # new cues per step (the fact's other entity first, then the passages' entities)
-QUERY_PASSAGES = 5  # the query cue tags the dense top 5 (3: R@5 62.7 on the conversation benchmark, 5 and 10: 64.1) …
+QUERY_PASSAGES = 5  # the query cue tags the first stage's top 5 (measured when it was dense's top: 3 gave R@5 62.7 on the sample conversation, 5 and 10 64.1) …
 ENTITY_PASSAGES = 3  # … an entity cue the passages that mention it nearest the query …
 # … among at most this many of them (their vectors are read and compared): a speaker or a common
 # noun of a long-lived tenant is in thousands. Over the cap the first by id are read — ids are
@@ -166,14 +171,14 @@ class Reconstructor:
         if self.owned_llm is not None:
             await self.owned_llm.aclose()
 
-    async def answer(self, request, vector: np.ndarray, facts: FactSearch, timings: dict) -> dict:
+    async def answer(self, request, vector: np.ndarray, facts: FactSearch, timings: dict, first: FirstStage) -> dict:
         budget = (request.budget or Budget()).over(self.budget)
-        walk = _Walk(self, request, np.asarray(vector, dtype=np.float32), facts, budget)
+        walk = _Walk(self, request, np.asarray(vector, dtype=np.float32), facts, budget, first)
         return await walk.run(timings)
 
 
 class _Walk:
-    def __init__(self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget):
+    def __init__(self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget, first: FirstStage):
         self.memory, self.embedder, self.router = owner.memory, owner.embedder, owner.router
         self.request, self.tenant, self.vector, self.search, self.budget = request, request.tenant, vector, facts, budget
         self.layer_k = request.params.layer_k
@@ -187,13 +192,15 @@ class _Walk:
         self.spent = Spent()
         self.fallback: dict | None = None
         self.keys = frozenset()
-        self.dense: list[Hit] = []  # the dense ranking: the query cue's passages, and what fills top_k after the walk's
+        self.first = first
+        # the first stage's ranking with each passage's cosine: the query cue's passages, and the
+        # ranking the walk's is fused with
+        self.dense: list[Hit] = [Hit(pid, first.cosines[pid], {}) for pid, _ in first.fused if pid in first.cosines]
 
     async def run(self, timings: dict) -> dict:
         t = time.perf_counter()
         candidates = mention_candidates(self.request.query)
-        dense, near_entities, canonical, version = await asyncio.gather(
-            self.memory.knn(self.tenant, "passages", self.vector, self.request.top_k, ["doc_id"]),
+        near_entities, canonical, version = await asyncio.gather(
             self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUES_BY_KNN, ["name", "type"]),
             self.memory.resolve_aliases(self.tenant, sorted({m.entity_id for m in candidates})),
             self.memory.graph_version(self.tenant),
@@ -208,13 +215,12 @@ class _Walk:
             cues = [Cue("entity", h.id, h.fields["name"], h.score, 0, "entity-knn") for h in near_entities if h.score >= ENTITY_CUE_MIN]
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
-        self.dense = dense
         await self._expand([query_cue, *cues])
         timings["cues"] = _ms(t)
         t = time.perf_counter()
         stop = await self._walk()
         timings["walk"] = _ms(t)
-        return await self._result(dense, cues, times, attributes, stop, version)
+        return await self._result(cues, times, attributes, stop, version)
 
     async def _walk(self) -> Stop:
         while True:
@@ -389,12 +395,21 @@ class _Walk:
                 out += [(cue, pid, score) for score, pid in best]
         return out
 
-    async def _result(self, dense: list[Hit], query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int) -> dict:
-        passages = [ranked_passage(row, round(row["score"], 6), step=row["step"], via="walk") for row in self.read.values()][: self.request.top_k]
-        fill = [hit for hit in dense if hit.id not in self.read][: self.request.top_k - len(passages)]
-        for hit, row in zip(fill, await self.memory.passages(self.tenant, [hit.id for hit in fill])):
+    async def _result(self, query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int) -> dict:
+        """The first stage's ranking fused with the walk's (the passages read, in reading order):
+        a passage both found ranks above either alone, and top_k is always filled."""
+        walked = list(self.read)
+        params = self.request.params
+        ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.walk_weight])[: self.request.top_k]
+        missing = [pid for pid, _ in ranked if pid not in self.read]
+        rows = dict(zip(missing, await self.memory.passages(self.tenant, missing)))
+        passages = []
+        for pid, score in ranked:
+            row = self.read.get(pid)
             if row is not None:
-                passages.append(ranked_passage(row, round(hit.score, 6), via="dense"))
+                passages.append(ranked_passage(row, round(score, 8), step=row["step"], via="walk"))
+            elif rows.get(pid) is not None:
+                passages.append(ranked_passage(rows[pid], round(score, 8), via="first_stage"))
         facts = []
         for step, branch in enumerate(self.taken, 1):
             if branch.kind != "fact":
