@@ -158,7 +158,7 @@ def _recall(answers: list[Answer]) -> dict:
 
 def summarize(answers: list[Answer], modes: list[str]) -> dict:
     """Per mode: recall overall and per category (the file's numbers; "none" without one),
-    latency p50/p99 in ms, and how many PPR answers fell back to dense."""
+    latency p50/p99 in ms, and how many PPR answers fell back to the first stage."""
     out = {}
     for mode in modes:
         mine = [a for a in answers if a.mode == mode]

@@ -6,18 +6,20 @@ character separates, as in RediSearch's tokenizer), lowercased, RediSearch's def
 stop words dropped, each word reduced to its Snowball English stem (PyStemmer). The terms are
 stored with the passage (`LEXICAL_FIELD`, space-separated) and both stores index exactly them:
 Redis as a TEXT field with no stemming of its own and no stop words (the terms are final), the
-in-memory store with bm25s. A query goes through the same `terms`.
+in-memory store with bm25s. A query goes through the same rules (search_terms).
 
 Both score with Okapi BM25 in Lucene's form,
 
     idf(t) = ln(1 + (N − n_t + 0.5) / (n_t + 0.5)),  tf·(k1 + 1) / (tf + k1·(1 − b + b·|d| / avgdl))
 
-k1 = 1.2, b = 0.75: Redis's BM25STD scorer, and bm25s's `method="lucene"` with these constants.
+k1 = 1.2, b = 0.5: Redis's BM25STD scorer, and bm25s's `method="lucene"` with these constants
+(times k1 + 1, which bm25s's form leaves out).
 Letting Redis stem and stop on its own instead gave the same top passages but scores 2–5× apart
-(it matches a query term's exact form and its stem as two terms), so the legs' ranks drifted
-apart on shared words; on one set of terms they agree (tests/test_lexical.py: the same passages in the same
-order, scores within 15%, the documented tolerance — measured up to 9% apart on short passages,
-where RediSearch's document lengths and idf differ slightly from bm25s's).
+(it matches a query term's exact form and its stem as two terms); on one set of terms, with
+RediSearch's b (0.5, not Lucene's 0.75: its EXPLAINSCORE shows it), the two stores give the same
+passages in the same order with the same scores to float precision (tests/test_lexical.py), once
+a new index's initial scan is awaited (store.memory.Memory._initial_scan_done: a key written during
+that scan is indexed twice and its terms counted twice for good).
 
 The query is the set of its distinct terms, any of which may match (a union: BM25 ranks by how
 many and how rare)."""
@@ -28,7 +30,7 @@ import re
 from functools import lru_cache
 
 LEXICAL_FIELD = "lexical"  # the passage hash field holding its terms (Redis indexes it as TEXT)
-K1, B = 1.2, 0.75  # Redis BM25STD's constants, fixed there: the in-memory store uses the same
+K1, B = 1.2, 0.5  # Redis BM25STD's constants (its EXPLAINSCORE shows them), fixed there: the in-memory store uses the same
 
 # RediSearch's default stop words (FT.CREATE without STOPWORDS): the in-memory store drops the same.
 STOP_WORDS = frozenset(

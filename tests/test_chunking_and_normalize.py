@@ -48,3 +48,12 @@ def test_passive_and_stative_participles_are_kept():
 def test_ids_are_content_derived():
     assert fact_id("a", "r", "b") == fact_id("a", "r", "b") != fact_id("b", "r", "a")
     assert schema_id("PERSON", "born in", "LOCATION") != schema_id("LOCATION", "born in", "PERSON")
+
+
+def test_relation_names_are_idempotent():
+    """Normalised twice, a relation stays: 'founded' → 'found', and 'found' read again stayed
+    'found' (before: 'find', so a passage's 'founded' and a fact's recorded 'found' differed)."""
+    for raw in ["founded", "has founded", "was founded by", "designed", "adopted", "is located in", "born in"]:
+        once = relation_name(raw)
+        assert relation_name(once) == once, raw
+    assert relation_name("founded") == "found" and relation_name("designed") == "design"

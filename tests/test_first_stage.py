@@ -81,3 +81,77 @@ def test_graph_modes_fill_top_k_and_keep_the_first_stages_best(real_embedder, mo
     graph, hybrid = run(_ask(real_embedder, (QUESTION, {"mode": mode, "top_k": 6}), (QUESTION, {"mode": "hybrid", "top_k": 6})))
     assert len(graph["passages"]) == 6
     assert _docs(graph)[0] == _docs(hybrid)[0] == "turn-0"
+
+
+@pytest.mark.parametrize("mode", ["lexical", "dense", "hybrid", "ppr", "reconstruct"])
+def test_as_of_leaves_out_a_turn_said_later(real_embedder, mode):
+    """Turns with times: asked as of a moment before the Biscuit turn, no mode returns it
+    (before: as_of filtered facts only, and the later turn still ranked first)."""
+
+    async def main():
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        try:
+            for i, text in enumerate(TURNS):
+                await stages.publish(f"turn-{i}", text, session_id="s1", turn=i, speaker="Ana", ts=1_700_000_000 + 60 * i)
+            return (await stages.query(QUESTION, mode=mode, top_k=4),
+                    await stages.query(QUESTION, mode=mode, top_k=4, as_of="2023-11-14T22:14:00Z"))  # turn-0 at 22:13:20, turn-1 at 22:14:20
+        finally:
+            await stages.close()
+
+    now, then = run(main())
+    assert _docs(now)[0] == "turn-0"
+    assert "turn-0" in _docs(then) and all(doc == "turn-0" for doc in _docs(then))  # only turn-0 was said by 22:14
+
+
+# A session where the answer is the turn after the one that shares the question's words.
+SESSION = [
+    ("Melanie", "Caroline, what did the counselor suggest for the adoption paperwork?"),
+    ("Caroline", "She said to start with a home study through the Brightside agency."),
+    ("Melanie", "We painted the fence on Sunday."),
+    ("Caroline", "I started reading a novel about sailing."),
+    # nearer the question than the reply for an embedder (therapist ~ counselor, forms ~
+    # paperwork, fostering ~ adoption), sharing none of its words
+    ("Melanie", "My therapist recommended filling out the forms for fostering kids."),
+    ("Caroline", "The lake was calm when we went camping."),
+]
+EPISODE_QUESTION = "What did the counselor suggest for the adoption paperwork?"
+
+
+def test_graph_modes_bring_in_the_reply_to_the_turn_the_question_matches(real_embedder):
+    """The question's words are in turn 0; its answer is turn 1, the reply. Temporal contiguity
+    (episode_weight) ranks the reply right after it; the first stage alone does not."""
+
+    async def main():
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        try:
+            for i, (speaker, text) in enumerate(SESSION):
+                await stages.publish(f"s1:{i}", text, session_id="s1", turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i)
+            return [await stages.query(EPISODE_QUESTION, mode=mode, top_k=2) for mode in ("hybrid", "ppr", "reconstruct")]
+        finally:
+            await stages.close()
+
+    hybrid, ppr, reconstruct = run(main())
+    assert _docs(hybrid) == ["s1:0", "s1:4"]  # the embedder prefers the look-alike turn to the reply
+    assert _docs(ppr) == ["s1:0", "s1:1"] and _docs(reconstruct) == ["s1:0", "s1:1"]
+
+
+def test_a_rare_entity_named_in_the_query_ranks_its_passage_over_a_speaker_hub(real_embedder):
+    """Caroline speaks and is named all through the conversation; Biscuit is in one turn. Asked
+    about Caroline and Biscuit, every ranked mode puts Biscuit's turn first (before: dense put one
+    of Caroline's many turns about pets first)."""
+    turns = [("Caroline", "Caroline here: I love animals, Melanie, pets make Caroline happy.")] * 1 + [
+        ("Caroline", f"Caroline again: my pets and animals are the best part of day {i}.") for i in range(12)] + [
+        ("Melanie", "Your new puppy Biscuit chewed my shoe yesterday!")]
+
+    async def main():
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        try:
+            for i, (speaker, text) in enumerate(turns):
+                await stages.publish(f"s1:{i}", text, session_id="s1", turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i)
+            return [await stages.query("What did Caroline's pet Biscuit do?", mode=mode, top_k=3) for mode in ("dense", "hybrid", "ppr")]
+        finally:
+            await stages.close()
+
+    dense, hybrid, ppr = run(main())
+    biscuit = f"s1:{len(turns) - 1}"
+    assert _docs(hybrid)[0] == biscuit and _docs(ppr)[0] == biscuit

@@ -285,3 +285,20 @@ def test_a_planted_passage_cannot_invalidate_a_true_fact_through_the_llm_resolve
     with FakeOpenAI(schema_answers={"resolution": _resolution("Mira Okafor was born in Bergen.")}) as server:
         assert asyncio.run(_planted(server)) == {"Oslo": "invalid", "Bergen": "active"}
     assert count("memstream_ungrounded_evidence_total") == before + 1
+
+
+def test_a_full_name_the_passage_gives_in_part_is_grounded_when_it_points_to_one_entity():
+    """A model writes the canonical name ("Nikola Tesla") where the passage says "Tesla's": the
+    fact is kept (before: dropped as ungrounded, so the name lost its second passage). An
+    invented name, or a part two names of the extraction share, is still not enough."""
+    passage = Passage.of("Tesla's birthplace, Smiljan, now lies in Croatia.")
+    born = Triple(head="Nikola Tesla", relation="born in", tail="Smiljan")
+    assert [t.head for t in ground([born], [], passage).facts] == ["Nikola Tesla"]
+    invented = Triple(head="Mallory Finch", relation="born in", tail="Smiljan")
+    assert ground([invented], [], passage).dropped == [(invented, grounding.HEAD_NOT_IN_PASSAGE)]
+    # "Tesla" could be either of two names of the extraction: neither is grounded by it
+    rival = Triple(head="Tesla Motors", relation="named after", tail="Smiljan")
+    both = ground([born, rival], [], passage)
+    assert both.facts == [] and {why for _, why in both.dropped} == {grounding.HEAD_NOT_IN_PASSAGE}
+    # a connector or a short word is no part to go by
+    assert not Passage.of("The Duke of Kent visited.").mentions_in_part("Prince of Wales")

@@ -81,8 +81,8 @@ def test_in_memory_bm25_ranks_by_rare_words_and_stems():
 
 @pytest.mark.stack
 def test_redis_and_the_in_memory_store_agree_on_a_fixed_corpus(stack_env):
-    """Top 10 of every query: the same passages in the same order, BM25 scores within 15% (the
-    documented tolerance, store.lexical)."""
+    """Top 10 of every query: the same passages in the same order, BM25 scores equal to float
+    precision (store.lexical)."""
     from store import Memory
 
     async def main():
@@ -91,6 +91,9 @@ def test_redis_and_the_in_memory_store_agree_on_a_fixed_corpus(stack_env):
         try:
             await _fill(memory, tenant)
             await _wait_indexed(memory, tenant, len(CORPUS))
+            # a passage written while its new index still scanned the keyspace was indexed twice,
+            # its terms' frequencies doubled once that scan ended (Memory._initial_scan_done)
+            await asyncio.sleep(0.5)
             in_redis = await _rankings(memory, tenant)
         finally:
             await memory.close()
@@ -102,7 +105,7 @@ def test_redis_and_the_in_memory_store_agree_on_a_fixed_corpus(stack_env):
     for query in QUERIES:
         assert [pid for pid, _ in in_redis[query]] == [pid for pid, _ in in_process[query]], query
         for (_, a), (_, b) in zip(in_redis[query], in_process[query]):
-            assert a == pytest.approx(b, rel=0.15), query
+            assert a == pytest.approx(b, rel=1e-6), query
 
 
 @pytest.mark.stack

@@ -140,3 +140,28 @@ def test_retrieval_params_from_json_rejects_unknown_and_ill_typed_values():
 
 def test_passage_without_entities_has_neutral_density():
     assert PassageStats().density("p:none", 10) == 0.5
+
+
+def test_episode_smoothing_raises_a_turn_by_its_best_neighbour_and_brings_neighbours_in():
+    from workers.algorithms.retrieval import episode_smoothing
+
+    scores = {"t2": 1.0, "t7": 0.6, "doc": 0.5}  # t2 and t7 are turns; doc is no turn
+    neighbours = {"t2": ["t1", "t3"], "t7": ["t6", "t8"]}
+    smoothed = dict(episode_smoothing(scores, neighbours, 0.25))
+    assert smoothed["t2"] == pytest.approx(1.0) and smoothed["doc"] == pytest.approx(0.5)  # no scored neighbour, nothing added
+    assert smoothed["t3"] == pytest.approx(0.25) and smoothed["t1"] == pytest.approx(0.25)  # joined on t2's score
+    assert list(smoothed)[:3] == ["t2", "t7", "doc"]
+    # a turn between two scored ones takes the better neighbour, not their sum
+    assert dict(episode_smoothing({"a": 0.4, "c": 0.8, "b": 0.1}, {"b": ["a", "c"]}, 0.5))["b"] == pytest.approx(0.1 + 0.4)
+    assert episode_smoothing(scores, neighbours, 0.0)[:3] == [("t2", 1.0), ("t7", 0.6), ("doc", 0.5)]
+
+
+def test_linked_entities_weigh_by_rarity_so_a_hub_counts_little():
+    from workers.algorithms.retrieval import linked_weights
+
+    stats = PassageStats()
+    for i in range(100):
+        stats.link("e:caroline", f"p:{i}", True)  # the speaker: named in every passage
+    stats.link("e:biscuit", "p:7", True)
+    weights = linked_weights(stats, 100, ["e:caroline", "e:biscuit", "e:unknown"])
+    assert weights["e:biscuit"] == pytest.approx(1.0) and weights["e:caroline"] == pytest.approx(0.0) and "e:unknown" not in weights

@@ -122,3 +122,10 @@ def was_valid(as_of: float, *, event_start: str | None, event_end: str | None, c
         ends = [at for at in (expired_at, expires_at) if at is not None]
         end = min(ends) if ends else None
     return (start is None or start <= as_of) and (end is None or as_of < end)
+
+
+def said_by(row: dict, as_of: float | None) -> bool:
+    """Whether a passage (a stored row) was in memory at `as_of`: a conversation turn from its
+    time (metadata `ts`) on; a passage without a time always (no moment is known for it)."""
+    ts = (row.get("metadata") or {}).get("ts")
+    return as_of is None or not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts <= as_of

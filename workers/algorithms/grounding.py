@@ -40,12 +40,22 @@ passage does not say; whom to believe is the choice of who may publish to a tena
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from topics.records import Triple
 from workers.algorithms import categories
 from workers.algorithms.normalize import mention_words
+
+_CONNECTORS = frozenset("the of and von van der de del la le du".split())
+# Words that say what kind of thing a name names, not which one: never a part to ground by.
+GENERIC_NAME_WORDS = frozenset("""
+mill house hall church school college university company corporation inc ltd group party club band records
+bank society institute association council agency city town village river lake mountain island state county
+street road bridge park station airport castle palace tower museum library hospital center centre theatre
+theater stadium river bay sea ocean valley district province region kingdom republic empire war battle
+award prize cup league team film album song book novel series show festival""".split())
 from workers.algorithms.turns import parse_context
 
 # Length limits: a name is a name, a relation a short verb phrase; a model that writes a
@@ -86,13 +96,15 @@ class Passage:
     sentences: tuple[str, ...]  # as written: categories read the wording
     sentence_words: tuple[frozenset[str], ...]  # _stems of each sentence
     speaker: str  # the turn's speaker (context line), _run; '' for a plain document
+    capitalised: frozenset[str] = frozenset()  # its words written with a capital (as mention_words spells them)
 
     @classmethod
     def of(cls, text: str, context: str = "") -> "Passage":
         speaker, _ = parse_context(context)
         sentences = tuple(s for s in categories.sentences(text) if s.strip())
+        capitalised = frozenset(w for token in re.findall(r"\w+", text) if token[0].isupper() for w in mention_words(token))
         return cls(_run(mention_words(text)), sentences, tuple(_stems(mention_words(s)) for s in sentences),
-                   _run(mention_words(speaker, name=True)))
+                   _run(mention_words(speaker, name=True)), capitalised)
 
     def mentions(self, name: str, other_ids: Iterable[str] = ()) -> bool:
         """`name` occurs here (module docstring); `other_ids`: the other entity ids of its entity."""
@@ -104,6 +116,26 @@ class Passage:
             return True
         return any((alias := _run(mention_words(other.replace("_", " ")))) and (alias in self.words or alias == self.speaker)
                    for other in other_ids)
+
+    def mentions_in_part(self, name: str, names: Iterable[str] = ()) -> bool:
+        """The passage gives `name` in part — its first or last word ("Tesla's birthplace" for
+        Nikola Tesla) — and that word points to no other name of the extraction (`names`): a
+        model writes an entity's full, canonical name where the passage shortens it. A word of
+        fewer than three letters, a number, a connector or a word that says what kind of thing (
+        GENERIC_NAME_WORDS) is no part of a name to go by, and the part must be written capitalised
+        in the passage, as a name is. Measured on HippoRAG's GPT-3.5
+        OpenIE of MuSiQue-100: 2.70% of its 17,233 facts dropped before, 2.60% with it (1.78% if
+        any first or last word counted, common nouns and lower case included: too loose)."""
+        words = mention_words(name, name=True)
+        if len(words) < 2:
+            return False
+        others = [mention_words(other, name=True) for other in names if other != name]
+        for word in dict.fromkeys((words[0], words[-1])):
+            if len(word) < 3 or word.isdigit() or word in _CONNECTORS or word in GENERIC_NAME_WORDS:
+                continue  # the kind of thing a name names ("Mill" of "Southwind Mill") points to no one
+            if word in self.capitalised and not any(word in other for other in others):
+                return True
+        return False
 
     def states(self, category: str, names: Iterable[str]) -> bool:
         """A sentence that names one of `names` carries a cue of `category`; when one of them is
@@ -119,23 +151,28 @@ def name_problem(name: str) -> str:
     return NAME_TOO_LONG if len(name) > MAX_NAME_CHARS or len(name.split()) > MAX_NAME_WORDS else ""
 
 
-def fact_problem(triple: Triple, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}) -> str:
+def fact_problem(triple: Triple, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}, names: Iterable[str] = ()) -> str:
     """Why `triple` is not admitted from `passage`; '' when it is. `other_ids`: name → the
-    other entity ids of its entity (aliases)."""
+    other entity ids of its entity (aliases); `names`: every name of the extraction (a name
+    given in part must point to one of them, Passage.mentions_in_part)."""
     problem = name_problem(triple.head) or name_problem(triple.tail)
     if problem:
         return problem
     if len(triple.relation) > MAX_RELATION_CHARS:
         return RELATION_TOO_LONG
-    if not passage.mentions(triple.head, other_ids.get(triple.head, ())):
+    if not _occurs(triple.head, passage, other_ids, names):
         return HEAD_NOT_IN_PASSAGE
-    if not passage.mentions(triple.tail, other_ids.get(triple.tail, ())):
+    if not _occurs(triple.tail, passage, other_ids, names):
         return TAIL_NOT_IN_PASSAGE
     return ""
 
 
-def entity_problem(name: str, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}) -> str:
-    return name_problem(name) or ("" if passage.mentions(name, other_ids.get(name, ())) else NOT_IN_PASSAGE)
+def _occurs(name: str, passage: Passage, other_ids: Mapping[str, Iterable[str]], names: Iterable[str]) -> bool:
+    return passage.mentions(name, other_ids.get(name, ())) or passage.mentions_in_part(name, names)
+
+
+def entity_problem(name: str, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}, names: Iterable[str] = ()) -> str:
+    return name_problem(name) or ("" if _occurs(name, passage, other_ids, names) else NOT_IN_PASSAGE)
 
 
 @dataclass
@@ -153,8 +190,9 @@ def ground(facts: list[Triple], entities: list, passage: Passage, other_ids: Map
     """Split an extraction (facts; entities with a `.name`) into what `passage` supports and
     what it does not; a trace fact whose category it does not state comes back DECLARATIVE."""
     out = Grounded()
+    names = {n for t in facts for n in (t.head, t.tail)} | {e.name for e in entities}
     for triple in facts:
-        problem = fact_problem(triple, passage, other_ids)
+        problem = fact_problem(triple, passage, other_ids, names)
         if problem:
             out.dropped.append((triple, problem))
             continue
@@ -163,7 +201,7 @@ def ground(facts: list[Triple], entities: list, passage: Passage, other_ids: Map
             triple = replace(triple, category=categories.DECLARATIVE, stated=False)
         out.facts.append(triple)
     for entity in entities:
-        problem = entity_problem(entity.name, passage, other_ids)
+        problem = entity_problem(entity.name, passage, other_ids, names)
         if problem:
             out.dropped_entities.append((entity, problem))
         else:
@@ -172,10 +210,10 @@ def ground(facts: list[Triple], entities: list, passage: Passage, other_ids: Map
 
 
 def unmentioned(facts: list[Triple], entities: list, passage: Passage) -> set[str]:
-    """The names of an extraction that do not occur by themselves: the ones whose aliases the
-    caller needs to look up (most chunks have none, and need no lookup)."""
+    """The names of an extraction that do not occur by themselves, wholly or in part: the ones
+    whose aliases the caller needs to look up (most chunks have none, and need no lookup)."""
     names = {n for t in facts for n in (t.head, t.tail)} | {e.name for e in entities}
-    return {n for n in names if not name_problem(n) and not passage.mentions(n)}
+    return {n for n in names if not name_problem(n) and not passage.mentions(n) and not passage.mentions_in_part(n, names)}
 
 
 def quoted(quote: str, text: str) -> bool:

@@ -88,7 +88,12 @@ def relation_name(relation: str) -> str:
 
 @functools.lru_cache(maxsize=50_000)
 def _verb_lemma(word: str) -> str | None:
+    """The verb's lemma; a word that is a lemma itself stays (so relation_name is idempotent: the
+    lemma 'found' of 'founded' read again was 'find', the stages normalising a relation twice).
+    The price: a past form that is also a verb ('found', 'saw') stays as it is."""
     lemmas = getLemma(word, upos="VERB", lemmatize_oov=False)
+    if word in lemmas:
+        return word
     return lemmas[0] if lemmas else None
 
 

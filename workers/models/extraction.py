@@ -28,6 +28,8 @@ from workers.algorithms import categories
 from workers.algorithms.categories import Finding
 from workers.algorithms.normalize import content_hash, has_entity_id, relation_name
 from workers.algorithms.turns import parse_context
+from lemminflect import getAllLemmas
+
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
 from workers.models.protocols import Extractor
 
@@ -146,6 +148,64 @@ def _mentions(sentence: str) -> list[tuple[int, int, str]]:
     return spans
 
 
+# Words a turn starts with that are no names, capitalised only by their place: interjections
+# the verb lexicon lacks. Every other sentence-initial word the lexicon knows (lemminflect: "Wow",
+# "Thanks", "Glad", "What", "It's") is dropped from the front of a mention as well. Measured on
+# the first LoCoMo dev conversation (419 turns): 18 of its 20 entities of most passages were
+# such words ("It's" in 70 turns, "I'm" 66, "What" 46, "Wow Caroline" 34) — hubs joining turns
+# by how they begin, which PPR spread along.
+_INTERJECTIONS = frozenset("yeah yep yup hey hi hello oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split())
+_FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'll", "i'd", "i’m", "i’ve", "i’ll", "i’d"})
+
+
+def _common_word(word: str) -> bool:
+    """A word of the language, not a name: an interjection, a contraction of a common word
+    ("It's", "That's", "I'm"), or a word the lexicon knows in any part of speech."""
+    base = re.split(r"['’]", word.lower(), maxsplit=1)[0]
+    return base in _INTERJECTIONS or base in _SENTENCE_STARTERS or bool(getAllLemmas(base))
+
+
+# Greetings and reactions a turn opens with before a name ("Thanks, Caroline", "Wow Mel"):
+# dropped from the front of a longer mention; any other common first word stays in one ("New
+# York", "Grace Hopper", "United States" open Wikipedia sentences).
+_OPENERS = _INTERJECTIONS | frozenset("thanks thank congratulations glad sorry yes no well so great awesome nice good love "
+                                      "what how why where who when cool sure right okay".split())
+
+
+def _opening_word(sentence: str, words: list[tuple[int, int]]) -> bool:
+    """Whether the first of a sentence-opening mention's words is no part of a name: the
+    mention's only word and a common one ("It's", "What", "Glad"), an opener ("Thanks"), or a
+    common word set off by punctuation ("Wow, Caroline")."""
+    word = sentence[words[0][0]:words[0][1]]
+    if not _common_word(word):
+        return False
+    if len(words) == 1:
+        return True
+    base = re.split(r"['’]", word.lower(), maxsplit=1)[0]
+    return base in _OPENERS or bool(re.search(r"[^\w\s]", sentence[words[0][1]:words[1][0]]))
+
+
+def _names(sentence: str, mentions: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The mentions that name something: a first-person word is never a name, and a mention that
+    opens its sentence loses its leading common words ("Wow Caroline" → "Caroline", "It's" →
+    nothing); inside a sentence a capitalised common word is kept ("my dog Biscuit")."""
+    out = []
+    opening = re.search(r"\w", sentence)
+    first = opening.start() if opening else 0
+    for start, end, surface in mentions:
+        words = [(start + m.start(), start + m.end()) for m in _WORD.finditer(surface)]
+        at_start = start == first
+        while words and (sentence[words[0][0]:words[0][1]].lower() in _FIRST_PERSON
+                         or at_start and _opening_word(sentence, words)):
+            words = words[1:]
+        if words:
+            new_start = words[0][0]
+            text = sentence[new_start:end].rstrip(".")
+            if len(text) > 1 or text.isdigit():
+                out.append((new_start, new_start + len(text), text))
+    return out
+
+
 SPEAKER = "SPEAKER"  # the type of a turn's speaker as a fact's head: a person, an agent or a tool
 MONEY, ERROR = "MONEY", "ERROR"  # types of a trigger fact's tail: an amount, a failure's code / status / exception
 
@@ -165,7 +225,7 @@ class RulesExtractor:
         entities: dict[str, Entity] = {}
         facts: list[Triple] = []
         for sentence in categories.sentences(text):
-            mentions = _mentions(sentence)
+            mentions = _names(sentence, _mentions(sentence))
             for _, _, surface in mentions:
                 entities.setdefault(surface, Entity(surface, type_of(surface)))
             found = []

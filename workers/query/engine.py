@@ -36,10 +36,12 @@ from topics import ContractError, validate_tenant
 from workers import metrics
 from workers.query.drilldown import ranked_passage
 from workers.query.graph_cache import GraphCache
-from workers.algorithms.expiry import parse_as_of, was_valid
+from workers.algorithms.expiry import parse_as_of, said_by, was_valid
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
-from workers.algorithms.retrieval import FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, fuse, linked_weights, rank_passages, seed
+from workers.algorithms.retrieval import (EPISODE_RADIUS, FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, episode_smoothing, fuse,
+                                          linked_weights, rank_passages, seed)
+from workers.algorithms.turns import session_turn
 from workers.algorithms.reconstruction import Budget
 from workers.models.embedding import TenantEmbedders
 from workers.query.reconstruct import Reconstructor
@@ -211,7 +213,7 @@ class QueryEngine:
             result = await self._first_stage_only(request, vector, timings)
         elif request.mode == "reconstruct":
             t = time.perf_counter()
-            first = await self._first_stage(request, vector)
+            first = await self._graph_first_stage(request, vector)
             timings["first_stage"] = _ms(t)
             result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings, first)
         else:
@@ -230,6 +232,9 @@ class QueryEngine:
             self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]) if vector is not None else _nothing(),
             self.memory.lexical(request.tenant, request.query, k),
         )
+        if request.as_of is not None:  # passages said after as_of are not yet in memory then
+            later = await self._said_after(request.tenant, list(dict.fromkeys(h.id for h in dense + lexical)), request.as_of)
+            dense, lexical = [h for h in dense if h.id not in later], [h for h in lexical if h.id not in later]
         fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
         cosines = {h.id: h.score for h in dense}
         missing = [pid for pid, _ in fused if pid not in cosines]
@@ -239,26 +244,62 @@ class QueryEngine:
                     cosines[pid] = _cosine(vec, vector)
         return FirstStage(dense, lexical, fused, cosines)
 
-    async def _first_stage_only(self, request: QueryRequest, vector, timings: dict) -> dict:
-        """Modes lexical (BM25 alone) and hybrid (BM25 and dense, fused): the first stage as the answer."""
+    async def _graph_first_stage(self, request: QueryRequest, vector) -> FirstStage:
+        """What the graph modes start from: the first stage, with episodes (_with_episodes)."""
+        return await self._with_episodes(request, vector, await self._first_stage(request, vector))
+
+    async def _with_episodes(self, request: QueryRequest, vector, first: FirstStage) -> FirstStage:
+        """Graph modes: the first stage re-ranked by temporal contiguity (episode_smoothing): a
+        conversation turn's score is raised by its session neighbours' (turn ± 1), and the
+        neighbours of the candidates join them. Passages that are not turns are left as they are."""
+        weight = request.params.episode_weight
+        if weight <= 0 or not first.fused:
+            return first
+        ids = [pid for pid, _ in first.fused]
+        moments = {}
+        for pid, row in zip(ids, await self.memory.passages(request.tenant, ids)):
+            moment = session_turn(row.get("metadata") or {}) if row is not None else None
+            if moment is not None:
+                moments[pid] = moment
+        if not moments:
+            return first
+        found = await asyncio.gather(*(self.memory.session_neighbours(request.tenant, session, turn, EPISODE_RADIUS)
+                                       for session, turn in moments.values()))
+        neighbours = {pid: [other for _, other in near] for pid, near in zip(moments, found)}
+        smoothed = episode_smoothing(dict(first.fused), neighbours, weight)
+        new = [pid for pid, _ in smoothed if pid not in first.cosines and pid not in dict(first.fused)]
+        if request.as_of is not None and new:
+            later = await self._said_after(request.tenant, new, request.as_of)
+            smoothed, new = [(pid, score) for pid, score in smoothed if pid not in later], [pid for pid in new if pid not in later]
+        cosines = dict(first.cosines)
+        if vector is not None and new:
+            for pid, vec in zip(new, await self.memory.passage_vectors(request.tenant, new)):
+                if vec is not None:
+                    cosines[pid] = _cosine(vec, vector)
+        return FirstStage(first.dense, first.lexical, smoothed, cosines)
+
+    async def _first_stage_only(self, request: QueryRequest, vector, timings: dict, first: FirstStage | None = None) -> dict:
+        """Modes lexical (BM25 alone) and hybrid (BM25 and dense, fused): the first stage as the
+        answer; `first`: the one a graph mode found and answers with (with its episodes)."""
         t = time.perf_counter()
         if request.mode == "lexical":
-            lexical, version = await asyncio.gather(self.memory.lexical(request.tenant, request.query, request.top_k),
+            k = request.top_k * (AS_OF_OVERFETCH if request.as_of is not None else 1)
+            lexical, version = await asyncio.gather(self.memory.lexical(request.tenant, request.query, k),
                                                     self.memory.graph_version(request.tenant))
             ranked, facts, entities = [(h.id, h.score) for h in lexical], [], []
         else:
             first, facts, entities, version = await asyncio.gather(
-                self._first_stage(request, vector, with_cosines=False),
+                _given(first) if first is not None else self._first_stage(request, vector, with_cosines=False),
                 self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
                 self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
                 self.memory.graph_version(request.tenant),
             )
-            ranked = first.fused[: request.top_k]
-        rows = await self.memory.passages(request.tenant, [pid for pid, _ in ranked])
+            ranked = first.fused
+        found = await self._ranked_rows(request, ranked)
         timings["retrieve"] = _ms(t)
         return {
             "query": request.query, "tenant": request.tenant, "mode": request.mode,
-            "passages": [ranked_passage(row, round(score, 6)) for (_, score), row in zip(ranked, rows) if row is not None],
+            "passages": [ranked_passage(row, round(score, 6)) for row, score in found],
             "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
             "facts": [_fact_json(h) for h in facts],
             "graph_version": version,
@@ -266,17 +307,18 @@ class QueryEngine:
 
     async def _dense(self, request: QueryRequest, vector, timings: dict) -> dict:
         t = time.perf_counter()
+        k = request.top_k * (AS_OF_OVERFETCH if request.as_of is not None else 1)
         passages, facts, entities, version = await asyncio.gather(
-            self.memory.knn(request.tenant, "passages", vector, request.top_k, ["doc_id"]),
+            self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]),
             self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
             self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
             self.memory.graph_version(request.tenant),
         )
-        rows = await self.memory.passages(request.tenant, [h.id for h in passages])  # with their metadata and context
+        found = await self._ranked_rows(request, [(h.id, h.score) for h in passages])  # with their metadata and context
         timings["retrieve"] = _ms(t)
         return {
             "query": request.query, "tenant": request.tenant, "mode": "dense",
-            "passages": [ranked_passage(row, round(h.score, 6)) for h, row in zip(passages, rows) if row is not None],
+            "passages": [ranked_passage(row, round(score, 6)) for row, score in found],
             "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
             "facts": [_fact_json(h) for h in facts],
             "graph_version": version,
@@ -295,7 +337,7 @@ class QueryEngine:
             asyncio.gather(
                 self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}),
                 self._facts(tenant, vector, params.layer_k, as_of=request.as_of),
-                self._first_stage(request, vector),
+                self._graph_first_stage(request, vector),
                 self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions})) if mentions else _nothing_mapped(),
             ),
         )
@@ -325,7 +367,7 @@ class QueryEngine:
         seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(passage_index), fact_hits, schema_hits, passage_hits, params, linked)
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers
-            result = await self._first_stage_only(dataclasses.replace(request, mode="hybrid"), vector, timings)
+            result = await self._first_stage_only(dataclasses.replace(request, mode="hybrid"), vector, timings, first)
             result.update(mode="ppr", fallback="first_stage")
             return result
         t = time.perf_counter()
@@ -333,19 +375,19 @@ class QueryEngine:
             self._ranking, _walk, graph.graph, transition, seeds, params, passage_index, entity_index, max(request.top_k, params.first_stage_k))
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked = fuse([first_ids, [node_id(node) for node, _ in walk.passages]], params.rrf_k, [1.0, params.walk_weight])[: request.top_k]
+        ranked = fuse([first_ids, [node_id(node) for node, _ in walk.passages]], params.rrf_k, [1.0, params.walk_weight])
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
-        texts, names, version = await asyncio.gather(
-            self.memory.passages(tenant, [pid for pid, _ in ranked]),
+        found, names, version = await asyncio.gather(
+            self._ranked_rows(request, ranked),
             self.memory.entity_names(tenant, entity_ids + seed_entity_ids),
             self.memory.graph_version(tenant),
         )
         by_id = {h.id: h for h in facts}
         result = {
             "query": request.query, "tenant": tenant, "mode": "ppr",
-            "passages": [ranked_passage(row, round(score, 8)) for (_, score), row in zip(ranked, texts) if row is not None],
+            "passages": [ranked_passage(row, round(score, 8)) for row, score in found],
             "entities": [{"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)} for eid, i in zip(entity_ids, top_entities)],
             "facts": [_fact_json(by_id[f.id]) for f in seeds.facts],
             "seeds": {
@@ -366,6 +408,24 @@ class QueryEngine:
         while len(self._results) > RESULT_CACHE_SIZE:
             self._results.popitem(last=False)
         return result
+
+    async def _ranked_rows(self, request: QueryRequest, ranked: list[tuple[str, float]]) -> list[tuple[dict, float]]:
+        """The first top_k passages of `ranked` (id, score) that exist, as stored rows with their
+        scores; with as_of, those said by then (said_by), read a batch at a time until top_k."""
+        out: list[tuple[dict, float]] = []
+        batch = request.top_k if request.as_of is None else request.top_k * AS_OF_OVERFETCH
+        for start in range(0, len(ranked), batch):
+            part = ranked[start:start + batch]
+            for (_, score), row in zip(part, await self.memory.passages(request.tenant, [pid for pid, _ in part])):
+                if row is not None and said_by(row, request.as_of):
+                    out.append((row, score))
+            if len(out) >= request.top_k or request.as_of is None:
+                break
+        return out[: request.top_k]
+
+    async def _said_after(self, tenant: str, passage_ids: list[str], as_of: float) -> set[str]:
+        rows = await self.memory.passages(tenant, passage_ids)
+        return {pid for pid, row in zip(passage_ids, rows) if row is not None and not said_by(row, as_of)}
 
     async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None, as_of: float | None = None):
         """The facts nearest the query (and matching `where`'s tags) that hold: active and their
@@ -440,6 +500,10 @@ async def _nothing() -> list:
 
 async def _nothing_mapped() -> dict:
     return {}
+
+
+async def _given(value):
+    return value
 
 
 def _cosine(a, b) -> float:

@@ -57,6 +57,7 @@ import numpy as np
 
 from store.records import Hit
 from workers.algorithms.chunking import token_count
+from workers.algorithms.expiry import said_by
 from workers.algorithms.retrieval import FirstStage, fuse
 from workers.algorithms.reconstruction import (
     DEFAULT_BUDGET, STOP_MARGIN, Branch, Budget, Cue, Spent, Stop, adds_something, admit, attribute_words, branch_score,
@@ -400,16 +401,19 @@ class _Walk:
         a passage both found ranks above either alone, and top_k is always filled."""
         walked = list(self.read)
         params = self.request.params
-        ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.walk_weight])[: self.request.top_k]
+        ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.walk_weight])[: self.request.top_k + len(walked)]
         missing = [pid for pid, _ in ranked if pid not in self.read]
         rows = dict(zip(missing, await self.memory.passages(self.tenant, missing)))
         passages = []
         for pid, score in ranked:
             row = self.read.get(pid)
+            if row is not None and not said_by(row, self.request.as_of):  # a turn said after as_of, read through an entity
+                continue
             if row is not None:
                 passages.append(ranked_passage(row, round(score, 8), step=row["step"], via="walk"))
             elif rows.get(pid) is not None:
                 passages.append(ranked_passage(rows[pid], round(score, 8), via="first_stage"))
+        passages = passages[: self.request.top_k]
         facts = []
         for step, branch in enumerate(self.taken, 1):
             if branch.kind != "fact":
