@@ -43,6 +43,7 @@ SAMPLE_CONVERSATION = Path(__file__).parent / "sample_conversation" / "maya-jona
 # benchmark prints it with every table.
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open domain", 4: "single hop", 5: "adversarial"}
 KS = (5, 10)
+TABLE_ORDER = ("lexical", "dense", "hybrid", "ppr", "reconstruct")  # each leg, the first stage, then what re-ranks it
 EMBEDDER = "all-MiniLM-L6-v2"
 
 
@@ -266,7 +267,7 @@ def per_question(answers: list[Answer]) -> list[dict]:
 def parse_modes(text: str | None) -> list[str]:
     """"dense,ppr" → the modes, each one the query engine has; None → all of them."""
     if text is None:
-        return list(MODES)
+        return [m for m in TABLE_ORDER if m in MODES] + [m for m in MODES if m not in TABLE_ORDER]
     modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
     unknown = [m for m in modes if m not in MODES]
     if not modes or unknown:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ops.datasets import load_dataset
@@ -36,7 +36,7 @@ from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr
 from store import Memory
 from topics import Document
-from workers.algorithms.normalize import entity_id, relation_name
+from workers.algorithms.normalize import canonical_fact, entity_id
 from workers.models.extraction import RulesExtractor, drop_unnamed
 from workers.settings import Settings
 from workers.stages.chunker import pieces_of
@@ -111,9 +111,10 @@ def embedded_texts(text: str) -> list[str]:
     names = {entity_id(e.name): e.name for e in extraction.entities}
     facts = []
     for triple in extraction.facts:
+        triple = canonical_fact(triple)
         head_id, tail_id = entity_id(triple.head), entity_id(triple.tail)
         if head_id != tail_id:
-            facts.append(replace(triple, relation=relation_name(triple.relation)))
+            facts.append(triple)
             names.setdefault(head_id, triple.head)
             names.setdefault(tail_id, triple.tail)
     return extractor_texts(text, list(names.values()), facts)

@@ -341,3 +341,16 @@ def test_a_turn_is_a_document_with_turn_set_and_a_session_note_is_chunked_as_a_d
         assert len(pieces) == len(chunk_text(long_text)) > 1 and {p["context"] for p in pieces} == {""}
     [turn] = [p for p in passages if p["doc_id"] == "s1:0"]
     assert turn["text"] == long_text and turn["context"] == "Ana:"
+
+
+def test_a_speakers_first_person_is_the_speaker():
+    """"I adopted a dog" said by Caroline: a fact headed by Caroline (before: no fact — "I" is no
+    name, and "dog" no capitalised mention)."""
+    from workers.models.extraction import RulesExtractor
+
+    extraction = RulesExtractor().extract_sync("I adopted a dog last week.", "Caroline (1:56 pm on 8 May, 2023):")
+    assert [(f.head, f.relation, f.tail, f.head_type) for f in extraction.facts] == [("Caroline", "adopted", "dog", "SPEAKER")]
+    assert {e.name for e in extraction.entities} == {"Caroline", "dog"}
+    # a pronoun or a time is no object; a plain document has no speaker to stand for "I"
+    assert RulesExtractor().extract_sync("I love it so much!", "Caroline:").facts == []
+    assert RulesExtractor().extract_sync("I adopted a dog last week.").facts == []

@@ -77,3 +77,36 @@ def test_rules_extractor_takes_no_opening_words_or_first_person_for_names():
     # Wikipedia sentences keep names that open with a common word
     assert names("New York is the largest city in the United States.") == ["New York", "United States"]
     assert names("Grace Hopper invented COBOL.") == ["Grace Hopper", "COBOL"]
+
+
+def test_passive_and_active_voice_of_a_making_verb_are_one_relation_and_conflict():
+    """"X was designed by Y" and "Z designed X": one relation, (X, designed by, …), so two
+    designers of one lighthouse are a conflict (before: "designed by" and "design" were two
+    relations, both facts active)."""
+    from tests.inprocess import InProcess
+
+    async def main():
+        stages = InProcess(None, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("d1", "The Varn Lighthouse was designed by Ada Holm.")
+            await stages.publish("d2", "Pieter Brandt designed the Varn Lighthouse.")
+            return (await stages.export())["facts"], [e["event"] for e in stages.events()]
+        finally:
+            await stages.close()
+
+    facts, events = asyncio.run(main())
+    assert {(f["head"], f["relation"], f["tail"]) for f in facts} == {("Varn Lighthouse", "designed by", "Ada Holm"),
+                                                                      ("Varn Lighthouse", "designed by", "Pieter Brandt")}
+    assert sorted(f["status"] for f in facts) == ["active", "invalid"] and "invalidated" in events
+
+
+def test_canonical_fact_turns_a_making_verb_passive_and_leaves_others():
+    from topics.records import Triple
+    from workers.algorithms.normalize import canonical_fact
+
+    built = canonical_fact(Triple(head="Ada Holm", relation="built", tail="Varn Lighthouse", head_type="PERSON", tail_type="LOCATION"))
+    assert (built.head, built.relation, built.tail, built.head_type, built.tail_type) == ("Varn Lighthouse", "built by", "Ada Holm", "LOCATION", "PERSON")
+    lives = canonical_fact(Triple(head="Ada Holm", relation="lives in", tail="Brest"))
+    assert (lives.head, lives.relation, lives.tail) == ("Ada Holm", "live in", "Brest")
+    found = canonical_fact(Triple(head="I", relation="found", tail="keys"))  # "found" may be "find": left alone
+    assert (found.head, found.relation) == ("I", "found")

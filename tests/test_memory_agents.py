@@ -20,7 +20,8 @@ import pytest
 from tests import inprocess
 from tests.conftest import Cli
 from tests.inprocess import Delivery, InProcess
-from workers.algorithms.normalize import content_hash, entity_id, fact_id, relation_name
+from topics.records import Triple
+from workers.algorithms.normalize import canonical_fact, content_hash, entity_id, fact_id
 from workers.models.extraction import ReplayExtractor
 
 
@@ -30,7 +31,9 @@ def fact(head, head_type, relation, tail, tail_type, valid_from=None, valid_to=N
 
 
 def fid(f) -> str:
-    return fact_id(entity_id(f["head"]), relation_name(f["relation"]), entity_id(f["tail"]))
+    """The id memory gives a scripted fact: in its canonical voice ("built" is kept as "built by")."""
+    t = canonical_fact(Triple(head=f["head"], relation=f["relation"], tail=f["tail"]))
+    return fact_id(entity_id(t.head), t.relation, entity_id(t.tail))
 
 
 def write_script(path, corpus: dict[str, tuple[str, list[dict]]]):

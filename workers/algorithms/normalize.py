@@ -7,6 +7,7 @@ import functools
 import hashlib
 import re
 import unicodedata
+from dataclasses import replace as _replace
 
 from lemminflect import getInflection, getLemma
 
@@ -84,6 +85,34 @@ def relation_name(relation: str) -> str:
         if not kept:
             words[0] = lemma
     return " ".join(words)
+
+
+# Verbs of making: what is made has one maker, so the passive relation is single-valued per
+# head ("designed by" of a building) and its conflicts can be detected; the active form ("Ada
+# designed the lighthouse") is turned into it: both voices are one relation (canonical_fact).
+# Not "found": its lemma is also the past of "find" ("I found my keys").
+MAKING_VERBS = frozenset("""design build construct write author compose paint sculpt draw direct produce
+establish invent create discover develop publish photograph""".split())
+
+
+def passive_of(relation: str) -> str | None:
+    """The passive relation a normalised active one of MAKING_VERBS is ("design" → "designed
+    by"), None for any other."""
+    if relation in MAKING_VERBS:
+        participles = _participles(relation)
+        return f"{participles[0]} by" if participles else None
+    return None
+
+
+def canonical_fact(triple):
+    """A Triple with its relation normalised (relation_name) and in the voice memory keeps it in:
+    "Y designed X" becomes (X, designed by, Y), as "X was designed by Y" reads, so the two
+    conflict when Y differs. Every extractor's facts pass through it (the extractor stage)."""
+    relation = relation_name(triple.relation)
+    passive = passive_of(relation)
+    if passive is None:
+        return triple if relation == triple.relation else _replace(triple, relation=relation)
+    return _replace(triple, head=triple.tail, tail=triple.head, head_type=triple.tail_type, tail_type=triple.head_type, relation=passive)
 
 
 @functools.lru_cache(maxsize=50_000)

@@ -18,7 +18,8 @@ Silent Orchard born?", the chain above at 0.63, the chains through the book's ot
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from workers.algorithms.normalize import UnnamedEntity, entity_id
 
@@ -227,6 +228,9 @@ class Cue:
     hop: int  # 0: from the query; n: from content read at hop n - 1
     origin: str  # "query", "entity-knn", "fact:<id>", "passage:<id>"
     chain: str = ""  # the facts that led here, as one text ("" for a query cue)
+    # the chain as a vector: the sum of its links' unit vectors (None for a query cue), so the
+    # next link's chain is scored without the model (workers.query.reconstruct: chain_cosine)
+    chain_vector: Any = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         out = {"kind": self.kind, "id": self.id, "name": self.name, "score": round(self.score, 6), "hop": self.hop, "from": self.origin}

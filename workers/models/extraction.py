@@ -206,6 +206,51 @@ def _names(sentence: str, mentions: list[tuple[int, int, str]]) -> list[tuple[in
     return out
 
 
+# A speaker's first person: "I adopted a dog" said by Caroline is (Caroline, adopt, dog). The
+# subject, the words that may stand between it and its verb, the words before the object that
+# are no part of it, and the words that end the object.
+_FIRST_PERSON_SUBJECTS = frozenset({"i", "we", "i've", "we've", "i'd", "we'd", "i'll", "we'll", "i’ve", "we’ve", "i’d", "we’d", "i’ll", "we’ll"})
+_BEFORE_VERB = frozenset("""just also recently finally really actually already even still ever never always often
+have has had did do does will would could can might should must got gotten been""".split())
+_BEFORE_OBJECT = frozenset("""a an the my our some this that these those her his their its your new few couple of
+two three four five several many lots lot bunch""".split())
+_OBJECT_ENDS = frozenset("""to for with at in on into onto from by about after before during since until and or but so because
+when while if that which who whom whose where last next this yesterday today tonight tomorrow week weekend month year ago
+it them you him her me us myself ourselves one something anything everything nothing some all out up down off over
+again too very really so back there here now then just""".split())
+MAX_OBJECT_WORDS = 3
+
+
+def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
+    """(speaker, verb, object) for each first-person clause of a turn: the subject "I" / "we", an
+    optional run of auxiliaries and adverbs, a verb (the lexicon's), then up to MAX_OBJECT_WORDS
+    words of its object, articles and possessives left out, ending at a preposition, a
+    conjunction, a pronoun or a time word; the object's last word must be a noun or a name."""
+    words = re.findall(r"[A-Za-z][\w'’\-]*", sentence)
+    facts = []
+    for i, word in enumerate(words):
+        if word.lower() not in _FIRST_PERSON_SUBJECTS:
+            continue
+        j = i + 1
+        while j < len(words) and words[j].lower() in _BEFORE_VERB:
+            j += 1
+        if j >= len(words) or "VERB" not in getAllLemmas(words[j].lower()) or words[j].lower() in _BEFORE_OBJECT | _OBJECT_ENDS:
+            continue
+        k = j + 1
+        while k < len(words) and words[k].lower() in _BEFORE_OBJECT:
+            k += 1
+        obj = []
+        while k < len(words) and len(obj) < MAX_OBJECT_WORDS and words[k].lower() not in _OBJECT_ENDS | _FIRST_PERSON_SUBJECTS:
+            obj.append(words[k])
+            k += 1
+        while obj and not (obj[-1][0].isupper() or "NOUN" in getAllLemmas(obj[-1].lower())):
+            obj.pop()
+        tail = " ".join(obj)
+        if tail and has_entity_id(tail) and tail.lower() != speaker.lower():
+            facts.append(Triple(head=speaker, relation=words[j], tail=tail, head_type=SPEAKER, tail_type=type_of(tail)))
+    return facts
+
+
 SPEAKER = "SPEAKER"  # the type of a turn's speaker as a fact's head: a person, an agent or a tool
 MONEY, ERROR = "MONEY", "ERROR"  # types of a trigger fact's tail: an amount, a failure's code / status / exception
 
@@ -250,6 +295,13 @@ class RulesExtractor:
                         found.append(trigger)
                         entities.setdefault(trigger.head, Entity(trigger.head, trigger.head_type))
                         entities[trigger.tail] = Entity(trigger.tail, trigger.tail_type)
+            if speaker:  # a speaker's first person is the speaker: what they did, said as a plain fact (the
+                # trigger fact above carries a constraint's, rejection's or failure's category)
+                for fact in _first_person_facts(sentence, speaker):
+                    if all((fact.head, fact.tail) != (f.head, f.tail) for f in found):
+                        found.append(fact)
+                        entities.setdefault(fact.head, Entity(fact.head, fact.head_type))
+                        entities.setdefault(fact.tail, Entity(fact.tail, fact.tail_type))
             facts.extend(found)
         return Extraction(list(entities.values()), facts)
 

@@ -11,7 +11,8 @@
    passage.
 4. The reverse step: a fact's other entity and the entities of the passages read (those that
    name something: not "I'm", "That's") become new cues (one hop further), whose tags become new
-   branches, scored by their chain (the texts that led there and this tag, as one text); a
+   branches, scored by their chain (the texts that led there and this tag; scored as the sum
+   of their vectors, read once per walk — chain_cosine — with no model call); a
    passage past the first hop scores no more than the branch that raised its cue. Temporal
    contiguity: a conversation turn read (metadata session_id and turn) also becomes an "episode"
    cue whose tags are its session's turns at most EPISODE_RADIUS from it — recalling one moment
@@ -20,6 +21,9 @@
 5. It stops when no open branch adds anything, the router says the evidence suffices, or the
    budget (steps, passages, tokens) is spent.
 
+On the LoCoMo dev conversations (../shared/data/locomo_dev, 495 questions; the engine's first
+stage, episodes and fusion, see engine.py): R@5 / R@10 66.0 / 75.4 against hybrid 61.1 / 69.9,
+p50 10.8 ms. Earlier, on our own sample conversation, before the first stage (dense only):
 Measured on the conversation benchmark (ops/sample_conversation/maya-jonas.json, 36 questions,
 rules extractor, all-MiniLM-L6-v2, in-memory): R@5 / R@10 overall 69.2 / 81.0 (dense 64.1 /
 75.5), multi-hop 67.4 / 83.3 (dense 64.4 / 87.9), temporal 81.2 / 87.5 (75.0 / 81.2), single hop
@@ -197,6 +201,7 @@ class _Walk:
         # the first stage's ranking with each passage's cosine: the query cue's passages, and the
         # ranking the walk's is fused with
         self.dense: list[Hit] = [Hit(pid, first.cosines[pid], {}) for pid, _ in first.fused if pid in first.cosines]
+        self.vectors: dict[tuple[str, str], np.ndarray] = {}  # ("fact" | "passage", id) → its unit vector, read once (_tag_vectors)
 
     async def run(self, timings: dict) -> dict:
         t = time.perf_counter()
@@ -284,9 +289,10 @@ class _Walk:
             if eid not in self.cues and eid not in fresh and len(fresh) < MAX_NEW_CUES:
                 fresh[eid] = (name, origin)
         names = await self.memory.entity_names(self.tenant, [eid for eid, (name, _) in fresh.items() if name is None])
-        new_cues = [Cue("entity", eid, name or names.get(eid, {}).get("name", eid), branch.score, branch.cue.hop + 1, origin, branch.chain)
-                    for eid, (name, origin) in fresh.items()]
-        new_cues += await self._episode_cues(branch, rows[:admitted])
+        chain_vector = await self._chain_vector(branch)
+        new_cues = [Cue("entity", eid, name or names.get(eid, {}).get("name", eid), branch.score, branch.cue.hop + 1, origin, branch.chain,
+                        chain_vector) for eid, (name, origin) in fresh.items()]
+        new_cues += await self._episode_cues(branch, rows[:admitted], chain_vector)
         kind = branch.kind
         self.path.append({
             "step": step,
@@ -302,7 +308,26 @@ class _Walk:
         await self._expand(new_cues)
         return True
 
-    async def _episode_cues(self, branch: Branch, rows: list[dict]) -> list[Cue]:
+    async def _chain_vector(self, branch: Branch) -> np.ndarray | None:
+        """The branch's chain as a vector: its cue's chain vector plus its tag's unit vector."""
+        await self._tag_vectors([(branch.kind, branch.tag_id)])
+        tag = self.vectors.get((branch.kind, branch.tag_id))
+        if tag is None:
+            return branch.cue.chain_vector
+        return tag if branch.cue.chain_vector is None else branch.cue.chain_vector + tag
+
+    async def _tag_vectors(self, tags: list[tuple[str, str]]) -> None:
+        """Read the unit vectors of the tags (("fact" | "passage", id)) not read before: a walk
+        reads each vector once and scores every chain through it with no model call."""
+        passages = sorted({tid for kind, tid in tags if kind == "passage" and (kind, tid) not in self.vectors})
+        facts = sorted({tid for kind, tid in tags if kind == "fact" and (kind, tid) not in self.vectors})
+        found = await asyncio.gather(self.memory.passage_vectors(self.tenant, passages),
+                                     *(self.memory.fact_vector(self.tenant, fid) for fid in facts))
+        for key, vec in zip([("passage", p) for p in passages] + [("fact", f) for f in facts], [*found[0], *found[1:]]):
+            if vec is not None:
+                self.vectors[key] = _unit(vec)
+
+    async def _episode_cues(self, branch: Branch, rows: list[dict], chain_vector: np.ndarray | None = None) -> list[Cue]:
         """Temporal contiguity: each conversation turn read (a passage whose metadata names its
         session and turn) recalls its neighbours — the session's turns at most EPISODE_RADIUS
         from it — as an episode cue whose tags are those turns' passages; its chain is the one
@@ -318,9 +343,14 @@ class _Walk:
                 continue
             neighbours = await self.memory.session_neighbours(self.tenant, session, turn, EPISODE_RADIUS)
             self.episodes[cue_id] = {pid: other - turn for other, pid in neighbours}
-            chain = branch.chain if branch.kind == "passage" else chain_text(branch.chain, chain_part(row["text"]))
+            chain, vector = branch.chain, chain_vector
+            if branch.kind != "passage":  # a fact's evidence turn: the chain goes on through it
+                chain = chain_text(branch.chain, chain_part(row["text"]))
+                await self._tag_vectors([("passage", row["id"])])
+                turn_vector = self.vectors.get(("passage", row["id"]))
+                vector = turn_vector if vector is None else vector if turn_vector is None else vector + turn_vector
             cues.append(Cue("episode", cue_id, f"{session} turn {turn} ±{EPISODE_RADIUS}", branch.score, branch.cue.hop + 1,
-                            f"passage:{row['id']}", chain))
+                            f"passage:{row['id']}", chain, vector))
         return cues
 
     async def _expand(self, cues: list[Cue]) -> None:
@@ -343,11 +373,10 @@ class _Walk:
                 tags.append((cue, kind, tid, text, " ".join([text, fact.valid_from or "", fact.valid_to or ""]), score))
             elif tid in rows:
                 tags.append((cue, kind, tid, rows[tid]["text"], f"{rows[tid]['context']} {rows[tid]['text']}", score))
-        chains = [chain_text(cue.chain, chain_part(text) if kind == "passage" else text) for cue, kind, _, text, _, _ in tags]
-        to_embed = sorted({chain for (cue, *_), chain in zip(tags, chains) if cue.chain})
-        cosines = dict(zip(to_embed, _cosines(await self.embedder.embed(to_embed), self.vector))) if to_embed else {}
-        for (cue, kind, tid, text, timed, score), chain in zip(tags, chains):
-            chain_score = cosines[chain] if cue.chain else score
+        await self._tag_vectors([(kind, tid) for cue, kind, tid, *_ in tags if cue.chain_vector is not None])
+        for cue, kind, tid, text, timed, score in tags:
+            tag_vector = self.vectors.get((kind, tid))
+            chain_score = score if cue.chain_vector is None or tag_vector is None else chain_cosine(cue.chain_vector + tag_vector, self.vector)
             if kind == "fact":
                 fact = self.records[tid]
                 leads, evidence = tuple(eid for eid, _ in _ends(fact, cue.id)), tuple(sorted(fact.passage_ids))
@@ -389,7 +418,8 @@ class _Walk:
             episode = cue.kind == "episode"
             ids = self.episodes[cue.id] if episode else await self.memory.entity_passages(self.tenant, cue.id, ENTITY_PASSAGES_READ)
             ids = [pid for pid in ids if pid not in self.read]
-            found = [(pid, vec) for pid, vec in zip(ids, await self.memory.passage_vectors(self.tenant, ids)) if vec is not None]
+            await self._tag_vectors([("passage", pid) for pid in ids])
+            found = [(pid, self.vectors[("passage", pid)]) for pid in ids if ("passage", pid) in self.vectors]
             if found:
                 scores = _cosines(np.vstack([vec for _, vec in found]), self.vector)
                 best = sorted(zip(scores, (pid for pid, _ in found)), key=lambda x: (-x[0], x[1]))[: None if episode else ENTITY_PASSAGES]
@@ -444,6 +474,20 @@ def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
     """The entities a fact leads to from a cue: its other end (both ends for the query cue)."""
     ends = [(fact.head_id, fact.head), (fact.tail_id, fact.tail)]
     return [(eid, name) for eid, name in ends if eid != cue_id]
+
+
+def _unit(vector) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float32)
+    return vector / max(float(np.linalg.norm(vector)), 1e-12)
+
+
+def chain_cosine(chain_vector: np.ndarray, query: np.ndarray) -> float:
+    """A chain's cosine to the query: of the sum of its links' unit vectors — the mean of their
+    embeddings, as a mean-pooling embedder's vector of the chain's text is near the mean of its
+    parts'. Measured against embedding each chain's text (the walk's model call per step: 243 of
+    its 264 ms p50 on the LoCoMo dev conversations), one memory, one run each: R@5 / R@10 65.5 /
+    75.9 embedded, 66.0 / 75.4 with the sum; p50 264 → 10.8 ms."""
+    return _cosines(chain_vector[None, :], query)[0]
 
 
 def _cosines(rows: np.ndarray, vector: np.ndarray) -> list[float]:

@@ -16,7 +16,7 @@ from topics.records import Triple
 from workers import metrics
 from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
-from workers.algorithms.normalize import entity_id, fact_id, has_entity_id, relation_name, schema_id
+from workers.algorithms.normalize import canonical_fact, entity_id, fact_id, has_entity_id, schema_id
 from workers.algorithms.turns import session_turn
 from workers.envelope import Emit, PermanentError
 from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
@@ -64,7 +64,7 @@ class ExtractorStage(Stage):
             extraction = await asyncio.shield(self._started(chunk))  # a cancelled prefetch leaves the extraction to handle
         except Exception:
             return
-        facts = [replace(t, relation=relation_name(t.relation)) for t in extraction.facts]
+        facts = [canonical_fact(t) for t in extraction.facts]
         names = [e.name for e in extraction.entities] + [n for t in facts for n in (t.head, t.tail)]
         await self.embedder.embed(list(dict.fromkeys(embedded_texts(chunk.indexed_text, names, facts))))
 
@@ -112,10 +112,10 @@ class ExtractorStage(Stage):
             entities = {canonical[entity_id(e.name)]: e for e in extraction.entities}
             facts = []
             for triple in extraction.facts:
-                head_id, tail_id, relation = canonical[entity_id(triple.head)], canonical[entity_id(triple.tail)], relation_name(triple.relation)
+                triple = canonical_fact(triple)  # a new Triple: extractors may share their results (replay)
+                head_id, tail_id = canonical[entity_id(triple.head)], canonical[entity_id(triple.tail)]
                 if head_id == tail_id:
                     continue
-                triple = replace(triple, relation=relation)  # extractors may share their results (replay)
                 if said_at and not triple.valid_from and not triple.valid_to:  # a turn's fact holds from the turn on
                     triple = replace(triple, valid_from=said_at)
                 facts.append((triple, head_id, tail_id))
