@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)")
     bench.add_argument("--modes", default=None, help="conversation: query modes, comma-separated (default: every mode of the query engine)")
     bench.add_argument("--redis-url", default=None, help="conversation: index into fresh tenants of this Redis instead of an in-memory store")
+    bench.add_argument("--ablations", action="store_true", help="conversation: also ask each ablation of the graph modes (ops/conversation_bench.py ABLATIONS)")
     # bench wait (ops/wait_bench.py)
     bench.add_argument("--pending", type=int, default=5000, help="wait: documents published that no worker consumes")
     bench.add_argument("--window", type=float, default=30.0, help="wait: seconds of --wait measured")
@@ -332,7 +333,7 @@ def cmd_bench(settings: Settings, args) -> int:
     if args.kind == "conversation":
         from ops.conversation_bench import run_conversation_bench
 
-        return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json)
+        return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json, args.ablations)
     if (args.rules or args.docs) and args.kind != "index":
         raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
     if args.baseline_tree and args.kind not in ("index", "wait"):

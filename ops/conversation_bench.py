@@ -23,7 +23,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -35,6 +35,7 @@ from ops.local_run import LocalIndexer
 from ops.stack import stderr
 from topics import ContractError
 from workers.models.extraction import RulesExtractor
+from workers.algorithms.retrieval import RetrievalParams
 from workers.query.engine import MODES, QueryEngine, QueryRequest
 from workers.settings import Settings
 
@@ -131,19 +132,37 @@ class Answer:
     fallback: bool
 
 
-async def ask(engine: QueryEngine, probes: list[Probe], modes: list[str], progress: Callable[[int], None] | None = None) -> list[Answer]:
-    """Every probe in every mode, top max(KS) passages each."""
+# What each mechanism of the graph modes contributes, asked of the same memory (`--ablations`):
+# row → (mode, retrieval parameters that differ from the defaults).
+ABLATIONS = {
+    "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0}),
+    "ppr, no episodes": ("ppr", {"episode_weight": 0.0}),
+    "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0}),
+    "ppr, walk weight 1": ("ppr", {"turn_walk_weight": 1.0}),
+    "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),
+    "ppr, entity links": ("ppr", {"entity_links": True}),
+    "reconstruct, no episodes": ("reconstruct", {"episode_weight": 0.0}),
+    "reconstruct, no walk": ("reconstruct", {"read_weight": 0.0}),
+}
+
+
+async def ask(engine: QueryEngine, probes: list[Probe], modes: list[str], progress: Callable[[int], None] | None = None,
+              ablations: dict[str, tuple[str, dict]] | None = None) -> list[Answer]:
+    """Every probe in every mode, top max(KS) passages each; then in each ablation's mode with its
+    parameters (its Answer.mode is the ablation's name)."""
+    runs = [(mode, mode, RetrievalParams()) for mode in modes]
+    runs += [(name, mode, RetrievalParams(**{**asdict(RetrievalParams()), **overrides})) for name, (mode, overrides) in (ablations or {}).items()]
     await engine.embedder.embed(list(dict.fromkeys(p.question.question for p in probes)))  # latency: retrieval, not the model
     for tenant in dict.fromkeys(p.tenant for p in probes):  # the first query of a tenant loads its graph: not timed
-        for mode in modes:
+        for mode in dict.fromkeys(mode for _, mode, _ in runs):
             await engine.answer(QueryRequest("warm-up", tenant, max(KS), mode))
     answers, done = [], 0
-    for mode in modes:
+    for name, mode, params in runs:
         for probe in probes:
             started = time.perf_counter()
-            result = await engine.answer(QueryRequest(probe.question.question, probe.tenant, max(KS), mode))
+            result = await engine.answer(QueryRequest(probe.question.question, probe.tenant, max(KS), mode, params))
             ms = 1000 * (time.perf_counter() - started)
-            answers.append(Answer(probe, mode, [p["doc_id"] for p in result["passages"]], ms, bool(result.get("fallback"))))
+            answers.append(Answer(probe, name, [p["doc_id"] for p in result["passages"]], ms, bool(result.get("fallback"))))
             done += 1
             if progress:
                 progress(done)
@@ -214,7 +233,8 @@ def _cell(value) -> str:
     return f"{'-' if value is None else value:>6}"
 
 
-async def run(settings: Settings, path: Path, modes: list[str], redis_url: str | None, embedder=None) -> dict:
+async def run(settings: Settings, path: Path, modes: list[str], redis_url: str | None, embedder=None,
+              ablations: dict[str, tuple[str, dict]] | None = None) -> dict:
     turns, questions = load_conversations(path)
     prefix = f"convbench-{uuid.uuid4().hex[:8]}"
     work = plan(turns, questions, prefix)
@@ -237,7 +257,8 @@ async def run(settings: Settings, path: Path, modes: list[str], redis_url: str |
         await ingest(memory, settings, embedder, turns, work.tenants, every(len(turns), "turns indexed", started))
         index_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        answers = await ask(QueryEngine(memory, embedder), work.probes, modes, every(len(work.probes) * len(modes), "questions asked", started))
+        runs = len(modes) + len(ablations or {})
+        answers = await ask(QueryEngine(memory, embedder), work.probes, modes, every(len(work.probes) * runs, "questions asked", started), ablations)
     finally:
         await memory.close()
     return {
@@ -247,7 +268,9 @@ async def run(settings: Settings, path: Path, modes: list[str], redis_url: str |
         "skipped_no_evidence": work.no_evidence, "unreadable_evidence": work.unreadable_evidence, "unknown_evidence": work.unknown_evidence,
         "categories": {str(n): name for n, name in CATEGORIES.items()}, "categories_source": "as in the public LoCoMo file",
         "modes": summarize(answers, modes),
-        "per_question": per_question(answers),
+        **({"ablations": {name: {"mode": mode, "params": params, **summarize(answers, [name])[name]} for name, (mode, params) in ablations.items()}}
+           if ablations else {}),
+        "per_question": per_question([a for a in answers if a.mode in modes]),
     }
 
 
@@ -275,7 +298,20 @@ def parse_modes(text: str | None) -> list[str]:
     return modes
 
 
-def run_conversation_bench(settings: Settings, path: Path | None, modes: str | None, redis_url: str | None, as_json: bool) -> int:
-    result = asyncio.run(run(settings, path or SAMPLE_CONVERSATION, parse_modes(modes), redis_url))
-    print(json.dumps(result, indent=1) if as_json else format_table(result))
+def run_conversation_bench(settings: Settings, path: Path | None, modes: str | None, redis_url: str | None, as_json: bool,
+                           ablations: bool = False) -> int:
+    result = asyncio.run(run(settings, path or SAMPLE_CONVERSATION, parse_modes(modes), redis_url, ablations=ABLATIONS if ablations else None))
+    print(json.dumps(result, indent=1) if as_json else format_table(result) + format_ablations(result))
     return 0
+
+
+def format_ablations(result: dict) -> str:
+    """The ablation rows (when asked for): overall and per category, R@5 / R@10."""
+    if not result.get("ablations"):
+        return ""
+    categories = list(next(iter(result["ablations"].values()))["by_category"])
+    lines = ["", f"{'ablation':<28} {'all':>13}" + "".join(f" {c:>13}" for c in categories)]
+    for name, row in result["ablations"].items():
+        cells = [row["overall"]] + [row["by_category"][c] for c in categories]
+        lines.append(f"{name:<28}" + "".join(f" {_cell(x['R@5'])} {_cell(x['R@10'])}" for x in cells))
+    return "\n".join(lines)

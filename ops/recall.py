@@ -76,6 +76,10 @@ MODE_ROWS = ("lexical", "dense", "hybrid", "ppr", "reconstruct")  # every mode, 
 ABLATIONS = {  # name → (retrieval overrides, indexing overrides)
     "no_schema_filter": ({}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
     "no_conflict_resolution": ({}, {"MEMSTREAM_CONFLICTS": "off"}),
+    "no_walk": ({"walk_weight": 0.0}, {}),  # the first stage alone: what the walk adds
+    "walk_weight_1": ({"walk_weight": 1.0}, {}),
+    "walk_weight_0.25": ({"walk_weight": 0.25}, {}),  # the weight over conversation turns
+    "with_entity_links": ({"entity_links": True}, {}),
     "no_hub_suppression": ({"hub_suppression": False}, {}),
     "no_information_density": ({"information_density": False}, {}),
 }

@@ -21,6 +21,10 @@ passages in the same order with the same scores to float precision (tests/test_l
 a new index's initial scan is awaited (store.memory.Memory._initial_scan_done: a key written during
 that scan is indexed twice and its terms counted twice for good).
 
+Chosen by measuring BM25 alone on the LoCoMo dev conversations (turn text and speaker, R@5 /
+R@10): Snowball stems and RediSearch's stop words 54.0 / 61.0; without stemming 48.9 / 58.0;
+without stop words 53.1 / 61.1; bm25s's longer English list 54.0 / 61.0 (the same).
+
 The query is the set of its distinct terms, any of which may match (a union: BM25 ranks by how
 many and how rare)."""
 

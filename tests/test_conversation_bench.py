@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from ops.cli import main
-from ops.conversation_bench import SAMPLE_CONVERSATION, Answer, load_conversations, plan, run, summarize
+from ops.conversation_bench import SAMPLE_CONVERSATION, Answer, format_ablations, load_conversations, plan, run, summarize
 from topics.conversations import locomo_questions, locomo_turns, parse_evidence, unreadable_evidence
 from tests.conftest import MEMSTREAM, ROOT
 from tests import inprocess
@@ -114,6 +114,18 @@ def test_ingest_maps_every_passage_back_to_its_turn(real_embedder, tmp_path):
     for mode in ("dense", "ppr"):
         assert result["modes"][mode]["overall"]["R@10"] == 100.0
         assert set(result["modes"][mode]["by_category"]) == {"1", "2", "4"}
+
+
+def test_ablation_rows_ask_a_mode_with_other_parameters_of_the_same_memory(real_embedder, tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps([tiny_sample()]))
+    ablations = {"ppr, no walk": ("ppr", {"walk_weight": 0.0}), "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0})}
+    result = asyncio.run(run(Settings.from_env({}), path, ["hybrid", "ppr"], None, embedder=real_embedder, ablations=ablations))
+    assert list(result["modes"]) == ["hybrid", "ppr"] and list(result["ablations"]) == list(ablations)
+    row = result["ablations"]["ppr, no walk"]
+    assert row["mode"] == "ppr" and row["params"] == {"walk_weight": 0.0} and row["overall"]["n"] == 4
+    assert all(set(q["modes"]) == {"hybrid", "ppr"} for q in result["per_question"])  # ablations stay out of the detail
+    assert "ablation" in format_ablations(result) and "ppr, no walk" in format_ablations(result)
 
 
 def test_ingest_over_redis(stack_env, real_embedder, tmp_path):

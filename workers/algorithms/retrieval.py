@@ -51,6 +51,8 @@ PARAM_RANGES = {
     "rrf_k": Range(0.0, 1000.0),
     "walk_weight": Range(0.0, 100.0),
     "link_weight": Range(0.0, 100.0),
+    "turn_walk_weight": Range(0.0, 100.0),
+    "read_weight": Range(0.0, 100.0),
     "episode_weight": Range(0.0, 100.0),
 }
 
@@ -77,11 +79,22 @@ class RetrievalParams:
     # one keeps each leg's top. first_stage_k 20–50 changes R@5 by ≤ 0.6.
     first_stage_k: int = 30
     rrf_k: float = 1.0
-    # Graph modes: the walk's ranking's weight in its fusion with the first stage's (weight 1),
-    # so the walk re-ranks the first stage. LoCoMo dev R@5 / R@10 (hybrid 60.2 / 68.9): ppr 59.8
-    # / 69.1 at 0.25, 59.3 / 68.9 at 0.5, 58.3 / 65.9 at 1; reconstruct 60.7 / 70.0 at 0.25,
-    # 59.4 / 70.0 at 0.5.
-    walk_weight: float = 0.25
+    # PPR: the walk's ranking's weight in its fusion with the first stage's (weight 1), by what
+    # the first stage's candidates are (walk_weight()): over documents the walk leads, over
+    # conversation turns it re-ranks. Measured, R@5 (R@2 / R@5 for the QA sets): MuSiQue-100
+    # (replay; hybrid 62.7) 63.2 at 0.25, 68.4 at 1, 69.7 at 4, 70.3 at 8, 69.9 at 16; HotpotQA-100
+    # (rules; hybrid 81.5) 83.5 at 0.25, 85.5 at 1, 83.5 at 8; LoCoMo dev, R@5 / R@10 (hybrid
+    # 61.1 / 69.9, episodes on) 65.0 / 74.7 at 0.25, 64.6 / 74.0 at 0.5, 63.1 / 71.7 at 1. The
+    # entity graph a rules extractor makes of turns (speakers, their first person, common nouns)
+    # is weaker than their neighbours in time (episode_weight); a document's entities are its
+    # strongest links. Weighting the walk by its seeds' share of the reset mass, or by how rare
+    # its seed entities are, did not tell the two apart (LoCoMo fell to 56–63 R@5).
+    walk_weight: float = 8.0
+    turn_walk_weight: float = 0.25
+    # Reconstruct: the weight of its reading order (the passages its walk read, in the order
+    # read) in the same fusion, every corpus. Its order is a walk's, not a score: at 8 it fell to
+    # R@5 54.8 on MuSiQue-100 and 62.0 on HotpotQA-100 (hybrid 62.7 and 81.5); at 0.25 63.5 and 80.5.
+    read_weight: float = 0.25
     # Seed the entities the query names (linked_weights). Off: on LoCoMo dev, PPR with it 59.6 /
     # 68.9 against 59.8 / 69.1 without (its walk seeded on 489 questions instead of 475).
     # Graph modes: temporal contiguity (episode_smoothing; 0.25 is the largest weight that kept
@@ -252,6 +265,7 @@ class FirstStage:
     lexical: list  # store.records.Hit, BM25 scores, best first
     fused: list[tuple[str, float]]  # (passage id, fused score), best first
     cosines: dict[str, float]  # passage id → cosine to the query, for the fused candidates known
+    turn_share: float = 0.0  # the share of the fused candidates that are conversation turns (graph modes)
 
 
 EPISODE_RADIUS = 1  # a turn's neighbours for episode_smoothing: the turns just before and after it
@@ -291,6 +305,13 @@ def fuse(rankings: list[list[str]], k: float = 60.0, weights: list[float] | None
         for rank, item in enumerate(ranking, 1):
             scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     return sorted(scores.items(), key=lambda x: -x[1])  # stable: ties keep first appearance
+
+
+def walk_weight(params: RetrievalParams, turn_share: float) -> float:
+    """The walk's weight in its fusion with the first stage: `walk_weight` over documents,
+    `turn_walk_weight` over conversation turns, in proportion to the share of the first stage's
+    candidates that are turns."""
+    return params.walk_weight * (1.0 - turn_share) + params.turn_walk_weight * turn_share
 
 
 def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_index: np.ndarray, top_k: int, outside: list[str] = ()) -> list[tuple[str, float]]:

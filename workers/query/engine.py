@@ -40,7 +40,7 @@ from workers.algorithms.expiry import parse_as_of, said_by, was_valid
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
 from workers.algorithms.retrieval import (EPISODE_RADIUS, FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, episode_smoothing, fuse,
-                                          linked_weights, rank_passages, seed)
+                                          linked_weights, rank_passages, seed, walk_weight)
 from workers.algorithms.turns import session_turn
 from workers.algorithms.reconstruction import Budget
 from workers.models.embedding import TenantEmbedders
@@ -252,8 +252,7 @@ class QueryEngine:
         """Graph modes: the first stage re-ranked by temporal contiguity (episode_smoothing): a
         conversation turn's score is raised by its session neighbours' (turn ± 1), and the
         neighbours of the candidates join them. Passages that are not turns are left as they are."""
-        weight = request.params.episode_weight
-        if weight <= 0 or not first.fused:
+        if not first.fused:
             return first
         ids = [pid for pid, _ in first.fused]
         moments = {}
@@ -261,8 +260,9 @@ class QueryEngine:
             moment = session_turn(row.get("metadata") or {}) if row is not None else None
             if moment is not None:
                 moments[pid] = moment
-        if not moments:
-            return first
+        weight, turn_share = request.params.episode_weight, len(moments) / len(ids)
+        if weight <= 0 or not moments:
+            return dataclasses.replace(first, turn_share=turn_share)
         found = await asyncio.gather(*(self.memory.session_neighbours(request.tenant, session, turn, EPISODE_RADIUS)
                                        for session, turn in moments.values()))
         neighbours = {pid: [other for _, other in near] for pid, near in zip(moments, found)}
@@ -276,7 +276,7 @@ class QueryEngine:
             for pid, vec in zip(new, await self.memory.passage_vectors(request.tenant, new)):
                 if vec is not None:
                     cosines[pid] = _cosine(vec, vector)
-        return FirstStage(first.dense, first.lexical, smoothed, cosines)
+        return FirstStage(first.dense, first.lexical, smoothed, cosines, turn_share)
 
     async def _first_stage_only(self, request: QueryRequest, vector, timings: dict, first: FirstStage | None = None) -> dict:
         """Modes lexical (BM25 alone) and hybrid (BM25 and dense, fused): the first stage as the
@@ -375,7 +375,7 @@ class QueryEngine:
             self._ranking, _walk, graph.graph, transition, seeds, params, passage_index, entity_index, max(request.top_k, params.first_stage_k))
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked = fuse([first_ids, [node_id(node) for node, _ in walk.passages]], params.rrf_k, [1.0, params.walk_weight])
+        ranked = fuse([first_ids, [node_id(node) for node, _ in walk.passages]], params.rrf_k, [1.0, walk_weight(params, first.turn_share)])
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]

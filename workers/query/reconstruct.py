@@ -44,7 +44,7 @@ OpenAI-compatible client; when it fails the walk goes on with the similarity rou
 response says so). The response carries the path: each step's cue → tag → content with scores,
 and why the walk stopped. The answer's passages are the first stage's ranking (the engine's
 hybrid of BM25 and dense) fused with the walk's, the passages read in reading order
-(`walk_weight`, workers.algorithms.retrieval): the walk re-ranks the first stage and never
+(`read_weight`, workers.algorithms.retrieval): the walk re-ranks the first stage and never
 empties it, a passage both found ranks first, and top_k is always filled ("via": "walk" for a
 passage the walk read, "first_stage" for the rest). The query cue's passages are the first
 stage's top, with their cosines to the query."""
@@ -431,7 +431,7 @@ class _Walk:
         a passage both found ranks above either alone, and top_k is always filled."""
         walked = list(self.read)
         params = self.request.params
-        ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.walk_weight])[: self.request.top_k + len(walked)]
+        ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.read_weight])[: self.request.top_k + len(walked)]
         missing = [pid for pid, _ in ranked if pid not in self.read]
         rows = dict(zip(missing, await self.memory.passages(self.tenant, missing)))
         passages = []
