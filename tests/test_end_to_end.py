@@ -53,9 +53,9 @@ def test_rules_pipeline_publish_tail_query(rules_workers, tmp_path):
     cli.run("publish", *write_docs(tmp_path / "docs", CORPUS), "--tenant", tenant, "--wait", "--timeout", "120")
     events = cli.tail(tenant)
     activated = triples(events, "activated")
-    assert ("Captain Ilse Marrow", "build", "Varn Lighthouse") in activated
+    assert ("Varn Lighthouse", "built by", "Captain Ilse Marrow") in activated  # a making verb, kept in the passive
     assert ("Tomas Reed", "own", "Dunmore Orchard") in activated
-    assert triples(events, "merged") == [("Captain Ilse Marrow", "build", "Varn Lighthouse")]
+    assert triples(events, "merged") == [("Varn Lighthouse", "built by", "Captain Ilse Marrow")]
     assert len({e["event_id"] for e in events}) == len(events), "an event was published twice"
     assert all(e["tenant"] == tenant and e["graph_version"] > 0 for e in events)
     assert cli.query("Who owns the orchard with Pellow apples?", tenant)["passages"][0]["doc_id"] == "orchard"
