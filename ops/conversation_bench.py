@@ -23,7 +23,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -151,7 +151,7 @@ async def ask(engine: QueryEngine, probes: list[Probe], modes: list[str], progre
     """Every probe in every mode, top max(KS) passages each; then in each ablation's mode with its
     parameters (its Answer.mode is the ablation's name)."""
     runs = [(mode, mode, RetrievalParams()) for mode in modes]
-    runs += [(name, mode, RetrievalParams(**{**asdict(RetrievalParams()), **overrides})) for name, (mode, overrides) in (ablations or {}).items()]
+    runs += [(name, mode, RetrievalParams.from_json(overrides)) for name, (mode, overrides) in (ablations or {}).items()]
     await engine.embedder.embed(list(dict.fromkeys(p.question.question for p in probes)))  # latency: retrieval, not the model
     for tenant in dict.fromkeys(p.tenant for p in probes):  # the first query of a tenant loads its graph: not timed
         for mode in dict.fromkeys(mode for _, mode, _ in runs):

@@ -15,7 +15,7 @@ import numpy as np
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import READ_BATCH, EdgeChange
-from store.records import DocumentStatus, EmbedderId, GroupJoin, Hit, Outgoing
+from store.records import RECORD_INTERNALS, DocumentStatus, EmbedderId, GroupJoin, Hit, Outgoing
 
 StagedWrites = Any  # what pipeline() returns: the batch of writes one decision stages
 
@@ -137,7 +137,7 @@ class MemoryStore(Protocol):
 
     # ---- whole layers: `memstream export` ---------------------------------------------------
     async def scan_ids(self, tenant: str, layer: str) -> list[str]: ...
-    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank", "lexical")) -> list[tuple[str, dict[str, str]]]: ...
+    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS) -> list[tuple[str, dict[str, str]]]: ...
 
 
 async def broader_by_containment(self: MemoryStore, tenant: str, a: str, b: str, containment: frozenset[str], max_depth: int = 4) -> bool:

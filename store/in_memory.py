@@ -27,7 +27,7 @@ from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, type_node
 from store.lexical import B, K1, LEXICAL_FIELD, search_terms
-from store.records import UNRECORDED_EMBEDDER, EmbedderId
+from store.records import RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
 from topics import validate_tenant
@@ -650,7 +650,7 @@ class InMemoryStore:
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:
         return sorted(self._tenant(tenant).records[layer])
 
-    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank", "lexical")) -> list[tuple[str, dict[str, str]]]:
+    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS) -> list[tuple[str, dict[str, str]]]:
         records = self._tenant(tenant).records[layer]
         return [(rid, {k: _text(v) for k, v in records[rid].items() if k not in skip}) for rid in sorted(records)]
 

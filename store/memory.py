@@ -33,7 +33,7 @@ from store.lexical import LEXICAL_FIELD, passage_terms, redis_query, search_term
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
-from store.records import UNRECORDED_EMBEDDER, EmbedderId
+from store.records import RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId
 
 INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
@@ -298,6 +298,12 @@ class Memory:
         for layer in LAYERS:
             self._indexes.pop((tenant, layer), None)
 
+    def _lost_indexes(self, tenant: str) -> None:
+        """A search found no index (Redis restarted empty, or it was dropped): forget it, and let
+        the tenant's next write check and create its indexes again (readers create nothing)."""
+        self._forget_indexes(tenant)
+        self._indexes_checked.pop(tenant, None)
+
     async def ensure_indexes(self, tenant: str) -> None:
         """Every layer's index of the tenant, created where missing. Known indexes cost no round
         trip; every index_recheck_s they are checked again, since Redis may have restarted empty
@@ -376,8 +382,7 @@ class Memory:
                 raise
             # Redis restarted empty or the index was dropped: nothing to find; the tenant's next
             # write creates its indexes again (readers create nothing)
-            self._forget_indexes(tenant)
-            self._indexes_checked.pop(tenant, None)
+            self._lost_indexes(tenant)
             return [[] for _ in vectors]
         prefix = self.keys(tenant).prefix(layer)
         # equally near records by id, as in the in-memory store: the first stage fuses ranks, so
@@ -399,16 +404,17 @@ class Memory:
         search = Query(redis_query(terms)).scorer("BM25STD").with_scores().paging(0, k).return_fields("doc_id").dialect(2)
         try:
             if tenant not in self._lexical_ready:
-                if await self._index_attributes(tenant, "passages") is None:
+                attributes = await self._index_attributes(tenant, "passages")
+                if attributes is None:
                     raise LookupError  # dropped meanwhile
-                await self._backfill_lexical(tenant)
+                if not any(LEXICAL_FIELD in words for words in attributes):
+                    await self._backfill_lexical(tenant)
                 self._lexical_ready.add(tenant)
             result = await self.redis.ft(name).search(search)
         except Exception as exc:
             if not (isinstance(exc, LookupError) or index_missing(exc)):
                 raise
-            self._forget_indexes(tenant)
-            self._indexes_checked.pop(tenant, None)
+            self._lost_indexes(tenant)
             return []
         prefix = self.keys(tenant).prefix("passages")
         hits = [Hit(doc.id.removeprefix(prefix), float(doc.score), {"doc_id": getattr(doc, "doc_id", None)}) for doc in result.docs]
@@ -419,11 +425,8 @@ class Memory:
         answers a search of an unknown field with nothing, not an error): its TEXT field added,
         and every stored passage's terms written (one SCAN of the tenant's passages; a passage
         written meanwhile has them already). Idempotent: two readers doing it at once write the
-        same terms. Nothing to do for an index made with the field (checked once per process)."""
+        same terms."""
         keys = self.keys(tenant)
-        attributes = await self._index_attributes(tenant, "passages") or []
-        if any(LEXICAL_FIELD in words for words in attributes):
-            return
         try:
             await self.redis.ft(keys.index_name("passages")).alter_schema_add([TextField(LEXICAL_FIELD, no_stem=True)])
         except Exception as exc:  # another reader added it first
@@ -870,7 +873,7 @@ class Memory:
         """Ids of every record of a layer (passages, facts, entities, schemas)."""
         return await self._scan_suffixes(self.keys(tenant).prefix(layer))
 
-    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = ("vec", "_rank", "lexical")) -> list[tuple[str, dict[str, str]]]:
+    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS) -> list[tuple[str, dict[str, str]]]:
         """(id, fields) of every record of a layer, sorted by id, without the vector and the
         description rank (`skip`); 500 records per round trip."""
         keys = self.keys(tenant)
@@ -927,8 +930,7 @@ class Memory:
         except Exception as exc:
             if not index_missing(exc):
                 raise
-            self._forget_indexes(tenant)
-            self._indexes_checked.pop(tenant, None)
+            self._lost_indexes(tenant)
             return [], 0
         return [f for f in await self.facts(tenant, ids) if f is not None], total
 

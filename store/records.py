@@ -75,6 +75,9 @@ def vector_bytes(vector: Iterable[float]) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
+# What `records` (memstream export) leaves out of every record: derived, or internal to a store.
+RECORD_INTERNALS = ("vec", "_rank", LEXICAL_FIELD)
+
 # ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
 PASSAGE_EXTRAS = ("metadata", "context")  # stored fields, in passage_json's order
 

@@ -159,7 +159,7 @@ def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
 
 def _llm_engine(stages: InProcess, server: FakeOpenAI) -> QueryEngine:
     llm = LLMClient(LLMConfig(server.base_url, "sk-test", "test-router", max_attempts=1))
-    return QueryEngine(stages.memory, stages.embedder, reconstructor=Reconstructor(stages.memory, stages.embedder, LLMRouter(llm)))
+    return QueryEngine(stages.memory, stages.embedder, reconstructor=Reconstructor(stages.memory, LLMRouter(llm)))
 
 
 def _ask(stages: InProcess) -> QueryRequest:
@@ -254,10 +254,10 @@ def test_settings_choose_the_router_and_the_default_budget():
     with pytest.raises(ValueError, match="MEMSTREAM_ROUTER='oracle'"):
         Settings.from_env({"MEMSTREAM_ROUTER": "oracle"})
     with pytest.raises(ValueError, match="MEMSTREAM_LLM_BASE_URL"):
-        Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_ROUTER": "llm"}), None, None)
+        Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_ROUTER": "llm"}), None)
     with pytest.raises(ValueError, match="MEMSTREAM_RECONSTRUCT_.*steps"):
-        Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_STEPS": "0"}), None, None)
-    made = Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_PASSAGES": "3"}), None, None)
+        Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_STEPS": "0"}), None)
+    made = Reconstructor.from_settings(Settings.from_env({"MEMSTREAM_RECONSTRUCT_PASSAGES": "3"}), None)
     assert made.budget == Budget(6, 3, 2000) and made.router.name == "similarity"
 
 

@@ -95,11 +95,12 @@ class RetrievalParams:
     # read) in the same fusion, every corpus. Its order is a walk's, not a score: at 8 it fell to
     # R@5 54.8 on MuSiQue-100 and 62.0 on HotpotQA-100 (hybrid 62.7 and 81.5); at 0.25 63.5 and 80.5.
     read_weight: float = 0.25
-    # Seed the entities the query names (linked_weights). Off: on LoCoMo dev, PPR with it 59.6 /
-    # 68.9 against 59.8 / 69.1 without (its walk seeded on 489 questions instead of 475).
     # Graph modes: temporal contiguity (episode_smoothing; 0.25 is the largest weight that kept
     # LoCoMo dev's multi-hop questions at or above hybrid); 0 turns it off.
     episode_weight: float = 0.25
+    # Seed the entities the query names (linked_weights). Off: PPR with it, R@5 / R@10 on LoCoMo
+    # dev 65.2 / 74.8 against 65.0 / 74.7 without; R@2 / R@5 on MuSiQue-100 43.3 / 63.5 against
+    # 49.8 / 70.3, on HotpotQA-100 60.0 / 79.5 against 64.0 / 83.5.
     entity_links: bool = False
     link_weight: float = 1.0  # a linked entity's seed weight at idf 1
 
@@ -266,6 +267,15 @@ class FirstStage:
     fused: list[tuple[str, float]]  # (passage id, fused score), best first
     cosines: dict[str, float]  # passage id → cosine to the query, for the fused candidates known
     turn_share: float = 0.0  # the share of the fused candidates that are conversation turns (graph modes)
+    rows: dict[str, dict] = field(default_factory=dict)  # passage id → its stored row, for those read so far
+
+
+def cosines(rows, vector) -> list[float]:
+    """The cosine of each row (a matrix, or a list of vectors) to `vector`, in float32."""
+    rows = np.asarray(rows, dtype=np.float32)
+    vector = np.asarray(vector, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1) * max(float(np.linalg.norm(vector)), 1e-12)
+    return [float(x) for x in (rows @ vector) / np.maximum(norms, 1e-12)]
 
 
 EPISODE_RADIUS = 1  # a turn's neighbours for episode_smoothing: the turns just before and after it

@@ -158,10 +158,15 @@ _INTERJECTIONS = frozenset("yeah yep yup hey hi hello oh ooh aw aww wow congrats
 _FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'll", "i'd", "i’m", "i’ve", "i’ll", "i’d"})
 
 
+def _base(word: str) -> str:
+    """A word lowercased, without what follows an apostrophe ("It's" → "it")."""
+    return re.split(r"['’]", word.lower(), maxsplit=1)[0]
+
+
 def _common_word(word: str) -> bool:
     """A word of the language, not a name: an interjection, a contraction of a common word
     ("It's", "That's", "I'm"), or a word the lexicon knows in any part of speech."""
-    base = re.split(r"['’]", word.lower(), maxsplit=1)[0]
+    base = _base(word)
     return base in _INTERJECTIONS or base in _SENTENCE_STARTERS or bool(getAllLemmas(base))
 
 
@@ -181,8 +186,7 @@ def _opening_word(sentence: str, words: list[tuple[int, int]]) -> bool:
         return False
     if len(words) == 1:
         return True
-    base = re.split(r"['’]", word.lower(), maxsplit=1)[0]
-    return base in _OPENERS or bool(re.search(r"[^\w\s]", sentence[words[0][1]:words[1][0]]))
+    return _base(word) in _OPENERS or bool(re.search(r"[^\w\s]", sentence[words[0][1]:words[1][0]]))
 
 
 def _names(sentence: str, mentions: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:

@@ -39,8 +39,8 @@ from workers.query.graph_cache import GraphCache
 from workers.algorithms.expiry import parse_as_of, said_by, was_valid
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
-from workers.algorithms.retrieval import (EPISODE_RADIUS, FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, episode_smoothing, fuse,
-                                          linked_weights, rank_passages, seed, walk_weight)
+from workers.algorithms.retrieval import (EPISODE_RADIUS, FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, cosines, episode_smoothing,
+                                          fuse, linked_weights, rank_passages, seed, walk_weight)
 from workers.algorithms.turns import session_turn
 from workers.algorithms.reconstruction import Budget
 from workers.models.embedding import TenantEmbedders
@@ -173,7 +173,7 @@ class QueryEngine:
         self.memory = memory
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
-        self.reconstructor = reconstructor or Reconstructor(memory, embedder)
+        self.reconstructor = reconstructor or Reconstructor(memory)
         self.tenant_embedders = TenantEmbedders(memory, embedder)  # answer() raises EmbedderMismatch for a tenant built with another
         self.clock = time.time  # the time a fact's TTL is compared with (tests set it)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
@@ -187,7 +187,7 @@ class QueryEngine:
         """The query worker's engine as configured: its graph cache's size
         (MEMSTREAM_GRAPH_CACHE_EDGES) and mode reconstruct's router and budget
         (Reconstructor.from_settings). The one construction the HTTP API and `memstream mcp` share."""
-        return cls(memory, embedder, GraphCache(memory, settings.graph_cache_edges), Reconstructor.from_settings(settings, memory, embedder))
+        return cls(memory, embedder, GraphCache(memory, settings.graph_cache_edges), Reconstructor.from_settings(settings, memory))
 
     def close(self) -> None:
         """Stop the ranking thread (the store is its owner's to close)."""
@@ -229,20 +229,35 @@ class QueryEngine:
         vector is read: one round trip), which graph modes seed and score with."""
         k = max(request.params.first_stage_k, request.top_k)
         dense, lexical = await asyncio.gather(
-            self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]) if vector is not None else _nothing(),
+            self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]) if vector is not None else _ready([]),
             self.memory.lexical(request.tenant, request.query, k),
         )
+        rows: dict[str, dict] = {}
         if request.as_of is not None:  # passages said after as_of are not yet in memory then
-            later = await self._said_after(request.tenant, list(dict.fromkeys(h.id for h in dense + lexical)), request.as_of)
-            dense, lexical = [h for h in dense if h.id not in later], [h for h in lexical if h.id not in later]
+            rows = await self._read_rows(request.tenant, [h.id for h in dense + lexical], rows)
+            dense, lexical = [h for h in dense if _said(rows, h.id, request.as_of)], [h for h in lexical if _said(rows, h.id, request.as_of)]
         fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
-        cosines = {h.id: h.score for h in dense}
-        missing = [pid for pid, _ in fused if pid not in cosines]
-        if with_cosines and vector is not None and missing:
-            for pid, vec in zip(missing, await self.memory.passage_vectors(request.tenant, missing)):
-                if vec is not None:
-                    cosines[pid] = _cosine(vec, vector)
-        return FirstStage(dense, lexical, fused, cosines)
+        similarity = {h.id: h.score for h in dense}
+        if with_cosines:
+            await self._add_cosines(request.tenant, [pid for pid, _ in fused], vector, similarity)
+        return FirstStage(dense, lexical, fused, similarity, rows=rows)
+
+    async def _add_cosines(self, tenant: str, passage_ids: list[str], vector, similarity: dict[str, float]) -> None:
+        """Each passage's cosine to the query, into `similarity`, for those not in it (their
+        vectors read in one round trip)."""
+        missing = [pid for pid in passage_ids if pid not in similarity]
+        if vector is None or not missing:
+            return
+        found = [(pid, vec) for pid, vec in zip(missing, await self.memory.passage_vectors(tenant, missing)) if vec is not None]
+        if found:
+            similarity.update(zip([pid for pid, _ in found], cosines([vec for _, vec in found], vector)))
+
+    async def _read_rows(self, tenant: str, passage_ids: list[str], known: dict[str, dict]) -> dict[str, dict]:
+        """`known` and the stored rows of the passages not in it (one round trip for those)."""
+        missing = [pid for pid in dict.fromkeys(passage_ids) if pid not in known]
+        if not missing:
+            return known
+        return {**known, **{pid: row for pid, row in zip(missing, await self.memory.passages(tenant, missing)) if row is not None}}
 
     async def _graph_first_stage(self, request: QueryRequest, vector) -> FirstStage:
         """What the graph modes start from: the first stage, with episodes (_with_episodes)."""
@@ -255,28 +270,24 @@ class QueryEngine:
         if not first.fused:
             return first
         ids = [pid for pid, _ in first.fused]
-        moments = {}
-        for pid, row in zip(ids, await self.memory.passages(request.tenant, ids)):
-            moment = session_turn(row.get("metadata") or {}) if row is not None else None
-            if moment is not None:
-                moments[pid] = moment
+        rows = await self._read_rows(request.tenant, ids, first.rows)
+        moments = {pid: moment for pid in ids if pid in rows and (moment := session_turn(rows[pid].get("metadata") or {})) is not None}
         weight, turn_share = request.params.episode_weight, len(moments) / len(ids)
         if weight <= 0 or not moments:
-            return dataclasses.replace(first, turn_share=turn_share)
+            return dataclasses.replace(first, turn_share=turn_share, rows=rows)
         found = await asyncio.gather(*(self.memory.session_neighbours(request.tenant, session, turn, EPISODE_RADIUS)
                                        for session, turn in moments.values()))
         neighbours = {pid: [other for _, other in near] for pid, near in zip(moments, found)}
         smoothed = episode_smoothing(dict(first.fused), neighbours, weight)
-        new = [pid for pid, _ in smoothed if pid not in first.cosines and pid not in dict(first.fused)]
+        candidates = set(ids)
+        new = [pid for pid, _ in smoothed if pid not in candidates]  # the neighbours that joined
         if request.as_of is not None and new:
-            later = await self._said_after(request.tenant, new, request.as_of)
-            smoothed, new = [(pid, score) for pid, score in smoothed if pid not in later], [pid for pid in new if pid not in later]
-        cosines = dict(first.cosines)
-        if vector is not None and new:
-            for pid, vec in zip(new, await self.memory.passage_vectors(request.tenant, new)):
-                if vec is not None:
-                    cosines[pid] = _cosine(vec, vector)
-        return FirstStage(first.dense, first.lexical, smoothed, cosines, turn_share)
+            rows = await self._read_rows(request.tenant, new, rows)
+            smoothed = [(pid, score) for pid, score in smoothed if pid not in new or _said(rows, pid, request.as_of)]
+            new = [pid for pid in new if _said(rows, pid, request.as_of)]
+        similarity = dict(first.cosines)
+        await self._add_cosines(request.tenant, new, vector, similarity)
+        return FirstStage(first.dense, first.lexical, smoothed, similarity, turn_share, rows)
 
     async def _first_stage_only(self, request: QueryRequest, vector, timings: dict, first: FirstStage | None = None) -> dict:
         """Modes lexical (BM25 alone) and hybrid (BM25 and dense, fused): the first stage as the
@@ -286,16 +297,16 @@ class QueryEngine:
             k = request.top_k * (AS_OF_OVERFETCH if request.as_of is not None else 1)
             lexical, version = await asyncio.gather(self.memory.lexical(request.tenant, request.query, k),
                                                     self.memory.graph_version(request.tenant))
-            ranked, facts, entities = [(h.id, h.score) for h in lexical], [], []
+            ranked, facts, entities, known = [(h.id, h.score) for h in lexical], [], [], {}
         else:
             first, facts, entities, version = await asyncio.gather(
-                _given(first) if first is not None else self._first_stage(request, vector, with_cosines=False),
+                _ready(first) if first is not None else self._first_stage(request, vector, with_cosines=False),
                 self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
                 self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
                 self.memory.graph_version(request.tenant),
             )
-            ranked = first.fused
-        found = await self._ranked_rows(request, ranked)
+            ranked, known = first.fused, first.rows
+        found = await self._ranked_rows(request, ranked, known)
         timings["retrieve"] = _ms(t)
         return {
             "query": request.query, "tenant": request.tenant, "mode": request.mode,
@@ -338,7 +349,7 @@ class QueryEngine:
                 self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}),
                 self._facts(tenant, vector, params.layer_k, as_of=request.as_of),
                 self._graph_first_stage(request, vector),
-                self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions})) if mentions else _nothing_mapped(),
+                self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions})) if mentions else _ready({}),
             ),
         )
         timings["retrieve"] = _ms(t)
@@ -380,7 +391,7 @@ class QueryEngine:
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
         found, names, version = await asyncio.gather(
-            self._ranked_rows(request, ranked),
+            self._ranked_rows(request, ranked, first.rows),
             self.memory.entity_names(tenant, entity_ids + seed_entity_ids),
             self.memory.graph_version(tenant),
         )
@@ -409,23 +420,20 @@ class QueryEngine:
             self._results.popitem(last=False)
         return result
 
-    async def _ranked_rows(self, request: QueryRequest, ranked: list[tuple[str, float]]) -> list[tuple[dict, float]]:
+    async def _ranked_rows(self, request: QueryRequest, ranked: list[tuple[str, float]], known: dict[str, dict] | None = None) -> list[tuple[dict, float]]:
         """The first top_k passages of `ranked` (id, score) that exist, as stored rows with their
-        scores; with as_of, those said by then (said_by), read a batch at a time until top_k."""
+        scores (`known`: rows read already); with as_of, those said by then (said_by), read a
+        batch at a time until top_k."""
         out: list[tuple[dict, float]] = []
+        rows = known or {}
         batch = request.top_k if request.as_of is None else request.top_k * AS_OF_OVERFETCH
         for start in range(0, len(ranked), batch):
             part = ranked[start:start + batch]
-            for (_, score), row in zip(part, await self.memory.passages(request.tenant, [pid for pid, _ in part])):
-                if row is not None and said_by(row, request.as_of):
-                    out.append((row, score))
+            rows = await self._read_rows(request.tenant, [pid for pid, _ in part], rows)
+            out += [(rows[pid], score) for pid, score in part if pid in rows and said_by(rows[pid], request.as_of)]
             if len(out) >= request.top_k or request.as_of is None:
                 break
         return out[: request.top_k]
-
-    async def _said_after(self, tenant: str, passage_ids: list[str], as_of: float) -> set[str]:
-        rows = await self.memory.passages(tenant, passage_ids)
-        return {pid for pid, row in zip(passage_ids, rows) if row is not None and not said_by(row, as_of)}
 
     async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None, as_of: float | None = None):
         """The facts nearest the query (and matching `where`'s tags) that hold: active and their
@@ -494,21 +502,15 @@ def _fact_json(hit) -> dict:
     return {"id": hit.id, **fields, "score": round(hit.score, 6)}
 
 
-async def _nothing() -> list:
-    return []
-
-
-async def _nothing_mapped() -> dict:
-    return {}
-
-
-async def _given(value):
+async def _ready(value):
+    """`value`, awaitable: a search asyncio.gather may skip."""
     return value
 
 
-def _cosine(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
-    return float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
+def _said(rows: dict[str, dict], passage_id: str, as_of: float) -> bool:
+    """A passage read (`rows`) was said by `as_of`; one not found stays (nothing says otherwise)."""
+    row = rows.get(passage_id)
+    return row is None or said_by(row, as_of)
 
 
 def _ms(since: float) -> float:

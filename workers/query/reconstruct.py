@@ -62,7 +62,7 @@ import numpy as np
 from store.records import Hit
 from workers.algorithms.chunking import token_count
 from workers.algorithms.expiry import said_by
-from workers.algorithms.retrieval import FirstStage, fuse
+from workers.algorithms.retrieval import FirstStage, cosines, fuse
 from workers.algorithms.reconstruction import (
     DEFAULT_BUDGET, STOP_MARGIN, Branch, Budget, Cue, Spent, Stop, adds_something, admit, attribute_words, branch_score,
     chain_part, chain_text, episode_score, names_something, choose_mentions, exhausted, mention_candidates, ranked, similarity_choice, time_expressions, time_keys,
@@ -151,15 +151,14 @@ class LLMRouter:
 class Reconstructor:
     """Mode "reconstruct" of a query worker: its router and default budget."""
 
-    def __init__(self, memory, embedder, router: Router | None = None, budget: Budget = DEFAULT_BUDGET):
+    def __init__(self, memory, router: Router | None = None, budget: Budget = DEFAULT_BUDGET):
         self.memory = memory
-        self.embedder = embedder
         self.router = router or SimilarityRouter()
         self.budget = budget.check()
         self.owned_llm: LLMClient | None = None  # the LLM router's client from_settings made: aclose closes it
 
     @classmethod
-    def from_settings(cls, settings, memory, embedder) -> "Reconstructor":
+    def from_settings(cls, settings, memory) -> "Reconstructor":
         """MEMSTREAM_ROUTER (similarity | llm, the LLM at MEMSTREAM_LLM_*) and the default budget
         MEMSTREAM_RECONSTRUCT_STEPS / _PASSAGES / _TOKENS; ValueError for a bad one."""
         budget = Budget(settings.reconstruct_steps, settings.reconstruct_passages, settings.reconstruct_tokens)
@@ -168,7 +167,7 @@ class Reconstructor:
         except ValueError as exc:
             raise ValueError(f"MEMSTREAM_RECONSTRUCT_*: {exc}") from None
         llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.router == "llm" else None
-        made = cls(memory, embedder, LLMRouter(llm) if llm else None, budget)
+        made = cls(memory, LLMRouter(llm) if llm else None, budget)
         made.owned_llm = llm
         return made
 
@@ -184,7 +183,7 @@ class Reconstructor:
 
 class _Walk:
     def __init__(self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget, first: FirstStage):
-        self.memory, self.embedder, self.router = owner.memory, owner.embedder, owner.router
+        self.memory, self.router = owner.memory, owner.router
         self.request, self.tenant, self.vector, self.search, self.budget = request, request.tenant, vector, facts, budget
         self.layer_k = request.params.layer_k
         self.cues: dict[str, Cue] = {}  # entity id ("" for the query's attribute cue) → cue
@@ -312,9 +311,7 @@ class _Walk:
         """The branch's chain as a vector: its cue's chain vector plus its tag's unit vector."""
         await self._tag_vectors([(branch.kind, branch.tag_id)])
         tag = self.vectors.get((branch.kind, branch.tag_id))
-        if tag is None:
-            return branch.cue.chain_vector
-        return tag if branch.cue.chain_vector is None else branch.cue.chain_vector + tag
+        return _plus(branch.cue.chain_vector, tag)
 
     async def _tag_vectors(self, tags: list[tuple[str, str]]) -> None:
         """Read the unit vectors of the tags (("fact" | "passage", id)) not read before: a walk
@@ -347,8 +344,7 @@ class _Walk:
             if branch.kind != "passage":  # a fact's evidence turn: the chain goes on through it
                 chain = chain_text(branch.chain, chain_part(row["text"]))
                 await self._tag_vectors([("passage", row["id"])])
-                turn_vector = self.vectors.get(("passage", row["id"]))
-                vector = turn_vector if vector is None else vector if turn_vector is None else vector + turn_vector
+                vector = _plus(vector, self.vectors.get(("passage", row["id"])))
             cues.append(Cue("episode", cue_id, f"{session} turn {turn} ±{EPISODE_RADIUS}", branch.score, branch.cue.hop + 1,
                             f"passage:{row['id']}", chain, vector))
         return cues
@@ -421,7 +417,7 @@ class _Walk:
             await self._tag_vectors([("passage", pid) for pid in ids])
             found = [(pid, self.vectors[("passage", pid)]) for pid in ids if ("passage", pid) in self.vectors]
             if found:
-                scores = _cosines(np.vstack([vec for _, vec in found]), self.vector)
+                scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
                 best = sorted(zip(scores, (pid for pid, _ in found)), key=lambda x: (-x[0], x[1]))[: None if episode else ENTITY_PASSAGES]
                 out += [(cue, pid, score) for score, pid in best]
         return out
@@ -432,8 +428,8 @@ class _Walk:
         walked = list(self.read)
         params = self.request.params
         ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.read_weight])[: self.request.top_k + len(walked)]
-        missing = [pid for pid, _ in ranked if pid not in self.read]
-        rows = dict(zip(missing, await self.memory.passages(self.tenant, missing)))
+        missing = [pid for pid, _ in ranked if pid not in self.read and pid not in self.first.rows]
+        rows = {**self.first.rows, **dict(zip(missing, await self.memory.passages(self.tenant, missing)))}
         passages = []
         for pid, score in ranked:
             row = self.read.get(pid)
@@ -476,6 +472,11 @@ def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
     return [(eid, name) for eid, name in ends if eid != cue_id]
 
 
+def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | None:
+    """A chain vector with one more link (either may be missing: None)."""
+    return link if chain is None else chain if link is None else chain + link
+
+
 def _unit(vector) -> np.ndarray:
     vector = np.asarray(vector, dtype=np.float32)
     return vector / max(float(np.linalg.norm(vector)), 1e-12)
@@ -487,13 +488,7 @@ def chain_cosine(chain_vector: np.ndarray, query: np.ndarray) -> float:
     parts'. Measured against embedding each chain's text (the walk's model call per step: 243 of
     its 264 ms p50 on the LoCoMo dev conversations), one memory, one run each: R@5 / R@10 65.5 /
     75.9 embedded, 66.0 / 75.4 with the sum; p50 264 → 10.8 ms."""
-    return _cosines(chain_vector[None, :], query)[0]
-
-
-def _cosines(rows: np.ndarray, vector: np.ndarray) -> list[float]:
-    rows = np.asarray(rows, dtype=np.float32)
-    norms = np.linalg.norm(rows, axis=1) * max(float(np.linalg.norm(vector)), 1e-12)
-    return [float(x) for x in (rows @ vector) / np.maximum(norms, 1e-12)]
+    return cosines(chain_vector[None, :], query)[0]
 
 
 def _ms(since: float) -> float:
