@@ -141,7 +141,9 @@ ABLATIONS = {
     "ppr, walk weight 1": ("ppr", {"turn_walk_weight": 1.0}),
     "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),
     "ppr, entity links": ("ppr", {"entity_links": True}),
+    "ppr, no time cue": ("ppr", {"time_weight": 0.0}),
     "reconstruct, no episodes": ("reconstruct", {"episode_weight": 0.0}),
+    "reconstruct, no time cue": ("reconstruct", {"time_weight": 0.0}),
     "reconstruct, no walk": ("reconstruct", {"read_weight": 0.0}),
 }
 

@@ -18,6 +18,7 @@ from topics.records import (
     decode,
     encode,
     parse_json,
+    tenant_or_default,
     validate_tenant,
 )
 from topics.names import TOPIC_SUFFIXES, Topics
@@ -37,5 +38,6 @@ __all__ = [
     "decode",
     "encode",
     "parse_json",
+    "tenant_or_default",
     "validate_tenant",
 ]

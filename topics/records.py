@@ -53,6 +53,13 @@ def validate_tenant(tenant: Any) -> str:
     return tenant
 
 
+def tenant_or_default(given: Any, default: str) -> str:
+    """The tenant a caller named, else (None: not named) `default` — validated either way. An
+    empty or blank name is an error, not the default: an unset shell variable (`--tenant
+    "$T"`) must not write into another tenant."""
+    return validate_tenant(default if given is None else given)
+
+
 @dataclass
 class Record:
     """Base of all records. Subclasses set TOPIC (the topic suffix) and TEXT_FIELDS

@@ -127,5 +127,12 @@ def was_valid(as_of: float, *, event_start: str | None, event_end: str | None, c
 def said_by(row: dict, as_of: float | None) -> bool:
     """Whether a passage (a stored row) was in memory at `as_of`: a conversation turn from its
     time (metadata `ts`) on; a passage without a time always (no moment is known for it)."""
+    ts = said_at(row)
+    return as_of is None or ts is None or ts <= as_of
+
+
+def said_at(row: dict) -> float | None:
+    """When a passage (a stored row) was said: a conversation turn's metadata `ts`; None for a
+    passage without one."""
     ts = (row.get("metadata") or {}).get("ts")
-    return as_of is None or not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts <= as_of
+    return None if isinstance(ts, bool) or not isinstance(ts, (int, float)) else float(ts)

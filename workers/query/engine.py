@@ -32,15 +32,16 @@ import numpy as np
 
 from store import Memory
 from store.keys import entity_node, node_id, passage_node
-from topics import ContractError, validate_tenant
+from topics import ContractError, tenant_or_default
 from workers import metrics
 from workers.query.drilldown import ranked_passage
 from workers.query.graph_cache import GraphCache
-from workers.algorithms.expiry import parse_as_of, said_by, was_valid
+from workers.algorithms.expiry import parse_as_of, said_at, said_by, was_valid
 from workers.algorithms.ppr import PPR, Transition
 from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
 from workers.algorithms.retrieval import (EPISODE_RADIUS, FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, cosines, episode_smoothing,
                                           fuse, linked_weights, rank_passages, seed, walk_weight)
+from workers.algorithms.time_cue import matches, time_boost, time_cue
 from workers.algorithms.turns import session_turn
 from workers.algorithms.reconstruction import Budget
 from workers.models.embedding import TenantEmbedders
@@ -136,7 +137,7 @@ class QueryRequest:
             raise ContractError(f"'query' is {len(query)} characters, over the limit of {MAX_QUERY_CHARS}")
         if "\x00" in query:
             raise ContractError("'query' must not contain NUL characters")
-        tenant = validate_tenant(body.get("tenant") or default_tenant)
+        tenant = tenant_or_default(body.get("tenant"), default_tenant)
         top_k = body.get("top_k", default_top_k)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
             raise ContractError(f"'top_k' must be an integer from 1 to {MAX_TOP_K}")
@@ -260,8 +261,20 @@ class QueryEngine:
         return {**known, **{pid: row for pid, row in zip(missing, await self.memory.passages(tenant, missing)) if row is not None}}
 
     async def _graph_first_stage(self, request: QueryRequest, vector) -> FirstStage:
-        """What the graph modes start from: the first stage, with episodes (_with_episodes)."""
-        return await self._with_episodes(request, vector, await self._first_stage(request, vector))
+        """What the graph modes start from: the first stage, with episodes (_with_episodes) and
+        the question's time cue (_with_time_cue)."""
+        first = await self._with_episodes(request, vector, await self._first_stage(request, vector))
+        return await self._with_time_cue(request, first)
+
+    async def _with_time_cue(self, request: QueryRequest, first: FirstStage) -> FirstStage:
+        """Graph modes: the turns that meet the question's time cue (workers.algorithms.time_cue)
+        raised by time_weight; nothing changes for a question without one."""
+        cue = time_cue(request.query)
+        if not cue or request.params.time_weight <= 0 or not first.fused:
+            return first
+        rows = await self._read_rows(request.tenant, [pid for pid, _ in first.fused], first.rows)
+        matched = {pid for pid, _ in first.fused if pid in rows and matches(cue, rows[pid].get("text") or "", said_at(rows[pid]))}
+        return dataclasses.replace(first, fused=time_boost(first.fused, matched, request.params.time_weight), rows=rows)
 
     async def _with_episodes(self, request: QueryRequest, vector, first: FirstStage) -> FirstStage:
         """Graph modes: the first stage re-ranked by temporal contiguity (episode_smoothing): a
