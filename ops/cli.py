@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from topics import ContractError, FactEvent, decode, validate_tenant
+from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, parse_roles
 from workers.settings import Settings
@@ -33,8 +33,10 @@ def main(argv: list[str] | None = None) -> int:
 
     pub = sub.add_parser("publish", help="publish documents (and conversation turns: one document each) to memstream.documents")
     pub.add_argument("paths", nargs="+", metavar="PATH",
-                     help=".txt .md .json (documents, or a LoCoMo-layout conversation) .jsonl (documents and turns) file, or - for stdin")
+                     help=".txt .md .json (documents, or a LoCoMo-layout conversation) .jsonl (documents and turns) file, a folder of them, or - for stdin")
     pub.add_argument("--tenant", default=None)
+    pub.add_argument("--version", type=int, default=None,
+                     help="the version of documents that name none (default: the time now in ms, so a file published again replaces its last version)")
     pub.add_argument("--wait", action="store_true", help="return once every document is fully indexed")
     pub.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
 
@@ -196,10 +198,12 @@ def cmd_worker(settings: Settings, args) -> int:
 
 
 def cmd_publish(settings: Settings, args) -> int:
-    from ops.publish import load_documents, publish, wait_indexed
+    from ops.publish import load_documents, publish, publish_version, wait_indexed
 
-    tenant = validate_tenant(args.tenant or settings.tenant)
-    loaded = load_documents(args.paths, tenant, settings.max_text_bytes)
+    tenant = tenant_or_default(args.tenant, settings.tenant)
+    if args.version is not None and args.version < 1:
+        raise ValueError(f"--version must be at least 1, not {args.version}")
+    loaded = load_documents(args.paths, tenant, settings.max_text_bytes, version=publish_version() if args.version is None else args.version)
     for error in loaded.errors:
         print(f"memstream publish: rejected {error}", file=sys.stderr)
     if loaded.documents:
@@ -215,7 +219,7 @@ def cmd_publish(settings: Settings, args) -> int:
 def cmd_tail(settings: Settings, args) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
-    tenant = validate_tenant(args.tenant) if args.tenant else None
+    tenant = validate_tenant(args.tenant) if args.tenant is not None else None
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
     topic = settings.topics.indexed_facts
     partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
@@ -254,7 +258,7 @@ def query_endpoint(settings: Settings, url: str | None = None) -> str:
 
 
 def cmd_query(settings: Settings, args) -> int:
-    body = {"query": args.text, "tenant": validate_tenant(args.tenant or settings.tenant), "top_k": args.top_k or settings.top_k,
+    body = {"query": args.text, "tenant": tenant_or_default(args.tenant, settings.tenant), "top_k": args.top_k or settings.top_k,
             "mode": args.mode, "answer": args.answer}
     headers = {"Content-Type": "application/json"}
     if settings.api_key:  # MEMSTREAM_API_KEY: a query worker with keys configured needs one
@@ -295,7 +299,7 @@ def cmd_alias(settings: Settings, args) -> int:
     from store import Memory
     from workers.algorithms.normalize import entity_id
 
-    tenant = validate_tenant(args.tenant or settings.tenant)
+    tenant = tenant_or_default(args.tenant, settings.tenant)
     if args.action == "add" and len(args.names) != 2:
         raise ValueError("usage: memstream alias add ALIAS CANONICAL [--tenant T]")
 
@@ -316,7 +320,7 @@ def cmd_alias(settings: Settings, args) -> int:
 def cmd_export(settings: Settings, args) -> int:
     from ops.export import export_tenant, to_graphml
 
-    memory = export_tenant(settings, validate_tenant(args.tenant or settings.tenant))
+    memory = export_tenant(settings, tenant_or_default(args.tenant, settings.tenant))
     if args.format == "graphml":
         print(to_graphml(memory))
     else:
@@ -416,7 +420,7 @@ def _drill(settings: Settings, args, what: str, load, render) -> int:
     from store.errors import redis_unavailable
     from workers.query import drilldown
 
-    tenant = validate_tenant(args.tenant or settings.tenant)
+    tenant = tenant_or_default(args.tenant, settings.tenant)
 
     async def run():
         memory = Memory.from_url(settings.redis_url)
@@ -480,7 +484,7 @@ def cmd_mcp(settings: Settings, args) -> int:
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from workers.query.mcp_server import run_stdio
 
-    run_stdio(settings, validate_tenant(args.tenant or settings.tenant))
+    run_stdio(settings, tenant_or_default(args.tenant, settings.tenant))
     return 0
 
 

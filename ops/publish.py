@@ -16,7 +16,7 @@ import asyncio
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, TextIO
 
@@ -28,17 +28,47 @@ from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
 
 TEXT_SUFFIXES = {".txt", ".md"}
+READ_SUFFIXES = TEXT_SUFFIXES | {".json", ".jsonl"}
 
 
 @dataclass
 class Loaded:
     documents: list[Document]
     errors: list[str]  # one line per rejected document: where and why
+    # the version given to every document that names none (None: the contract's default, 1)
+    version: int | None = None
+    sources: list[str] = field(default_factory=list)  # where each document was read, in order
 
 
-def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin: TextIO = sys.stdin) -> Loaded:
-    loaded = Loaded([], [])
+def publish_version() -> int:
+    """The version `memstream publish` gives a document that names none: the time of publishing
+    in milliseconds, so a file published again is a newer version (the latest published is
+    current) without reading the memory first. `--version` overrides it."""
+    return int(time.time() * 1000)
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """The files `publish DIR` reads: every .txt .md .json .jsonl under the folder, in path
+    order; hidden files and folders (a name starting with '.') are skipped."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in READ_SUFFIXES
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin: TextIO = sys.stdin, version: int | None = None) -> Loaded:
+    """The documents of `paths` (files, folders, '-' for stdin), each checked against the
+    contract; `version`: the version of those that name none. A text file's doc id is its name
+    without the suffix; in a folder given, its path relative to the folder ('a/README'). Two
+    documents of one id (and tenant) in one call are refused, both, with where each was read."""
+    loaded = Loaded([], [], version)
     for path in paths:
+        if path != "-" and Path(path).is_dir():
+            folder = Path(path)
+            files = folder_files(folder)
+            if not files:
+                loaded.errors.append(f"{path}: no .txt, .md, .json or .jsonl file in this folder")
+            for file in files:
+                _load_file(loaded, str(file), file, file.relative_to(folder).with_suffix("").as_posix(), tenant, max_text_bytes)
+            continue
         if path == "-":
             try:
                 raw = _read_stdin(stdin)
@@ -49,23 +79,49 @@ def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin
             continue
         p = Path(path)
         if not p.is_file():
-            loaded.errors.append(f"{path}: no such file")
+            loaded.errors.append(f"{path}: no such file or folder")
             continue
-        try:
-            raw = p.read_bytes().decode("utf-8")  # not read_text: it would turn CRLF into LF
-        except UnicodeDecodeError as exc:
-            loaded.errors.append(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
-            continue
-        suffix = p.suffix.lower()
-        if suffix in TEXT_SUFFIXES:
-            _add(loaded, path, {"doc_id": p.stem, "text": raw, "metadata": {"path": str(p)}}, tenant, max_text_bytes)
-        elif suffix == ".json":
-            _load_json(path, raw, tenant, max_text_bytes, loaded)
-        elif suffix == ".jsonl":
-            _load_jsonl(path, raw, tenant, max_text_bytes, loaded)
-        else:
-            loaded.errors.append(f"{path}: unsupported file type {suffix!r} (use .txt, .md, .json, .jsonl or -)")
+        _load_file(loaded, path, p, p.stem, tenant, max_text_bytes)
+    _refuse_collisions(loaded)
     return loaded
+
+
+def _load_file(loaded: Loaded, path: str, p: Path, text_doc_id: str, tenant: str, max_text_bytes: int) -> None:
+    """One file; `text_doc_id`: the doc id of a .txt or .md."""
+    suffix = p.suffix.lower()
+    if suffix not in READ_SUFFIXES:
+        loaded.errors.append(f"{path}: unsupported file type {suffix!r} (use .txt, .md, .json, .jsonl, a folder or -)")
+        return
+    try:
+        raw = p.read_bytes().decode("utf-8")  # not read_text: it would turn CRLF into LF
+    except UnicodeDecodeError as exc:
+        loaded.errors.append(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return
+    if suffix in TEXT_SUFFIXES:
+        _add(loaded, path, {"doc_id": text_doc_id, "text": raw, "metadata": {"path": str(p)}}, tenant, max_text_bytes)
+    elif suffix == ".json":
+        _load_json(path, raw, tenant, max_text_bytes, loaded)
+    else:
+        _load_jsonl(path, raw, tenant, max_text_bytes, loaded)
+
+
+def _refuse_collisions(loaded: Loaded) -> None:
+    """Two documents of one (tenant, doc id) in one call: each would replace the other as the
+    current version, so neither is published; the error names where each was read."""
+    places: dict[tuple[str, str], list[str]] = {}
+    for doc, where in zip(loaded.documents, loaded.sources):
+        places.setdefault((doc.tenant, doc.doc_id), []).append(where)
+    clashes = {key for key, found in places.items() if len(found) > 1}
+    if not clashes:
+        return
+    for doc, where in zip(loaded.documents, loaded.sources):  # one error per document refused
+        found = places.get((doc.tenant, doc.doc_id), [])
+        if len(found) > 1:
+            others = [w for w in found if w != where] or found[1:]
+            loaded.errors.append(f"{where}: doc id {doc.doc_id!r} (tenant {doc.tenant}) is given {len(found)} times in one publish, also at "
+                                 f"{'; '.join(others)}: rename one, or publish them separately (the later replaces the earlier)")
+    kept = [(d, w) for d, w in zip(loaded.documents, loaded.sources) if (d.tenant, d.doc_id) not in clashes]
+    loaded.documents, loaded.sources = [d for d, _ in kept], [w for _, w in kept]
 
 
 def _read_stdin(stdin: TextIO) -> str:
@@ -82,12 +138,15 @@ def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> N
         except ContractError as exc:
             loaded.errors.append(str(exc))
             return
-        _add_turn(loaded, where, turn, obj.get("tenant") or tenant, max_text_bytes)
+        _add_turn(loaded, where, turn, tenant if obj.get("tenant") is None else obj["tenant"], max_text_bytes)
         return
     if isinstance(obj, dict) and obj.get("tenant") is None:
         obj = {**obj, "tenant": tenant}
+    if isinstance(obj, dict) and loaded.version is not None and "version" not in obj:
+        obj = {**obj, "version": loaded.version}
     try:
         loaded.documents.append(Document.from_dict(obj, max_text_bytes=max_text_bytes, where=where))
+        loaded.sources.append(where)
     except ContractError as exc:
         loaded.errors.append(str(exc))
 
@@ -95,8 +154,12 @@ def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> N
 def _add_turn(loaded: Loaded, where: str, turn: Turn, tenant: str, max_text_bytes: int) -> None:
     """A turn's document, checked against the contract as any other (text size, control
     characters, tenant)."""
+    data = turn.document(tenant).to_dict()
+    if loaded.version is not None:
+        data["version"] = loaded.version
     try:
-        loaded.documents.append(Document.from_dict(turn.document(tenant).to_dict(), max_text_bytes=max_text_bytes, where=where))
+        loaded.documents.append(Document.from_dict(data, max_text_bytes=max_text_bytes, where=where))
+        loaded.sources.append(where)
     except ContractError as exc:
         loaded.errors.append(str(exc))
 

@@ -36,7 +36,7 @@ import yarl
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from ops.publish import load_documents
-from topics import ContractError, decode, encode
+from topics import ContractError, decode, encode, parse_json
 from topics.conversations import canonical_dia_id, is_locomo, locomo_turns, parse_evidence, parse_time, turn_from_json
 from topics.records import (FACT_CATEGORIES, CandidateFact, Chunk, ConflictSet, DeadLetter, Document, FactEvent, Triple)
 from topics.times import EARLIEST_TS, LATEST_TS
@@ -280,6 +280,7 @@ def check_loaded(loaded, where: str) -> None:
 @example(name="doc.json", raw=b'{"conversation": {"session_' + b"1" * 4400 + b'": []}}').via("a session number of 4,400 digits")
 @example(name="doc.json", raw=b'{"conversation": {"session_1": [{"speaker": "A", "text": "t", "dia_id": "D1:' + b"2" * 4400 + b'"}]}}'
          ).via("a dia_id of 4,400 digits")
+@example(name="doc.json", raw=b'[1, Infinity]').via("JSON Python reads and the contract refuses")
 def test_publish_loads_any_file(scratch, name, raw):
     """400 cases: a .txt/.md/.json/.jsonl (or unsupported) file of any bytes, JSON, documents,
     turns, JSONL lines or LoCoMo samples. A file gives one document or one error per text file,
@@ -290,20 +291,23 @@ def test_publish_loads_any_file(scratch, name, raw):
     loaded = load_documents([str(path)], "fuzz", 2000)
     check_loaded(loaded, str(path))
     outcomes = len(loaded.documents) + len(loaded.errors)
+    if path.suffix in (".pdf", ""):  # refused by its name, whatever it holds
+        assert outcomes == 1 and "unsupported file type" in loaded.errors[0]
+        return
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         assert outcomes == 1 and "not UTF-8" in loaded.errors[0]
         return
-    if path.suffix in (".txt", ".md", ".pdf", ""):
+    if path.suffix in (".txt", ".md"):
         assert outcomes == 1
     elif path.suffix == ".jsonl":
         assert outcomes == sum(1 for line in text.split("\n") if line.strip())
     else:
         try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):
-            assert outcomes == 1 and "invalid JSON" in loaded.errors[0]
+            data = parse_json(text, str(path), invalid="invalid JSON")  # the contract's JSON: no NaN, no Infinity
+        except ContractError as exc:
+            assert outcomes == 1 and loaded.errors[0] == str(exc)
             return
         if not is_locomo(data):  # (a LoCoMo sample gives a document or an error per turn, and per bad part)
             assert outcomes == (len(data) if isinstance(data, list) else 1) or outcomes == 1 and "invalid JSON" in loaded.errors[0]

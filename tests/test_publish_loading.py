@@ -62,3 +62,67 @@ def test_times_and_ttls_the_workers_would_refuse_are_refused_at_load(tmp_path):
     assert "docs.jsonl:2: metadata.ttl_seconds must be a whole number of seconds" in errors
     assert "docs.jsonl:3: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)" in errors
     assert "docs.jsonl:4: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)" in errors
+
+
+def test_a_folder_is_walked_and_doc_ids_are_paths_within_it(tmp_path):
+    """Before: `publish notes/` was refused ("no such file"), and a/README.md and b/README.md
+    were both doc id README."""
+    notes = tmp_path / "notes"
+    (notes / "a").mkdir(parents=True)
+    (notes / "b").mkdir()
+    (notes / ".git").mkdir()
+    (notes / "a" / "README.md").write_text("Alpha notes.")
+    (notes / "b" / "README.md").write_text("Beta notes.")
+    (notes / "top.txt").write_text("Top.")
+    (notes / ".git" / "HEAD.txt").write_text("hidden")
+    (notes / "image.png").write_bytes(b"\x89PNG")
+    loaded = load_documents([str(notes)], "acme", 1000)
+    assert loaded.errors == []
+    assert [d.doc_id for d in loaded.documents] == ["a/README", "b/README", "top"]
+    assert load_documents([str(tmp_path / "empty")], "acme", 1000).errors == [f"{tmp_path / 'empty'}: no such file or folder"]
+
+
+def test_two_inputs_of_one_doc_id_are_refused_with_where_each_was_read(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "README.md").write_text("Alpha.")
+    (tmp_path / "b" / "README.md").write_text("Beta.")
+    (tmp_path / "other.txt").write_text("Other.")
+    loaded = load_documents([str(tmp_path / "a" / "README.md"), str(tmp_path / "b" / "README.md"), str(tmp_path / "other.txt")], "acme", 1000)
+    assert [d.doc_id for d in loaded.documents] == ["other"]  # the rest is still published
+    first, second = loaded.errors  # one error per document refused, each naming the other
+    a, b = str(tmp_path / "a" / "README.md"), str(tmp_path / "b" / "README.md")
+    assert first.startswith(a) and "doc id 'README'" in first and b in first
+    assert second.startswith(b) and a in second
+
+
+def test_documents_take_the_publish_version_unless_they_name_one(tmp_path):
+    (tmp_path / "a.txt").write_text("Ada.")
+    (tmp_path / "d.jsonl").write_text('{"doc_id": "own", "text": "x", "version": 7}\n{"doc_id": "plain", "text": "y"}\n')
+    loaded = load_documents([str(tmp_path / "a.txt"), str(tmp_path / "d.jsonl")], "acme", 1000, version=1700000000123)
+    assert [(d.doc_id, d.version) for d in loaded.documents] == [("a", 1700000000123), ("own", 7), ("plain", 1700000000123)]
+    assert load_documents([str(tmp_path / "a.txt")], "acme", 1000).documents[0].version == 1  # the contract's default
+
+
+def test_a_republished_file_is_a_newer_version():
+    from ops.publish import publish_version
+
+    first = publish_version()
+    assert publish_version() >= first > 1_600_000_000_000  # milliseconds since the epoch
+
+
+def test_an_empty_tenant_is_an_error_not_the_default(tmp_path, capsys):
+    """Before: `--tenant ""` (an unset shell variable) published into the default tenant."""
+    import pytest
+
+    from ops import cli
+    from topics import ContractError
+    from workers.query.engine import QueryRequest
+
+    (tmp_path / "a.txt").write_text("Ada.")
+    assert cli.main(["publish", "--tenant", "", str(tmp_path / "a.txt")]) == 2
+    assert "invalid tenant ''" in capsys.readouterr().err
+    assert cli.main(["query", "--tenant", " ", "who?"]) == 2
+    with pytest.raises(ContractError, match="invalid tenant ''"):
+        QueryRequest.from_json({"query": "who?", "tenant": ""}, "default", 5)
+    assert QueryRequest.from_json({"query": "who?"}, "default", 5).tenant == "default"

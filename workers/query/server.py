@@ -26,7 +26,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from store import Memory
-from topics import ContractError, validate_tenant
+from topics import ContractError, tenant_or_default
 from workers.models.embedding import BatchingEmbedder, EmbedderMismatch, embedder_id, make_embedder
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
@@ -70,7 +70,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
 
     def named_tenant(request: web.Request) -> str:
         """The tenant of ?tenant= (default: MEMSTREAM_TENANT); ContractError when invalid."""
-        return validate_tenant(request.query.get("tenant") or settings.tenant)
+        return tenant_or_default(request.query.get("tenant"), settings.tenant)
 
     async def lookup(request: web.Request, load) -> web.Response:
         """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
