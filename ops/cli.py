@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import sys
@@ -39,6 +40,20 @@ def main(argv: list[str] | None = None) -> int:
                      help="the version of documents that name none (default: the time now in ms, so a file published again replaces its last version)")
     pub.add_argument("--wait", action="store_true", help="return once every document is fully indexed")
     pub.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
+
+    delete = sub.add_parser("delete", help="take documents out of memory: a tombstone each on memstream.documents")
+    delete.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
+    delete.add_argument("--tenant", default=None)
+    delete.add_argument("--wait", action="store_true", help="return once the pipeline has taken every document out")
+    delete.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
+
+    retract = sub.add_parser("retract", help="take a fact out of memory (a passage that says it again brings it back)")
+    retract.add_argument("fact_id", metavar="FACT_ID")
+    retract.add_argument("--tenant", default=None)
+    retract.add_argument("--reason", default="", help="kept with the fact and told in its `retracted` event")
+
+    tenants = sub.add_parser("tenants", help="the tenants in Redis, with their passages, facts, entities and schemas")
+    tenants.add_argument("--json", action="store_true")
 
     tail = sub.add_parser("tail", help="print memstream.indexed-facts events as JSON lines")
     tail.add_argument("--tenant", default=None)
@@ -214,6 +229,51 @@ def cmd_publish(settings: Settings, args) -> int:
                 print(f"memstream publish: timed out after {args.timeout:g}s; not yet indexed: {', '.join(pending)}", file=sys.stderr)
                 return 1
     return 2 if loaded.errors else 0
+
+
+def cmd_delete(settings: Settings, args) -> int:
+    from ops.publish import delete, wait_deleted
+
+    tenant = tenant_or_default(args.tenant, settings.tenant)
+    blank = [doc_id for doc_id in args.doc_ids if not doc_id.strip()]
+    if blank:
+        raise ValueError("a doc id to delete must not be empty")
+    delete(settings, tenant, args.doc_ids)
+    if args.wait:
+        pending = wait_deleted(settings, tenant, args.doc_ids, args.timeout)
+        if pending:
+            print(f"memstream delete: timed out after {args.timeout:g}s; still in memory: {', '.join(pending)}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def cmd_retract(settings: Settings, args) -> int:
+    from ops.publish import retract
+
+    work_id = retract(settings, tenant_or_default(args.tenant, settings.tenant), args.fact_id, args.reason)
+    print(f"retraction of {args.fact_id} queued ({work_id}); `memstream tail` shows its event")
+    return 0
+
+
+def cmd_tenants(settings: Settings, args) -> int:
+    from store import Memory
+    from store.keys import LAYERS
+
+    async def read():
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            return await memory.tenant_counts()
+        finally:
+            await memory.close()
+
+    counts = asyncio.run(read())
+    if args.json:
+        print(json.dumps(counts, indent=1))
+        return 0
+    print(f"{'tenant':<40}" + "".join(f" {layer:>10}" for layer in LAYERS))
+    for tenant, per_layer in counts.items():
+        print(f"{tenant:<40}" + "".join(f" {per_layer[layer]:>10}" for layer in LAYERS))
+    return 0
 
 
 def cmd_tail(settings: Settings, args) -> int:
@@ -493,6 +553,9 @@ COMMANDS = {
     "topics": cmd_topics,
     "worker": cmd_worker,
     "publish": cmd_publish,
+    "delete": cmd_delete,
+    "retract": cmd_retract,
+    "tenants": cmd_tenants,
     "tail": cmd_tail,
     "query": cmd_query,
     "alias": cmd_alias,

@@ -23,7 +23,7 @@ from typing import Iterable, TextIO
 from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from store import Memory
 from store.base import MemoryStore
-from topics import ContractError, Document, encode, parse_json
+from topics import ContractError, Document, document_key, encode, parse_json
 from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
 
@@ -269,15 +269,16 @@ def poll_interval(pending: int) -> float:
 
 
 async def unindexed(memory: MemoryStore, pending: dict[tuple[str, str], str]) -> set[tuple[str, str]]:
-    """Of the pending documents ((tenant, doc_id) → content hash of the text waited for), those
-    not fully indexed yet: one round trip per tenant."""
+    """Of the pending documents ((tenant, doc_id) → content hash of the text waited for; '':
+    deleted), those not there yet: one round trip per tenant."""
     by_tenant: dict[str, list[str]] = {}
     for tenant, doc_id in pending:
         by_tenant.setdefault(tenant, []).append(doc_id)
     left = set()
     for tenant, doc_ids in by_tenant.items():
         for doc_id, status in zip(doc_ids, await memory.document_statuses(tenant, doc_ids)):
-            if not (status and status.indexed(pending[(tenant, doc_id)])):
+            wanted = pending[(tenant, doc_id)]
+            if not (status.indexed(wanted) if status else wanted == ""):  # '' (deleted): never seen counts as out
                 left.add((tenant, doc_id))
     return left
 
@@ -285,16 +286,74 @@ async def unindexed(memory: MemoryStore, pending: dict[tuple[str, str], str]) ->
 async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s: float, quiet: bool,
                         memory: MemoryStore | None = None) -> list[str]:
     """`memory`: the store to read (default: Redis at settings.redis_url, closed at the end)."""
+    return await _wait_for(settings, {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}, "indexed", timeout_s, quiet, memory)
+
+
+def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = False) -> None:
+    """`memstream delete`: a tombstone (no value) per document on `memstream.documents`, keyed
+    tenant/doc id as its versions are (topics.document_key), so a compacted topic drops them."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    try:
+        futures = [producer.send(settings.topics.documents, key=document_key(tenant, doc_id).encode("utf-8"), value=None) for doc_id in doc_ids]
+        producer.flush()
+        for future in futures:
+            future.get(timeout=30)
+        Progress("delete", len(doc_ids), quiet=quiet).close(len(doc_ids), " tombstones published")
+    finally:
+        producer.close()
+
+
+def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
+    """`memstream retract`: the fact's retraction onto `memstream.conflict-sets` for the resolver
+    (workers.stages.resolver.retraction), keyed by its head as every decision about it is.
+    Returns the request's work id; ValueError when the tenant holds no such fact."""
+    import uuid
+
+    from kafka import KafkaProducer
+
+    from workers.stages.resolver import retraction
+
+    async def read():
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            return await memory.fact(tenant, fact_id)
+        finally:
+            await memory.close()
+
+    fact = asyncio.run(read())
+    if fact is None:
+        raise ValueError(f"no fact {fact_id!r} in tenant {tenant!r}")
+    work = retraction(tenant, fact, reason, uuid.uuid4().hex[:16])
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    try:
+        producer.send(settings.topics.conflict_sets, key=work.key.encode("utf-8"), value=encode(work.record)).get(timeout=30)
+    finally:
+        producer.close()
+    return work.work_id
+
+
+def wait_deleted(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float, quiet: bool = False) -> list[str]:
+    """Poll until the chunker has taken each document out (its record holds no chunk: the text
+    hash of nothing, all of its zero chunks done). Returns the ids not yet out at the deadline."""
+    return asyncio.run(_wait_for(settings, {(tenant, doc_id): "" for doc_id in doc_ids}, "deleted", timeout_s, quiet))
+
+
+async def _wait_for(settings: Settings, pending: dict[tuple[str, str], str], what: str, timeout_s: float, quiet: bool,
+                    memory: MemoryStore | None = None) -> list[str]:
+    """Poll until each (tenant, doc id) holds the text of its content hash, fully indexed ('':
+    nothing: deleted)."""
     own = memory is None
     memory = Memory.from_url(settings.redis_url) if own else memory
-    progress = Progress("indexed", len(documents), quiet=quiet)
-    pending = {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}
+    total = len(pending)
+    progress = Progress(what, total, quiet=quiet)
     deadline = time.monotonic() + timeout_s
     try:
         while pending:
             left = await unindexed(memory, pending)
             pending = {key: doc_hash for key, doc_hash in pending.items() if key in left}
-            progress.update(len(documents) - len(pending))
+            progress.update(total - len(pending))
             remaining = deadline - time.monotonic()
             if not pending or remaining <= 0:
                 break
@@ -303,5 +362,5 @@ async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s
     finally:
         if own:
             await memory.close()
-    progress.close(len(documents) - len(pending), " indexed" if not pending else " indexed before the timeout")
+    progress.close(total - len(pending), f" {what}" if not pending else f" {what} before the timeout")
     return [doc_id for _, doc_id in pending]

@@ -2,6 +2,8 @@
 export share, and the transitions that change it.
 
     new ──τ gate──> pending ──promotion──> active <──> invalid
+                      ^                      │  (park: its schema fell below τ)
+                      └──────────────────────┘
                                   │          │  ╲
                                   │          │   merged (into a fact that says the same)
                                   └──────────┴──> expired · retracted
@@ -214,6 +216,15 @@ class Lifecycle:
             self._unlink(pipe, tenant, fact, version)
         self._stage(pipe, tenant, fact, status="expired", expired_at=time.time(), reason=reason)
         return event(tenant, "expired", fact, version, reason)
+
+    def park(self, pipe, tenant: str, fact: Fact, version: int, reason: str) -> FactEvent:
+        """Back behind the τ gate: its schema's support fell below τ (a document version took a
+        passage away), so it waits, pending, as a fact of a candidate schema does."""
+        if fact.status == "active":
+            self._unlink(pipe, tenant, fact, version)
+        self.memory.stage_pend(pipe, tenant, fact.schema_id, [fact.id])
+        self._stage(pipe, tenant, fact, status="pending", expired_at=time.time(), reason=reason)
+        return event(tenant, "pending", fact, version, reason)
 
     def retract(self, pipe, tenant: str, fact: Fact, version: int, reason: str) -> FactEvent:
         """Withdrawn by its source (a document version that no longer says it)."""

@@ -28,7 +28,7 @@ from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BA
 from store.keys import LAYERS, type_node
 from store.lexical import B, K1, LEXICAL_FIELD, search_terms
 from store.records import RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId
-from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
+from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
 from topics import validate_tenant
 
@@ -40,7 +40,7 @@ class StagedWrites:
 
     def __init__(self):
         self.writes: list[Callable[[], None]] = []
-        self.expected: dict[tuple[str, str, str], str | None] = {}  # (tenant, fact id, field) → value the decision read
+        self.expected: dict[tuple[str, str, str, str], str | None] = {}  # (tenant, layer, id, field) → value the decision read
 
     async def execute(self) -> None:
         writes, self.writes = self.writes, []
@@ -151,7 +151,23 @@ class InMemoryStore:
         self.expect_field(pipe, tenant, fact_id, "status", status)
 
     def expect_field(self, pipe, tenant: str, fact_id: str, name: str, value: str | float | None) -> None:
-        pipe.expected.setdefault((tenant, fact_id, name), None if value in (None, "") else _stored(value))
+        pipe.expected.setdefault((tenant, "facts", fact_id, name), None if value in (None, "") else _stored(value))
+
+    def expect_document(self, pipe, tenant: str, doc_id: str, record: DocumentRecord | None) -> None:
+        pipe.expected.setdefault((tenant, "documents", doc_id, "version"), None if record is None else str(record.version))
+        pipe.expected.setdefault((tenant, "documents", doc_id, "doc_hash"), None if record is None else record.doc_hash or None)
+
+    def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState) -> None:
+        pipe.expected.setdefault((tenant, "passages", passage_id, "retired"), "1" if state.retired else None)
+        pipe.expected.setdefault((tenant, "passages", passage_id, "incarnation"), str(state.incarnation) if state.incarnation else None)
+
+    def _read_field(self, tenant: str, layer: str, record_id: str, name: str) -> str | None:
+        t = self._tenant(tenant)
+        if layer == "documents":
+            value = (t.documents.get(record_id) or {}).get(name)
+            return None if value in (None, "") else str(value)
+        value = t.records[layer].get(record_id, {}).get(name)
+        return value or None
 
     async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
         """Memory.commit_once with nothing between its checks and its writes (no await), so no
@@ -161,9 +177,8 @@ class InMemoryStore:
         if mark in t.done or mark in t.outboxes:
             await pipe.reset()
             return await self.pending_outbox(tenant, mark)
-        for (fact_tenant, fact_id, name), value in pipe.expected.items():
-            record = self._tenant(fact_tenant).records["facts"].get(fact_id, {})
-            if (record.get(name) or None) != value:
+        for (read_tenant, layer, record_id, name), value in pipe.expected.items():
+            if self._read_field(read_tenant, layer, record_id, name) != value:
                 await pipe.reset()
                 raise StaleDecision(mark)
         await pipe.execute()
@@ -195,8 +210,8 @@ class InMemoryStore:
         return found
 
     # ---- document progress ---------------------------------------------------------------------
-    def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str]) -> None:
-        t, record = self._tenant(tenant), {"doc_hash": doc_hash, "version": version, "chunk_ids": list(chunk_ids), "ts": time.time()}
+    def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = "") -> None:
+        t, record = self._tenant(tenant), {"doc_hash": doc_hash, "version": version, "chunk_ids": list(chunk_ids), "ts": time.time(), "mark": mark}
 
         def write() -> None:  # the record follows the latest publication, never an older version
             current = t.documents.get(doc_id)
@@ -251,6 +266,77 @@ class InMemoryStore:
 
         return [status(documents.get(doc_id)) for doc_id in doc_ids]
 
+    # ---- document versions -------------------------------------------------------------------------
+    async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
+        doc = self._tenant(tenant).documents.get(doc_id)
+        return None if doc is None else DocumentRecord(doc["doc_hash"], int(doc["version"]), tuple(doc["chunk_ids"]), doc.get("mark", ""))
+
+    def stage_passage_documents(self, pipe, tenant: str, passage_id: str, joined: list[str], left: list[str]) -> None:
+        def write() -> None:
+            owners = self._set(tenant, "passage_documents", passage_id)
+            owners.update(joined)
+            owners.difference_update(left)
+
+        self._stage(pipe, write)
+
+    async def passage_documents(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
+        return [set(self._tenant(tenant).sets.get(("passage_documents", pid), ())) for pid in passage_ids]
+
+    async def passage_states(self, tenant: str, passage_ids: list[str]) -> list[PassageState]:
+        records = self._tenant(tenant).records["passages"]
+        return [PassageState(records.get(pid, {}).get("retired") == "1", int(records.get(pid, {}).get("incarnation") or 0)) for pid in passage_ids]
+
+    def stage_retire_passage(self, pipe, tenant: str, passage_id: str) -> None:
+        """Memory's _RETIRE_PASSAGE."""
+        def write() -> None:
+            t = self._tenant(tenant)
+            row = t.records["passages"].setdefault(passage_id, {})
+            if row.get("retired") == "1":
+                return
+            for name, aside in RETIRED_FIELDS.items():
+                if name in row:
+                    row[aside] = row.pop(name)
+            row["retired"] = "1"
+            t.lexical = None  # the BM25 index is rebuilt without it
+
+        self._stage(pipe, write)
+
+    def stage_restore_passage(self, pipe, tenant: str, passage_id: str, incarnation: int) -> None:
+        """Memory's _RESTORE_PASSAGE."""
+        def write() -> None:
+            t = self._tenant(tenant)
+            row = t.records["passages"].setdefault(passage_id, {})
+            for name, aside in RETIRED_FIELDS.items():
+                if aside in row:
+                    row[name] = row.pop(aside)
+            row.update(retired="", incarnation=_stored(incarnation))
+            t.lexical = None
+
+        self._stage(pipe, write)
+
+    async def passage_support(self, tenant: str, passage_id: str) -> tuple[list[str], list[str]]:
+        sets = self._tenant(tenant).sets
+        return sorted(sets.get(("passage_facts", passage_id), ())), sorted(sets.get(("passage_schemas", passage_id), ()))
+
+    def stage_drop_support(self, pipe, tenant: str, passage_id: str, fact_ids: list[str], schema_ids: list[str], entity_ids: list[str]) -> None:
+        """Memory.stage_drop_support."""
+        def write() -> None:
+            t = self._tenant(tenant)
+            for fid in fact_ids:
+                self._set(tenant, "fact_passages", fid).discard(passage_id)
+            for sid in schema_ids:
+                supporting = self._set(tenant, "schema_passages", sid)
+                supporting.discard(passage_id)
+                if sid in t.records["schemas"]:
+                    self._hset(tenant, "schemas", sid, {"frequency": len(supporting)})
+            for eid in entity_ids:
+                self._set(tenant, "entity_passages", eid).discard(passage_id)
+            for what in ("passage_facts", "passage_schemas", "chunk_facts_done", "chunk_outstanding"):
+                t.sets.pop((what, passage_id), None)
+            self._set(tenant, "chunks_done").discard(passage_id)
+
+        self._stage(pipe, write)
+
     # ---- memory layers ---------------------------------------------------------------------------
     async def ensure_indexes(self, tenant: str) -> None:
         self._tenant(tenant).indexed = True  # (no index to lose: Redis may restart empty, this store does not)
@@ -290,6 +376,7 @@ class InMemoryStore:
             # Memory's _SUPPORT_SCHEMA: distinct supporting passages; stable at τ
             supporting = self._set(tenant, "schema_passages", schema_id)
             supporting.add(passage_id)
+            self._set(tenant, "passage_schemas", passage_id).add(schema_id)
             self._hset(tenant, "schemas", schema_id, {"frequency": len(supporting)})
             if len(supporting) >= self.tau:
                 self._hset(tenant, "schemas", schema_id, {"status": "stable"})
@@ -309,7 +396,19 @@ class InMemoryStore:
         self._stage(pipe, write)
 
     def stage_fact_passage(self, pipe, tenant: str, fact_id: str, passage_id: str) -> None:
-        self._stage(pipe, lambda: self._set(tenant, "fact_passages", fact_id).add(passage_id))
+        def write() -> None:
+            self._set(tenant, "fact_passages", fact_id).add(passage_id)
+            self._set(tenant, "passage_facts", passage_id).add(fact_id)
+
+        self._stage(pipe, write)
+
+    def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
+        def write() -> None:
+            self._tenant(tenant).sets.pop(("fact_passages", fact_id), None)
+            for pid in passage_ids:
+                self._set(tenant, "passage_facts", pid).discard(fact_id)
+
+        self._stage(pipe, write)
 
     def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
         stored = {k: ("" if v is None else v) for k, v in fields.items()}
@@ -424,7 +523,8 @@ class InMemoryStore:
             return False
         self._set(tenant, "schema_pending", schema_id).add(fact_id)
         self._set(tenant, "fact_passages", fact_id).add(passage_id)
-        if records["facts"].get(fact_id, {}).get("status") == "new":
+        self._set(tenant, "passage_facts", passage_id).add(fact_id)
+        if records["facts"].get(fact_id, {}).get("status") in ("new", "retracted"):
             self._hset(tenant, "facts", fact_id, {"status": "pending"})
         return True
 
@@ -435,6 +535,18 @@ class InMemoryStore:
         if fact_ids:
             unpended = list(fact_ids)
             self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).difference_update(unpended))
+
+    def stage_pend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
+        if fact_ids:
+            pended = list(fact_ids)
+            self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).update(pended))
+
+    async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str]]:
+        status = self._tenant(tenant).records["schemas"].get(schema_id, {}).get("status")
+        return status, sorted(self._tenant(tenant).sets.get(("schema_passages", schema_id), ()))
+
+    def stage_schema_status(self, pipe, tenant: str, schema_id: str, status: str) -> None:
+        self._stage(pipe, lambda: self._hset(tenant, "schemas", schema_id, {"status": status}))
 
     # ---- conflict groups and relation cardinality ---------------------------------------------------
     async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str, mark: str,
@@ -522,6 +634,16 @@ class InMemoryStore:
             adjacency[a][adjacency_field(kind, b)] = adjacency[b][adjacency_field(kind, a)] = weight
             self._set(tenant, "graph_nodes").update((a, b))
             self._log(tenant, version, EdgeChange(a, b, weight, kind))
+
+        self._stage(pipe, write)
+
+    def stage_edge_removed(self, pipe, tenant: str, version: int, a: str, b: str, kind: str) -> None:
+        """Memory.stage_edge_removed."""
+        def write() -> None:
+            adjacency = self._tenant(tenant).adjacency
+            adjacency[a].pop(adjacency_field(kind, b), None)
+            adjacency[b].pop(adjacency_field(kind, a), None)
+            self._log(tenant, version, EdgeChange(a, b, 0.0, kind))
 
         self._stage(pipe, write)
 
@@ -645,6 +767,10 @@ class InMemoryStore:
 
     async def tenants(self) -> list[str]:
         return sorted(self._tenants_with_outboxes)
+
+    async def tenant_counts(self) -> dict[str, dict[str, int]]:
+        return {name: {layer: len(t.records[layer]) for layer in LAYERS} for name, t in sorted(self._tenants.items())
+                if any(t.records[layer] for layer in LAYERS)}
 
     # ---- whole layers ------------------------------------------------------------------------------------
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:

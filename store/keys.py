@@ -99,6 +99,19 @@ class TenantKeys:
     def schema_passages(self, schema_id: str) -> str:
         return f"{self.base}:schemapas:{schema_id}"
 
+    # a passage's side of the counting sets, so a version that retires it takes back what it counted
+    def passage_facts(self, passage_id: str) -> str:
+        """The facts whose support holds this passage (fact_passages, the other way round)."""
+        return f"{self.base}:pasfacts:{passage_id}"
+
+    def passage_schemas(self, passage_id: str) -> str:
+        """The schemas whose frequency counts this passage (schema_passages, the other way round)."""
+        return f"{self.base}:passchemas:{passage_id}"
+
+    def passage_documents(self, passage_id: str) -> str:
+        """The documents whose current version holds this passage (the same text in two documents is one passage)."""
+        return f"{self.base}:pasdocs:{passage_id}"
+
     def schema_pending(self, schema_id: str) -> str:
         return f"{self.base}:schemapending:{schema_id}"
 

@@ -31,7 +31,7 @@ from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.lexical import LEXICAL_FIELD, passage_terms, redis_query, search_terms
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
-from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, AlreadyDone, DocumentStatus, GroupJoin, Hit, Outgoing, StaleDecision, passage_extras,
+from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
 from store.records import RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId
 
@@ -60,7 +60,7 @@ return n
 _RECORD_DOCUMENT = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if current and tonumber(current) > tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'doc_hash', ARGV[1], 'version', ARGV[2], 'chunk_ids', ARGV[3], 'ts', ARGV[4])
+redis.call('HSET', KEYS[1], 'doc_hash', ARGV[1], 'version', ARGV[2], 'chunk_ids', ARGV[3], 'ts', ARGV[4], 'mark', ARGV[5])
 return 1
 """
 
@@ -69,7 +69,37 @@ _HOLD_PENDING = """
 if redis.call('HGET', KEYS[1], 'status') == 'stable' then return 0 end
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[2])
-if redis.call('HGET', KEYS[3], 'status') == 'new' then redis.call('HSET', KEYS[3], 'status', 'pending') end
+redis.call('SADD', KEYS[5], ARGV[1])
+local status = redis.call('HGET', KEYS[3], 'status')
+if status == 'new' or status == 'retracted' then redis.call('HSET', KEYS[3], 'status', 'pending') end
+return 1
+"""
+
+# A passage out of memory: its vector and terms moved aside (out of the KNN and full-text
+# indexes), kept for audit. KEYS[1]: the passage hash; ARGV: stored name, name while retired, ...
+_RETIRE_PASSAGE = """
+if redis.call('HGET', KEYS[1], 'retired') == '1' then return 0 end
+for i = 1, #ARGV, 2 do
+  local value = redis.call('HGET', KEYS[1], ARGV[i])
+  if value then redis.call('HSET', KEYS[1], ARGV[i + 1], value); redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+redis.call('HSET', KEYS[1], 'retired', '1')
+return 1
+"""
+
+# And back. ARGV[1]: its incarnation; then stored name, name while retired, ...
+_RESTORE_PASSAGE = """
+for i = 2, #ARGV, 2 do
+  local value = redis.call('HGET', KEYS[1], ARGV[i + 1])
+  if value then redis.call('HSET', KEYS[1], ARGV[i], value); redis.call('HDEL', KEYS[1], ARGV[i + 1]) end
+end
+redis.call('HSET', KEYS[1], 'retired', '', 'incarnation', ARGV[1])
+return 1
+"""
+
+# A schema's frequency after passages left its support set. KEYS: schema_passages, schema hash.
+_RECOUNT_SCHEMA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'frequency', redis.call('SCARD', KEYS[1])) end
 return 1
 """
 
@@ -550,8 +580,9 @@ class Memory:
         return found
 
     # ---- document progress -----------------------------------------------------------
-    def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str]) -> None:
-        _eval(pipe, _RECORD_DOCUMENT, [self.keys(tenant).document(doc_id)], [doc_hash, version, json.dumps(chunk_ids), time.time()])
+    def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = "") -> None:
+        """The document's current version (`mark`: the done mark of the message that made it so)."""
+        _eval(pipe, _RECORD_DOCUMENT, [self.keys(tenant).document(doc_id)], [doc_hash, version, json.dumps(chunk_ids), time.time(), mark])
 
     def stage_chunk_done(self, pipe, tenant: str, chunk_id: str) -> None:
         pipe.sadd(self.keys(tenant).chunks_done, chunk_id)
@@ -606,6 +637,79 @@ class Memory:
             statuses += [DocumentStatus(*s) if s else None for s in json.loads(reply)]
         return statuses
 
+    # ---- document versions: what a new version retires, and what a revert brings back -------
+    async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
+        """The document's current version as the chunker recorded it (None: never seen)."""
+        doc_hash, version, chunk_ids, mark = await self.redis.hmget(self.keys(tenant).document(doc_id), ["doc_hash", "version", "chunk_ids", "mark"])
+        if version is None:
+            return None
+        return DocumentRecord((doc_hash or b"").decode(), int(version), tuple(json.loads(chunk_ids or b"[]")), (mark or b"").decode())
+
+    def expect_document(self, pipe, tenant: str, doc_id: str, record: DocumentRecord | None) -> None:
+        """The decision read the document's record so: its commit fails (StaleDecision) if
+        another version was recorded meanwhile."""
+        key = self.keys(tenant).document(doc_id)
+        expected = pipe.__dict__.setdefault("memstream_expected", {})
+        expected.setdefault((key, "version"), None if record is None else str(record.version))
+        expected.setdefault((key, "doc_hash"), None if record is None else record.doc_hash or None)
+
+    def stage_passage_documents(self, pipe, tenant: str, passage_id: str, joined: list[str], left: list[str]) -> None:
+        """Documents whose current version now holds the passage (`joined`) or no longer does (`left`)."""
+        key = self.keys(tenant).passage_documents(passage_id)
+        if joined:
+            pipe.sadd(key, *joined)
+        if left:
+            pipe.srem(key, *left)
+
+    async def passage_documents(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
+        keys = self.keys(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        for pid in passage_ids:
+            pipe.smembers(keys.passage_documents(pid))
+        return [{m.decode() for m in members} for members in (await pipe.execute() if passage_ids else [])]
+
+    async def passage_states(self, tenant: str, passage_ids: list[str]) -> list[PassageState]:
+        """Each passage's state (a passage never written: in memory, incarnation 0)."""
+        keys = self.keys(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        for pid in passage_ids:
+            pipe.hmget(keys.passage(pid), ["retired", "incarnation"])
+        return [PassageState(retired == b"1", int(incarnation or 0)) for retired, incarnation in (await pipe.execute() if passage_ids else [])]
+
+    def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState) -> None:
+        """The decision read the passage in this state: its commit fails if a version retired
+        or restored it meanwhile."""
+        key = self.keys(tenant).passage(passage_id)
+        expected = pipe.__dict__.setdefault("memstream_expected", {})
+        expected.setdefault((key, "retired"), "1" if state.retired else None)
+        expected.setdefault((key, "incarnation"), str(state.incarnation) if state.incarnation else None)
+
+    def stage_retire_passage(self, pipe, tenant: str, passage_id: str) -> None:
+        _eval(pipe, _RETIRE_PASSAGE, [self.keys(tenant).passage(passage_id)], [x for pair in RETIRED_FIELDS.items() for x in pair])
+
+    def stage_restore_passage(self, pipe, tenant: str, passage_id: str, incarnation: int) -> None:
+        _eval(pipe, _RESTORE_PASSAGE, [self.keys(tenant).passage(passage_id)], [incarnation, *(x for pair in RETIRED_FIELDS.items() for x in pair)])
+
+    async def passage_support(self, tenant: str, passage_id: str) -> tuple[list[str], list[str]]:
+        """(fact ids, schema ids) whose support counts the passage."""
+        keys = self.keys(tenant)
+        facts, schemas = await asyncio.gather(self.redis.smembers(keys.passage_facts(passage_id)), self.redis.smembers(keys.passage_schemas(passage_id)))
+        return sorted(m.decode() for m in facts), sorted(m.decode() for m in schemas)
+
+    def stage_drop_support(self, pipe, tenant: str, passage_id: str, fact_ids: list[str], schema_ids: list[str], entity_ids: list[str]) -> None:
+        """The passage leaves every count it was in: its facts' support, its schemas'
+        frequency, its entities' passages, and its chunk progress (extracted again on return)."""
+        keys = self.keys(tenant)
+        for fid in fact_ids:
+            pipe.srem(keys.fact_passages(fid), passage_id)
+        for sid in schema_ids:
+            pipe.srem(keys.schema_passages(sid), passage_id)
+            _eval(pipe, _RECOUNT_SCHEMA, [keys.schema_passages(sid), keys.schema(sid)], [])
+        for eid in entity_ids:
+            pipe.srem(keys.entity_passages(eid), passage_id)
+        pipe.delete(keys.passage_facts(passage_id), keys.passage_schemas(passage_id), keys.chunk_facts_done(passage_id), keys.chunk_outstanding(passage_id))
+        pipe.srem(keys.chunks_done, passage_id)
+
     # ---- memory layers -------------------------------------------------------------------
     def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
         pipe.hset(
@@ -635,6 +739,7 @@ class Memory:
         pipe.hsetnx(schema_key, "status", "candidate")
         pipe.hsetnx(schema_key, "vec", vector_bytes(vector))
         _eval(pipe, _SUPPORT_SCHEMA, [keys.schema_passages(schema_id), schema_key], [passage_id, self.tau])
+        pipe.sadd(keys.passage_schemas(passage_id), schema_id)
 
     def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None) -> None:
         """An extracted fact, status 'new' until the detector decides. Status and first-seen
@@ -651,7 +756,9 @@ class Memory:
         pipe.hsetnx(key, "created_at", time.time())
 
     def stage_fact_passage(self, pipe, tenant: str, fact_id: str, passage_id: str) -> None:
-        pipe.sadd(self.keys(tenant).fact_passages(fact_id), passage_id)
+        keys = self.keys(tenant)
+        pipe.sadd(keys.fact_passages(fact_id), passage_id)
+        pipe.sadd(keys.passage_facts(passage_id), fact_id)
 
     async def fact(self, tenant: str, fact_id: str) -> Fact | None:
         return (await self.facts(tenant, [fact_id]))[0]
@@ -775,6 +882,13 @@ class Memory:
         pipe.sadd(keys.graph_nodes, a, b)
         pipe.xadd(keys.graph_changes, EdgeChange(a, b, weight, kind).entry(version), maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
 
+    def stage_edge_removed(self, pipe, tenant: str, version: int, a: str, b: str, kind: str) -> None:
+        """An edge of one kind gone (a retired passage's): off both adjacency hashes, weight 0 in the log."""
+        keys = self.keys(tenant)
+        pipe.hdel(keys.adjacency(a), adjacency_field(kind, b))
+        pipe.hdel(keys.adjacency(b), adjacency_field(kind, a))
+        pipe.xadd(keys.graph_changes, EdgeChange(a, b, 0.0, kind).entry(version), maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
+
     # ---- reading the graph log (store.graph_log: the format, and why a reader reloads) --------
     async def graph_log_exists(self, tenant: str) -> bool:
         """Whether the tenant has a graph change stream (no stream: no graph yet)."""
@@ -816,7 +930,8 @@ class Memory:
         detector's drain see every fact parked before the promotion."""
         keys = self.keys(tenant)
         held = await self.redis.eval(
-            _HOLD_PENDING, 4, keys.schema(schema_id), keys.schema_pending(schema_id), keys.fact(fact_id), keys.fact_passages(fact_id), fact_id, passage_id
+            _HOLD_PENDING, 5, keys.schema(schema_id), keys.schema_pending(schema_id), keys.fact(fact_id), keys.fact_passages(fact_id),
+            keys.passage_facts(passage_id), fact_id, passage_id
         )
         return bool(held)
 
@@ -826,6 +941,20 @@ class Memory:
     def stage_unpend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
         if fact_ids:
             pipe.srem(self.keys(tenant).schema_pending(schema_id), *fact_ids)
+
+    def stage_pend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
+        """Park facts under their schema again (its support fell below τ: Lifecycle.park)."""
+        if fact_ids:
+            pipe.sadd(self.keys(tenant).schema_pending(schema_id), *fact_ids)
+
+    async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str]]:
+        """(the schema's status, None: no such schema; its supporting passages)."""
+        keys = self.keys(tenant)
+        status, passages = await asyncio.gather(self.redis.hget(keys.schema(schema_id), "status"), self.redis.smembers(keys.schema_passages(schema_id)))
+        return (status.decode() if status else None), sorted(m.decode() for m in passages)
+
+    def stage_schema_status(self, pipe, tenant: str, schema_id: str, status: str) -> None:
+        pipe.hset(self.keys(tenant).schema(schema_id), "status", status)
 
     # ---- conflict groups and relation cardinality -----------------------------------------------
     async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str, mark: str,
@@ -858,6 +987,14 @@ class Memory:
         """(heads seen with the relation, heads with two or more tails)."""
         keys = self.keys(tenant)
         return await self.redis.scard(keys.relation_heads(relation)), await self.redis.scard(keys.relation_multi_heads(relation))
+
+    def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
+        """The fact's supporting passages set aside (a retraction on request): a passage that
+        says it again, extracted later, supports it anew."""
+        keys = self.keys(tenant)
+        pipe.delete(keys.fact_passages(fact_id))
+        for pid in passage_ids:
+            pipe.srem(keys.passage_facts(pid), fact_id)
 
     def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
         pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})
@@ -959,6 +1096,18 @@ class Memory:
     async def tenants(self) -> list[str]:
         """Every tenant that committed a message (commit_once registers it): where to sweep."""
         return sorted(raw.decode() for raw in await self.redis.smembers(TENANTS_WITH_OUTBOXES))
+
+    async def tenant_counts(self) -> dict[str, dict[str, int]]:
+        """Every tenant with records → how many of each layer it holds (passages retired by a
+        later version included), in one SCAN over the keyspace."""
+        counts: dict[str, dict[str, int]] = {}
+        kinds = {TenantKeys("x").prefix(layer).split(":")[-2]: layer for layer in LAYERS}  # 'pas' → passages, ...
+        async for key in self.redis.scan_iter(match="ms:{*}:*", count=1000):
+            tenant, _, rest = key.decode()[len("ms:{"):].partition("}:")
+            layer = kinds.get(rest.split(":", 1)[0]) if ":" in rest else None
+            if layer and not tenant.startswith("_"):
+                counts.setdefault(tenant, dict.fromkeys(LAYERS, 0))[layer] += 1
+        return dict(sorted(counts.items()))
 
     async def _scan_suffixes(self, prefix: str) -> list[str]:
         out = []

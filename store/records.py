@@ -56,6 +56,31 @@ class DocumentStatus:
 
 
 @dataclass(frozen=True)
+class DocumentRecord:
+    """A document's current version as the chunker recorded it: what a new version is
+    compared with (the passages it no longer contains are retired)."""
+
+    doc_hash: str
+    version: int
+    chunk_ids: tuple[str, ...]
+    mark: str = ""  # the done mark of the message that recorded it (a redelivery finds it there)
+
+
+@dataclass(frozen=True)
+class PassageState:
+    """Whether a passage is out of memory (a version that no longer contains it retired it;
+    kept for audit) and how many times it came back (topics.Chunk.incarnation)."""
+
+    retired: bool
+    incarnation: int
+
+
+# A passage's fields its retirement moves aside (out of the vector and full-text indexes) and
+# its return moves back: stored name → name while retired.
+RETIRED_FIELDS = {"vec": "retired_vec", LEXICAL_FIELD: f"retired_{LEXICAL_FIELD}"}
+
+
+@dataclass(frozen=True)
 class Hit:
     id: str  # id within its layer (key without prefix)
     score: float  # cosine similarity
@@ -76,10 +101,10 @@ def vector_bytes(vector: Iterable[float]) -> bytes:
 
 
 # What `records` (memstream export) leaves out of every record: derived, or internal to a store.
-RECORD_INTERNALS = ("vec", "_rank", LEXICAL_FIELD)
+RECORD_INTERNALS = ("vec", "_rank", LEXICAL_FIELD, *RETIRED_FIELDS.values())
 
 # ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
-PASSAGE_EXTRAS = ("metadata", "context")  # stored fields, in passage_json's order
+PASSAGE_EXTRAS = ("metadata", "context", "retired")  # stored fields, in passage_json's order
 
 
 def passage_extras(chunk) -> dict[str, str]:
@@ -90,12 +115,20 @@ def passage_extras(chunk) -> dict[str, str]:
             LEXICAL_FIELD: passage_terms(chunk.context, chunk.text)}
 
 
-def passage_json(passage_id: str, text: str, doc_id: str, seq, doc_version, metadata: str | None, context: str | None) -> dict:
+def passage_json(passage_id: str, text: str, doc_id: str, seq, doc_version, metadata: str | None, context: str | None,
+                 retired: str | None = None) -> dict:
     """A passage as both stores give it back (and GET /v1/passages/{id} answers): the text as
     published, its document, `metadata` as a dict and `context` ({} and '' for a passage
-    stored before they were)."""
+    stored before they were), and whether a later version retired it (`retired`: out of
+    retrieval and of every count, kept for audit)."""
     return {"id": passage_id, "text": text, "doc_id": doc_id, "seq": int(seq), "doc_version": int(doc_version or 1),
-            "metadata": json.loads(metadata) if metadata else {}, "context": context or ""}
+            "metadata": json.loads(metadata) if metadata else {}, "context": context or "", "retired": retired == "1"}
+
+
+def is_current(row: dict | None) -> bool:
+    """A passage (passage_json) that queries may answer with: stored, and not retired by a
+    later version of its document (kept for audit and drill-down only)."""
+    return row is not None and not row.get("retired")
 
 
 # ---- the embedder a tenant's indexes were built with (workers.models.embedding.TenantEmbedders) ----

@@ -38,7 +38,7 @@ from ops.export import export_memory
 from store import Memory, Outgoing
 from store.base import MemoryStore
 from store.in_memory import InMemoryStore
-from topics import Document, FactEvent, decode, encode
+from topics import Document, FactEvent, decode, document_key, encode
 from topics.records import Triple
 from workers.models.extraction import Entity, Extraction
 from workers.pipeline import Pipeline
@@ -160,8 +160,10 @@ class InProcess:
             self.put(item.topic, item.key.encode(), item.value)
 
     def put(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        """Queue a message on `topic` (delivered by the next drain)."""
-        lane = (topic, self.delivery.partition((key or b"").decode(errors="replace")))
+        """Queue a message on `topic` (delivered by the next drain). Its partition follows from
+        its key without this harness's tenant (documents are keyed tenant/doc id), so a seed
+        gives the same order whatever the test's tenant is called."""
+        lane = (topic, self.delivery.partition((key or b"").decode(errors="replace").removeprefix(f"{self.tenant}/")))
         self._lanes.setdefault(lane, []).append((next(self._arrival), topic, key, value))
 
     @property
@@ -169,9 +171,16 @@ class InProcess:
         return sum(len(messages) for messages in self._lanes.values())
 
     async def publish(self, doc_id: str, text: str, *, wait: bool = True, **fields) -> None:
-        """Publish a document as `memstream publish` does (key = doc id); with `wait`, return
-        once everything it caused has been delivered (`publish --wait`)."""
-        self.put("documents", doc_id.encode(), encode(Document(self.tenant, doc_id, text, **fields)))
+        """Publish a document as `memstream publish` does (key: tenant/doc id); with `wait`,
+        return once everything it caused has been delivered (`publish --wait`)."""
+        doc = Document(self.tenant, doc_id, text, **fields)
+        self.put("documents", doc.key.encode(), encode(doc))
+        if wait:
+            await self.drain()
+
+    async def delete(self, doc_id: str, *, wait: bool = True) -> None:
+        """Delete a document as `memstream delete` does: a tombstone (no value) under its key."""
+        self.put("documents", document_key(self.tenant, doc_id).encode(), None)
         if wait:
             await self.drain()
 

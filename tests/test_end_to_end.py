@@ -92,7 +92,7 @@ def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(dlq_wo
             (json.dumps({**good, "v": 7, "doc_id": "x", "text": "t"}).encode(), "unsupported schema version v=7"),
             (json.dumps({**good, "doc_id": "x", "text": " "}).encode(), "field 'text' is empty"),
             (json.dumps({**good, "doc_id": "x", "text": "y" * 5000}).encode(), "over the limit of 4096 bytes"),
-            (None, "empty message"),
+            (None, "a message without a value deletes a document, and its key must be 'tenant/doc id'"),  # a tombstone keyed 'same-key'
         ],
         "chunks": [(b"[]", "expected a JSON object, got array"), (json.dumps({**good, "chunk_id": 5}).encode(), "chunks.chunk_id: expected string")],
         "candidate-facts": [(json.dumps({**good, "passage_id": "p"}).encode(), "missing required field")],
@@ -218,3 +218,12 @@ def test_republishing_an_earlier_text_makes_it_current_again(rules_workers, tmp_
         path = tmp_path / "note.txt"
         path.write_text(text)
         workers.cli.run("publish", str(path), "--tenant", tenant, "--wait", "--timeout", "60")
+    # each publish is a new version (the CLI's): the second text is retired, the first current again
+    for question in ("Who directs the Halden Observatory?", "Who owns the orchard with Pellow apples?"):
+        assert [p["text"] for p in workers.cli.query(question, tenant)["passages"]] == [first]
+    events = workers.cli.tail(tenant)
+    retracted = {e["fact"]["head"] for e in events if e["event"] == "retracted"}
+    assert "Halden Observatory" in retracted, [(e["event"], e["fact"]["head"]) for e in events]
+    facts = json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"]
+    assert {f["status"] for f in facts if "Halden" in f["head"] + f["tail"]} == {"retracted"}
+    assert all(f["status"] != "retracted" for f in facts if "Dunmore" in f["head"] + f["tail"])

@@ -534,3 +534,21 @@ def test_an_expired_fact_brought_back_after_the_sweep_passed_its_new_lapse_is_sw
             await ip.close()
 
     run(scenario())
+
+
+def test_a_fact_never_activated_expires_without_an_event(redis_url):
+    """Before: a pending fact whose TTL lapsed emitted `expired`, though no event had ever told
+    subscribers of it. Now it leaves memory silently; an active one still says `expired`."""
+    async def scenario():
+        ip = InProcess(redis_url, CategoryExtractor(SCRIPT), PrefixEmbedder(), tau=2, ttl_seconds="TOOL_FAILURE=60,DECLARATIVE=60")
+        try:
+            await ip.publish("paris", TEXTS["paris"])  # one passage: its schema is a candidate, the fact pending
+            pending = await fact_named(ip, "Ana", "Paris")
+            await sweep(ip, time.time() + 120)
+            return pending, await fact_named(ip, "Ana", "Paris"), ip.events()
+        finally:
+            await ip.close()
+
+    pending, expired, events = run(scenario())
+    assert pending.status == "pending" and expired.status == "expired"
+    assert [e for e in events if e["fact_id"] == expired.id] == []

@@ -39,7 +39,7 @@ SCRIPT = {
     NOISE: [("Lucia", "asked about", "Valencia", "PERSON", "PLACE")],
 }
 QUESTION = "Can the Garcias have a transit through Miami?"
-TOOLS = {"search_memory", "remember", "fact_evidence", "get_passage", "standing_facts"}
+TOOLS = {"search_memory", "remember", "forget", "retract_fact", "fact_evidence", "get_passage", "standing_facts"}
 real_embedder = inprocess.real_embedder  # the fixture, registered in this module
 
 
@@ -124,11 +124,28 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
                                                            "turn": 3, "speaker": "Ana", "ts": "2025-05-08T13:56:00Z", "metadata": {"channel": "chat"}})
                 note = await client.call_tool("remember", {"text": "Prefers aisle seats."})
                 bad = await client.call_tool("remember", {"text": "no speaker", "session_id": "trip-7", "turn": 4})
-            return stages.tenant, turn, note, bad
+                forgot = await client.call_tool("forget", {"doc_id": "trip-7:3"})
+                blank = await client.call_tool("forget", {"doc_id": " "})
+                retracted = await client.call_tool("retract_fact", {"fact_id": written["visa"]["fact"], "reason": "visa granted"})
+                unknown = await client.call_tool("retract_fact", {"fact_id": "f-none"})
+            return stages.tenant, turn, note, bad, forgot, blank, retracted, unknown, written
         finally:
             await stages.close()
 
-    tenant, turn, note, bad = asyncio.run(main())
+    tenant, turn, note, bad, forgot, blank, retracted, unknown, written = asyncio.run(main())
+    assert not retracted.is_error and retracted.structured_content["request"].startswith(f"retract:{written['visa']['fact']}:")
+    assert unknown.is_error and f"no fact 'f-none' in tenant '{tenant}'" in unknown.content[0].text
+    sets = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    try:  # the retraction waits on conflict-sets for the resolver, keyed by the fact's head
+        where = TopicPartition(f"{ns}.conflict-sets", 0)
+        sets.assign([where])
+        sets.seek_to_beginning()
+        queued = [json.loads(r.value) for batch in sets.poll(timeout_ms=5000).values() for r in batch]
+    finally:
+        sets.close()
+    assert [(q["kind"], q["fact_id"], q["reason"]) for q in queued] == [("retract", written["visa"]["fact"], "visa granted")]
+    assert forgot.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
+    assert blank.is_error and "doc_id must not be empty" in blank.content[0].text
     assert not turn.is_error, turn.content
     assert turn.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
     assert not note.is_error and note.structured_content["doc_id"].startswith("memory-")
@@ -143,10 +160,12 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
         end, records = consumer.end_offsets([partition])[partition], []
         while consumer.position(partition) < end:
             for batch in consumer.poll(timeout_ms=1000).values():
-                records += [(r.key.decode(), decode(Document, r.value)) for r in batch]
+                records += [(r.key.decode(), None if r.value is None else decode(Document, r.value)) for r in batch]
     finally:
         consumer.close()
-    assert [key for key, _ in records] == ["trip-7:3", note.structured_content["doc_id"]]  # the bad turn was never sent
+    # keys: tenant/doc id (topics.document_key); the bad turn was never sent; forget: a tombstone
+    assert [key for key, _ in records] == [f"{tenant}/trip-7:3", f"{tenant}/{note.structured_content['doc_id']}", f"{tenant}/trip-7:3"]
+    assert records[2][1] is None
     doc = records[0][1]
     assert (doc.tenant, doc.text, doc.session_id, doc.turn, doc.speaker) == (tenant, "Ana: no red-eye flights, the kids need sleep.\n", "trip-7", 3, "Ana")
     assert doc.ts == 1746712560.0 and doc.metadata == {"channel": "chat", "turn_id": "3"}

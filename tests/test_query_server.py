@@ -104,10 +104,16 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
 
     from workers.query.server import query_app
 
+    from kafka import KafkaConsumer, TopicPartition
+
+    from ops.kafka_admin import ensure_topics
+
     tenant = f"routes-{uuid.uuid4().hex[:8]}"
     written = asyncio.run(write_memory(stack_env["MEMSTREAM_REDIS_URL"], tenant))
     mill = written["mill"]
-    settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant=tenant)
+    settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant=tenant, kafka_bootstrap=stack_env["MEMSTREAM_KAFKA_BOOTSTRAP"],
+                        topic_namespace=f"t{uuid.uuid4().hex[:10]}", partitions=1)
+    ensure_topics(settings)
 
     async def get(client, path):
         response = await client.get(path)
@@ -118,9 +124,27 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
             query = await client.post("/v1/query", data=json.dumps({"query": "the mill", "mode": "dense", "top_k": 1}))
             paths = [f"/v1/facts/{mill['fact']}", f"/v1/facts/{mill['fact']}/evidence", f"/v1/passages/{mill['passage']}",
                      "/v1/facts/nope", "/v1/facts/nope/evidence", "/v1/passages/nope?tenant=bad%20tenant", "/healthz", "/metrics"]
-            return (query.status, await query.json()), [await get(client, path) for path in paths]
+            retracts = []
+            for path, body in ((f"/v1/facts/{mill['fact']}/retract", b'{"reason": "the mill closed"}'), ("/v1/facts/nope/retract", b""),
+                               (f"/v1/facts/{mill['fact']}/retract", b'["closed"]'), (f"/v1/facts/{mill['fact']}/retract?tenant=", b"")):
+                response = await client.post(path, data=body)
+                retracts.append((response.status, await response.json()))
+            return (query.status, await query.json()), [await get(client, path) for path in paths], retracts
 
-    (status, answer), (fact, evidence, passage, no_fact, no_evidence, bad_tenant, health, metrics) = asyncio.run(main())
+    (status, answer), (fact, evidence, passage, no_fact, no_evidence, bad_tenant, health, metrics), retracts = asyncio.run(main())
+    queued, unknown, bad_body, blank_tenant = retracts
+    assert queued[0] == 202 and queued[1]["fact_id"] == mill["fact"] and queued[1]["request"].startswith(f"retract:{mill['fact']}:")
+    assert unknown == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
+    assert bad_body == (400, {"error": 'the body, when given, is {"reason": "<text>"}'})
+    assert blank_tenant[0] == 400 and "invalid tenant ''" in blank_tenant[1]["error"]
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    try:  # the retraction waits on conflict-sets for the resolver
+        consumer.assign([TopicPartition(settings.topics.conflict_sets, 0)])
+        consumer.seek_to_beginning()
+        sent = [json.loads(r.value) for batch in consumer.poll(timeout_ms=5000).values() for r in batch]
+    finally:
+        consumer.close()
+    assert [(m["kind"], m["fact_id"], m["reason"]) for m in sent] == [("retract", mill["fact"], "the mill closed")]
     assert status == 200 and answer["mode"] == "dense" and answer["tenant"] == tenant  # ?tenant= defaults to MEMSTREAM_TENANT
     assert [(p["id"], p["doc_id"]) for p in answer["passages"]] == [(mill["passage"], "mill")]
     for found in (fact, evidence, passage, health):
@@ -131,7 +155,7 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     assert json.loads(evidence[2])["fact"] == json.loads(fact[2])
     assert [p["text"] for p in json.loads(evidence[2])["passages"]] == [PASSAGES["mill"][3]]
     assert json.loads(passage[2]) == {"id": mill["passage"], "text": PASSAGES["mill"][3], "doc_id": "mill", "seq": 0, "doc_version": 1,
-                                      "metadata": {}, "context": ""}
+                                      "metadata": {}, "context": "", "retired": False}
     assert (no_fact[0], json.loads(no_fact[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
     assert (no_evidence[0], json.loads(no_evidence[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
     assert bad_tenant[0] == 400 and "invalid tenant" in json.loads(bad_tenant[2])["error"]

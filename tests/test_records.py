@@ -16,7 +16,7 @@ def test_document_roundtrip_keeps_every_field():
     d = Document(tenant="acme", doc_id="d1", text="hello", metadata={"k": 1}, version=3, session_id="s", turn=2, speaker="user", ts=1.5)
     assert decode(Document, encode(d)) == d
     assert json.loads(encode(d))["v"] == SCHEMA_VERSION
-    assert d.key == "d1"
+    assert d.key == "acme/d1"  # every version and the tombstone of one document share the key
 
 
 @pytest.mark.parametrize(

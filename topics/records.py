@@ -53,6 +53,12 @@ def validate_tenant(tenant: Any) -> str:
     return tenant
 
 
+def passage_mark(passage_id: str, incarnation: int) -> str:
+    """How done marks and work ids name a passage: its id, and after it came back into memory
+    (Chunk.incarnation > 0) which time, so a passage extracted again is not taken for done."""
+    return f"{passage_id}~{incarnation}" if incarnation else passage_id
+
+
 def tenant_or_default(given: Any, default: str) -> str:
     """The tenant a caller named, else (None: not named) `default` — validated either way. An
     empty or blank name is an error, not the default: an unset shell variable (`--tenant
@@ -219,7 +225,15 @@ class Document(Record):
 
     @property
     def key(self) -> str:
-        return self.doc_id
+        """Its tenant and doc id (document_key): every version of one document, and its
+        deletion (a tombstone), share the key — one partition, in order, and a topic compacted
+        by key keeps the latest of each."""
+        return document_key(self.tenant, self.doc_id)
+
+    @classmethod
+    def tombstone(cls, key: bytes | str | None) -> "DocumentDeletion":
+        """What a message of no value on `documents` means: delete the document its key names."""
+        return DocumentDeletion.from_key(key)
 
     @property
     def is_turn(self) -> bool:
@@ -244,6 +258,39 @@ class Document(Record):
         return doc
 
 
+def document_key(tenant: str, doc_id: str) -> str:
+    """The key of a document's messages on `documents`: 'tenant/doc id' (a tenant has no '/')."""
+    return f"{tenant}/{doc_id}"
+
+
+@dataclass(frozen=True)
+class DocumentDeletion:
+    """A document taken out of memory: a tombstone (no value) on `documents`, its key naming the
+    tenant and doc id (document_key). Not a record of its own: nothing but the key is sent."""
+
+    tenant: str
+    doc_id: str
+
+    @classmethod
+    def from_key(cls, key: bytes | str | None) -> "DocumentDeletion":
+        if isinstance(key, (bytes, bytearray)):
+            try:
+                key = bytes(key).decode("utf-8")
+            except UnicodeDecodeError:
+                raise ContractError("documents: a tombstone's key is not UTF-8") from None
+        if not key or "/" not in key:
+            raise ContractError(f"documents: a message without a value deletes a document, and its key must be 'tenant/doc id'; got {key!r}")
+        tenant, doc_id = key.split("/", 1)
+        validate_tenant(tenant)
+        if not doc_id.strip():
+            raise ContractError(f"documents: the tombstone key {key!r} names no doc id")
+        return cls(tenant, doc_id)
+
+    @property
+    def key(self) -> str:
+        return document_key(self.tenant, self.doc_id)
+
+
 @dataclass
 class Chunk(Record):
     """One passage of a document. chunk_id is the content hash of text. Key: doc_id."""
@@ -266,6 +313,10 @@ class Chunk(Record):
     # the document's metadata and turn fields (session_id, turn, speaker, ts, turn_id), kept
     # with the passage so a caller can map it back
     metadata: dict = field(default_factory=dict)
+    # How many times the passage came back into memory after a version retired it (a revert):
+    # the done marks of its extraction and detection name it (passage_mark), so it is extracted
+    # again and its facts decided again.
+    incarnation: int = 0
 
     @property
     def key(self) -> str:
@@ -329,21 +380,27 @@ class CandidateFact(Record):
     # passage_id/chunk_fact_count name the chunk whose progress waits for it (work_id)
     activation: bool = False
     work_id: str = ""
+    incarnation: int = 0  # the passage's (Chunk.incarnation)
 
     @property
     def key(self) -> str:
         return self.head_id
+
+    @property
+    def passage_mark(self) -> str:
+        return passage_mark(self.passage_id, self.incarnation)
 
 
 @dataclass
 class ConflictSet(Record):
     """Work for the resolver. kind `duplicate`: merge the candidate into fact_id (the same
     fact, a swapped symmetric one, or a near-duplicate); kind `adjudicate`: decide the group
-    (candidate's head, relation) again. Key: the head entity id, so one head's conflicts are
+    (candidate's head, relation) again; kind `retract`: take fact_id out of memory as a caller
+    asked (`memstream retract`, POST /v1/facts/{id}/retract, the MCP tool retract_fact). Key: the head entity id, so one head's conflicts are
     resolved in order. `candidate.passage_id` is the chunk whose progress waits for work_id."""
 
     TOPIC: ClassVar[str] = "conflict-sets"
-    KINDS: ClassVar[tuple[str, ...]] = ("duplicate", "adjudicate")
+    KINDS: ClassVar[tuple[str, ...]] = ("duplicate", "adjudicate", "retract")
     FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("reason",)
 
     tenant: str
@@ -374,7 +431,7 @@ class FactEvent(Record):
 
     TOPIC: ClassVar[str] = "indexed-facts"
     FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("fact", "reason")
-    EVENTS: ClassVar[tuple[str, ...]] = ("activated", "merged", "qualified", "invalidated", "expired", "retracted")
+    EVENTS: ClassVar[tuple[str, ...]] = ("activated", "merged", "qualified", "invalidated", "expired", "retracted", "pending")
 
     tenant: str
     event: str

@@ -96,7 +96,7 @@ class Envelope:
         the message dead-lettered with the reason. Returns only then, so the caller may ack."""
         started = time.perf_counter()
         try:
-            record = self.decode(topic, value)
+            record = self.decode(topic, value, key)
         except Exception as exc:  # any failure to decode is a dead letter, never a skipped message
             reason = str(exc) if isinstance(exc, ContractError) else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
             await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
@@ -140,9 +140,14 @@ class Envelope:
             if outage_since is not None:
                 metrics.OUTAGE_WAITING.labels(stage=topic).dec()
 
-    def decode(self, topic: str, value: bytes | None) -> Record:
-        """The message's record; raises (ContractError or any decoding error) on bad input."""
+    def decode(self, topic: str, value: bytes | None, key: bytes | None = None) -> Record:
+        """The message's record — for a message of no value on a topic whose records have
+        tombstones (documents), the deletion its key names; raises (ContractError or any
+        decoding error) on bad input."""
         if value is None:
+            tombstone = getattr(self.records[topic], "tombstone", None)
+            if tombstone is not None:
+                return tombstone(key)
             raise ContractError(f"{topic}: empty message (no value)")
         return decode(self.records[topic], value, max_text_bytes=self.settings.max_text_bytes)
 

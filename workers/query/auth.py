@@ -30,7 +30,7 @@ from topics import ContractError, validate_tenant
 SCOPES = ("read", "write", "answer", "admin")
 SCOPE_MEANINGS = {  # for error messages and `memstream keys new --help`
     "read": "query a tenant's memory and read its facts and passages (POST /v1/query, GET /v1/facts, /v1/passages, MCP search tools)",
-    "write": "publish into a tenant's memory (the MCP tool `remember`)",
+    "write": "publish into a tenant's memory, or take out of it (the MCP tools `remember`, `forget`, `retract_fact`; POST /v1/facts/{id}/retract)",
     "answer": "have the query worker's LLM generate an answer (\"answer\": true)",
     "admin": "read /metrics on the API's address",
 }

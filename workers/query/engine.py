@@ -32,6 +32,7 @@ import numpy as np
 
 from store import Memory
 from store.keys import entity_node, node_id, passage_node
+from store.records import is_current
 from topics import ContractError, tenant_or_default
 from workers import metrics
 from workers.query.drilldown import ranked_passage
@@ -254,11 +255,12 @@ class QueryEngine:
             similarity.update(zip([pid for pid, _ in found], cosines([vec for _, vec in found], vector)))
 
     async def _read_rows(self, tenant: str, passage_ids: list[str], known: dict[str, dict]) -> dict[str, dict]:
-        """`known` and the stored rows of the passages not in it (one round trip for those)."""
+        """`known` and the stored rows of the passages not in it (one round trip for those),
+        leaving out those a later version retired (store.records.is_current)."""
         missing = [pid for pid in dict.fromkeys(passage_ids) if pid not in known]
         if not missing:
             return known
-        return {**known, **{pid: row for pid, row in zip(missing, await self.memory.passages(tenant, missing)) if row is not None}}
+        return {**known, **{pid: row for pid, row in zip(missing, await self.memory.passages(tenant, missing)) if is_current(row)}}
 
     async def _graph_first_stage(self, request: QueryRequest, vector) -> FirstStage:
         """What the graph modes start from: the first stage, with episodes (_with_episodes) and
@@ -435,8 +437,8 @@ class QueryEngine:
 
     async def _ranked_rows(self, request: QueryRequest, ranked: list[tuple[str, float]], known: dict[str, dict] | None = None) -> list[tuple[dict, float]]:
         """The first top_k passages of `ranked` (id, score) that exist, as stored rows with their
-        scores (`known`: rows read already); with as_of, those said by then (said_by), read a
-        batch at a time until top_k."""
+        scores (`known`: rows read already), in memory (not retired) and, with as_of, said by
+        then (said_by), read a batch at a time until top_k."""
         out: list[tuple[dict, float]] = []
         rows = known or {}
         batch = request.top_k if request.as_of is None else request.top_k * AS_OF_OVERFETCH
@@ -444,7 +446,7 @@ class QueryEngine:
             part = ranked[start:start + batch]
             rows = await self._read_rows(request.tenant, [pid for pid, _ in part], rows)
             out += [(rows[pid], score) for pid, score in part if pid in rows and said_by(rows[pid], request.as_of)]
-            if len(out) >= request.top_k or request.as_of is None:
+            if len(out) >= request.top_k:
                 break
         return out[: request.top_k]
 

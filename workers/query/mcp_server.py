@@ -1,10 +1,12 @@
 """memstream as an MCP server (Model Context Protocol, the official `mcp` SDK 2.x) for agent
-frameworks: the memory of ONE tenant per server, as five tools —
+frameworks: the memory of ONE tenant per server, as seven tools —
 
 - `search_memory`: the query engine's answer (workers.query.engine), validated as POST /v1/query
   validates a body, so a bad request is a tool error with the same message as the HTTP 400;
 - `remember`: a conversation turn or a document published to `memstream.documents`, indexed by
-  the workers like anything `memstream publish` sends;
+  the workers like anything `memstream publish` sends; `forget`: a document taken out again
+  (a tombstone, as `memstream delete` sends); `retract_fact`: a fact taken back (as
+  `memstream retract`);
 - `fact_evidence`, `get_passage`: the drill-down of GET /v1/facts/{id}/evidence and
   /v1/passages/{id} (workers.query.drilldown);
 - `standing_facts`: the tenant's constraints, rejected options and tool failures that hold, as
@@ -16,8 +18,8 @@ tenant MEMSTREAM_TENANT), sharing the HTTP API's engine, result cache and graph 
 endpoint is stateless (every POST stands alone, JSON responses): no session to pin to one
 query worker, so several behind a load balancer serve it alike.
 
-Searching needs Redis only; `remember` needs Kafka, and its producer is made on the first call,
-so a query worker with no broker reachable still serves the other four tools."""
+Searching needs Redis only; `remember`, `forget` and `retract_fact` need Kafka, and the producer is made on the
+first call, so a query worker with no broker reachable still serves the other four tools."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import uuid
 from typing import Annotated, Any, AsyncIterator
 
 from aiohttp import web
@@ -34,7 +37,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from topics.conversations import turn_from_json, turn_ts
-from topics import ContractError, Document, encode, validate_tenant
+from topics import ContractError, Document, DocumentDeletion, encode, validate_tenant
 from topics.records import FACT_CATEGORIES
 from workers.algorithms.normalize import content_hash
 from workers.query import drilldown
@@ -43,6 +46,7 @@ from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
 from workers.settings import Settings
+from workers.stages.resolver import retraction
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +130,20 @@ class Remembered(BaseModel):
     queued: bool = Field(description="true: on the topic; indexed by the workers within seconds, then found by search_memory")
 
 
+class Retracted(BaseModel):
+    fact_id: str
+    tenant: str
+    request: str = Field(description="the retraction's work id")
+    queued: bool = Field(description="true: on memstream.conflict-sets; the resolver retracts it within seconds")
+
+
+class Forgotten(BaseModel):
+    doc_id: str
+    tenant: str
+    topic: str
+    queued: bool = Field(description="true: its tombstone is on the topic; the workers take the document out within seconds")
+
+
 # ---- remember: one document onto memstream.documents --------------------------------------
 
 class PublishError(RuntimeError):
@@ -134,7 +152,8 @@ class PublishError(RuntimeError):
 
 class DocumentPublisher:
     """Publishes documents to `memstream.documents` with kafka-python (as `memstream publish`
-    does: key = doc id, acks from all replicas), on a thread off the event loop. The producer is
+    does: key = tenant/doc id, acks from all replicas) — and their deletions, and fact
+    retractions for the resolver — on a thread off the event loop. The producer is
     made on first use and dropped after a failure, so the next call connects afresh."""
 
     def __init__(self, settings: Settings, timeout_s: float = PUBLISH_TIMEOUT_S):
@@ -145,9 +164,20 @@ class DocumentPublisher:
         self._lock = threading.Lock()
 
     async def publish(self, doc: Document) -> None:
-        await asyncio.to_thread(self._publish, doc)
+        await asyncio.to_thread(self._send, self.topic, doc.key, encode(doc), f"document {doc.doc_id!r}")
 
-    def _publish(self, doc: Document) -> None:
+    async def delete(self, tenant: str, doc_id: str) -> None:
+        """A tombstone for the document (no value, its key): the workers take it out of memory."""
+        deletion = DocumentDeletion(tenant, doc_id)
+        await asyncio.to_thread(self._send, self.topic, deletion.key, None, f"the deletion of document {doc_id!r}")
+
+    async def retract(self, tenant: str, fact, reason: str) -> str:
+        """The fact's retraction for the resolver (workers.stages.resolver.retraction); its work id."""
+        work = retraction(tenant, fact, reason, uuid.uuid4().hex[:16])
+        await asyncio.to_thread(self._send, self.settings.topics.conflict_sets, work.key, encode(work.record), f"the retraction of fact {fact.id!r}")
+        return work.work_id
+
+    def _send(self, topic: str, key: str, value: bytes | None, what: str) -> None:
         try:
             with self._lock:
                 if self._producer is None:
@@ -158,11 +188,10 @@ class DocumentPublisher:
                                                    max_request_size=self.settings.max_message_bytes,
                                                    bootstrap_timeout_ms=timeout_ms, max_block_ms=timeout_ms)
                 producer = self._producer
-            producer.send(self.topic, key=doc.key.encode("utf-8"), value=encode(doc)).get(timeout=self.timeout_s)
+            producer.send(topic, key=key.encode("utf-8"), value=value).get(timeout=self.timeout_s)
         except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, a refused message, ...
             self.close()
-            raise PublishError(f"could not queue document {doc.doc_id!r}: Kafka at {self.settings.kafka_bootstrap} "
-                               f"did not take it ({exc})") from exc
+            raise PublishError(f"could not queue {what}: Kafka at {self.settings.kafka_bootstrap} did not take it ({exc})") from exc
 
     def close(self) -> None:
         with self._lock:
@@ -267,6 +296,42 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         except (ContractError, PublishError) as exc:
             raise ToolError(str(exc)) from None
         return Remembered(doc_id=doc.doc_id, tenant=tenant, topic=publisher.topic, queued=True)
+
+    @server.tool(description=(
+        "Forget a document or turn you remembered (by its doc_id): its passages leave memory, and every fact only they supported "
+        "is retracted (facts also said elsewhere stay, with that evidence). Use it when something said is taken back. Processed "
+        "in the background (seconds)."))
+    async def forget(
+        doc_id: Annotated[str, Field(description="the doc_id remember returned (or the one you gave it)")],
+        ctx: Context = None,
+    ) -> Forgotten:
+        require_scope(ctx, "write")
+        if not doc_id.strip():
+            raise ToolError("doc_id must not be empty")
+        try:
+            await publisher.delete(tenant, doc_id)
+        except PublishError as exc:
+            raise ToolError(str(exc)) from None
+        return Forgotten(doc_id=doc_id, tenant=tenant, topic=publisher.topic, queued=True)
+
+    @server.tool(description=(
+        "Retract a fact that no longer holds (by its fact_id, as search_memory or standing_facts return it): it leaves memory and "
+        "standing facts with a `retracted` event, and stays out until a passage says it again. Use it when a decision, "
+        "constraint or rejection is taken back. Processed in the background (seconds)."))
+    async def retract_fact(
+        fact_id: Annotated[str, Field(description="the fact's id")],
+        reason: Annotated[str, Field(description="why it no longer holds; kept with the fact")] = "",
+        ctx: Context = None,
+    ) -> Retracted:
+        require_scope(ctx, "write")
+        fact = await engine.memory.fact(tenant, fact_id)
+        if fact is None:
+            raise ToolError(f"no fact {fact_id!r} in tenant {tenant!r}")
+        try:
+            work_id = await publisher.retract(tenant, fact, reason)
+        except PublishError as exc:
+            raise ToolError(str(exc)) from None
+        return Retracted(fact_id=fact_id, tenant=tenant, request=work_id, queued=True)
 
     @server.tool(annotations=read_only, description=(
         "A fact and the exact passages it was extracted from (its evidence). Use it to check a fact that search_memory returned "

@@ -59,7 +59,7 @@ from typing import Awaitable, Callable, Mapping, Protocol
 
 import numpy as np
 
-from store.records import Hit
+from store.records import Hit, is_current
 from workers.algorithms.chunking import token_count
 from workers.algorithms.expiry import said_by
 from workers.algorithms.retrieval import FirstStage, cosines, fuse
@@ -263,7 +263,7 @@ class _Walk:
         budget admits none of them (the step is not taken)."""
         branch = route.branch
         new_ids = [p for p in branch.passage_ids if p not in self.read]
-        rows = [row for row in await self.memory.passages(self.tenant, new_ids) if row is not None]
+        rows = [row for row in await self.memory.passages(self.tenant, new_ids) if is_current(row)]
         tokens = [token_count(row["text"]) for row in rows]
         admitted = admit(self.budget, self.spent, tokens)
         if rows and not admitted:
@@ -360,7 +360,7 @@ class _Walk:
                 fresh.append(cue)
         facts, passages = await asyncio.gather(self._fact_tags(fresh), self._passage_tags(fresh))
         found = [(cue, "fact", fid, score) for cue, fid, score in facts] + [(cue, "passage", pid, score) for cue, pid, score in passages]
-        rows = {row["id"]: row for row in await self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages})) if row is not None}
+        rows = {row["id"]: row for row in await self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages})) if is_current(row)}
         tags = []  # (cue, kind, id, tag text, the text the time bonus reads, the tag's cosine)
         for cue, kind, tid, score in found:
             if kind == "fact":
@@ -429,7 +429,7 @@ class _Walk:
         params = self.request.params
         ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.read_weight])[: self.request.top_k + len(walked)]
         missing = [pid for pid, _ in ranked if pid not in self.read and pid not in self.first.rows]
-        rows = {**self.first.rows, **dict(zip(missing, await self.memory.passages(self.tenant, missing)))}
+        rows = {**self.first.rows, **{pid: row for pid, row in zip(missing, await self.memory.passages(self.tenant, missing)) if is_current(row)}}
         passages = []
         for pid, score in ranked:
             row = self.read.get(pid)

@@ -32,7 +32,7 @@ from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
 from workers.query import auth, drilldown, http, mcp_server
 from workers.query.answering import generate_answer
-from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest
+from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest, parse_json_body
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,30 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
             return await drilldown.fact_evidence(memory, tenant, fact_id), f"fact {fact_id!r}"
         return await lookup(request, load)
 
+    publisher = mcp_server.DocumentPublisher(settings)  # Kafka, made on the first retraction
+
+    async def post_retract(request: web.Request) -> web.Response:
+        """POST /v1/facts/{id}/retract?tenant= with an optional body {"reason": "..."}: the fact's
+        retraction queued for the resolver (202); 400 for a bad tenant or body, 404 for an
+        unknown fact, 503 when Kafka does not take it."""
+        fact_id = request.match_info["fact_id"]
+        try:
+            tenant = named_tenant(request)
+            raw = await request.read()
+            body = parse_json_body(raw) if raw.strip() else {}
+            if not isinstance(body, dict) or set(body) - {"reason"} or not isinstance(body.get("reason", ""), str):
+                raise ContractError('the body, when given, is {"reason": "<text>"}')
+        except ContractError as exc:
+            return http.error_response(400, str(exc))
+        fact = await memory.fact(tenant, fact_id)
+        if fact is None:
+            return http.error_response(404, drilldown.missing(f"fact {fact_id!r}", tenant))
+        try:
+            work_id = await publisher.retract(tenant, fact, body.get("reason", ""))
+        except mcp_server.PublishError as exc:
+            return http.error_response(503, str(exc))
+        return http.json_response({"fact_id": fact_id, "tenant": tenant, "request": work_id, "queued": True}, status=202)
+
     async def get_passage(request: web.Request) -> web.Response:
         passage_id = request.match_info["passage_id"]
 
@@ -151,6 +175,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     async def close_memory(app: web.Application) -> None:
+        await asyncio.to_thread(publisher.close)
         await engine.aclose()
         if owned_llm is not None:
             await owned_llm.aclose()
@@ -160,6 +185,9 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     async def read_named_tenant(request: web.Request) -> http.Need:
         return http.Need(named_tenant(request), ("read",))
 
+    async def write_named_tenant(request: web.Request) -> http.Need:
+        return http.Need(named_tenant(request), ("write",))
+
     async def query_need(request: web.Request) -> http.Need:
         # the body parsed as post_query parses it (aiohttp keeps the bytes read): its tenant and
         # whether it asks for generation
@@ -168,7 +196,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
 
     needs: dict[str, http.RouteNeed] = {
         "query": query_need, "facts": read_named_tenant, "fact": read_named_tenant, "evidence": read_named_tenant,
-        "passage": read_named_tenant, "healthz": http.OPEN, "metrics": http.Need(None, ("admin",)),
+        "passage": read_named_tenant, "retract": write_named_tenant, "healthz": http.OPEN, "metrics": http.Need(None, ("admin",)),
         # MCP serves the tenant MEMSTREAM_TENANT only; each tool checks its scope (read, or write for remember)
         **{name: http.Need(settings.tenant) for name in mcp_server.MCP_ROUTE_NAMES},
     }
@@ -178,6 +206,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     app.router.add_get("/v1/facts", list_facts, name="facts")
     app.router.add_get("/v1/facts/{fact_id}", get_fact, name="fact")
     app.router.add_get("/v1/facts/{fact_id}/evidence", get_evidence, name="evidence")
+    app.router.add_post("/v1/facts/{fact_id}/retract", post_retract, name="retract")
     app.router.add_get("/v1/passages/{passage_id}", get_passage, name="passage")
     app.router.add_get("/healthz", health, name="healthz")
     app.router.add_get("/metrics", metrics, name="metrics")

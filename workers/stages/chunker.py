@@ -2,23 +2,47 @@
 
 A conversation turn (a document with `turn` set: topics.Document.is_turn) is one immutable passage: one chunk
 holding its text verbatim whatever its length, with the turn's context line (speaker and time,
-workers.algorithms.turns) beside it, never in it."""
+workers.algorithms.turns) beside it, never in it.
+
+Versions: memory is a function of each document's current version — the latest published for
+its (tenant, doc id); an older version arriving later is ignored. A new version, in one
+commit with its record:
+- retires the passages of the previous version it no longer holds (unless another document's
+  current version holds the same text): out of retrieval and of every count (facts' support,
+  schemas' frequency, entities' passages), kept for audit; a fact no current passage supports
+  is retracted (a `retracted` event when subscribers knew it: active or invalid) and its group
+  decided again; an active fact that only lost some support has its group decided again;
+- restores the retired passages it holds again (a revert) under a new incarnation, so they are
+  extracted and their facts decided again (topics.Chunk.incarnation);
+- sends on only its chunks: the unchanged ones are already extracted (their done marks hold).
+A deletion (a tombstone on `documents`: topics.DocumentDeletion) is a version that holds nothing.
+Retiring first means no edit can count a text twice: a whitespace-only edit leaves its facts
+with one supporting passage, as the text alone would."""
 
 from __future__ import annotations
 
-from topics import Chunk, Document
+from dataclasses import dataclass
+
+from store.keys import entity_node, passage_node
+from store.records import DocumentRecord
+from topics import Chunk, Document, DocumentDeletion
 from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
+from workers.algorithms.policy import TRACE_CATEGORIES
 from workers.algorithms.turns import turn_context, when_of
-from workers.envelope import Emit
-from workers.stages.context import Stage
+from workers.envelope import Emit, event_message
+from workers.stages.context import Stage, StageContext
+from workers.stages.resolver import adjudication, fact_probe
 
 
-def chunking_mark(doc: Document, doc_hash: str, context: str = "") -> str:
-    """Done mark: one per document text and version, and per context line of a turn (its
-    passage id depends on it: a turn published again with its speaker corrected is chunked again)."""
+def chunking_mark(doc: Document, doc_hash: str, context: str = "", previous: DocumentRecord | None = None) -> str:
+    """Done mark: one per document text and version, per context line of a turn (its passage
+    id depends on it: a turn published again with its speaker corrected is chunked again), and
+    per version it replaces — so publishing an earlier text again at the same version makes it
+    current again, and a redelivery after the commit (which replaces itself) changes nothing."""
     mark = f"doc:{doc.doc_id}:{doc_hash[:32]}:{doc.version}"
-    return f"{mark}:{content_hash(context)[:16]}" if context else mark
+    mark = f"{mark}:{content_hash(context)[:16]}" if context else mark
+    return f"{mark}:after:{previous.doc_hash[:16]}:{previous.version}" if previous is not None else mark
 
 
 TURN_FIELDS = ("session_id", "turn", "speaker", "ts")
@@ -50,22 +74,167 @@ def pieces_of(doc: Document, context: str, window: int, overlap: int) -> list[Te
 
 
 class ChunkerStage(Stage):
-    async def handle(self, doc: Document) -> None:
-        doc_hash = content_hash(doc.text)
+    def __init__(self, context: StageContext):
+        super().__init__(context)
+        self.versions = Versions(context)
+
+    async def handle(self, doc: Document | DocumentDeletion) -> None:
+        if isinstance(doc, DocumentDeletion):
+            return await self.delete(doc)
+        tenant, doc_hash = doc.tenant, content_hash(doc.text)
         context = context_of(doc)
         pieces = pieces_of(doc, context, self.settings.chunk_tokens, self.settings.chunk_overlap)
-        # Outside the once-mark: publishing an earlier text again makes it current again.
-        pipe = self.memory.pipeline()
-        self.memory.stage_document(pipe, doc.tenant, doc.doc_id, doc_hash, doc.version, [p.chunk_id for p in pieces])
-        await pipe.execute()
+        chunk_ids = [p.chunk_id for p in pieces]
+        previous = await self.memory.document_record(tenant, doc.doc_id)
+        if previous is not None and previous.version > doc.version:
+            return  # an older version than the current one: nothing of it enters memory
+        if previous is not None and previous.mark and (previous.version, previous.chunk_ids) == (doc.version, tuple(chunk_ids)):
+            # this version is current already (a redelivery, or the same text again): the message
+            # that made it so is done, or its committed outbox is published now
+            return await self.once(tenant, previous.mark, _nothing)
+        mark = chunking_mark(doc, doc_hash, context, previous)
 
         async def decide(pipe) -> list[Emit]:
+            current = await self.memory.document_record(tenant, doc.doc_id)
+            if current is not None and current.version > doc.version:
+                return []
+            self.memory.expect_document(pipe, tenant, doc.doc_id, current)  # another version meanwhile: decide again
+            self.memory.stage_document(pipe, tenant, doc.doc_id, doc_hash, doc.version, chunk_ids, mark)
+            changes = await self.versions.replace(pipe, tenant, doc.doc_id, current, chunk_ids, f"{doc.doc_id} version {doc.version}")
             return [
                 Emit("chunks", doc.doc_id, Chunk(
-                    tenant=doc.tenant, chunk_id=p.chunk_id, doc_id=doc.doc_id, seq=p.seq, n_chunks=len(pieces),
-                    text=p.text, doc_version=doc.version, doc_hash=doc_hash, context=context, metadata=passage_metadata(doc),
+                    tenant=tenant, chunk_id=p.chunk_id, doc_id=doc.doc_id, seq=p.seq, n_chunks=len(pieces), text=p.text,
+                    doc_version=doc.version, doc_hash=doc_hash, context=context, metadata=passage_metadata(doc),
+                    incarnation=changes.incarnations.get(p.chunk_id, 0),
                 ))
                 for p in pieces
-            ]
+            ] + changes.outbox
 
-        await self.once(doc.tenant, chunking_mark(doc, doc_hash, context), decide)
+        await self.once(tenant, mark, decide)
+
+    async def delete(self, deletion: DocumentDeletion) -> None:
+        """A tombstone: the document's current version holds nothing any more (its record stays,
+        with no chunks, so a later publication of any version at least as new is its next
+        version). Its passages retire and its facts are decided again as after an edit."""
+        tenant, doc_id = deletion.tenant, deletion.doc_id
+        previous = await self.memory.document_record(tenant, doc_id)
+        if previous is None:
+            return  # never published
+        if not previous.chunk_ids:  # deleted already (a redelivery: its outbox is published now)
+            return await self.once(tenant, previous.mark, _nothing) if previous.mark else None
+        mark = f"del:{doc_id}:after:{previous.doc_hash[:16]}:{previous.version}"
+
+        async def decide(pipe) -> list[Emit]:
+            current = await self.memory.document_record(tenant, doc_id)
+            if current is None or not current.chunk_ids:
+                return []
+            self.memory.expect_document(pipe, tenant, doc_id, current)
+            self.memory.stage_document(pipe, tenant, doc_id, "", current.version, [], mark)
+            return (await self.versions.replace(pipe, tenant, doc_id, current, [], f"{doc_id} deleted")).outbox
+
+        await self.once(tenant, mark, decide)
+
+
+async def _nothing(pipe) -> list[Emit]:
+    """The decision of a message whose effect is in memory already: none."""
+    return []
+
+
+@dataclass
+class VersionChange:
+    incarnations: dict[str, int]  # chunk id → the incarnation its chunk is sent with
+    outbox: list[Emit]  # events and groups to decide again
+
+
+class Versions(Stage):
+    """What a document's new version (or its deletion: no chunks) changes in memory, staged on
+    the chunker's transaction."""
+
+    async def replace(self, pipe, tenant: str, doc_id: str, current: DocumentRecord | None, chunk_ids: list[str], why: str) -> VersionChange:
+        old = list(dict.fromkeys(current.chunk_ids)) if current is not None else []
+        new = list(dict.fromkeys(chunk_ids))
+        gone = [c for c in old if c not in set(new)]
+        for chunk_id in new:
+            if chunk_id not in set(old):
+                self.memory.stage_passage_documents(pipe, tenant, chunk_id, [doc_id], [])
+        owners = await self.memory.passage_documents(tenant, gone)
+        for chunk_id in gone:
+            self.memory.stage_passage_documents(pipe, tenant, chunk_id, [], [doc_id])
+        retiring = [c for c, held_by in zip(gone, owners) if not held_by - {doc_id}]  # no other document holds the text
+        states = dict(zip(new + retiring, await self.memory.passage_states(tenant, new + retiring)))
+        incarnations = {}
+        for chunk_id in new:  # a revert: the passage comes back, to be extracted again
+            state = states[chunk_id]
+            incarnations[chunk_id] = state.incarnation + 1 if state.retired else state.incarnation
+            if state.retired:
+                self.memory.expect_passage(pipe, tenant, chunk_id, state)
+                self.memory.stage_restore_passage(pipe, tenant, chunk_id, state.incarnation + 1)
+        retired = [c for c in retiring if not states[c].retired]
+        return VersionChange(incarnations, await self._retire(pipe, tenant, retired, states, why) if retired else [])
+
+    async def _retire(self, pipe, tenant: str, passage_ids: list[str], states: dict, why: str) -> list[Emit]:
+        """The passages leave memory; each fact they supported is decided again."""
+        lost: dict[str, set[str]] = {}  # fact id → the passages of its support that leave
+        schemas: set[str] = set()  # the schemas whose frequency falls
+        version = await self.memory.bump_graph_version(tenant)  # its passage edges leave the graph
+        for pid in passage_ids:
+            self.memory.expect_passage(pipe, tenant, pid, states[pid])
+            self.memory.stage_retire_passage(pipe, tenant, pid)
+            fact_ids, schema_ids = await self.memory.passage_support(tenant, pid)
+            schemas.update(schema_ids)
+            entity_ids = await self.memory.passage_entities(tenant, pid)
+            self.memory.stage_drop_support(pipe, tenant, pid, fact_ids, schema_ids, entity_ids)
+            for eid in entity_ids:
+                self.memory.stage_edge_removed(pipe, tenant, version, entity_node(eid), passage_node(pid), "passage")
+            for fid in fact_ids:
+                lost.setdefault(fid, set()).add(pid)
+        outbox: list[Emit] = []
+        for fact in await self.memory.facts(tenant, sorted(lost)):
+            if fact is None or fact.status in ("merged", "expired", "retracted"):
+                continue  # out of memory already (a merged fact's support moved to its target)
+            fact.passage_ids = sorted(set(fact.passage_ids) - lost[fact.id])
+            was = fact.status
+            regroup = was == "active" and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2
+            if fact.passage_ids:  # less support: its group may be decided otherwise now
+                self.memory.expect_status(pipe, tenant, fact.id, was)
+                if regroup:
+                    outbox.append(adjudication(fact_probe(tenant, fact, "retirement"), fact.head_id, fact.relation,
+                                               f"{fact.id} lost support ({why})", f"lost-{fact.id}-{'-'.join(sorted(lost[fact.id]))[:200]}"))
+                continue
+            if was == "pending":
+                self.memory.stage_unpend(pipe, tenant, fact.schema_id, [fact.id])
+            retracted = self.lifecycle.retract(pipe, tenant, fact, version, f"no current passage says it ({why})")
+            if was in ("active", "invalid"):  # subscribers knew it
+                outbox.append(event_message(retracted))
+            if regroup:
+                outbox.append(adjudication(fact_probe(tenant, fact, "retirement"), fact.head_id, fact.relation, f"{fact.id} retracted ({why})",
+                                           f"retracted-{fact.id}-{'-'.join(sorted(lost[fact.id]))[:200]}"))
+        return outbox + await self._demote(pipe, tenant, sorted(schemas), set(passage_ids), version, why)
+
+    async def _demote(self, pipe, tenant: str, schema_ids: list[str], leaving: set[str], version: int, why: str) -> list[Emit]:
+        """A stable schema whose support falls below τ is a candidate again, and its facts in
+        memory wait behind the τ gate (Lifecycle.park, a `pending` event), as they would had the
+        current documents alone been indexed. Its facts are found through the passages that
+        support it (each passage a fact of it came from counted the schema). Facts of the
+        decision trace's categories are left alone: a stated one needs no τ, and which were
+        stated is not recorded."""
+        if not self.settings.on("schema_filter"):
+            return []
+        outbox: list[Emit] = []
+        for sid in schema_ids:
+            status, passages = await self.memory.schema_support(tenant, sid)
+            remaining = [p for p in passages if p not in leaving]
+            if status != "stable" or len(remaining) >= self.settings.effective_tau:
+                continue
+            self.memory.stage_schema_status(pipe, tenant, sid, "candidate")
+            fact_ids = sorted({fid for pid in remaining for fid in (await self.memory.passage_support(tenant, pid))[0]})
+            for fact in await self.memory.facts(tenant, fact_ids):
+                if fact is None or fact.schema_id != sid or fact.status not in ("active", "invalid") or fact.category in TRACE_CATEGORIES:
+                    continue
+                was_active = fact.status == "active"
+                regroup = was_active and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2
+                outbox.append(event_message(self.lifecycle.park(pipe, tenant, fact, version, f"its schema's support fell below τ ({why})")))
+                if regroup:
+                    outbox.append(adjudication(fact_probe(tenant, fact, "retirement"), fact.head_id, fact.relation, f"{fact.id} parked ({why})",
+                                               f"parked-{fact.id}-{version}"))
+        return outbox

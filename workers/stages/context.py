@@ -31,3 +31,14 @@ class Stage:
         self.memory = context.memory
         self.lifecycle = context.lifecycle
         self.once = context.once
+
+
+async def current_passage(memory, pipe, tenant: str, passage_id: str, incarnation: int) -> bool:
+    """Whether the passage is in memory at this incarnation (workers.stages.chunker: versions),
+    fenced on `pipe`: a version that retires or restores it before the commit makes the
+    decision run again. A message about a passage out of memory counts nothing."""
+    state = (await memory.passage_states(tenant, [passage_id]))[0]
+    if state.retired or state.incarnation != incarnation:
+        return False
+    memory.expect_passage(pipe, tenant, passage_id, state)
+    return True

@@ -16,7 +16,7 @@ from topics import CandidateFact
 from workers.algorithms.normalize import fact_id, schema_id
 from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, UNCONTESTED_CATEGORIES, needs_no_tau
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
-from workers.stages.context import Stage
+from workers.stages.context import Stage, current_passage
 from workers.stages.resolver import adjudication, containment_changed, duplicate
 
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
@@ -32,7 +32,7 @@ def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
 def detection_mark(cand: CandidateFact, fid: str) -> str:
     """Done mark: an extracted fact's detection is one per (passage, fact index); a promoted
     pending fact's activation one per (fact, promoting passage)."""
-    return f"act:{fid}:{cand.passage_id}" if cand.activation else f"det:{cand.passage_id}:{cand.fact_index}"
+    return f"act:{fid}:{cand.passage_mark}" if cand.activation else f"det:{cand.passage_mark}:{cand.fact_index}"
 
 
 def activation_work_id(pending_fact_id: str) -> str:
@@ -53,6 +53,8 @@ class DetectorStage(Stage):
             if cand.activation:  # a promoted pending fact
                 outbox = await self._admit(pipe, cand, fact) if fact.status == "pending" else []
                 return self._finish(pipe, cand, cand.work_id, outbox)
+            if not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation):
+                return []  # a version retired its passage after extraction: it supports nothing
             if cand.passage_id in fact.passage_ids and fact.status != "new":
                 return self._finish(pipe, cand, None, [])  # the same fact twice in one passage
             if fact.status in ("active", "invalid", "merged"):
@@ -93,7 +95,7 @@ class DetectorStage(Stage):
             promoted = CandidateFact(
                 tenant=cand.tenant, passage_id=cand.passage_id, doc_id=cand.doc_id, fact=fact.triple(), fact_index=cand.fact_index,
                 chunk_fact_count=cand.chunk_fact_count, head_id=fact.head_id, tail_id=fact.tail_id, extractor="promotion",
-                activation=True, work_id=activation_work_id(pid),
+                activation=True, work_id=activation_work_id(pid), incarnation=cand.incarnation,
             )
             outbox.append(Emit("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), promoted))
         return outbox

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import time
 
-from topics import CandidateFact
 from workers.envelope import Emit, event_message
 from workers.stages.context import Stage
-from workers.stages.resolver import adjudication
+from workers.stages.resolver import adjudication, fact_probe
 
 SWEEP_BATCH = 500  # lapsed facts read from the index at once
 GONE = ("merged", "expired", "retracted")  # no longer in memory: nothing to expire
@@ -71,19 +70,17 @@ class ExpirySweep(Stage):
             self.memory.stage_expiry_done(pipe, tenant, fid, fact.expires_at)
             if fact.status in GONE:
                 return []
-            was_active = fact.status == "active"
+            was = fact.status
+            was_active = was == "active"
             ttl_over = f"TTL lapsed at {fact.expires_at:.3f} (system time)"
-            outbox = [event_message(self.lifecycle.expire(pipe, tenant, fact, await self.memory.bump_graph_version(tenant), ttl_over))]
+            expired_event = self.lifecycle.expire(pipe, tenant, fact, await self.memory.bump_graph_version(tenant), ttl_over)
+            # subscribers hear of a fact leaving memory only if they heard of it: not of one that
+            # was never activated (new or pending: no event told them of it)
+            outbox = [event_message(expired_event)] if was in ("active", "invalid") else []
             expired.add((tenant, fid))
             if was_active and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
-                outbox.append(adjudication(_probe(tenant, fact), fact.head_id, fact.relation, f"{fid} expired",
+                outbox.append(adjudication(fact_probe(tenant, fact, "expiry"), fact.head_id, fact.relation, f"{fid} expired",
                                            f"expired-{fid}-{fact.expires_at!r}"))
             return outbox
 
         return decide
-
-
-def _probe(tenant: str, fact) -> CandidateFact:
-    """The candidate an adjudication names: the expired fact, at its first passage."""
-    return CandidateFact(tenant=tenant, passage_id=(fact.passage_ids or [fact.id])[0], doc_id="", fact=fact.triple(), fact_index=0,
-                         chunk_fact_count=1, head_id=fact.head_id, tail_id=fact.tail_id, extractor="expiry")

@@ -12,6 +12,7 @@ from dataclasses import replace
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
+from topics.records import passage_mark
 from topics.records import Triple
 from workers import metrics
 from workers.algorithms import grounding
@@ -22,7 +23,7 @@ from workers.envelope import Emit, PermanentError
 from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
-from workers.stages.context import Stage, StageContext
+from workers.stages.context import Stage, StageContext, current_passage
 from workers.stages.detector import candidate_key
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,9 @@ log = logging.getLogger(__name__)
 def extraction_mark(chunk: Chunk) -> str:
     """Done mark: one per chunk. A chunk's id is derived from its content (a document window's:
     its text; a turn's: its document, context line and text — workers.algorithms.chunking), so
-    the same content is extracted once."""
-    return f"ext:{chunk.chunk_id}"
+    the same content is extracted once — and once more each time a revert brings it back
+    (Chunk.incarnation)."""
+    return f"ext:{passage_mark(chunk.chunk_id, chunk.incarnation)}"
 
 
 def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
@@ -97,6 +99,8 @@ class ExtractorStage(Stage):
             raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
 
         async def decide(pipe) -> list[Emit]:
+            if not await current_passage(self.memory, pipe, tenant, chunk.chunk_id, chunk.incarnation):
+                return []  # a version retired it (or brought it back again) after this chunk was sent
             try:
                 # whatever the extractor, a name without letters or digits has no entity id
                 extraction = drop_unnamed(await self._extraction(chunk), f"chunk {chunk.chunk_id}")
@@ -147,6 +151,7 @@ class ExtractorStage(Stage):
                 candidate = CandidateFact(
                     tenant=tenant, passage_id=chunk.chunk_id, doc_id=chunk.doc_id, fact=triple, fact_index=index,
                     chunk_fact_count=len(facts), head_id=head_id, tail_id=tail_id, extractor=self.extractor.name,
+                    incarnation=chunk.incarnation,
                 )
                 outbox.append(Emit("candidate-facts", candidate_key(head_id, triple.relation, tail_id), candidate))
             if not facts:

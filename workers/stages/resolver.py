@@ -23,7 +23,7 @@ from workers.envelope import Emit, PermanentError, event_message, spawned_work_i
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
 from workers.settings import Settings
-from workers.stages.context import Stage, StageContext
+from workers.stages.context import Stage, StageContext, current_passage
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
     """Work for the resolver: merge the candidate into `target`, the fact it repeats."""
     # keyed by the target's head: the resolver decides the target's group, and one head's
     # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
-    work = f"res:duplicate:{target.id}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+    work = f"res:duplicate:{target.id}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
     record = ConflictSet(
         tenant=cand.tenant, kind="duplicate", candidate=cand, fact_id=target.id, conflicting=[target.id],
         passage_ids=[cand.passage_id], work_id=work, reason=reason,
@@ -43,7 +43,7 @@ def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
 def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
     """Work for the resolver: decide the group (head_id, relation) again, because of `cand`."""
     # the cause keeps work ids apart when one fact triggers a group for several reasons
-    work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_id}:{cand.fact_index}:{int(cand.activation)}"
+    work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
     probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
     record = ConflictSet(
         tenant=cand.tenant, kind="adjudicate", candidate=probe, fact_id="", conflicting=[],
@@ -52,9 +52,24 @@ def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, 
     return Emit("conflict-sets", head_id, record)
 
 
+def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
+    """The candidate an adjudication names when no extracted fact caused it (an expiry, a
+    retraction): the fact itself, at its first passage (or its id when none is left). `why`
+    stands as its extractor."""
+    return CandidateFact(tenant=tenant, passage_id=(fact.passage_ids or [fact.id])[0], doc_id="", fact=fact.triple(), fact_index=0,
+                         chunk_fact_count=1, head_id=fact.head_id, tail_id=fact.tail_id, extractor=why)
+
+
+def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
+    """Work for the resolver: retract `fact` as a caller asked (one request: `request_id`)."""
+    record = ConflictSet(tenant=tenant, kind="retract", candidate=fact_probe(tenant, fact, "request"), fact_id=fact.id, conflicting=[],
+                         passage_ids=[], work_id=f"retract:{fact.id}:{request_id}", reason=reason)
+    return Emit("conflict-sets", fact.head_id, record)
+
+
 def resolution_mark(conflict: ConflictSet) -> str:
     """Done mark: the conflict set's work id (a set without one: its candidate's fact)."""
-    return conflict.work_id or f"res:{conflict.candidate.passage_id}:{conflict.candidate.fact_index}"
+    return conflict.work_id or f"res:{conflict.candidate.passage_mark}:{conflict.candidate.fact_index}"
 
 
 async def containment_changed(settings: Settings, memory: Memory, cand: CandidateFact, fact: Fact) -> list[Emit]:
@@ -90,6 +105,9 @@ class ResolverStage(Stage):
     async def handle(self, conflict: ConflictSet) -> None:
         cand, tenant = conflict.candidate, conflict.tenant
 
+        if conflict.kind == "retract":  # a caller's request: no chunk waits for it
+            return await self.once(tenant, resolution_mark(conflict), lambda pipe: self._retract(pipe, conflict))
+
         async def decide(pipe) -> list[Emit]:
             if conflict.kind == "duplicate":
                 outbox = await self._merge(pipe, conflict)
@@ -111,7 +129,8 @@ class ResolverStage(Stage):
             raise PermanentError(f"conflict set names fact {conflict.fact_id}, which is not in memory")
         source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
         source = None if source_id == target.id else await self.memory.fact(tenant, source_id)
-        own = set() if cand.activation else {cand.passage_id}  # a promotion's passage_id is the promoting chunk
+        # a promotion's passage_id is the promoting chunk; a passage a version retired supports nothing
+        own = set() if cand.activation or not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation) else {cand.passage_id}
         gained = (own | set(source.passage_ids if source else ())) - set(target.passage_ids)
         merged = self.lifecycle.merge(pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source)
         if merged is None:
@@ -122,12 +141,38 @@ class ResolverStage(Stage):
             outbox += await self._adjudicate(pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained})
         return outbox
 
+    async def _retract(self, pipe, conflict: ConflictSet) -> list[Emit]:
+        """Out of memory as asked: status retracted (a `retracted` event when subscribers knew
+        it), out of retrieval and standing facts, its support set aside so no decision of its
+        group brings it back; a passage that says it again later brings it back. A merged fact
+        is retracted where it went (the fact holding it)."""
+        tenant = conflict.tenant
+        fact = await self.memory.fact(tenant, conflict.fact_id)
+        while fact is not None and fact.status == "merged":
+            fact = await self.memory.fact(tenant, fact.merged_into)
+        if fact is None:
+            raise PermanentError(f"retract: no fact {conflict.fact_id!r} in tenant {tenant!r}")
+        if fact.status == "retracted" and not fact.passage_ids:
+            return []
+        was, said_by = fact.status, list(fact.passage_ids)
+        regroup = was == "active" and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2
+        if was == "pending":
+            self.memory.stage_unpend(pipe, tenant, fact.schema_id, [fact.id])
+        self.memory.stage_unsupport(pipe, tenant, fact.id, said_by)
+        retracted = self.lifecycle.retract(pipe, tenant, fact, await self.memory.bump_graph_version(tenant),
+                                           f"retracted on request: {conflict.reason}" if conflict.reason else "retracted on request")
+        outbox = [event_message(retracted)] if was in ("active", "invalid") else []
+        if regroup:  # a fact it excluded may hold now
+            outbox.append(adjudication(fact_probe(tenant, fact, "request"), fact.head_id, fact.relation, f"{fact.id} retracted on request",
+                                       f"{conflict.work_id}-group"))
+        return outbox
+
     async def prefetch(self, conflict: ConflictSet) -> None:
         """Read-ahead (workers/app.py): ask the LLM what `handle` will ask it about this
         adjudication, from memory as it is now, so the answer waits in the LLM cache (if a
         message before it changes the group, handle asks again). A duplicate's question
         depends on the merge handle stages first: not read ahead."""
-        if self.resolver_llm is None or conflict.kind == "duplicate":
+        if self.resolver_llm is None or conflict.kind in ("duplicate", "retract"):
             return
         tenant, cand = conflict.tenant, conflict.candidate
         facts = await self._members(tenant, cand.head_id, cand.fact.relation)
@@ -138,9 +183,17 @@ class ResolverStage(Stage):
 
     async def _members(self, tenant: str, head_id: str, relation: str) -> dict[str, Fact]:
         """The group's facts that take part in its decision: a lapsed fact does not (the expiry
-        sweep expires it, then decides the group again), nor a merged one."""
+        sweep expires it, then decides the group again), nor a merged one, nor a pending one of a
+        schema that is not stable (parked behind the τ gate: a version took its schema below τ),
+        nor one retracted that no current passage supports (workers.stages.chunker; one a
+        passage says again is back)."""
         members = await self.memory.group(tenant, head_id, relation)
-        return {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members)) if f and f.status != "merged" and not f.lapsed()}
+        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members))
+                 if f and f.status != "merged" and not (f.status == "retracted" and not f.passage_ids) and not f.lapsed()}
+        for fid, fact in list(facts.items()):  # pending: being promoted (its schema stable), else parked behind the gate
+            if fact.status == "pending" and (await self.memory.schema_support(tenant, fact.schema_id))[0] != "stable":
+                del facts[fid]
+        return facts
 
     async def _weighs_evidence(self, tenant: str, relation: str, facts: dict) -> bool:
         """False when the group is decided without reading any evidence (one fact, or a multi-valued relation)."""

@@ -1,0 +1,380 @@
+"""Documents change (workers.stages.chunker: versions): memory follows each document's current
+version. An edit retires the passages the new text no longer holds (out of retrieval and of every
+count, kept for audit) and retracts what only they said; a revert brings the earlier text and its
+facts back; an older version arriving late changes nothing; a text also held by another document
+stays. Each test runs the indexing stages in process (tests.inprocess) over both stores (the
+`redis_url` fixture: InMemoryStore and the stack's Redis), with the rules extractor.
+
+"Memory after the edits" is compared with a fresh tenant given only the current texts: the facts
+that are in memory (any status but retracted) with their status and supporting passages, and the
+schemas with their frequency — `current_memory`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tests.inprocess import Delivery, InProcess
+from workers.models.extraction import RulesExtractor
+
+ILSE = "Ilse Marr lives in Kallmar. Nora Velt works for Orsk Mills."
+ILSE_EDITED = "Ilse Marr lives in Brest."
+GRETA = "Greta Holm founded the Salt Cellar Bakery. Greta Holm lives in Nimmo."
+NORA_ELSEWHERE = "Nora Velt works for Orsk Mills since spring."
+GRETA_SPACED = "Greta Holm founded the Salt Cellar Bakery.  Greta Holm lives in Nimmo.\n"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def current_memory(stages: InProcess) -> dict:
+    """What a fresh tenant of the same current texts must equal: facts in memory (status,
+    supporting passages) and schemas (frequency, status), by id."""
+    facts = {fid: (f.status, tuple(f.passage_ids)) for fid, f in (await stages.facts()).items() if f.status != "retracted"}
+    schemas = {sid: (row.get("frequency"), row.get("status")) for sid, row in await stages.memory.records(stages.tenant, "schemas")}
+    return {"facts": facts, "schemas": {sid: v for sid, v in schemas.items() if v[0] not in ("0", 0)}}
+
+
+async def fresh(redis_url, documents: dict[str, str], **settings) -> dict:
+    """current_memory of a new tenant given only `documents` (doc id → text), in one order."""
+    stages = InProcess(redis_url, RulesExtractor(), **settings)
+    try:
+        for doc_id, text in documents.items():
+            await stages.publish(doc_id, text)
+        return await current_memory(stages)
+    finally:
+        await stages.close()
+
+
+def _by_head(facts: dict, head: str) -> list:
+    return [f for f in facts.values() if f.head == head]
+
+
+def test_an_edit_retires_the_old_text_and_retracts_what_only_it_said(redis_url):
+    """Before: the old passage still ranked first and "Nora Velt works for Orsk Mills", said
+    only by the old text, stayed active."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            [old_passage] = {p for f in (await stages.facts()).values() for p in f.passage_ids}
+            await stages.publish("ilse", ILSE_EDITED, version=2)
+            facts = await stages.facts()
+            answers = [await stages.query("Where does Ilse Marr live? Kallmar or Brest?", mode=mode) for mode in ("lexical", "hybrid", "ppr")]
+            retired = (await stages.memory.passages(stages.tenant, [old_passage]))[0]
+            return stages, facts, answers, retired, await current_memory(stages), stages.events()
+        finally:
+            await stages.close()
+
+    stages, facts, answers, retired, memory, events = run(scenario())
+    for answer in answers:
+        assert [p["text"] for p in answer["passages"]] == [ILSE_EDITED], answer["mode"]
+    assert retired["retired"] is True and retired["text"] == ILSE  # kept for audit and drill-down
+    [nora] = _by_head(facts, "Nora Velt")
+    assert nora.status == "retracted" and nora.passage_ids == []
+    assert {f.tail: f.status for f in _by_head(facts, "Ilse Marr")} == {"Kallmar": "retracted", "Brest": "active"}
+    assert [e["event"] for e in events if e["fact_id"] == nora.id] == ["activated", "retracted"]
+    assert memory == run(fresh(redis_url, {"ilse": ILSE_EDITED}, tau=1))
+
+
+def test_a_whitespace_edit_counts_its_text_once(redis_url):
+    """Before: the edit's passage and the original both supported each fact, which turned the
+    pending facts active with two passages and their schemas stable (τ = 2)."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor())
+        try:
+            await stages.publish("greta", GRETA, version=1)
+            await stages.publish("greta", GRETA_SPACED, version=2)
+            return await stages.facts(), await current_memory(stages)
+        finally:
+            await stages.close()
+
+    facts, memory = run(scenario())
+    held = [f for f in facts.values() if f.status != "retracted"]
+    assert held and all(f.status == "pending" and len(f.passage_ids) == 1 for f in held)
+    assert all(status == "candidate" and frequency == "1" for frequency, status in memory["schemas"].values())
+    assert memory == run(fresh(redis_url, {"greta": GRETA_SPACED}))
+
+
+def test_a_revert_brings_the_earlier_text_and_its_facts_back(redis_url):
+    """Before: the earlier text was extracted once and never looked at again, so publishing it
+    again left the edit's fact active and the original's out."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            for version, text in enumerate((ILSE, ILSE_EDITED, ILSE), 1):
+                await stages.publish("ilse", text, version=version)
+            answer = await stages.query("Where does Ilse Marr live?", mode="hybrid")
+            return await stages.facts(), answer, await current_memory(stages), stages.events()
+        finally:
+            await stages.close()
+
+    facts, answer, memory, events = run(scenario())
+    assert {f.tail: f.status for f in _by_head(facts, "Ilse Marr")} == {"Kallmar": "active", "Brest": "retracted"}
+    assert [p["text"] for p in answer["passages"]] == [ILSE]
+    [nora] = _by_head(facts, "Nora Velt")
+    assert [e["event"] for e in events if e["fact_id"] == nora.id] == ["activated", "retracted", "activated"]
+    assert memory == run(fresh(redis_url, {"ilse": ILSE}, tau=1))
+
+
+def test_an_older_version_arriving_late_changes_nothing(redis_url):
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE_EDITED, version=2)
+            await stages.publish("ilse", ILSE, version=1)
+            status = await stages.memory.document_status(stages.tenant, "ilse")
+            return status, await current_memory(stages)
+        finally:
+            await stages.close()
+
+    status, memory = run(scenario())
+    assert status.version == 2
+    assert memory == run(fresh(redis_url, {"ilse": ILSE_EDITED}, tau=1))
+
+
+def test_a_fact_also_said_elsewhere_keeps_that_evidence_and_a_shared_text_stays(redis_url):
+    """Another document says "Nora Velt works for Orsk Mills" in other words, and a third holds
+    the same text as the first: editing the first removes only its own support."""
+    other = NORA_ELSEWHERE
+
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            await stages.publish("nora", other, version=1)
+            await stages.publish("copy", "Ilse Marr lives in Kallmar.", version=1)
+            await stages.publish("copy-2", "Ilse Marr lives in Kallmar.", version=1)
+            await stages.publish("copy", "Something else entirely.", version=2)
+            return await stages.facts(), await current_memory(stages), await stages.query("Ilse Marr Kallmar", mode="lexical")
+        finally:
+            await stages.close()
+
+    facts, memory, answer = run(scenario())
+    [nora] = _by_head(facts, "Nora Velt")
+    assert nora.status == "active" and len(nora.passage_ids) == 2  # ilse's and nora's
+    assert "Ilse Marr lives in Kallmar." in [p["text"] for p in answer["passages"]]  # copy-2 still holds it
+    assert memory == run(fresh(redis_url, {"ilse": ILSE, "nora": other, "copy-2": "Ilse Marr lives in Kallmar.",
+                                           "copy": "Something else entirely."}, tau=1))
+
+
+def test_edits_and_reverts_hold_under_redelivery_and_several_consumers():
+    """Every message delivered twice, four consumers on four partitions: the same memory."""
+    async def scenario():
+        stages = InProcess(None, RulesExtractor(), tau=1, delivery=Delivery(partitions=4, consumers=4, seed=7, redeliver=1.0))
+        try:
+            for version, text in enumerate((ILSE, ILSE_EDITED, ILSE, ILSE_EDITED), 1):
+                await stages.publish("ilse", text, version=version)
+            await stages.publish("greta", GRETA, version=1)
+            return await current_memory(stages), stages.dead_letters()
+        finally:
+            await stages.close()
+
+    memory, dead = run(scenario())
+    assert dead == []
+    assert memory == run(fresh(None, {"ilse": ILSE_EDITED, "greta": GRETA}, tau=1))
+
+
+def test_a_deleted_document_leaves_memory_and_can_come_back(redis_url):
+    """A tombstone (no value, key tenant/doc id) on `documents`. Before: nothing could be deleted."""
+    other = NORA_ELSEWHERE
+
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            await stages.publish("nora", other, version=1)
+            await stages.delete("ilse")
+            await stages.delete("ilse")  # again: nothing more to do
+            deleted = await current_memory(stages), await stages.query("Ilse Marr Kallmar", mode="lexical"), await stages.facts()
+            await stages.publish("ilse", ILSE, version=2)
+            return deleted, await current_memory(stages), stages.dead_letters()
+        finally:
+            await stages.close()
+
+    (memory, answer, facts), back, dead = run(scenario())
+    assert dead == []
+    assert "Ilse Marr lives in Kallmar" not in " ".join(p["text"] for p in answer["passages"])
+    assert {f.tail: f.status for f in _by_head(facts, "Ilse Marr")} == {"Kallmar": "retracted"}
+    [nora] = _by_head(facts, "Nora Velt")
+    assert nora.status == "active" and len(nora.passage_ids) == 1  # the other document's evidence stays
+    assert memory == run(fresh(redis_url, {"nora": other}, tau=1))
+    assert back == run(fresh(redis_url, {"ilse": ILSE, "nora": other}, tau=1))
+
+
+def test_a_tombstone_whose_key_names_no_document_is_dead_lettered():
+    async def scenario():
+        stages = InProcess(None, RulesExtractor())
+        try:
+            await stages.deliver("documents", b"no-slash-here", None)
+            return stages.dead_letters()
+        finally:
+            await stages.close()
+
+    [letter] = run(scenario())
+    assert "key must be 'tenant/doc id'" in letter["error"]
+
+
+# ---- the property: memory is a function of the current documents -----------------------------
+# Sentences with shared entities (Orsk Mills, Kallmar) and no two of one head and single-valued
+# relation, so no conflict group's decision depends on the order facts arrived in.
+SENTENCES = (
+    "Ilse Marr lives in Kallmar.",
+    "Nora Velt works for Orsk Mills.",
+    "Orsk Mills is located in Brest.",
+    "Greta Holm founded the Salt Cellar Bakery.",
+    "Ilse Marr works for Orsk Mills.",
+    "Greta Holm lives in Nimmo.",
+    "Nora Velt founded the Kallmar Choir.",
+)
+DOCS = ("a", "b", "c", "d", "e")
+
+
+def _text(picks: tuple[int, ...]) -> str:
+    return " ".join(SENTENCES[i] for i in picks)
+
+
+operation = st.one_of(
+    st.tuples(st.just("publish"), st.sampled_from(DOCS), st.lists(st.integers(0, len(SENTENCES) - 1), min_size=1, max_size=3, unique=True).map(tuple)),
+    st.tuples(st.just("whitespace"), st.sampled_from(DOCS), st.just(())),
+    st.tuples(st.just("revert"), st.sampled_from(DOCS), st.just(())),
+    st.tuples(st.just("delete"), st.sampled_from(DOCS), st.just(())),
+)
+
+
+async def _apply(redis_url, operations, redeliver: float, **settings) -> tuple[dict, dict[str, str]]:
+    """The operations in order (each drained), then current_memory and the current texts."""
+    stages = InProcess(redis_url, RulesExtractor(), delivery=Delivery(partitions=3, consumers=3, seed=1, redeliver=redeliver), **settings)
+    history: dict[str, list[str]] = {}
+    current: dict[str, str] = {}
+    try:
+        for version, (kind, doc, picks) in enumerate(operations, 1):
+            if kind == "delete":
+                await stages.delete(doc)
+                current.pop(doc, None)
+                continue
+            if kind == "publish":
+                text = _text(picks)
+            elif kind == "whitespace" and doc in current:
+                text = current[doc].replace(" ", "  ", 1) if "  " not in current[doc] else current[doc].replace("  ", " ")
+            elif kind == "revert" and len(history.get(doc, [])) >= 2:
+                text = history[doc][-2]
+            else:
+                continue
+            await stages.publish(doc, text, version=version)
+            history.setdefault(doc, []).append(text)
+            current[doc] = text
+        return await current_memory(stages), current
+    finally:
+        await stages.close()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations=st.lists(operation, min_size=1, max_size=8), redeliver=st.sampled_from([0.0, 0.5]), tau=st.sampled_from([1, 2]))
+def test_memory_is_a_function_of_the_current_documents(operations, redeliver, tau):
+    """300 random sequences of publish / edit / whitespace edit / revert / delete over five
+    documents that share entities, half of them with messages delivered twice on three
+    partitions, at τ 1 (a schema stable at its first passage) and 2 (a version can take a
+    schema back below τ): the facts (status, support) and schemas (frequency, status) equal
+    those of a fresh tenant given only the current texts. (Without parking the facts of a
+    schema taken below τ, this finds a counterexample within 600 sequences.)"""
+    memory, current = run(_apply(None, operations, redeliver, tau=tau))
+    assert memory == run(fresh(None, current, tau=tau))
+
+
+def test_a_schema_taken_below_tau_is_a_candidate_again_and_its_facts_wait(redis_url):
+    """Two documents make "lives in" stable (τ = 2); deleting one leaves the other's fact
+    pending, as if only it had been published. Before: it stayed active."""
+    async def scenario():
+        memory, current = await _apply(redis_url, [("publish", "a", (0,)), ("publish", "b", (5,)), ("delete", "b", ())], 0.0)
+        return memory, current
+
+    memory, current = run(scenario())
+    assert set(memory["facts"].values()) == {("pending", memory["facts"][next(iter(memory["facts"]))][1])}
+    assert list(memory["schemas"].values()) == [("1", "candidate")]
+    assert memory == run(fresh(redis_url, current))
+
+
+class CountingExtractor(RulesExtractor):
+    """Test double: the rules extractor, counting the texts it is asked to extract (what an LLM
+    extractor would spend a call on each)."""
+
+    def __init__(self):
+        super().__init__()
+        self.texts: list[str] = []
+
+    async def extract(self, text: str, context: str = ""):
+        self.texts.append(text)
+        return await super().extract(text, context)
+
+
+def test_an_edit_of_one_chunk_of_twenty_extracts_that_chunk_alone():
+    """A 20-window document (200 tokens, 40 overlapping: a stride of 160); one word changed in
+    the part of window 8 no other window holds: one extraction, not twenty."""
+    words = [f"w{i}" for i in range(160 * 19 + 200 - 4)]  # the sentence below is five tokens
+    words[160 * 7 + 100] = "Ilse Marr lives in Kallmar."
+    edited = list(words)
+    edited[160 * 7 + 100] = "Ilse Marr lives in Brest."
+
+    async def scenario():
+        extractor = CountingExtractor()
+        stages = InProcess(None, extractor, tau=1)
+        try:
+            await stages.publish("long", " ".join(words), version=1)
+            first = len(extractor.texts)
+            await stages.publish("long", " ".join(edited), version=2)
+            return first, extractor.texts[first:], await stages.facts()
+        finally:
+            await stages.close()
+
+    first, again, facts = run(scenario())
+    assert first == 20
+    assert len(again) == 1 and "Brest" in again[0]
+    assert {f.tail: f.status for f in _by_head(facts, "Ilse Marr")} == {"Kallmar": "retracted", "Brest": "active"}
+
+
+def test_a_fact_retracted_on_request_leaves_memory_until_said_again(redis_url):
+    """`memstream retract` (a `retract` conflict set): the fact is retracted with an event, left
+    out of answers, and no decision of its group brings it back; a passage that says it again
+    does. Before: nothing called Lifecycle.retract."""
+    from topics import encode
+    from workers.stages.resolver import retraction
+
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            [nora] = _by_head(await stages.facts(), "Nora Velt")
+            work = retraction(stages.tenant, nora, "she left the mill", "r1")
+            await stages.deliver(work.topic, work.key.encode(), encode(work.record))
+            await stages.deliver(work.topic, work.key.encode(), encode(work.record))  # delivered twice: one retraction
+            retracted = (await stages.facts())[nora.id]
+            answer = await stages.query("Who works for Orsk Mills?", mode="ppr")
+            await stages.publish("mill", "Nora Velt works for Orsk Mills again.", version=1)
+            return retracted, answer, (await stages.facts())[nora.id], stages.events()
+        finally:
+            await stages.close()
+
+    retracted, answer, back, events = run(scenario())
+    assert retracted.status == "retracted" and retracted.reason == "retracted on request: she left the mill"
+    assert retracted.id not in {f["id"] for f in answer["facts"]}
+    kinds = [e["event"] for e in events if e["fact_id"] == retracted.id]
+    assert kinds[:2] == ["activated", "retracted"] and kinds.count("retracted") == 1
+    assert back.status == "active"
+
+
+def test_tenants_are_listed_with_their_records(redis_url):
+    """`memstream tenants` (Memory.tenant_counts): every tenant with records, per layer."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            return stages.tenant, await stages.memory.tenant_counts()
+        finally:
+            await stages.close()
+
+    tenant, counts = run(scenario())
+    assert counts[tenant] == {"passages": 1, "facts": 2, "entities": 4, "schemas": 2}
+    assert not any(name.startswith("_") for name in counts)  # the model caches are no tenant
