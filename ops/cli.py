@@ -333,10 +333,13 @@ def cmd_query(settings: Settings, args) -> int:
     except urllib.error.URLError as exc:
         print(f"memstream query: cannot reach the query worker at {request.full_url} ({exc.reason}); is `memstream worker` running?", file=sys.stderr)
         return 1
+    result = json.loads(raw)
+    if result.get("warning"):
+        print(f"memstream query: warning: {result['warning']}", file=sys.stderr)
     if args.json:
         sys.stdout.write(raw.decode("utf-8"))
         return 0
-    print(format_answer(json.loads(raw)))
+    print(format_answer(result))
     return 0
 
 

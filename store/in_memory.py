@@ -768,6 +768,9 @@ class InMemoryStore:
     async def tenants(self) -> list[str]:
         return sorted(self._tenants_with_outboxes)
 
+    async def tenant_known(self, tenant: str) -> bool:
+        return tenant in self._tenants_with_outboxes
+
     async def tenant_counts(self) -> dict[str, dict[str, int]]:
         return {name: {layer: len(t.records[layer]) for layer in LAYERS} for name, t in sorted(self._tenants.items())
                 if any(t.records[layer] for layer in LAYERS)}

@@ -1097,6 +1097,10 @@ class Memory:
         """Every tenant that committed a message (commit_once registers it): where to sweep."""
         return sorted(raw.decode() for raw in await self.redis.smembers(TENANTS_WITH_OUTBOXES))
 
+    async def tenant_known(self, tenant: str) -> bool:
+        """Whether anything was ever committed for the tenant (commit_once registers it)."""
+        return bool(await self.redis.sismember(TENANTS_WITH_OUTBOXES, tenant))
+
     async def tenant_counts(self) -> dict[str, dict[str, int]]:
         """Every tenant with records → how many of each layer it holds (passages retired by a
         later version included), in one SCAN over the keyspace."""

@@ -155,7 +155,7 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     assert json.loads(evidence[2])["fact"] == json.loads(fact[2])
     assert [p["text"] for p in json.loads(evidence[2])["passages"]] == [PASSAGES["mill"][3]]
     assert json.loads(passage[2]) == {"id": mill["passage"], "text": PASSAGES["mill"][3], "doc_id": "mill", "seq": 0, "doc_version": 1,
-                                      "metadata": {}, "context": "", "retired": False}
+                                      "metadata": {}, "context": "", "retired": False, "doc_ids": ["mill"]}
     assert (no_fact[0], json.loads(no_fact[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
     assert (no_evidence[0], json.loads(no_evidence[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
     assert bad_tenant[0] == 400 and "invalid tenant" in json.loads(bad_tenant[2])["error"]

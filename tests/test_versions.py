@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.inprocess import Delivery, InProcess
+from workers.query import drilldown
 from workers.models.extraction import RulesExtractor
 
 ILSE = "Ilse Marr lives in Kallmar. Nora Velt works for Orsk Mills."
@@ -148,11 +150,13 @@ def test_a_fact_also_said_elsewhere_keeps_that_evidence_and_a_shared_text_stays(
             await stages.publish("copy", "Ilse Marr lives in Kallmar.", version=1)
             await stages.publish("copy-2", "Ilse Marr lives in Kallmar.", version=1)
             await stages.publish("copy", "Something else entirely.", version=2)
-            return await stages.facts(), await current_memory(stages), await stages.query("Ilse Marr Kallmar", mode="lexical")
+            shared = await drilldown.passage_record(stages.memory, stages.tenant, (await stages.query("Ilse Marr Kallmar", mode="lexical"))["passages"][0]["id"])
+            return await stages.facts(), await current_memory(stages), await stages.query("Ilse Marr Kallmar", mode="lexical"), shared
         finally:
             await stages.close()
 
-    facts, memory, answer = run(scenario())
+    facts, memory, answer, shared = run(scenario())
+    assert shared["text"] == "Ilse Marr lives in Kallmar." and shared["doc_ids"] == ["copy-2"]  # "copy" holds it no more
     [nora] = _by_head(facts, "Nora Velt")
     assert nora.status == "active" and len(nora.passage_ids) == 2  # ilse's and nora's
     assert "Ilse Marr lives in Kallmar." in [p["text"] for p in answer["passages"]]  # copy-2 still holds it
@@ -284,6 +288,17 @@ def test_memory_is_a_function_of_the_current_documents(operations, redeliver, ta
     assert memory == run(fresh(None, current, tau=tau))
 
 
+@pytest.mark.stack
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(operations=st.lists(operation, min_size=1, max_size=6), tau=st.sampled_from([1, 2]))
+def test_memory_is_a_function_of_the_current_documents_in_redis(stack_env, operations, tau):
+    """The same property over Redis (Memory: Lua scripts, WATCH fences, RediSearch), 200
+    sequences of up to six operations, each delivered twice on three partitions."""
+    url = stack_env["MEMSTREAM_REDIS_URL"]
+    memory, current = run(_apply(url, operations, 1.0, tau=tau))
+    assert memory == run(fresh(url, current, tau=tau))
+
+
 def test_a_schema_taken_below_tau_is_a_candidate_again_and_its_facts_wait(redis_url):
     """Two documents make "lives in" stable (τ = 2); deleting one leaves the other's fact
     pending, as if only it had been published. Before: it stayed active."""
@@ -378,3 +393,38 @@ def test_tenants_are_listed_with_their_records(redis_url):
     tenant, counts = run(scenario())
     assert counts[tenant] == {"passages": 1, "facts": 2, "entities": 4, "schemas": 2}
     assert not any(name.startswith("_") for name in counts)  # the model caches are no tenant
+
+
+def test_the_same_text_under_two_doc_ids_is_one_passage_of_both(redis_url):
+    """Before: the second id appeared nowhere (the passage named only the first)."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("first", "Ilse Marr lives in Kallmar.", version=1)
+            await stages.publish("second", "Ilse Marr lives in Kallmar.", version=1)
+            [hit] = (await stages.query("Ilse Marr Kallmar", mode="lexical"))["passages"]
+            statuses = await stages.memory.document_statuses(stages.tenant, ["first", "second"])
+            return await drilldown.passage_record(stages.memory, stages.tenant, hit["id"]), statuses
+        finally:
+            await stages.close()
+
+    record, statuses = run(scenario())
+    assert record["doc_ids"] == ["first", "second"]
+    assert all(s.chunks == s.chunks_done == 1 for s in statuses)  # `publish --wait` sees both indexed
+
+
+def test_a_query_of_a_tenant_that_holds_nothing_says_so(redis_url):
+    """Before: an unknown (say, misspelt) tenant answered like an empty memory."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            known = await stages.query("Where does Ilse Marr live?", mode="lexical")
+            stages.tenant = stages.tenant + "-typo"
+            return known, await stages.query("Where does Ilse Marr live?", mode="lexical"), stages.tenant
+        finally:
+            await stages.close()
+
+    known, unknown, name = run(scenario())
+    assert "warning" not in known
+    assert unknown["passages"] == [] and unknown["warning"].startswith(f"tenant {name!r} holds no memory")

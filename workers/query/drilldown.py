@@ -42,8 +42,14 @@ async def fact_evidence(memory: MemoryStore, tenant: str, fact_id: str) -> dict 
 
 async def passage_record(memory: MemoryStore, tenant: str, passage_id: str) -> dict | None:
     """The passage (store.records.passage_json): its text byte for byte as published, its
-    document, metadata (turn_id, dia_id, session_id, speaker, ts, ...) and context line."""
-    return (await memory.passages(tenant, [passage_id]))[0]
+    document, metadata (turn_id, dia_id, session_id, speaker, ts, ...) and context line, and
+    `doc_ids`: every document whose current version holds the same text (one passage of all;
+    `doc_id` is the first that was extracted)."""
+    found = (await memory.passages(tenant, [passage_id]))[0]
+    if found is None:
+        return None
+    [held_by] = await memory.passage_documents(tenant, [passage_id])
+    return {**found, "doc_ids": sorted(held_by) or ([] if found["retired"] else [found["doc_id"]])}
 
 
 def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, ...], int]:

@@ -220,6 +220,10 @@ class QueryEngine:
             result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings, first)
         else:
             result = await self._ppr(request, vector, timings)
+        if not result["passages"] and not await self.memory.tenant_known(request.tenant):
+            # an empty answer of a tenant nothing was indexed for: say so (a misspelt tenant
+            # would otherwise look like an empty memory)
+            result["warning"] = f"tenant {request.tenant!r} holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
         timings["total"] = _ms(started)
         metrics.QUERY_SECONDS.labels(mode=request.mode).observe(timings["total"] / 1000)
         result["timings_ms"] = {k: round(v, 3) for k, v in timings.items()}
