@@ -8,6 +8,7 @@ the replay pipeline's exact events run in process (test_stages_replay)."""
 
 import hashlib
 import json
+import random
 import time
 import uuid
 
@@ -227,3 +228,50 @@ def test_republishing_an_earlier_text_makes_it_current_again(rules_workers, tmp_
     facts = json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"]
     assert {f["status"] for f in facts if "Halden" in f["head"] + f["tail"]} == {"retracted"}
     assert all(f["status"] != "retracted" for f in facts if "Dunmore" in f["head"] + f["tail"])
+
+
+# ---- documents change, through the CLI and worker processes ---------------------------------------
+def _held(export: dict) -> dict:
+    """What a fresh tenant of the current texts must equal (tests/test_versions.current_memory,
+    from `memstream export`): facts in memory with status and passages, schemas with a frequency."""
+    facts = {f["id"]: (f["status"], tuple(f["passages"])) for f in export["facts"] if f["status"] != "retracted"}
+    schemas = {s["id"]: (s["frequency"], s["status"]) for s in export["schemas"] if int(s["frequency"]) > 0}
+    return {"facts": facts, "schemas": schemas}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_memory_is_a_function_of_the_current_documents_through_kafka(rules_workers, tmp_path, seed):
+    """Three seeded sequences of publish / edit / whitespace edit / revert / delete, sent as a user
+    would (`memstream publish FILE`, `memstream delete`) to a worker over real Kafka and Redis:
+    the memory equals that of a fresh tenant given only the current texts."""
+    from tests.test_versions import DOCS, SENTENCES
+
+    workers, rng = rules_workers, random.Random(seed)
+    tenant, fresh_tenant = tenant_name(f"versions{seed}"), tenant_name(f"fresh{seed}")
+    history: dict[str, list[str]] = {}
+    current: dict[str, str] = {}
+    for step in range(6):
+        doc, kind = rng.choice(DOCS[:3]), rng.choice(["publish", "publish", "whitespace", "revert", "delete"])
+        path = tmp_path / f"{doc}.txt"
+        if kind == "delete" and doc in current:
+            workers.cli.run("delete", doc, "--tenant", tenant, "--wait", "--timeout", "120")
+            del current[doc]
+            continue
+        if kind == "whitespace" and doc in current:
+            text = current[doc] + "\n"
+        elif kind == "revert" and len(history.get(doc, [])) >= 2:
+            text = history[doc][-2]
+        else:
+            text = " ".join(rng.sample(SENTENCES, 2))
+        path.write_text(text)
+        workers.cli.run("publish", str(path), "--tenant", tenant, "--wait", "--timeout", "120")
+        history.setdefault(doc, []).append(text)
+        current[doc] = text
+    for doc, text in current.items():
+        (tmp_path / "fresh").mkdir(exist_ok=True)
+        (tmp_path / "fresh" / f"{doc}.txt").write_text(text)
+    if current:
+        workers.cli.run("publish", str(tmp_path / "fresh"), "--tenant", fresh_tenant, "--wait", "--timeout", "120")
+    edited = json.loads(workers.cli.run("export", "--tenant", tenant).stdout)
+    fresh = json.loads(workers.cli.run("export", "--tenant", fresh_tenant).stdout)
+    assert _held(edited) == _held(fresh), (seed, current)
