@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     retract.add_argument("--tenant", default=None)
     retract.add_argument("--reason", default="", help="kept with the fact and told in its `retracted` event")
 
+    tenant_cmd = sub.add_parser("tenant", help="one tenant: delete it")
+    tenant_cmd.add_argument("action", choices=["delete"])
+    tenant_cmd.add_argument("name", metavar="TENANT")
+    tenant_cmd.add_argument("--purge", action="store_true",
+                            help="required: erase every key of the tenant, its indexes and the model-cache entries of its texts")
+
     tenants = sub.add_parser("tenants", help="the tenants in Redis, with their passages, facts, entities and schemas")
     tenants.add_argument("--json", action="store_true")
 
@@ -273,6 +279,26 @@ def cmd_tenants(settings: Settings, args) -> int:
     print(f"{'tenant':<40}" + "".join(f" {layer:>10}" for layer in LAYERS))
     for tenant, per_layer in counts.items():
         print(f"{tenant:<40}" + "".join(f" {per_layer[layer]:>10}" for layer in LAYERS))
+    return 0
+
+
+def cmd_tenant(settings: Settings, args) -> int:
+    from ops.erase import purge_tenant
+    from store import Memory
+
+    tenant = validate_tenant(args.name)
+    if not args.purge:
+        raise ValueError("memstream tenant delete erases the tenant for good: say so with --purge (stop the workers writing it first)")
+
+    async def purge():
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            return await purge_tenant(settings, memory, tenant)
+        finally:
+            await memory.close()
+
+    gone = asyncio.run(purge())
+    print(f"tenant {tenant} erased: " + ", ".join(f"{n} {what}" for what, n in gone.items()))
     return 0
 
 
@@ -559,6 +585,7 @@ COMMANDS = {
     "delete": cmd_delete,
     "retract": cmd_retract,
     "tenants": cmd_tenants,
+    "tenant": cmd_tenant,
     "tail": cmd_tail,
     "query": cmd_query,
     "alias": cmd_alias,

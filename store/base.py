@@ -8,7 +8,7 @@ Writes are staged: a stage takes `pipeline()`, stages every write of its decisio
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Mapping, Protocol, runtime_checkable
+from typing import Any, AsyncIterator, Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -156,6 +156,8 @@ class MemoryStore(Protocol):
     def stage_lapse_indexed(self, pipe: StagedWrites, tenant: str, fact_id: str) -> None: ...
     async def tenants(self) -> list[str]: ...
     async def tenant_known(self, tenant: str) -> bool: ...  # anything ever committed for it
+    # erase a tenant: its model-cache entries (keys of its extractions, texts it embedded), indexes and keys
+    async def purge_tenant(self, tenant: str, llm_cache_keys: Callable, embedded_texts: Callable) -> dict[str, int]: ...
     async def tenant_counts(self) -> dict[str, dict[str, int]]: ...  # tenant → records per layer (memstream tenants)
 
     # ---- whole layers: `memstream export` ---------------------------------------------------

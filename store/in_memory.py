@@ -768,6 +768,22 @@ class InMemoryStore:
     async def tenants(self) -> list[str]:
         return sorted(self._tenants_with_outboxes)
 
+    async def purge_tenant(self, tenant: str, llm_cache_keys, embedded_texts) -> dict[str, int]:
+        """Memory.purge_tenant."""
+        t = self._tenants.get(tenant)
+        if t is None:
+            return {"keys": 0, "cache entries": 0, **dict.fromkeys(LAYERS, 0)}
+        layers = {layer: await self.records(tenant, layer, skip=("vec", "retired_vec")) for layer in LAYERS}
+        cache = list(llm_cache_keys(layers["passages"]))
+        if t.embedder is not None:
+            cached_vectors = self.embedding_cache(t.embedder.cache_name)
+            cache += [cached_vectors.key(text) for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])]
+        for key in cache:
+            self._cache.pop(key, None)
+        del self._tenants[tenant]
+        self._tenants_with_outboxes.discard(tenant)
+        return {"keys": sum(len(rows) for rows in layers.values()), "cache entries": len(cache), **{layer: len(rows) for layer, rows in layers.items()}}
+
     async def tenant_known(self, tenant: str) -> bool:
         return tenant in self._tenants_with_outboxes
 

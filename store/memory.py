@@ -20,7 +20,7 @@ from redis.commands.search import reducers
 from redis.commands.search.field import TextField
 from redis.commands.search.query import Query
 from redis.commands.search.aggregation import AggregateRequest, Asc
-from redis.exceptions import WatchError
+from redis.exceptions import ResponseError, WatchError
 from redisvl.query.filter import FilterExpression, Tag
 
 from store import graph_log
@@ -1096,6 +1096,39 @@ class Memory:
     async def tenants(self) -> list[str]:
         """Every tenant that committed a message (commit_once registers it): where to sweep."""
         return sorted(raw.decode() for raw in await self.redis.smembers(TENANTS_WITH_OUTBOXES))
+
+    async def purge_tenant(self, tenant: str, llm_cache_keys, embedded_texts) -> dict[str, int]:
+        """Erase a tenant: the model-cache entries of its texts (`llm_cache_keys(passages)`: the
+        LLM cache keys of its extractions; `embedded_texts(passages, entities, facts, schemas)`:
+        every text it embedded), its indexes, every key under its hash tag, and its place in
+        the sweep's list. Returns what went, by kind. Run it with no worker writing the tenant."""
+        keys = self.keys(tenant)
+        layers = {layer: await self.records(tenant, layer, skip=("vec", "retired_vec")) for layer in LAYERS}
+        recorded = await self.redis.hmget(keys.embedder, "name", "dims")
+        cache = [*llm_cache_keys(layers["passages"])]
+        if recorded[0] is not None:
+            cached_vectors = self.embedding_cache(EmbedderId(recorded[0].decode(), int(recorded[1])).cache_name)
+            cache += [cached_vectors.key(text) for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])]
+        for start in range(0, len(cache), 1000):
+            await self.redis.delete(*cache[start:start + 1000])
+        for layer in LAYERS:  # the index only; its documents are deleted below with every other key
+            try:
+                await self.redis.execute_command("FT.DROPINDEX", keys.index_name(layer))
+            except ResponseError:
+                pass  # none
+            self._indexes.pop((tenant, layer), None)
+        self._indexes_checked.pop(tenant, None)
+        deleted, batch = 0, []
+        async for key in self.redis.scan_iter(match=f"{keys.base}:*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                deleted += await self.redis.delete(*batch)
+                batch = []
+        if batch:
+            deleted += await self.redis.delete(*batch)
+        await self.redis.srem(TENANTS_WITH_OUTBOXES, tenant)
+        self._sweep_registered.pop(tenant, None)
+        return {"keys": deleted, "cache entries": len(cache), **{layer: len(rows) for layer, rows in layers.items()}}
 
     async def tenant_known(self, tenant: str) -> bool:
         """Whether anything was ever committed for the tenant (commit_once registers it)."""

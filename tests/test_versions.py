@@ -12,6 +12,7 @@ schemas with their frequency — `current_memory`."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -428,3 +429,81 @@ def test_a_query_of_a_tenant_that_holds_nothing_says_so(redis_url):
     known, unknown, name = run(scenario())
     assert "warning" not in known
     assert unknown["passages"] == [] and unknown["warning"].startswith(f"tenant {name!r} holds no memory")
+
+
+@pytest.mark.stack
+def test_a_purged_tenant_leaves_nothing_of_its_texts_in_redis(stack_env):
+    """`memstream tenant delete T --purge`: after it, a scan of every key of Redis (names and
+    values of every type) finds none of the tenant's words, and no key under its hash tag;
+    another tenant is untouched. The embedder caches its vectors in Redis as a worker's does."""
+    import redis as redis_sync
+
+    from ops.erase import purge_tenant
+    from store import Memory
+    from workers.models.embedding import BatchingEmbedder, embedder_id
+    from workers.settings import Settings
+
+    url, word = stack_env["MEMSTREAM_REDIS_URL"], f"Zorvex{uuid.uuid4().hex[:8]}"
+    text = f"{word} Quill lives in Brannoc. {word} Quill works for Orsk Mills."
+
+    async def scenario():
+        memory = Memory.from_url(url, tau=1)
+        model = HashEmbedder()
+        embedder = BatchingEmbedder(model, cache=memory.embedding_cache(embedder_id(model).cache_name))
+        doomed, kept = InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1), InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1)
+        try:
+            await doomed.publish("note", text, version=1)
+            await kept.publish("note", ILSE, version=1)
+            before = await memory.tenant_counts()
+            vectors = memory.embedding_cache(embedder_id(model).cache_name)
+            cached = [len(await vectors.get_many([text, f"{word} Quill"]))]
+            gone = await purge_tenant(Settings(redis_url=url), memory, doomed.tenant)
+            cached.append(len(await vectors.get_many([text, f"{word} Quill"])))
+            answer = await kept.query("Where does Ilse Marr live?", mode="lexical")
+            return doomed.tenant, kept.tenant, before, gone, await memory.tenant_counts(), answer, cached
+        finally:
+            await memory.close()
+
+    doomed, kept, before, gone, after, answer, cached = run(scenario())
+    assert before[doomed]["passages"] == 1 and gone["cache entries"] > 0 and gone["keys"] > 0
+    assert cached == [2, 0]  # the passage's vector and an entity name's, cached by the extractor, then gone
+    assert doomed not in after and after[kept] == before[kept]
+    assert [p["text"] for p in answer["passages"]] == [ILSE]
+    client = redis_sync.Redis.from_url(url)
+    try:
+        found = []
+        for key in client.scan_iter(count=1000):
+            kind = client.type(key)
+            values = {b"string": lambda: [client.get(key)], b"hash": lambda: [x for kv in client.hgetall(key).items() for x in kv],
+                      b"set": lambda: list(client.smembers(key)), b"zset": lambda: client.zrange(key, 0, -1),
+                      b"list": lambda: client.lrange(key, 0, -1),
+                      b"stream": lambda: [x for _, fields in client.xrange(key) for kv in fields.items() for x in kv]}.get(kind, lambda: [])()
+            for blob in [key, *values]:
+                if blob and (word.encode() in blob or word.lower().encode() in blob or f"{{{doomed}}}".encode() in blob):
+                    found.append(key)
+        assert found == [], found[:10]
+    finally:
+        client.close()
+
+
+class HashEmbedder:
+    """Test double: a local model's interface (a synchronous `embed`, as BatchingEmbedder
+    drives all-MiniLM-L6-v2), a pseudo-random unit vector per text."""
+
+    name, dims = "hash-embedder", 384
+
+    def embed(self, texts: list[str]):
+        import hashlib
+
+        import numpy as np
+
+        rows = [np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")).standard_normal(self.dims) for t in texts]
+        return np.vstack([r / np.linalg.norm(r) for r in rows]).astype(np.float32)
+
+
+def test_deleting_a_tenant_needs_purge_said_out_loud(capsys):
+    from ops import cli
+
+    assert cli.main(["tenant", "delete", "acme"]) == 2
+    assert "--purge" in capsys.readouterr().err
+    assert cli.main(["tenant", "delete", "", "--purge"]) == 2  # no tenant is no tenant
