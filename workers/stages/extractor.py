@@ -12,8 +12,7 @@ from dataclasses import replace
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
-from topics.records import passage_mark
-from topics.records import Triple
+from topics.records import Triple, passage_mark
 from workers import metrics
 from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
