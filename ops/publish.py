@@ -24,6 +24,7 @@ from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_fr
 from store import Memory
 from store.base import MemoryStore
 from topics import ContractError, Document, document_key, encode, parse_json
+from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
 
@@ -41,10 +42,9 @@ class Loaded:
 
 
 def publish_version() -> int:
-    """The version `memstream publish` gives a document that names none: the time of publishing
-    in milliseconds, so a file published again is a newer version (the latest published is
-    current) without reading the memory first. `--version` overrides it."""
-    return int(time.time() * 1000)
+    """The version `memstream publish` gives a document that names none
+    (topics.records.publication_version); `--version` overrides it."""
+    return publication_version()
 
 
 def folder_files(folder: Path) -> list[Path]:

@@ -72,6 +72,7 @@ class _Tenant:
     graph_version: int = 0
     expiry: dict[str, float] = field(default_factory=dict)  # the expiry index: fact id → expires_at
     session_turns: dict[str, dict[str, int]] = field(default_factory=dict)  # session id → {passage id: turn} (Memory's sorted set)
+    revisions: dict[str, int] = field(default_factory=dict)  # passage id → Memory's passage_revision
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
     embedder: EmbedderId | None = None  # the embedder its indexes were built with (claim_embedder)
     lexical: "_LexicalIndex | None" = None  # BM25 over the passages, rebuilt when they change (lexical)
@@ -157,15 +158,19 @@ class InMemoryStore:
         pipe.expected.setdefault((tenant, "documents", doc_id, "version"), None if record is None else str(record.version))
         pipe.expected.setdefault((tenant, "documents", doc_id, "doc_hash"), None if record is None else record.doc_hash or None)
 
-    def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState) -> None:
+    def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState, counts: bool = False) -> None:
         pipe.expected.setdefault((tenant, "passages", passage_id, "retired"), "1" if state.retired else None)
         pipe.expected.setdefault((tenant, "passages", passage_id, "incarnation"), str(state.incarnation) if state.incarnation else None)
+        if counts:
+            pipe.expected.setdefault((tenant, "passage_revisions", passage_id, "n"), str(state.revision) if state.revision else None)
 
     def _read_field(self, tenant: str, layer: str, record_id: str, name: str) -> str | None:
         t = self._tenant(tenant)
         if layer == "documents":
             value = (t.documents.get(record_id) or {}).get(name)
             return None if value in (None, "") else str(value)
+        if layer == "passage_revisions":
+            return str(t.revisions[record_id]) if record_id in t.revisions else None
         value = t.records[layer].get(record_id, {}).get(name)
         return value or None
 
@@ -216,7 +221,7 @@ class InMemoryStore:
         def write() -> None:  # the record follows the latest publication, never an older version
             current = t.documents.get(doc_id)
             if current is None or current["version"] <= version:
-                t.documents[doc_id] = record
+                t.documents[doc_id] = {**record, "seq": (current or {}).get("seq", 0) + 1}
 
         self._stage(pipe, write)
 
@@ -269,13 +274,15 @@ class InMemoryStore:
     # ---- document versions -------------------------------------------------------------------------
     async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         doc = self._tenant(tenant).documents.get(doc_id)
-        return None if doc is None else DocumentRecord(doc["doc_hash"], int(doc["version"]), tuple(doc["chunk_ids"]), doc.get("mark", ""))
+        return None if doc is None else DocumentRecord(doc["doc_hash"], int(doc["version"]), tuple(doc["chunk_ids"]), doc.get("mark", ""),
+                                                       doc.get("seq", 0))
 
     def stage_passage_documents(self, pipe, tenant: str, passage_id: str, joined: list[str], left: list[str]) -> None:
         def write() -> None:
             owners = self._set(tenant, "passage_documents", passage_id)
             owners.update(joined)
             owners.difference_update(left)
+            self._revise(tenant, passage_id)
 
         self._stage(pipe, write)
 
@@ -283,8 +290,14 @@ class InMemoryStore:
         return [set(self._tenant(tenant).sets.get(("passage_documents", pid), ())) for pid in passage_ids]
 
     async def passage_states(self, tenant: str, passage_ids: list[str]) -> list[PassageState]:
-        records = self._tenant(tenant).records["passages"]
-        return [PassageState(records.get(pid, {}).get("retired") == "1", int(records.get(pid, {}).get("incarnation") or 0)) for pid in passage_ids]
+        t = self._tenant(tenant)
+        return [PassageState(t.records["passages"].get(pid, {}).get("retired") == "1", int(t.records["passages"].get(pid, {}).get("incarnation") or 0),
+                             t.revisions.get(pid, 0)) for pid in passage_ids]
+
+    def _revise(self, tenant: str, passage_id: str) -> None:
+        """Memory's HINCRBY of passage_revision."""
+        revisions = self._tenant(tenant).revisions
+        revisions[passage_id] = revisions.get(passage_id, 0) + 1
 
     def stage_retire_passage(self, pipe, tenant: str, passage_id: str) -> None:
         """Memory's _RETIRE_PASSAGE."""
@@ -399,6 +412,7 @@ class InMemoryStore:
         def write() -> None:
             self._set(tenant, "fact_passages", fact_id).add(passage_id)
             self._set(tenant, "passage_facts", passage_id).add(fact_id)
+            self._revise(tenant, passage_id)
 
         self._stage(pipe, write)
 
@@ -517,10 +531,13 @@ class InMemoryStore:
         return dict(self._tenant(tenant).aliases)
 
     # ---- τ gate ------------------------------------------------------------------------------------
-    async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool:
+    async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool | None:
         records = self._tenant(tenant).records
+        if records["passages"].get(passage_id, {}).get("retired") == "1":
+            return None
         if records["schemas"].get(schema_id, {}).get("status") == "stable":
             return False
+        self._revise(tenant, passage_id)
         self._set(tenant, "schema_pending", schema_id).add(fact_id)
         self._set(tenant, "fact_passages", fact_id).add(passage_id)
         self._set(tenant, "passage_facts", passage_id).add(fact_id)

@@ -108,6 +108,12 @@ class TenantKeys:
         """The schemas whose frequency counts this passage (schema_passages, the other way round)."""
         return f"{self.base}:passchemas:{passage_id}"
 
+    def passage_revision(self, passage_id: str) -> str:
+        """Hash field 'n': bumped by every write to the passage's side of the counting sets
+        (its facts, its documents), so a version that retires the passage fails its commit
+        when support arrived after it read them (Memory.expect_passage)."""
+        return f"{self.base}:pasrev:{passage_id}"
+
     def passage_documents(self, passage_id: str) -> str:
         """The documents whose current version holds this passage (the same text in two documents is one passage)."""
         return f"{self.base}:pasdocs:{passage_id}"

@@ -61,12 +61,15 @@ _RECORD_DOCUMENT = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if current and tonumber(current) > tonumber(ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[1], 'doc_hash', ARGV[1], 'version', ARGV[2], 'chunk_ids', ARGV[3], 'ts', ARGV[4], 'mark', ARGV[5])
+redis.call('HINCRBY', KEYS[1], 'seq', 1)
 return 1
 """
 
 # The τ gate: park a fact as pending unless its schema is stable — checked and parked at once.
 _HOLD_PENDING = """
+if redis.call('HGET', KEYS[7], 'retired') == '1' then return -1 end
 if redis.call('HGET', KEYS[1], 'status') == 'stable' then return 0 end
+redis.call('HINCRBY', KEYS[6], 'n', 1)
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[2])
 redis.call('SADD', KEYS[5], ARGV[1])
@@ -640,10 +643,11 @@ class Memory:
     # ---- document versions: what a new version retires, and what a revert brings back -------
     async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         """The document's current version as the chunker recorded it (None: never seen)."""
-        doc_hash, version, chunk_ids, mark = await self.redis.hmget(self.keys(tenant).document(doc_id), ["doc_hash", "version", "chunk_ids", "mark"])
+        doc_hash, version, chunk_ids, mark, seq = await self.redis.hmget(self.keys(tenant).document(doc_id),
+                                                                         ["doc_hash", "version", "chunk_ids", "mark", "seq"])
         if version is None:
             return None
-        return DocumentRecord((doc_hash or b"").decode(), int(version), tuple(json.loads(chunk_ids or b"[]")), (mark or b"").decode())
+        return DocumentRecord((doc_hash or b"").decode(), int(version), tuple(json.loads(chunk_ids or b"[]")), (mark or b"").decode(), int(seq or 0))
 
     def expect_document(self, pipe, tenant: str, doc_id: str, record: DocumentRecord | None) -> None:
         """The decision read the document's record so: its commit fails (StaleDecision) if
@@ -655,11 +659,13 @@ class Memory:
 
     def stage_passage_documents(self, pipe, tenant: str, passage_id: str, joined: list[str], left: list[str]) -> None:
         """Documents whose current version now holds the passage (`joined`) or no longer does (`left`)."""
-        key = self.keys(tenant).passage_documents(passage_id)
+        keys = self.keys(tenant)
+        key = keys.passage_documents(passage_id)
         if joined:
             pipe.sadd(key, *joined)
         if left:
             pipe.srem(key, *left)
+        pipe.hincrby(keys.passage_revision(passage_id), "n", 1)
 
     async def passage_documents(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
         keys = self.keys(tenant)
@@ -674,15 +680,22 @@ class Memory:
         pipe = self.redis.pipeline(transaction=False)
         for pid in passage_ids:
             pipe.hmget(keys.passage(pid), ["retired", "incarnation"])
-        return [PassageState(retired == b"1", int(incarnation or 0)) for retired, incarnation in (await pipe.execute() if passage_ids else [])]
+            pipe.hget(keys.passage_revision(pid), "n")
+        replies = await pipe.execute() if passage_ids else []
+        return [PassageState(retired == b"1", int(incarnation or 0), int(revision or 0))
+                for (retired, incarnation), revision in zip(replies[0::2], replies[1::2])]
 
-    def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState) -> None:
+    def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState, counts: bool = False) -> None:
         """The decision read the passage in this state: its commit fails if a version retired
-        or restored it meanwhile."""
-        key = self.keys(tenant).passage(passage_id)
+        or restored it meanwhile — and with `counts`, if its counting sets changed
+        (PassageState.revision: support or documents arrived after the read)."""
+        keys = self.keys(tenant)
+        key = keys.passage(passage_id)
         expected = pipe.__dict__.setdefault("memstream_expected", {})
         expected.setdefault((key, "retired"), "1" if state.retired else None)
         expected.setdefault((key, "incarnation"), str(state.incarnation) if state.incarnation else None)
+        if counts:  # the chunker: not the detectors, which would fail each other's commits on every fact
+            expected.setdefault((keys.passage_revision(passage_id), "n"), str(state.revision) if state.revision else None)
 
     def stage_retire_passage(self, pipe, tenant: str, passage_id: str) -> None:
         _eval(pipe, _RETIRE_PASSAGE, [self.keys(tenant).passage(passage_id)], [x for pair in RETIRED_FIELDS.items() for x in pair])
@@ -759,6 +772,7 @@ class Memory:
         keys = self.keys(tenant)
         pipe.sadd(keys.fact_passages(fact_id), passage_id)
         pipe.sadd(keys.passage_facts(passage_id), fact_id)
+        pipe.hincrby(keys.passage_revision(passage_id), "n", 1)
 
     async def fact(self, tenant: str, fact_id: str) -> Fact | None:
         return (await self.facts(tenant, [fact_id]))[0]
@@ -926,14 +940,14 @@ class Memory:
     # ---- τ gate ------------------------------------------------------------------------
     async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool:
         """Atomically: if the schema is not stable, park the fact as pending (True); if it is,
-        do nothing (False). Checking and parking in one step is what lets the promoting
+        do nothing (False); if a version retired the passage meanwhile, nothing either (None). Checking and parking in one step is what lets the promoting
         detector's drain see every fact parked before the promotion."""
         keys = self.keys(tenant)
         held = await self.redis.eval(
-            _HOLD_PENDING, 5, keys.schema(schema_id), keys.schema_pending(schema_id), keys.fact(fact_id), keys.fact_passages(fact_id),
-            keys.passage_facts(passage_id), fact_id, passage_id
+            _HOLD_PENDING, 7, keys.schema(schema_id), keys.schema_pending(schema_id), keys.fact(fact_id), keys.fact_passages(fact_id),
+            keys.passage_facts(passage_id), keys.passage_revision(passage_id), keys.passage(passage_id), fact_id, passage_id
         )
-        return bool(held)
+        return None if held == -1 else bool(held)
 
     async def pending_facts(self, tenant: str, schema_id: str) -> list[str]:
         return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).schema_pending(schema_id)))

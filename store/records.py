@@ -64,6 +64,18 @@ class DocumentRecord:
     version: int
     chunk_ids: tuple[str, ...]
     mark: str = ""  # the done mark of the message that recorded it (a redelivery finds it there)
+    seq: int = 0  # how many times it was recorded: the marks of the next change name it, so none repeats
+
+    @property
+    def deleted(self) -> bool:
+        """A tombstone made it hold nothing (a published version always holds a chunk)."""
+        return not self.chunk_ids
+
+    def supersedes(self, version: int) -> bool:
+        """Whether a publication of `version` is too old to change the document: older than its
+        version, or no newer than the version a deletion took out (a redelivered old version
+        must not bring a deleted document back)."""
+        return self.version > version or (self.deleted and self.version >= version)
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,7 @@ class PassageState:
 
     retired: bool
     incarnation: int
+    revision: int = 0  # writes to its counting sets so far (TenantKeys.passage_revision)
 
 
 # A passage's fields its retirement moves aside (out of the vector and full-text indexes) and

@@ -507,3 +507,85 @@ def test_deleting_a_tenant_needs_purge_said_out_loud(capsys):
     assert cli.main(["tenant", "delete", "acme"]) == 2
     assert "--purge" in capsys.readouterr().err
     assert cli.main(["tenant", "delete", "", "--purge"]) == 2  # no tenant is no tenant
+
+
+def test_a_deletion_holds_against_redelivered_versions_and_repeats(redis_url):
+    """Review finding: a deletion kept the deleted version, and marks were made of (text,
+    version, previous record) alone — so a redelivered old version brought a deleted document
+    back, and a second deletion of the same text repeated the first one's mark and was skipped."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            held = []
+            await stages.publish("ilse", ILSE, version=5)
+            await stages.delete("ilse")
+            await stages.publish("ilse", ILSE, version=5)  # the same message again, after the deletion
+            held.append(await current_memory(stages))
+            await stages.publish("ilse", ILSE, version=6)  # a newer version brings it back
+            held.append(await current_memory(stages))
+            await stages.delete("ilse")  # and a second deletion of the same text takes it out again
+            held.append(await current_memory(stages))
+            return held
+        finally:
+            await stages.close()
+
+    after_redelivery, back, deleted_again = run(scenario())
+    nothing = {"facts": {}, "schemas": {}}
+    assert after_redelivery == nothing and deleted_again == nothing
+    assert back == run(fresh(redis_url, {"ilse": ILSE}, tau=1))
+
+
+def _race(stages: InProcess, method: str, concurrent) -> None:
+    """Make the next call of the store's `method` commit `concurrent(pipe)` right after its read,
+    as another worker's commit would land between a decision's reads and its EXEC."""
+    original, fired = getattr(stages.memory, method), []
+
+    async def raced(*args, **kwargs):
+        found = await original(*args, **kwargs)
+        if not fired:
+            fired.append(True)
+            pipe = stages.memory.pipeline()
+            concurrent(pipe)
+            await pipe.execute()
+        return found
+
+    setattr(stages.memory, method, raced)
+
+
+def test_support_that_lands_while_a_version_retires_the_passage_is_taken_back(redis_url):
+    """Review finding: the chunker read a passage's facts unfenced, so support a detector
+    committed between that read and the retirement's commit stayed counted on a retired
+    passage. Now such a write bumps the passage's revision and the retirement decides again."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            await stages.publish("greta", GRETA, version=1)
+            facts = await stages.facts()
+            [passage] = {p for f in _by_head(facts, "Ilse Marr") for p in f.passage_ids}
+            greta = _by_head(facts, "Greta Holm")[0]
+            _race(stages, "passage_support", lambda pipe: stages.memory.stage_fact_passage(pipe, stages.tenant, greta.id, passage))
+            await stages.publish("ilse", ILSE_EDITED, version=2)
+            return greta, (await stages.facts())[greta.id]
+        finally:
+            await stages.close()
+
+    before, after = run(scenario())
+    assert after.passage_ids == before.passage_ids  # the retired passage's late support is gone again
+
+
+def test_a_document_taking_the_same_text_while_another_drops_it_keeps_it(redis_url):
+    """Review finding: a passage's documents were read unfenced; another document joining the
+    same text between the read and the commit left it retired though held."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            [passage] = {p for f in _by_head(await stages.facts(), "Ilse Marr") for p in f.passage_ids}
+            _race(stages, "passage_documents", lambda pipe: stages.memory.stage_passage_documents(pipe, stages.tenant, passage, ["copy"], []))
+            await stages.publish("ilse", ILSE_EDITED, version=2)
+            return (await stages.memory.passage_states(stages.tenant, [passage]))[0]
+        finally:
+            await stages.close()
+
+    assert run(scenario()).retired is False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import time
 import math
 import re
 import types
@@ -51,6 +52,14 @@ def validate_tenant(tenant: Any) -> str:
             "starting with a letter or digit"
         )
     return tenant
+
+
+def publication_version() -> int:
+    """The version a publisher gives a document that names none (`memstream publish`, the MCP
+    tool `remember`): the time of publishing in milliseconds, so a document published again is
+    a newer version — also after its deletion, which blocks every version up to the deleted one
+    — without reading the memory first."""
+    return int(time.time() * 1000)
 
 
 def passage_mark(passage_id: str, incarnation: int) -> str:

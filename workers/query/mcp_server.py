@@ -28,6 +28,7 @@ import contextlib
 import logging
 import threading
 import uuid
+from dataclasses import replace
 from typing import Annotated, Any, AsyncIterator
 
 from aiohttp import web
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from topics.conversations import turn_from_json, turn_ts
 from topics import ContractError, Document, DocumentDeletion, encode, validate_tenant
-from topics.records import FACT_CATEGORIES
+from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
 from workers.query import drilldown
 from workers.models.embedding import EmbedderMismatch
@@ -209,15 +210,17 @@ def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: 
     With `turn`, a conversation turn (topics.Document.is_turn) made as `memstream publish` makes
     one of a JSONL line (topics.conversations: doc id "{session_id}:{turn}", turn id in the
     metadata); else a document, chunked in windows even with a session_id, whose default id is
-    derived from its text, so remembering the same text twice is one document."""
+    derived from its text, so remembering the same text twice is one document. Its version is
+    the time of remembering (topics.records.publication_version): remembered again after a
+    `forget`, it comes back."""
     if turn is not None:
         row = {"session_id": session_id, "turn": turn, "speaker": speaker, "text": text, "ts": ts, "metadata": metadata or {},
                **({"doc_id": doc_id} if doc_id is not None else {})}
-        doc = turn_from_json(row, "remember").document(tenant)
+        doc = replace(turn_from_json(row, "remember").document(tenant), version=publication_version())
     else:
         when = turn_ts(ts, "remember")
         doc = Document(tenant, f"memory-{content_hash(text)[:16]}" if doc_id is None else doc_id, text, metadata or {},
-                       session_id=session_id, speaker=speaker, ts=when)
+                       version=publication_version(), session_id=session_id, speaker=speaker, ts=when)
     return Document.from_dict(doc.to_dict(), max_text_bytes=max_text_bytes, where="remember")
 
 

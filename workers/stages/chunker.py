@@ -42,7 +42,14 @@ def chunking_mark(doc: Document, doc_hash: str, context: str = "", previous: Doc
     current again, and a redelivery after the commit (which replaces itself) changes nothing."""
     mark = f"doc:{doc.doc_id}:{doc_hash[:32]}:{doc.version}"
     mark = f"{mark}:{content_hash(context)[:16]}" if context else mark
-    return f"{mark}:after:{previous.doc_hash[:16]}:{previous.version}" if previous is not None else mark
+    return f"{mark}:{after(previous)}" if previous is not None else mark
+
+
+def after(previous: DocumentRecord) -> str:
+    """What a change's mark says of the record it changes: its text, version and how many
+    changes it has seen (so no later change repeats an earlier one's mark: a text deleted and
+    published again at the same version, a deletion of it again)."""
+    return f"after:{previous.doc_hash[:16]}:{previous.version}:{previous.seq}"
 
 
 TURN_FIELDS = ("session_id", "turn", "speaker", "ts")
@@ -86,8 +93,8 @@ class ChunkerStage(Stage):
         pieces = pieces_of(doc, context, self.settings.chunk_tokens, self.settings.chunk_overlap)
         chunk_ids = [p.chunk_id for p in pieces]
         previous = await self.memory.document_record(tenant, doc.doc_id)
-        if previous is not None and previous.version > doc.version:
-            return  # an older version than the current one: nothing of it enters memory
+        if previous is not None and previous.supersedes(doc.version):
+            return  # an older version than the current (or deleted) one: nothing of it enters memory
         if previous is not None and previous.mark and (previous.version, previous.chunk_ids) == (doc.version, tuple(chunk_ids)):
             # this version is current already (a redelivery, or the same text again): the message
             # that made it so is done, or its committed outbox is published now
@@ -96,7 +103,7 @@ class ChunkerStage(Stage):
 
         async def decide(pipe) -> list[Emit]:
             current = await self.memory.document_record(tenant, doc.doc_id)
-            if current is not None and current.version > doc.version:
+            if current is not None and current.supersedes(doc.version):
                 return []
             self.memory.expect_document(pipe, tenant, doc.doc_id, current)  # another version meanwhile: decide again
             self.memory.stage_document(pipe, tenant, doc.doc_id, doc_hash, doc.version, chunk_ids, mark)
@@ -114,19 +121,19 @@ class ChunkerStage(Stage):
 
     async def delete(self, deletion: DocumentDeletion) -> None:
         """A tombstone: the document's current version holds nothing any more (its record stays,
-        with no chunks, so a later publication of any version at least as new is its next
-        version). Its passages retire and its facts are decided again as after an edit."""
+        with no chunks, so only a publication of a newer version brings it back). Its passages
+        retire and its facts are decided again as after an edit."""
         tenant, doc_id = deletion.tenant, deletion.doc_id
         previous = await self.memory.document_record(tenant, doc_id)
         if previous is None:
             return  # never published
-        if not previous.chunk_ids:  # deleted already (a redelivery: its outbox is published now)
+        if previous.deleted:  # deleted already (a redelivery: its outbox is published now)
             return await self.once(tenant, previous.mark, _nothing) if previous.mark else None
-        mark = f"del:{doc_id}:after:{previous.doc_hash[:16]}:{previous.version}"
+        mark = f"del:{doc_id}:{after(previous)}"
 
         async def decide(pipe) -> list[Emit]:
             current = await self.memory.document_record(tenant, doc_id)
-            if current is None or not current.chunk_ids:
+            if current is None or current.deleted:
                 return []
             self.memory.expect_document(pipe, tenant, doc_id, current)
             self.memory.stage_document(pipe, tenant, doc_id, "", current.version, [], mark)
@@ -154,6 +161,12 @@ class Versions(Stage):
         old = list(dict.fromkeys(current.chunk_ids)) if current is not None else []
         new = list(dict.fromkeys(chunk_ids))
         gone = [c for c in old if c not in set(new)]
+        # read first, then fenced: another document taking or leaving the same text, or support
+        # arriving for a passage about to retire, after this read makes the decision run again
+        # (PassageState.revision); what is read below is read after it
+        states = dict(zip(new + gone, await self.memory.passage_states(tenant, new + gone)))
+        for chunk_id in new + gone:
+            self.memory.expect_passage(pipe, tenant, chunk_id, states[chunk_id], counts=True)
         for chunk_id in new:
             if chunk_id not in set(old):
                 self.memory.stage_passage_documents(pipe, tenant, chunk_id, [doc_id], [])
@@ -161,13 +174,11 @@ class Versions(Stage):
         for chunk_id in gone:
             self.memory.stage_passage_documents(pipe, tenant, chunk_id, [], [doc_id])
         retiring = [c for c, held_by in zip(gone, owners) if not held_by - {doc_id}]  # no other document holds the text
-        states = dict(zip(new + retiring, await self.memory.passage_states(tenant, new + retiring)))
         incarnations = {}
         for chunk_id in new:  # a revert: the passage comes back, to be extracted again
             state = states[chunk_id]
             incarnations[chunk_id] = state.incarnation + 1 if state.retired else state.incarnation
             if state.retired:
-                self.memory.expect_passage(pipe, tenant, chunk_id, state)
                 self.memory.stage_restore_passage(pipe, tenant, chunk_id, state.incarnation + 1)
         retired = [c for c in retiring if not states[c].retired]
         return VersionChange(incarnations, await self._retire(pipe, tenant, retired, states, why) if retired else [])
@@ -178,7 +189,6 @@ class Versions(Stage):
         schemas: set[str] = set()  # the schemas whose frequency falls
         version = await self.memory.bump_graph_version(tenant)  # its passage edges leave the graph
         for pid in passage_ids:
-            self.memory.expect_passage(pipe, tenant, pid, states[pid])
             self.memory.stage_retire_passage(pipe, tenant, pid)
             fact_ids, schema_ids = await self.memory.passage_support(tenant, pid)
             schemas.update(schema_ids)

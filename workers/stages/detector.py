@@ -51,6 +51,10 @@ class DetectorStage(Stage):
             if fact.lapsed():  # its TTL is over (every passage's): nothing to admit; the expiry sweep expires it
                 return self._finish(pipe, cand, cand.work_id if cand.activation else None, [])
             if cand.activation:  # a promoted pending fact
+                if fact.status == "pending" and (await self.memory.schema_support(tenant, fact.schema_id))[0] != "stable":
+                    # a document version took its schema below τ since the promotion was sent: it waits again
+                    self.memory.stage_pend(pipe, tenant, fact.schema_id, [fid])
+                    return self._finish(pipe, cand, cand.work_id, [])
                 outbox = await self._admit(pipe, cand, fact) if fact.status == "pending" else []
                 return self._finish(pipe, cand, cand.work_id, outbox)
             if not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation):
@@ -62,7 +66,10 @@ class DetectorStage(Stage):
                 return self._finish(pipe, cand, None, [duplicate(cand, fact, "same fact")])
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
             ungated = needs_no_tau(cand.fact)  # a constraint, refusal or failure as stated binds when said once
-            if self.settings.on("schema_filter") and not ungated and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id):
+            held = self.settings.on("schema_filter") and not ungated and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id)
+            if held is None:
+                return []  # a version retired the passage just now: it supports nothing
+            if held:
                 return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
             outbox = await self._promote_pending(pipe, cand)
             return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated))
