@@ -158,8 +158,8 @@ class ExtractorStage(Stage):
             return outbox
 
         await self.once(tenant, extraction_mark(chunk), decide)
-        if self.settings.on("sim_bridging"):
-            await self._bridge_similar(tenant, chunk.chunk_id)
+        if self.settings.on("sim_bridging") and not (await self.memory.passage_states(tenant, [chunk.chunk_id]))[0].retired:
+            await self._bridge_similar(tenant, chunk.chunk_id)  # (a retired passage's entities link nothing)
 
     async def _grounded(self, chunk: Chunk, extraction: Extraction) -> Extraction:
         """The extraction without the facts and entities the chunk's passage does not support,
