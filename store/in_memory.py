@@ -558,9 +558,15 @@ class InMemoryStore:
             pended = list(fact_ids)
             self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).update(pended))
 
-    async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str]]:
-        status = self._tenant(tenant).records["schemas"].get(schema_id, {}).get("status")
-        return status, sorted(self._tenant(tenant).sets.get(("schema_passages", schema_id), ()))
+    async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
+        record = self._tenant(tenant).records["schemas"].get(schema_id, {})
+        frequency = record.get("frequency")
+        return (record.get("status"), sorted(self._tenant(tenant).sets.get(("schema_passages", schema_id), ())),
+                None if frequency in (None, "") else str(frequency))
+
+    def expect_schema(self, pipe, tenant: str, schema_id: str, status: str | None, frequency: str | None) -> None:
+        pipe.expected.setdefault((tenant, "schemas", schema_id, "status"), status or None)
+        pipe.expected.setdefault((tenant, "schemas", schema_id, "frequency"), frequency or None)
 
     def stage_schema_status(self, pipe, tenant: str, schema_id: str, status: str) -> None:
         self._stage(pipe, lambda: self._hset(tenant, "schemas", schema_id, {"status": status}))

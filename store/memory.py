@@ -961,11 +961,20 @@ class Memory:
         if fact_ids:
             pipe.sadd(self.keys(tenant).schema_pending(schema_id), *fact_ids)
 
-    async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str]]:
-        """(the schema's status, None: no such schema; its supporting passages)."""
+    async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
+        """(the schema's status, None: no such schema; its supporting passages; its frequency as stored)."""
         keys = self.keys(tenant)
-        status, passages = await asyncio.gather(self.redis.hget(keys.schema(schema_id), "status"), self.redis.smembers(keys.schema_passages(schema_id)))
-        return (status.decode() if status else None), sorted(m.decode() for m in passages)
+        (status, frequency), passages = await asyncio.gather(self.redis.hmget(keys.schema(schema_id), ["status", "frequency"]),
+                                                             self.redis.smembers(keys.schema_passages(schema_id)))
+        return (status.decode() if status else None), sorted(m.decode() for m in passages), (frequency.decode() if frequency else None)
+
+    def expect_schema(self, pipe, tenant: str, schema_id: str, status: str | None, frequency: str | None) -> None:
+        """The decision read the schema so (schema_support): its commit fails if its status or
+        frequency changed (an extractor counting another passage for it)."""
+        key = self.keys(tenant).schema(schema_id)
+        expected = pipe.__dict__.setdefault("memstream_expected", {})
+        expected.setdefault((key, "status"), status or None)
+        expected.setdefault((key, "frequency"), frequency or None)
 
     def stage_schema_status(self, pipe, tenant: str, schema_id: str, status: str) -> None:
         pipe.hset(self.keys(tenant).schema(schema_id), "status", status)

@@ -589,3 +589,28 @@ def test_a_document_taking_the_same_text_while_another_drops_it_keeps_it(redis_u
             await stages.close()
 
     assert run(scenario()).retired is False
+
+
+def test_a_schema_counted_again_while_a_version_demotes_it_stays_stable(redis_url):
+    """Review finding: _demote read a schema's support unfenced; an extractor counting another
+    passage for it between that read and the commit left it a candidate with its facts parked
+    though it held τ again. Now the schema's status and frequency fence the decision."""
+    import numpy as np
+
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor())  # τ = 2
+        try:
+            await stages.publish("a", SENTENCES[0], version=1)  # Ilse Marr lives in Kallmar.
+            await stages.publish("b", SENTENCES[5], version=1)  # Greta Holm lives in Nimmo: "live in" stable
+            [ilse] = _by_head(await stages.facts(), "Ilse Marr")
+            another = lambda pipe: stages.memory.stage_schema(pipe, stages.tenant, ilse.schema_id, ilse.head_type, ilse.relation, ilse.tail_type,
+                                                             np.ones(384, dtype=np.float32), "passage-of-a-third-document")
+            _race(stages, "schema_support", another)
+            await stages.publish("b", SENTENCES[3], version=2)  # b no longer says "lives in"
+            status = (await stages.memory.schema_support(stages.tenant, ilse.schema_id))[0]
+            return status, (await stages.facts())[ilse.id]
+        finally:
+            await stages.close()
+
+    status, ilse = run(scenario())
+    assert status == "stable" and ilse.status == "active"

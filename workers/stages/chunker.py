@@ -232,7 +232,10 @@ class Versions(Stage):
             return []
         outbox: list[Emit] = []
         for sid in schema_ids:
-            status, passages = await self.memory.schema_support(tenant, sid)
+            status, passages, frequency = await self.memory.schema_support(tenant, sid)
+            # fenced: an extractor counting another passage for it before the commit (the schema
+            # stable again) makes the decision run again
+            self.memory.expect_schema(pipe, tenant, sid, status, frequency)
             remaining = [p for p in passages if p not in leaving]
             if status != "stable" or len(remaining) >= self.settings.effective_tau:
                 continue
