@@ -306,32 +306,27 @@ def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = Fa
 
 
 def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
-    """`memstream retract`: the fact's retraction onto `memstream.conflict-sets` for the resolver
-    (workers.stages.resolver.retraction), keyed by its head as every decision about it is.
-    Returns the request's work id; ValueError when the tenant holds no such fact."""
-    import uuid
+    """`memstream retract`: the fact's retraction onto `memstream.conflict-sets` for the resolver,
+    sent as POST /v1/facts/{id}/retract and the MCP tool send it (DocumentPublisher.retract).
+    Returns the request's work id; ValueError when the tenant holds no such fact; PublishError
+    when Kafka does not take it."""
+    from workers.query.mcp_server import DocumentPublisher
 
-    from kafka import KafkaProducer
-
-    from workers.stages.resolver import retraction
-
-    async def read():
+    async def queue() -> str:
         memory = Memory.from_url(settings.redis_url)
         try:
-            return await memory.fact(tenant, fact_id)
+            fact = await memory.fact(tenant, fact_id)
         finally:
             await memory.close()
+        if fact is None:
+            raise ValueError(f"no fact {fact_id!r} in tenant {tenant!r}")
+        publisher = DocumentPublisher(settings, timeout_s=30.0)
+        try:
+            return await publisher.retract(tenant, fact, reason)
+        finally:
+            publisher.close()
 
-    fact = asyncio.run(read())
-    if fact is None:
-        raise ValueError(f"no fact {fact_id!r} in tenant {tenant!r}")
-    work = retraction(tenant, fact, reason, uuid.uuid4().hex[:16])
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
-    try:
-        producer.send(settings.topics.conflict_sets, key=work.key.encode("utf-8"), value=encode(work.record)).get(timeout=30)
-    finally:
-        producer.close()
-    return work.work_id
+    return asyncio.run(queue())
 
 
 def wait_deleted(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float, quiet: bool = False) -> list[str]:

@@ -558,6 +558,9 @@ class InMemoryStore:
             pended = list(fact_ids)
             self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).update(pended))
 
+    async def schema_status(self, tenant: str, schema_id: str) -> str | None:
+        return self._tenant(tenant).records["schemas"].get(schema_id, {}).get("status")
+
     async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
         record = self._tenant(tenant).records["schemas"].get(schema_id, {})
         frequency = record.get("frequency")

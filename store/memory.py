@@ -961,6 +961,11 @@ class Memory:
         if fact_ids:
             pipe.sadd(self.keys(tenant).schema_pending(schema_id), *fact_ids)
 
+    async def schema_status(self, tenant: str, schema_id: str) -> str | None:
+        """The schema's status alone (None: no such schema): one HGET, not its passage set."""
+        status = await self.redis.hget(self.keys(tenant).schema(schema_id), "status")
+        return status.decode() if status else None
+
     async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
         """(the schema's status, None: no such schema; its supporting passages; its frequency as stored)."""
         keys = self.keys(tenant)

@@ -275,3 +275,21 @@ def test_memory_is_a_function_of_the_current_documents_through_kafka(rules_worke
     edited = json.loads(workers.cli.run("export", "--tenant", tenant).stdout)
     fresh = json.loads(workers.cli.run("export", "--tenant", fresh_tenant).stdout)
     assert _held(edited) == _held(fresh), (seed, current)
+
+
+def test_memstream_retract_takes_a_fact_out_through_the_resolver(rules_workers, tmp_path):
+    workers, tenant = rules_workers, tenant_name("retract")
+    workers.cli.run("publish", *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}), "--tenant", tenant, "--wait", "--timeout", "120")
+    [fact] = [f for f in json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"] if f["head"] == "Tomas Reed"]
+    assert fact["status"] == "active"
+    said = workers.cli.run("retract", fact["id"], "--tenant", tenant, "--reason", "sold the orchard").stdout
+    assert f"retraction of {fact['id']} queued (retract:{fact['id']}:" in said
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        [now] = [f for f in json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"] if f["id"] == fact["id"]]
+        if now["status"] == "retracted":
+            break
+        time.sleep(0.5)
+    assert (now["status"], now["reason"]) == ("retracted", "retracted on request: sold the orchard")
+    unknown = workers.cli.run("retract", "f-none", "--tenant", tenant, check=False)
+    assert unknown.returncode == 2 and f"no fact 'f-none' in tenant '{tenant}'" in unknown.stderr

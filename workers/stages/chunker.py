@@ -32,7 +32,7 @@ from workers.algorithms.policy import TRACE_CATEGORIES
 from workers.algorithms.turns import turn_context, when_of
 from workers.envelope import Emit, event_message
 from workers.stages.context import Stage, StageContext
-from workers.stages.resolver import adjudication, fact_probe
+from workers.stages.resolver import regroup
 
 
 def chunking_mark(doc: Document, doc_hash: str, context: str = "", previous: DocumentRecord | None = None) -> str:
@@ -160,16 +160,16 @@ class Versions(Stage):
     async def replace(self, pipe, tenant: str, doc_id: str, current: DocumentRecord | None, chunk_ids: list[str], why: str) -> VersionChange:
         old = list(dict.fromkeys(current.chunk_ids)) if current is not None else []
         new = list(dict.fromkeys(chunk_ids))
-        gone = [c for c in old if c not in set(new)]
+        in_old, in_new = set(old), set(new)
+        gone, joined = [c for c in old if c not in in_new], [c for c in new if c not in in_old]
         # read first, then fenced: another document taking or leaving the same text, or support
         # arriving for a passage about to retire, after this read makes the decision run again
         # (PassageState.revision); what is read below is read after it
         states = dict(zip(new + gone, await self.memory.passage_states(tenant, new + gone)))
         for chunk_id in new + gone:
             self.memory.expect_passage(pipe, tenant, chunk_id, states[chunk_id], counts=True)
-        for chunk_id in new:
-            if chunk_id not in set(old):
-                self.memory.stage_passage_documents(pipe, tenant, chunk_id, [doc_id], [])
+        for chunk_id in joined:
+            self.memory.stage_passage_documents(pipe, tenant, chunk_id, [doc_id], [])
         owners = await self.memory.passage_documents(tenant, gone)
         for chunk_id in gone:
             self.memory.stage_passage_documents(pipe, tenant, chunk_id, [], [doc_id])
@@ -203,22 +203,21 @@ class Versions(Stage):
             if fact is None or fact.status in ("merged", "expired", "retracted"):
                 continue  # out of memory already (a merged fact's support moved to its target)
             fact.passage_ids = sorted(set(fact.passage_ids) - lost[fact.id])
-            was = fact.status
-            regroup = was == "active" and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2
+            was, leaving = fact.status, "-".join(sorted(lost[fact.id]))[:200]
             if fact.passage_ids:  # less support: its group may be decided otherwise now
                 self.memory.expect_status(pipe, tenant, fact.id, was)
-                if regroup:
-                    outbox.append(adjudication(fact_probe(tenant, fact, "retirement"), fact.head_id, fact.relation,
-                                               f"{fact.id} lost support ({why})", f"lost-{fact.id}-{'-'.join(sorted(lost[fact.id]))[:200]}"))
+                if was == "active":
+                    outbox += await regroup(self.settings, self.memory, tenant, fact, "retirement", f"{fact.id} lost support ({why})",
+                                            f"lost-{fact.id}-{leaving}")
                 continue
             if was == "pending":
                 self.memory.stage_unpend(pipe, tenant, fact.schema_id, [fact.id])
             retracted = self.lifecycle.retract(pipe, tenant, fact, version, f"no current passage says it ({why})")
             if was in ("active", "invalid"):  # subscribers knew it
                 outbox.append(event_message(retracted))
-            if regroup:
-                outbox.append(adjudication(fact_probe(tenant, fact, "retirement"), fact.head_id, fact.relation, f"{fact.id} retracted ({why})",
-                                           f"retracted-{fact.id}-{'-'.join(sorted(lost[fact.id]))[:200]}"))
+            if was == "active":
+                outbox += await regroup(self.settings, self.memory, tenant, fact, "retirement", f"{fact.id} retracted ({why})",
+                                        f"retracted-{fact.id}-{leaving}")
         return outbox + await self._demote(pipe, tenant, sorted(schemas), set(passage_ids), version, why)
 
     async def _demote(self, pipe, tenant: str, schema_ids: list[str], leaving: set[str], version: int, why: str) -> list[Emit]:
@@ -245,9 +244,7 @@ class Versions(Stage):
                 if fact is None or fact.schema_id != sid or fact.status not in ("active", "invalid") or fact.category in TRACE_CATEGORIES:
                     continue
                 was_active = fact.status == "active"
-                regroup = was_active and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2
                 outbox.append(event_message(self.lifecycle.park(pipe, tenant, fact, version, f"its schema's support fell below τ ({why})")))
-                if regroup:
-                    outbox.append(adjudication(fact_probe(tenant, fact, "retirement"), fact.head_id, fact.relation, f"{fact.id} parked ({why})",
-                                               f"parked-{fact.id}-{version}"))
+                if was_active:
+                    outbox += await regroup(self.settings, self.memory, tenant, fact, "retirement", f"{fact.id} parked ({why})", f"parked-{fact.id}-{version}")
         return outbox

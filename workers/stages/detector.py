@@ -51,7 +51,7 @@ class DetectorStage(Stage):
             if fact.lapsed():  # its TTL is over (every passage's): nothing to admit; the expiry sweep expires it
                 return self._finish(pipe, cand, cand.work_id if cand.activation else None, [])
             if cand.activation:  # a promoted pending fact
-                if fact.status == "pending" and (await self.memory.schema_support(tenant, fact.schema_id))[0] != "stable":
+                if fact.status == "pending" and await self.memory.schema_status(tenant, fact.schema_id) != "stable":
                     # a document version took its schema below τ since the promotion was sent: it waits again
                     self.memory.stage_pend(pipe, tenant, fact.schema_id, [fid])
                     return self._finish(pipe, cand, cand.work_id, [])

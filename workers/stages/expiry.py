@@ -23,7 +23,7 @@ import time
 
 from workers.envelope import Emit, event_message
 from workers.stages.context import Stage
-from workers.stages.resolver import adjudication, fact_probe
+from workers.stages.resolver import regroup
 
 SWEEP_BATCH = 500  # lapsed facts read from the index at once
 GONE = ("merged", "expired", "retracted")  # no longer in memory: nothing to expire
@@ -78,9 +78,8 @@ class ExpirySweep(Stage):
             # was never activated (new or pending: no event told them of it)
             outbox = [event_message(expired_event)] if was in ("active", "invalid") else []
             expired.add((tenant, fid))
-            if was_active and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
-                outbox.append(adjudication(fact_probe(tenant, fact, "expiry"), fact.head_id, fact.relation, f"{fid} expired",
-                                           f"expired-{fid}-{fact.expires_at!r}"))
+            if was_active:
+                outbox += await regroup(self.settings, self.memory, tenant, fact, "expiry", f"{fid} expired", f"expired-{fid}-{fact.expires_at!r}")
             return outbox
 
         return decide

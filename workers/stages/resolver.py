@@ -60,6 +60,15 @@ def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
                          chunk_fact_count=1, head_id=fact.head_id, tail_id=fact.tail_id, extractor=why)
 
 
+async def regroup(settings: Settings, memory: Memory, tenant: str, fact: Fact, why: str, reason: str, cause: str) -> list[Emit]:
+    """The adjudication of the fact's (head, relation) group, when conflicts are decided and the
+    group has another member (a fact that left memory may have excluded it; one that lost
+    support may lose its group), probed at the fact (fact_probe, `why`); else nothing."""
+    if settings.on("conflicts") and await memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
+        return [adjudication(fact_probe(tenant, fact, why), fact.head_id, fact.relation, reason, cause)]
+    return []
+
+
 def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
     """Work for the resolver: retract `fact` as a caller asked (one request: `request_id`)."""
     record = ConflictSet(tenant=tenant, kind="retract", candidate=fact_probe(tenant, fact, "request"), fact_id=fact.id, conflicting=[],
@@ -155,16 +164,14 @@ class ResolverStage(Stage):
         if fact.status == "retracted" and not fact.passage_ids:
             return []
         was, said_by = fact.status, list(fact.passage_ids)
-        regroup = was == "active" and self.settings.on("conflicts") and await self.memory.group_size(tenant, fact.head_id, fact.relation) >= 2
         if was == "pending":
             self.memory.stage_unpend(pipe, tenant, fact.schema_id, [fact.id])
         self.memory.stage_unsupport(pipe, tenant, fact.id, said_by)
         retracted = self.lifecycle.retract(pipe, tenant, fact, await self.memory.bump_graph_version(tenant),
                                            f"retracted on request: {conflict.reason}" if conflict.reason else "retracted on request")
         outbox = [event_message(retracted)] if was in ("active", "invalid") else []
-        if regroup:  # a fact it excluded may hold now
-            outbox.append(adjudication(fact_probe(tenant, fact, "request"), fact.head_id, fact.relation, f"{fact.id} retracted on request",
-                                       f"{conflict.work_id}-group"))
+        if was == "active":  # a fact it excluded may hold now
+            outbox += await regroup(self.settings, self.memory, tenant, fact, "request", f"{fact.id} retracted on request", f"{conflict.work_id}-group")
         return outbox
 
     async def prefetch(self, conflict: ConflictSet) -> None:
@@ -191,7 +198,7 @@ class ResolverStage(Stage):
         facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members))
                  if f and f.status != "merged" and not (f.status == "retracted" and not f.passage_ids) and not f.lapsed()}
         for fid, fact in list(facts.items()):  # pending: being promoted (its schema stable), else parked behind the gate
-            if fact.status == "pending" and (await self.memory.schema_support(tenant, fact.schema_id))[0] != "stable":
+            if fact.status == "pending" and await self.memory.schema_status(tenant, fact.schema_id) != "stable":
                 del facts[fid]
         return facts
 
