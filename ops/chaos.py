@@ -203,8 +203,9 @@ class Chaos:
         self.say(f"  {self.llm.calls - before} slow LLM calls ({self.slow_call_s:g}s) started for {extractors} ready extractors, {self.llm.in_flight} in flight")
 
 
-def unindexed(settings, documents) -> list[str]:
-    """Ids of the documents (this text) not yet fully indexed, in one pass over their status."""
+def unindexed(settings, documents, deleted: list[str] = ()) -> list[str]:
+    """Ids of the documents (this text) not yet fully indexed, and of the `deleted` ones (of the
+    documents' tenant) not yet out, in one pass over their status."""
     import asyncio
 
     from ops.publish import unindexed as unindexed_of
@@ -214,21 +215,23 @@ def unindexed(settings, documents) -> list[str]:
     async def check() -> list[str]:
         memory = Memory.from_url(settings.redis_url)
         try:
-            left = await unindexed_of(memory, {(doc.tenant, doc.doc_id): content_hash(doc.text) for doc in documents})
-            return [doc.doc_id for doc in documents if (doc.tenant, doc.doc_id) in left]
+            wanted = {(doc.tenant, doc.doc_id): content_hash(doc.text) for doc in documents}
+            wanted.update({(documents[0].tenant, doc_id): "" for doc_id in deleted})
+            left = await unindexed_of(memory, wanted)
+            return [key[1] for key in wanted if key in left]
         finally:
             await memory.close()
 
     return asyncio.run(check())
 
 
-def wait_indexed(settings, documents, fleet: Fleet, timeout_s: float) -> list[str]:
-    """Until every document is indexed or the timeout, restarting crashed workers meanwhile.
-    Returns the ids still pending."""
+def wait_indexed(settings, documents, fleet: Fleet, timeout_s: float, deleted: list[str] = ()) -> list[str]:
+    """Until every document is indexed (and every `deleted` one out) or the timeout, restarting
+    crashed workers meanwhile. Returns the ids still pending."""
     deadline = time.monotonic() + timeout_s
     while True:
         fleet.supervise()
-        pending = unindexed(settings, documents)
+        pending = unindexed(settings, documents, deleted)
         if not pending or time.monotonic() > deadline:
             return pending
         time.sleep(1.0)

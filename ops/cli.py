@@ -44,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     delete = sub.add_parser("delete", help="take documents out of memory: a tombstone each on memstream.documents")
     delete.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
     delete.add_argument("--tenant", default=None)
-    delete.add_argument("--wait", action="store_true", help="return once the pipeline has taken every document out")
+    delete.add_argument("--purge", action="store_true",
+                        help="erase: every version's text, vectors and passages, and the facts and entities only they gave, "
+                             "leave Redis with their model-cache entries (a `purged` event says what went)")
+    delete.add_argument("--wait", action="store_true", help="return once the pipeline has taken every document out (with --purge: erased it)")
     delete.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
 
     retract = sub.add_parser("retract", help="take a fact out of memory (a passage that says it again brings it back)")
@@ -244,9 +247,9 @@ def cmd_delete(settings: Settings, args) -> int:
     blank = [doc_id for doc_id in args.doc_ids if not doc_id.strip()]
     if blank:
         raise ValueError("a doc id to delete must not be empty")
-    delete(settings, tenant, args.doc_ids)
+    delete(settings, tenant, args.doc_ids, purge=args.purge)
     if args.wait:
-        pending = wait_deleted(settings, tenant, args.doc_ids, args.timeout)
+        pending = wait_deleted(settings, tenant, args.doc_ids, args.timeout, purge=args.purge)
         if pending:
             print(f"memstream delete: timed out after {args.timeout:g}s; still in memory: {', '.join(pending)}", file=sys.stderr)
             return 1

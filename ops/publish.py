@@ -23,10 +23,11 @@ from typing import Iterable, TextIO
 from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from store import Memory
 from store.base import MemoryStore
-from topics import ContractError, Document, document_key, encode, parse_json
+from topics import ContractError, Document, DocumentDeletion, document_key, encode, parse_json
 from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
+from workers.stages.erasure import left_to_erase
 
 TEXT_SUFFIXES = {".txt", ".md"}
 READ_SUFFIXES = TEXT_SUFFIXES | {".json", ".jsonl"}
@@ -278,7 +279,10 @@ async def unindexed(memory: MemoryStore, pending: dict[tuple[str, str], str]) ->
     for tenant, doc_ids in by_tenant.items():
         for doc_id, status in zip(doc_ids, await memory.document_statuses(tenant, doc_ids)):
             wanted = pending[(tenant, doc_id)]
-            if not (status.indexed(wanted) if status else wanted == ""):  # '' (deleted): never seen counts as out
+            if wanted == ERASED:
+                if status is not None and (not status.indexed("") or await left_to_erase(memory, None, tenant, doc_id)):
+                    left.add((tenant, doc_id))
+            elif not (status.indexed(wanted) if status else wanted == ""):  # '' (deleted): never seen counts as out
                 left.add((tenant, doc_id))
     return left
 
@@ -289,18 +293,25 @@ async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s
     return await _wait_for(settings, {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}, "indexed", timeout_s, quiet, memory)
 
 
-def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = False) -> None:
+def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = False, purge: bool = False) -> None:
     """`memstream delete`: a tombstone (no value) per document on `memstream.documents`, keyed
-    tenant/doc id as its versions are (topics.document_key), so a compacted topic drops them."""
+    tenant/doc id as its versions are (topics.document_key), so a compacted topic drops them.
+    With `purge`, the document's erasure (topics.DocumentDeletion.erasure_value) before its
+    tombstone, under the same key: the chunker erases it from Redis."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
     try:
-        futures = [producer.send(settings.topics.documents, key=document_key(tenant, doc_id).encode("utf-8"), value=None) for doc_id in doc_ids]
+        futures = []
+        for doc_id in doc_ids:
+            key = document_key(tenant, doc_id).encode("utf-8")
+            if purge:
+                futures.append(producer.send(settings.topics.documents, key=key, value=DocumentDeletion(tenant, doc_id, purge=True).erasure_value()))
+            futures.append(producer.send(settings.topics.documents, key=key, value=None))
         producer.flush()
         for future in futures:
             future.get(timeout=30)
-        Progress("delete", len(doc_ids), quiet=quiet).close(len(doc_ids), " tombstones published")
+        Progress("delete", len(doc_ids), quiet=quiet).close(len(doc_ids), " erasures published" if purge else " tombstones published")
     finally:
         producer.close()
 
@@ -329,10 +340,15 @@ def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
     return asyncio.run(queue())
 
 
-def wait_deleted(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float, quiet: bool = False) -> list[str]:
+ERASED = "erased"  # what _wait_for waits for after an erasure (a content hash is 64 hex digits)
+
+
+def wait_deleted(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float, quiet: bool = False, purge: bool = False) -> list[str]:
     """Poll until the chunker has taken each document out (its record holds no chunk: the text
-    hash of nothing, all of its zero chunks done). Returns the ids not yet out at the deadline."""
-    return asyncio.run(_wait_for(settings, {(tenant, doc_id): "" for doc_id in doc_ids}, "deleted", timeout_s, quiet))
+    hash of nothing, all of its zero chunks done) — with `purge`, and erased what is left of it
+    (workers.stages.erasure.left_to_erase finds nothing). Returns the ids not yet out at the deadline."""
+    wanted = ERASED if purge else ""
+    return asyncio.run(_wait_for(settings, {(tenant, doc_id): wanted for doc_id in doc_ids}, "erased" if purge else "deleted", timeout_s, quiet))
 
 
 async def _wait_for(settings: Settings, pending: dict[tuple[str, str], str], what: str, timeout_s: float, quiet: bool,

@@ -131,6 +131,12 @@ def event(tenant: str, kind: str, fact: Fact, graph_version: int, reason: str = 
                      graph_version=graph_version, reason=reason, ts=time.time(), evidence_passage_ids=list(evidence))
 
 
+def document_event(tenant: str, kind: str, doc_id: str, passage_ids, graph_version: int, reason: str, fact_ids=()) -> FactEvent:
+    """A document's event (FactEvent.DOCUMENT_EVENTS): `retired` or `purged`; ids, never text."""
+    return FactEvent(tenant=tenant, event=kind, event_id="", fact_id="", fact={}, passage_ids=sorted(passage_ids), graph_version=graph_version,
+                     reason=reason, ts=time.time(), doc_id=doc_id, fact_ids=list(fact_ids))
+
+
 class Lifecycle:
     """The transitions of a fact, staged on the message's transaction (`pipe`) through the
     memory's primitives. Each updates the Fact in place and returns its event; `reason` is
@@ -192,10 +198,10 @@ class Lifecycle:
         new supporting passages; the source, if another fact, is merged into it (no edge, kept
         with `merged_into`). The event names the source when subscribers knew it as active (it
         left memory; `merged_into` says where to), else the target; None when nothing changed
-        that subscribers can see."""
-        source_left = source is not None and source.id != target.id and source.status == "active"
+        that subscribers can see. Subscribers know a pending fact too (its `pending` event)."""
+        source_left = source is not None and source.id != target.id and source.status in ("active", "pending")
         if source is not None and source.id != target.id:
-            if source_left:
+            if source.status == "active":
                 self._unlink(pipe, tenant, source, version)
             self._stage(pipe, tenant, source, status="merged", merged_into=target.id, expired_at=time.time())
             # its passages' support comes with its lapse: the target lapses no earlier (never if it never does)
@@ -204,7 +210,7 @@ class Lifecycle:
         for passage_id in sorted(new):
             self.memory.stage_fact_passage(pipe, tenant, target.id, passage_id)
         target.passage_ids = sorted(set(target.passage_ids) | new)
-        if source_left:  # subscribers knew the source as active: tell them it is now the target
+        if source_left:  # subscribers knew the source: tell them it is now the target
             return event(tenant, "merged", source, version, reason)
         return event(tenant, "merged", target, version, reason) if new else None
 

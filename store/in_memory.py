@@ -25,9 +25,9 @@ from store.base import alias_target, broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
-from store.keys import LAYERS, type_node
+from store.keys import LAYERS, entity_node, passage_node, type_node
 from store.lexical import B, K1, LEXICAL_FIELD, search_terms
-from store.records import RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId
+from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId, Erasure
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
 from topics import validate_tenant
@@ -281,6 +281,8 @@ class InMemoryStore:
         def write() -> None:
             owners = self._set(tenant, "passage_documents", passage_id)
             owners.update(joined)
+            for doc_id in joined:
+                self._set(tenant, "document_passages", doc_id).add(passage_id)
             owners.difference_update(left)
             self._revise(tenant, passage_id)
 
@@ -323,6 +325,7 @@ class InMemoryStore:
                 if aside in row:
                     row[name] = row.pop(aside)
             row.update(retired="", incarnation=_stored(incarnation))
+            row.pop("purged", None)
             t.lexical = None
 
         self._stage(pipe, write)
@@ -350,9 +353,80 @@ class InMemoryStore:
 
         self._stage(pipe, write)
 
+    # ---- erasure -------------------------------------------------------------------------------------
+    async def document_passages(self, tenant: str, doc_id: str) -> list[str]:
+        return sorted(self._tenant(tenant).sets.get(("document_passages", doc_id), ()))
+
+    async def passage_extracted(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
+        return [set(self._tenant(tenant).sets.get(("passage_extracted", pid), ())) for pid in passage_ids]
+
+    def _counted(self, tenant: str, layer: str, what: str, record_id: str, counter: str) -> tuple[set[str], str | None]:
+        t = self._tenant(tenant)
+        count = t.records[layer].get(record_id, {}).get(counter)
+        return set(t.sets.get((what, record_id), ())), None if count is None else str(count)
+
+    async def fact_sources(self, tenant: str, fact_ids: list[str]) -> list[tuple[set[str], str | None]]:
+        return [self._counted(tenant, "facts", "fact_sources", fid, FACT_EXTRACTIONS) for fid in fact_ids]
+
+    async def entity_mentions(self, tenant: str, entity_ids: list[str]) -> list[tuple[set[str], str | None]]:
+        return [self._counted(tenant, "entities", "entity_passages", eid, ENTITY_MENTIONS) for eid in entity_ids]
+
+    async def facts_naming(self, tenant: str, entity_id: str) -> list[str]:
+        rows = self._tenant(tenant).records["facts"]
+        return sorted(fid for fid, row in rows.items() if entity_id in (row.get("head_id"), row.get("tail_id")))
+
+    def expect_entity(self, pipe, tenant: str, entity_id: str, mentions: str | None) -> None:
+        pipe.expected.setdefault((tenant, "entities", entity_id, ENTITY_MENTIONS), mentions)
+
+    def stage_erase(self, pipe, tenant: str, erasure: Erasure) -> None:
+        """Memory.stage_erase."""
+        def write() -> None:
+            t = self._tenant(tenant)
+            for pid in erasure.passage_ids:
+                row = t.records["passages"].pop(pid, {})
+                t.records["passages"][pid] = {"retired": "1", "purged": "1", **({"incarnation": row["incarnation"]} if row.get("incarnation") else {})}
+                for what in ("passage_extracted", "passage_documents"):
+                    t.sets.pop((what, pid), None)
+                self._set(tenant, "document_passages", erasure.doc_id).discard(pid)
+                self._set(tenant, "graph_nodes").discard(passage_node(pid))
+                t.lexical = None
+            for fact in erasure.facts:
+                t.records["facts"].pop(fact.id, None)
+                for what in ("fact_passages", "fact_sources"):
+                    t.sets.pop((what, fact.id), None)
+                self._set(tenant, "group", f"{fact.head_id}|{fact.relation}").discard(fact.id)
+                self._set(tenant, "facts_with_tail", fact.tail_id).discard(fact.id)
+                self._set(tenant, "schema_pending", fact.schema_id).discard(fact.id)
+                t.expiry.pop(fact.id, None)
+            for eid in erasure.entity_ids:
+                node = entity_node(eid)
+                t.records["entities"].pop(eid, None)
+                t.sets.pop(("entity_passages", eid), None)
+                for name in t.adjacency.pop(node, {}):
+                    kind, other = name.split("|", 1)
+                    t.adjacency.get(other, {}).pop(adjacency_field(kind, node), None)
+                self._set(tenant, "graph_nodes").discard(node)
+                self._set(tenant, "similarity_bridged").discard(eid)
+            for relation, head in erasure.relation_heads:
+                self._set(tenant, "relation_heads", relation).discard(head)
+                self._set(tenant, "relation_multi_heads", relation).discard(head)
+            for alias in erasure.aliases:
+                t.aliases.pop(alias, None)
+            if erasure.entity_ids:  # Memory deletes the change stream: every reader loads again
+                t.changes.clear()
+            for key in erasure.cache_keys:
+                self._cache.pop(key, None)
+            for sets in [k for k, v in t.sets.items() if not v]:  # Redis keeps no empty set
+                del t.sets[sets]
+
+        self._stage(pipe, write)
+
     # ---- memory layers ---------------------------------------------------------------------------
     async def ensure_indexes(self, tenant: str) -> None:
         self._tenant(tenant).indexed = True  # (no index to lose: Redis may restart empty, this store does not)
+
+    async def recorded_embedder(self, tenant: str) -> EmbedderId | None:
+        return self._tenant(tenant).embedder
 
     async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None:
         """Memory.claim_embedder; the store's indexes are of its `dims`."""
@@ -376,6 +450,7 @@ class InMemoryStore:
         def write() -> None:
             self._set_if_smaller(tenant, "entities", entity_id, f"{name}\x1f{type_}", fields)
             self._set(tenant, "entity_passages", entity_id).add(passage_id)
+            self._count(tenant, "entities", entity_id, ENTITY_MENTIONS)
 
         self._stage(pipe, write)
 
@@ -396,7 +471,12 @@ class InMemoryStore:
 
         self._stage(pipe, write)
 
-    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None) -> None:
+    def _count(self, tenant: str, layer: str, record_id: str, counter: str) -> None:
+        """Memory's HINCRBY of a record's write counter."""
+        row = self._tenant(tenant).records[layer].setdefault(record_id, {})
+        row[counter] = str(int(row.get(counter) or 0) + 1)
+
+    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None, passage_id: str = "") -> None:
         fid, rank, now = fact.id, fact.description_rank(), time.time()
         fields = {**fact.description(), "vec": vector_bytes(vector)}
 
@@ -405,6 +485,10 @@ class InMemoryStore:
             self._set_if_smaller(tenant, "facts", fid, rank, fields)
             self._hsetnx(tenant, "facts", fid, "status", "new")
             self._hsetnx(tenant, "facts", fid, "created_at", now)
+            if passage_id:
+                self._set(tenant, "fact_sources", fid).add(passage_id)
+                self._set(tenant, "passage_extracted", passage_id).add(fid)
+                self._count(tenant, "facts", fid, FACT_EXTRACTIONS)
 
         self._stage(pipe, write)
 

@@ -118,6 +118,19 @@ class TenantKeys:
         """The documents whose current version holds this passage (the same text in two documents is one passage)."""
         return f"{self.base}:pasdocs:{passage_id}"
 
+    # what an erasure (workers.stages.erasure) needs to find: never emptied by a retirement
+    def document_passages(self, doc_id: str) -> str:
+        """Every passage any version of the document held and no erasure has removed yet."""
+        return f"{self.base}:docpas:{doc_id}"
+
+    def passage_extracted(self, passage_id: str) -> str:
+        """The facts the passage's extractions wrote (fact_sources, the other way round)."""
+        return f"{self.base}:pasext:{passage_id}"
+
+    def fact_sources(self, fact_id: str) -> str:
+        """The passages whose extraction wrote the fact, current or retired."""
+        return f"{self.base}:factsrc:{fact_id}"
+
     def schema_pending(self, schema_id: str) -> str:
         return f"{self.base}:schemapending:{schema_id}"
 

@@ -30,10 +30,10 @@ from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
 from store.lexical import LEXICAL_FIELD, passage_terms, redis_query, search_terms
-from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, type_node
+from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, entity_node, passage_node, type_node
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
-from store.records import RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId
+from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId, Erasure
 
 INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
@@ -97,7 +97,31 @@ for i = 2, #ARGV, 2 do
   if value then redis.call('HSET', KEYS[1], ARGV[i], value); redis.call('HDEL', KEYS[1], ARGV[i + 1]) end
 end
 redis.call('HSET', KEYS[1], 'retired', '', 'incarnation', ARGV[1])
+redis.call('HDEL', KEYS[1], 'purged')  -- erased meanwhile: its extraction writes it again
 return 1
+"""
+
+# A passage erased: nothing of it but what fences a chunk of it still in flight (retired, and
+# its incarnation). KEYS[1]: the passage hash.
+_ERASE_PASSAGE = """
+local incarnation = redis.call('HGET', KEYS[1], 'incarnation')
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'retired', '1', 'purged', '1')
+if incarnation then redis.call('HSET', KEYS[1], 'incarnation', incarnation) end
+return 1
+"""
+
+# A graph node erased: each of its edges off the other end's adjacency hash, then its own hash.
+# KEYS[1]: its adjacency hash; ARGV: the node, the adjacency key prefix (the other ends' keys
+# are built here, under the same tenant hash tag, as they are only known at commit).
+_ERASE_NODE = """
+local fields = redis.call('HKEYS', KEYS[1])
+for _, name in ipairs(fields) do
+  local sep = string.find(name, '|', 1, true)
+  if sep then redis.call('HDEL', ARGV[2] .. string.sub(name, sep + 1), string.sub(name, 1, sep) .. ARGV[1]) end
+end
+redis.call('DEL', KEYS[1])
+return #fields
 """
 
 # A schema's frequency after passages left its support set. KEYS: schema_passages, schema hash.
@@ -349,6 +373,11 @@ class Memory:
             await self.index(tenant, layer)
 
     # ---- the embedder a tenant's indexes were built with -------------------------------------
+    async def recorded_embedder(self, tenant: str) -> EmbedderId | None:
+        """The embedder recorded for the tenant's indexes (None: none recorded)."""
+        name, dims = await self.redis.hmget(self.keys(tenant).embedder, "name", "dims")
+        return None if name is None else EmbedderId(name.decode("utf-8"), int(dims))
+
     async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None:
         """The embedder the tenant's indexes were built with. None recorded: a tenant with
         indexes (built before records were kept) adopts `embedder` when they are of its dims,
@@ -663,6 +692,8 @@ class Memory:
         key = keys.passage_documents(passage_id)
         if joined:
             pipe.sadd(key, *joined)
+            for doc_id in joined:
+                pipe.sadd(keys.document_passages(doc_id), passage_id)
         if left:
             pipe.srem(key, *left)
         pipe.hincrby(keys.passage_revision(passage_id), "n", 1)
@@ -723,6 +754,84 @@ class Memory:
         pipe.delete(keys.passage_facts(passage_id), keys.passage_schemas(passage_id), keys.chunk_facts_done(passage_id), keys.chunk_outstanding(passage_id))
         pipe.srem(keys.chunks_done, passage_id)
 
+    # ---- erasure: a document's passages and what only they said, gone (workers.stages.erasure) --
+    async def document_passages(self, tenant: str, doc_id: str) -> list[str]:
+        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).document_passages(doc_id)))
+
+    async def passage_extracted(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
+        keys = self.keys(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        for pid in passage_ids:
+            pipe.smembers(keys.passage_extracted(pid))
+        return [{m.decode() for m in members} for members in (await pipe.execute() if passage_ids else [])]
+
+    async def fact_sources(self, tenant: str, fact_ids: list[str]) -> list[tuple[set[str], str | None]]:
+        """Each fact's source passages and its extraction count (what expect_field fences on)."""
+        keys = self.keys(tenant)
+        return await self._set_and_counter([(keys.fact_sources(fid), keys.fact(fid)) for fid in fact_ids], FACT_EXTRACTIONS)
+
+    async def entity_mentions(self, tenant: str, entity_ids: list[str]) -> list[tuple[set[str], str | None]]:
+        """Each entity's current passages and its mention count (what expect_entity fences on)."""
+        keys = self.keys(tenant)
+        return await self._set_and_counter([(keys.entity_passages(eid), keys.entity(eid)) for eid in entity_ids], ENTITY_MENTIONS)
+
+    async def _set_and_counter(self, keys: list[tuple[str, str]], counter: str) -> list[tuple[set[str], str | None]]:
+        """For each (set key, hash key): the set's members and the hash's `counter`, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for set_key, hash_key in keys:
+            pipe.smembers(set_key)
+            pipe.hget(hash_key, counter)
+        replies = await pipe.execute() if keys else []
+        return [({m.decode() for m in members}, None if count is None else count.decode()) for members, count in zip(replies[0::2], replies[1::2])]
+
+    async def facts_naming(self, tenant: str, entity_id: str) -> list[str]:
+        """Ids of every fact with the entity as head or tail (any status), from the facts index."""
+        index = await self.index(tenant, "facts", create=False)
+        if index is None:
+            return []
+        tag = Tag("head_id") == entity_id
+        query = Query(str(tag | (Tag("tail_id") == entity_id))).no_content().paging(0, 10_000).dialect(2)
+        result = await self.redis.ft(self.keys(tenant).index_name("facts")).search(query)
+        prefix = self.keys(tenant).prefix("facts")
+        return sorted(doc.id.removeprefix(prefix) for doc in result.docs)
+
+    def expect_entity(self, pipe, tenant: str, entity_id: str, mentions: str | None) -> None:
+        """The decision read the entity after this many mentions: its commit fails if a passage
+        mentioned it meanwhile."""
+        expected = pipe.__dict__.setdefault("memstream_expected", {})
+        expected.setdefault((self.keys(tenant).entity(entity_id), ENTITY_MENTIONS), mentions)
+
+    def stage_erase(self, pipe, tenant: str, erasure: Erasure) -> None:
+        keys = self.keys(tenant)
+        for pid in erasure.passage_ids:
+            _eval(pipe, _ERASE_PASSAGE, [keys.passage(pid)], [])
+            pipe.delete(keys.passage_extracted(pid), keys.passage_documents(pid))
+            pipe.srem(keys.document_passages(erasure.doc_id), pid)
+            pipe.srem(keys.graph_nodes, passage_node(pid))
+        for fact in erasure.facts:
+            pipe.delete(keys.fact(fact.id), keys.fact_passages(fact.id), keys.fact_sources(fact.id))
+            pipe.srem(keys.group(fact.head_id, fact.relation), fact.id)
+            pipe.srem(keys.facts_with_tail(fact.tail_id), fact.id)
+            pipe.srem(keys.schema_pending(fact.schema_id), fact.id)
+            pipe.zrem(keys.expiry, fact.id)
+        for eid in erasure.entity_ids:
+            node = entity_node(eid)
+            pipe.delete(keys.entity(eid), keys.entity_passages(eid))
+            _eval(pipe, _ERASE_NODE, [keys.adjacency(node)], [node, keys.adjacency("")])
+            pipe.srem(keys.graph_nodes, node)
+            pipe.srem(keys.similarity_bridged, eid)
+        for relation, head in erasure.relation_heads:
+            pipe.srem(keys.relation_heads(relation), head)
+            pipe.srem(keys.relation_multi_heads(relation), head)
+        if erasure.aliases:
+            pipe.hdel(keys.aliases, *erasure.aliases)
+        if erasure.entity_ids:
+            # the change stream names the erased nodes: gone, so every reader loads the graph again
+            # (graph_log.changes_since: its cursor is no longer in the stream)
+            pipe.delete(keys.graph_changes)
+        for start in range(0, len(erasure.cache_keys), 1000):
+            pipe.delete(*erasure.cache_keys[start:start + 1000])
+
     # ---- memory layers -------------------------------------------------------------------
     def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
         pipe.hset(
@@ -742,6 +851,7 @@ class Memory:
         keys = self.keys(tenant)
         _eval(pipe, _SET_IF_SMALLER, [keys.entity(entity_id)], [f"{name}\x1f{type_}", "name", name, "type", type_, "vec", vector_bytes(vector)])
         pipe.sadd(keys.entity_passages(entity_id), passage_id)
+        pipe.hincrby(keys.entity(entity_id), ENTITY_MENTIONS, 1)
 
     def stage_schema(self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector, passage_id: str) -> None:
         keys = self.keys(tenant)
@@ -754,7 +864,7 @@ class Memory:
         _eval(pipe, _SUPPORT_SCHEMA, [keys.schema_passages(schema_id), schema_key], [passage_id, self.tau])
         pipe.sadd(keys.passage_schemas(passage_id), schema_id)
 
-    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None) -> None:
+    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None, passage_id: str = "") -> None:
         """An extracted fact, status 'new' until the detector decides. Status and first-seen
         time are set once; the description is the one of the smallest Fact.description_rank
         seen: the most specific category, then the smallest (order-independent). The passage's
@@ -767,6 +877,10 @@ class Memory:
         _eval(pipe, _SET_IF_SMALLER, [key], [fact.description_rank(), *pairs, "vec", vector_bytes(vector)])
         pipe.hsetnx(key, "status", "new")
         pipe.hsetnx(key, "created_at", time.time())
+        if passage_id:  # its source, for an erasure
+            pipe.sadd(keys.fact_sources(fact.id), passage_id)
+            pipe.sadd(keys.passage_extracted(passage_id), fact.id)
+            pipe.hincrby(key, FACT_EXTRACTIONS, 1)
 
     def stage_fact_passage(self, pipe, tenant: str, fact_id: str, passage_id: str) -> None:
         keys = self.keys(tenant)
@@ -1132,10 +1246,10 @@ class Memory:
         the sweep's list. Returns what went, by kind. Run it with no worker writing the tenant."""
         keys = self.keys(tenant)
         layers = {layer: await self.records(tenant, layer, skip=("vec", "retired_vec")) for layer in LAYERS}
-        recorded = await self.redis.hmget(keys.embedder, "name", "dims")
+        recorded = await self.recorded_embedder(tenant)
         cache = [*llm_cache_keys(layers["passages"])]
-        if recorded[0] is not None:
-            cached_vectors = self.embedding_cache(EmbedderId(recorded[0].decode(), int(recorded[1])).cache_name)
+        if recorded is not None:
+            cached_vectors = self.embedding_cache(recorded.cache_name)
             cache += [cached_vectors.key(text) for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])]
         for start in range(0, len(cache), 1000):
             await self.redis.delete(*cache[start:start + 1000])

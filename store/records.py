@@ -88,6 +88,23 @@ class PassageState:
     revision: int = 0  # writes to its counting sets so far (TenantKeys.passage_revision)
 
 
+@dataclass(frozen=True)
+class Erasure:
+    """What erasing a document removes from the store (workers.stages.erasure decides it;
+    Memory.stage_erase removes it): passages (left as a skeleton — retired, purged, its
+    incarnation — so a chunk of it still in flight is not extracted again), the facts only they
+    extracted, the entities no current passage or remaining fact names (with their graph
+    edges and aliases), the relation-head counts of those entities, and model-cache keys."""
+
+    doc_id: str
+    passage_ids: tuple[str, ...]
+    facts: tuple  # store.facts.Fact of each fact to erase
+    entity_ids: tuple[str, ...]
+    relation_heads: tuple[tuple[str, str], ...]  # (relation, head entity id) to forget
+    aliases: tuple[str, ...]  # alias fields to drop (an erased entity's, or aliases to it)
+    cache_keys: tuple[str, ...]
+
+
 # A passage's fields its retirement moves aside (out of the vector and full-text indexes) and
 # its return moves back: stored name → name while retired.
 RETIRED_FIELDS = {"vec": "retired_vec", LEXICAL_FIELD: f"retired_{LEXICAL_FIELD}"}
@@ -114,7 +131,9 @@ def vector_bytes(vector: Iterable[float]) -> bytes:
 
 
 # What `records` (memstream export) leaves out of every record: derived, or internal to a store.
-RECORD_INTERNALS = ("vec", "_rank", LEXICAL_FIELD, *RETIRED_FIELDS.values())
+# write counters an erasure's decision is fenced on (Memory.stage_new_fact, stage_entity)
+FACT_EXTRACTIONS, ENTITY_MENTIONS = "extractions", "mentions"
+RECORD_INTERNALS = ("vec", "_rank", LEXICAL_FIELD, *RETIRED_FIELDS.values(), FACT_EXTRACTIONS, ENTITY_MENTIONS)
 
 # ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
 PASSAGE_EXTRAS = ("metadata", "context", "retired")  # stored fields, in passage_json's order

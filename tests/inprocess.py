@@ -38,7 +38,7 @@ from ops.export import export_memory
 from store import Memory, Outgoing
 from store.base import MemoryStore
 from store.in_memory import InMemoryStore
-from topics import Document, FactEvent, decode, document_key, encode
+from topics import Document, DocumentDeletion, FactEvent, decode, document_key, encode
 from topics.records import Triple
 from workers.models.extraction import Entity, Extraction
 from workers.pipeline import Pipeline
@@ -78,6 +78,42 @@ class ScriptedExtractor:
         facts = [Triple(*fact[:3], *(fact[3:5] if len(fact) >= 5 else ("PERSON", "PLACE"))) for fact in self.script[text]]
         entities = {(t.head, t.head_type) for t in facts} | {(t.tail, t.tail_type) for t in facts}
         return Extraction([Entity(n, t) for n, t in sorted(entities)], facts)
+
+
+class HashEmbedder:
+    """Test double: a local model's interface (a synchronous `embed`, as BatchingEmbedder
+    drives all-MiniLM-L6-v2), a pseudo-random unit vector per text."""
+
+    name, dims = "hash-embedder", 384
+
+    def embed(self, texts: list[str]):
+        import hashlib
+
+        import numpy as np
+
+        rows = [np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")).standard_normal(self.dims) for t in texts]
+        return np.vstack([r / np.linalg.norm(r) for r in rows]).astype(np.float32)
+
+
+def redis_keys_holding(redis_url: str, needles: list[bytes]) -> list[str]:
+    """Every key of the Redis at `redis_url` whose name or value (of any type: string, hash,
+    set, sorted set, list, stream) holds one of `needles` — what an erasure must leave none of."""
+    import redis as redis_sync
+
+    client = redis_sync.Redis.from_url(redis_url)
+    try:
+        found = []
+        for key in client.scan_iter(count=1000):
+            kind = client.type(key)
+            values = {b"string": lambda: [client.get(key)], b"hash": lambda: [x for kv in client.hgetall(key).items() for x in kv],
+                      b"set": lambda: list(client.smembers(key)), b"zset": lambda: client.zrange(key, 0, -1),
+                      b"list": lambda: client.lrange(key, 0, -1),
+                      b"stream": lambda: [x for _, fields in client.xrange(key) for kv in fields.items() for x in kv]}.get(kind, lambda: [])()
+            if any(blob and any(n in blob for n in needles) for blob in [key, *values]):
+                found.append(key.decode(errors="replace"))
+        return found
+    finally:
+        client.close()
 
 
 @functools.cache
@@ -178,9 +214,13 @@ class InProcess:
         if wait:
             await self.drain()
 
-    async def delete(self, doc_id: str, *, wait: bool = True) -> None:
-        """Delete a document as `memstream delete` does: a tombstone (no value) under its key."""
-        self.put("documents", document_key(self.tenant, doc_id).encode(), None)
+    async def delete(self, doc_id: str, *, wait: bool = True, purge: bool = False) -> None:
+        """Delete a document as `memstream delete` does: a tombstone (no value) under its key —
+        with `purge` (`delete --purge`), its erasure first."""
+        key = document_key(self.tenant, doc_id).encode()
+        if purge:
+            self.put("documents", key, DocumentDeletion(self.tenant, doc_id, purge=True).erasure_value())
+        self.put("documents", key, None)
         if wait:
             await self.drain()
 

@@ -1,8 +1,9 @@
 """Chaos: the indexing pipeline on its own Kafka + Redis, one process per role (two extractors,
 LLM extraction against a fake LLM with latency), indexes a corpus with every conflict kind while
 workers are SIGKILLed and SIGTERMed, an extractor joins, Redis is down for 20 s and the broker
-restarts. Then every document must be indexed, the tenant's export must equal an undisturbed
-run's of the same corpus, no event id may stand for two contents, and the DLQ must be empty.
+restarts; then documents change (edits, a revert, deletions: wave 3, `changes`) while one more
+action lands. Then every document must be in memory as its current version, the tenant's export
+must equal an undisturbed run's of the same corpus and changes, no event id may stand for two contents, and the DLQ must be empty.
 
 Environment (for quick local runs): MEMSTREAM_CHAOS_DOCS (default 200), MEMSTREAM_CHAOS_LATENCY
 (the fake LLM's seconds per call, default 0.5), MEMSTREAM_CHAOS_SEED (replays a run's schedule;
@@ -28,7 +29,7 @@ import redis
 from ops.chaos import ActionLog, Chaos, Fleet, audit_events, comparable_export, export_differences, free_kafka_port, plan, read_topic, unindexed, wait_indexed
 from ops.fake_llm import FakeOpenAI
 from ops.kafka_admin import ensure_topics
-from ops.publish import publish
+from ops.publish import delete, publish
 from ops.stack import Stack, free_port
 from store.keys import LLM_CACHE_PATTERN
 from tests.chaos_corpus import corpus, extraction
@@ -71,6 +72,30 @@ def worker_env(settings: Settings, llm_url: str, home: Path) -> dict:
 
 def documents(tenant: str, docs) -> list[Document]:
     return [Document(tenant=tenant, doc_id=d.doc_id, text=d.text) for d in docs]
+
+
+def changes(docs) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """Wave 3, once wave 2 is indexed: documents change. In every third block the old letter
+    becomes the parish records' text (its passage retires, its claim is retracted, the records'
+    passage gains a second document), and the second term of office is edited to another text
+    and reverted (retired, then restored and extracted again); the lone painting and the second
+    book are deleted (the 'write' schema falls below τ: the first book's fact is parked again).
+    Every text is one the fake LLM knows. Returns ((doc id, text, version) in order, deleted ids)."""
+    text = {d.doc_id: d.text for d in docs}
+    edits = []
+    for b in sorted({d.doc_id[1:3] for d in docs if d.doc_id.startswith("b")})[::3]:
+        edits += [(f"b{b}-letter", text[f"b{b}-records"], 2), (f"b{b}-later", text[f"b{b}-region"], 2), (f"b{b}-later", text[f"b{b}-later"], 3)]
+    return edits, ["lone-paint", "book-2"]
+
+
+def apply_changes(settings: Settings, tenant: str, docs, fleet: Fleet, say) -> list[str]:
+    """Publish wave 3 for `tenant`, wait until memory holds it; the documents still pending."""
+    edits, deleted = changes(docs)
+    publish(settings, [Document(tenant=tenant, doc_id=doc_id, text=text, version=version) for doc_id, text, version in edits], quiet=True)
+    delete(settings, tenant, deleted, quiet=True)
+    say(f"published wave 3: {len(edits)} versions, {len(deleted)} deletions")
+    final = {doc_id: text for doc_id, text, _ in edits}
+    return wait_indexed(settings, [Document(tenant=tenant, doc_id=d, text=t) for d, t in final.items()], fleet, WAIT_S, deleted)
 
 
 def export(env: dict, tenant: str) -> dict:
@@ -117,6 +142,9 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
                 say(f"undisturbed run: wave {wave} indexed ({len(pending)} pending)")
                 if pending:
                     failures.append(f"undisturbed run, wave {wave}: {len(pending)} documents not indexed after {WAIT_S:g}s: {pending[:10]}")
+            pending = apply_changes(settings, undisturbed, docs, fleet, say)
+            if pending:
+                failures.append(f"undisturbed run, wave 3: {len(pending)} documents not changed after {WAIT_S:g}s: {pending[:10]}")
             phases["undisturbed run"] = time.monotonic() - mark
 
             # the disrupted run calls the LLM again (a cache hit would end every call at once)
@@ -131,8 +159,8 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
             chaos = Chaos(fleet, private_stack, rng, say, REDIS_OUTAGE_S, llm, SLOW_CALL_S)
             actions = plan(rng)
             say("plan: " + ", ".join(f"{a.kind} {a.role}".strip() for a in actions))
-            split = round(len(actions) * len(waves[1]) / len(docs))  # actions shared by the waves as their documents are
-            for wave, wave_actions in ((1, actions[:split]), (2, actions[split:])):
+            split = round((len(actions) - 1) * len(waves[1]) / len(docs))  # actions shared by the waves as their documents are
+            for wave, wave_actions in ((1, actions[:split]), (2, actions[split:-1])):
                 wave_docs = documents(disrupted, waves[wave])
                 published: list[Document] = []
                 # one batch before each action, so every action lands while work is in flight
@@ -150,6 +178,18 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
                 say(f"disrupted run: wave {wave} indexed ({len(pending)} pending)")
                 if pending:
                     failures.append(f"disrupted run, wave {wave}: {len(pending)} documents not indexed after {WAIT_S:g}s: {pending[:10]}")
+            # wave 3, documents change, with the last action landing while the changes are in flight
+            edits, deleted = changes(docs)
+            publish(settings, [Document(tenant=disrupted, doc_id=d, text=t, version=v) for d, t, v in edits[: len(edits) // 2]], quiet=True)
+            time.sleep(rng.uniform(0.5, 1.5))
+            chaos.run(actions[-1])
+            publish(settings, [Document(tenant=disrupted, doc_id=d, text=t, version=v) for d, t, v in edits[len(edits) // 2 :]], quiet=True)
+            delete(settings, disrupted, deleted, quiet=True)
+            final = {d: t for d, t, _ in edits}
+            pending = wait_indexed(settings, [Document(tenant=disrupted, doc_id=d, text=t) for d, t in final.items()], fleet, WAIT_S, deleted)
+            say(f"disrupted run: wave 3 (changes) in memory ({len(pending)} pending)")
+            if pending:
+                failures.append(f"disrupted run, wave 3: {len(pending)} documents not changed after {WAIT_S:g}s: {pending[:10]}")
             phases["disrupted run"] = time.monotonic() - mark
             calls = llm.answered_by[calls_before:]  # the chunk text each call was answered for
         finally:

@@ -293,3 +293,22 @@ def test_memstream_retract_takes_a_fact_out_through_the_resolver(rules_workers, 
     assert (now["status"], now["reason"]) == ("retracted", "retracted on request: sold the orchard")
     unknown = workers.cli.run("retract", "f-none", "--tenant", tenant, check=False)
     assert unknown.returncode == 2 and f"no fact 'f-none' in tenant '{tenant}'" in unknown.stderr
+
+
+def test_memstream_delete_purge_erases_a_document_through_kafka(rules_workers, tmp_path):
+    """`memstream delete --purge --wait`: the erasure and its tombstone go through Kafka to the
+    chunker; when it returns, none of the document's words is left under the tenant (export:
+    passages, facts, entities) and a `purged` event names what went, without its text."""
+    workers, tenant = rules_workers, tenant_name("erase")
+    word = f"Zorvex{uuid.uuid4().hex[:8]}"
+    docs = {"quill": f"{word} Quill lives in Brannoc. {word} Quill works for Orsk Mills.", "nora": "Nora Velt works for Orsk Mills."}
+    workers.cli.run("publish", *write_docs(tmp_path / "docs", docs), "--tenant", tenant, "--wait", "--timeout", "120")
+    assert word in workers.cli.run("export", "--tenant", tenant).stdout
+    said = workers.cli.run("delete", "quill", "--purge", "--wait", "--timeout", "120", "--tenant", tenant)
+    assert "1 erasures published" in said.stderr + said.stdout
+    export = workers.cli.run("export", "--tenant", tenant).stdout
+    assert word.lower() not in export.lower()
+    assert {(f["head"], f["status"]) for f in json.loads(export)["facts"]} == {("Nora Velt", "active")}
+    events = [json.loads(line) for line in workers.cli.run("tail", "--tenant", tenant, "--from-beginning", "--idle-timeout", "5").stdout.splitlines()]
+    [purged] = [e for e in events if e["event"] == "purged"]
+    assert purged["doc_id"] == "quill" and len(purged["passage_ids"]) == 1 and word.lower() not in json.dumps(purged).lower()

@@ -17,7 +17,7 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.inprocess import Delivery, InProcess
+from tests.inprocess import Delivery, HashEmbedder, InProcess, redis_keys_holding
 from workers.query import drilldown
 from workers.models.extraction import RulesExtractor
 
@@ -436,8 +436,6 @@ def test_a_purged_tenant_leaves_nothing_of_its_texts_in_redis(stack_env):
     """`memstream tenant delete T --purge`: after it, a scan of every key of Redis (names and
     values of every type) finds none of the tenant's words, and no key under its hash tag;
     another tenant is untouched. The embedder caches its vectors in Redis as a worker's does."""
-    import redis as redis_sync
-
     from ops.erase import purge_tenant
     from store import Memory
     from workers.models.embedding import BatchingEmbedder, embedder_id
@@ -469,36 +467,8 @@ def test_a_purged_tenant_leaves_nothing_of_its_texts_in_redis(stack_env):
     assert cached == [2, 0]  # the passage's vector and an entity name's, cached by the extractor, then gone
     assert doomed not in after and after[kept] == before[kept]
     assert [p["text"] for p in answer["passages"]] == [ILSE]
-    client = redis_sync.Redis.from_url(url)
-    try:
-        found = []
-        for key in client.scan_iter(count=1000):
-            kind = client.type(key)
-            values = {b"string": lambda: [client.get(key)], b"hash": lambda: [x for kv in client.hgetall(key).items() for x in kv],
-                      b"set": lambda: list(client.smembers(key)), b"zset": lambda: client.zrange(key, 0, -1),
-                      b"list": lambda: client.lrange(key, 0, -1),
-                      b"stream": lambda: [x for _, fields in client.xrange(key) for kv in fields.items() for x in kv]}.get(kind, lambda: [])()
-            for blob in [key, *values]:
-                if blob and (word.encode() in blob or word.lower().encode() in blob or f"{{{doomed}}}".encode() in blob):
-                    found.append(key)
-        assert found == [], found[:10]
-    finally:
-        client.close()
-
-
-class HashEmbedder:
-    """Test double: a local model's interface (a synchronous `embed`, as BatchingEmbedder
-    drives all-MiniLM-L6-v2), a pseudo-random unit vector per text."""
-
-    name, dims = "hash-embedder", 384
-
-    def embed(self, texts: list[str]):
-        import hashlib
-
-        import numpy as np
-
-        rows = [np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")).standard_normal(self.dims) for t in texts]
-        return np.vstack([r / np.linalg.norm(r) for r in rows]).astype(np.float32)
+    found = redis_keys_holding(url, [word.encode(), word.lower().encode(), f"{{{doomed}}}".encode()])
+    assert found == [], found[:10]
 
 
 def test_deleting_a_tenant_needs_purge_said_out_loud(capsys):
@@ -614,3 +584,62 @@ def test_a_schema_counted_again_while_a_version_demotes_it_stays_stable(redis_ur
 
     status, ilse = run(scenario())
     assert status == "stable" and ilse.status == "active"
+
+
+def test_a_fact_held_behind_the_gate_is_told_pending_and_told_where_it_merged(redis_url):
+    """Before: a fact held behind the τ gate published nothing, and when its promotion found its
+    active twin and merged into it, nothing told subscribers where it went. Now: `pending` once
+    (its first passage), and `merged` naming it with `merged_into`."""
+    from tests.inprocess import ScriptedExtractor
+    from topics.records import Triple
+    from workers.algorithms.normalize import canonical_fact, entity_id, fact_id
+
+    relation = canonical_fact(Triple("a", "married to", "b")).relation
+    a, b = "Ana Lind", "Bo Ek"
+    if fact_id(entity_id(a), relation, entity_id(b)) > fact_id(entity_id(b), relation, entity_id(a)):
+        a, b = b, a  # the active fact is the canonical one (smaller id): the promoted twin merges into it
+    script = {
+        "one": [(a, "married to", b, "PERSON", "ROBOT")], "two": [("Cy Moss", "married to", "Di Fern", "PERSON", "ROBOT")],
+        "swapped": [(b, "married to", a, "ROBOT", "PERSON")], "four": [("Eve Sand", "married to", "Fay Holt", "ROBOT", "PERSON")],
+    }
+
+    async def scenario():
+        stages = InProcess(redis_url, ScriptedExtractor(script), tau=2)
+        try:
+            for doc_id in ("one", "two", "swapped"):
+                await stages.publish(doc_id, doc_id)
+            told_before = stages.events()
+            await stages.publish("four", "four")  # its schema stable: promoted, it meets its active twin
+            return told_before, stages.events(), await stages.facts()
+        finally:
+            await stages.close()
+
+    told_before, told, facts = run(scenario())
+    active, swapped = fact_id(entity_id(a), relation, entity_id(b)), fact_id(entity_id(b), relation, entity_id(a))
+    assert [e["event"] for e in told_before if e["fact_id"] == swapped] == ["pending"]
+    assert [e["event"] for e in told if e["fact_id"] == swapped] == ["pending", "merged"]
+    [merged] = [e for e in told if e["fact_id"] == swapped and e["event"] == "merged"]
+    assert merged["fact"]["merged_into"] == active and facts[swapped].status == "merged" and facts[active].status == "active"
+
+
+def test_a_version_that_retires_passages_says_so(redis_url):
+    """Before: a retired passage left memory without a word. Now a `retired` event (keyed by the
+    document, no fact) names the passages an edit or a deletion took out, and a redelivery or a
+    version that retires nothing says nothing more."""
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", ILSE, version=1)
+            [first] = {p for f in (await stages.facts()).values() for p in f.passage_ids}
+            await stages.publish("ilse", ILSE_EDITED, version=2)
+            await stages.publish("ilse", ILSE_EDITED, version=2)  # the same version again
+            [second] = {p for f in (await stages.facts()).values() if f.status == "active" for p in f.passage_ids}
+            await stages.delete("ilse")
+            return first, second, [o for o in stages.sent if o.topic == "indexed-facts"], stages.events()
+        finally:
+            await stages.close()
+
+    first, second, sent, events = run(scenario())
+    retired = [e for e in events if e["event"] == "retired"]
+    assert [(e["doc_id"], e["passage_ids"], e["fact_id"], e["fact"]) for e in retired] == [("ilse", [first], "", {}), ("ilse", [second], "", {})]
+    assert [o.key for o in sent if b'"retired"' in o.value] == [f"{retired[0]['tenant']}/ilse"] * 2

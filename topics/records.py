@@ -244,6 +244,14 @@ class Document(Record):
         """What a message of no value on `documents` means: delete the document its key names."""
         return DocumentDeletion.from_key(key)
 
+    @classmethod
+    def decode_value(cls, data: Any, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES, where: str = "") -> "Document | DocumentDeletion":
+        """A value on `documents`: a version of a document, or — an object with `"erase": true`
+        and no text — the erasure of one (DocumentDeletion with `purge`)."""
+        if isinstance(data, dict) and "erase" in data:
+            return DocumentDeletion.from_erasure(data, where or cls.TOPIC)
+        return cls.from_dict(data, max_text_bytes=max_text_bytes, where=where)
+
     @property
     def is_turn(self) -> bool:
         """A conversation turn: `turn` is set. The one rule (the chunker, `memstream publish`, the
@@ -275,10 +283,16 @@ def document_key(tenant: str, doc_id: str) -> str:
 @dataclass(frozen=True)
 class DocumentDeletion:
     """A document taken out of memory: a tombstone (no value) on `documents`, its key naming the
-    tenant and doc id (document_key). Not a record of its own: nothing but the key is sent."""
+    tenant and doc id (document_key). Not a record of its own: nothing but the key is sent.
+
+    With `purge`, its erasure (`memstream delete --purge`): the value `{"v", "tenant", "doc_id",
+    "erase": true}` under the same key (erasure_value), followed by a tombstone so a compacted
+    topic drops the key. Deleted, then every passage of every version of it that no other
+    document holds is erased from Redis with what only they supported (workers.stages.erasure)."""
 
     tenant: str
     doc_id: str
+    purge: bool = False
 
     @classmethod
     def from_key(cls, key: bytes | str | None) -> "DocumentDeletion":
@@ -294,6 +308,27 @@ class DocumentDeletion:
         if not doc_id.strip():
             raise ContractError(f"documents: the tombstone key {key!r} names no doc id")
         return cls(tenant, doc_id)
+
+    @classmethod
+    def from_erasure(cls, data: dict, where: str) -> "DocumentDeletion":
+        extra = sorted(set(data) - {"v", "tenant", "doc_id", "erase"})
+        if data.get("erase") is not True or extra:
+            raise ContractError(f"{where}: an erasure is {{\"v\", \"tenant\", \"doc_id\", \"erase\": true}} and nothing else"
+                                + (f"; got field(s) {', '.join(map(repr, extra))[:200]}" if extra else f"; got erase={data.get('erase')!r}"[:200]))
+        tenant, doc_id = data.get("tenant"), data.get("doc_id")
+        if not isinstance(tenant, str) or not isinstance(doc_id, str) or not doc_id.strip():
+            raise ContractError(f"{where}: an erasure names its tenant and doc id (non-empty strings)")
+        try:
+            validate_tenant(tenant)
+            _check_nested(doc_id, f"{where}.doc_id", _REFUSED_STRICT)
+        except ContractError as exc:
+            raise ContractError(f"{where}: {exc}") from None
+        return cls(tenant, doc_id, purge=True)
+
+    def erasure_value(self) -> bytes:
+        """The value that asks for this document's erasure (from_erasure reads it)."""
+        return json.dumps({"v": SCHEMA_VERSION, "tenant": self.tenant, "doc_id": self.doc_id, "erase": True},
+                          ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     @property
     def key(self) -> str:
@@ -435,12 +470,20 @@ class ConflictSet(Record):
 
 @dataclass
 class FactEvent(Record):
-    """A change of memory, published on indexed-facts. Key: fact_id. `event_id` is
-    deterministic, so a consumer can drop the rare duplicate an at-least-once crash causes."""
+    """A change of memory, published on indexed-facts. `event_id` is deterministic, so a
+    consumer can drop the rare duplicate an at-least-once crash causes.
+
+    A fact's events (FACT_EVENTS) name it (`fact_id`, `fact`); a document's (DOCUMENT_EVENTS)
+    have `fact_id` '' and `fact` {} and name the document (`doc_id`): `retired` — passages a
+    version or deletion took out of memory (`passage_ids`), `purged` — what an erasure removed
+    from Redis (`passage_ids`, `fact_ids`; never any text; `doc_id` '' when a whole tenant went).
+    Key: the fact id, or tenant/doc id (document_key) for a document's events."""
 
     TOPIC: ClassVar[str] = "indexed-facts"
     FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("fact", "reason")
-    EVENTS: ClassVar[tuple[str, ...]] = ("activated", "merged", "qualified", "invalidated", "expired", "retracted", "pending")
+    FACT_EVENTS: ClassVar[tuple[str, ...]] = ("activated", "merged", "qualified", "invalidated", "expired", "retracted", "pending")
+    DOCUMENT_EVENTS: ClassVar[tuple[str, ...]] = ("retired", "purged")
+    EVENTS: ClassVar[tuple[str, ...]] = FACT_EVENTS + DOCUMENT_EVENTS
 
     tenant: str
     event: str
@@ -452,10 +495,12 @@ class FactEvent(Record):
     reason: str = ""
     ts: float = 0.0
     evidence_passage_ids: list[str] = field(default_factory=list)
+    doc_id: str = ""
+    fact_ids: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
-        return self.fact_id
+        return self.fact_id or document_key(self.tenant, self.doc_id)
 
 
 @dataclass
@@ -499,7 +544,8 @@ def decode(cls: type[Record], raw: bytes | str, *, max_text_bytes: int = DEFAULT
             raise ContractError(
                 f"{where}: unsupported schema version v={version!r} (this memstream reads v={SCHEMA_VERSION})"
             )
-    return cls.from_dict(data, max_text_bytes=max_text_bytes, where=where)
+    read = getattr(cls, "decode_value", None) or cls.from_dict  # a topic with more than one kind of value (documents)
+    return read(data, max_text_bytes=max_text_bytes, where=where)
 
 
 def parse_json(raw: Any, where: str, invalid: str = "message is not valid UTF-8 JSON") -> Any:

@@ -268,14 +268,14 @@ def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit]:
     for position, item in enumerate(outbox):
         if isinstance(item.record, FactEvent):
             event = item.record
-            item = replace(item, record=replace(event, event_id=short_hash("event", tenant, mark, str(position), event.event, event.fact_id)))
+            item = replace(item, record=replace(event, event_id=short_hash("event", tenant, mark, str(position), event.event, event.fact_id or event.doc_id)))
         out.append(item)
     return out
 
 
 def event_message(event: FactEvent) -> Emit:
-    """A fact event on `indexed-facts`, keyed by its fact (its id is given at commit)."""
-    return Emit("indexed-facts", event.fact_id, event)
+    """An event on `indexed-facts`, keyed by its fact or document (FactEvent.key; its id is given at commit)."""
+    return Emit("indexed-facts", event.key, event)
 
 
 def encode_outbox(outbox: Decided) -> list[Outgoing]:

@@ -4,11 +4,13 @@ topic, each a module of workers/stages built from one StageContext.
 
     topic in         stage module            done mark                             topics out
     ---------------  ----------------------  ------------------------------------  ----------------------------
-    documents        stages/chunker.py       doc:{doc id}:{text hash}:{version}    chunks
+    documents        stages/chunker.py       doc:{doc id}:{text hash}:{version}    chunks, indexed-facts (retired,
+                                             del:{doc id}:… (a tombstone)          purged), conflict-sets
+                                             erase:{doc id}:… (an erasure)
     chunks           stages/extractor.py     ext:{chunk id}                        candidate-facts
     candidate-facts  stages/detector.py      det:{chunk id}:{fact index}           indexed-facts, conflict-sets,
                                              act:{fact id}:{chunk id} (promoted)   candidate-facts (promotions)
-    conflict-sets    stages/resolver.py      its work id: res:duplicate:… adj:…    indexed-facts, conflict-sets
+    conflict-sets    stages/resolver.py      work:{hash of its work id}            indexed-facts, conflict-sets
 
 Not fed by a topic: the expiry sweep (stages/expiry.py, mark exp:{fact id}:{expires_at}:{activated_at})
 expires facts whose TTL lapsed — `expire_lapsed`, run on a timer by the resolver workers — with events on

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from store.keys import entity_node, passage_node
+from store.facts import document_event
 from store.records import DocumentRecord
 from topics import Chunk, Document, DocumentDeletion
 from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
@@ -32,6 +33,7 @@ from workers.algorithms.policy import TRACE_CATEGORIES
 from workers.algorithms.turns import turn_context, when_of
 from workers.envelope import Emit, event_message
 from workers.stages.context import Stage, StageContext
+from workers.stages.erasure import Erasing
 from workers.stages.resolver import regroup
 
 
@@ -84,6 +86,7 @@ class ChunkerStage(Stage):
     def __init__(self, context: StageContext):
         super().__init__(context)
         self.versions = Versions(context)
+        self.erasing = Erasing(context)
 
     async def handle(self, doc: Document | DocumentDeletion) -> None:
         if isinstance(doc, DocumentDeletion):
@@ -122,24 +125,31 @@ class ChunkerStage(Stage):
     async def delete(self, deletion: DocumentDeletion) -> None:
         """A tombstone: the document's current version holds nothing any more (its record stays,
         with no chunks, so only a publication of a newer version brings it back). Its passages
-        retire and its facts are decided again as after an edit."""
+        retire and its facts are decided again as after an edit. An erasure (`purge`) deletes
+        it so, then erases what of it is left (workers.stages.erasure) in a second commit."""
         tenant, doc_id = deletion.tenant, deletion.doc_id
         previous = await self.memory.document_record(tenant, doc_id)
         if previous is None:
             return  # never published
         if previous.deleted:  # deleted already (a redelivery: its outbox is published now)
-            return await self.once(tenant, previous.mark, _nothing) if previous.mark else None
-        mark = f"del:{doc_id}:{after(previous)}"
+            if previous.mark:
+                await self.once(tenant, previous.mark, _nothing)
+        else:
+            mark = f"del:{doc_id}:{after(previous)}"
 
-        async def decide(pipe) -> list[Emit]:
-            current = await self.memory.document_record(tenant, doc_id)
-            if current is None or current.deleted:
-                return []
-            self.memory.expect_document(pipe, tenant, doc_id, current)
-            self.memory.stage_document(pipe, tenant, doc_id, "", current.version, [], mark)
-            return (await self.versions.replace(pipe, tenant, doc_id, current, [], f"{doc_id} deleted")).outbox
+            async def decide(pipe) -> list[Emit]:
+                current = await self.memory.document_record(tenant, doc_id)
+                if current is None or current.deleted:
+                    return []
+                self.memory.expect_document(pipe, tenant, doc_id, current)
+                self.memory.stage_document(pipe, tenant, doc_id, "", current.version, [], mark)
+                return (await self.versions.replace(pipe, tenant, doc_id, current, [], f"{doc_id} deleted")).outbox
 
-        await self.once(tenant, mark, decide)
+            await self.once(tenant, mark, decide)
+        if deletion.purge:
+            deleted = await self.memory.document_record(tenant, doc_id)
+            if deleted is not None and deleted.deleted:  # the erasure changes no record: a redelivery finds its mark done
+                await self.once(tenant, f"erase:{doc_id}:{after(deleted)}", lambda pipe: self.erasing.erase(pipe, tenant, doc_id))
 
 
 async def _nothing(pipe) -> list[Emit]:
@@ -181,13 +191,15 @@ class Versions(Stage):
             if state.retired:
                 self.memory.stage_restore_passage(pipe, tenant, chunk_id, state.incarnation + 1)
         retired = [c for c in retiring if not states[c].retired]
-        return VersionChange(incarnations, await self._retire(pipe, tenant, retired, states, why) if retired else [])
+        return VersionChange(incarnations, await self._retire(pipe, tenant, doc_id, retired, why) if retired else [])
 
-    async def _retire(self, pipe, tenant: str, passage_ids: list[str], states: dict, why: str) -> list[Emit]:
-        """The passages leave memory; each fact they supported is decided again."""
+    async def _retire(self, pipe, tenant: str, doc_id: str, passage_ids: list[str], why: str) -> list[Emit]:
+        """The passages leave memory (a `retired` event names them); each fact they supported
+        is decided again."""
         lost: dict[str, set[str]] = {}  # fact id → the passages of its support that leave
         schemas: set[str] = set()  # the schemas whose frequency falls
         version = await self.memory.bump_graph_version(tenant)  # its passage edges leave the graph
+        retired = event_message(document_event(tenant, "retired", doc_id, passage_ids, version, f"no current document holds them ({why})"))
         for pid in passage_ids:
             self.memory.stage_retire_passage(pipe, tenant, pid)
             fact_ids, schema_ids = await self.memory.passage_support(tenant, pid)
@@ -218,7 +230,7 @@ class Versions(Stage):
             if was == "active":
                 outbox += await regroup(self.settings, self.memory, tenant, fact, "retirement", f"{fact.id} retracted ({why})",
                                         f"retracted-{fact.id}-{leaving}")
-        return outbox + await self._demote(pipe, tenant, sorted(schemas), set(passage_ids), version, why)
+        return [retired] + outbox + await self._demote(pipe, tenant, sorted(schemas), set(passage_ids), version, why)
 
     async def _demote(self, pipe, tenant: str, schema_ids: list[str], leaving: set[str], version: int, why: str) -> list[Emit]:
         """A stable schema whose support falls below τ is a candidate again, and its facts in

@@ -10,7 +10,7 @@ done marks (`detection_mark`, `activation_work_id`).
 from __future__ import annotations
 
 from store import Hit
-from store.facts import Fact
+from store.facts import Fact, event
 from store.keys import entity_node
 from topics import CandidateFact
 from workers.algorithms.normalize import fact_id, schema_id
@@ -69,8 +69,13 @@ class DetectorStage(Stage):
             held = self.settings.on("schema_filter") and not ungated and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id)
             if held is None:
                 return []  # a version retired the passage just now: it supports nothing
-            if held:
-                return self._finish(pipe, cand, None, [])  # candidate schema: pending, no event
+            if held:  # candidate schema: pending — told once, when its first supporting passage holds it there
+                told = []
+                if fact.status in ("new", "retracted", "pending") and not set(fact.passage_ids) - {cand.passage_id}:
+                    fact.status, fact.passage_ids = "pending", [cand.passage_id]
+                    told = [event_message(event(tenant, "pending", fact, await self.memory.graph_version(tenant),
+                                                f"its schema is seen in fewer than τ={self.settings.effective_tau} passages"))]
+                return self._finish(pipe, cand, None, told)
             outbox = await self._promote_pending(pipe, cand)
             return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated))
 

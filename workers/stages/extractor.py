@@ -146,7 +146,7 @@ class ExtractorStage(Stage):
                 sid = schema_id(triple.head_type, triple.relation, triple.tail_type)
                 fid = fact_id(head_id, triple.relation, tail_id)
                 self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
-                self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec, lapse_of(triple.category))
+                self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec, lapse_of(triple.category), chunk.chunk_id)
                 candidate = CandidateFact(
                     tenant=tenant, passage_id=chunk.chunk_id, doc_id=chunk.doc_id, fact=triple, fact_index=index,
                     chunk_fact_count=len(facts), head_id=head_id, tail_id=tail_id, extractor=self.extractor.name,

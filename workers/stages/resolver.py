@@ -3,7 +3,7 @@ the fact it repeats; fact events on `indexed-facts`, and further groups to decid
 `conflict-sets`.
 
 This module owns the resolver's input: the conflict sets other stages send it (`duplicate`,
-`adjudication`), whose work ids are its done marks, and `containment_changed`, which names the
+`adjudication`), whose work ids give its done marks, and `containment_changed`, which names the
 groups a new containment fact makes worth deciding again (the detector calls it too).
 """
 
@@ -17,7 +17,7 @@ from workers import metrics
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
 from workers.algorithms.expiry import world_time
-from workers.algorithms.normalize import fact_id
+from workers.algorithms.normalize import fact_id, short_hash
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.models.llm import LLMError, MalformedOutput
@@ -77,8 +77,12 @@ def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
 
 
 def resolution_mark(conflict: ConflictSet) -> str:
-    """Done mark: the conflict set's work id (a set without one: its candidate's fact)."""
-    return conflict.work_id or f"res:{conflict.candidate.passage_mark}:{conflict.candidate.fact_index}"
+    """Done mark: a hash of the conflict set's work id (a set without one: its candidate's
+    fact). Hashed: a group's work id names its head entity, and an erasure leaves no key that
+    names an entity it erased (workers.stages.erasure); a mark outlives its message by days."""
+    if conflict.work_id:
+        return f"work:{short_hash(conflict.work_id, size=32)}"
+    return f"res:{conflict.candidate.passage_mark}:{conflict.candidate.fact_index}"
 
 
 async def containment_changed(settings: Settings, memory: Memory, cand: CandidateFact, fact: Fact) -> list[Emit]:

@@ -1,0 +1,195 @@
+"""Erasure (`memstream delete --purge`, workers.stages.erasure): a document's text — every
+version of it — leaves the store with the facts and entities only it gave and their model-cache
+entries; what other documents say stays. Each test runs the indexing stages in process
+(tests.inprocess) over both stores (the `redis_url` fixture), with the rules extractor and an
+embedder that caches its vectors in the store as a worker's does.
+
+"Nothing of it" is looked for everywhere: for Redis, every key's name and value of every type
+(a SCAN over the whole server); for the in-memory store, everything the tenant's memory and the
+model caches hold. The document's people are made-up words, so any trace is found."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from store.in_memory import InMemoryStore
+from tests.inprocess import DIMS, HashEmbedder, InProcess, redis_keys_holding
+from workers.models.embedding import BatchingEmbedder, embedder_id
+from workers.models.extraction import RulesExtractor
+from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
+
+LLM_MODEL = "erasure-test-model"  # nothing calls it: the test plants the extraction answers it would have cached
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _stages(redis_url, **settings) -> InProcess:
+    """An in-process pipeline whose embedder caches vectors in the store."""
+    from store import Memory
+
+    memory = Memory.from_url(redis_url, tau=1) if redis_url else InMemoryStore(DIMS, tau=1)
+    model = HashEmbedder()
+    embedder = BatchingEmbedder(model, cache=memory.embedding_cache(embedder_id(model).cache_name))
+    return InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1, llm_model=LLM_MODEL, **settings)
+
+
+def traces(stages: InProcess, redis_url, words: list[str]) -> list[str]:
+    """Where any of `words` (any case) is still held: Redis keys, or parts of the in-memory store."""
+    needles = [w.lower().encode() for w in words] + [w.encode() for w in words]
+    if redis_url is not None:
+        return redis_keys_holding(redis_url, needles)
+    store = stages.memory
+    memory = {**vars(store._tenants[stages.tenant])}
+    memory["sets"] = {k: v for k, v in memory["sets"].items() if v}  # (reads make empty sets here; Redis keeps none)
+    parts = {"tenant": repr(memory).encode(), "caches": repr(store._cache).encode()}
+    return [name for name, blob in parts.items() if any(n in blob for n in needles)]
+
+
+async def plant_llm_answers(stages: InProcess, texts: list[str]) -> list[str]:
+    """What an LLM extractor would have cached for these passages (the answer names them)."""
+    cache = stages.memory.llm_cache(LLM_MODEL)
+    for text in texts:
+        await cache.put(extraction_messages(text, ""), EXTRACTION_SCHEMA, json.dumps({"entities": [text[:40]], "facts": []}))
+    return [cache.key(extraction_messages(text, ""), EXTRACTION_SCHEMA) for text in texts]
+
+
+def test_an_erased_document_leaves_nothing_of_any_version(redis_url):
+    """Before: `delete` only retired a document's passages (kept for audit, with their text and
+    vectors), and nothing could take its text out of Redis short of erasing the whole tenant."""
+    word = f"Zorvex{uuid.uuid4().hex[:8]}"
+    first = f"{word} Quill lives in Brannoc. {word} Quill works for Orsk Mills."
+    edited = f"{word} Quill lives in Tallowmere."
+    other = "Nora Velt works for Orsk Mills."
+
+    async def scenario():
+        stages = _stages(redis_url)
+        try:
+            await stages.publish("quill", first, version=1)
+            await stages.publish("quill", edited, version=2)  # version 1's passage is retired, kept for audit
+            await stages.publish("nora", other, version=1)
+            llm_keys = await plant_llm_answers(stages, [first, edited])
+            before = traces(stages, redis_url, [word])
+            await stages.delete("quill", purge=True)
+            after = traces(stages, redis_url, [word])
+            planted = [await stages.memory.llm_cache(LLM_MODEL).get(extraction_messages(t, ""), EXTRACTION_SCHEMA) for t in (first, edited)]
+            answer = await stages.query("Who works for Orsk Mills?", mode="lexical")
+            facts = {(f.head, f.relation, f.tail): f.status for f in (await stages.facts()).values()}
+            await stages.publish("quill", edited, version=3)  # published again: indexed anew
+            again = {(f.head, f.relation, f.tail): f.status for f in (await stages.facts()).values()}
+            return stages.events(), before, after, planted, llm_keys, answer, facts, again
+        finally:
+            await stages.close()
+
+    events, before, after, planted, llm_keys, answer, facts, again = run(scenario())
+    assert before, "the document's words were in the store before its erasure"
+    assert after == [], after[:10]
+    assert planted == [None, None] and len(llm_keys) == 2
+    [purged] = [e for e in events if e["event"] == "purged"]
+    assert purged["doc_id"] == "quill" and len(purged["passage_ids"]) == 2 and len(purged["fact_ids"]) == 3
+    assert word.lower() not in json.dumps(purged).lower()  # the event names what went, never its text
+    assert [p["text"] for p in answer["passages"]] == [other]  # the other document and the entity it shares stay
+    assert facts == {("Nora Velt", "work for", "Orsk Mills"): "active"}
+    assert again == {**facts, (f"{word} Quill", "live in", "Tallowmere"): "active"}
+
+
+def test_an_erasure_keeps_a_text_another_document_holds_and_facts_said_elsewhere(redis_url):
+    """A passage another document's current version holds is that document's text too: it
+    stays, as does a fact another passage extracted (retired or not)."""
+    word = f"Zorvex{uuid.uuid4().hex[:8]}"
+    shared = f"{word} Quill lives in Brannoc."
+    own = f"{word} Quill works for Orsk Mills. {word} Quill founded Tallow Works."
+
+    async def scenario():
+        stages = _stages(redis_url)
+        try:
+            await stages.publish("quill", f"{shared}\n\n{own}".replace(". ", ".\n\n"), version=1)
+            await stages.publish("copy", shared, version=1)
+            await stages.publish("later", f"{word} Quill founded Tallow Works.", version=1)
+            await stages.delete("later")  # retired, kept for audit: its fact was extracted there too
+            await stages.delete("quill", purge=True)
+            facts = {(f.head, f.relation, f.tail): f.status for f in (await stages.facts()).values()}
+            passages = [row for _, row in await stages.memory.records(stages.tenant, "passages") if row.get("text")]
+            return facts, passages, stages.events()
+        finally:
+            await stages.close()
+
+    facts, passages, events = run(scenario())
+    assert {(p["text"], p.get("retired") == "1") for p in passages} == {(shared, False), (f"{word} Quill founded Tallow Works.", True)}
+    assert facts == {(f"{word} Quill", "live in", "Brannoc"): "active", (f"{word} Quill", "found", "Tallow Works"): "retracted"}
+    [purged] = [e for e in events if e["event"] == "purged"]
+    assert len(purged["fact_ids"]) == 1  # works for Orsk Mills: only the erased text said it
+
+
+def test_an_erasure_redelivered_or_repeated_changes_nothing_more(redis_url):
+    """The erasure and its tombstone delivered twice, and `delete --purge` asked again: one
+    `purged` event (a redelivery repeats its id), and the memory as after the first."""
+    async def scenario():
+        stages = _stages(redis_url)
+        try:
+            await stages.publish("quill", "Odo Quill lives in Brannoc.", version=1)
+            await stages.publish("nora", "Nora Velt works for Orsk Mills.", version=1)
+            await stages.delete("quill", purge=True, wait=False)
+            await stages.delete("quill", purge=True, wait=False)
+            await stages.drain()
+            once = await stages.export()
+            await stages.delete("quill", purge=True)
+            return once, await stages.export(), stages.events()
+        finally:
+            await stages.close()
+
+    once, twice, events = run(scenario())
+    assert once == twice
+    assert len({e["event_id"] for e in events if e["event"] == "purged"}) == 1
+
+
+def test_an_extraction_landing_while_the_erasure_decides_keeps_its_fact(redis_url):
+    """Another passage extracting the same fact between the erasure's reads and its commit (its
+    extraction count moves) makes the erasure decide again: the fact stays, with its source."""
+    from tests.test_versions import _race
+    from workers.algorithms.normalize import entity_id, fact_id, schema_id
+    from store.facts import Fact
+    from topics.records import Triple
+
+    async def scenario():
+        stages = _stages(redis_url)
+        try:
+            await stages.publish("quill", "Odo Quill lives in Brannoc.", version=1)
+            [fact] = (await stages.facts()).values()
+            triple = Triple("Odo Quill", "lives in", "Brannoc")
+            again = Fact.extracted(fact.id, triple, entity_id("Odo Quill"), entity_id("Brannoc"), schema_id("ENTITY", "lives in", "ENTITY"))
+            _race(stages, "fact_sources", lambda pipe: stages.memory.stage_new_fact(pipe, stages.tenant, again, [1.0] * DIMS, None, "elsewhere"))
+            await stages.delete("quill", purge=True)
+            return fact, await stages.facts(), stages.events()
+        finally:
+            await stages.close()
+
+    fact, facts, events = run(scenario())
+    assert fact.id == fact_id(fact.head_id, fact.relation, fact.tail_id) and fact.id in facts
+    [purged] = [e for e in events if e["event"] == "purged"]
+    assert purged["fact_ids"] == []
+
+
+@pytest.mark.parametrize("value, error", [
+    (b'{"v":1,"tenant":"t","doc_id":"d","erase":false}', "erase=False"),
+    (b'{"v":1,"tenant":"t","doc_id":"d","erase":true,"text":"x"}', "'text'"),
+    (b'{"v":1,"tenant":"","doc_id":"d","erase":true}', "tenant"),
+    (b'{"v":1,"tenant":"t","doc_id":" ","erase":true}', "doc id"),
+])
+def test_a_malformed_erasure_is_refused_with_its_reason(value, error):
+    from topics import ContractError, Document, decode
+
+    with pytest.raises(ContractError, match=error):
+        decode(Document, value)
+
+
+def test_an_erasure_value_reads_back_as_the_deletion_it_encodes():
+    from topics import Document, DocumentDeletion, decode
+
+    deletion = DocumentDeletion("acme", "notes/a.md", purge=True)
+    assert decode(Document, deletion.erasure_value()) == deletion

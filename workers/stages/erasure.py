@@ -1,0 +1,122 @@
+"""Erasure: a deleted document's text gone from Redis (`memstream delete --purge`), decided on
+the chunker's transaction after the deletion (workers.stages.chunker).
+
+What goes, and why each rule:
+- passages: every passage any version of the document held (TenantKeys.document_passages)
+  that is retired and that no other document's current version holds — a text another
+  document still holds is that document's too. Each is left as a skeleton (retired, purged, its
+  incarnation), so a chunk of it still in flight is not extracted again; publishing the text
+  again brings it back (a revert) and extracts it anew.
+- facts: those whose every source passage (the extractions that wrote them) is erased and that
+  no passage supports now — a fact another passage extracted stays, as does one that holds on
+  support merged into it from elsewhere.
+- entities: those the erased passages or facts named that no current passage mentions and no
+  remaining fact names (their graph edges, aliases and relation-head counts with them).
+- model caches: the LLM's answers for the passages' extractions and the cached vectors of the
+  passages, the erased entities' names and the erased facts.
+The decision is fenced on every count it read: a passage's documents and support
+(Memory.expect_passage), a fact's extractions and status, an entity's mentions — a writer that
+changes one between the reads and the commit makes it run again.
+
+The tenant-wide erasure (`memstream tenant delete --purge`, ops/erase.py) finds its cache
+entries with the same two helpers."""
+
+from __future__ import annotations
+
+from store.caches import LLMCache
+from store.facts import Fact, document_event
+from store.records import Erasure
+from topics.records import Triple
+from workers.envelope import Emit, event_message
+from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
+from workers.settings import Settings
+from workers.stages.context import Stage
+
+
+def extraction_cache_keys(settings: Settings, passages: list[tuple[str, dict]]) -> list[str]:
+    """The LLM cache keys of the extractions of passages ((id, fields) records), for the
+    extraction model the settings name (none without one: no LLM extracted them)."""
+    if not settings.llm_model:
+        return []
+    cache = LLMCache(None, settings.llm_model)
+    return [cache.key(extraction_messages(row.get("text") or "", row.get("context") or ""), EXTRACTION_SCHEMA)
+            for _, row in passages if row.get("text")]
+
+
+def embedded_texts(passages: list[tuple[str, dict]], entities: list[tuple[str, dict]], facts: list[tuple[str, dict]],
+                   schemas: list[tuple[str, dict]] = ()) -> list[str]:
+    """Every text the extraction embedded for these records (workers.stages.extractor.embedded_texts):
+    each passage as indexed (topics.Chunk.indexed_text: context line, then text), entity names,
+    each fact and, when given, its schema."""
+    from workers.stages.extractor import embedded_texts as extractor_texts  # the extractor imports the detector, which imports the resolver
+
+    indexed = [f"{row['context']}\n{row['text']}" if row.get("context") else row["text"] for _, row in passages if row.get("text")]
+    triples = [Triple(row["head"], row["relation"], row["tail"], row.get("head_type") or "ENTITY", row.get("tail_type") or "ENTITY")
+               for _, row in facts if row.get("head") and row.get("relation") and row.get("tail")]
+    texts = extractor_texts("", [row["name"] for _, row in entities if row.get("name")], triples)[1:]
+    if not schemas:  # a document's erasure: the schemas (types and a relation) stay, with their vectors
+        texts = texts[: len(texts) - len(triples)]
+    return list(dict.fromkeys(indexed + texts))
+
+
+async def left_to_erase(memory, pipe, tenant: str, doc_id: str) -> list[str]:
+    """The passages of the document's versions an erasure removes now: retired, and held by no
+    document's current version. With `pipe`, the decision is fenced on what it read of each."""
+    held = await memory.document_passages(tenant, doc_id)
+    states, owners = await memory.passage_states(tenant, held), await memory.passage_documents(tenant, held)
+    if pipe is not None:
+        for pid, state in zip(held, states):
+            memory.expect_passage(pipe, tenant, pid, state, counts=True)
+    return [pid for pid, state, docs in zip(held, states, owners) if state.retired and not docs]
+
+
+class Erasing(Stage):
+    async def erase(self, pipe, tenant: str, doc_id: str) -> list[Emit]:
+        """Stage the erasure of a deleted document on `pipe`; its `purged` event (none when
+        nothing of it is left to erase)."""
+        memory = self.memory
+        record = await memory.document_record(tenant, doc_id)
+        if record is None or not record.deleted:
+            return []  # published again since: the current version is not erased
+        memory.expect_document(pipe, tenant, doc_id, record)
+        passages = await left_to_erase(memory, pipe, tenant, doc_id)
+        if not passages:
+            return []
+        gone = set(passages)
+        rows = [(pid, row) for pid, row in zip(passages, await memory.passages(tenant, passages)) if row is not None]
+
+        candidates = sorted({fid for extracted in await memory.passage_extracted(tenant, passages) for fid in extracted})
+        facts: list[Fact] = []
+        for fact, (sources, extractions) in zip(await memory.facts(tenant, candidates), await memory.fact_sources(tenant, candidates)):
+            if fact is None or not sources <= gone or fact.passage_ids:
+                continue  # extracted elsewhere too, or supported now
+            memory.expect_field(pipe, tenant, fact.id, "extractions", extractions)
+            memory.expect_status(pipe, tenant, fact.id, fact.status)
+            facts.append(fact)
+        erased_facts = {f.id for f in facts}
+
+        named = {eid for pid in passages for eid in await memory.passage_entities(tenant, pid)} | {e for f in facts for e in (f.head_id, f.tail_id)}
+        named = sorted(named)
+        entities: list[str] = []
+        for eid, (current, mentions) in zip(named, await memory.entity_mentions(tenant, named)):
+            if current or set(await memory.facts_naming(tenant, eid)) - erased_facts:
+                continue  # a current passage mentions it, or a remaining fact names it
+            memory.expect_entity(pipe, tenant, eid, mentions)
+            entities.append(eid)
+        erased_entities = set(entities)
+        names = await memory.entity_names(tenant, entities)
+        aliases = [alias for alias, canonical in (await memory.alias_map(tenant)).items() if alias in erased_entities or canonical in erased_entities]
+
+        cache_keys = extraction_cache_keys(self.settings, rows)
+        embedder = await memory.recorded_embedder(tenant)
+        if embedder is not None:
+            vectors = memory.embedding_cache(embedder.cache_name)
+            fact_rows = [(f.id, {"head": f.head, "relation": f.relation, "tail": f.tail}) for f in facts]
+            cache_keys += [vectors.key(text) for text in embedded_texts(rows, [(e, n) for e, n in names.items()], fact_rows)]
+        memory.stage_erase(pipe, tenant, Erasure(
+            doc_id=doc_id, passage_ids=tuple(passages), facts=tuple(facts), entity_ids=tuple(entities),
+            relation_heads=tuple(sorted({(f.relation, f.head_id) for f in facts if f.head_id in erased_entities})),
+            aliases=tuple(sorted(aliases)), cache_keys=tuple(dict.fromkeys(cache_keys)),
+        ))
+        reason = f"document {doc_id} erased: {len(passages)} passage(s), {len(facts)} fact(s), {len(entities)} entit(y/ies)"
+        return [event_message(document_event(tenant, "purged", doc_id, passages, await memory.graph_version(tenant), reason, sorted(erased_facts)))]
