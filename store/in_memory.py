@@ -281,7 +281,7 @@ class InMemoryStore:
         def write() -> None:
             owners = self._set(tenant, "passage_documents", passage_id)
             owners.update(joined)
-            for doc_id in joined:
+            for doc_id in joined + left:
                 self._set(tenant, "document_passages", doc_id).add(passage_id)
             owners.difference_update(left)
             self._revise(tenant, passage_id)

@@ -692,8 +692,8 @@ class Memory:
         key = keys.passage_documents(passage_id)
         if joined:
             pipe.sadd(key, *joined)
-            for doc_id in joined:
-                pipe.sadd(keys.document_passages(doc_id), passage_id)
+        for doc_id in joined + left:  # (left too: a passage recorded before documents kept their passages)
+            pipe.sadd(keys.document_passages(doc_id), passage_id)
         if left:
             pipe.srem(key, *left)
         pipe.hincrby(keys.passage_revision(passage_id), "n", 1)

@@ -22,7 +22,7 @@ from ops.stack import free_port
 from tests.conftest import ROOT
 from tests import inprocess
 from tests.inprocess import InProcess, ScriptedExtractor
-from topics import ContractError, Document, decode
+from topics import ContractError, Document, DocumentDeletion, decode
 from workers.query.engine import MODES, QueryEngine, QueryRequest
 from workers.query.mcp_server import DocumentPublisher, memory_server
 from workers.settings import Settings
@@ -125,14 +125,15 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
                 note = await client.call_tool("remember", {"text": "Prefers aisle seats."})
                 bad = await client.call_tool("remember", {"text": "no speaker", "session_id": "trip-7", "turn": 4})
                 forgot = await client.call_tool("forget", {"doc_id": "trip-7:3"})
+                erased = await client.call_tool("forget", {"doc_id": "trip-7:3", "purge": True})
                 blank = await client.call_tool("forget", {"doc_id": " "})
                 retracted = await client.call_tool("retract_fact", {"fact_id": written["visa"]["fact"], "reason": "visa granted"})
                 unknown = await client.call_tool("retract_fact", {"fact_id": "f-none"})
-            return stages.tenant, turn, note, bad, forgot, blank, retracted, unknown, written
+            return stages.tenant, turn, note, bad, forgot, erased, blank, retracted, unknown, written
         finally:
             await stages.close()
 
-    tenant, turn, note, bad, forgot, blank, retracted, unknown, written = asyncio.run(main())
+    tenant, turn, note, bad, forgot, erased, blank, retracted, unknown, written = asyncio.run(main())
     assert not retracted.is_error and retracted.structured_content["request"].startswith(f"retract:{written['visa']['fact']}:")
     assert unknown.is_error and f"no fact 'f-none' in tenant '{tenant}'" in unknown.content[0].text
     sets = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
@@ -144,7 +145,7 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
     finally:
         sets.close()
     assert [(q["kind"], q["fact_id"], q["reason"]) for q in queued] == [("retract", written["visa"]["fact"], "visa granted")]
-    assert forgot.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
+    assert forgot.structured_content == erased.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
     assert blank.is_error and "doc_id must not be empty" in blank.content[0].text
     assert not turn.is_error, turn.content
     assert turn.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
@@ -163,9 +164,10 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
                 records += [(r.key.decode(), None if r.value is None else decode(Document, r.value)) for r in batch]
     finally:
         consumer.close()
-    # keys: tenant/doc id (topics.document_key); the bad turn was never sent; forget: a tombstone
-    assert [key for key, _ in records] == [f"{tenant}/trip-7:3", f"{tenant}/{note.structured_content['doc_id']}", f"{tenant}/trip-7:3"]
-    assert records[2][1] is None
+    # keys: tenant/doc id (topics.document_key); the bad turn was never sent; forget: a tombstone;
+    # forget with purge: the erasure, then a tombstone
+    assert [key for key, _ in records] == [f"{tenant}/trip-7:3", f"{tenant}/{note.structured_content['doc_id']}"] + [f"{tenant}/trip-7:3"] * 3
+    assert records[2][1] is None and records[3][1] == DocumentDeletion(tenant, "trip-7:3", purge=True) and records[4][1] is None
     doc = records[0][1]
     assert (doc.tenant, doc.text, doc.session_id, doc.turn, doc.speaker) == (tenant, "Ana: no red-eye flights, the kids need sleep.\n", "trip-7", 3, "Ana")
     assert doc.ts == 1746712560.0 and doc.metadata == {"channel": "chat", "turn_id": "3"}

@@ -34,10 +34,15 @@ def run(coro):
 
 async def current_memory(stages: InProcess) -> dict:
     """What a fresh tenant of the same current texts must equal: facts in memory (status,
-    supporting passages) and schemas (frequency, status), by id."""
+    supporting passages), schemas (frequency, status), by id, and the graph's fact and passage
+    edges with their weights (type edges are not compared: an entity joins its types when a fact
+    of it is first admitted, and keeps them)."""
     facts = {fid: (f.status, tuple(f.passage_ids)) for fid, f in (await stages.facts()).items() if f.status != "retracted"}
     schemas = {sid: (row.get("frequency"), row.get("status")) for sid, row in await stages.memory.records(stages.tenant, "schemas")}
-    return {"facts": facts, "schemas": {sid: v for sid, v in schemas.items() if v[0] not in ("0", 0)}}
+    edges = {}
+    async for batch in stages.memory.adjacency(stages.tenant, await stages.memory.adjacency_nodes(stages.tenant)):
+        edges.update({(e.a, e.b, e.kind): e.weight for e in batch if e.kind in ("fact", "passage") and e.weight})
+    return {"facts": facts, "schemas": {sid: v for sid, v in schemas.items() if v[0] not in ("0", 0)}, "edges": edges}
 
 
 async def fresh(redis_url, documents: dict[str, str], **settings) -> dict:
@@ -500,7 +505,7 @@ def test_a_deletion_holds_against_redelivered_versions_and_repeats(redis_url):
             await stages.close()
 
     after_redelivery, back, deleted_again = run(scenario())
-    nothing = {"facts": {}, "schemas": {}}
+    nothing = {"facts": {}, "schemas": {}, "edges": {}}
     assert after_redelivery == nothing and deleted_again == nothing
     assert back == run(fresh(redis_url, {"ilse": ILSE}, tau=1))
 

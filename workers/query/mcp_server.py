@@ -5,7 +5,7 @@ frameworks: the memory of ONE tenant per server, as seven tools —
   validates a body, so a bad request is a tool error with the same message as the HTTP 400;
 - `remember`: a conversation turn or a document published to `memstream.documents`, indexed by
   the workers like anything `memstream publish` sends; `forget`: a document taken out again
-  (a tombstone, as `memstream delete` sends); `retract_fact`: a fact taken back (as
+  (a tombstone, as `memstream delete` sends; with `purge`, erased, as `delete --purge`); `retract_fact`: a fact taken back (as
   `memstream retract`);
 - `fact_evidence`, `get_passage`: the drill-down of GET /v1/facts/{id}/evidence and
   /v1/passages/{id} (workers.query.drilldown);
@@ -167,9 +167,12 @@ class DocumentPublisher:
     async def publish(self, doc: Document) -> None:
         await asyncio.to_thread(self._send, self.topic, doc.key, encode(doc), f"document {doc.doc_id!r}")
 
-    async def delete(self, tenant: str, doc_id: str) -> None:
-        """A tombstone for the document (no value, its key): the workers take it out of memory."""
-        deletion = DocumentDeletion(tenant, doc_id)
+    async def delete(self, tenant: str, doc_id: str, purge: bool = False) -> None:
+        """A tombstone for the document (no value, its key): the workers take it out of memory —
+        with `purge`, its erasure first (as `memstream delete --purge` sends it)."""
+        deletion = DocumentDeletion(tenant, doc_id, purge=purge)
+        if purge:
+            await asyncio.to_thread(self._send, self.topic, deletion.key, deletion.erasure_value(), f"the erasure of document {doc_id!r}")
         await asyncio.to_thread(self._send, self.topic, deletion.key, None, f"the deletion of document {doc_id!r}")
 
     async def retract(self, tenant: str, fact, reason: str) -> str:
@@ -302,17 +305,18 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
 
     @server.tool(description=(
         "Forget a document or turn you remembered (by its doc_id): its passages leave memory, and every fact only they supported "
-        "is retracted (facts also said elsewhere stay, with that evidence). Use it when something said is taken back. Processed "
-        "in the background (seconds)."))
+        "is retracted (facts also said elsewhere stay, with that evidence). Use it when something said is taken back; with "
+        "purge, to erase it: its text, and what only it said, leave the store for good. Processed in the background (seconds)."))
     async def forget(
         doc_id: Annotated[str, Field(description="the doc_id remember returned (or the one you gave it)")],
+        purge: Annotated[bool, Field(description="erase it: its text, vectors and what only it said leave the store, not kept for audit")] = False,
         ctx: Context = None,
     ) -> Forgotten:
         require_scope(ctx, "write")
         if not doc_id.strip():
             raise ToolError("doc_id must not be empty")
         try:
-            await publisher.delete(tenant, doc_id)
+            await publisher.delete(tenant, doc_id, purge)
         except PublishError as exc:
             raise ToolError(str(exc)) from None
         return Forgotten(doc_id=doc_id, tenant=tenant, topic=publisher.topic, queued=True)
