@@ -286,7 +286,7 @@ def cmd_tenants(settings: Settings, args) -> int:
 
 
 def cmd_tenant(settings: Settings, args) -> int:
-    from ops.erase import purge_tenant
+    from ops.erase import publish_event, purge_tenant, tenant_purged_event
     from store import Memory
 
     tenant = validate_tenant(args.name)
@@ -302,6 +302,10 @@ def cmd_tenant(settings: Settings, args) -> int:
 
     gone = asyncio.run(purge())
     print(f"tenant {tenant} erased: " + ", ".join(f"{n} {what}" for what, n in gone.items()))
+    try:
+        publish_event(settings, tenant_purged_event(tenant, gone))
+    except Exception as exc:  # the erasure is done; only its announcement is missing
+        print(f"memstream tenant delete: erased, but the `purged` event was not published ({type(exc).__name__}: {exc})", file=sys.stderr)
     return 0
 
 

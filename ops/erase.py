@@ -6,6 +6,11 @@ tenant's is worked out with the helpers a document's erasure uses (workers.stage
 
 from __future__ import annotations
 
+import time
+
+from store.facts import document_event
+from topics import FactEvent, encode
+from workers.algorithms.normalize import short_hash
 from workers.settings import Settings
 from workers.stages.erasure import embedded_texts, extraction_cache_keys
 
@@ -25,3 +30,22 @@ def tenant_texts(passages: list[tuple[str, dict]], entities: list[tuple[str, dic
 async def purge_tenant(settings: Settings, memory, tenant: str) -> dict[str, int]:
     """Erase the tenant (MemoryStore.purge_tenant) with its cache entries; what went, by kind."""
     return await memory.purge_tenant(tenant, llm_cache_keys(settings), tenant_texts)
+
+
+def tenant_purged_event(tenant: str, gone: dict[str, int]) -> FactEvent:
+    """The `purged` event of a tenant's erasure: no document, no ids (a tenant's may be
+    millions), what went counted in its reason; its id is of this erasure (the time it ran)."""
+    event = document_event(tenant, "purged", "", [], 0, "tenant erased: " + ", ".join(f"{n} {what}" for what, n in gone.items()))
+    return FactEvent(**{**event.__dict__, "event_id": short_hash("event", tenant, "tenant-purge", repr(time.time()))})
+
+
+def publish_event(settings: Settings, event: FactEvent, timeout_s: float = 30.0) -> None:
+    """Publish one event on `memstream.indexed-facts` (raises when Kafka does not take it)."""
+    from kafka import KafkaProducer
+
+    timeout_ms = int(timeout_s * 1000)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", max_block_ms=timeout_ms)
+    try:
+        producer.send(settings.topics.indexed_facts, key=event.key.encode("utf-8"), value=encode(event)).get(timeout=timeout_s)
+    finally:
+        producer.close()

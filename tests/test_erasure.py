@@ -193,3 +193,29 @@ def test_an_erasure_value_reads_back_as_the_deletion_it_encodes():
 
     deletion = DocumentDeletion("acme", "notes/a.md", purge=True)
     assert decode(Document, deletion.erasure_value()) == deletion
+
+
+@pytest.mark.stack
+def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
+    """`memstream tenant delete T --purge`: a `purged` event for the tenant (no document, no
+    ids, what went counted) on memstream.indexed-facts, after the erasure."""
+    from ops import cli
+    from ops.chaos import read_topic
+    from workers.settings import Settings
+
+    async def index() -> str:
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], RulesExtractor(), tau=1)
+        try:
+            await stages.publish("note", "Odo Quill lives in Brannoc.", version=1)
+            return stages.tenant
+        finally:
+            await stages.close()
+
+    tenant = run(index())
+    assert cli.main(["tenant", "delete", tenant, "--purge"]) == 0
+    assert f"tenant {tenant} erased:" in capsys.readouterr().out
+    settings = Settings.from_env(stack_env)
+    events = [json.loads(r.value) for r in read_topic(settings.kafka_bootstrap, settings.topics.indexed_facts)]
+    [purged] = [e for e in events if e["tenant"] == tenant]
+    assert (purged["event"], purged["doc_id"], purged["fact_id"], purged["passage_ids"]) == ("purged", "", "", [])
+    assert purged["reason"].startswith("tenant erased: ") and "1 passages" in purged["reason"]
