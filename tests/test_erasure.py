@@ -75,18 +75,22 @@ def test_an_erased_document_leaves_nothing_of_any_version(redis_url):
             await stages.publish("nora", other, version=1)
             llm_keys = await plant_llm_answers(stages, [first, edited])
             before = traces(stages, redis_url, [word])
+            walked = await stages.query("Who works for Orsk Mills?", mode="ppr")  # the query side holds the graph now
             await stages.delete("quill", purge=True)
             after = traces(stages, redis_url, [word])
+            walked_after = await stages.query("Who works for Orsk Mills?", mode="ppr")  # its change stream gone: loaded again
             planted = [await stages.memory.llm_cache(LLM_MODEL).get(extraction_messages(t, ""), EXTRACTION_SCHEMA) for t in (first, edited)]
             answer = await stages.query("Who works for Orsk Mills?", mode="lexical")
             facts = {(f.head, f.relation, f.tail): f.status for f in (await stages.facts()).values()}
             await stages.publish("quill", edited, version=3)  # published again: indexed anew
             again = {(f.head, f.relation, f.tail): f.status for f in (await stages.facts()).values()}
-            return stages.events(), before, after, planted, llm_keys, answer, facts, again
+            return stages.events(), before, after, planted, llm_keys, answer, facts, again, walked, walked_after
         finally:
             await stages.close()
 
-    events, before, after, planted, llm_keys, answer, facts, again = run(scenario())
+    events, before, after, planted, llm_keys, answer, facts, again, walked, walked_after = run(scenario())
+    assert {p["text"] for p in walked["passages"]} == {edited, other}
+    assert [p["text"] for p in walked_after["passages"]] == [other]
     assert before, "the document's words were in the store before its erasure"
     assert after == [], after[:10]
     assert planted == [None, None] and len(llm_keys) == 2
