@@ -8,7 +8,7 @@ must equal an undisturbed run's of the same corpus and changes, no event id may 
 Environment (for quick local runs): MEMSTREAM_CHAOS_DOCS (default 200), MEMSTREAM_CHAOS_LATENCY
 (the fake LLM's seconds per call, default 0.5), MEMSTREAM_CHAOS_SEED (replays a run's schedule;
 default random, printed), MEMSTREAM_CHAOS_REDIS_OUTAGE (default 20 s), MEMSTREAM_CHAOS_WAIT
-(seconds to wait for a wave to be indexed, default 300), MEMSTREAM_CHAOS_SLOW_CALL (the LLM
+(seconds to wait for a wave to be indexed, default 150), MEMSTREAM_CHAOS_SLOW_CALL (the LLM
 latency while an extractor is signalled, default 8 s). The action log lies in the test's
 tmp_path (chaos.log), with one log per worker process."""
 
@@ -41,7 +41,9 @@ DOCS = int(os.environ.get("MEMSTREAM_CHAOS_DOCS") or 200)
 LATENCY_S = float(os.environ.get("MEMSTREAM_CHAOS_LATENCY") or 0.5)
 SEED = int(os.environ.get("MEMSTREAM_CHAOS_SEED") or random.SystemRandom().randrange(1_000_000))
 REDIS_OUTAGE_S = float(os.environ.get("MEMSTREAM_CHAOS_REDIS_OUTAGE") or 20)
-WAIT_S = float(os.environ.get("MEMSTREAM_CHAOS_WAIT") or 300)
+# per wave: far above the ~45 s a disrupted wave takes here, far below the 5.6 minutes a consumer
+# that fetched nothing once waited (workers.liveness: MEMSTREAM_STALL_SECONDS=30 below)
+WAIT_S = float(os.environ.get("MEMSTREAM_CHAOS_WAIT") or 150)
 SLOW_CALL_S = float(os.environ.get("MEMSTREAM_CHAOS_SLOW_CALL") or 8)
 ROLES = ("chunker", "extractor", "extractor", "detector", "resolver", "query")
 
@@ -67,6 +69,7 @@ def worker_env(settings: Settings, llm_url: str, home: Path) -> dict:
         "MEMSTREAM_HTTP_PORT": str(free_port()), "MEMSTREAM_PARTITIONS": "4", "MEMSTREAM_SESSION_TIMEOUT": "6",
         "MEMSTREAM_LOG_LEVEL": "info", "MEMSTREAM_EXTRACTOR": "llm", "MEMSTREAM_LLM_BASE_URL": llm_url,
         "MEMSTREAM_LLM_MODEL": "chaos-fake", "MEMSTREAM_TAU": "2", "MEMSTREAM_RESOLVER": "rules",
+        "MEMSTREAM_STALL_SECONDS": "30",  # above the 20 s Redis outage, which holds every handler
     }
 
 

@@ -1,5 +1,6 @@
 """The faust app: one agent per indexing role, plus the query API (workers.query.server) when
-the roles include `query` next to indexing ones. The only module that imports faust.
+the roles include `query` next to indexing ones. With workers/faust_patches.py, the only modules
+that import faust.
 
 Agents run with concurrency 1 (faust #606 loses in-flight messages on a crash with more) and
 read ahead instead (_read_ahead: the model calls of up to MEMSTREAM_LLM_CONCURRENCY events in
@@ -11,18 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import tempfile
+import time
 
 import faust
-import faust.transport.consumer
-from aiokafka.structs import TopicPartition as AIOKafkaTP
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES
 from workers.models.embedding import make_embedder
 from workers.models.extraction import make_extractor
 from workers.models.llm import LLMClient
+from workers import faust_patches, metrics
+from workers.liveness import EXIT_STALLED, StallWatch
 from workers.pipeline import Pipeline
 from workers.query.server import cached_embedder, check_exposure, query_app, serve, serve_metrics
 from workers.retry import backoff
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings, roles: set[str], http_socket: socket.socket | None = None) -> faust.App:
     """The faust app of `roles`; with `query`, the HTTP API is served on `http_socket` (bound
     beforehand by run_worker) or else on MEMSTREAM_HTTP_HOST:PORT."""
+    faust_patches.install()  # before any consumer exists: what effectively-once relies on
     settings.home.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,
@@ -80,11 +84,13 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
 
     resolver_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.resolver == "llm" and "resolver" in roles else None
     pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm, send_many)
+    watch = StallWatch(settings.stall_seconds)
     for role, suffix in ROLE_TOPICS.items():
         if role in roles:
-            _register_agent(app, role, topics[suffix], suffix, pipeline)
+            _register_agent(app, role, topics[suffix], suffix, pipeline, watch)
     if roles & set(ROLE_TOPICS):
         _register_outbox_sweep(app, settings, pipeline)
+        _register_liveness(app, settings, watch)
     if "resolver" in roles:
         _register_expiry_sweep(app, settings, pipeline)
     if "query" in roles:
@@ -92,51 +98,7 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
     return app
 
 
-def _ack_only_processed(ack):
-    """Only what our agents processed is acked. faust's pure-Python stream path acks a message
-    it skips after a rebalance (old generation id) — the partition is then sought back and the
-    message fetched again, but its offset already counts as acked, so a commit could pass it
-    before the new copy ran. (The compiled iterator does not; this keeps both paths safe.)
-    Every topic these workers consume is an agent's."""
-
-    def ack_processed(self, message) -> bool:
-        if not getattr(message, "memstream_processed", False):
-            return False
-        return ack(self, message)
-
-    ack_processed.memstream_patched = True
-    return ack_processed
-
-
-def _seek_uncommitted_to_beginning(perform_seek):
-    """After a rebalance faust drops the messages it fetched in the old generation and seeks each
-    partition back to its committed offset — but aiokafka's seek_to_committed skips a partition
-    with no committed offset (or 0), and faust drops fetched messages below the offset it last
-    read: a refetch that lands before faust's seek is dropped, and the fetcher stays past it. A
-    chaos run lost 66 of 128 documents this way when a second extractor joined while the first
-    held fetched, uncommitted chunks (the race did not reproduce in a targeted test). Such
-    partitions start again from the beginning, as auto_offset_reset=earliest says, with faust's
-    read offset cleared; what was already done is found done."""
-
-    async def perform_seek_and_rewind(self) -> None:
-        await perform_seek(self)
-        fresh = [tp for tp in self.assignment() if not self._committed_offset.get(tp) and "__assignor" not in tp.topic]
-        if fresh:  # the aiokafka driver seeks on its consumer thread, with aiokafka's partition type
-            await getattr(self, "_thread", self).seek_to_beginning(*(AIOKafkaTP(tp.topic, tp.partition) for tp in fresh))
-            for tp in fresh:
-                self._read_offset[tp] = None
-
-    perform_seek_and_rewind.memstream_patched = True
-    return perform_seek_and_rewind
-
-
-if not getattr(faust.transport.consumer.Consumer.ack, "memstream_patched", False):
-    faust.transport.consumer.Consumer.ack = _ack_only_processed(faust.transport.consumer.Consumer.ack)
-if not getattr(faust.transport.consumer.Consumer.perform_seek, "memstream_patched", False):
-    faust.transport.consumer.Consumer.perform_seek = _seek_uncommitted_to_beginning(faust.transport.consumer.Consumer.perform_seek)
-
-
-def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline) -> None:
+def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline, watch: StallWatch | None = None) -> None:
     # Each partition's events processed one at a time, in offset order, acked by hand once
     # `process` returned (its effects committed and its outbox published, or the message
     # dead-lettered). faust's own ack runs in a `finally` and so also acks the event whose
@@ -149,13 +111,13 @@ def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pip
     window = pipeline.read_ahead(suffix)
 
     async def agent(stream):
-        await _read_ahead(stream.noack(), suffix, pipeline, window)
+        await _read_ahead(stream.noack(), suffix, pipeline, window, watch)
 
     agent.__name__ = agent.__qualname__ = role
     app.agent(topic, name=f"memstream.{role}", concurrency=1)(agent)
 
 
-async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline) -> None:
+async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline, watch: StallWatch | None = None) -> None:
     message = event.message
     attempt = 0
     while True:  # `process` only raises when even dead-lettering failed (e.g. Kafka down past
@@ -168,6 +130,8 @@ async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline) -> No
             await asyncio.sleep(backoff(attempt))
     message.memstream_processed = True
     await manual.ack(event)
+    if watch is not None:
+        watch.handled(message.tp, time.monotonic())
 
 
 async def _prefetch_quietly(pipeline: Pipeline, suffix: str, message) -> None:
@@ -177,7 +141,7 @@ async def _prefetch_quietly(pipeline: Pipeline, suffix: str, message) -> None:
         log.debug("%s: read-ahead of offset %s failed (%s: %s)", suffix, message.offset, type(exc).__name__, exc)
 
 
-async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int) -> None:
+async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int, watch: StallWatch | None = None) -> None:
     """Up to `window` events held at once (Pipeline.read_ahead). Each event's model calls start
     as soon as it is read (`Pipeline.prefetch`, a task per event: answers land in the LLM cache,
     the extractor's memo and the embedding cache), while one consumer per partition (a lane)
@@ -209,7 +173,7 @@ async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int) -> N
         while True:
             event, prefetch = await held.get()
             try:
-                await _process_and_ack(manual, event, suffix, pipeline)
+                await _process_and_ack(manual, event, suffix, pipeline, watch)
             finally:
                 prefetch.cancel()  # done by now, unless `process` found the message already done
                 slots.release()
@@ -238,6 +202,43 @@ async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int) -> N
             while not held.empty():
                 held.get_nowait()[1].cancel()
         await asyncio.gather(*consumers, return_exceptions=True)
+
+
+def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch) -> None:
+    """Every quarter of MEMSTREAM_STALL_SECONDS: the held partitions' committed offsets against
+    the ends of their logs (workers.liveness); a stall makes the worker rejoin its group, a
+    second one exits it (EXIT_STALLED). MEMSTREAM_TEST_PAUSE_FETCH=1 (tests only) pauses the
+    fetching of every partition once, after the first assignment: the stall it reproduces."""
+    pause_for_test = os.environ.get("MEMSTREAM_TEST_PAUSE_FETCH") == "1"
+
+    @app.timer(interval=max(0.5, settings.stall_seconds / 4))
+    async def check_liveness():
+        nonlocal pause_for_test
+        consumer = app.consumer
+        held = {tp for tp in consumer.assignment() if "__assignor" not in tp.topic}
+        if pause_for_test and held:
+            pause_for_test = False
+            consumer.pause_partitions(held)
+            log.warning("liveness: test hook: fetching paused on %d partitions", len(held))
+        try:
+            ends = await consumer.highwaters(*held) if held else {}
+        except Exception as exc:  # the broker away: no verdict this round
+            log.debug("liveness: end offsets not read (%s: %s)", type(exc).__name__, exc)
+            return
+        now = time.monotonic()
+        stalled = watch.check(now, faust_patches.committed_offsets(consumer, held), ends)
+        if not stalled:
+            return
+        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in stalled)
+        if watch.stalled(stalled, now) == "rejoin":
+            metrics.STALLS.labels(action="rejoin").inc()
+            log.error("liveness: no progress for %.0fs on %s with messages waiting: leaving and rejoining the group", settings.stall_seconds, names)
+            await faust_patches.request_rejoin(consumer)
+        else:
+            metrics.STALLS.labels(action="exit").inc()
+            log.critical("liveness: stalled again (%s): exiting with %d so the supervisor starts this worker again", names, EXIT_STALLED)
+            logging.shutdown()
+            os._exit(EXIT_STALLED)
 
 
 def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipeline) -> None:

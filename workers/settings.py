@@ -57,6 +57,7 @@ class Settings:
     session_timeout: int = 10  # seconds before a dead worker's partitions move
     outage_deadline: float = 300.0  # seconds a message waits out a Redis/Kafka outage before it is dead-lettered
     outbox_sweep_interval: float = 30.0  # seconds between sweeps for committed, unpublished outboxes
+    stall_seconds: float = 60.0  # a held partition with messages waiting and no progress this long is stalled (workers.liveness)
     log_level: str = "info"
     # query mode reconstruct (workers.query.reconstruct): the router and the default budget of a walk
     router: str = "similarity"  # similarity | llm (the LLM at MEMSTREAM_LLM_*)
@@ -112,6 +113,8 @@ class Settings:
 
     def _check_time_settings(self) -> None:
         object.__setattr__(self, "_category_ttls", parse_ttl_setting(self.ttl_seconds))  # ValueError naming the setting
+        if not self.stall_seconds > 0:
+            raise ValueError("MEMSTREAM_STALL_SECONDS must be > 0")
         if not self.expiry_sweep_interval > 0:
             raise ValueError("MEMSTREAM_EXPIRY_SWEEP_INTERVAL must be > 0")
 

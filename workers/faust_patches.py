@@ -1,0 +1,88 @@
+"""Two corrections to faust-streaming's consumer that effectively-once relies on, installed
+explicitly when a worker starts (workers.app.create_app calls `install`) and checked by
+tests/test_faust_patches.py, whose tests fail if a faust release changes what they rely on:
+
+- `Consumer.ack(self, message)` — wrapped so only what our agents processed is acked;
+- `Consumer.perform_seek(self)` (a coroutine) — followed by a rewind of the partitions with no
+  committed offset, which reads faust's `_committed_offset` and `_read_offset` (dicts by TP),
+  `assignment()`, and the aiokafka driver's consumer thread (`_thread.seek_to_beginning`).
+
+And two reads of its internals for workers.liveness: `committed_offsets` (`_committed_offset`)
+and `request_rejoin` (the consumer thread's `call_thread`, its aiokafka consumer's coordinator's
+`request_rejoin`).
+
+faust-streaming is pinned to the minor version these were written and tested against
+(pyproject.toml); a new minor version is adopted by running those tests against it first."""
+
+from __future__ import annotations
+
+import faust.transport.consumer
+from aiokafka.structs import TopicPartition as AIOKafkaTP
+
+TESTED_MINOR = (0, 15)  # faust-streaming's version these patches are tested against (pyproject pins it)
+
+
+def _ack_only_processed(ack):
+    """Only what our agents processed is acked. faust's pure-Python stream path acks a message
+    it skips after a rebalance (old generation id) — the partition is then sought back and the
+    message fetched again, but its offset already counts as acked, so a commit could pass it
+    before the new copy ran. (The compiled iterator does not; this keeps both paths safe.)
+    Every topic these workers consume is an agent's."""
+
+    def ack_processed(self, message) -> bool:
+        if not getattr(message, "memstream_processed", False):
+            return False
+        return ack(self, message)
+
+    ack_processed.memstream_patched = True
+    return ack_processed
+
+
+def _seek_uncommitted_to_beginning(perform_seek):
+    """After a rebalance faust drops the messages it fetched in the old generation and seeks each
+    partition back to its committed offset — but aiokafka's seek_to_committed skips a partition
+    with no committed offset (or 0), and faust drops fetched messages below the offset it last
+    read: a refetch that lands before faust's seek is dropped, and the fetcher stays past it. A
+    chaos run lost 66 of 128 documents this way when a second extractor joined while the first
+    held fetched, uncommitted chunks (the race did not reproduce in a targeted test). Such
+    partitions start again from the beginning, as auto_offset_reset=earliest says, with faust's
+    read offset cleared; what was already done is found done."""
+
+    async def perform_seek_and_rewind(self) -> None:
+        await perform_seek(self)
+        fresh = [tp for tp in self.assignment() if not self._committed_offset.get(tp) and "__assignor" not in tp.topic]
+        if fresh:  # the aiokafka driver seeks on its consumer thread, with aiokafka's partition type
+            await getattr(self, "_thread", self).seek_to_beginning(*(AIOKafkaTP(tp.topic, tp.partition) for tp in fresh))
+            for tp in fresh:
+                self._read_offset[tp] = None
+
+    perform_seek_and_rewind.memstream_patched = True
+    return perform_seek_and_rewind
+
+
+def committed_offsets(consumer, tps) -> dict:
+    """Each partition's committed offset as the consumer knows it (None: none committed)."""
+    return {tp: consumer._committed_offset.get(tp) for tp in tps}
+
+
+async def request_rejoin(consumer) -> None:
+    """Make the consumer leave and rejoin its group (a rebalance), on the aiokafka driver's
+    consumer thread, where its coordinator lives."""
+    await consumer._thread.call_thread(_rejoin, consumer._thread)
+
+
+async def _rejoin(thread) -> None:
+    thread._ensure_consumer()._coordinator.request_rejoin()
+
+
+def install() -> None:
+    """Patch faust's Consumer (idempotent: a second call changes nothing)."""
+    consumer = faust.transport.consumer.Consumer
+    if not installed("ack"):
+        consumer.ack = _ack_only_processed(consumer.ack)
+    if not installed("perform_seek"):
+        consumer.perform_seek = _seek_uncommitted_to_beginning(consumer.perform_seek)
+
+
+def installed(method: str) -> bool:
+    return getattr(getattr(faust.transport.consumer.Consumer, method), "memstream_patched", False)
