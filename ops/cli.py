@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     tenants = sub.add_parser("tenants", help="the tenants in Redis, with their passages, facts, entities and schemas")
     tenants.add_argument("--json", action="store_true")
 
+    status_cmd = sub.add_parser("status", help="where the pipeline stands: lag and throughput per stage, dead letters; a tenant's documents and facts")
+    status_cmd.add_argument("--tenant", default=None)
+    status_cmd.add_argument("--json", action="store_true")
+    status_cmd.add_argument("--sample", type=float, default=2.0, help="seconds over which throughput is measured (default 2)")
     tail = sub.add_parser("tail", help="print memstream.indexed-facts events as JSON lines")
     tail.add_argument("--tenant", default=None)
     tail.add_argument("--from-beginning", action="store_true")
@@ -306,6 +310,17 @@ def cmd_tenant(settings: Settings, args) -> int:
         publish_event(settings, tenant_purged_event(tenant, gone))
     except Exception as exc:  # the erasure is done; only its announcement is missing
         print(f"memstream tenant delete: erased, but the `purged` event was not published ({type(exc).__name__}: {exc})", file=sys.stderr)
+    return 0
+
+
+def cmd_status(settings: Settings, args) -> int:
+    from ops.status import render, status
+
+    tenant = validate_tenant(args.tenant) if args.tenant is not None else None
+    if not args.sample >= 0:
+        raise ValueError("--sample must be >= 0 seconds")
+    report = status(settings, tenant, args.sample)
+    print(json.dumps(report, indent=1) if args.json else render(report))
     return 0
 
 
@@ -590,6 +605,7 @@ COMMANDS = {
     "worker": cmd_worker,
     "publish": cmd_publish,
     "delete": cmd_delete,
+    "status": cmd_status,
     "retract": cmd_retract,
     "tenants": cmd_tenants,
     "tenant": cmd_tenant,

@@ -52,6 +52,7 @@ class MemoryStore(Protocol):
     async def document_status(self, tenant: str, doc_id: str) -> DocumentStatus | None: ...  # None: the chunker has not seen it
     # many documents of a tenant in one round trip, in their order (`publish --wait` polls it)
     async def document_statuses(self, tenant: str, doc_ids: list[str]) -> list[DocumentStatus | None]: ...
+    async def document_ids(self, tenant: str) -> list[str]: ...  # every document recorded (`memstream status`)
 
     # ---- document versions: the chunker retires the passages a version no longer holds (out of
     # retrieval and of every count, kept for audit) and restores those a revert brings back;

@@ -894,6 +894,9 @@ class InMemoryStore:
         self._tenants_with_outboxes.discard(tenant)
         return {"keys": sum(len(rows) for rows in layers.values()), "cache entries": len(cache), **{layer: len(rows) for layer, rows in layers.items()}}
 
+    async def document_ids(self, tenant: str) -> list[str]:
+        return sorted(self._tenant(tenant).documents)
+
     async def tenant_known(self, tenant: str) -> bool:
         return tenant in self._tenants_with_outboxes
 

@@ -1272,6 +1272,10 @@ class Memory:
         self._sweep_registered.pop(tenant, None)
         return {"keys": deleted, "cache entries": len(cache), **{layer: len(rows) for layer, rows in layers.items()}}
 
+    async def document_ids(self, tenant: str) -> list[str]:
+        """Every document the chunker recorded for the tenant (deleted ones too), by a SCAN."""
+        return await self._scan_suffixes(self.keys(tenant).document(""))
+
     async def tenant_known(self, tenant: str) -> bool:
         """Whether anything was ever committed for the tenant (commit_once registers it)."""
         return bool(await self.redis.sismember(TENANTS_WITH_OUTBOXES, tenant))

@@ -6,6 +6,7 @@ run on the same settings, each test on its own tenant: one rules worker (τ = 1,
 text limit) and one with a single partition and a 4 KiB text limit for dead letters;
 the replay pipeline's exact events run in process (test_stages_replay)."""
 
+import collections
 import hashlib
 import json
 import random
@@ -312,3 +313,27 @@ def test_memstream_delete_purge_erases_a_document_through_kafka(rules_workers, t
     events = [json.loads(line) for line in workers.cli.run("tail", "--tenant", tenant, "--from-beginning", "--idle-timeout", "5").stdout.splitlines()]
     [purged] = [e for e in events if e["event"] == "purged"]
     assert purged["doc_id"] == "quill" and len(purged["passage_ids"]) == 1 and word.lower() not in json.dumps(purged).lower()
+
+
+def test_memstream_status_shows_lag_falling_to_zero_and_the_tenants_memory(rules_workers, tmp_path):
+    """`memstream status --tenant T --json` after an ingestion: every stage's lag comes down to 0
+    (offsets commit a few seconds after the work), the tenant's documents are all indexed and its
+    facts by status are those of its export; without --json, one line per stage."""
+    workers, tenant = rules_workers, tenant_name("status")
+    workers.cli.run("publish", *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}), "--tenant", tenant, "--wait", "--timeout", "120")
+    deadline = time.monotonic() + 60
+    while True:
+        report = json.loads(workers.cli.run("status", "--tenant", tenant, "--json", "--sample", "0.5").stdout)
+        lags = {role: stage["lag"] for role, stage in report["kafka"]["stages"].items()}
+        if not any(lags.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert lags == {"chunker": 0, "extractor": 0, "detector": 0, "resolver": 0}
+    assert all(stage["partitions"] for stage in report["kafka"]["stages"].values())
+    facts = json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"]
+    held = report["tenant"]
+    assert (held["documents"], held["documents_indexed"], held["documents_deleted"]) == (1, 1, 0)
+    assert held["facts"] == dict(sorted(collections.Counter(f["status"] for f in facts).items()))
+    text = workers.cli.run("status", "--tenant", tenant, "--sample", "0").stdout
+    assert [line.split()[0] for line in text.splitlines()[2:6]] == ["chunker", "extractor", "detector", "resolver"]
+    assert f"tenant {tenant}: 1 of 1 documents indexed" in text and "warning" not in text

@@ -223,3 +223,40 @@ def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
     [purged] = [e for e in events if e["tenant"] == tenant]
     assert (purged["event"], purged["doc_id"], purged["fact_id"], purged["passage_ids"]) == ("purged", "", "", [])
     assert purged["reason"].startswith("tenant erased: ") and "1 passages" in purged["reason"]
+
+
+def test_a_fact_merged_into_an_erased_one_is_retracted_and_comes_back_when_said_again(redis_url):
+    """"X married Y" (kept) and "Y married X" (merged into it) from two documents; the second is
+    deleted, the first erased. Before: the merged fact pointed at an erased one, and publishing
+    the second again sent its merge to the dead-letter topic. Now it is retracted by the
+    erasure, and the second document brings it back active."""
+    from tests.inprocess import ScriptedExtractor
+    from topics.records import Triple
+    from workers.algorithms.normalize import canonical_fact, entity_id, fact_id
+
+    relation = canonical_fact(Triple("a", "married to", "b")).relation
+    a, b = "Ana Lind", "Bo Ek"
+    if fact_id(entity_id(a), relation, entity_id(b)) > fact_id(entity_id(b), relation, entity_id(a)):
+        a, b = b, a  # the first document's fact is the canonical one: the second merges into it
+    script = {"first": [(a, "married to", b, "PERSON", "PERSON")], "second": [(b, "married to", a, "PERSON", "PERSON")]}
+    kept, twin = fact_id(entity_id(a), relation, entity_id(b)), fact_id(entity_id(b), relation, entity_id(a))
+
+    async def scenario():
+        stages = InProcess(redis_url, ScriptedExtractor(script), tau=1)
+        try:
+            await stages.publish("one", "first")
+            await stages.publish("two", "second")
+            merged = (await stages.facts())[twin].merged_into
+            await stages.delete("two")
+            await stages.delete("one", purge=True)
+            after_erasure = await stages.facts()
+            await stages.publish("two", "second", version=2)
+            return merged, after_erasure, await stages.facts(), stages.dead_letters(), stages.events()
+        finally:
+            await stages.close()
+
+    merged, after_erasure, again, letters, events = run(scenario())
+    assert merged == kept
+    assert kept not in after_erasure and (after_erasure[twin].status, after_erasure[twin].merged_into) == ("retracted", "")
+    assert again[twin].status == "active" and letters == []
+    assert [e["event"] for e in events if e["fact_id"] == twin][-2:] == ["retracted", "activated"]

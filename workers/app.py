@@ -210,6 +210,7 @@ def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch) ->
     second one exits it (EXIT_STALLED). MEMSTREAM_TEST_PAUSE_FETCH=1 (tests only) pauses the
     fetching of every partition once, after the first assignment: the stall it reproduces."""
     pause_for_test = os.environ.get("MEMSTREAM_TEST_PAUSE_FETCH") == "1"
+    lag_labels: set[tuple[str, str]] = set()  # the partitions the lag gauge has a value for
 
     @app.timer(interval=max(0.5, settings.stall_seconds / 4))
     async def check_liveness():
@@ -225,8 +226,15 @@ def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch) ->
         except Exception as exc:  # the broker away: no verdict this round
             log.debug("liveness: end offsets not read (%s: %s)", type(exc).__name__, exc)
             return
-        now = time.monotonic()
-        stalled = watch.check(now, faust_patches.committed_offsets(consumer, held), ends)
+        now, committed = time.monotonic(), faust_patches.committed_offsets(consumer, held)
+        for labels in lag_labels - {(tp.topic, str(tp.partition)) for tp in held}:  # revoked: no stale value
+            metrics.CONSUMER_LAG.remove(*labels)
+            lag_labels.discard(labels)
+        for tp in held:
+            if ends.get(tp) is not None:
+                metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, ends[tp] - (committed[tp] or 0)))
+                lag_labels.add((tp.topic, str(tp.partition)))
+        stalled = watch.check(now, committed, ends)
         if not stalled:
             return
         names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in stalled)

@@ -8,6 +8,7 @@ STAGE_SECONDS = Histogram("memstream_stage_seconds", "Time to process one messag
 QUERY_SECONDS = Histogram("memstream_query_seconds", "Time to answer one query", ["mode"])
 OUTAGE_RETRIES = Counter("memstream_outage_retries_total", "Retries while Redis or Kafka could not be reached", ["stage"])
 OUTAGE_WAITING = Gauge("memstream_outage_waiting", "Messages waiting out a Redis or Kafka outage now", ["stage"])
+CONSUMER_LAG = Gauge("memstream_consumer_lag", "Messages after the committed offset of a partition this worker holds (read every quarter of MEMSTREAM_STALL_SECONDS)", ["topic", "partition"])
 STALLS = Counter("memstream_consumer_stalls_total", "Held partitions with messages waiting that made no progress for MEMSTREAM_STALL_SECONDS, by what the worker did", ["action"])
 OUTBOXES_SWEPT = Counter("memstream_outboxes_swept_total", "Committed outboxes published by the sweep, not by their message")
 REDELIVERIES = Counter("memstream_redeliveries_total", "Messages found committed or done before (a redelivery)", ["stage", "found"])

@@ -9,7 +9,8 @@ What goes, and why each rule:
   again brings it back (a revert) and extracts it anew.
 - facts: those whose every source passage (the extractions that wrote them) is erased and that
   no passage supports now — a fact another passage extracted stays, as does one that holds on
-  support merged into it from elsewhere.
+  support merged into it from elsewhere. A fact merged into an erased one is retracted (with
+  its event) instead of pointing nowhere.
 - entities: those the erased passages or facts named that no current passage mentions and no
   remaining fact names (their graph edges, aliases and relation-head counts with them).
 - model caches: the LLM's answers for the passages' extractions and the cached vectors of the
@@ -94,6 +95,7 @@ class Erasing(Stage):
             memory.expect_status(pipe, tenant, fact.id, fact.status)
             facts.append(fact)
         erased_facts = {f.id for f in facts}
+        outbox = await self._unmerge(pipe, tenant, facts, erased_facts, doc_id)
 
         named = {eid for pid in passages for eid in await memory.passage_entities(tenant, pid)} | {e for f in facts for e in (f.head_id, f.tail_id)}
         named = sorted(named)
@@ -119,4 +121,19 @@ class Erasing(Stage):
             aliases=tuple(sorted(aliases)), cache_keys=tuple(dict.fromkeys(cache_keys)),
         ))
         reason = f"document {doc_id} erased: {len(passages)} passage(s), {len(facts)} fact(s), {len(entities)} entit(y/ies)"
-        return [event_message(document_event(tenant, "purged", doc_id, passages, await memory.graph_version(tenant), reason, sorted(erased_facts)))]
+        return outbox + [event_message(document_event(tenant, "purged", doc_id, passages, await memory.graph_version(tenant), reason, sorted(erased_facts)))]
+
+    async def _unmerge(self, pipe, tenant: str, facts: list[Fact], erased: set[str], doc_id: str) -> list[Emit]:
+        """A fact that stays but was merged into an erased one (its twin, of the same entities:
+        another passage extracted it) would point nowhere: it is retracted instead (it has no
+        support either: its target had none), so a passage that says it again admits it anew."""
+        memory, outbox, version = self.memory, [], None
+        near = sorted({fid for f in facts for fid in await memory.facts_naming(tenant, f.head_id)} - erased)
+        for fact in await memory.facts(tenant, near):
+            if fact is None or fact.status != "merged" or fact.merged_into not in erased:
+                continue
+            version = version or await memory.graph_version(tenant)
+            fact.merged_into = ""
+            memory.stage_fact_update(pipe, tenant, fact.id, {"merged_into": ""})
+            outbox.append(event_message(self.lifecycle.retract(pipe, tenant, fact, version, f"the fact it was merged into was erased with document {doc_id}")))
+        return outbox
