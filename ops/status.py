@@ -90,7 +90,7 @@ def render(report: dict) -> str:
         t = report["tenant"]
         facts = ", ".join(f"{n} {s}" for s, n in t["facts"].items()) or "none"
         lines.append(f"tenant {t['tenant']}: {t['documents_indexed']} of {t['documents']} documents indexed, {t['documents_deleted']} deleted; "
-                     f"facts: {facts}; {t['pending_facts']} pending")
+                     f"facts: {facts}" + (" (pending: behind the τ gate)" if t["pending_facts"] else ""))
         if "warning" in t:
             lines.append(f"warning: {t['warning']}")
     return "\n".join(lines)

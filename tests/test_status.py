@@ -34,4 +34,4 @@ def test_the_report_reads_one_line_per_stage():
               "tenant": {"tenant": "t", "documents": 2, "documents_indexed": 1, "documents_deleted": 0, "facts": {"active": 4}, "pending_facts": 0}}
     lines = render(report).splitlines()
     assert lines[0] == "consumer group m" and lines[2].split() == ["chunker", "m.documents", "3", "1.5", "0:3"]
-    assert lines[3] == "dead letters: 2" and lines[4] == "tenant t: 1 of 2 documents indexed, 0 deleted; facts: 4 active; 0 pending"
+    assert lines[3] == "dead letters: 2" and lines[4] == "tenant t: 1 of 2 documents indexed, 0 deleted; facts: 4 active"
