@@ -220,7 +220,8 @@ class Envelope:
         (optimistic: the commit checks what the decision read). Returns the committed outbox."""
         for _ in range(MAX_REDECISIONS):
             pipe = self.memory.pipeline()
-            outbox = encode_outbox(stamp_event_ids(tenant, mark, await decide(pipe)))
+            decided = stamp_event_ids(tenant, mark, await decide(pipe))
+            outbox = encode_outbox(decided)
             self.memory.stage_outbox(pipe, tenant, mark, outbox)
             try:
                 committed = await self.memory.commit_once(pipe, tenant, mark)
@@ -230,6 +231,9 @@ class Envelope:
             if committed is not None:
                 metrics.FENCED.labels(stage=stage).inc()
                 return committed
+            for item in decided:  # committed: its events will be published
+                if isinstance(item.record, FactEvent):
+                    metrics.FACT_EVENTS.labels(event=item.record.event).inc()
             return outbox
         raise RuntimeError(f"{mark}: the facts it decides about kept changing under {MAX_REDECISIONS} decisions")
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workers import metrics
+
 from store.records import EmbedderId, UNRECORDED_EMBEDDER
 
 log = logging.getLogger(__name__)
@@ -195,6 +197,8 @@ class BatchingEmbedder:
         unique = list(dict.fromkeys(texts))
         known = await self.cache.get_many(unique)
         missing = [t for t in unique if t not in known]
+        metrics.EMBEDDING_CACHE.labels(result="hit").inc(len(unique) - len(missing))
+        metrics.EMBEDDING_CACHE.labels(result="miss").inc(len(missing))
         if missing:
             computed = await self._model(missing)
             fresh = dict(zip(missing, computed))

@@ -283,6 +283,7 @@ class ResolverStage(Stage):
             if fact.status == decision.status and fact.qualifiers == decision.qualifiers:
                 continue
             version = version or await self.memory.bump_graph_version(tenant)
+            metrics.CONFLICT_DECISIONS.labels(kind=decision.kind or "none", status=decision.status).inc()
             reason, told = f"{decision.reason}; {why}", f"{decision.kind or 'no conflict'}: {decision.reason}"
             if decision.status == "active":
                 was_active, old_qualifiers = fact.status == "active", fact.qualifiers
