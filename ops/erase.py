@@ -24,7 +24,7 @@ def tenant_texts(passages: list[tuple[str, dict]], entities: list[tuple[str, dic
                  schemas: list[tuple[str, dict]]) -> list[str]:
     """Every text the tenant's extraction embedded: each passage as indexed, entity names, and
     each fact and its schema (every schema came with a fact, and facts are kept)."""
-    return embedded_texts(passages, entities, facts, schemas or [("", {})])
+    return embedded_texts(passages, entities, facts, with_schemas=True)
 
 
 async def purge_tenant(settings: Settings, memory, tenant: str) -> dict[str, int]:

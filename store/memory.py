@@ -279,6 +279,11 @@ def _eval(pipe, script: str, keys: list, args: list) -> None:
     pipe.eval(script, len(keys), *keys, *args)
 
 
+def _expected(pipe) -> dict[tuple[str, str], str | None]:
+    """The (key, hash field) → value a decision staged on `pipe` read; commit_once checks them."""
+    return pipe.__dict__.setdefault("memstream_expected", {})
+
+
 class Memory:
     def __init__(self, client: aioredis.Redis, dims: int = 384, tau: int = 2, vector_index: str = "flat"):
         self.redis = client
@@ -546,7 +551,7 @@ class Memory:
     def expect_field(self, pipe, tenant: str, fact_id: str, name: str, value: str | float | None) -> None:
         """Likewise for any field of the fact as the decision read it (None: absent)."""
         stored = None if value in (None, "") else value if isinstance(value, str) else repr(float(value))
-        pipe.__dict__.setdefault("memstream_expected", {}).setdefault((self.keys(tenant).fact(fact_id), name), stored)
+        _expected(pipe).setdefault((self.keys(tenant).fact(fact_id), name), stored)
 
     async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
         """Execute a message's staged writes and outbox, fenced on two sides:
@@ -682,7 +687,7 @@ class Memory:
         """The decision read the document's record so: its commit fails (StaleDecision) if
         another version was recorded meanwhile."""
         key = self.keys(tenant).document(doc_id)
-        expected = pipe.__dict__.setdefault("memstream_expected", {})
+        expected = _expected(pipe)
         expected.setdefault((key, "version"), None if record is None else str(record.version))
         expected.setdefault((key, "doc_hash"), None if record is None else record.doc_hash or None)
 
@@ -700,10 +705,14 @@ class Memory:
 
     async def passage_documents(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
         keys = self.keys(tenant)
+        return await self._set_members([keys.passage_documents(pid) for pid in passage_ids])
+
+    async def _set_members(self, set_keys: list[str]) -> list[set[str]]:
+        """Each set's members, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        for pid in passage_ids:
-            pipe.smembers(keys.passage_documents(pid))
-        return [{m.decode() for m in members} for members in (await pipe.execute() if passage_ids else [])]
+        for key in set_keys:
+            pipe.smembers(key)
+        return [{m.decode() for m in members} for members in (await pipe.execute() if set_keys else [])]
 
     async def passage_states(self, tenant: str, passage_ids: list[str]) -> list[PassageState]:
         """Each passage's state (a passage never written: in memory, incarnation 0)."""
@@ -722,7 +731,7 @@ class Memory:
         (PassageState.revision: support or documents arrived after the read)."""
         keys = self.keys(tenant)
         key = keys.passage(passage_id)
-        expected = pipe.__dict__.setdefault("memstream_expected", {})
+        expected = _expected(pipe)
         expected.setdefault((key, "retired"), "1" if state.retired else None)
         expected.setdefault((key, "incarnation"), str(state.incarnation) if state.incarnation else None)
         if counts:  # the chunker: not the detectors, which would fail each other's commits on every fact
@@ -760,10 +769,7 @@ class Memory:
 
     async def passage_extracted(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
         keys = self.keys(tenant)
-        pipe = self.redis.pipeline(transaction=False)
-        for pid in passage_ids:
-            pipe.smembers(keys.passage_extracted(pid))
-        return [{m.decode() for m in members} for members in (await pipe.execute() if passage_ids else [])]
+        return await self._set_members([keys.passage_extracted(pid) for pid in passage_ids])
 
     async def fact_sources(self, tenant: str, fact_ids: list[str]) -> list[tuple[set[str], str | None]]:
         """Each fact's source passages and its extraction count (what expect_field fences on)."""
@@ -798,8 +804,7 @@ class Memory:
     def expect_entity(self, pipe, tenant: str, entity_id: str, mentions: str | None) -> None:
         """The decision read the entity after this many mentions: its commit fails if a passage
         mentioned it meanwhile."""
-        expected = pipe.__dict__.setdefault("memstream_expected", {})
-        expected.setdefault((self.keys(tenant).entity(entity_id), ENTITY_MENTIONS), mentions)
+        _expected(pipe).setdefault((self.keys(tenant).entity(entity_id), ENTITY_MENTIONS), mentions)
 
     def stage_erase(self, pipe, tenant: str, erasure: Erasure) -> None:
         keys = self.keys(tenant)
@@ -1091,7 +1096,7 @@ class Memory:
         """The decision read the schema so (schema_support): its commit fails if its status or
         frequency changed (an extractor counting another passage for it)."""
         key = self.keys(tenant).schema(schema_id)
-        expected = pipe.__dict__.setdefault("memstream_expected", {})
+        expected = _expected(pipe)
         expected.setdefault((key, "status"), status or None)
         expected.setdefault((key, "frequency"), frequency or None)
 

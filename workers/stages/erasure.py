@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from store.caches import LLMCache
 from store.facts import Fact, document_event
-from store.records import Erasure
+from store.records import FACT_EXTRACTIONS, Erasure
 from topics.records import Triple
 from workers.envelope import Emit, event_message
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
@@ -45,17 +45,17 @@ def extraction_cache_keys(settings: Settings, passages: list[tuple[str, dict]]) 
 
 
 def embedded_texts(passages: list[tuple[str, dict]], entities: list[tuple[str, dict]], facts: list[tuple[str, dict]],
-                   schemas: list[tuple[str, dict]] = ()) -> list[str]:
+                   with_schemas: bool = False) -> list[str]:
     """Every text the extraction embedded for these records (workers.stages.extractor.embedded_texts):
     each passage as indexed (topics.Chunk.indexed_text: context line, then text), entity names,
-    each fact and, when given, its schema."""
+    each fact and, `with_schemas`, each fact's schema."""
     from workers.stages.extractor import embedded_texts as extractor_texts  # the extractor imports the detector, which imports the resolver
 
     indexed = [f"{row['context']}\n{row['text']}" if row.get("context") else row["text"] for _, row in passages if row.get("text")]
     triples = [Triple(row["head"], row["relation"], row["tail"], row.get("head_type") or "ENTITY", row.get("tail_type") or "ENTITY")
                for _, row in facts if row.get("head") and row.get("relation") and row.get("tail")]
     texts = extractor_texts("", [row["name"] for _, row in entities if row.get("name")], triples)[1:]
-    if not schemas:  # a document's erasure: the schemas (types and a relation) stay, with their vectors
+    if not with_schemas:  # a document's erasure: the schemas (types and a relation) stay, with their vectors
         texts = texts[: len(texts) - len(triples)]
     return list(dict.fromkeys(indexed + texts))
 
@@ -91,17 +91,17 @@ class Erasing(Stage):
         for fact, (sources, extractions) in zip(await memory.facts(tenant, candidates), await memory.fact_sources(tenant, candidates)):
             if fact is None or not sources <= gone or fact.passage_ids:
                 continue  # extracted elsewhere too, or supported now
-            memory.expect_field(pipe, tenant, fact.id, "extractions", extractions)
+            memory.expect_field(pipe, tenant, fact.id, FACT_EXTRACTIONS, extractions)
             memory.expect_status(pipe, tenant, fact.id, fact.status)
             facts.append(fact)
         erased_facts = {f.id for f in facts}
-        outbox = await self._unmerge(pipe, tenant, facts, erased_facts, doc_id)
+        named = sorted({eid for pid in passages for eid in await memory.passage_entities(tenant, pid)} | {e for f in facts for e in (f.head_id, f.tail_id)})
+        naming = {eid: set(await memory.facts_naming(tenant, eid)) for eid in named}  # entity → the facts with it as head or tail
+        outbox = await self._unmerge(pipe, tenant, facts, erased_facts, doc_id, naming)
 
-        named = {eid for pid in passages for eid in await memory.passage_entities(tenant, pid)} | {e for f in facts for e in (f.head_id, f.tail_id)}
-        named = sorted(named)
         entities: list[str] = []
         for eid, (current, mentions) in zip(named, await memory.entity_mentions(tenant, named)):
-            if current or set(await memory.facts_naming(tenant, eid)) - erased_facts:
+            if current or naming[eid] - erased_facts:
                 continue  # a current passage mentions it, or a remaining fact names it
             memory.expect_entity(pipe, tenant, eid, mentions)
             entities.append(eid)
@@ -123,12 +123,12 @@ class Erasing(Stage):
         reason = f"document {doc_id} erased: {len(passages)} passage(s), {len(facts)} fact(s), {len(entities)} entit(y/ies)"
         return outbox + [event_message(document_event(tenant, "purged", doc_id, passages, await memory.graph_version(tenant), reason, sorted(erased_facts)))]
 
-    async def _unmerge(self, pipe, tenant: str, facts: list[Fact], erased: set[str], doc_id: str) -> list[Emit]:
+    async def _unmerge(self, pipe, tenant: str, facts: list[Fact], erased: set[str], doc_id: str, naming: dict[str, set[str]]) -> list[Emit]:
         """A fact that stays but was merged into an erased one (its twin, of the same entities:
         another passage extracted it) would point nowhere: it is retracted instead (it has no
         support either: its target had none), so a passage that says it again admits it anew."""
         memory, outbox, version = self.memory, [], None
-        near = sorted({fid for f in facts for fid in await memory.facts_naming(tenant, f.head_id)} - erased)
+        near = sorted({fid for f in facts for fid in naming[f.head_id]} - erased)
         for fact in await memory.facts(tenant, near):
             if fact is None or fact.status != "merged" or fact.merged_into not in erased:
                 continue
