@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     tenants = sub.add_parser("tenants", help="the tenants in Redis, with their passages, facts, entities and schemas")
     tenants.add_argument("--json", action="store_true")
 
+    migrate = sub.add_parser("migrate", help="move tenants made before shared indexes onto them (idempotent; stop the workers first)")
+    migrate.add_argument("--dry-run", action="store_true", help="only list the tenants still to move")
+    migrate.add_argument("--tenant", action="append", default=None, help="move only this tenant (repeatable)")
+
     status_cmd = sub.add_parser("status", help="where the pipeline stands: lag and throughput per stage, dead letters; a tenant's documents and facts")
     status_cmd.add_argument("--tenant", default=None)
     status_cmd.add_argument("--json", action="store_true")
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait"])
+    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants"])
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
     bench.add_argument("--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)")
@@ -111,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--embedder", choices=["local", "fake"], default="local", help="index: the local model, or a fake embeddings endpoint (CPU not the bound)")
     bench.add_argument("--clients", default="1,16,64", help="load: concurrent clients, one level each")
     bench.add_argument("--seconds", type=float, default=10.0, help="load: seconds per client level")
-    bench.add_argument("--passages", type=int, default=50, help="load: passages indexed into a fresh tenant when --tenant is not given")
+    bench.add_argument("--passages", type=int, default=None,
+                       help="load: passages indexed into a fresh tenant when --tenant is not given (default 50); tenants: per tenant (default 20)")
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
     # bench index --rules (ops/rules_bench.py)
@@ -126,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--pending", type=int, default=5000, help="wait: documents published that no worker consumes")
     bench.add_argument("--window", type=float, default=30.0, help="wait: seconds of --wait measured")
     bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side")
+    # bench tenants (ops/tenant_bench.py)
+    bench.add_argument("--tenants", type=int, default=10_000, help="tenants: how many small tenants")
+    bench.add_argument("--large", type=int, default=5_000, help="tenants: passages of the one large tenant")
+    bench.add_argument("--idle", type=float, default=60.0, help="tenants: seconds of idle Redis CPU measured")
+    bench.add_argument("--baseline-tenants", type=int, default=None, help="tenants: how many small tenants the baseline tree writes (default --tenants)")
     bench.add_argument("--seen", action="store_true", help="wait: each document's status recorded as the chunker does (no chunk done), as in a busy pipeline")
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
@@ -287,6 +297,30 @@ def cmd_tenants(settings: Settings, args) -> int:
     for tenant, per_layer in counts.items():
         print(f"{tenant:<40}" + "".join(f" {per_layer[layer]:>10}" for layer in LAYERS))
     return 0
+
+
+def cmd_migrate(settings: Settings, args) -> int:
+    """Every tenant still on indexes of its own moved onto the shared ones, one at a time, each
+    line printed as it is done; running it again finds nothing left."""
+    from store import Memory
+
+    async def run() -> int:
+        memory = Memory.from_url(settings.redis_url, vector_index=settings.vector_index)
+        try:
+            tenants = [validate_tenant(t) for t in args.tenant] if args.tenant else await memory.legacy_tenants()
+            print(f"{len(tenants)} tenant(s) on indexes of their own" + (": " + ", ".join(tenants) if args.dry_run and tenants else ""), flush=True)
+            if args.dry_run:
+                return 0
+            for n, tenant in enumerate(tenants, 1):
+                started = time.monotonic()
+                moved = await memory.migrate_tenant(tenant)
+                print(f"[{n}/{len(tenants)}] {tenant}: " + ", ".join(f"{count} {layer}" for layer, count in moved.items())
+                      + f" moved ({time.monotonic() - started:.1f} s)", flush=True)
+            return 0
+        finally:
+            await memory.close()
+
+    return asyncio.run(run())
 
 
 def cmd_tenant(settings: Settings, args) -> int:
@@ -451,10 +485,15 @@ def cmd_bench(settings: Settings, args) -> int:
         return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json, args.ablations)
     if (args.rules or args.docs) and args.kind != "index":
         raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
-    if args.baseline_tree and args.kind not in ("index", "wait"):
-        raise ValueError(f"--baseline-tree is an option of bench index --rules and bench wait, not bench {args.kind}")
+    if args.baseline_tree and args.kind not in ("index", "wait", "tenants"):
+        raise ValueError(f"--baseline-tree is an option of bench index --rules, bench wait and bench tenants, not bench {args.kind}")
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
+    if args.kind == "tenants":
+        from ops.tenant_bench import run_tenant_bench
+
+        return run_tenant_bench(settings, args.tenants, args.passages or 20, args.large, args.idle, args.queries, args.baseline_tree,
+                                args.baseline_tenants, args.json)
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench
 
@@ -471,7 +510,7 @@ def cmd_bench(settings: Settings, args) -> int:
         from ops.load_bench import run_load_bench
 
         clients = [int(c) for c in args.clients.split(",")]
-        return run_load_bench(settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages, args.json)
+        return run_load_bench(settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages or 50, args.json)
     if args.rules:
         from ops.rules_bench import DEFAULT_DOCS, run_rules_bench
 
@@ -608,6 +647,7 @@ COMMANDS = {
     "status": cmd_status,
     "retract": cmd_retract,
     "tenants": cmd_tenants,
+    "migrate": cmd_migrate,
     "tenant": cmd_tenant,
     "tail": cmd_tail,
     "query": cmd_query,

@@ -878,6 +878,12 @@ class InMemoryStore:
     async def tenants(self) -> list[str]:
         return sorted(self._tenants_with_outboxes)
 
+    async def legacy_tenants(self) -> list[str]:
+        return []  # this store never had per-tenant indexes
+
+    async def migrate_tenant(self, tenant: str, batch: int = 500) -> dict[str, int]:
+        return dict.fromkeys(LAYERS, 0)
+
     async def purge_tenant(self, tenant: str, llm_cache_keys, embedded_texts) -> dict[str, int]:
         """Memory.purge_tenant."""
         t = self._tenants.get(tenant)

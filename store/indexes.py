@@ -1,19 +1,45 @@
-"""The vector indexes of the memory layers, declared as redisvl schemas (one per layer and
-tenant: a tenant's index only ever sees its own keys). FLAT by default: below ~50k vectors it
-loads far faster than HNSW at the same query latency (DESIGN §4); HNSW keeps KNN time flat for
-larger tenants. The algorithm is fixed when a tenant's index is created."""
+"""The vector indexes of the memory layers, declared as redisvl schemas: one per layer and vector
+size, shared by every tenant, each record tagged with its tenant (TENANT_FIELD).
 
+Shared, not per tenant: RediSearch allocates vectors in blocks of 1,024 and runs a GC timer per
+index, so four indexes per tenant cost ~7.8 MB of Redis and an idle core at a few hundred
+tenants (`memstream bench tenants` measures both). A search reaches an index only through
+TenantIndex, which ANDs the tenant's tag into every query it sends: no caller can forget it.
+For a small tenant the query engine computes distances over the tag's few records only
+(ad-hoc brute force), so its latency does not grow with the other tenants.
+
+One index per vector size rather than per embedder name: a tenant's records all come from the
+embedder recorded for it (Memory.claim_embedder) and every search is filtered on the tenant,
+so two embedders of one size never meet in an answer. Records whose vectors have another size
+fail to index there (RediSearch counts them in hash_indexing_failures and stores nothing).
+
+FLAT by default: below ~50k vectors per tenant it loads far faster than HNSW at the same query
+latency (DESIGN §4); HNSW keeps KNN time flat for larger memories. The algorithm is fixed when
+the shared index is created."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from redis.commands.search.aggregation import AggregateRequest
+from redis.commands.search.query import Query
+from redisvl.index import AsyncSearchIndex
+from redisvl.query import VectorQuery
+from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
-from store.keys import TenantKeys
-from store.lexical import LEXICAL_FIELD
+from store.keys import TenantKeys, layer_prefix, shared_index_name
+from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
+from store.records import TENANT_FIELD
 
 LEXICAL_TEXT_FIELD = {"name": LEXICAL_FIELD, "type": "text", "attrs": {"no_stem": True}}
 
-# layer → its filterable fields besides the vector
+# layer → its filterable fields besides the tenant and the vector
 _LAYER_FIELDS = {
-    # the lexical leg: BM25 over the passage's terms, stemmed and stopped already (store.lexical)
-    "passages": [{"name": "doc_id", "type": "tag"}, LEXICAL_TEXT_FIELD],
+    # the lexical leg: BM25 over the passage's terms, stemmed and stopped already (store.lexical);
+    # their count sortable, so a tenant's average length is summed from the index alone
+    "passages": [{"name": "doc_id", "type": "tag"}, LEXICAL_TEXT_FIELD,
+                 {"name": LEXICAL_LENGTH_FIELD, "type": "numeric", "attrs": {"sortable": True}}],
     "facts": [
         {"name": "status", "type": "tag"},
         {"name": "category", "type": "tag"},
@@ -27,7 +53,7 @@ _LAYER_FIELDS = {
 
 ALGORITHMS = ("flat", "hnsw")
 
-# How long a writer trusts that a tenant's indexes exist before checking again: Redis may
+# How long a writer trusts that the shared indexes exist before checking again: Redis may
 # restart empty under a running worker, and a writer that never queries would not notice.
 INDEX_RECHECK_S = 10.0
 
@@ -43,20 +69,91 @@ def index_missing(exc: BaseException) -> bool:
     return any(wording in str(cause).lower() for wording in _MISSING_INDEX)
 
 
-def layer_schema(keys: TenantKeys, layer: str, dims: int, algorithm: str = "flat") -> IndexSchema:
+def layer_schema(layer: str, dims: int, algorithm: str = "flat") -> IndexSchema:
+    """The shared index of a layer's records with `dims`-sized vectors, every tenant's."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"vector index algorithm {algorithm!r}: expected flat or hnsw")
     return IndexSchema.from_dict(
         {
             # no stop words: the lexical terms are final (store.lexical); no other field is TEXT
-            "index": {"name": keys.index_name(layer), "prefix": keys.prefix(layer), "storage_type": "hash", "stopwords": []},
-            "fields": _LAYER_FIELDS[layer]
-            + [
-                {
-                    "name": "vec",
-                    "type": "vector",
-                    "attrs": {"dims": dims, "algorithm": algorithm, "distance_metric": "cosine", "datatype": "float32"},
-                }
-            ],
+            "index": {"name": shared_index_name(layer, dims), "prefix": layer_prefix(layer), "storage_type": "hash", "stopwords": []},
+            "fields": [{"name": TENANT_FIELD, "type": "tag"}, *_LAYER_FIELDS[layer],
+                       {"name": "vec", "type": "vector",
+                        "attrs": {"dims": dims, "algorithm": algorithm, "distance_metric": "cosine", "datatype": "float32"}}],
         }
     )
+
+
+def tenant_filter(tenant: str, where: Mapping[str, str] | None = None) -> FilterExpression:
+    """The tenant's tag, and every tag field in `where` equal to its value (redisvl escapes them)."""
+    expression = Tag(TENANT_FIELD) == tenant
+    for field, value in (where or {}).items():
+        expression = expression & (Tag(field) == value)
+    return expression
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def reply_rows(reply) -> tuple[int, list[tuple[str | None, dict[str, str]]]]:
+    """An unparsed FT.SEARCH or FT.AGGREGATE reply (RESP2 list or RESP3 map, as the server
+    speaks) as its total and its rows: (key, or None for an aggregate row; fields)."""
+    if isinstance(reply, dict):
+        rows = [(_text(r[b"id"]) if b"id" in r else None, {_text(k): _text(v) for k, v in (r.get(b"extra_attributes") or {}).items()})
+                for r in reply.get(b"results", [])]
+        return int(reply.get(b"total_results", len(rows))), rows
+    total, rest = int(reply[0]), reply[1:]
+    if rest and isinstance(rest[0], list):  # an aggregate: each row a flat field list
+        return total, [(None, {_text(k): _text(v) for k, v in zip(row[::2], row[1::2])}) for row in rest]
+    return total, [(_text(key), {_text(k): _text(v) for k, v in zip(fields[::2], fields[1::2])})
+                   for key, fields in zip(rest[::2], rest[1::2])]
+
+
+class TenantIndex:
+    """A layer's shared index as one tenant sees it: every query it sends is ANDed with the
+    tenant's tag, and the ids it returns are the tenant's record ids. The only way the store
+    searches (store.memory.Memory.searchable)."""
+
+    def __init__(self, redis, index: AsyncSearchIndex, tenant: str, layer: str):
+        self.redis = redis
+        self.index = index
+        self.tenant = tenant
+        self.prefix = TenantKeys(tenant).prefix(layer)
+
+    @property
+    def name(self) -> str:
+        return self.index.name
+
+    def query_text(self, query: str = "") -> str:
+        """`query` (RediSearch syntax, dialect 2) within the tenant's records."""
+        own = str(tenant_filter(self.tenant))
+        return f"{own} ({query})" if query else own
+
+    def record_id(self, key: str | bytes) -> str:
+        return (key.decode() if isinstance(key, bytes) else key).removeprefix(self.prefix)
+
+    async def knn(self, vectors: list[bytes], k: int, return_fields: list[str], where: Mapping[str, str] | None = None) -> list[list[dict]]:
+        """The raw rows of the `k` nearest records for each vector, all in one round trip."""
+        queries = [VectorQuery(vector=vector, vector_field_name="vec", return_fields=return_fields,
+                               filter_expression=tenant_filter(self.tenant, where), num_results=k) for vector in vectors]
+        if len(queries) == 1:
+            return [await self.index.query(queries[0])]
+        return await self.index.batch_query(queries, batch_size=len(queries))
+
+    def command(self, verb: str, query: str, *arguments) -> list:
+        """A raw FT.SEARCH or FT.AGGREGATE of `query` within the tenant's records, for a pipeline
+        (its reply unparsed)."""
+        if verb not in ("FT.SEARCH", "FT.AGGREGATE"):
+            raise ValueError(f"{verb}: expected FT.SEARCH or FT.AGGREGATE")
+        return [verb, self.name, self.query_text(query), *arguments, "DIALECT", 2]
+
+    async def search(self, query: str, configure=lambda q: q):
+        """FT.SEARCH of `query` within the tenant's records; `configure` sets the rest (paging,
+        scorer, fields) on the redis-py Query."""
+        return await self.redis.ft(self.name).search(configure(Query(self.query_text(query)).dialect(2)))
+
+    async def aggregate(self, query: str, configure=lambda r: r):
+        """FT.AGGREGATE over the tenant's records matching `query`; `configure` adds the steps
+        (load, filter, group, sort) to the redis-py AggregateRequest."""
+        return await self.redis.ft(self.name).aggregate(configure(AggregateRequest(self.query_text(query)).dialect(2)))

@@ -1,11 +1,26 @@
 """Redis key layout. Every key of a tenant carries the hash tag `{tenant}`, so one tenant lives
-in one Redis Cluster slot and no query ever touches another tenant's keys."""
+in one Redis Cluster slot. The records of the four vector-indexed layers start with their
+layer (`ms:pas:{tenant}:<id>`): one shared index per layer covers every tenant's records by
+that prefix, and every search filters on the record's `tenant` tag (store.indexes). Every
+other key starts with the tenant (`ms:{tenant}:...`)."""
 
 from dataclasses import dataclass
 
 from topics import validate_tenant
 
 LAYERS = ("passages", "facts", "entities", "schemas")
+_LAYER_KEY = {"passages": "pas", "facts": "fact", "entities": "ent", "schemas": "schema"}
+
+
+def layer_prefix(layer: str) -> str:
+    """Where every tenant's records of a layer start: the shared index's prefix."""
+    return f"ms:{_LAYER_KEY[layer]}:"
+
+
+def shared_index_name(layer: str, dims: int) -> str:
+    """The index of a layer's records with vectors of `dims` (one per layer and vector size).
+    The colons keep it apart from every per-tenant name (legacy_index_name) a tenant could make."""
+    return f"ms:index:{layer}:{dims}"
 
 # Graph node names, as they appear in adjacency hashes and the graph change stream.
 ENTITY_NODE, PASSAGE_NODE, TYPE_NODE = "e:", "p:", "t:"
@@ -70,11 +85,19 @@ class TenantKeys:
     def base(self) -> str:
         return f"ms:{{{self.tenant}}}"
 
-    # vector-indexed hashes, one prefix per layer
+    # vector-indexed hashes, one prefix per layer, under the shared index's (layer_prefix)
     def prefix(self, layer: str) -> str:
-        return f"{self.base}:{ {'passages': 'pas', 'facts': 'fact', 'entities': 'ent', 'schemas': 'schema'}[layer]}:"
+        return f"{layer_prefix(layer)}{{{self.tenant}}}:"
 
-    def index_name(self, layer: str) -> str:
+    def patterns(self) -> tuple[str, ...]:
+        """SCAN patterns that together match every key of the tenant."""
+        return (f"{self.base}:*", *(self.prefix(layer) + "*" for layer in LAYERS))
+
+    # before shared indexes (memstream migrate moves a tenant off them)
+    def legacy_prefix(self, layer: str) -> str:
+        return f"{self.base}:{_LAYER_KEY[layer]}:"
+
+    def legacy_index_name(self, layer: str) -> str:
         return f"ms_{self.tenant}_{layer}"
 
     def passage(self, chunk_id: str) -> str:

@@ -30,10 +30,13 @@ many and how rare)."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from functools import lru_cache
 
 LEXICAL_FIELD = "lexical"  # the passage hash field holding its terms (Redis indexes it as TEXT)
+LEXICAL_LENGTH_FIELD = "lexical_len"  # how many terms (BM25's |d|; Redis sums it for a tenant's avgdl)
 K1, B = 1.2, 0.5  # Redis BM25STD's constants (its EXPLAINSCORE shows them), fixed there: the in-memory store uses the same
 
 # RediSearch's default stop words (FT.CREATE without STOPWORDS): the in-memory store drops the same.
@@ -70,6 +73,27 @@ def passage_terms(context: str | None, text: str | None) -> str:
     """What a passage is indexed as (LEXICAL_FIELD): the stems of its context line and text,
     space-separated, in order."""
     return " ".join(stems(tokens(f"{context or ''}\n{text or ''}")))
+
+
+def term_count(terms: str | None) -> int:
+    """|d|: how many terms a passage's LEXICAL_FIELD holds."""
+    return len((terms or "").split())
+
+
+def bm25(query_terms: list[str], documents: dict[str, list[str]], document_frequency: dict[str, int], count: int,
+         average_length: float) -> dict[str, float]:
+    """Each document's BM25 score for `query_terms` (the formula above, k1 and b above), given
+    the collection's statistics: how many of its documents hold each term, how many documents
+    it has, their average length. Documents holding no query term score 0 and are left out."""
+    idf = {t: math.log(1.0 + (count - n + 0.5) / (n + 0.5)) for t in query_terms if (n := document_frequency.get(t, 0)) > 0}
+    scores: dict[str, float] = {}
+    for doc_id, terms in documents.items():
+        held = Counter(t for t in terms if t in idf)
+        if not held:
+            continue
+        norm = K1 * (1.0 - B + B * len(terms) / average_length) if average_length > 0 else K1
+        scores[doc_id] = sum(idf[t] * tf * (K1 + 1.0) / (tf + norm) for t, tf in held.items())
+    return scores
 
 
 def search_terms(query: str) -> list[str]:

@@ -15,26 +15,28 @@ from typing import Any, AsyncIterator, Mapping
 import numpy as np
 import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import VectorQuery
 from redis.commands.search import reducers
-from redis.commands.search.field import TextField
-from redis.commands.search.query import Query
 from redis.commands.search.aggregation import AggregateRequest, Asc
+from redis.commands.search.query import Query
 from redis.exceptions import ResponseError, WatchError
-from redisvl.query.filter import FilterExpression, Tag
+from redisvl.query.filter import Tag
 
 from store import graph_log
 from store.base import alias_target, broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
-from store.indexes import INDEX_RECHECK_S, index_missing, layer_schema
-from store.lexical import LEXICAL_FIELD, passage_terms, redis_query, search_terms
-from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, entity_node, passage_node, type_node
+from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, reply_rows, tenant_filter
+from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, bm25, passage_terms, redis_query, search_terms, term_count
+from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, layer_prefix, entity_node, passage_node, type_node
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
                            passage_json, vector_bytes)
-from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId, Erasure
+from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, TENANT_FIELD, UNRECORDED_EMBEDDER, EmbedderId, Erasure
 
+# The most passages a lexical search scores (Memory.lexical): every one of a tenant's passages
+# holding a query term up to here, the index's BM25STD best beyond.
+LEXICAL_CANDIDATES = 1000
+TENANT_DIMS_RECHECK_S = 30.0  # as workers.models.embedding.EMBEDDER_RECHECK_S
 INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 SWEEP_REGISTRATION_S = 60
@@ -102,12 +104,28 @@ return 1
 """
 
 # A passage erased: nothing of it but what fences a chunk of it still in flight (retired, and
-# its incarnation). KEYS[1]: the passage hash.
+# its incarnation), still its tenant's. KEYS[1]: the passage hash; ARGV: TENANT_FIELD, the tenant.
 _ERASE_PASSAGE = """
 local incarnation = redis.call('HGET', KEYS[1], 'incarnation')
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'retired', '1', 'purged', '1')
+redis.call('HSET', KEYS[1], 'retired', '1', 'purged', '1', ARGV[1], ARGV[2])
 if incarnation then redis.call('HSET', KEYS[1], 'incarnation', incarnation) end
+return 1
+"""
+
+# A record moved off the key layout from before shared indexes. KEYS: its old key, its new key;
+# ARGV: the tenant field, the tenant. Where the new key exists (written since), it keeps its
+# fields and gains those it lacks.
+_MOVE_RECORD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+else
+  local old = redis.call('HGETALL', KEYS[1])
+  for i = 1, #old, 2 do redis.call('HSETNX', KEYS[2], old[i], old[i + 1]) end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
 
@@ -290,10 +308,10 @@ class Memory:
         self.dims = dims
         self.tau = tau
         self.vector_index = vector_index
-        self._indexes: dict[tuple[str, str], AsyncSearchIndex] = {}
+        self._indexes: dict[tuple[str, int], AsyncSearchIndex] = {}  # (layer, dims) → its shared index
+        self._tenant_dims_read: dict[str, tuple[int, float]] = {}  # tenant → (its vectors' size, when read)
         self.index_recheck_s = INDEX_RECHECK_S
-        self._indexes_checked: dict[str, float] = {}  # tenant → when a writer last checked them
-        self._lexical_ready: set[str] = set()  # tenants whose passages index has the lexical field (Memory.lexical)
+        self._indexes_checked: float | None = None  # when a writer last checked them
         self._sweep_registered: dict[str, float] = {}  # tenant → when it was last registered for the sweep
 
     @classmethod
@@ -321,13 +339,14 @@ class Memory:
     def keys(tenant: str) -> TenantKeys:
         return TenantKeys(tenant)
 
-    # ---- vector indexes -------------------------------------------------------------
-    async def index(self, tenant: str, layer: str, create: bool = True) -> AsyncSearchIndex | None:
-        """The tenant's index of a layer; created on first write. Readers pass create=False so
-        that queries for unknown tenants create nothing."""
-        found = self._indexes.get((tenant, layer))
+    # ---- vector indexes: one per layer, shared by every tenant (store.indexes) ---------------
+    async def index(self, layer: str, create: bool = True, dims: int | None = None) -> AsyncSearchIndex | None:
+        """The shared index of a layer for vectors of `dims` (default: this store's embedder's);
+        created on first write. Readers pass create=False: a query creates nothing."""
+        dims = dims or self.dims
+        found = self._indexes.get((layer, dims))
         if found is None:
-            found = AsyncSearchIndex(layer_schema(self.keys(tenant), layer, self.dims, self.vector_index), redis_client=self.redis)
+            found = AsyncSearchIndex(layer_schema(layer, dims, self.vector_index), redis_client=self.redis)
             if not await found.exists():
                 if not create:
                     return None
@@ -337,15 +356,35 @@ class Memory:
                     if "already exists" not in str(exc).lower():
                         raise
                 await self._initial_scan_done(found.name)
-            self._indexes[(tenant, layer)] = found
+            self._indexes[(layer, dims)] = found
         return found
+
+    async def searchable(self, tenant: str, layer: str, dims: int | None = None) -> TenantIndex | None:
+        """The layer's index as the tenant sees it (every query filtered on the tenant); None
+        when there is no index yet. Every search of the store goes through it. The index is the
+        one of `dims` (a query vector's size), else of the tenant's recorded embedder: a process
+        that embeds nothing (a detector, an ops command) reads a tenant of any embedder."""
+        index = await self.index(layer, create=False, dims=dims or await self._tenant_dims(tenant))
+        return None if index is None else TenantIndex(self.redis, index, tenant, layer)
+
+    async def _tenant_dims(self, tenant: str) -> int:
+        """The vector size of the tenant's recorded embedder (this store's when none is), read
+        once per TENANT_DIMS_RECHECK_S (a tenant erased and indexed anew by another embedder)."""
+        now, known = time.monotonic(), self._tenant_dims_read.get(tenant)
+        if known is None or now - known[1] >= TENANT_DIMS_RECHECK_S:
+            recorded = await self.redis.hget(self.keys(tenant).embedder, "dims")
+            known = (int(recorded) if recorded else self.dims, now)
+            if len(self._tenant_dims_read) >= 100_000:
+                self._tenant_dims_read.clear()
+            self._tenant_dims_read[tenant] = known
+        return known[0]
 
     async def _initial_scan_done(self, name: str) -> None:
         """Wait (at most INITIAL_SCAN_WAIT_S) for a new index's scan of the keys it covers: a key
         written while that scan runs is indexed twice — measured: every term's document
         frequency and the average length doubled for good (FT.DEBUG GC_FORCEINVOKE leaves them),
-        so BM25's idf of a new tenant's first passages halved and its ranks drifted. Over an
-        empty keyspace the scan takes milliseconds; a writer waits for it once per index."""
+        so BM25's idf halved and its ranks drifted. Over an empty keyspace the scan takes
+        milliseconds; a writer waits for it once per index."""
         deadline = time.monotonic() + INITIAL_SCAN_WAIT_S
         while time.monotonic() < deadline:
             info = await self.redis.ft(name).info()
@@ -354,28 +393,22 @@ class Memory:
                 return
             await asyncio.sleep(0.01)
 
-    def _forget_indexes(self, tenant: str) -> None:
-        """Redis lost (or may have lost) the tenant's indexes: the next use checks them again."""
-        self._lexical_ready.discard(tenant)
-        for layer in LAYERS:
-            self._indexes.pop((tenant, layer), None)
-
-    def _lost_indexes(self, tenant: str) -> None:
-        """A search found no index (Redis restarted empty, or it was dropped): forget it, and let
-        the tenant's next write check and create its indexes again (readers create nothing)."""
-        self._forget_indexes(tenant)
-        self._indexes_checked.pop(tenant, None)
+    def _lost_indexes(self, tenant: str | None = None) -> None:
+        """A search found no index (Redis restarted empty, or it was dropped): forget them, and
+        let the next write check and create them again (readers create nothing)."""
+        self._indexes.clear()
+        self._indexes_checked = None
 
     async def ensure_indexes(self, tenant: str) -> None:
-        """Every layer's index of the tenant, created where missing. Known indexes cost no round
-        trip; every index_recheck_s they are checked again, since Redis may have restarted empty
-        under a writer that never queries (its records are indexed when the index is created)."""
-        now, checked = time.monotonic(), self._indexes_checked.get(tenant)
-        if checked is None or now - checked >= self.index_recheck_s:
-            self._forget_indexes(tenant)
-            self._indexes_checked[tenant] = now
+        """Every layer's shared index, created where missing. Known indexes cost no round trip;
+        every index_recheck_s they are checked again, since Redis may have restarted empty under
+        a writer that never queries (its records are indexed when the index is created)."""
+        now = time.monotonic()
+        if self._indexes_checked is None or now - self._indexes_checked >= self.index_recheck_s:
+            self._indexes.clear()
+            self._indexes_checked = now
         for layer in LAYERS:
-            await self.index(tenant, layer)
+            await self.index(layer)
 
     # ---- the embedder a tenant's indexes were built with -------------------------------------
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None:
@@ -392,7 +425,7 @@ class Memory:
         key = self.keys(tenant).embedder
         recorded = await self.redis.hmget(key, "name", "dims")
         if recorded[0] is None:
-            dims = await self._index_dims(tenant)
+            dims = await self._indexed_dims(tenant)
             if dims is not None and dims != embedder.dims:
                 return EmbedderId(UNRECORDED_EMBEDDER, dims)
             if dims is None and not create:
@@ -400,24 +433,118 @@ class Memory:
             recorded = await self.redis.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
         return EmbedderId(recorded[0].decode("utf-8"), int(recorded[1]))
 
-    async def _index_attributes(self, tenant: str, layer: str) -> list[list[str]] | None:
-        """The fields of the tenant's index of `layer` as FT.INFO lists them (each a list of
-        words: identifier, attribute, type, options), None when it has no such index."""
+    async def _indexed_dims(self, tenant: str) -> int | None:
+        """The vector size the tenant's passages are indexed with, None when none are: its own
+        index's from before shared indexes, else that of the shared passages index holding any
+        of its passages (one count per vector size in use)."""
+        legacy = await self._legacy_index_dims(tenant)
+        if legacy is not None:
+            return legacy
+        for name in await self._index_names():
+            layer, _, dims = name.removeprefix("ms:index:").partition(":")
+            if layer == "passages" and dims.isdigit():
+                found = await self.redis.ft(name).search(Query(str(tenant_filter(tenant))).no_content().paging(0, 0).dialect(2))
+                if found.total:
+                    return int(dims)
+        return None
+
+    async def _index_names(self) -> list[str]:
+        return sorted(n.decode() if isinstance(n, bytes) else n for n in await self.redis.execute_command("FT._LIST"))
+
+    async def _legacy_index_dims(self, tenant: str) -> int | None:
+        """The vector size of the tenant's own passages index from before shared indexes
+        (FT.INFO), None when it has none (never had, or migrated)."""
         try:
-            info = await self.redis.ft(self.keys(tenant).index_name(layer)).info()
+            info = await self.redis.ft(self.keys(tenant).legacy_index_name("passages")).info()
         except Exception as exc:
             if index_missing(exc):
                 return None
             raise
-        return [[w.decode() if isinstance(w, bytes) else str(w) for w in attribute]
-                for attribute in info.get("attributes") or info.get(b"attributes") or []]
-
-    async def _index_dims(self, tenant: str) -> int | None:
-        """The vector size of the tenant's passages index (FT.INFO), None when it has none."""
-        for words in await self._index_attributes(tenant, "passages") or []:
-            if "VECTOR" in words and "dim" in [w.lower() for w in words]:
-                return int(words[[w.lower() for w in words].index("dim") + 1])
+        for attribute in info.get("attributes") or info.get(b"attributes") or []:
+            words = [w.decode() if isinstance(w, bytes) else str(w) for w in attribute]
+            lowered = [w.lower() for w in words]
+            if "VECTOR" in words and "dim" in lowered:
+                return int(words[lowered.index("dim") + 1])
         return None
+
+    # ---- moving a tenant off its own indexes (memstream migrate) --------------------------
+    async def legacy_tenants(self) -> list[str]:
+        """Tenants with an index of their own or records under the key layout from before shared
+        indexes (`ms:{tenant}:pas:<id>`): what `migrate_tenant` has left to move."""
+        found: set[str] = set()
+        for name in await self._index_names():
+            for layer in LAYERS:
+                if name.startswith("ms_") and name.endswith(f"_{layer}"):
+                    found.add(name[len("ms_"):-len(f"_{layer}")])
+        short = {TenantKeys("x").legacy_prefix(layer).removeprefix("ms:{x}:") for layer in LAYERS}  # 'pas:', 'fact:', ...
+        for kind in short:
+            async for key in self.redis.scan_iter(match="ms:{*}:" + kind + "*", count=1000):
+                tenant, _, rest = key.decode()[len("ms:{"):].partition("}:")
+                if rest.startswith(kind) and not tenant.startswith("_"):
+                    found.add(tenant)
+        return sorted(found)
+
+    async def migrate_tenant(self, tenant: str, batch: int = 500) -> dict[str, int]:
+        """Moves the tenant's records onto the shared indexes: each renamed to its layer's shared
+        prefix (the same Redis Cluster slot: the hash tag stays) and tagged with the tenant; a
+        passage gains its term count (and its terms, when written before the lexical leg); then
+        its own indexes are dropped (their keys already moved). The shared index is the one of the
+        size of the tenant's vectors. Idempotent, and safe to run again after a crash: a record
+        already moved by a writer of this version keeps its fields, those it lacks are copied.
+        Returns how many records of each layer moved. Run it with the workers stopped."""
+        keys = self.keys(tenant)
+        dims = await self._legacy_index_dims(tenant) or self.dims
+        for layer in LAYERS:
+            shared = AsyncSearchIndex(layer_schema(layer, dims, self.vector_index), redis_client=self.redis)
+            if not await shared.exists():
+                try:
+                    await shared.create(overwrite=False)
+                except Exception as exc:
+                    if "already exists" not in str(exc).lower():
+                        raise
+                await self._initial_scan_done(shared.name)
+        moved = dict.fromkeys(LAYERS, 0)
+        for layer in LAYERS:
+            old_prefix, new_prefix = keys.legacy_prefix(layer), keys.prefix(layer)
+            pending: list[bytes] = []
+            async for key in self.redis.scan_iter(match=old_prefix + "*", count=1000):
+                pending.append(key)
+                if len(pending) >= batch:
+                    moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix)
+                    pending = []
+            moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix)
+        for layer in LAYERS:
+            try:
+                await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
+            except ResponseError as exc:
+                if not index_missing(exc):
+                    raise
+        return moved
+
+    async def _move_records(self, tenant: str, layer: str, old_keys: list[bytes], old_prefix: str, new_prefix: str) -> int:
+        if not old_keys:
+            return 0
+        renamed = [new_prefix + key.decode().removeprefix(old_prefix) for key in old_keys]
+        pipe = self.redis.pipeline(transaction=False)
+        for old, new in zip(old_keys, renamed):
+            pipe.eval(_MOVE_RECORD, 2, old, new, TENANT_FIELD, tenant)
+        await pipe.execute()
+        if layer == "passages":  # the lexical leg's fields, where missing
+            pipe = self.redis.pipeline(transaction=False)
+            for key in renamed:
+                pipe.hmget(key, ["context", "text", "retired", LEXICAL_FIELD, RETIRED_FIELDS[LEXICAL_FIELD]])
+            writes = self.redis.pipeline(transaction=False)
+            for key, (context, text, retired, terms, retired_terms) in zip(renamed, await pipe.execute()):
+                if text is None:
+                    continue  # an erased passage's skeleton
+                was_retired = retired == b"1"
+                held = retired_terms if was_retired else terms
+                if held is None:  # written before the lexical leg
+                    held = passage_terms((context or b"").decode(), text.decode()).encode()
+                    writes.hset(key, RETIRED_FIELDS[LEXICAL_FIELD] if was_retired else LEXICAL_FIELD, held)
+                writes.hset(key, RETIRED_FIELDS[LEXICAL_LENGTH_FIELD] if was_retired else LEXICAL_LENGTH_FIELD, term_count(held.decode()))
+            await writes.execute()
+        return len(old_keys)
 
     async def knn(
         self,
@@ -437,85 +564,65 @@ class Memory:
         """`knn` for each of `vectors`, all searches sent in one round trip."""
         if not vectors:
             return []
-        index = await self.index(tenant, layer, create=False)
-        if index is None:
+        searchable = await self.searchable(tenant, layer, dims=len(vectors[0]))
+        if searchable is None:
             return [[] for _ in vectors]
-        queries = [VectorQuery(vector=vector_bytes(vector), vector_field_name="vec", return_fields=return_fields,
-                               filter_expression=_tags_equal(where), num_results=k) for vector in vectors]
         try:
-            results = await index.batch_query(queries, batch_size=len(queries)) if len(queries) > 1 else [await index.query(queries[0])]
+            results = await searchable.knn([vector_bytes(v) for v in vectors], k, return_fields, where)
         except Exception as exc:
             if not index_missing(exc):
                 raise
-            # Redis restarted empty or the index was dropped: nothing to find; the tenant's next
-            # write creates its indexes again (readers create nothing)
-            self._lost_indexes(tenant)
+            # Redis restarted empty or the index was dropped: nothing to find; the next write
+            # creates the indexes again (readers create nothing)
+            self._lost_indexes()
             return [[] for _ in vectors]
-        prefix = self.keys(tenant).prefix(layer)
         # equally near records by id, as in the in-memory store: the first stage fuses ranks, so
         # RediSearch's arbitrary order of ties would otherwise change a fused answer run to run
-        return [sorted((Hit(row["id"].removeprefix(prefix), 1.0 - float(row["vector_distance"]), {f: row.get(f) for f in return_fields}) for row in rows),
+        return [sorted((Hit(searchable.record_id(row["id"]), 1.0 - float(row["vector_distance"]), {f: row.get(f) for f in return_fields}) for row in rows),
                        key=lambda h: (-h.score, h.id))
                 for rows in results]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
-        """The `k` passages of the tenant best matching `query` by BM25 (the query engine's
-        BM25STD over the passages' terms, store.lexical), any of its terms matching, best first;
-        `Hit.score` is the BM25 score and `fields` hold doc_id. A passages index made before the
-        lexical leg gains it on the first search: the field is added (FT.ALTER) and the stored
-        passages' terms written (_backfill_lexical)."""
+        """The `k` passages of the tenant best matching `query` by BM25 over the passages' terms
+        (store.lexical), any of its terms matching, best first; `Hit.score` is the BM25 score
+        and `fields` hold doc_id. The statistics are the tenant's own — its passage count, their
+        average length, each term's document frequency among them — so one tenant's texts never
+        move another's scores (the shared index's BM25STD would count every tenant's). The
+        index finds the tenant's passages holding a query term, at most LEXICAL_CANDIDATES of
+        them (its BM25STD's best when more match), and they are scored here."""
         terms = search_terms(query)
-        if not terms or k < 1 or await self.index(tenant, "passages", create=False) is None:
+        if not terms or k < 1:
             return []
-        name = self.keys(tenant).index_name("passages")
-        search = Query(redis_query(terms)).scorer("BM25STD").with_scores().paging(0, k).return_fields("doc_id").dialect(2)
+        searchable = await self.searchable(tenant, "passages")
+        if searchable is None:
+            return []
+        pipe = self.redis.pipeline(transaction=False)  # the tenant's statistics and its matching passages, one round trip
+        pipe.execute_command(*searchable.command("FT.AGGREGATE", "", "GROUPBY", 0, "REDUCE", "COUNT", 0, "AS", "n",
+                                                 "REDUCE", "SUM", 1, f"@{LEXICAL_LENGTH_FIELD}", "AS", "length"))
+        pipe.execute_command(*searchable.command("FT.SEARCH", redis_query(terms), "SCORER", "BM25STD", "RETURN", 2, "doc_id", LEXICAL_FIELD,
+                                                 "LIMIT", 0, LEXICAL_CANDIDATES))
         try:
-            if tenant not in self._lexical_ready:
-                attributes = await self._index_attributes(tenant, "passages")
-                if attributes is None:
-                    raise LookupError  # dropped meanwhile
-                if not any(LEXICAL_FIELD in words for words in attributes):
-                    await self._backfill_lexical(tenant)
-                self._lexical_ready.add(tenant)
-            result = await self.redis.ft(name).search(search)
+            stats, found = await pipe.execute()
+            total, rows = reply_rows(found)
+            documents = {searchable.record_id(key): fields.get(LEXICAL_FIELD, "").split() for key, fields in rows}
+            doc_ids = {searchable.record_id(key): fields.get("doc_id") for key, fields in rows}
+            if total <= len(documents):  # every matching passage is here: count the terms in them
+                frequency = {t: sum(1 for held in documents.values() if t in held) for t in terms}
+            else:
+                pipe = self.redis.pipeline(transaction=False)
+                for t in terms:
+                    pipe.execute_command(*searchable.command("FT.SEARCH", redis_query([t]), "NOCONTENT", "LIMIT", 0, 0))
+                frequency = {t: reply_rows(reply)[0] for t, reply in zip(terms, await pipe.execute())}
         except Exception as exc:
-            if not (isinstance(exc, LookupError) or index_missing(exc)):
+            if not index_missing(exc):
                 raise
-            self._lost_indexes(tenant)
+            self._lost_indexes()
             return []
-        prefix = self.keys(tenant).prefix("passages")
-        hits = [Hit(doc.id.removeprefix(prefix), float(doc.score), {"doc_id": getattr(doc, "doc_id", None)}) for doc in result.docs]
-        return sorted(hits, key=lambda h: (-h.score, h.id))  # equal scores by id, as in the in-memory store
-
-    async def _backfill_lexical(self, tenant: str) -> None:
-        """A passages index made before the lexical leg (no lexical field in FT.INFO; Redis 8
-        answers a search of an unknown field with nothing, not an error): its TEXT field added,
-        and every stored passage's terms written (one SCAN of the tenant's passages; a passage
-        written meanwhile has them already). Idempotent: two readers doing it at once write the
-        same terms."""
-        keys = self.keys(tenant)
-        try:
-            await self.redis.ft(keys.index_name("passages")).alter_schema_add([TextField(LEXICAL_FIELD, no_stem=True)])
-        except Exception as exc:  # another reader added it first
-            if "duplicate" not in str(exc).lower() and "already" not in str(exc).lower():
-                raise
-        batch: list[bytes] = []
-        async for key in self.redis.scan_iter(match=keys.prefix("passages") + "*", count=500):
-            batch.append(key)
-            if len(batch) >= 500:
-                await self._write_terms(batch)
-                batch = []
-        await self._write_terms(batch)
-
-    async def _write_terms(self, passage_keys: list[bytes]) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        for key in passage_keys:
-            pipe.hmget(key, ["context", "text", LEXICAL_FIELD])
-        writes = self.redis.pipeline(transaction=False)
-        for key, (context, text, terms) in zip(passage_keys, await pipe.execute() if passage_keys else []):
-            if text is not None and terms is None:  # only passages without terms: a rewrite is indexed again
-                writes.hset(key, LEXICAL_FIELD, passage_terms((context or b"").decode(), text.decode()))
-        await writes.execute()
+        row = (reply_rows(stats)[1] or [(None, {})])[0][1]
+        count, length = int(row.get("n", 0)), float(row.get("length", 0) or 0)
+        scores = bm25(terms, documents, frequency, count, length / count if count else 0.0)
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]  # equal scores by id, as in the in-memory store
+        return [Hit(pid, score, {"doc_id": doc_ids[pid]}) for pid, score in ranked]
 
     # ---- effectively once: done marks and outbox ---------------------------------------
     async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
@@ -792,14 +899,11 @@ class Memory:
 
     async def facts_naming(self, tenant: str, entity_id: str) -> list[str]:
         """Ids of every fact with the entity as head or tail (any status), from the facts index."""
-        index = await self.index(tenant, "facts", create=False)
-        if index is None:
+        searchable = await self.searchable(tenant, "facts")
+        if searchable is None:
             return []
-        tag = Tag("head_id") == entity_id
-        query = Query(str(tag | (Tag("tail_id") == entity_id))).no_content().paging(0, 10_000).dialect(2)
-        result = await self.redis.ft(self.keys(tenant).index_name("facts")).search(query)
-        prefix = self.keys(tenant).prefix("facts")
-        return sorted(doc.id.removeprefix(prefix) for doc in result.docs)
+        result = await searchable.search(str((Tag("head_id") == entity_id) | (Tag("tail_id") == entity_id)), lambda q: q.no_content().paging(0, 10_000))
+        return sorted(searchable.record_id(doc.id) for doc in result.docs)
 
     def expect_entity(self, pipe, tenant: str, entity_id: str, mentions: str | None) -> None:
         """The decision read the entity after this many mentions: its commit fails if a passage
@@ -809,7 +913,7 @@ class Memory:
     def stage_erase(self, pipe, tenant: str, erasure: Erasure) -> None:
         keys = self.keys(tenant)
         for pid in erasure.passage_ids:
-            _eval(pipe, _ERASE_PASSAGE, [keys.passage(pid)], [])
+            _eval(pipe, _ERASE_PASSAGE, [keys.passage(pid)], [TENANT_FIELD, tenant])
             pipe.delete(keys.passage_extracted(pid), keys.passage_documents(pid))
             pipe.srem(keys.document_passages(erasure.doc_id), pid)
             pipe.srem(keys.graph_nodes, passage_node(pid))
@@ -842,6 +946,7 @@ class Memory:
         pipe.hset(
             self.keys(tenant).passage(chunk.chunk_id),
             mapping={
+                TENANT_FIELD: tenant,
                 "text": chunk.text,
                 "doc_id": chunk.doc_id,
                 "seq": chunk.seq,
@@ -854,13 +959,14 @@ class Memory:
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
         keys = self.keys(tenant)
-        _eval(pipe, _SET_IF_SMALLER, [keys.entity(entity_id)], [f"{name}\x1f{type_}", "name", name, "type", type_, "vec", vector_bytes(vector)])
+        _eval(pipe, _SET_IF_SMALLER, [keys.entity(entity_id)], [f"{name}\x1f{type_}", TENANT_FIELD, tenant, "name", name, "type", type_, "vec", vector_bytes(vector)])
         pipe.sadd(keys.entity_passages(entity_id), passage_id)
         pipe.hincrby(keys.entity(entity_id), ENTITY_MENTIONS, 1)
 
     def stage_schema(self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector, passage_id: str) -> None:
         keys = self.keys(tenant)
         schema_key = keys.schema(schema_id)
+        pipe.hsetnx(schema_key, TENANT_FIELD, tenant)
         pipe.hsetnx(schema_key, "head_type", head_type)
         pipe.hsetnx(schema_key, "relation", relation)
         pipe.hsetnx(schema_key, "tail_type", tail_type)
@@ -879,7 +985,7 @@ class Memory:
         key = keys.fact(fact.id)
         _eval(pipe, _RECORD_LAPSE, [key, keys.expiry], [fact.id, "" if lapses_at is None else repr(float(lapses_at))])
         pairs = [x for kv in fact.description().items() for x in kv]
-        _eval(pipe, _SET_IF_SMALLER, [key], [fact.description_rank(), *pairs, "vec", vector_bytes(vector)])
+        _eval(pipe, _SET_IF_SMALLER, [key], [fact.description_rank(), TENANT_FIELD, tenant, *pairs, "vec", vector_bytes(vector)])
         pipe.hsetnx(key, "status", "new")
         pipe.hsetnx(key, "created_at", time.time())
         if passage_id:  # its source, for an erasure
@@ -1193,28 +1299,30 @@ class Memory:
         first (created_at, then id), and how many hold: FT.AGGREGATE over the facts index's
         status and category tags, loading created_at / expires_at (RediSearch sorts only the top
         `limit` of a category; no vector read)."""
-        index = await self.index(tenant, "facts", create=False)
-        if index is None or not categories:
+        searchable = await self.searchable(tenant, "facts")
+        if searchable is None or not categories:
             return [], 0
         holds = f"!exists(@expires_at) || @expires_at > {float(time.time() if now is None else now)!r}"
 
-        def active(of: tuple[str, ...]) -> AggregateRequest:
-            return AggregateRequest(f"@status:{{active}} @category:{{{' | '.join(of)}}}").load("@__key", "@created_at", "@expires_at").filter(holds)
+        def active(of: tuple[str, ...]) -> str:
+            return f"@status:{{active}} @category:{{{' | '.join(of)}}}"
 
-        search = self.redis.ft(index.name)
-        prefix, ids = self.keys(tenant).prefix("facts"), []
+        def loaded(request: AggregateRequest) -> AggregateRequest:
+            return request.load("@__key", "@created_at", "@expires_at").filter(holds)
+
+        ids: list[str] = []
         try:
-            counted = await search.aggregate(active(categories).group_by([], reducers.count().alias("n")))
+            counted = await searchable.aggregate(active(categories), lambda r: loaded(r).group_by([], reducers.count().alias("n")))
             total = int(dict(zip(counted.rows[0][::2], counted.rows[0][1::2]))[b"n"]) if counted.rows else 0
             for category in categories:
                 if len(ids) >= limit or len(ids) >= total:
                     break
-                page = await search.aggregate(active((category,)).sort_by(Asc("@created_at"), Asc("@__key"), max=limit - len(ids)))
-                ids += [dict(zip(row[::2], row[1::2]))[b"__key"].decode().removeprefix(prefix) for row in page.rows]
+                page = await searchable.aggregate(active((category,)), lambda r: loaded(r).sort_by(Asc("@created_at"), Asc("@__key"), max=limit - len(ids)))
+                ids += [searchable.record_id(dict(zip(row[::2], row[1::2]))[b"__key"]) for row in page.rows]
         except Exception as exc:
             if not index_missing(exc):
                 raise
-            self._lost_indexes(tenant)
+            self._lost_indexes()
             return [], 0
         return [f for f in await self.facts(tenant, ids) if f is not None], total
 
@@ -1258,23 +1366,23 @@ class Memory:
             cache += [cached_vectors.key(text) for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])]
         for start in range(0, len(cache), 1000):
             await self.redis.delete(*cache[start:start + 1000])
-        for layer in LAYERS:  # the index only; its documents are deleted below with every other key
+        for layer in LAYERS:  # an index of its own from before shared indexes (not migrated); its keys go below
             try:
-                await self.redis.execute_command("FT.DROPINDEX", keys.index_name(layer))
+                await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
             except ResponseError:
                 pass  # none
-            self._indexes.pop((tenant, layer), None)
-        self._indexes_checked.pop(tenant, None)
         deleted, batch = 0, []
-        async for key in self.redis.scan_iter(match=f"{keys.base}:*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                deleted += await self.redis.delete(*batch)
-                batch = []
+        for pattern in keys.patterns():
+            async for key in self.redis.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    deleted += await self.redis.delete(*batch)
+                    batch = []
         if batch:
             deleted += await self.redis.delete(*batch)
         await self.redis.srem(TENANTS_WITH_OUTBOXES, tenant)
         self._sweep_registered.pop(tenant, None)
+        self._tenant_dims_read.pop(tenant, None)
         return {"keys": deleted, "cache entries": len(cache), **{layer: len(rows) for layer, rows in layers.items()}}
 
     async def document_ids(self, tenant: str) -> list[str]:
@@ -1289,11 +1397,10 @@ class Memory:
         """Every tenant with records → how many of each layer it holds (passages retired by a
         later version included), in one SCAN over the keyspace."""
         counts: dict[str, dict[str, int]] = {}
-        kinds = {TenantKeys("x").prefix(layer).split(":")[-2]: layer for layer in LAYERS}  # 'pas' → passages, ...
-        async for key in self.redis.scan_iter(match="ms:{*}:*", count=1000):
-            tenant, _, rest = key.decode()[len("ms:{"):].partition("}:")
-            layer = kinds.get(rest.split(":", 1)[0]) if ":" in rest else None
-            if layer and not tenant.startswith("_"):
+        for layer in LAYERS:
+            prefix = layer_prefix(layer)
+            async for key in self.redis.scan_iter(match=prefix + "{*}:*", count=1000):
+                tenant = key.decode()[len(prefix) + 1:].partition("}:")[0]
                 counts.setdefault(tenant, dict.fromkeys(LAYERS, 0))[layer] += 1
         return dict(sorted(counts.items()))
 
@@ -1302,12 +1409,3 @@ class Memory:
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             out.append(key.decode()[len(prefix):])
         return sorted(out)
-
-
-def _tags_equal(where: Mapping[str, str] | None) -> FilterExpression | None:
-    """redisvl's filter for "every tag field equals its value" (None: no filter)."""
-    expression = None
-    for field, value in (where or {}).items():
-        term = Tag(field) == value
-        expression = term if expression is None else expression & term
-    return expression

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from store.lexical import LEXICAL_FIELD, passage_terms
+from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, passage_terms, term_count
 
 OUTBOX_SWEEP_LOCK_S = 30  # how long one sweeper holds a tenant's committed, unsent outboxes
 
@@ -107,7 +107,11 @@ class Erasure:
 
 # A passage's fields its retirement moves aside (out of the vector and full-text indexes) and
 # its return moves back: stored name → name while retired.
-RETIRED_FIELDS = {"vec": "retired_vec", LEXICAL_FIELD: f"retired_{LEXICAL_FIELD}"}
+RETIRED_FIELDS = {"vec": "retired_vec", LEXICAL_FIELD: f"retired_{LEXICAL_FIELD}", LEXICAL_LENGTH_FIELD: f"retired_{LEXICAL_LENGTH_FIELD}"}
+
+# Every record of a vector-indexed layer names its tenant: the shared index's tag every search
+# filters on (store.indexes.TenantIndex).
+TENANT_FIELD = "tenant"
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ def vector_bytes(vector: Iterable[float]) -> bytes:
 # What `records` (memstream export) leaves out of every record: derived, or internal to a store.
 # write counters an erasure's decision is fenced on (Memory.stage_new_fact, stage_entity)
 FACT_EXTRACTIONS, ENTITY_MENTIONS = "extractions", "mentions"
-RECORD_INTERNALS = ("vec", "_rank", LEXICAL_FIELD, *RETIRED_FIELDS.values(), FACT_EXTRACTIONS, ENTITY_MENTIONS)
+RECORD_INTERNALS = ("vec", "_rank", TENANT_FIELD, LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, *RETIRED_FIELDS.values(), FACT_EXTRACTIONS, ENTITY_MENTIONS)
 
 # ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
 PASSAGE_EXTRAS = ("metadata", "context", "retired")  # stored fields, in passage_json's order
@@ -144,7 +148,7 @@ def passage_extras(chunk) -> dict[str, str]:
     session_id, speaker, ts, ...), of its context line (who said it and when) and of its
     lexical terms (store.lexical: what BM25 counts)."""
     return {"metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True), "context": chunk.context,
-            LEXICAL_FIELD: passage_terms(chunk.context, chunk.text)}
+            LEXICAL_FIELD: (terms := passage_terms(chunk.context, chunk.text)), LEXICAL_LENGTH_FIELD: str(term_count(terms))}
 
 
 def passage_json(passage_id: str, text: str, doc_id: str, seq, doc_version, metadata: str | None, context: str | None,

@@ -12,7 +12,8 @@ from topics import ContractError, validate_tenant
 
 
 def hash_tag(key: str) -> str:
-    return re.match(r"ms:\{([^}]*)\}", key).group(1)
+    """Redis Cluster's rule: what the first {...} holds."""
+    return re.search(r"\{([^}]*)\}", key).group(1)
 
 
 @pytest.mark.parametrize("key", [llm_cache_key("gpt-x", "ab" * 32), embedding_cache_key("local", "cd" * 32), LLM_CACHE_PATTERN])

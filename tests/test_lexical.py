@@ -1,5 +1,6 @@
 """The lexical leg (store.lexical): its text rules, BM25 in both stores, their agreement on a
-fixed corpus, and an index made before the leg gaining it (FT.ALTER)."""
+fixed corpus (a passages index made before the leg gains it on `memstream migrate`:
+tests/test_shared_indexes.py)."""
 
 from __future__ import annotations
 
@@ -108,42 +109,52 @@ def test_redis_and_the_in_memory_store_agree_on_a_fixed_corpus(stack_env):
             assert a == pytest.approx(b, rel=1e-6), query
 
 
-@pytest.mark.stack
-def test_a_passages_index_made_before_the_lexical_leg_gains_it(stack_env):
-    """An index without the lexical field and passages without their terms (as made before):
-    the first lexical search adds the field, writes the stored passages' terms and finds them."""
-    from redis.commands.search.field import TagField, VectorField
-    from redis.commands.search.index_definition import IndexDefinition, IndexType
-
-    from store import Memory
-
-    async def main():
-        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=8)
-        tenant = f"lexold-{uuid.uuid4().hex[:8]}"
-        keys = memory.keys(tenant)
-        try:
-            for layer in ("facts", "entities", "schemas"):
-                await memory.index(tenant, layer)
-            await memory.redis.ft(keys.index_name("passages")).create_index(
-                [TagField("doc_id"), VectorField("vec", "FLAT", {"TYPE": "FLOAT32", "DIM": 8, "DISTANCE_METRIC": "COSINE"})],
-                definition=IndexDefinition(prefix=[keys.prefix("passages")], index_type=IndexType.HASH))
-            await _fill(memory, tenant)
-            for i in range(len(CORPUS)):  # passages as written before the leg: no terms stored
-                await memory.redis.hdel(keys.passage(f"p{i:02d}"), "lexical")
-            for _ in range(100):
-                found = [h.id for h in await memory.lexical(tenant, "Biscuit", 5)]
-                if found:
-                    return found
-                await asyncio.sleep(0.05)
-            return []
-        finally:
-            await memory.close()
-
-    assert asyncio.run(main()) == ["p08", "p00"]
-
-
 async def _wait_indexed(memory, tenant: str, count: int) -> None:
     for _ in range(100):
         if len(await memory.lexical(tenant, "caroline melanie passage", 50)) >= count - 1:
             return
         await asyncio.sleep(0.05)
+
+
+@pytest.mark.stack
+def test_past_the_candidate_limit_each_passage_found_scores_as_in_the_in_memory_store(stack_env, monkeypatch):
+    """More passages match than Memory.lexical scores: the index's best are scored with the
+    tenant's exact statistics (each term's count asked of the index), so every score returned
+    is the in-memory store's for that passage."""
+    import store.memory
+    from store import Memory
+
+    monkeypatch.setattr(store.memory, "LEXICAL_CANDIDATES", 3)
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=8)
+        tenant = f"lexcap-{uuid.uuid4().hex[:8]}"
+        try:
+            await _fill(memory, tenant)
+            await _wait_indexed(memory, tenant, 3)
+            await asyncio.sleep(0.5)
+            return {q: [(h.id, h.score) for h in await memory.lexical(tenant, q, TOP)] for q in ("caroline melanie lake", "adoption agencies")}
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+
+    async def reference():
+        store_ = InMemoryStore(dims=8)
+        await _fill(store_, "t")
+        return {q: dict((h.id, h.score) for h in await store_.lexical("t", q, 50)) for q in ("caroline melanie lake", "adoption agencies")}
+
+    found, expected = asyncio.run(main()), asyncio.run(reference())
+    assert len(found["caroline melanie lake"]) == 3  # capped: 9 passages match
+    for query, hits in found.items():
+        assert hits and all(score == pytest.approx(expected[query][pid], rel=1e-6) for pid, score in hits), query
+
+
+def test_search_replies_read_the_same_in_either_protocol():
+    from store.indexes import reply_rows
+
+    resp2 = [2, b"ms:pas:{t}:p1", [b"doc_id", b"d1", b"lexical", b"dog cat"], b"ms:pas:{t}:p2", [b"doc_id", b"d2"]]
+    resp3 = {b"total_results": 2, b"results": [{b"id": b"ms:pas:{t}:p1", b"extra_attributes": {b"doc_id": b"d1", b"lexical": b"dog cat"}},
+                                               {b"id": b"ms:pas:{t}:p2", b"extra_attributes": {b"doc_id": b"d2"}}]}
+    assert reply_rows(resp2) == reply_rows(resp3) == (2, [("ms:pas:{t}:p1", {"doc_id": "d1", "lexical": "dog cat"}), ("ms:pas:{t}:p2", {"doc_id": "d2"})])
+    aggregate2, aggregate3 = [1, [b"n", b"10", b"length", b"42"]], {b"total_results": 1, b"results": [{b"extra_attributes": {b"n": b"10", b"length": b"42"}}]}
+    assert reply_rows(aggregate2) == reply_rows(aggregate3) == (1, [(None, {"n": "10", "length": "42"})])

@@ -5,6 +5,7 @@ worker on the stack that stalls and recovers."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -63,7 +64,7 @@ def test_a_worker_whose_fetching_stalls_rejoins_its_group_and_indexes_what_waits
     assert "fetching paused" in workers.logs(), workers.logs()[-3000:]
     started = time.monotonic()
     docs = {"orchard": "Tomas Reed owns the Dunmore Orchard.", "mill": "Greta Holm runs the Salt Mill."}
-    workers.cli.run("publish", *write_docs(tmp_path / "docs", docs), "--tenant", "stalled", "--wait", "--timeout", "120")
+    workers.cli.run("publish", *write_docs(tmp_path / "docs", docs), "--tenant", f"stalled-{uuid.uuid4().hex[:8]}", "--wait", "--timeout", "120")
     took = time.monotonic() - started
     logs = workers.logs()
     assert "leaving and rejoining the group" in logs, logs[-3000:]

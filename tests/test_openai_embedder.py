@@ -15,6 +15,7 @@ from ops.fake_llm import FakeEmbeddings
 from store import Memory
 from store.in_memory import InMemoryStore
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
+from topics import Chunk
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from workers.models.embedding import (BatchingEmbedder, EmbedderError, EmbedderMismatch, EmbedderRefused, EndpointConfig, OpenAIEmbedder, embedder_id,
                                       make_embedder)
@@ -180,7 +181,10 @@ def test_redis_records_the_first_claim_and_reads_an_old_tenant_size_from_its_ind
             unknown = await memory.claim_embedder(tenant, EmbedderId("a", 12), False)
             first = await asyncio.gather(memory.claim_embedder(tenant, EmbedderId("a", 12), True),
                                          memory.claim_embedder(tenant, EmbedderId("b", 12), True))
-            await memory.ensure_indexes(old)  # 12-dim indexes, no record
+            await memory.ensure_indexes(old)  # a tenant with 12-dim vectors indexed and no record (written before records were kept)
+            pipe = memory.pipeline()
+            memory.stage_passage(pipe, old, Chunk(old, "c1", "d1", 0, 1, "an old passage"), [], np.ones(12))
+            await pipe.execute()
             refused = await memory.claim_embedder(old, EmbedderId("big", 1536), True)
             adopted = await memory.claim_embedder(old, EmbedderId("small", 12), False)
             again = await memory.claim_embedder(old, EmbedderId("other", 12), True)

@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from store import Memory
 from store.graph_log import NO_CHANGE, EdgeChange
-from store.keys import LAYERS, entity_node, node_kind, passage_node
+from store.keys import LAYERS, entity_node, node_kind, passage_node, shared_index_name
 from topics import Chunk
 from workers.query.graph_cache import GraphCache
 
@@ -23,14 +23,14 @@ def _tenant(name: str) -> str:
 
 
 async def _lose(memory: Memory, tenant: str) -> None:
-    """What Redis restarting empty does to one tenant: its keys and its indexes are gone."""
+    """What Redis restarting empty does to one tenant: its keys and the indexes are gone."""
     keys = memory.keys(tenant)
     for layer in LAYERS:
         try:
-            await memory.redis.execute_command("FT.DROPINDEX", keys.index_name(layer))
+            await memory.redis.execute_command("FT.DROPINDEX", shared_index_name(layer, memory.dims))
         except ResponseError:  # never created
             pass
-    found = [key async for key in memory.redis.scan_iter(match=keys.base + ":*", count=1000)]
+    found = [key for pattern in keys.patterns() async for key in memory.redis.scan_iter(match=pattern, count=1000)]
     if found:
         await memory.redis.delete(*found)
 

@@ -1,0 +1,180 @@
+"""Shared indexes (store.indexes): one per layer and vector size, every search filtered on the
+tenant. A tenant never sees another's records or statistics, whatever their ids and texts; a
+tenant written under the layout from before (indexes of its own) moves with `memstream migrate`
+and answers as it did."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+
+from store.keys import LAYERS
+from tests.conftest import Cli
+from tests.test_lexical import CORPUS, QUERIES, TOP, _chunk, _fill, _rankings
+
+pytestmark = pytest.mark.stack
+
+DIMS = 8
+WORDS = ["dog", "cat", "lake", "biscuit", "museum", "pottery", "adoption", "camping", "sunrise", "group"]
+
+
+async def _answers(memory, tenant: str, probes: list[np.ndarray], queries: list[str]) -> dict:
+    """Everything a tenant's searches give: nearest records of each layer, BM25, facts by entity."""
+    out = {}
+    for layer, fields in (("passages", ["doc_id"]), ("entities", ["name"]), ("facts", ["text", "status"]), ("schemas", ["relation"])):
+        out[layer] = [[(h.id, round(h.score, 5), h.fields) for h in hits] for hits in await memory.knn_many(tenant, layer, probes, 10, fields)]
+    out["lexical"] = {q: [(h.id, round(h.score, 9), h.fields) for h in await memory.lexical(tenant, q, TOP)] for q in queries}
+    out["naming"] = await memory.facts_naming(tenant, "e0")
+    return out
+
+
+async def _write(memory, tenant: str, texts: list[str], seed: int) -> None:
+    """Passages p0.. (doc d<i>-<tenant>), entities e0.., facts f0.. naming them, one schema: the
+    same ids in every tenant, its texts and vectors its own."""
+    from store.facts import Fact
+
+    rng = np.random.default_rng(seed)
+    await memory.ensure_indexes(tenant)
+    pipe = memory.pipeline()
+    for i, text in enumerate(texts):
+        chunk = _chunk(i, "", text)
+        memory.stage_passage(pipe, tenant, dataclasses.replace(chunk, chunk_id=f"p{i}", doc_id=f"d{i}-{tenant}"), [], rng.normal(size=DIMS))
+        memory.stage_entity(pipe, tenant, f"e{i}", f"{tenant} thing {i}", "thing", rng.normal(size=DIMS), f"p{i}")
+        fact = Fact(id=f"f{i}", head=f"{tenant} thing 0", relation="likes", tail=f"{tenant} thing {i}", head_type="thing", tail_type="thing",
+                    head_id="e0", tail_id=f"e{i}", schema_id="s0", text=f"{tenant} fact {i}")
+        memory.stage_new_fact(pipe, tenant, fact, rng.normal(size=DIMS), passage_id=f"p{i}")
+    memory.stage_schema(pipe, tenant, "s0", "thing", "likes", "thing", rng.normal(size=DIMS), "p0")
+    await pipe.execute()
+
+
+async def _settled(memory, tenants: list[str], counts: list[int]) -> None:
+    for _ in range(200):
+        seen = [len((await memory.knn_many(t, "passages", [np.ones(DIMS)], 100, ["doc_id"]))[0]) for t in tenants]
+        if seen == counts:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"indexed {seen}, expected {counts}")
+
+
+def test_no_query_of_a_tenant_returns_another_tenants_records_or_moves_its_scores(stack_env):
+    """Property: tenants with the same record ids and overlapping words. Every answer of the
+    first tenant — nearest records of each layer, BM25 ids and scores, facts by entity — is the
+    same before the others are written, with them, and after they are erased; every passage
+    any tenant finds is its own. So no id, field or BM25 statistic of one reaches another."""
+    from store import Memory
+
+    url = stack_env["MEMSTREAM_REDIS_URL"]
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    @given(st.lists(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join), min_size=1, max_size=5),
+                    min_size=2, max_size=4), st.randoms(use_true_random=False))
+    def check(tenant_texts, rnd):
+        async def main():
+            memory = Memory.from_url(url, dims=DIMS)
+            run = uuid.uuid4().hex[:6]
+            tenants = [f"iso-{run}-{n}" for n in range(len(tenant_texts))]
+            probes = [np.random.default_rng(n).normal(size=DIMS) for n in range(3)]
+            queries = [" ".join(rnd.sample(WORDS, 2)) for _ in range(4)]
+            first = tenants[0]
+            try:
+                await _write(memory, first, tenant_texts[0], seed=0)
+                await _settled(memory, [first], [len(tenant_texts[0])])
+                alone = await _answers(memory, first, probes, queries)
+                others = list(range(1, len(tenants)))
+                rnd.shuffle(others)
+                for n in others:
+                    await _write(memory, tenants[n], tenant_texts[n], seed=n)
+                await _settled(memory, tenants, [len(t) for t in tenant_texts])
+                assert await _answers(memory, first, probes, queries) == alone
+                for tenant in tenants:
+                    found = await _answers(memory, tenant, probes, queries)
+                    assert all(h[2]["doc_id"].endswith(tenant) for hits in found["passages"] for h in hits)
+                    assert all(h[2]["doc_id"].endswith(tenant) for hits in found["lexical"].values() for h in hits)
+                for tenant in tenants[1:]:
+                    await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+                assert await _answers(memory, first, probes, queries) == alone
+            finally:
+                for tenant in tenants:
+                    await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+                await memory.close()
+
+        asyncio.run(main())
+
+    check()
+
+
+async def _make_legacy(memory, tenant: str, drop_terms: list[str]) -> None:
+    """The tenant as written before shared indexes: its records under `ms:{tenant}:<layer>:`,
+    no tenant tag or term count, `drop_terms` passages without terms (before the lexical leg),
+    and an index of its own per layer with the fields of then."""
+    from redis.commands.search.field import TagField, TextField, VectorField
+    from redis.commands.search.index_definition import IndexDefinition, IndexType
+
+    keys = memory.keys(tenant)
+    fields = {"passages": [TagField("doc_id")], "facts": [TagField(f) for f in ("status", "category", "head_id", "tail_id")],
+              "entities": [TagField("type")], "schemas": [TagField("status")]}
+    for layer in LAYERS:
+        vector = VectorField("vec", "FLAT", {"TYPE": "FLOAT32", "DIM": DIMS, "DISTANCE_METRIC": "COSINE"})
+        extra = [TextField("lexical", no_stem=True)] if layer == "passages" else []
+        await memory.redis.ft(keys.legacy_index_name(layer)).create_index(
+            [*fields[layer], *extra, vector], definition=IndexDefinition(prefix=[keys.legacy_prefix(layer)], index_type=IndexType.HASH))
+        async for key in memory.redis.scan_iter(match=keys.prefix(layer) + "*"):
+            old = keys.legacy_prefix(layer) + key.decode().removeprefix(keys.prefix(layer))
+            await memory.redis.rename(key, old)
+            await memory.redis.hdel(old, "tenant", "lexical_len")
+            if layer == "passages" and old.rsplit(":", 1)[1] in drop_terms:
+                await memory.redis.hdel(old, "lexical")
+
+
+def test_memstream_migrate_moves_a_tenant_off_its_own_indexes(stack_env):
+    """A tenant under the old layout answers nothing from the shared indexes; `memstream
+    migrate` moves it (terms written for passages from before the lexical leg) and it answers
+    exactly as before; a second run finds nothing to move."""
+    from store import Memory
+
+    tenant = f"legacy-{uuid.uuid4().hex[:8]}"
+    probes = [np.random.default_rng(n).normal(size=DIMS) for n in range(3)]
+    cli = Cli({**stack_env, "MEMSTREAM_VECTOR_INDEX": "flat"})
+
+    async def written():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=DIMS)
+        try:
+            await _fill(memory, tenant)
+            await _settled(memory, [tenant], [len(CORPUS)])
+            before = await _rankings(memory, tenant), await _answers(memory, tenant, probes, QUERIES)
+            records = {layer: await memory.records(tenant, layer) for layer in LAYERS}
+            await _make_legacy(memory, tenant, drop_terms=["p00", "p08"])
+            assert await _rankings(memory, tenant) == {q: [] for q in QUERIES}  # nothing on the shared index
+            return before, records
+        finally:
+            await memory.close()
+
+    before, records = asyncio.run(written())
+    listed = cli.run("migrate", "--dry-run", "--tenant", tenant)
+    assert f"1 tenant(s) on indexes of their own: {tenant}" in listed.stdout
+    moved = cli.run("migrate", "--tenant", tenant)
+    assert f"[1/1] {tenant}: {len(CORPUS)} passages, 0 facts, 0 entities, 0 schemas moved" in moved.stdout
+
+    async def after():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=DIMS)
+        try:
+            await _settled(memory, [tenant], [len(CORPUS)])
+            found = await _rankings(memory, tenant), await _answers(memory, tenant, probes, QUERIES)
+            again = {layer: await memory.records(tenant, layer) for layer in LAYERS}
+            names = await memory._index_names()
+            left = await memory.legacy_tenants()
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            return found, again, names, left
+        finally:
+            await memory.close()
+
+    found, again, names, left = asyncio.run(after())
+    assert found == before
+    assert again == records
+    assert not any(name.startswith(f"ms_{tenant}_") for name in names) and tenant not in left
+    assert f"[1/1] {tenant}: 0 passages, 0 facts, 0 entities, 0 schemas moved" in cli.run("migrate", "--tenant", tenant).stdout  # idempotent
