@@ -24,7 +24,6 @@ from typing import Mapping
 from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
@@ -110,6 +109,9 @@ def reply_rows(reply) -> tuple[int, list[tuple[str | None, dict[str, str]]]]:
                    for key, fields in zip(rest[::2], rest[1::2])]
 
 
+DISTANCE = "vector_distance"  # what a KNN search names each hit's cosine distance
+
+
 class TenantIndex:
     """A layer's shared index as one tenant sees it: every query it sends is ANDed with the
     tenant's tag, and the ids it returns are the tenant's record ids. The only way the store
@@ -133,13 +135,26 @@ class TenantIndex:
     def record_id(self, key: str | bytes) -> str:
         return (key.decode() if isinstance(key, bytes) else key).removeprefix(self.prefix)
 
-    async def knn(self, vectors: list[bytes], k: int, return_fields: list[str], where: Mapping[str, str] | None = None) -> list[list[dict]]:
-        """The raw rows of the `k` nearest records for each vector, all in one round trip."""
-        queries = [VectorQuery(vector=vector, vector_field_name="vec", return_fields=return_fields,
-                               filter_expression=tenant_filter(self.tenant, where), num_results=k) for vector in vectors]
-        if len(queries) == 1:
-            return [await self.index.query(queries[0])]
-        return await self.index.batch_query(queries, batch_size=len(queries))
+    async def knn(self, vectors: list[bytes], k: int, return_fields: list[str], where: Mapping[str, str] | None = None) -> list[list[tuple[str, float, dict[str, str]]]]:
+        """(record id, cosine distance, fields) of the `k` nearest records for each vector, nearest
+        first, all searches in one round trip. Raw FT.SEARCH, not redisvl's query objects: for a
+        small tenant their building and parsing cost more than the search (measured: 1.34 → 0.6
+        ms p50 with 10,000 tenants in the index)."""
+        query = f"({tenant_filter(self.tenant, where)})=>[KNN {int(k)} @vec $vector AS {DISTANCE}]"
+        commands = [("FT.SEARCH", self.name, query, "PARAMS", 2, "vector", vector, "RETURN", len(return_fields) + 1, *return_fields,
+                     DISTANCE, "SORTBY", DISTANCE, "ASC", "LIMIT", 0, int(k), "DIALECT", 2) for vector in vectors]
+        if len(commands) == 1:  # a pipeline of one costs ~0.4 ms more than the command
+            replies = [await self.redis.execute_command(*commands[0])]
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            replies = await pipe.execute()
+        out = []
+        for reply in replies:
+            rows = reply_rows(reply)[1]
+            out.append([(self.record_id(key), float(fields.pop(DISTANCE)), fields) for key, fields in rows])
+        return out
 
     def command(self, verb: str, query: str, *arguments) -> list:
         """A raw FT.SEARCH or FT.AGGREGATE of `query` within the tenant's records, for a pipeline

@@ -35,7 +35,7 @@ from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, T
 
 # The most passages a lexical search scores (Memory.lexical): every one of a tenant's passages
 # holding a query term up to here, the index's BM25STD best beyond.
-LEXICAL_CANDIDATES = 1000
+LEXICAL_CANDIDATES = 200
 TENANT_DIMS_RECHECK_S = 30.0  # as workers.models.embedding.EMBEDDER_RECHECK_S
 INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
@@ -578,7 +578,7 @@ class Memory:
             return [[] for _ in vectors]
         # equally near records by id, as in the in-memory store: the first stage fuses ranks, so
         # RediSearch's arbitrary order of ties would otherwise change a fused answer run to run
-        return [sorted((Hit(searchable.record_id(row["id"]), 1.0 - float(row["vector_distance"]), {f: row.get(f) for f in return_fields}) for row in rows),
+        return [sorted((Hit(rid, 1.0 - distance, {f: fields.get(f) for f in return_fields}) for rid, distance, fields in rows),
                        key=lambda h: (-h.score, h.id))
                 for rows in results]
 
