@@ -4,6 +4,7 @@ indexed, a few indexed-fact events and the answers to sample queries."""
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -22,6 +23,43 @@ SAMPLE_QUERIES = (
 TENANT = "demo"
 
 
+class LagReport:
+    """While its block runs, prints the consumer lag of each stage (as `memstream status` reads
+    it) whenever it changes, and once more at the end: the demo shows it falling to 0."""
+
+    def __init__(self, settings: Settings, every_s: float = 1.0):
+        self.settings, self.every_s = settings, every_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.last = ""
+
+    def __enter__(self) -> "LagReport":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+        self._report()
+
+    def _report(self) -> None:
+        from ops.status import kafka_status
+
+        try:
+            stages = kafka_status(self.settings, sample_s=0.2)["stages"]
+        except Exception as exc:  # Kafka busy: the next reading says it
+            stderr(f"   status: unreadable now ({type(exc).__name__})")
+            return
+        line = "   status: lag " + ", ".join(f"{role} {stage['lag']}" for role, stage in stages.items())
+        if line != self.last:
+            stderr(line)
+            self.last = line
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every_s):
+            self._report()
+
+
 def run_demo(settings: Settings) -> int:
     from ops.cli import format_answer, query_endpoint
 
@@ -35,7 +73,8 @@ def run_demo(settings: Settings) -> int:
         stderr(f"== 3. publish the sample corpus ({SAMPLE_CORPUS}) as tenant '{TENANT}'")
         loaded = load_documents(sorted(str(p) for p in SAMPLE_CORPUS.glob("*.md")), TENANT, settings.max_text_bytes)
         publish(settings, loaded.documents)
-        pending = wait_indexed(settings, loaded.documents, timeout_s=300)
+        with LagReport(settings):  # `memstream status`'s lag per stage, a line each time it changes
+            pending = wait_indexed(settings, loaded.documents, timeout_s=300)
         if pending:
             stderr(f"demo: not indexed in time: {pending}; see {log_path}")
             return 1

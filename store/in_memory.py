@@ -910,6 +910,15 @@ class InMemoryStore:
         return {name: {layer: len(t.records[layer]) for layer in LAYERS} for name, t in sorted(self._tenants.items())
                 if any(t.records[layer] for layer in LAYERS)}
 
+    async def census(self, layer: str, by: str | None = None) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for name, t in sorted(self._tenants.items()):
+            for row in t.records[layer].values():
+                value = "" if by is None else (_text(row.get(by)) or "")
+                out.setdefault(name, {}).setdefault(value, 0)
+                out[name][value] += 1
+        return out
+
     # ---- whole layers ------------------------------------------------------------------------------------
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:
         return sorted(self._tenant(tenant).records[layer])

@@ -91,8 +91,8 @@ def tenant_filter(tenant: str, where: Mapping[str, str] | None = None) -> Filter
     return expression
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else (None if value is None else str(value))
 
 
 def reply_rows(reply) -> tuple[int, list[tuple[str | None, dict[str, str]]]]:

@@ -12,6 +12,8 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 import workers.metrics  # noqa: F401  (declares the metrics in the default registry)
+import workers.models.llm  # noqa: F401  (the LLM client's)
+import workers.tenant_metrics  # noqa: F401  (the query worker's census)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -178,3 +178,20 @@ def test_memstream_migrate_moves_a_tenant_off_its_own_indexes(stack_env):
     assert again == records
     assert not any(name.startswith(f"ms_{tenant}_") for name in names) and tenant not in left
     assert f"[1/1] {tenant}: 0 passages, 0 facts, 0 entities, 0 schemas moved" in cli.run("migrate", "--tenant", tenant).stdout  # idempotent
+
+
+def test_bench_tenants_measures_this_tree_and_a_baseline_side_by_side(stack_env):
+    """`memstream bench tenants`, small: each tree on a Redis of its own, every figure present
+    and plausible (this tree's four shared indexes; the same tree as its own baseline)."""
+    import json as json_
+
+    from tests.conftest import ROOT
+
+    out = Cli(stack_env).run("bench", "tenants", "--tenants", "3", "--passages", "2", "--large", "20", "--idle", "0.5", "--queries", "3",
+                             "--baseline-tree", str(ROOT), "--baseline-tenants", "2", "--json", timeout=300)
+    rows = json_.loads(out.stdout)
+    assert [r["tree"] for r in rows] == ["this", "baseline"] and [r["tenants"] for r in rows] == [3, 2]
+    for row in rows:
+        assert row["indexes"] == 4 and row["memory_per_tenant_kb"] > row["raw_per_tenant_kb"] > 0
+        assert 0 <= row["idle_core_share"] < 1 and row["index_ms_mean"] >= 0
+        assert all(0 < ms for key in ("small_knn_ms", "small_bm25_ms", "large_knn_ms", "large_bm25_ms") for ms in row[key])

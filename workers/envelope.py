@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from store import AlreadyDone, Memory, Outgoing, StaleDecision
 from store.errors import redis_unavailable
-from topics import ContractError, DeadLetter, FactEvent, decode, encode
+from topics import CandidateFact, ContractError, DeadLetter, FactEvent, decode, encode
 from topics.records import Record
 from workers import metrics
 from workers.algorithms.normalize import short_hash
@@ -231,9 +231,14 @@ class Envelope:
             if committed is not None:
                 metrics.FENCED.labels(stage=stage).inc()
                 return committed
+            promoted_schemas = set()
             for item in decided:  # committed: its events will be published
                 if isinstance(item.record, FactEvent):
                     metrics.FACT_EVENTS.labels(event=item.record.event).inc()
+                elif isinstance(item.record, CandidateFact) and item.record.activation:
+                    metrics.FACTS_PROMOTED.inc()
+                    promoted_schemas.add((item.record.tenant, item.record.fact.head_type, item.record.fact.relation, item.record.fact.tail_type))
+            metrics.SCHEMAS_PROMOTED.inc(len(promoted_schemas))
             return outbox
         raise RuntimeError(f"{mark}: the facts it decides about kept changing under {MAX_REDECISIONS} decisions")
 

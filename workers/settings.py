@@ -80,6 +80,8 @@ class Settings:
     api_keys: str = ""  # the same list inline (not with api_keys_file)
     api_key: str = ""  # the key `memstream query` sends (Authorization: Bearer)
     metrics_host: str = "127.0.0.1"  # where MEMSTREAM_METRICS_PORT serves /metrics (any role), without a key
+    metrics_top_tenants: int = 10  # tenants with labels of their own in the per-tenant gauges (workers.tenant_metrics)
+    metrics_census_seconds: float = 60.0  # how often the query worker counts every tenant's records for them
 
     def __post_init__(self):
         if not self.kafka_bootstrap:
@@ -115,6 +117,8 @@ class Settings:
         object.__setattr__(self, "_category_ttls", parse_ttl_setting(self.ttl_seconds))  # ValueError naming the setting
         if not self.stall_seconds > 0:
             raise ValueError("MEMSTREAM_STALL_SECONDS must be > 0")
+        if self.metrics_top_tenants < 0 or not self.metrics_census_seconds > 0:
+            raise ValueError("MEMSTREAM_METRICS_TOP_TENANTS must be >= 0 and MEMSTREAM_METRICS_CENSUS_SECONDS > 0")
         if not self.expiry_sweep_interval > 0:
             raise ValueError("MEMSTREAM_EXPIRY_SWEEP_INTERVAL must be > 0")
 

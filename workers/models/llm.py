@@ -10,11 +10,12 @@ import functools
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import openai
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 from workers.retry import backoff
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 LLM_CALLS = Counter("memstream_llm_calls_total", "LLM calls per stage and outcome", ["stage", "outcome"])
 LLM_TOKENS = Counter("memstream_llm_tokens_total", "LLM tokens per stage", ["stage", "kind"])
+LLM_SECONDS = Histogram("memstream_llm_seconds", "Time of one answered LLM request per stage (its wait for a slot excluded)", ["stage"])
 
 
 # Worth retrying after a backoff (also the embeddings endpoint's: workers.models.embedding);
@@ -116,12 +118,14 @@ class LLMClient:
     async def _complete(self, stage: str, messages: list[dict], schema_name: str, schema: dict) -> str:
         async def ask() -> str:
             async with self._slots:
+                started = time.perf_counter()
                 response = await self._client.chat.completions.create(
                     model=self.config.model,
                     messages=messages,
                     temperature=0,
                     response_format={"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema, "strict": True}},
                 )
+                LLM_SECONDS.labels(stage=stage).observe(time.perf_counter() - started)
             LLM_CALLS.labels(stage=stage, outcome="ok").inc()
             if response.usage is not None:
                 LLM_TOKENS.labels(stage=stage, kind="prompt").inc(response.usage.prompt_tokens or 0)

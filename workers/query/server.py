@@ -34,6 +34,7 @@ from workers.query import auth, drilldown, http, mcp_server
 from workers.query.answering import generate_answer
 from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest, parse_json_body
 from workers.settings import Settings
+from workers.tenant_metrics import census_loop
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,15 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
+    background: list[asyncio.Task] = []  # the census of the shared indexes (workers.tenant_metrics)
+
+    async def start_census(app: web.Application) -> None:
+        background.append(asyncio.get_running_loop().create_task(census_loop(memory, settings.metrics_top_tenants, settings.metrics_census_seconds)))
+
     async def close_memory(app: web.Application) -> None:
+        for census in background:
+            census.cancel()
+            await asyncio.gather(census, return_exceptions=True)
         await asyncio.to_thread(publisher.close)
         await engine.aclose()
         if owned_llm is not None:
@@ -212,6 +221,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     app.router.add_get("/metrics", metrics, name="metrics")
     # MCP for agent frameworks: the tenant MEMSTREAM_TENANT's memory at /mcp, over this engine
     mcp_server.mount(app, settings, engine)
+    app.on_startup.append(start_census)
     app.on_cleanup.append(close_memory)
     return app
 
