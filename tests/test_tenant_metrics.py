@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 from prometheus_client import REGISTRY
 
 from store.facts import Fact
@@ -60,3 +61,29 @@ def test_the_top_tenants_are_named_and_the_rest_summed():
     first, second = asyncio.run(main())
     assert first == {"tenants": 3, "passages": 9, "active": 3, "new": 3, "big": 5, "mid": 3, "other": 1, "small": None, "big active": 2}
     assert second == {"small": 9, "mid": None, "other": 3}
+
+
+@pytest.mark.stack
+def test_the_query_app_stops_without_waiting_out_the_census_interval(stack_env):
+    """The census runs in the query app; stopping the app stops it. A cancellation alone could be
+    swallowed inside a Redis command, and the app's shutdown then waited out the interval (with
+    600 s here: a hang the test's 60 s bound catches)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from workers.query.server import query_app
+    from workers.settings import Settings
+
+    class Embedder:
+        dims, name = 8, "test-double"
+
+        async def embed(self, texts):
+            return [np.ones(8) for _ in texts]
+
+    async def main():
+        settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant="census-stop", metrics_census_seconds=600)
+        client = TestClient(TestServer(query_app(settings, Embedder())))
+        await client.start_server()
+        assert (await client.get("/healthz")).status == 200  # the first census is under way: it starts with the app
+        await asyncio.wait_for(client.close(), 60)
+
+    asyncio.run(main())

@@ -37,6 +37,7 @@ from workers.settings import Settings
 from workers.tenant_metrics import census_loop
 
 log = logging.getLogger(__name__)
+CENSUS_STOP_S = 10.0  # the longest a shutdown waits for a census under way
 
 def query_memory(settings: Settings) -> Memory:
     """The query side's Redis client, with a pool of its own sized to the requests admitted at
@@ -175,15 +176,18 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
-    background: list[asyncio.Task] = []  # the census of the shared indexes (workers.tenant_metrics)
+    background: list[tuple[asyncio.Task, asyncio.Event]] = []  # the census of the shared indexes (workers.tenant_metrics)
 
     async def start_census(app: web.Application) -> None:
-        background.append(asyncio.get_running_loop().create_task(census_loop(memory, settings.metrics_top_tenants, settings.metrics_census_seconds)))
+        stop = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(census_loop(memory, settings.metrics_top_tenants, settings.metrics_census_seconds, stop))
+        background.append((task, stop))
 
     async def close_memory(app: web.Application) -> None:
-        for census in background:
+        for census, stop in background:
+            stop.set()
             census.cancel()
-            await asyncio.gather(census, return_exceptions=True)
+            await asyncio.wait([census], timeout=CENSUS_STOP_S)
         await asyncio.to_thread(publisher.close)
         await engine.aclose()
         if owned_llm is not None:
