@@ -40,7 +40,7 @@ _LAYER_FIELDS = {
     "passages": [{"name": "doc_id", "type": "tag"}, LEXICAL_TEXT_FIELD,
                  {"name": LEXICAL_LENGTH_FIELD, "type": "numeric", "attrs": {"sortable": True}}],
     "facts": [
-        {"name": "status", "type": "tag"},
+        {"name": "status", "type": "tag", "attrs": {"sortable": True}},
         {"name": "category", "type": "tag"},
         {"name": "head_id", "type": "tag"},
         {"name": "tail_id", "type": "tag"},
@@ -76,7 +76,8 @@ def layer_schema(layer: str, dims: int, algorithm: str = "flat") -> IndexSchema:
         {
             # no stop words: the lexical terms are final (store.lexical); no other field is TEXT
             "index": {"name": shared_index_name(layer, dims), "prefix": layer_prefix(layer), "storage_type": "hash", "stopwords": []},
-            "fields": [{"name": TENANT_FIELD, "type": "tag"}, *_LAYER_FIELDS[layer],
+            # the tenant sortable: the metrics census groups every record by it without reading a hash
+            "fields": [{"name": TENANT_FIELD, "type": "tag", "attrs": {"sortable": True}}, *_LAYER_FIELDS[layer],
                        {"name": "vec", "type": "vector",
                         "attrs": {"dims": dims, "algorithm": algorithm, "distance_metric": "cosine", "datatype": "float32"}}],
         }
