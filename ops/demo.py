@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -25,10 +26,11 @@ TENANT = "demo"
 
 class LagReport:
     """While its block runs, prints the consumer lag of each stage (as `memstream status` reads
-    it) whenever it changes, and once more at the end: the demo shows it falling to 0."""
+    it) whenever it changes, then until it reads 0 everywhere (offsets are committed a few
+    seconds after the work: faust commits on an interval), at most `settle_s`."""
 
-    def __init__(self, settings: Settings, every_s: float = 1.0):
-        self.settings, self.every_s = settings, every_s
+    def __init__(self, settings: Settings, every_s: float = 1.0, settle_s: float = 60.0):
+        self.settings, self.every_s, self.settle_s = settings, every_s, settle_s
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.last = ""
@@ -40,20 +42,24 @@ class LagReport:
     def __exit__(self, *exc) -> None:
         self.done.set()
         self.thread.join(timeout=30)
-        self._report()
+        deadline = time.monotonic() + self.settle_s
+        while self._report() != 0 and time.monotonic() < deadline:
+            time.sleep(self.every_s)
 
-    def _report(self) -> None:
+    def _report(self) -> int | None:
+        """Prints the lag when it changed; returns it in all (None: unreadable)."""
         from ops.status import kafka_status
 
         try:
             stages = kafka_status(self.settings, sample_s=0.2)["stages"]
         except Exception as exc:  # Kafka busy: the next reading says it
             stderr(f"   status: unreadable now ({type(exc).__name__})")
-            return
+            return None
         line = "   status: lag " + ", ".join(f"{role} {stage['lag']}" for role, stage in stages.items())
         if line != self.last:
             stderr(line)
             self.last = line
+        return sum(stage["lag"] for stage in stages.values())
 
     def _run(self) -> None:
         while not self.done.wait(self.every_s):
