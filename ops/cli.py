@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     tenants = sub.add_parser("tenants", help="the tenants in Redis, with their passages, facts, entities and schemas")
     tenants.add_argument("--json", action="store_true")
 
-    migrate = sub.add_parser("migrate", help="move tenants made before shared indexes onto them (idempotent; stop the workers first)")
+    migrate = sub.add_parser("migrate", help="move tenants made before shared indexes onto them, and float32 vectors to float16 (idempotent; stop the workers first)")
     migrate.add_argument("--dry-run", action="store_true", help="only list the tenants still to move")
     migrate.add_argument("--tenant", action="append", default=None, help="move only this tenant (repeatable)")
 
@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     # bench tenants (ops/tenant_bench.py)
     bench.add_argument("--tenants", type=int, default=10_000, help="tenants: how many small tenants")
     bench.add_argument("--large", type=int, default=5_000, help="tenants: passages of the one large tenant")
+    bench.add_argument("--dims", type=int, default=384, help="tenants: the vectors' size (384: the local embedder's; 1536: OpenAI's text-embedding-3-small)")
     bench.add_argument("--idle", type=float, default=60.0, help="tenants: seconds of idle Redis CPU measured")
     bench.add_argument("--baseline-tenants", type=int, default=None, help="tenants: how many small tenants the baseline tree writes (default --tenants)")
     bench.add_argument("--seen", action="store_true", help="wait: each document's status recorded as the chunker does (no chunk done), as in a busy pipeline")
@@ -309,6 +310,8 @@ def cmd_migrate(settings: Settings, args) -> int:
         try:
             tenants = [validate_tenant(t) for t in args.tenant] if args.tenant else await memory.legacy_tenants()
             print(f"{len(tenants)} tenant(s) on indexes of their own" + (": " + ", ".join(tenants) if args.dry_run and tenants else ""), flush=True)
+            float32 = [] if args.tenant else await memory.float32_indexes()
+            print(f"{len(float32)} shared index(es) of float32 vectors" + (": " + ", ".join(float32) if args.dry_run and float32 else ""), flush=True)
             if args.dry_run:
                 return 0
             for n, tenant in enumerate(tenants, 1):
@@ -316,6 +319,10 @@ def cmd_migrate(settings: Settings, args) -> int:
                 moved = await memory.migrate_tenant(tenant)
                 print(f"[{n}/{len(tenants)}] {tenant}: " + ", ".join(f"{count} {layer}" for layer, count in moved.items())
                       + f" moved ({time.monotonic() - started:.1f} s)", flush=True)
+            for name in float32:
+                started = time.monotonic()
+                count = await memory.migrate_vectors(name)
+                print(f"{name}: {count} records re-encoded as float16, index dropped ({time.monotonic() - started:.1f} s)", flush=True)
             return 0
         finally:
             await memory.close()
@@ -493,7 +500,7 @@ def cmd_bench(settings: Settings, args) -> int:
         from ops.tenant_bench import run_tenant_bench
 
         return run_tenant_bench(settings, args.tenants, args.passages or 20, args.large, args.idle, args.queries, args.baseline_tree,
-                                args.baseline_tenants, args.json)
+                                args.baseline_tenants, args.json, dims=args.dims)
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench
 

@@ -33,18 +33,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DIMS = 384
+DIMS = 384  # the default size: the local embedder's
 VOCABULARY_SIZE = 5_000  # words drawn by Zipf's law (s = 1.1), as in prose: a few common, most rare
 GOALS = {"idle_core_share": 0.05, "memory_vs_raw": 1.5, "two_document_tenant_kb": 150.0, "small_p50_vs_baseline": 1.2}
 
 
 def run_tenant_bench(settings, tenants: int, passages: int, large: int, idle_s: float, queries: int,
-                     baseline_tree: str | None, baseline_tenants: int | None, as_json: bool) -> int:
+                     baseline_tree: str | None, baseline_tenants: int | None, as_json: bool, dims: int = DIMS) -> int:
     from ops.stack import Stack, free_port, stderr
     from workers.settings import Settings
 
-    if tenants < 1 or passages < 1 or large < 1 or queries < 1 or idle_s <= 0:
-        raise ValueError("bench tenants: --tenants, --passages, --large, --queries and --seconds must be positive")
+    if tenants < 1 or passages < 1 or large < 1 or queries < 1 or idle_s <= 0 or dims < 1:
+        raise ValueError("bench tenants: --tenants, --passages, --large, --queries, --idle and --dims must be positive")
     trees = [("this", ROOT, tenants)]
     if baseline_tree:
         tree = Path(baseline_tree).resolve()
@@ -60,7 +60,7 @@ def run_tenant_bench(settings, tenants: int, passages: int, large: int, idle_s: 
             stderr(f"bench tenants: {name} ({tree}): {count} tenants of {passages} passages, one of {large}")
             env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
             spec = {"redis_url": f"redis://127.0.0.1:{redis_stack.redis.port}/0", "tenants": count, "passages": passages,
-                    "large": large, "idle_s": idle_s, "queries": queries}
+                    "large": large, "idle_s": idle_s, "queries": queries, "dims": dims}
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], cwd=tree, env=env,
                                   stdout=subprocess.PIPE, stderr=None, text=True)
             if proc.returncode != 0:
@@ -72,11 +72,11 @@ def run_tenant_bench(settings, tenants: int, passages: int, large: int, idle_s: 
     if as_json:
         print(json.dumps(rows, indent=1))
         return 0
-    _print_table(rows, passages)
+    _print_table(rows, passages, dims)
     return 0
 
 
-def _print_table(rows: list[dict], passages: int) -> None:
+def _print_table(rows: list[dict], passages: int, dims: int) -> None:
     lines = [
         ("tenants", lambda r: f"{r['tenants']:,}"),
         ("Redis memory per tenant", lambda r: f"{r['memory_per_tenant_kb']:.1f} KB"),
@@ -92,7 +92,7 @@ def _print_table(rows: list[dict], passages: int) -> None:
         (f"large tenant ({rows[0]['large']:,}): KNN p50 / p99", lambda r: f"{r['large_knn_ms'][0]:.2f} / {r['large_knn_ms'][1]:.2f} ms"),
         ("large tenant: BM25 p50 / p99", lambda r: f"{r['large_bm25_ms'][0]:.2f} / {r['large_bm25_ms'][1]:.2f} ms"),
     ]
-    print(f"{passages} passages per tenant (+ an entity and a fact each, one schema), {DIMS}-dim vectors:")
+    print(f"{passages} passages per tenant (+ an entity and a fact each, one schema), {dims}-dim vectors:")
     print(f"{'':<40}" + "".join(f" {r['tree']:>22}" for r in rows))
     for label, cell in lines:
         print(f"{label:<40}" + "".join(f" {cell(r):>22}" for r in rows))
@@ -124,6 +124,7 @@ async def _measure(spec: dict) -> dict:
     from store.facts import Fact
     from topics.records import Chunk
 
+    dims = spec.get("dims", DIMS)
     rng = np.random.default_rng(1)
     vocabulary = [f"w{n}" for n in range(VOCABULARY_SIZE)]
     weights = 1.0 / np.arange(1, VOCABULARY_SIZE + 1) ** 1.1
@@ -132,7 +133,7 @@ async def _measure(spec: dict) -> dict:
     def words(n: int) -> str:
         return " ".join(vocabulary[i] for i in rng.choice(VOCABULARY_SIZE, n, p=weights))
     sync = redis.Redis.from_url(spec["redis_url"])
-    memory = Memory.from_url(spec["redis_url"], dims=DIMS)
+    memory = Memory.from_url(spec["redis_url"], dims=dims)
     raw = 0
 
 
@@ -142,15 +143,15 @@ async def _measure(spec: dict) -> dict:
         for i in range(start, start + count):
             text, name = words(12), f"{vocabulary[i % VOCABULARY_SIZE]} {i}"
             chunk = Chunk(tenant=tenant, chunk_id=f"p{i}", doc_id=f"d{i}", seq=0, n_chunks=1, text=text, doc_version=1, doc_hash=f"h{i}")
-            memory.stage_passage(pipe, tenant, chunk, [f"e{i}"], rng.normal(size=DIMS))
-            memory.stage_entity(pipe, tenant, f"e{i}", name, "thing", rng.normal(size=DIMS), f"p{i}")
+            memory.stage_passage(pipe, tenant, chunk, [f"e{i}"], rng.normal(size=dims))
+            memory.stage_entity(pipe, tenant, f"e{i}", name, "thing", rng.normal(size=dims), f"p{i}")
             fact = Fact(id=f"f{i}", head=name, relation="mentions", tail="note", head_type="thing", tail_type="thing",
                         head_id=f"e{i}", tail_id="e0", schema_id="s0", text=f"{name} mentions a note")
-            memory.stage_new_fact(pipe, tenant, fact, rng.normal(size=DIMS), passage_id=f"p{i}")
-            raw += 3 * 4 * DIMS + len(text) + len(name) + len(fact.text)
+            memory.stage_new_fact(pipe, tenant, fact, rng.normal(size=dims), passage_id=f"p{i}")
+            raw += 3 * 4 * dims + len(text) + len(name) + len(fact.text)
         if start == 0:
-            memory.stage_schema(pipe, tenant, "s0", "thing", "mentions", "thing", rng.normal(size=DIMS), "p0")
-            raw += 4 * DIMS + len("thingmentionsthing")
+            memory.stage_schema(pipe, tenant, "s0", "thing", "mentions", "thing", rng.normal(size=dims), "p0")
+            raw += 4 * dims + len("thingmentionsthing")
         await pipe.execute()
 
     before = sync.info("memory")["used_memory"]
@@ -179,7 +180,7 @@ async def _measure(spec: dict) -> dict:
     async def timed(tenant: str) -> tuple[tuple[float, float], tuple[float, float]]:
         knn, bm25 = [], []
         for _ in range(spec["queries"]):
-            vector = rng.normal(size=DIMS)
+            vector = rng.normal(size=dims)
             t = time.perf_counter()
             assert await memory.knn(tenant, "passages", vector, 10, ["doc_id"])
             knn.append(1000 * (time.perf_counter() - t))

@@ -7,7 +7,7 @@ same export and the same events (tests/test_store_in_memory.py runs them on both
 asyncio loop and no threads: a method runs to its end between two awaits, so each of Memory's
 Lua scripts is one plain method here, and `commit_once` checks and applies with no await in
 between, which is what WATCH … EXEC gives Memory. Records hold what Redis hands back: field
-values as strings (numbers written as redis-py writes them, with repr), vectors as float32
+values as strings (numbers written as redis-py writes them, with repr), vectors as float16
 bytes. What only Redis has — key TTLs, lost indexes after a restart, the legacy node scan —
 has no counterpart here; each place says so in one line."""
 
@@ -29,7 +29,7 @@ from store.keys import LAYERS, entity_node, passage_node, type_node
 from store.lexical import B, K1, LEXICAL_FIELD, search_terms
 from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId, Erasure
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
-                           passage_json, vector_bytes)
+                           passage_json, similarity, vector_bytes, vector_from_bytes, VECTOR_DTYPE, VECTOR_ITEM_BYTES)
 from topics import validate_tenant
 
 
@@ -542,7 +542,7 @@ class InMemoryStore:
 
     def _vector(self, tenant: str, layer: str, record_id: str) -> np.ndarray | None:
         raw = self._tenant(tenant).records[layer].get(record_id, {}).get("vec")
-        return None if raw is None else np.frombuffer(raw, dtype=np.float32)
+        return None if raw is None else vector_from_bytes(raw)
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return self._vector(tenant, "facts", fact_id)
@@ -563,13 +563,13 @@ class InMemoryStore:
         if t is None or not t.indexed:
             return []
         rows = [(rid, row) for rid, row in t.records[layer].items()
-                if len(row.get("vec", b"")) == 4 * self.dims and all(_tag_equals(row.get(f), v) for f, v in (where or {}).items())]
+                if len(row.get("vec", b"")) == VECTOR_ITEM_BYTES * self.dims and all(_tag_equals(row.get(f), v) for f, v in (where or {}).items())]
         if not rows:
             return []
-        matrix = np.vstack([_unit(np.frombuffer(row["vec"], dtype=np.float32)) for _, row in rows])
-        distances = np.float32(1.0) - matrix @ _unit(np.asarray(vector, dtype=np.float32))
+        matrix = np.vstack([_unit(vector_from_bytes(row["vec"])) for _, row in rows])
+        distances = np.float32(1.0) - matrix @ _unit(vector_from_bytes(vector_bytes(vector)))
         ranked = sorted(zip(distances.tolist(), rows), key=lambda x: (x[0], x[1][0]))[:k]
-        return [Hit(rid, 1.0 - float(f"{distance:.12g}"), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
+        return [Hit(rid, similarity(float(f"{distance:.12g}")), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
         """Memory.lexical with bm25s (Lucene's BM25, RediSearch's k1 and b) over the passages'
@@ -884,6 +884,12 @@ class InMemoryStore:
     async def migrate_tenant(self, tenant: str, batch: int = 500) -> dict[str, int]:
         return dict.fromkeys(LAYERS, 0)
 
+    async def float32_indexes(self) -> list[str]:
+        return []  # nor float32 vectors
+
+    async def migrate_vectors(self, name: str, batch: int = 500) -> int:
+        raise ValueError(f"{name!r} is not a float32 shared index")
+
     async def purge_tenant(self, tenant: str, llm_cache_keys, embedded_texts) -> dict[str, int]:
         """Memory.purge_tenant."""
         t = self._tenants.get(tenant)
@@ -981,7 +987,7 @@ class _InMemoryEmbeddingCache(EmbeddingCache):
 
     async def put_many(self, vectors: dict[str, np.ndarray]) -> None:
         for text, vector in vectors.items():
-            self.values[self.key(text)] = vector_bytes(vector)
+            self.values[self.key(text)] = np.asarray(vector, dtype=np.float32).tobytes()  # as EmbeddingCache: exact, not vector_bytes
 
     async def forget_many(self, texts: list[str]) -> None:
         for text in texts:
@@ -1002,9 +1008,10 @@ def _text(value: str | bytes | None) -> str | None:
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
-    """The vector scaled to length 1 in float32, as VecSim stores vectors for cosine distance."""
+    """The vector as VecSim stores it for cosine distance: scaled to length 1 in float32, held
+    in the index's type (distances are then summed in float32)."""
     norm = np.float32(np.sqrt(np.dot(vector, vector)))
-    return vector / norm if norm else vector
+    return (vector / norm if norm else vector).astype(VECTOR_DTYPE).astype(np.float32)
 
 
 def _tag_equals(stored: str | bytes | None, wanted: str) -> bool:

@@ -13,6 +13,10 @@ embedder recorded for it (Memory.claim_embedder) and every search is filtered on
 so two embedders of one size never meet in an answer. Records whose vectors have another size
 fail to index there (RediSearch counts them in hash_indexing_failures and stores nothing).
 
+Vectors are float16 (store.records.vector_bytes; the index name ends in `:f16`): each is held
+twice, in its record and in the index's copy, and a float32 pair was most of a tenant's memory.
+`memstream migrate` re-encodes the records of the float32 indexes from before and drops them.
+
 FLAT by default: below ~50k vectors per tenant it loads far faster than HNSW at the same query
 latency (DESIGN §4); HNSW keeps KNN time flat for larger memories. The algorithm is fixed when
 the shared index is created."""
@@ -29,7 +33,7 @@ from redisvl.schema import IndexSchema
 
 from store.keys import TenantKeys, layer_prefix, shared_index_name
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
-from store.records import TENANT_FIELD
+from store.records import TENANT_FIELD, VECTOR_TYPE
 
 LEXICAL_TEXT_FIELD = {"name": LEXICAL_FIELD, "type": "text", "attrs": {"no_stem": True}}
 
@@ -79,7 +83,7 @@ def layer_schema(layer: str, dims: int, algorithm: str = "flat") -> IndexSchema:
             # the tenant sortable: the metrics census groups every record by it without reading a hash
             "fields": [{"name": TENANT_FIELD, "type": "tag", "attrs": {"sortable": True}}, *_LAYER_FIELDS[layer],
                        {"name": "vec", "type": "vector",
-                        "attrs": {"dims": dims, "algorithm": algorithm, "distance_metric": "cosine", "datatype": "float32"}}],
+                        "attrs": {"dims": dims, "algorithm": algorithm, "distance_metric": "cosine", "datatype": VECTOR_TYPE}}],
         }
     )
 

@@ -17,10 +17,30 @@ def layer_prefix(layer: str) -> str:
     return f"ms:{_LAYER_KEY[layer]}:"
 
 
+SHARED_INDEX_PREFIX = "ms:index:"
+VECTOR_TYPE_TAG = "f16"  # in the name: the float32 indexes before it (float32_index_name) held the same keys
+
+
 def shared_index_name(layer: str, dims: int) -> str:
     """The index of a layer's records with vectors of `dims` (one per layer and vector size).
     The colons keep it apart from every per-tenant name (legacy_index_name) a tenant could make."""
-    return f"ms:index:{layer}:{dims}"
+    return f"{SHARED_INDEX_PREFIX}{layer}:{dims}:{VECTOR_TYPE_TAG}"
+
+
+def float32_index_name(layer: str, dims: int) -> str:
+    """The shared index of the same records when vectors were held as float32 (memstream migrate
+    re-encodes its records and drops it)."""
+    return f"{SHARED_INDEX_PREFIX}{layer}:{dims}"
+
+
+def parse_index_name(name: str) -> tuple[str, int, bool] | None:
+    """(layer, dims, float16) of a shared index's name (this version's or a float32 one), None
+    for any other name."""
+    layer, _, rest = name.removeprefix(SHARED_INDEX_PREFIX).partition(":") if name.startswith(SHARED_INDEX_PREFIX) else ("", "", "")
+    dims, _, tag = rest.partition(":")
+    if layer not in LAYERS or not dims.isdigit() or tag not in ("", VECTOR_TYPE_TAG):
+        return None
+    return layer, int(dims), tag == VECTOR_TYPE_TAG
 
 # Graph node names, as they appear in adjacency hashes and the graph change stream.
 ENTITY_NODE, PASSAGE_NODE, TYPE_NODE = "e:", "p:", "t:"

@@ -28,9 +28,9 @@ from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, reply_rows, tenant_filter
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, bm25, passage_terms, redis_query, search_terms, term_count
-from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, layer_prefix, entity_node, passage_node, type_node
+from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, layer_prefix, entity_node, parse_index_name, passage_node, type_node
 from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
-                           passage_json, vector_bytes)
+                           float32_vector_bytes, passage_json, similarity, vector_bytes, vector_from_bytes)
 from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, TENANT_FIELD, UNRECORDED_EMBEDDER, EmbedderId, Erasure
 
 # The most passages a lexical search scores (Memory.lexical): every one of a tenant's passages
@@ -397,7 +397,7 @@ class Memory:
                 return
             await asyncio.sleep(0.01)
 
-    def _lost_indexes(self, tenant: str | None = None) -> None:
+    def _lost_indexes(self) -> None:
         """A search found no index (Redis restarted empty, or it was dropped): forget them, and
         let the next write check and create them again (readers create nothing)."""
         self._indexes.clear()
@@ -445,11 +445,11 @@ class Memory:
         if legacy is not None:
             return legacy
         for name in await self._index_names():
-            layer, _, dims = name.removeprefix("ms:index:").partition(":")
-            if layer == "passages" and dims.isdigit():
+            parsed = parse_index_name(name)
+            if parsed is not None and parsed[0] == "passages":
                 found = await self.redis.ft(name).search(Query(str(tenant_filter(tenant))).no_content().paging(0, 0).dialect(2))
                 if found.total:
-                    return int(dims)
+                    return parsed[1]
         return None
 
     async def _index_names(self) -> list[str]:
@@ -499,14 +499,7 @@ class Memory:
         keys = self.keys(tenant)
         dims = await self._legacy_index_dims(tenant) or self.dims
         for layer in LAYERS:
-            shared = AsyncSearchIndex(layer_schema(layer, dims, self.vector_index), redis_client=self.redis)
-            if not await shared.exists():
-                try:
-                    await shared.create(overwrite=False)
-                except Exception as exc:
-                    if "already exists" not in str(exc).lower():
-                        raise
-                await self._initial_scan_done(shared.name)
+            await self.index(layer, dims=dims)
         moved = dict.fromkeys(LAYERS, 0)
         for layer in LAYERS:
             old_prefix, new_prefix = keys.legacy_prefix(layer), keys.prefix(layer)
@@ -514,9 +507,9 @@ class Memory:
             async for key in self.redis.scan_iter(match=old_prefix + "*", count=1000):
                 pending.append(key)
                 if len(pending) >= batch:
-                    moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix)
+                    moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix, dims)
                     pending = []
-            moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix)
+            moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix, dims)
         for layer in LAYERS:
             try:
                 await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
@@ -525,7 +518,7 @@ class Memory:
                     raise
         return moved
 
-    async def _move_records(self, tenant: str, layer: str, old_keys: list[bytes], old_prefix: str, new_prefix: str) -> int:
+    async def _move_records(self, tenant: str, layer: str, old_keys: list[bytes], old_prefix: str, new_prefix: str, dims: int) -> int:
         if not old_keys:
             return 0
         renamed = [new_prefix + key.decode().removeprefix(old_prefix) for key in old_keys]
@@ -533,6 +526,7 @@ class Memory:
         for old, new in zip(old_keys, renamed):
             pipe.eval(_MOVE_RECORD, 2, old, new, TENANT_FIELD, tenant)
         await pipe.execute()
+        await self._float16_vectors(renamed, dims, {})
         if layer == "passages":  # the lexical leg's fields, where missing
             pipe = self.redis.pipeline(transaction=False)
             for key in renamed:
@@ -549,6 +543,60 @@ class Memory:
                 writes.hset(key, RETIRED_FIELDS[LEXICAL_LENGTH_FIELD] if was_retired else LEXICAL_LENGTH_FIELD, term_count(held.decode()))
             await writes.execute()
         return len(old_keys)
+
+    async def float32_indexes(self) -> list[str]:
+        """The shared indexes from when vectors were held as float32: what `migrate_vectors` has
+        left to do."""
+        return [name for name in await self._index_names() if (parsed := parse_index_name(name)) is not None and not parsed[2]]
+
+    async def migrate_vectors(self, name: str, batch: int = 500) -> int:
+        """Re-encodes the records of a float32 shared index (`float32_indexes`) as float16 under
+        this version's index of the layer and size (created first: it indexes each record as it
+        is re-encoded), then drops the old index. A record whose tenant records an embedder of
+        another size is left: its bytes only look like float32 of this size. Idempotent (a
+        re-encoded vector no longer has the float32 size). Returns how many were re-encoded."""
+        parsed = parse_index_name(name)
+        if parsed is None or parsed[2]:
+            raise ValueError(f"{name!r} is not a float32 shared index")
+        layer, dims, _ = parsed
+        await self.index(layer, dims=dims)
+        done, pending, recorded = 0, [], {}
+        async for key in self.redis.scan_iter(match=layer_prefix(layer) + "*", count=1000):
+            pending.append(key.decode())
+            if len(pending) >= batch:
+                done += await self._float16_vectors(pending, dims, recorded)
+                pending = []
+        done += await self._float16_vectors(pending, dims, recorded)
+        try:
+            await self.redis.execute_command("FT.DROPINDEX", name)
+        except ResponseError as exc:
+            if not index_missing(exc):
+                raise
+        return done
+
+    async def _float16_vectors(self, keys: list[str], dims: int, recorded: dict[str, int | None]) -> int:
+        """Each record's float32 vectors of `dims` (its vector, and a retired passage's) held
+        as vector_bytes holds them; `recorded` caches tenant → its recorded embedder's size."""
+        if not keys:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(key, [TENANT_FIELD, "vec", RETIRED_FIELDS["vec"]])
+        rows = await pipe.execute()
+        writes, done = self.redis.pipeline(transaction=False), 0
+        for key, (tenant, *vectors) in zip(keys, rows):
+            if tenant is not None and tenant.decode() not in recorded:
+                size = await self.redis.hget(self.keys(tenant.decode()).embedder, "dims")
+                recorded[tenant.decode()] = int(size) if size else None
+            if recorded.get(tenant.decode() if tenant else "", None) not in (None, dims):
+                continue
+            fields = {field: float32_vector_bytes(raw) for field, raw in zip(("vec", RETIRED_FIELDS["vec"]), vectors)
+                      if raw is not None and len(raw) == 4 * dims}
+            if fields:
+                writes.hset(key, mapping=fields)
+                done += 1
+        await writes.execute()
+        return done
 
     async def knn(
         self,
@@ -582,7 +630,7 @@ class Memory:
             return [[] for _ in vectors]
         # equally near records by id, as in the in-memory store: the first stage fuses ranks, so
         # RediSearch's arbitrary order of ties would otherwise change a fused answer run to run
-        return [sorted((Hit(rid, 1.0 - distance, {f: fields.get(f) for f in return_fields}) for rid, distance, fields in rows),
+        return [sorted((Hit(rid, similarity(distance), {f: fields.get(f) for f in return_fields}) for rid, distance, fields in rows),
                        key=lambda h: (-h.score, h.id))
                 for rows in results]
 
@@ -1063,11 +1111,11 @@ class Memory:
         for eid in entity_ids:
             pipe.hget(keys.entity(eid), "vec")
         bridged, *raw = await pipe.execute()
-        return {eid: np.frombuffer(vec, dtype=np.float32) for eid, done, vec in zip(entity_ids, bridged, raw) if not done and vec is not None}
+        return {eid: vector_from_bytes(vec) for eid, done, vec in zip(entity_ids, bridged, raw) if not done and vec is not None}
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
-        return None if raw is None else np.frombuffer(raw, dtype=np.float32)
+        return None if raw is None else vector_from_bytes(raw)
 
     # ---- reconstruct: an entity's passages, passage vectors ------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
@@ -1084,7 +1132,7 @@ class Memory:
         for pid in passage_ids:
             pipe.hget(self.keys(tenant).passage(pid), "vec")
         replies = await pipe.execute() if passage_ids else []
-        return [None if raw is None else np.frombuffer(raw, dtype=np.float32) for raw in replies]
+        return [None if raw is None else vector_from_bytes(raw) for raw in replies]
 
     # ---- episodes: a session's turns in order (reconstruct's temporal contiguity) -----------
     def stage_session_turn(self, pipe, tenant: str, session_id: str, turn: int, passage_id: str) -> None:
@@ -1415,7 +1463,8 @@ class Memory:
         out: dict[str, dict[str, int]] = {}
         groups = ["GROUPBY", 2, f"@{TENANT_FIELD}", f"@{by}"] if by else ["GROUPBY", 1, f"@{TENANT_FIELD}"]
         for name in await self._index_names():
-            if not name.startswith(f"ms:index:{layer}:"):
+            parsed = parse_index_name(name)
+            if parsed is None or parsed[0] != layer or not parsed[2]:
                 continue
             reply = await self.redis.execute_command("FT.AGGREGATE", name, "*", *groups, "REDUCE", "COUNT", 0, "AS", "n",
                                                      "LIMIT", 0, CENSUS_MAX_GROUPS, "DIALECT", 2)

@@ -33,7 +33,7 @@ async def _answers(memory, tenant: str, probes: list[np.ndarray], queries: list[
     return out
 
 
-async def _write(memory, tenant: str, texts: list[str], seed: int) -> None:
+async def _write(memory, tenant: str, texts: list[str], seed: int, dims: int = DIMS) -> None:
     """Passages p0.. (doc d<i>-<tenant>), entities e0.., facts f0.. naming them, one schema: the
     same ids in every tenant, its texts and vectors its own."""
     from store.facts import Fact
@@ -43,12 +43,12 @@ async def _write(memory, tenant: str, texts: list[str], seed: int) -> None:
     pipe = memory.pipeline()
     for i, text in enumerate(texts):
         chunk = _chunk(i, "", text)
-        memory.stage_passage(pipe, tenant, dataclasses.replace(chunk, chunk_id=f"p{i}", doc_id=f"d{i}-{tenant}"), [], rng.normal(size=DIMS))
-        memory.stage_entity(pipe, tenant, f"e{i}", f"{tenant} thing {i}", "thing", rng.normal(size=DIMS), f"p{i}")
+        memory.stage_passage(pipe, tenant, dataclasses.replace(chunk, chunk_id=f"p{i}", doc_id=f"d{i}-{tenant}"), [], rng.normal(size=dims))
+        memory.stage_entity(pipe, tenant, f"e{i}", f"{tenant} thing {i}", "thing", rng.normal(size=dims), f"p{i}")
         fact = Fact(id=f"f{i}", head=f"{tenant} thing 0", relation="likes", tail=f"{tenant} thing {i}", head_type="thing", tail_type="thing",
                     head_id="e0", tail_id=f"e{i}", schema_id="s0", text=f"{tenant} fact {i}")
-        memory.stage_new_fact(pipe, tenant, fact, rng.normal(size=DIMS), passage_id=f"p{i}")
-    memory.stage_schema(pipe, tenant, "s0", "thing", "likes", "thing", rng.normal(size=DIMS), "p0")
+        memory.stage_new_fact(pipe, tenant, fact, rng.normal(size=dims), passage_id=f"p{i}")
+    memory.stage_schema(pipe, tenant, "s0", "thing", "likes", "thing", rng.normal(size=dims), "p0")
     await pipe.execute()
 
 
@@ -195,3 +195,79 @@ def test_bench_tenants_measures_this_tree_and_a_baseline_side_by_side(stack_env)
         assert row["indexes"] == 4 and row["memory_per_tenant_kb"] > row["raw_per_tenant_kb"] > 0
         assert 0 <= row["idle_core_share"] < 1 and row["index_ms_mean"] >= 0
         assert all(0 < ms for key in ("small_knn_ms", "small_bm25_ms", "large_knn_ms", "large_bm25_ms") for ms in row[key])
+
+
+def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_before_float16(stack_env):
+    """A tenant as the version before float16 held it: float32 vectors (the embedder's own) under
+    `ms:index:<layer>:<dims>` indexes of FLOAT32. This version answers nothing from it; `memstream
+    migrate` re-encodes every record and drops the old indexes, and the tenant answers exactly as
+    when written by this version; a second run finds nothing left."""
+    from redisvl.index import AsyncSearchIndex
+    from redisvl.schema import IndexSchema
+
+    from store import Memory
+    from store.indexes import layer_schema
+    from store.keys import float32_index_name, shared_index_name
+
+    dims, tenant = 12, f"f32-{uuid.uuid4().hex[:8]}"  # a size no other test writes: these indexes are this test's
+    texts = ["dog biscuit lake", "museum pottery", "camping sunrise group", "cat adoption"]
+    probes = [np.random.default_rng(n).normal(size=dims) for n in range(3)]
+    cli = Cli({**stack_env, "MEMSTREAM_VECTOR_INDEX": "flat"})
+
+    async def written():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=dims)
+        try:
+            await _write(memory, tenant, texts, seed=7, dims=dims)
+            await _settled_dims(memory, tenant, len(texts), dims)
+            before = await _answers(memory, tenant, probes, ["dog lake", "pottery"])
+            # as the version before wrote it: _write's vectors, drawn again, as float32
+            rng, keys = np.random.default_rng(7), memory.keys(tenant)
+            for i in range(len(texts)):
+                for key in (keys.passage(f"p{i}"), keys.entity(f"e{i}"), keys.fact(f"f{i}")):
+                    await memory.redis.hset(key, "vec", rng.normal(size=dims).astype(np.float32).tobytes())
+            await memory.redis.hset(keys.schema("s0"), "vec", rng.normal(size=dims).astype(np.float32).tobytes())
+            for layer in LAYERS:
+                await memory.redis.execute_command("FT.DROPINDEX", shared_index_name(layer, dims))
+                old = layer_schema(layer, dims).to_dict()
+                old["index"]["name"] = float32_index_name(layer, dims)
+                next(f for f in old["fields"] if f["name"] == "vec")["attrs"]["datatype"] = "float32"
+                await AsyncSearchIndex(IndexSchema.from_dict(old), redis_client=memory.redis).create(overwrite=False)
+            await asyncio.sleep(0.2)
+            fresh = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=dims)
+            try:
+                assert (await fresh.knn_many(tenant, "passages", probes, 10, ["doc_id"])) == [[], [], []]  # no float16 index
+            finally:
+                await fresh.close()
+            return before
+        finally:
+            await memory.close()
+
+    before = asyncio.run(written())
+    listed = cli.run("migrate", "--dry-run")
+    assert all(float32_index_name(layer, dims) in listed.stdout for layer in LAYERS)
+    migrated = cli.run("migrate", timeout=600)
+    assert f"{float32_index_name('passages', dims)}: " in migrated.stdout and "re-encoded as float16, index dropped" in migrated.stdout
+
+    async def after():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=dims)
+        try:
+            await _settled_dims(memory, tenant, len(texts), dims)
+            found = await _answers(memory, tenant, probes, ["dog lake", "pottery"])
+            names = await memory._index_names()
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            return found, names
+        finally:
+            await memory.close()
+
+    found, names = asyncio.run(after())
+    assert found == before
+    assert not any(float32_index_name(layer, dims) == name for layer in LAYERS for name in names)
+    assert "0 shared index(es) of float32 vectors" in cli.run("migrate", "--dry-run").stdout
+
+
+async def _settled_dims(memory, tenant: str, count: int, dims: int) -> None:
+    for _ in range(200):
+        if len((await memory.knn_many(tenant, "passages", [np.ones(dims)], 100, ["doc_id"]))[0]) == count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{tenant}: {count} passages not indexed")
