@@ -289,3 +289,23 @@ def test_a_fenced_answer_comes_back_from_the_cache_as_it_was_accepted():
         first, again = run(main(server))
         calls = server.calls
     assert first == again == {"ok": True} and calls == 1
+
+
+def test_the_concurrency_bound_holds_for_every_client_of_a_process():
+    """Two clients of one process (an `all` worker's extractor and resolver) with
+    MEMSTREAM_LLM_CONCURRENCY 2: six calls at once, never more than two in flight (each client
+    had a bound of its own before, so four)."""
+    async def ask_both(server):
+        config = LLMConfig(server.base_url, "sk-test", "m", concurrency=2)
+        clients = [LLMClient(config), LLMClient(config)]
+        try:
+            return await asyncio.gather(*(clients[i % 2].structured("extraction", [{"role": "user", "content": f"text {i}"}], "extraction",
+                                                                    {"type": "object"}, lambda parsed: parsed) for i in range(6)))
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    with scripted_llm(latency_s=0.2) as server:
+        answers = run(ask_both(server))
+        assert answers == [json.loads(NOTHING)] * 6
+        assert server.calls == 6 and server.max_in_flight == 2

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -55,13 +56,24 @@ class LLMConfig:
     backoff_cap_s: float = 20.0
 
 
+# MEMSTREAM_LLM_CONCURRENCY bounds a process's calls, not a client's: an `all` worker has an
+# extractor's, a resolver's, an answerer's and a router's client, and with a semaphore each it
+# held up to four times the bound in flight. One per event loop (a semaphore serves one loop).
+_SLOTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]]" = weakref.WeakKeyDictionary()
+
+
+def process_slots(concurrency: int) -> asyncio.Semaphore:
+    """The calls in flight of this process (its running loop) under a bound of `concurrency`."""
+    per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(concurrency, asyncio.Semaphore(concurrency))
+
+
 class LLMClient:
     def __init__(self, config: LLMConfig, cache=None):
         """`cache`: a store.caches.LLMCache (get/put by prompt), or None."""
         self.config = config
         self.cache = cache
         self._client = openai.AsyncOpenAI(base_url=config.base_url, api_key=config.api_key or "none", timeout=config.timeout_s, max_retries=0)
-        self._slots = asyncio.Semaphore(config.concurrency)
         self._calls: dict[str, asyncio.Task] = {}  # prompt hash → the call answering it now
 
     async def aclose(self) -> None:
@@ -117,7 +129,7 @@ class LLMClient:
 
     async def _complete(self, stage: str, messages: list[dict], schema_name: str, schema: dict) -> str:
         async def ask() -> str:
-            async with self._slots:
+            async with process_slots(self.config.concurrency):
                 started = time.perf_counter()
                 response = await self._client.chat.completions.create(
                     model=self.config.model,
