@@ -14,6 +14,8 @@ from pathlib import Path
 
 from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.retry import backoff
+from ops.answers import format_answer, query_endpoint
+from workers.query.modes import MODES
 from workers.roles import EMBEDDING_ROLES, parse_roles
 from workers.settings import Settings
 
@@ -82,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     query.add_argument("text")
     query.add_argument("--tenant", default=None)
     query.add_argument("--top-k", type=int, default=None)
-    query.add_argument("--mode", choices=["ppr", "dense", "lexical", "hybrid", "reconstruct"], default="ppr")
+    query.add_argument("--mode", choices=MODES, default="ppr")
+    query.add_argument("--as-of", default=None, metavar="TIME", help="answer from the memory as it was at this ISO 8601 time (e.g. 2026-05-01T12:00:00Z)")
+    query.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                       help="a retrieval parameter for this query (repeatable; VALUE as JSON: 0.5, false, 10), e.g. --param damping=0.7")
     query.add_argument("--answer", action="store_true", help="generate an answer with citations (the query worker needs an LLM)")
     query.add_argument("--json", action="store_true", help="print the response body unchanged")
     query.add_argument("--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)")
@@ -402,13 +407,28 @@ def cmd_tail(settings: Settings, args) -> int:
     return 0
 
 
-def query_endpoint(settings: Settings, url: str | None = None) -> str:
-    return (url or f"http://{settings.http_host}:{settings.http_port}").rstrip("/") + "/v1/query"
+def query_params(pairs: list[str]) -> dict:
+    """`--param NAME=VALUE` pairs as the request's "params": each VALUE read as JSON, else as a
+    string (the query worker checks names and types)."""
+    params = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param {pair!r}: expected NAME=VALUE, e.g. --param damping=0.7")
+        try:
+            params[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[name.strip()] = value
+    return params
 
 
 def cmd_query(settings: Settings, args) -> int:
     body = {"query": args.text, "tenant": tenant_or_default(args.tenant, settings.tenant), "top_k": args.top_k or settings.top_k,
             "mode": args.mode, "answer": args.answer}
+    if args.as_of is not None:
+        body["as_of"] = args.as_of  # checked by the query worker, which says what is wrong
+    if args.param:
+        body["params"] = query_params(args.param)
     headers = {"Content-Type": "application/json"}
     if settings.api_key:  # MEMSTREAM_API_KEY: a query worker with keys configured needs one
         headers["Authorization"] = f"Bearer {settings.api_key}"
@@ -430,19 +450,6 @@ def cmd_query(settings: Settings, args) -> int:
         return 0
     print(format_answer(result))
     return 0
-
-
-def format_answer(result: dict) -> str:
-    how = result["mode"] + (f" → {result['fallback']} fallback" if result.get("fallback") else "")
-    lines = [f"query: {result['query']}  (tenant {result['tenant']}, {how}, graph v{result['graph_version']}, {result['timings_ms']['total']:.0f} ms)"]
-    for rank, p in enumerate(result["passages"], 1):
-        text = " ".join(p["text"].split())
-        lines.append(f"  {rank}. [{p['score']:.3f}] {p['doc_id']}: {text[:110]}{'…' if len(text) > 110 else ''}")
-    if result["facts"]:
-        lines.append("  facts: " + "; ".join(f"({f['head']}, {f['relation']}, {f['tail']})" for f in result["facts"][:5]))
-    if result.get("answer"):
-        lines.append(f"  answer: {result['answer']['text']}  [{', '.join(result['answer']['citations'])}]")
-    return "\n".join(lines)
 
 
 def cmd_alias(settings: Settings, args) -> int:

@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ops.answers import format_answer, query_endpoint
 from ops.kafka_admin import ensure_topics
 from ops.publish import load_documents, publish, wait_indexed
 from ops.processes import WorkerProcess
@@ -67,8 +68,6 @@ class LagReport:
 
 
 def run_demo(settings: Settings) -> int:
-    from ops.cli import format_answer, query_endpoint
-
     stderr("== 1. local stack (Kafka + Redis)")
     Stack(settings).up(stderr)
     ensure_topics(settings)

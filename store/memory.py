@@ -21,7 +21,7 @@ from redis.commands.search.query import Query
 from redis.exceptions import ResponseError, WatchError
 from redisvl.query.filter import Tag
 
-from store import graph_log
+import store.graph_log as graph_log
 from store.base import alias_target, broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact

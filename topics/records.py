@@ -24,13 +24,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
+from topics.contract import CATEGORY_PRECEDENCE, FACT_CATEGORIES, ContractError  # noqa: F401  (re-exported)
+from topics.times import document_ttls, epoch_seconds
+
 SCHEMA_VERSION = 1
 DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-FACT_CATEGORIES = ("DECLARATIVE", "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
-# Most specific first: a sentence's category is its first cue's in this order
-# (workers.algorithms.categories), and a fact extracted with several keeps the first (store.facts).
-CATEGORY_PRECEDENCE = ("TOOL_FAILURE", "REJECTED_OPTION", "HARD_CONSTRAINT", "DECLARATIVE")
 MAX_DEPTH = 32  # nesting of arrays and objects inside a field (metadata); deeper data is refused
 _INT64 = (-(1 << 63), (1 << 63) - 1)  # what other languages' consumers and Redis can hold
 # Characters refused in strings: lone surrogates always; control characters (Cc) except that free
@@ -38,10 +37,6 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)  # what other languages' consumers and Redi
 _REFUSED_STRICT = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _REFUSED_FREE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _REFUSED_RAW = re.compile(r"[\ud800-\udfff]")
-
-
-class ContractError(ValueError):
-    """A message that does not follow the contract of its topic."""
 
 
 def validate_tenant(tenant: Any) -> str:
@@ -263,8 +258,6 @@ class Document(Record):
     def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):
         """Also time (topics.times): `ts` seconds since the epoch a worker can read as a date,
         `metadata.ttl_seconds` TTLs the extractor can apply."""
-        from topics.times import document_ttls, epoch_seconds  # topics.times builds on this module
-
         doc = super().from_dict(data, max_text_bytes=max_text_bytes, where=where)
         try:
             if doc.ts is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 
-from topics.records import FACT_CATEGORIES, ContractError
+from topics.contract import FACT_CATEGORIES, ContractError
 
 # the seconds since the epoch a datetime can represent: years 1 to 9999
 EARLIEST_TS = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()

@@ -27,7 +27,8 @@ from workers.models.llm import LLMClient
 from workers import faust_patches, metrics
 from workers.liveness import EXIT_STALLED, StallWatch
 from workers.pipeline import Pipeline
-from workers.query.server import cached_embedder, check_exposure, query_app, serve, serve_metrics
+from workers.query.parts import cached_embedder
+from workers.query.server import check_exposure, query_app, serve, serve_metrics
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
 from workers.settings import Settings

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from topics import ContractError
@@ -31,21 +31,9 @@ from workers.algorithms.turns import parse_context
 from lemminflect import getAllLemmas
 
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
-from workers.models.protocols import Extractor
+from workers.models.protocols import Entity, Extraction, Extractor  # noqa: F401  (Entity re-exported)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Entity:
-    name: str
-    type: str
-
-
-@dataclass
-class Extraction:
-    entities: list[Entity] = field(default_factory=list)
-    facts: list[Triple] = field(default_factory=list)
 
 
 def drop_unnamed(extraction: Extraction, where: str) -> Extraction:

@@ -5,12 +5,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from workers.models.extraction import Extraction
+from topics.records import Triple
+
+
+@dataclass(frozen=True)
+class Entity:
+    name: str
+    type: str
+
+
+@dataclass
+class Extraction:
+    """What an Extractor finds in a passage: its entities and its facts."""
+
+    entities: list[Entity] = field(default_factory=list)
+    facts: list[Triple] = field(default_factory=list)
 
 
 class Embedder(Protocol):
@@ -45,4 +59,4 @@ class Extractor(Protocol):
     # only what workers.algorithms.grounding finds in the passage.
     grounded: bool
 
-    async def extract(self, text: str, context: str = "") -> "Extraction": ...
+    async def extract(self, text: str, context: str = "") -> Extraction: ...

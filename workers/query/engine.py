@@ -46,11 +46,11 @@ from workers.algorithms.time_cue import matches, time_boost, time_cue
 from workers.algorithms.turns import session_turn
 from workers.algorithms.reconstruction import Budget
 from workers.models.embedding import TenantEmbedders
+from workers.query.modes import MODES
 from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
 MAX_TOP_K = 100
-MODES = ("ppr", "dense", "lexical", "hybrid", "reconstruct")
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at", "expires_at"]

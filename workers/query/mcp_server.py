@@ -46,6 +46,7 @@ from workers.models.embedding import EmbedderMismatch
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
+from workers.query.parts import cached_embedder, query_memory
 from workers.settings import Settings
 from workers.stages.resolver import retraction
 
@@ -433,9 +434,6 @@ async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MC
     """The MCP server of `tenant` that `memstream mcp` runs, and its engine — built as the query
     worker builds its own (QueryEngine.from_settings: MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_*,
     the graph cache's size); everything closed on leaving."""
-    # workers.query.server imports this module (to mount /mcp): its helpers are imported here
-    from workers.query.server import cached_embedder, query_memory
-
     memory = query_memory(settings)
     publisher = DocumentPublisher(settings)
     engine = None

@@ -25,36 +25,19 @@ import socket
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from store import Memory
 from topics import ContractError, tenant_or_default
-from workers.models.embedding import BatchingEmbedder, EmbedderMismatch, embedder_id, make_embedder
+from workers.models.embedding import EmbedderMismatch
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
 from workers.query import auth, drilldown, http, mcp_server
 from workers.query.answering import generate_answer
-from workers.query.engine import REDIS_CALLS_PER_QUERY, QueryEngine, QueryRequest, parse_json_body
+from workers.query.engine import QueryEngine, QueryRequest, parse_json_body
+from workers.query.parts import cached_embedder, query_memory
 from workers.settings import Settings
 from workers.tenant_metrics import census_loop
 
 log = logging.getLogger(__name__)
 CENSUS_STOP_S = 10.0  # the longest a shutdown waits for a census under way
-
-def query_memory(settings: Settings) -> Memory:
-    """The query side's Redis client, with a pool of its own sized to the requests admitted at
-    once, so an admitted request does not wait for a connection, a query burst does not starve
-    the indexing agents of an `all` worker, and a saturated pool queues commands (then 503s)
-    instead of raising "Too many connections"."""
-    return Memory.from_url(settings.redis_url, max_connections=REDIS_CALLS_PER_QUERY * settings.query_max_inflight,
-                           pool_timeout=settings.redis_pool_timeout, tau=settings.effective_tau, vector_index=settings.vector_index)
-
-
-def cached_embedder(settings: Settings, memory: Memory, model=None) -> BatchingEmbedder:
-    """The configured embedder (or `model`, made from it already) behind a BatchingEmbedder whose
-    vectors are cached in `memory` (shared by every worker) under its name and dims; one per
-    process, for the extractor and the query side alike."""
-    model = model or make_embedder(settings)
-    return BatchingEmbedder(model, cache=memory.embedding_cache(embedder_id(model).cache_name))
-
 
 def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: ChatModel | None = None) -> web.Application:
     """The HTTP API over a Redis pool of its own (closed with the application). `embedder`:

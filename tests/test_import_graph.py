@@ -1,0 +1,95 @@
+"""The import graph of the package, read from the source: no cycle, counting imports inside
+functions too (a function-level import that breaks a cycle only hides it), but not those under
+TYPE_CHECKING; and the layers point one way — topics ← store ← workers ← ops."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("topics", "store", "workers", "ops")
+LAYER = {name: n for n, name in enumerate(PACKAGES)}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the package's modules it imports (a name imported from a package counts as its
+    submodule when it is one)."""
+    modules = _modules()
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        imported: set[str | None] = set()
+        pending: list[ast.AST] = [ast.parse(path.read_text(), str(path))]
+        while pending:
+            for node in ast.iter_child_nodes(pending.pop()):
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                    continue  # for the type checker only: never run
+                if isinstance(node, ast.Import):
+                    imported.update(known(alias.name) for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    imported.add(known(node.module))
+                    imported.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
+                pending.append(node)
+        graph[name] = {m for m in imported if m is not None and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_back_through_others():
+    assert cycles(import_graph()) == []
+
+
+def test_a_cycle_is_found_where_there_is_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_layers_import_downwards_only():
+    upward = sorted((m, d) for m, deps in import_graph().items() for d in deps
+                    if LAYER[d.partition(".")[0]] > LAYER[m.partition(".")[0]])
+    assert upward == []
