@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from ops.chaos import ActionLog, Chaos, Fleet, audit_events, comparable_export, export_differences, free_kafka_port, plan, read_topic, unindexed, wait_indexed
+from tests.chaos import ActionLog, Chaos, Fleet, audit_events, comparable_export, export_differences, free_kafka_port, plan, read_topic, unindexed, wait_indexed
 from ops.fake_llm import FakeOpenAI
 from ops.kafka_admin import ensure_topics
 from ops.publish import delete, publish

@@ -204,7 +204,7 @@ def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
     """`memstream tenant delete T --purge`: a `purged` event for the tenant (no document, no
     ids, what went counted) on memstream.indexed-facts, after the erasure."""
     from ops import cli
-    from ops.chaos import read_topic
+    from tests.chaos import read_topic
     from workers.settings import Settings
 
     async def index() -> str:
