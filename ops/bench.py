@@ -35,19 +35,36 @@ import numpy as np
 
 from ops.fake_llm import FakeOpenAI
 from ops.kafka_admin import delete_namespace_topics, ensure_topics
-from ops.publish import publish, wait_indexed
 from ops.processes import WorkerProcess, worker_env
+from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr
 from store import Memory
 from store.facts import Fact
 from topics import Chunk, Document
 from topics.records import Triple
-from workers.models.extraction import RulesExtractor
 from workers.algorithms.chunking import chunk_id_of
 from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
+from workers.models.extraction import RulesExtractor
 from workers.settings import Settings
 
-FIRST = ["Ada", "Bram", "Cora", "Dag", "Eira", "Finn", "Gro", "Hal", "Ines", "Jon", "Kari", "Lars", "Mina", "Nils", "Olga", "Per"]
+FIRST = [
+    "Ada",
+    "Bram",
+    "Cora",
+    "Dag",
+    "Eira",
+    "Finn",
+    "Gro",
+    "Hal",
+    "Ines",
+    "Jon",
+    "Kari",
+    "Lars",
+    "Mina",
+    "Nils",
+    "Olga",
+    "Per",
+]
 LAST = ["Aune", "Berg", "Dahl", "Eide", "Foss", "Haug", "Lund", "Moe", "Nes", "Rud", "Sand", "Vik"]
 THINGS = ["Ropes", "Sails", "Clocks", "Maps", "Bells", "Looms", "Kites", "Oars", "Nets", "Glass", "Salt", "Cider"]
 TOWNS = ["Brightwater", "Port Selka", "Kestrel Point", "Norland", "Calder", "Ostra", "Merrow", "Halden"]
@@ -56,8 +73,10 @@ TOWNS = ["Brightwater", "Port Selka", "Kestrel Point", "Norland", "Calder", "Ost
 def synthetic_doc(i: int) -> str:
     person = f"{FIRST[i % 16]} {LAST[(i // 16) % 12]}{i}"
     company = f"{THINGS[i % 12]} Works{i}"
-    return (f"{person} founded {company} in {1900 + i % 100}. {company} sells goods in {TOWNS[i % 8]}. "
-            f"{person} lives in {TOWNS[(i + 3) % 8]}.")
+    return (
+        f"{person} founded {company} in {1900 + i % 100}. {company} sells goods in {TOWNS[i % 8]}. "
+        f"{person} lives in {TOWNS[(i + 3) % 8]}."
+    )
 
 
 def rules_llm(texts: Iterable[str], latency_s: float) -> FakeOpenAI:
@@ -70,24 +89,54 @@ def rules_llm(texts: Iterable[str], latency_s: float) -> FakeOpenAI:
     passages: dict[str, str] = {}  # id → text
     for text in texts:
         extraction = RulesExtractor().extract_sync(text)
-        answers[text] = json.dumps({
-            "entities": [{"name": e.name, "type": e.type} for e in extraction.entities],
-            "facts": [{"head": f.head, "head_type": f.head_type, "relation": f.relation, "tail": f.tail, "tail_type": f.tail_type,
-                       "category": f.category, "valid_from": None, "valid_to": None} for f in extraction.facts],
-        })
+        answers[text] = json.dumps(
+            {
+                "entities": [{"name": e.name, "type": e.type} for e in extraction.entities],
+                "facts": [
+                    {
+                        "head": f.head,
+                        "head_type": f.head_type,
+                        "relation": f.relation,
+                        "tail": f.tail,
+                        "tail_type": f.tail_type,
+                        "category": f.category,
+                        "valid_from": None,
+                        "valid_to": None,
+                    }
+                    for f in extraction.facts
+                ],
+            }
+        )
         facts.update(fact_id(entity_id(f.head), relation_name(f.relation), entity_id(f.tail)) for f in extraction.facts)
         passages[chunk_id_of(text)] = text  # each benchmark document is one chunk
 
     def keep_all(body: dict) -> str:
         mentioned = "\n".join(m["content"] for m in body["messages"])
         passage = min(p for p in passages if p in mentioned)
-        return json.dumps({"decisions": [{"fact_id": f, "action": "keep", "evidence": passages[passage], "evidence_passage_id": passage,
-                                          "valid_from": None, "valid_to": None, "scope": None} for f in sorted(facts) if f in mentioned]})
+        return json.dumps(
+            {
+                "decisions": [
+                    {
+                        "fact_id": f,
+                        "action": "keep",
+                        "evidence": passages[passage],
+                        "evidence_passage_id": passage,
+                        "valid_from": None,
+                        "valid_to": None,
+                        "scope": None,
+                    }
+                    for f in sorted(facts)
+                    if f in mentioned
+                ]
+            }
+        )
 
     return FakeOpenAI(answers=answers, schema_answers={"resolution": keep_all}, latency_s=latency_s)
 
 
-async def fill_memory(settings: Settings, tenant: str, passages: int, offset: int, dims: int = 384, batch: int = 100) -> None:
+async def fill_memory(
+    settings: Settings, tenant: str, passages: int, offset: int, dims: int = 384, batch: int = 100
+) -> None:
     """Synthetic memory: passages with 3 entities and 3 active facts each, random vectors."""
     memory = Memory.from_url(settings.redis_url, vector_index=settings.vector_index)
     rng = np.random.default_rng(offset)
@@ -105,10 +154,14 @@ async def fill_memory(settings: Settings, tenant: str, passages: int, offset: in
                 memory.stage_passage(pipe, tenant, chunk, ids, vectors[0])
                 for name, eid, vec in zip(names, ids, vectors[1:4]):
                     memory.stage_entity(pipe, tenant, eid, name, "ENTITY", vec, chunk.chunk_id)
-                for (h, r, t), vec in zip(((0, "founded", 1), (1, "sells goods in", 2), (0, "visited", 2)), vectors[4:]):
+                for (h, r, t), vec in zip(
+                    ((0, "founded", 1), (1, "sells goods in", 2), (0, "visited", 2)), vectors[4:]
+                ):
                     fid = fact_id(ids[h], r, ids[t])
                     triple = Triple(names[h], r, names[t], "ENTITY", "ENTITY")
-                    memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, ids[h], ids[t], schema_id("ENTITY", r, "ENTITY")), vec)
+                    memory.stage_new_fact(
+                        pipe, tenant, Fact.extracted(fid, triple, ids[h], ids[t], schema_id("ENTITY", r, "ENTITY")), vec
+                    )
                     memory.stage_fact_update(pipe, tenant, fid, {"status": "active"})
                     memory.stage_fact_passage(pipe, tenant, fid, chunk.chunk_id)
             await pipe.execute()
@@ -135,15 +188,33 @@ class Phase:
     def row(self, latency_ms: int, concurrency: int) -> dict:
         limit = self.extractors * concurrency / (latency_ms / 1000)  # LLM-bound: every slot of every extractor busy
         rate = self.chunks / self.seconds
-        return {"extractors": self.extractors, "chunks": self.chunks, "seconds": round(self.seconds, 2), "chunks_per_s": round(rate, 2),
-                "llm_bound_chunks_per_s": round(limit, 2), "fraction_of_limit": round(rate / limit, 3),
-                "llm_calls_per_chunk": round(self.llm_calls / self.chunks, 3),
-                "llm_in_flight_avg": round(self.llm_busy_s / self.seconds, 2), "llm_slots": self.extractors * concurrency,
-                "cpu_cores": {name: round(c, 2) for name, c in self.cpu.items()}, "machine_busy": round(self.machine_busy, 3)}
+        return {
+            "extractors": self.extractors,
+            "chunks": self.chunks,
+            "seconds": round(self.seconds, 2),
+            "chunks_per_s": round(rate, 2),
+            "llm_bound_chunks_per_s": round(limit, 2),
+            "fraction_of_limit": round(rate / limit, 3),
+            "llm_calls_per_chunk": round(self.llm_calls / self.chunks, 3),
+            "llm_in_flight_avg": round(self.llm_busy_s / self.seconds, 2),
+            "llm_slots": self.extractors * concurrency,
+            "cpu_cores": {name: round(c, 2) for name, c in self.cpu.items()},
+            "machine_busy": round(self.machine_busy, 3),
+        }
 
 
-def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int, latency_ms: int, concurrency: int, as_json: bool,
-                    extractors: list[int] = (1,), partitions: int = 4, embedder: str = "local") -> int:
+def run_index_bench(
+    settings: Settings,
+    sizes: list[int],
+    probe: int,
+    burst: int,
+    latency_ms: int,
+    concurrency: int,
+    as_json: bool,
+    extractors: list[int] = (1,),
+    partitions: int = 4,
+    embedder: str = "local",
+) -> int:
     """Throughput of a burst for each count of extractor processes in `extractors` (side by
     side, in this run), then per-document time as memory grows (`sizes`; none: skipped).
 
@@ -158,7 +229,9 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
     warms = {n: _docs(f"bench{run_id}-warm{n}", 10_000_000 + 10_000 * n, 12) for n in extractors}
     tenant = f"bench{run_id}-grow"
     probes = {size: [_docs(tenant, 30_000_000 + size + i, 1) for i in range(probe)] for size in sizes}
-    corpus = [d for docs in (*bursts.values(), *warms.values()) for d in docs] + [doc for docs in probes.values() for batch in docs for doc in batch]
+    corpus = [d for docs in (*bursts.values(), *warms.values()) for d in docs] + [
+        doc for docs in probes.values() for batch in docs for doc in batch
+    ]
     with contextlib.ExitStack() as stack:
         llm = stack.enter_context(rules_llm((doc.text for doc in corpus), latency_ms / 1000))
         embedder_env = {}
@@ -166,24 +239,46 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
             from ops.fake_llm import FakeEmbeddings  # the fake embeddings endpoint (a benchmark double)
 
             fake = stack.enter_context(FakeEmbeddings(dims=384))
-            embedder_env = {"MEMSTREAM_EMBEDDER": "openai", "MEMSTREAM_EMBEDDER_BASE_URL": fake.base_url,
-                            "MEMSTREAM_EMBEDDER_MODEL": f"fake-embed-{run_id}", "MEMSTREAM_EMBEDDER_DIMS": "384"}
+            embedder_env = {
+                "MEMSTREAM_EMBEDDER": "openai",
+                "MEMSTREAM_EMBEDDER_BASE_URL": fake.base_url,
+                "MEMSTREAM_EMBEDDER_MODEL": f"fake-embed-{run_id}",
+                "MEMSTREAM_EMBEDDER_DIMS": "384",
+            }
         phases, rows = [], []
-        stack.callback(lambda: delete_namespace_topics(settings, [f"bench{run_id}x{n}" for n in extractors]))  # the broker keeps none
+        stack.callback(
+            lambda: delete_namespace_topics(settings, [f"bench{run_id}x{n}" for n in extractors])
+        )  # the broker keeps none
         for n in extractors:
             ns = f"bench{run_id}x{n}"
-            env = worker_env(settings, ns, home / ns, MEMSTREAM_EXTRACTOR="llm", MEMSTREAM_RESOLVER="llm", MEMSTREAM_LLM_BASE_URL=llm.base_url,
-                             MEMSTREAM_LLM_MODEL=f"fake-{ns}", MEMSTREAM_LLM_CONCURRENCY=str(concurrency), MEMSTREAM_HTTP_PORT=str(free_port()),
-                             MEMSTREAM_PARTITIONS=str(partitions), **embedder_env)
+            env = worker_env(
+                settings,
+                ns,
+                home / ns,
+                MEMSTREAM_EXTRACTOR="llm",
+                MEMSTREAM_RESOLVER="llm",
+                MEMSTREAM_LLM_BASE_URL=llm.base_url,
+                MEMSTREAM_LLM_MODEL=f"fake-{ns}",
+                MEMSTREAM_LLM_CONCURRENCY=str(concurrency),
+                MEMSTREAM_HTTP_PORT=str(free_port()),
+                MEMSTREAM_PARTITIONS=str(partitions),
+                **embedder_env,
+            )
             (home / ns).mkdir(parents=True)
             bench = Settings.from_env(env)
             ensure_topics(bench)
-            stderr(f"bench: {n} extractor process(es), {partitions} partitions, {concurrency} LLM calls in flight each, {latency_ms} ms per call")
+            stderr(
+                f"bench: {n} extractor process(es), {partitions} partitions, {concurrency} LLM calls in flight each, {latency_ms} ms per call"
+            )
             with contextlib.ExitStack() as procs:
-                rest = procs.enter_context(WorkerProcess.spawn(home / ns / "others.log", env, role="chunker,detector,resolver,query"))
+                rest = procs.enter_context(
+                    WorkerProcess.spawn(home / ns / "others.log", env, role="chunker,detector,resolver,query")
+                )
                 workers = {"others": rest}
                 for i in range(n):
-                    workers[f"extractor{i + 1}"] = procs.enter_context(WorkerProcess.spawn(home / ns / f"extractor{i + 1}.log", env, role="extractor"))
+                    workers[f"extractor{i + 1}"] = procs.enter_context(
+                        WorkerProcess.spawn(home / ns / f"extractor{i + 1}.log", env, role="extractor")
+                    )
                 rest.wait_healthy()
                 _index(bench, warms[n][:4])  # model load, first index creation, the group joined
                 time.sleep(bench.session_timeout)  # the extractors' group settled
@@ -197,8 +292,15 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
     throughput = [phase.row(latency_ms, concurrency) for phase in phases]
     for row in throughput[1:]:
         row["ratio_to_first"] = round(row["chunks_per_s"] / throughput[0]["chunks_per_s"], 3)
-    result = {"latency_ms": latency_ms, "concurrency": concurrency, "partitions": partitions, "embedder": embedder,
-              "throughput": throughput, "bound": _bound(throughput[-1]), "per_document": rows}
+    result = {
+        "latency_ms": latency_ms,
+        "concurrency": concurrency,
+        "partitions": partitions,
+        "embedder": embedder,
+        "throughput": throughput,
+        "bound": _bound(throughput[-1]),
+        "per_document": rows,
+    }
     if embedder == "local":
         stderr("bench: embedding-bound limit (the same texts through the local embedder alone)")
         embed_bound = _embedding_bound(bursts[extractors[0]])
@@ -206,12 +308,16 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
     if as_json:
         print(json.dumps(result, indent=1))
         return 0
-    print(f"LLM latency {latency_ms} ms, {concurrency} calls in flight per extractor, {partitions} partitions, {embedder} embedder, {burst} one-chunk documents")
+    print(
+        f"LLM latency {latency_ms} ms, {concurrency} calls in flight per extractor, {partitions} partitions, {embedder} embedder, {burst} one-chunk documents"
+    )
     for t in throughput:
         ratio = f", {t['ratio_to_first']}x the first" if "ratio_to_first" in t else ""
-        print(f"{t['extractors']} extractor(s): {t['chunks_per_s']} chunks/s vs LLM-bound limit {t['llm_bound_chunks_per_s']} "
-              f"({100 * t['fraction_of_limit']:.0f}%){ratio}; {t['llm_calls_per_chunk']} LLM calls per chunk; "
-              f"LLM in flight {t['llm_in_flight_avg']} of {t['llm_slots']} on average; {t['seconds']} s")
+        print(
+            f"{t['extractors']} extractor(s): {t['chunks_per_s']} chunks/s vs LLM-bound limit {t['llm_bound_chunks_per_s']} "
+            f"({100 * t['fraction_of_limit']:.0f}%){ratio}; {t['llm_calls_per_chunk']} LLM calls per chunk; "
+            f"LLM in flight {t['llm_in_flight_avg']} of {t['llm_slots']} on average; {t['seconds']} s"
+        )
         print("    cores used: " + ", ".join(f"{name} {cores}" for name, cores in t["cpu_cores"].items()))
     if "embedding_bound_chunks_per_s" in result:
         print(f"embedding-bound limit (local embedder alone): {result['embedding_bound_chunks_per_s']} chunks/s")
@@ -220,11 +326,15 @@ def run_index_bench(settings: Settings, sizes: list[int], probe: int, burst: int
         print(f"vector index: {bench.vector_index}")
         print(f"{'passages in memory':>20} {'doc p50 ms':>11} {'doc mean ms':>12} {'ratio':>7}")
         for row in rows:
-            print(f"{row['passages']:>20} {row['doc_ms_p50']:>11} {row['doc_ms_mean']:>12} {row['ratio_to_smallest']:>7}")
+            print(
+                f"{row['passages']:>20} {row['doc_ms_p50']:>11} {row['doc_ms_mean']:>12} {row['ratio_to_smallest']:>7}"
+            )
     return 0
 
 
-def _burst(settings: Settings, documents: list[Document], extractors: int, llm: FakeOpenAI, pids: dict[str, int]) -> Phase:
+def _burst(
+    settings: Settings, documents: list[Document], extractors: int, llm: FakeOpenAI, pids: dict[str, int]
+) -> Phase:
     stderr(f"bench: burst of {len(documents)} documents")
     calls, busy = llm.calls, llm.busy_s
     cpu_before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
@@ -233,7 +343,15 @@ def _burst(settings: Settings, documents: list[Document], extractors: int, llm: 
     cpu = {name: (_cpu_seconds(pid) - cpu_before[name]) / seconds for name, pid in pids.items()}
     cpu["bench (publisher, fakes)"] = (sum(os.times()[:2]) - own_before) / seconds
     machine_busy, machine_total = (after - before for after, before in zip(_machine_busy(), machine_before))
-    return Phase(extractors, len(documents), seconds, llm.calls - calls, llm.busy_s - busy, cpu, machine_busy / machine_total if machine_total else 0.0)
+    return Phase(
+        extractors,
+        len(documents),
+        seconds,
+        llm.calls - calls,
+        llm.busy_s - busy,
+        cpu,
+        machine_busy / machine_total if machine_total else 0.0,
+    )
 
 
 def _machine_busy() -> tuple[float, float]:
@@ -255,13 +373,17 @@ def _bound(row: dict) -> str:
     llm_share = row["llm_in_flight_avg"] / row["llm_slots"]
     name, cores = max(row["cpu_cores"].items(), key=lambda item: item[1])
     total, machine = sum(row["cpu_cores"].values()), os.cpu_count() or 1
-    facts = (f"LLM slots {100 * llm_share:.0f}% busy ({row['llm_in_flight_avg']} of {row['llm_slots']}); busiest process {name} at "
-             f"{cores} cores; the benchmark's processes {total:.2f} of {machine} cores; the machine {100 * row['machine_busy']:.0f}% busy")
+    facts = (
+        f"LLM slots {100 * llm_share:.0f}% busy ({row['llm_in_flight_avg']} of {row['llm_slots']}); busiest process {name} at "
+        f"{cores} cores; the benchmark's processes {total:.2f} of {machine} cores; the machine {100 * row['machine_busy']:.0f}% busy"
+    )
     if llm_share >= 0.8:
         return f"the LLM ({100 * row['fraction_of_limit']:.0f}% of its limit): {facts}"
     if row["machine_busy"] >= 0.8 and total < 0.8 * machine:
-        return (f"the machine's CPU, taken mostly by processes outside the benchmark: {facts}; "
-                f"the LLM would allow {1 / max(row['fraction_of_limit'], 1e-9):.1f}x this throughput")
+        return (
+            f"the machine's CPU, taken mostly by processes outside the benchmark: {facts}; "
+            f"the LLM would allow {1 / max(row['fraction_of_limit'], 1e-9):.1f}x this throughput"
+        )
     if total >= 0.8 * machine:
         return f"the machine's CPU: {facts}; the LLM would allow {1 / max(row['fraction_of_limit'], 1e-9):.1f}x this throughput"
     if cores >= 0.8:
@@ -276,8 +398,14 @@ def _growth(settings: Settings, tenant: str, sizes: list[int], probes: dict) -> 
         asyncio.run(fill_memory(settings, tenant, size - filled, filled))
         filled = size
         latencies = [_index(settings, docs) for docs in probes[size]]
-        rows.append({"passages": size, "probe_docs": len(latencies), "doc_ms_p50": round(1000 * statistics.median(latencies), 1),
-                     "doc_ms_mean": round(1000 * statistics.fmean(latencies), 1)})
+        rows.append(
+            {
+                "passages": size,
+                "probe_docs": len(latencies),
+                "doc_ms_p50": round(1000 * statistics.median(latencies), 1),
+                "doc_ms_mean": round(1000 * statistics.fmean(latencies), 1),
+            }
+        )
     for row in rows:
         row["ratio_to_smallest"] = round(row["doc_ms_p50"] / rows[0]["doc_ms_p50"], 3)
     return rows
@@ -293,8 +421,12 @@ def _embedding_bound(documents: list[Document]) -> float:
     started = time.perf_counter()
     for doc in documents:
         ex = RulesExtractor().extract_sync(doc.text)
-        embedder.embed([doc.text] + [e.name for e in ex.entities] + [f"{f.head} {f.relation} {f.tail}" for f in ex.facts]
-                       + [f"{f.head_type} {f.relation} {f.tail_type}" for f in ex.facts])
+        embedder.embed(
+            [doc.text]
+            + [e.name for e in ex.entities]
+            + [f"{f.head} {f.relation} {f.tail}" for f in ex.facts]
+            + [f"{f.head_type} {f.relation} {f.tail_type}" for f in ex.facts]
+        )
     return len(documents) / (time.perf_counter() - started)
 
 

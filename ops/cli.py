@@ -12,10 +12,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
-from workers.retry import backoff
 from ops.answers import format_answer, query_endpoint
+from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.query.modes import MODES
+from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, parse_roles
 from workers.settings import Settings
 
@@ -31,25 +31,44 @@ def main(argv: list[str] | None = None) -> int:
     topics.add_argument("action", choices=["create"])
     topics.add_argument("--partitions", type=int, default=None)
 
-    worker = sub.add_parser("worker", help="run workers (indexing roles: one faust app; query alone: an HTTP server on Redis only)")
+    worker = sub.add_parser(
+        "worker", help="run workers (indexing roles: one faust app; query alone: an HTTP server on Redis only)"
+    )
     worker.add_argument("--role", default="all", help="all|chunker|extractor|detector|resolver|query (comma-separated)")
 
-    pub = sub.add_parser("publish", help="publish documents (and conversation turns: one document each) to memstream.documents")
-    pub.add_argument("paths", nargs="+", metavar="PATH",
-                     help=".txt .md .json (documents, or a LoCoMo-layout conversation) .jsonl (documents and turns) file, a folder of them, or - for stdin")
+    pub = sub.add_parser(
+        "publish", help="publish documents (and conversation turns: one document each) to memstream.documents"
+    )
+    pub.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help=".txt .md .json (documents, or a LoCoMo-layout conversation) .jsonl (documents and turns) file, a folder of them, or - for stdin",
+    )
     pub.add_argument("--tenant", default=None)
-    pub.add_argument("--version", type=int, default=None,
-                     help="the version of documents that name none (default: the time now in ms, so a file published again replaces its last version)")
+    pub.add_argument(
+        "--version",
+        type=int,
+        default=None,
+        help="the version of documents that name none (default: the time now in ms, so a file published again replaces its last version)",
+    )
     pub.add_argument("--wait", action="store_true", help="return once every document is fully indexed")
     pub.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
 
     delete = sub.add_parser("delete", help="take documents out of memory: a tombstone each on memstream.documents")
     delete.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
     delete.add_argument("--tenant", default=None)
-    delete.add_argument("--purge", action="store_true",
-                        help="erase: every version's text, vectors and passages, and the facts and entities only they gave, "
-                             "leave Redis with their model-cache entries (a `purged` event says what went)")
-    delete.add_argument("--wait", action="store_true", help="return once the pipeline has taken every document out (with --purge: erased it)")
+    delete.add_argument(
+        "--purge",
+        action="store_true",
+        help="erase: every version's text, vectors and passages, and the facts and entities only they gave, "
+        "leave Redis with their model-cache entries (a `purged` event says what went)",
+    )
+    delete.add_argument(
+        "--wait",
+        action="store_true",
+        help="return once the pipeline has taken every document out (with --purge: erased it)",
+    )
     delete.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
 
     retract = sub.add_parser("retract", help="take a fact out of memory (a passage that says it again brings it back)")
@@ -60,20 +79,31 @@ def main(argv: list[str] | None = None) -> int:
     tenant_cmd = sub.add_parser("tenant", help="one tenant: delete it")
     tenant_cmd.add_argument("action", choices=["delete"])
     tenant_cmd.add_argument("name", metavar="TENANT")
-    tenant_cmd.add_argument("--purge", action="store_true",
-                            help="required: erase every key of the tenant, its indexes and the model-cache entries of its texts")
+    tenant_cmd.add_argument(
+        "--purge",
+        action="store_true",
+        help="required: erase every key of the tenant, its indexes and the model-cache entries of its texts",
+    )
 
     tenants = sub.add_parser("tenants", help="the tenants in Redis, with their passages, facts, entities and schemas")
     tenants.add_argument("--json", action="store_true")
 
-    migrate = sub.add_parser("migrate", help="move tenants made before shared indexes onto them, and float32 vectors to float16 (idempotent; stop the workers first)")
+    migrate = sub.add_parser(
+        "migrate",
+        help="move tenants made before shared indexes onto them, and float32 vectors to float16 (idempotent; stop the workers first)",
+    )
     migrate.add_argument("--dry-run", action="store_true", help="only list the tenants still to move")
     migrate.add_argument("--tenant", action="append", default=None, help="move only this tenant (repeatable)")
 
-    status_cmd = sub.add_parser("status", help="where the pipeline stands: lag and throughput per stage, dead letters; a tenant's documents and facts")
+    status_cmd = sub.add_parser(
+        "status",
+        help="where the pipeline stands: lag and throughput per stage, dead letters; a tenant's documents and facts",
+    )
     status_cmd.add_argument("--tenant", default=None)
     status_cmd.add_argument("--json", action="store_true")
-    status_cmd.add_argument("--sample", type=float, default=2.0, help="seconds over which throughput is measured (default 2)")
+    status_cmd.add_argument(
+        "--sample", type=float, default=2.0, help="seconds over which throughput is measured (default 2)"
+    )
     tail = sub.add_parser("tail", help="print memstream.indexed-facts events as JSON lines")
     tail.add_argument("--tenant", default=None)
     tail.add_argument("--from-beginning", action="store_true")
@@ -85,12 +115,26 @@ def main(argv: list[str] | None = None) -> int:
     query.add_argument("--tenant", default=None)
     query.add_argument("--top-k", type=int, default=None)
     query.add_argument("--mode", choices=MODES, default="ppr")
-    query.add_argument("--as-of", default=None, metavar="TIME", help="answer from the memory as it was at this ISO 8601 time (e.g. 2026-05-01T12:00:00Z)")
-    query.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                       help="a retrieval parameter for this query (repeatable; VALUE as JSON: 0.5, false, 10), e.g. --param damping=0.7")
-    query.add_argument("--answer", action="store_true", help="generate an answer with citations (the query worker needs an LLM)")
+    query.add_argument(
+        "--as-of",
+        default=None,
+        metavar="TIME",
+        help="answer from the memory as it was at this ISO 8601 time (e.g. 2026-05-01T12:00:00Z)",
+    )
+    query.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a retrieval parameter for this query (repeatable; VALUE as JSON: 0.5, false, 10), e.g. --param damping=0.7",
+    )
+    query.add_argument(
+        "--answer", action="store_true", help="generate an answer with citations (the query worker needs an LLM)"
+    )
     query.add_argument("--json", action="store_true", help="print the response body unchanged")
-    query.add_argument("--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)")
+    query.add_argument(
+        "--url", default=None, help="query endpoint base URL (default http://MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT)"
+    )
 
     alias = sub.add_parser("alias", help="entity aliases of a tenant (applied to what is extracted afterwards)")
     alias.add_argument("action", choices=["add", "list"])
@@ -102,12 +146,22 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--format", choices=["json", "graphml"], default="json")
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
-    bench.add_argument("kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants"])
+    bench.add_argument(
+        "kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants"]
+    )
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
-    bench.add_argument("--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted")
-    bench.add_argument("--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)")
-    bench.add_argument("--tenant", default=None, help="recall/ppr/load: index into (or reuse) this tenant instead of a fresh one")
-    bench.add_argument("--no-index-ablations", action="store_true", help="recall: skip ablations that index the corpus again")
+    bench.add_argument(
+        "--extractor", choices=["replay", "rules"], default="replay", help="recall: how the corpus is extracted"
+    )
+    bench.add_argument(
+        "--data", default=None, help="recall/ppr/load: folder holding <dataset>_train_100/ (default ../shared/data)"
+    )
+    bench.add_argument(
+        "--tenant", default=None, help="recall/ppr/load: index into (or reuse) this tenant instead of a fresh one"
+    )
+    bench.add_argument(
+        "--no-index-ablations", action="store_true", help="recall: skip ablations that index the corpus again"
+    )
     bench.add_argument("--edges", default="10000,100000,1000000", help="ppr: synthetic graph sizes in edges")
     bench.add_argument("--queries", type=int, default=100, help="ppr: queries per measurement")
     bench.add_argument("--sizes", default="1000,5000,20000", help="memory sizes in passages")
@@ -115,47 +169,115 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
     bench.add_argument("--latency-ms", type=int, default=200, help="the fake LLM's fixed latency")
     bench.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight per extractor process")
-    bench.add_argument("--extractors", default="1", help="index: extractor processes, comma-separated counts measured side by side (e.g. 1,2)")
+    bench.add_argument(
+        "--extractors",
+        default="1",
+        help="index: extractor processes, comma-separated counts measured side by side (e.g. 1,2)",
+    )
     bench.add_argument("--partitions", type=int, default=4, help="index: partitions per topic")
-    bench.add_argument("--embedder", choices=["local", "fake"], default="local", help="index: the local model, or a fake embeddings endpoint (CPU not the bound)")
+    bench.add_argument(
+        "--embedder",
+        choices=["local", "fake"],
+        default="local",
+        help="index: the local model, or a fake embeddings endpoint (CPU not the bound)",
+    )
     bench.add_argument("--clients", default="1,16,64", help="load: concurrent clients, one level each")
     bench.add_argument("--seconds", type=float, default=10.0, help="load: seconds per client level")
-    bench.add_argument("--passages", type=int, default=None,
-                       help="load: passages indexed into a fresh tenant when --tenant is not given (default 50); tenants: per tenant (default 20)")
+    bench.add_argument(
+        "--passages",
+        type=int,
+        default=None,
+        help="load: passages indexed into a fresh tenant when --tenant is not given (default 50); tenants: per tenant (default 20)",
+    )
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
     # bench index --rules (ops/rules_bench.py)
-    bench.add_argument("--rules", action="store_true", help="index: the rules pipeline on HotpotQA-100 against the embedding-bound limit")
-    bench.add_argument("--docs", type=int, default=None, help="index --rules: the first N documents of HotpotQA-100 (default 100)")
+    bench.add_argument(
+        "--rules",
+        action="store_true",
+        help="index: the rules pipeline on HotpotQA-100 against the embedding-bound limit",
+    )
+    bench.add_argument(
+        "--docs", type=int, default=None, help="index --rules: the first N documents of HotpotQA-100 (default 100)"
+    )
     # bench conversation (ops/conversation_bench.py)
-    bench.add_argument("file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)")
-    bench.add_argument("--modes", default=None, help="conversation: query modes, comma-separated (default: every mode of the query engine)")
-    bench.add_argument("--redis-url", default=None, help="conversation: index into fresh tenants of this Redis instead of an in-memory store")
-    bench.add_argument("--ablations", action="store_true", help="conversation: also ask each ablation of the graph modes (ops/conversation_bench.py ABLATIONS)")
+    bench.add_argument(
+        "file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)"
+    )
+    bench.add_argument(
+        "--modes",
+        default=None,
+        help="conversation: query modes, comma-separated (default: every mode of the query engine)",
+    )
+    bench.add_argument(
+        "--redis-url",
+        default=None,
+        help="conversation: index into fresh tenants of this Redis instead of an in-memory store",
+    )
+    bench.add_argument(
+        "--ablations",
+        action="store_true",
+        help="conversation: also ask each ablation of the graph modes (ops/conversation_bench.py ABLATIONS)",
+    )
     # bench wait (ops/wait_bench.py)
     bench.add_argument("--pending", type=int, default=5000, help="wait: documents published that no worker consumes")
     bench.add_argument("--window", type=float, default=30.0, help="wait: seconds of --wait measured")
-    bench.add_argument("--baseline-tree", default=None, metavar="DIR", help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side")
+    bench.add_argument(
+        "--baseline-tree",
+        default=None,
+        metavar="DIR",
+        help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side",
+    )
     # bench tenants (ops/tenant_bench.py)
     bench.add_argument("--tenants", type=int, default=10_000, help="tenants: how many small tenants")
     bench.add_argument("--large", type=int, default=5_000, help="tenants: passages of the one large tenant")
-    bench.add_argument("--dims", type=int, default=384, help="tenants: the vectors' size (384: the local embedder's; 1536: OpenAI's text-embedding-3-small)")
+    bench.add_argument(
+        "--dims",
+        type=int,
+        default=384,
+        help="tenants: the vectors' size (384: the local embedder's; 1536: OpenAI's text-embedding-3-small)",
+    )
     bench.add_argument("--idle", type=float, default=60.0, help="tenants: seconds of idle Redis CPU measured")
-    bench.add_argument("--baseline-tenants", type=int, default=None, help="tenants: how many small tenants the baseline tree writes (default --tenants)")
-    bench.add_argument("--seen", action="store_true", help="wait: each document's status recorded as the chunker does (no chunk done), as in a busy pipeline")
+    bench.add_argument(
+        "--baseline-tenants",
+        type=int,
+        default=None,
+        help="tenants: how many small tenants the baseline tree writes (default --tenants)",
+    )
+    bench.add_argument(
+        "--seen",
+        action="store_true",
+        help="wait: each document's status recorded as the chunker does (no chunk done), as in a busy pipeline",
+    )
 
     sub.add_parser("demo", help="stack up, workers, sample corpus, sample queries")
 
     add_drilldown_commands(sub)
 
     keys = sub.add_parser("keys", help="API keys of the query worker: make one, or check and list the configured ones")
-    keys.add_argument("action", choices=["new", "list"], help="new: a fresh key and its entry; list: the configured keys (no hashes)")
-    keys.add_argument("--tenant", action="append", default=None, help="new: a tenant the key may use (repeat, or comma-separated; * = every tenant)")
+    keys.add_argument(
+        "action", choices=["new", "list"], help="new: a fresh key and its entry; list: the configured keys (no hashes)"
+    )
+    keys.add_argument(
+        "--tenant",
+        action="append",
+        default=None,
+        help="new: a tenant the key may use (repeat, or comma-separated; * = every tenant)",
+    )
     keys.add_argument("--scope", default="read", help="new: comma-separated, of read,write,answer,admin (default read)")
-    keys.add_argument("--name", default=None, help="new: the key's name in logs and 403 messages (default: key-<first hex of its hash>)")
+    keys.add_argument(
+        "--name",
+        default=None,
+        help="new: the key's name in logs and 403 messages (default: key-<first hex of its hash>)",
+    )
 
-    mcp = sub.add_parser("mcp", help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)")
-    mcp.add_argument("--tenant", default=None, help="the one tenant this server reads and writes (default MEMSTREAM_TENANT)")
+    mcp = sub.add_parser(
+        "mcp",
+        help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)",
+    )
+    mcp.add_argument(
+        "--tenant", default=None, help="the one tenant this server reads and writes (default MEMSTREAM_TENANT)"
+    )
 
     args = parser.parse_args(argv)
     try:
@@ -201,7 +323,9 @@ def cmd_topics(settings: Settings, args) -> int:
 def cmd_worker(settings: Settings, args) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     roles = parse_roles(args.role)
-    if roles & EMBEDDING_ROLES and settings.embedder == "local":  # an install without the extra fails now, not after Kafka is up
+    if (
+        roles & EMBEDDING_ROLES and settings.embedder == "local"
+    ):  # an install without the extra fails now, not after Kafka is up
         from workers.models.embedding import require_local_extra
 
         require_local_extra()
@@ -228,14 +352,26 @@ def cmd_worker(settings: Settings, args) -> int:
         attempt += 1
         try:
             # one try never outlasts the deadline (kafka-python waits 30 s to bootstrap by default)
-            ensure_topics(settings, connect_timeout_s=min(30.0, settings.outage_deadline - (time.monotonic() - started)))
+            ensure_topics(
+                settings, connect_timeout_s=min(30.0, settings.outage_deadline - (time.monotonic() - started))
+            )
             break
         except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, topics not visible yet
             waited = time.monotonic() - started
             if waited >= settings.outage_deadline:
-                logging.getLogger("memstream.worker").error("gave up waiting for Kafka at %s after %.0fs (MEMSTREAM_OUTAGE_DEADLINE)", settings.kafka_bootstrap, waited)
+                logging.getLogger("memstream.worker").error(
+                    "gave up waiting for Kafka at %s after %.0fs (MEMSTREAM_OUTAGE_DEADLINE)",
+                    settings.kafka_bootstrap,
+                    waited,
+                )
                 raise
-            logging.getLogger("memstream.worker").warning("waiting for Kafka at %s, %.0fs so far (%s: %s)", settings.kafka_bootstrap, waited, type(exc).__name__, exc)
+            logging.getLogger("memstream.worker").warning(
+                "waiting for Kafka at %s, %.0fs so far (%s: %s)",
+                settings.kafka_bootstrap,
+                waited,
+                type(exc).__name__,
+                exc,
+            )
             time.sleep(backoff(attempt, 0.5, 5.0))
     run_worker(settings, roles)
     return 0
@@ -247,7 +383,9 @@ def cmd_publish(settings: Settings, args) -> int:
     tenant = tenant_or_default(args.tenant, settings.tenant)
     if args.version is not None and args.version < 1:
         raise ValueError(f"--version must be at least 1, not {args.version}")
-    loaded = load_documents(args.paths, tenant, settings.max_text_bytes, version=publish_version() if args.version is None else args.version)
+    loaded = load_documents(
+        args.paths, tenant, settings.max_text_bytes, version=publish_version() if args.version is None else args.version
+    )
     for error in loaded.errors:
         print(f"memstream publish: rejected {error}", file=sys.stderr)
     if loaded.documents:
@@ -255,7 +393,10 @@ def cmd_publish(settings: Settings, args) -> int:
         if args.wait:
             pending = wait_indexed(settings, loaded.documents, args.timeout)
             if pending:
-                print(f"memstream publish: timed out after {args.timeout:g}s; not yet indexed: {', '.join(pending)}", file=sys.stderr)
+                print(
+                    f"memstream publish: timed out after {args.timeout:g}s; not yet indexed: {', '.join(pending)}",
+                    file=sys.stderr,
+                )
                 return 1
     return 2 if loaded.errors else 0
 
@@ -271,7 +412,10 @@ def cmd_delete(settings: Settings, args) -> int:
     if args.wait:
         pending = wait_deleted(settings, tenant, args.doc_ids, args.timeout, purge=args.purge)
         if pending:
-            print(f"memstream delete: timed out after {args.timeout:g}s; still in memory: {', '.join(pending)}", file=sys.stderr)
+            print(
+                f"memstream delete: timed out after {args.timeout:g}s; still in memory: {', '.join(pending)}",
+                file=sys.stderr,
+            )
             return 1
     return 0
 
@@ -314,20 +458,35 @@ def cmd_migrate(settings: Settings, args) -> int:
         memory = Memory.from_url(settings.redis_url, vector_index=settings.vector_index)
         try:
             tenants = [validate_tenant(t) for t in args.tenant] if args.tenant else await memory.legacy_tenants()
-            print(f"{len(tenants)} tenant(s) on indexes of their own" + (": " + ", ".join(tenants) if args.dry_run and tenants else ""), flush=True)
+            print(
+                f"{len(tenants)} tenant(s) on indexes of their own"
+                + (": " + ", ".join(tenants) if args.dry_run and tenants else ""),
+                flush=True,
+            )
             float32 = [] if args.tenant else await memory.float32_indexes()
-            print(f"{len(float32)} shared index(es) of float32 vectors" + (": " + ", ".join(float32) if args.dry_run and float32 else ""), flush=True)
+            print(
+                f"{len(float32)} shared index(es) of float32 vectors"
+                + (": " + ", ".join(float32) if args.dry_run and float32 else ""),
+                flush=True,
+            )
             if args.dry_run:
                 return 0
             for n, tenant in enumerate(tenants, 1):
                 started = time.monotonic()
                 moved = await memory.migrate_tenant(tenant)
-                print(f"[{n}/{len(tenants)}] {tenant}: " + ", ".join(f"{count} {layer}" for layer, count in moved.items())
-                      + f" moved ({time.monotonic() - started:.1f} s)", flush=True)
+                print(
+                    f"[{n}/{len(tenants)}] {tenant}: "
+                    + ", ".join(f"{count} {layer}" for layer, count in moved.items())
+                    + f" moved ({time.monotonic() - started:.1f} s)",
+                    flush=True,
+                )
             for name in float32:
                 started = time.monotonic()
                 count = await memory.migrate_vectors(name)
-                print(f"{name}: {count} records re-encoded as float16, index dropped ({time.monotonic() - started:.1f} s)", flush=True)
+                print(
+                    f"{name}: {count} records re-encoded as float16, index dropped ({time.monotonic() - started:.1f} s)",
+                    flush=True,
+                )
             return 0
         finally:
             await memory.close()
@@ -341,7 +500,9 @@ def cmd_tenant(settings: Settings, args) -> int:
 
     tenant = validate_tenant(args.name)
     if not args.purge:
-        raise ValueError("memstream tenant delete erases the tenant for good: say so with --purge (stop the workers writing it first)")
+        raise ValueError(
+            "memstream tenant delete erases the tenant for good: say so with --purge (stop the workers writing it first)"
+        )
 
     async def purge():
         memory = Memory.from_url(settings.redis_url)
@@ -355,7 +516,10 @@ def cmd_tenant(settings: Settings, args) -> int:
     try:
         publish_event(settings, tenant_purged_event(tenant, gone))
     except Exception as exc:  # the erasure is done; only its announcement is missing
-        print(f"memstream tenant delete: erased, but the `purged` event was not published ({type(exc).__name__}: {exc})", file=sys.stderr)
+        print(
+            f"memstream tenant delete: erased, but the `purged` event was not published ({type(exc).__name__}: {exc})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -423,8 +587,13 @@ def query_params(pairs: list[str]) -> dict:
 
 
 def cmd_query(settings: Settings, args) -> int:
-    body = {"query": args.text, "tenant": tenant_or_default(args.tenant, settings.tenant), "top_k": args.top_k or settings.top_k,
-            "mode": args.mode, "answer": args.answer}
+    body = {
+        "query": args.text,
+        "tenant": tenant_or_default(args.tenant, settings.tenant),
+        "top_k": args.top_k or settings.top_k,
+        "mode": args.mode,
+        "answer": args.answer,
+    }
     if args.as_of is not None:
         body["as_of"] = args.as_of  # checked by the query worker, which says what is wrong
     if args.param:
@@ -432,7 +601,9 @@ def cmd_query(settings: Settings, args) -> int:
     headers = {"Content-Type": "application/json"}
     if settings.api_key:  # MEMSTREAM_API_KEY: a query worker with keys configured needs one
         headers["Authorization"] = f"Bearer {settings.api_key}"
-    request = urllib.request.Request(query_endpoint(settings, args.url), data=json.dumps(body).encode(), headers=headers)
+    request = urllib.request.Request(
+        query_endpoint(settings, args.url), data=json.dumps(body).encode(), headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             raw = response.read()
@@ -440,7 +611,10 @@ def cmd_query(settings: Settings, args) -> int:
         print(f"memstream query: HTTP {exc.code}: {exc.read().decode(errors='replace')}", file=sys.stderr)
         return 1
     except urllib.error.URLError as exc:
-        print(f"memstream query: cannot reach the query worker at {request.full_url} ({exc.reason}); is `memstream worker` running?", file=sys.stderr)
+        print(
+            f"memstream query: cannot reach the query worker at {request.full_url} ({exc.reason}); is `memstream worker` running?",
+            file=sys.stderr,
+        )
         return 1
     result = json.loads(raw)
     if result.get("warning"):
@@ -496,18 +670,32 @@ def cmd_bench(settings: Settings, args) -> int:
     if args.kind == "conversation":
         from ops.conversation_bench import run_conversation_bench
 
-        return run_conversation_bench(settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json, args.ablations)
+        return run_conversation_bench(
+            settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json, args.ablations
+        )
     if (args.rules or args.docs) and args.kind != "index":
         raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
     if args.baseline_tree and args.kind not in ("index", "wait", "tenants"):
-        raise ValueError(f"--baseline-tree is an option of bench index --rules, bench wait and bench tenants, not bench {args.kind}")
+        raise ValueError(
+            f"--baseline-tree is an option of bench index --rules, bench wait and bench tenants, not bench {args.kind}"
+        )
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
     if args.kind == "tenants":
         from ops.tenant_bench import run_tenant_bench
 
-        return run_tenant_bench(settings, args.tenants, args.passages or 20, args.large, args.idle, args.queries, args.baseline_tree,
-                                args.baseline_tenants, args.json, dims=args.dims)
+        return run_tenant_bench(
+            settings,
+            args.tenants,
+            args.passages or 20,
+            args.large,
+            args.idle,
+            args.queries,
+            args.baseline_tree,
+            args.baseline_tenants,
+            args.json,
+            dims=args.dims,
+        )
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench
 
@@ -515,26 +703,48 @@ def cmd_bench(settings: Settings, args) -> int:
     if args.kind == "recall":
         from ops.recall import run_recall_bench
 
-        return run_recall_bench(settings, args.dataset, args.extractor, data, args.json, args.tenant, not args.no_index_ablations)
+        return run_recall_bench(
+            settings, args.dataset, args.extractor, data, args.json, args.tenant, not args.no_index_ablations
+        )
     if args.kind == "ppr":
         from ops.ppr_bench import run_ppr_bench
 
-        return run_ppr_bench(settings, [int(e) for e in args.edges.split(",")], args.queries, data, args.tenant, args.json)
+        return run_ppr_bench(
+            settings, [int(e) for e in args.edges.split(",")], args.queries, data, args.tenant, args.json
+        )
     if args.kind == "load":
         from ops.load_bench import run_load_bench
 
         clients = [int(c) for c in args.clients.split(",")]
-        return run_load_bench(settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages or 50, args.json)
+        return run_load_bench(
+            settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages or 50, args.json
+        )
     if args.rules:
         from ops.rules_bench import DEFAULT_DOCS, run_rules_bench
 
-        return run_rules_bench(settings, data, args.docs or DEFAULT_DOCS, Path(args.baseline_tree) if args.baseline_tree else None, args.json)
+        return run_rules_bench(
+            settings,
+            data,
+            args.docs or DEFAULT_DOCS,
+            Path(args.baseline_tree) if args.baseline_tree else None,
+            args.json,
+        )
     from ops.bench import run_index_bench
 
     sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
     extractors = [int(n) for n in args.extractors.split(",")]
-    return run_index_bench(settings, sizes, args.probe, args.burst, args.latency_ms, args.concurrency, args.json,
-                           extractors, args.partitions, args.embedder)
+    return run_index_bench(
+        settings,
+        sizes,
+        args.probe,
+        args.burst,
+        args.latency_ms,
+        args.concurrency,
+        args.json,
+        extractors,
+        args.partitions,
+        args.embedder,
+    )
 
 
 # ---- drill-down: a fact, its evidence, a passage, the standing facts — what GET
@@ -544,35 +754,56 @@ def add_drilldown_commands(sub) -> None:
     fact.add_argument("id", metavar="FACT_ID")
     fact.add_argument("--tenant", default=None)
     fact.add_argument("--evidence", action="store_true", help="also its passages, as published")
-    facts = sub.add_parser("facts", help="a tenant's standing facts as JSON (GET /v1/facts): constraints, rejected options, tool failures")
+    facts = sub.add_parser(
+        "facts", help="a tenant's standing facts as JSON (GET /v1/facts): constraints, rejected options, tool failures"
+    )
     facts.add_argument("--tenant", default=None)
-    facts.add_argument("--category", default=None, help="comma-separated categories (default: HARD_CONSTRAINT,REJECTED_OPTION,TOOL_FAILURE)")
+    facts.add_argument(
+        "--category",
+        default=None,
+        help="comma-separated categories (default: HARD_CONSTRAINT,REJECTED_OPTION,TOOL_FAILURE)",
+    )
     facts.add_argument("--limit", default=None, help="at most this many facts, 1 to 500 (default 50)")
     passage = sub.add_parser("passage", help="a passage of a tenant as JSON (text, doc_id, metadata, context)")
     passage.add_argument("id", metavar="PASSAGE_ID")
     passage.add_argument("--tenant", default=None)
-    passage.add_argument("--text", action="store_true", help="write only its text: the published bytes, nothing appended")
+    passage.add_argument(
+        "--text", action="store_true", help="write only its text: the published bytes, nothing appended"
+    )
 
 
 def cmd_fact(settings: Settings, args) -> int:
     from workers.query import drilldown
 
     load = drilldown.fact_evidence if args.evidence else drilldown.fact_record
-    return _drill(settings, args, "fact", lambda memory, tenant: load(memory, tenant, args.id), lambda found: _json_bytes(found))
+    return _drill(
+        settings, args, "fact", lambda memory, tenant: load(memory, tenant, args.id), lambda found: _json_bytes(found)
+    )
 
 
 def cmd_facts(settings: Settings, args) -> int:
     from workers.query import drilldown
 
     categories, limit = drilldown.fact_filter(args.category, args.limit)  # ContractError: exit 2 with its message
-    return _drill(settings, args, "facts", lambda memory, tenant: drilldown.standing_facts(memory, tenant, categories, limit), _json_bytes)
+    return _drill(
+        settings,
+        args,
+        "facts",
+        lambda memory, tenant: drilldown.standing_facts(memory, tenant, categories, limit),
+        _json_bytes,
+    )
 
 
 def cmd_passage(settings: Settings, args) -> int:
     from workers.query import drilldown
 
-    return _drill(settings, args, "passage", lambda memory, tenant: drilldown.passage_record(memory, tenant, args.id),
-                  lambda found: found["text"].encode("utf-8") if args.text else _json_bytes(found))
+    return _drill(
+        settings,
+        args,
+        "passage",
+        lambda memory, tenant: drilldown.passage_record(memory, tenant, args.id),
+        lambda found: found["text"].encode("utf-8") if args.text else _json_bytes(found),
+    )
 
 
 def _drill(settings: Settings, args, what: str, load, render) -> int:
@@ -625,7 +856,10 @@ def cmd_keys(settings: Settings, args) -> int:
     if args.action == "list":
         ring = settings_keys(settings)  # KeyConfigError (exit 2) names the entry and the problem
         if ring is None:
-            print("no API keys configured (MEMSTREAM_API_KEYS_FILE, MEMSTREAM_API_KEYS): the query worker serves loopback only", file=sys.stderr)
+            print(
+                "no API keys configured (MEMSTREAM_API_KEYS_FILE, MEMSTREAM_API_KEYS): the query worker serves loopback only",
+                file=sys.stderr,
+            )
             return 1
         for key in ring.keys:
             entry = key.entry()
@@ -636,8 +870,11 @@ def cmd_keys(settings: Settings, args) -> int:
         raise ValueError("memstream keys new needs --tenant T (repeat it, or T1,T2; * for every tenant)")
     scopes = [s.strip() for s in args.scope.split(",") if s.strip()]
     token, entry = auth.new_key(args.name, tenants, scopes)  # KeyConfigError for a bad tenant or scope: exit 2
-    print("memstream keys: the key below is shown once; give it to the client (MEMSTREAM_API_KEY, or 'Authorization: Bearer <key>'),\n"
-          "and add the JSON entry after it to the list in MEMSTREAM_API_KEYS_FILE (only its sha256 is stored):", file=sys.stderr)
+    print(
+        "memstream keys: the key below is shown once; give it to the client (MEMSTREAM_API_KEY, or 'Authorization: Bearer <key>'),\n"
+        "and add the JSON entry after it to the list in MEMSTREAM_API_KEYS_FILE (only its sha256 is stored):",
+        file=sys.stderr,
+    )
     print(token)
     print(json.dumps(entry))
     return 0
@@ -645,7 +882,9 @@ def cmd_keys(settings: Settings, args) -> int:
 
 def cmd_mcp(settings: Settings, args) -> int:
     # stdout carries the protocol: every log line goes to stderr, configured before the SDK's own
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from workers.query.mcp_server import run_stdio
 
     run_stdio(settings, tenant_or_default(args.tenant, settings.tenant))

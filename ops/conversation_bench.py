@@ -29,13 +29,13 @@ from typing import Callable
 
 import numpy as np
 
-from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
 from ops.datasets import recall_at
 from ops.local_run import LocalIndexer
 from ops.stack import stderr
 from topics import ContractError
-from workers.models.extraction import RulesExtractor
+from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
 from workers.algorithms.retrieval import RetrievalParams
+from workers.models.extraction import RulesExtractor
 from workers.query.engine import MODES, QueryEngine, QueryRequest
 from workers.settings import Settings
 
@@ -77,7 +77,9 @@ def load_conversations(path: Path) -> tuple[list[Turn], list[Question]]:
     except json.JSONDecodeError as exc:
         raise ContractError(f"{path}: not JSON ({exc})") from None
     if not is_locomo(data):
-        raise ContractError(f"{path}: expected the LoCoMo layout (a sample, or a list of samples, with a 'conversation' object)")
+        raise ContractError(
+            f"{path}: expected the LoCoMo layout (a sample, or a list of samples, with a 'conversation' object)"
+        )
     return locomo_turns(data, str(path)), locomo_questions(data)
 
 
@@ -87,13 +89,17 @@ def plan(turns: list[Turn], questions: list[Question], tenant_prefix: str) -> Pl
     doc_of = {(turn.metadata["sample_id"], turn.turn_id): turn.doc_id for turn in turns}
     probes, no_evidence, unknown = [], 0, 0
     for question in questions:
-        gold = frozenset(doc_of[(question.sample_id, dia)] for dia in question.evidence if (question.sample_id, dia) in doc_of)
+        gold = frozenset(
+            doc_of[(question.sample_id, dia)] for dia in question.evidence if (question.sample_id, dia) in doc_of
+        )
         unknown += len(question.evidence) - len(gold)
         if not gold:
             no_evidence += 1
             continue
         probes.append(Probe(question, tenants[question.sample_id], gold))
-    return Plan(turns, tenants, probes, len(questions), no_evidence, sum(len(q.unreadable_evidence) for q in questions), unknown)
+    return Plan(
+        turns, tenants, probes, len(questions), no_evidence, sum(len(q.unreadable_evidence) for q in questions), unknown
+    )
 
 
 def every(total: int, what: str, started: float) -> Callable[[int], None]:
@@ -107,8 +113,14 @@ def every(total: int, what: str, started: float) -> Callable[[int], None]:
     return progress
 
 
-async def ingest(memory, settings: Settings, embedder, turns: list[Turn], tenants: dict[str, str],
-                 progress: Callable[[int], None] | None = None) -> LocalIndexer:
+async def ingest(
+    memory,
+    settings: Settings,
+    embedder,
+    turns: list[Turn],
+    tenants: dict[str, str],
+    progress: Callable[[int], None] | None = None,
+) -> LocalIndexer:
     """Every turn through the indexing pipeline in this process, into its sample's tenant (the
     one ingestion path, over InMemoryStore or Redis's Memory): one turn at a time, each indexed
     to the end before the next is published, as a live conversation arrives; `progress(turns
@@ -148,13 +160,22 @@ ABLATIONS = {
 }
 
 
-async def ask(engine: QueryEngine, probes: list[Probe], modes: list[str], progress: Callable[[int], None] | None = None,
-              ablations: dict[str, tuple[str, dict]] | None = None) -> list[Answer]:
+async def ask(
+    engine: QueryEngine,
+    probes: list[Probe],
+    modes: list[str],
+    progress: Callable[[int], None] | None = None,
+    ablations: dict[str, tuple[str, dict]] | None = None,
+) -> list[Answer]:
     """Every probe in every mode, top max(KS) passages each; then in each ablation's mode with its
     parameters (its Answer.mode is the ablation's name)."""
     runs = [(mode, mode, RetrievalParams()) for mode in modes]
-    runs += [(name, mode, RetrievalParams.from_json(overrides)) for name, (mode, overrides) in (ablations or {}).items()]
-    await engine.embedder.embed(list(dict.fromkeys(p.question.question for p in probes)))  # latency: retrieval, not the model
+    runs += [
+        (name, mode, RetrievalParams.from_json(overrides)) for name, (mode, overrides) in (ablations or {}).items()
+    ]
+    await engine.embedder.embed(
+        list(dict.fromkeys(p.question.question for p in probes))
+    )  # latency: retrieval, not the model
     for tenant in dict.fromkeys(p.tenant for p in probes):  # the first query of a tenant loads its graph: not timed
         for mode in dict.fromkeys(mode for _, mode, _ in runs):
             await engine.answer(QueryRequest("warm-up", tenant, max(KS), mode))
@@ -164,7 +185,9 @@ async def ask(engine: QueryEngine, probes: list[Probe], modes: list[str], progre
             started = time.perf_counter()
             result = await engine.answer(QueryRequest(probe.question.question, probe.tenant, max(KS), mode, params))
             ms = 1000 * (time.perf_counter() - started)
-            answers.append(Answer(probe, name, [p["doc_id"] for p in result["passages"]], ms, bool(result.get("fallback"))))
+            answers.append(
+                Answer(probe, name, [p["doc_id"] for p in result["passages"]], ms, bool(result.get("fallback")))
+            )
             done += 1
             if progress:
                 progress(done)
@@ -174,7 +197,11 @@ async def ask(engine: QueryEngine, probes: list[Probe], modes: list[str], progre
 def _recall(answers: list[Answer]) -> dict:
     row = {"n": len(answers)}
     for k in KS:
-        row[f"R@{k}"] = round(100 * sum(recall_at(a.ranked, a.probe.gold, k) for a in answers) / len(answers), 1) if answers else None
+        row[f"R@{k}"] = (
+            round(100 * sum(recall_at(a.ranked, a.probe.gold, k) for a in answers) / len(answers), 1)
+            if answers
+            else None
+        )
     return row
 
 
@@ -191,7 +218,9 @@ def summarize(answers: list[Answer], modes: list[str]) -> dict:
         ms = [a.ms for a in mine]
         out[mode] = {
             "overall": _recall(mine),
-            "by_category": {c: _recall(by_category[c]) for c in sorted(by_category, key=lambda c: (c == "none", c.zfill(3)))},
+            "by_category": {
+                c: _recall(by_category[c]) for c in sorted(by_category, key=lambda c: (c == "none", c.zfill(3)))
+            },
             "p50_ms": round(float(np.percentile(ms, 50)), 1) if ms else None,
             "p99_ms": round(float(np.percentile(ms, 99)), 1) if ms else None,
             "fallbacks": sum(a.fallback for a in mine),
@@ -224,10 +253,14 @@ def format_table(result: dict) -> str:
             cells.append(f" {_cell(row['R@5'])} {_cell(row['R@10'])}")
         lines.append(f"{label:<18} {n:>4}" + "".join(cells))
     for name in ("p50_ms", "p99_ms"):
-        lines.append(f"{name.replace('_', ' '):<18} {'':>4}" + "".join(f" {_cell(result['modes'][m][name]):>13}" for m in modes))
+        lines.append(
+            f"{name.replace('_', ' '):<18} {'':>4}" + "".join(f" {_cell(result['modes'][m][name]):>13}" for m in modes)
+        )
     fallbacks = {m: r["fallbacks"] for m, r in result["modes"].items() if r["fallbacks"]}
     if fallbacks:
-        lines.append("fell back to the first stage: " + ", ".join(f"{m} {n}/{result['evaluated']}" for m, n in fallbacks.items()))
+        lines.append(
+            "fell back to the first stage: " + ", ".join(f"{m} {n}/{result['evaluated']}" for m, n in fallbacks.items())
+        )
     return "\n".join(lines)
 
 
@@ -235,8 +268,14 @@ def _cell(value) -> str:
     return f"{'-' if value is None else value:>6}"
 
 
-async def run(settings: Settings, path: Path, modes: list[str], redis_url: str | None, embedder=None,
-              ablations: dict[str, tuple[str, dict]] | None = None) -> dict:
+async def run(
+    settings: Settings,
+    path: Path,
+    modes: list[str],
+    redis_url: str | None,
+    embedder=None,
+    ablations: dict[str, tuple[str, dict]] | None = None,
+) -> dict:
     turns, questions = load_conversations(path)
     prefix = f"convbench-{uuid.uuid4().hex[:8]}"
     work = plan(turns, questions, prefix)
@@ -254,24 +293,50 @@ async def run(settings: Settings, path: Path, modes: list[str], redis_url: str |
         memory = InMemoryStore(embedder.dims, tau=settings.effective_tau)
     try:
         started = time.perf_counter()
-        stderr(f"conversation: ingesting {len(turns)} turns of {len(work.tenants)} conversation(s) "
-               f"({'Redis at ' + redis_url if redis_url else 'in-memory store'}, tenants {prefix}-*)")
+        stderr(
+            f"conversation: ingesting {len(turns)} turns of {len(work.tenants)} conversation(s) "
+            f"({'Redis at ' + redis_url if redis_url else 'in-memory store'}, tenants {prefix}-*)"
+        )
         await ingest(memory, settings, embedder, turns, work.tenants, every(len(turns), "turns indexed", started))
         index_seconds = time.perf_counter() - started
         started = time.perf_counter()
         runs = len(modes) + len(ablations or {})
-        answers = await ask(QueryEngine(memory, embedder), work.probes, modes, every(len(work.probes) * runs, "questions asked", started), ablations)
+        answers = await ask(
+            QueryEngine(memory, embedder),
+            work.probes,
+            modes,
+            every(len(work.probes) * runs, "questions asked", started),
+            ablations,
+        )
     finally:
         await memory.close()
     return {
-        "file": str(path), "samples": len(work.tenants), "turns": len(turns), "tenants": list(work.tenants.values()),
-        "store": "redis" if redis_url else "in-memory", "extractor": "rules", "embedder": EMBEDDER,
-        "index_seconds": round(index_seconds, 1), "questions": work.questions, "evaluated": len(work.probes),
-        "skipped_no_evidence": work.no_evidence, "unreadable_evidence": work.unreadable_evidence, "unknown_evidence": work.unknown_evidence,
-        "categories": {str(n): name for n, name in CATEGORIES.items()}, "categories_source": "as in the public LoCoMo file",
+        "file": str(path),
+        "samples": len(work.tenants),
+        "turns": len(turns),
+        "tenants": list(work.tenants.values()),
+        "store": "redis" if redis_url else "in-memory",
+        "extractor": "rules",
+        "embedder": EMBEDDER,
+        "index_seconds": round(index_seconds, 1),
+        "questions": work.questions,
+        "evaluated": len(work.probes),
+        "skipped_no_evidence": work.no_evidence,
+        "unreadable_evidence": work.unreadable_evidence,
+        "unknown_evidence": work.unknown_evidence,
+        "categories": {str(n): name for n, name in CATEGORIES.items()},
+        "categories_source": "as in the public LoCoMo file",
         "modes": summarize(answers, modes),
-        **({"ablations": {name: {"mode": mode, "params": params, **summarize(answers, [name])[name]} for name, (mode, params) in ablations.items()}}
-           if ablations else {}),
+        **(
+            {
+                "ablations": {
+                    name: {"mode": mode, "params": params, **summarize(answers, [name])[name]}
+                    for name, (mode, params) in ablations.items()
+                }
+            }
+            if ablations
+            else {}
+        ),
         "per_question": per_question([a for a in answers if a.mode in modes]),
     }
 
@@ -282,15 +347,25 @@ def per_question(answers: list[Answer]) -> list[dict]:
     rows: dict[int, dict] = {}  # by id(): a probe is asked once per mode
     for answer in answers:
         question = answer.probe.question
-        row = rows.setdefault(id(answer.probe), {"question": question.question, "category": question.category,
-                                             "evidence": sorted(answer.probe.gold), "modes": {}})
-        row["modes"][answer.mode] = {"top": answer.ranked[:max(KS)], "fallback": answer.fallback,
-                                     **{f"R@{k}": round(100 * recall_at(answer.ranked, answer.probe.gold, k), 1) for k in KS}}
+        row = rows.setdefault(
+            id(answer.probe),
+            {
+                "question": question.question,
+                "category": question.category,
+                "evidence": sorted(answer.probe.gold),
+                "modes": {},
+            },
+        )
+        row["modes"][answer.mode] = {
+            "top": answer.ranked[: max(KS)],
+            "fallback": answer.fallback,
+            **{f"R@{k}": round(100 * recall_at(answer.ranked, answer.probe.gold, k), 1) for k in KS},
+        }
     return list(rows.values())
 
 
 def parse_modes(text: str | None) -> list[str]:
-    """"dense,ppr" → the modes, each one the query engine has; None → all of them."""
+    """ "dense,ppr" → the modes, each one the query engine has; None → all of them."""
     if text is None:
         return [m for m in TABLE_ORDER if m in MODES] + [m for m in MODES if m not in TABLE_ORDER]
     modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
@@ -300,9 +375,23 @@ def parse_modes(text: str | None) -> list[str]:
     return modes
 
 
-def run_conversation_bench(settings: Settings, path: Path | None, modes: str | None, redis_url: str | None, as_json: bool,
-                           ablations: bool = False) -> int:
-    result = asyncio.run(run(settings, path or SAMPLE_CONVERSATION, parse_modes(modes), redis_url, ablations=ABLATIONS if ablations else None))
+def run_conversation_bench(
+    settings: Settings,
+    path: Path | None,
+    modes: str | None,
+    redis_url: str | None,
+    as_json: bool,
+    ablations: bool = False,
+) -> int:
+    result = asyncio.run(
+        run(
+            settings,
+            path or SAMPLE_CONVERSATION,
+            parse_modes(modes),
+            redis_url,
+            ablations=ABLATIONS if ablations else None,
+        )
+    )
     print(json.dumps(result, indent=1) if as_json else format_table(result) + format_ablations(result))
     return 0
 

@@ -36,8 +36,13 @@ def load_dataset(name: str, data_dir: Path) -> Dataset:
     if name == "musique":
         passages = [f"{p['title']}\n{p['text']}" for p in corpus]
         where = {text: i for i, text in enumerate(passages)}
-        questions = [Question(r["question"], frozenset(where[f"{p['title']}\n{p['paragraph_text']}"] for p in r["paragraphs"] if p["is_supporting"]))
-                     for r in rows]
+        questions = [
+            Question(
+                r["question"],
+                frozenset(where[f"{p['title']}\n{p['paragraph_text']}"] for p in r["paragraphs"] if p["is_supporting"]),
+            )
+            for r in rows
+        ]
         openie = sorted(folder.glob("openie_*.json"))
         return Dataset(name, passages, questions, openie[0] if openie else None)
     titles = list(corpus)

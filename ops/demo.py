@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ops.answers import format_answer, query_endpoint
 from ops.kafka_admin import ensure_topics
-from ops.publish import load_documents, publish, wait_indexed
 from ops.processes import WorkerProcess
+from ops.publish import load_documents, publish, wait_indexed
 from ops.stack import Stack, stderr
 from workers.settings import Settings
 
@@ -86,10 +86,14 @@ def run_demo(settings: Settings) -> int:
         stderr("== 4. answers")
         for text in SAMPLE_QUERIES:
             body = json.dumps({"query": text, "tenant": TENANT, "top_k": 3}).encode()
-            request = urllib.request.Request(query_endpoint(settings), data=body, headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(
+                query_endpoint(settings), data=body, headers={"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(request, timeout=60) as response:
                 print(format_answer(json.loads(response.read())), flush=True)
             print(flush=True)
-        stderr("done. Try: memstream query \"Who founded Brightwater?\" --tenant demo (with `memstream worker` running);"
-               " `memstream tail --tenant demo --from-beginning` for events; `memstream stack down` to stop Kafka and Redis.")
+        stderr(
+            'done. Try: memstream query "Who founded Brightwater?" --tenant demo (with `memstream worker` running);'
+            " `memstream tail --tenant demo --from-beginning` for events; `memstream stack down` to stop Kafka and Redis."
+        )
         return 0

@@ -20,8 +20,12 @@ def llm_cache_keys(settings: Settings):
     return lambda passages: extraction_cache_keys(settings, passages)
 
 
-def tenant_texts(passages: list[tuple[str, dict]], entities: list[tuple[str, dict]], facts: list[tuple[str, dict]],
-                 schemas: list[tuple[str, dict]]) -> list[str]:
+def tenant_texts(
+    passages: list[tuple[str, dict]],
+    entities: list[tuple[str, dict]],
+    facts: list[tuple[str, dict]],
+    schemas: list[tuple[str, dict]],
+) -> list[str]:
     """Every text the tenant's extraction embedded: each passage as indexed, entity names, and
     each fact and its schema (every schema came with a fact, and facts are kept)."""
     return embedded_texts(passages, entities, facts, with_schemas=True)
@@ -35,7 +39,9 @@ async def purge_tenant(settings: Settings, memory, tenant: str) -> dict[str, int
 def tenant_purged_event(tenant: str, gone: dict[str, int]) -> FactEvent:
     """The `purged` event of a tenant's erasure: no document, no ids (a tenant's may be
     millions), what went counted in its reason; its id is of this erasure (the time it ran)."""
-    event = document_event(tenant, "purged", "", [], 0, "tenant erased: " + ", ".join(f"{n} {what}" for what, n in gone.items()))
+    event = document_event(
+        tenant, "purged", "", [], 0, "tenant erased: " + ", ".join(f"{n} {what}" for what, n in gone.items())
+    )
     return FactEvent(**{**event.__dict__, "event_id": short_hash("event", tenant, "tenant-purge", repr(time.time()))})
 
 
@@ -46,6 +52,8 @@ def publish_event(settings: Settings, event: FactEvent, timeout_s: float = 30.0)
     timeout_ms = int(timeout_s * 1000)
     producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", max_block_ms=timeout_ms)
     try:
-        producer.send(settings.topics.indexed_facts, key=event.key.encode("utf-8"), value=encode(event)).get(timeout=timeout_s)
+        producer.send(settings.topics.indexed_facts, key=event.key.encode("utf-8"), value=encode(event)).get(
+            timeout=timeout_s
+        )
     finally:
         producer.close()

@@ -19,8 +19,27 @@ _NOT_XML = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 _NODE_TYPES = {"entity": "ENTITY", "passage": "PASSAGE", "type": "TYPE"}  # GraphML node type by node kind
 
-FACT_FIELDS = ("head", "relation", "tail", "head_id", "tail_id", "head_type", "tail_type", "schema_id", "status", "category",
-               "valid_from", "valid_to", "valid_at", "invalid_at", "created_at", "activated_at", "expired_at", "merged_into", "reason")
+FACT_FIELDS = (
+    "head",
+    "relation",
+    "tail",
+    "head_id",
+    "tail_id",
+    "head_type",
+    "tail_type",
+    "schema_id",
+    "status",
+    "category",
+    "valid_from",
+    "valid_to",
+    "valid_at",
+    "invalid_at",
+    "created_at",
+    "activated_at",
+    "expired_at",
+    "merged_into",
+    "reason",
+)
 
 
 def export_tenant(settings: Settings, tenant: str) -> dict:
@@ -38,17 +57,34 @@ async def _export(settings: Settings, tenant: str) -> dict:
 async def export_memory(memory: MemoryStore, tenant: str) -> dict:
     """The export of a tenant of any store (store.base.MemoryStore): Redis's Memory, or the
     in-memory store the tests compare it with."""
-    schemas = [{"id": sid, "head_type": row.get("head_type"), "relation": row.get("relation"), "tail_type": row.get("tail_type"),
-                "frequency": int(row.get("frequency", 0)), "status": row.get("status")}
-               for sid, row in await memory.records(tenant, "schemas")]
+    schemas = [
+        {
+            "id": sid,
+            "head_type": row.get("head_type"),
+            "relation": row.get("relation"),
+            "tail_type": row.get("tail_type"),
+            "frequency": int(row.get("frequency", 0)),
+            "status": row.get("status"),
+        }
+        for sid, row in await memory.records(tenant, "schemas")
+    ]
     fact_ids = await memory.scan_ids(tenant, "facts")
     facts = []
     for fact in await memory.facts(tenant, fact_ids):
         if fact is not None:
             record = fact.to_json()
-            facts.append({"id": fact.id, **{k: (record[k] if record[k] not in ("", None) else None) for k in FACT_FIELDS},
-                          "qualifiers": fact.qualifiers, "passages": fact.passage_ids})
-    entities = [{"id": eid, "name": row.get("name"), "type": row.get("type")} for eid, row in await memory.records(tenant, "entities")]
+            facts.append(
+                {
+                    "id": fact.id,
+                    **{k: (record[k] if record[k] not in ("", None) else None) for k in FACT_FIELDS},
+                    "qualifiers": fact.qualifiers,
+                    "passages": fact.passage_ids,
+                }
+            )
+    entities = [
+        {"id": eid, "name": row.get("name"), "type": row.get("type")}
+        for eid, row in await memory.records(tenant, "entities")
+    ]
     # the graph as the query worker reads it (type edges 1/|type|), with every change since its load
     graph = await load_whole(memory, tenant)
     edges = []
@@ -56,8 +92,14 @@ async def export_memory(memory: MemoryStore, tenant: str) -> dict:
         source, target = sorted((a, b))
         edges.append({"source": source, "target": target, "kind": kind, "weight": round(weight, 6)})
     edges.sort(key=lambda e: (e["source"], e["target"], e["kind"]))
-    return {"tenant": tenant, "graph_version": await memory.graph_version(tenant), "schemas": schemas, "facts": facts,
-            "entities": entities, "edges": edges}
+    return {
+        "tenant": tenant,
+        "graph_version": await memory.graph_version(tenant),
+        "schemas": schemas,
+        "facts": facts,
+        "entities": entities,
+        "edges": edges,
+    }
 
 
 def xml_text(value: str | None) -> str | None:
@@ -72,8 +114,12 @@ def to_graphml(export: dict) -> str:
     ns = "http://graphml.graphdrawing.org/xmlns"
     ET.register_namespace("", ns)
     root = ET.Element(f"{{{ns}}}graphml")
-    for key_id, target, name, kind in (("d0", "node", "name", "string"), ("d1", "node", "type", "string"), ("d2", "edge", "kind", "string"),
-                                       ("d3", "edge", "weight", "double")):
+    for key_id, target, name, kind in (
+        ("d0", "node", "name", "string"),
+        ("d1", "node", "type", "string"),
+        ("d2", "edge", "kind", "string"),
+        ("d3", "edge", "weight", "double"),
+    ):
         ET.SubElement(root, f"{{{ns}}}key", id=key_id, **{"for": target, "attr.name": name, "attr.type": kind})
     graph = ET.SubElement(root, f"{{{ns}}}graph", id=xml_text(export["tenant"]), edgedefault="undirected")
     nodes = {entity_node(e["id"]): (e["name"], e["type"]) for e in export["entities"]}
@@ -85,7 +131,9 @@ def to_graphml(export: dict) -> str:
         ET.SubElement(element, f"{{{ns}}}data", key="d0").text = xml_text(nodes[name][0])
         ET.SubElement(element, f"{{{ns}}}data", key="d1").text = xml_text(nodes[name][1])
     for i, edge in enumerate(export["edges"]):
-        element = ET.SubElement(graph, f"{{{ns}}}edge", id=f"x{i}", source=xml_text(edge["source"]), target=xml_text(edge["target"]))
+        element = ET.SubElement(
+            graph, f"{{{ns}}}edge", id=f"x{i}", source=xml_text(edge["source"]), target=xml_text(edge["target"])
+        )
         ET.SubElement(element, f"{{{ns}}}data", key="d2").text = xml_text(edge["kind"])
         ET.SubElement(element, f"{{{ns}}}data", key="d3").text = repr(edge["weight"])
     return ET.tostring(root, encoding="unicode", xml_declaration=True)

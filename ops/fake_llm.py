@@ -98,8 +98,13 @@ class _FakeServer:
 
 
 class FakeOpenAI(_FakeServer):
-    def __init__(self, default: Callable[[dict], str] | None = None, latency_s: float = 0.0,
-                 answers: Mapping[str, Answer] | None = None, schema_answers: Mapping[str, Answer] | None = None):
+    def __init__(
+        self,
+        default: Callable[[dict], str] | None = None,
+        latency_s: float = 0.0,
+        answers: Mapping[str, Answer] | None = None,
+        schema_answers: Mapping[str, Answer] | None = None,
+    ):
         self.script: deque = deque()
         self.default = default
         self.latency_s = latency_s
@@ -121,7 +126,10 @@ class FakeOpenAI(_FakeServer):
         schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("name")
         if schema in self.schema_answers:
             return None, self.schema_answers[schema]
-        contents = [m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content")) for m in body.get("messages") or []]
+        contents = [
+            m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
+            for m in body.get("messages") or []
+        ]
         snippet = max((s for s in self.answers if any(s in c for c in contents)), key=len, default=None)
         if snippet is not None:
             return snippet, self.answers[snippet]
@@ -145,11 +153,13 @@ class FakeOpenAI(_FakeServer):
         else:
             return 500, {"error": {"message": "script exhausted", "type": "scripted"}}
         return 200, {
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body.get("model", ""),
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
         }
-
 
 
 @functools.lru_cache(maxsize=100_000)  # a benchmark embeds the same names again and again: keep the fake cheap
@@ -199,9 +209,16 @@ class FakeEmbeddings(_FakeServer):
         texts = body.get("input")
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            return 400, {"error": {"message": "input must be a string or a list of strings", "type": "invalid_request_error"}}
+            return 400, {
+                "error": {"message": "input must be a string or a list of strings", "type": "invalid_request_error"}
+            }
         if self.refuse is not None and any(self.refuse(t) for t in texts):
-            return 400, {"error": {"message": "an input is longer than the model's maximum context length", "type": "invalid_request_error"}}
+            return 400, {
+                "error": {
+                    "message": "an input is longer than the model's maximum context length",
+                    "type": "invalid_request_error",
+                }
+            }
         dims = step.get("dims") or body.get("dimensions") or self.dims
         rows = [_fake_vector(t, dims) for t in texts][: step.get("count", len(texts))]
         if body.get("encoding_format") == "base64" and not step.get("floats"):
@@ -213,9 +230,13 @@ class FakeEmbeddings(_FakeServer):
         with self._lock:
             self.texts.extend(texts)
         return 200, {
-            "object": "list", "model": body.get("model", ""),
+            "object": "list",
+            "model": body.get("model", ""),
             "data": [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)],
-            "usage": {"prompt_tokens": sum(len(t.split()) for t in texts), "total_tokens": sum(len(t.split()) for t in texts)},
+            "usage": {
+                "prompt_tokens": sum(len(t.split()) for t in texts),
+                "total_tokens": sum(len(t.split()) for t in texts),
+            },
         }
 
     def _respond(self, path: str, body: dict) -> tuple[int, dict]:

@@ -24,7 +24,11 @@ def check(extractions) -> dict:
     dropped: Counter = Counter()
     for text, extraction in extractions:
         result = ground(extraction.facts, extraction.entities, Passage.of(text))
-        facts, entities, demoted = facts + len(extraction.facts), entities + len(extraction.entities), demoted + len(result.demoted)
+        facts, entities, demoted = (
+            facts + len(extraction.facts),
+            entities + len(extraction.entities),
+            demoted + len(result.demoted),
+        )
         dropped.update(f"fact {reason}" for _, reason in result.dropped)
         dropped.update(f"entity {reason}" for _, reason in result.dropped_entities)
     return {"facts": facts, "entities": entities, "dropped": dict(sorted(dropped.items())), "demoted": demoted}
@@ -41,7 +45,11 @@ def main(argv=None) -> None:
         print(f"{name} rules:", check((text, rules.extract_sync(text)) for text in dataset.passages))
         if dataset.openie_file:
             replay = ReplayExtractor(dataset.openie_file)
-            recorded = ((text, replay.by_sha[content_hash(text)]) for text in dataset.passages if content_hash(text) in replay.by_sha)
+            recorded = (
+                (text, replay.by_sha[content_hash(text)])
+                for text in dataset.passages
+                if content_hash(text) in replay.by_sha
+            )
             counts = check(recorded)
             lost = sum(n for reason, n in counts["dropped"].items() if reason.startswith("fact"))
             print(f"{name} openie: {counts} — {lost / max(counts['facts'], 1):.1%} of the facts dropped")

@@ -11,24 +11,41 @@ from kafka.errors import TopicAlreadyExistsError
 from workers.settings import Settings
 
 
-def ensure_topics(settings: Settings, partitions: int | None = None, timeout_s: float = 30, connect_timeout_s: float = 30) -> list[str]:
+def ensure_topics(
+    settings: Settings, partitions: int | None = None, timeout_s: float = 30, connect_timeout_s: float = 30
+) -> list[str]:
     """Create the missing topics of the namespace; returns the names created. Raises (kafka's
     KafkaTimeoutError) when no broker answered within `connect_timeout_s`."""
     partitions = partitions or settings.partitions
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="memstream-admin",
-                             bootstrap_timeout_ms=int(max(1.0, connect_timeout_s) * 1000))
+    admin = KafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap,
+        client_id="memstream-admin",
+        bootstrap_timeout_ms=int(max(1.0, connect_timeout_s) * 1000),
+    )
     try:
         wanted = settings.topics.all()
         missing = [t for t in wanted if t not in set(admin.list_topics())]
         if missing:
             try:
-                admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1, topic_configs={"max.message.bytes": str(settings.max_message_bytes)}) for t in missing])
+                admin.create_topics(
+                    [
+                        NewTopic(
+                            t,
+                            num_partitions=partitions,
+                            replication_factor=1,
+                            topic_configs={"max.message.bytes": str(settings.max_message_bytes)},
+                        )
+                        for t in missing
+                    ]
+                )
             except TopicAlreadyExistsError:
                 pass  # another process created them meanwhile
         deadline = time.monotonic() + timeout_s
         while set(wanted) - set(admin.list_topics()):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"topics not visible after {timeout_s}s: {sorted(set(wanted) - set(admin.list_topics()))}")
+                raise TimeoutError(
+                    f"topics not visible after {timeout_s}s: {sorted(set(wanted) - set(admin.list_topics()))}"
+                )
             time.sleep(0.2)
         return missing
     finally:

@@ -28,8 +28,8 @@ from typing import Iterator
 import numpy as np
 
 from ops.datasets import Dataset, load_dataset
-from ops.recall import index_corpus
 from ops.processes import WorkerProcess, worker_env
+from ops.recall import index_corpus
 from ops.stack import Stack, free_port, stderr
 from workers.settings import Settings
 
@@ -102,10 +102,21 @@ async def run_level(url: str, tenant: str, clients: int, seconds: float, texts: 
         await asyncio.gather(*(client(session) for _ in range(clients)))
     elapsed = time.perf_counter() - started
     ok = outcomes["ok"]
-    return Level(clients, round(elapsed, 1), sum(outcomes.values()), ok, round(ok / elapsed, 1),
-                 round(float(np.percentile(latencies, 50)), 1) if latencies else None,
-                 round(float(np.percentile(latencies, 99)), 1) if latencies else None,
-                 outcomes["errors"], outcomes["shed"], cache_hits, None, None, samples)
+    return Level(
+        clients,
+        round(elapsed, 1),
+        sum(outcomes.values()),
+        ok,
+        round(ok / elapsed, 1),
+        round(float(np.percentile(latencies, 50)), 1) if latencies else None,
+        round(float(np.percentile(latencies, 99)), 1) if latencies else None,
+        outcomes["errors"],
+        outcomes["shed"],
+        cache_hits,
+        None,
+        None,
+        samples,
+    )
 
 
 def warm_up(endpoint: str, tenant: str) -> None:
@@ -116,7 +127,9 @@ def warm_up(endpoint: str, tenant: str) -> None:
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
             response.read()
     except urllib.error.HTTPError as exc:
-        raise RuntimeError(f"the query worker at {endpoint} answered {exc.code}: {exc.read()[:300].decode(errors='replace')}") from None
+        raise RuntimeError(
+            f"the query worker at {endpoint} answered {exc.code}: {exc.read()[:300].decode(errors='replace')}"
+        ) from None
     except urllib.error.URLError as exc:
         raise RuntimeError(f"cannot reach the query worker at {endpoint}: {exc.reason}") from None
 
@@ -133,8 +146,17 @@ def memory_mb(pid: int | None) -> tuple[float | None, float | None]:
     return tuple(round(int(fields[k].split()[0]) / 1024, 1) if k in fields else None for k in ("VmRSS", "VmHWM"))
 
 
-def run_load_bench(settings: Settings, clients: list[int], seconds: float, tenant: str | None, url: str | None,
-                   dataset_name: str, data_dir: Path, passages: int, as_json: bool) -> int:
+def run_load_bench(
+    settings: Settings,
+    clients: list[int],
+    seconds: float,
+    tenant: str | None,
+    url: str | None,
+    dataset_name: str,
+    data_dir: Path,
+    passages: int,
+    as_json: bool,
+) -> int:
     if not clients or min(clients) < 1 or not seconds > 0:
         raise ValueError("--clients must list positive numbers and --seconds be positive")
     dataset = load_dataset(dataset_name, data_dir)
@@ -143,14 +165,20 @@ def run_load_bench(settings: Settings, clients: list[int], seconds: float, tenan
     if tenant is None:
         tenant = f"load-{dataset_name}-{uuid.uuid4().hex[:6]}"
         sample = Dataset(dataset.name, dataset.passages[:passages], [], None)
-        stderr(f"load: indexing {len(sample.passages)} {dataset_name} passages as tenant {tenant} (rules extractor; pass --tenant to reuse one)")
+        stderr(
+            f"load: indexing {len(sample.passages)} {dataset_name} passages as tenant {tenant} (rules extractor; pass --tenant to reuse one)"
+        )
         index_corpus(settings, sample, tenant, "rules")
     texts = query_texts(dataset, uuid.uuid4().hex[:6])
     worker: WorkerProcess | None = None
     if url is None:
         home = Path(tempfile.mkdtemp(prefix="memstream-loadbench-"))
         port = free_port()
-        worker = WorkerProcess.spawn(home / "query-worker.log", worker_env(settings, f"loadbench{port}", home, MEMSTREAM_HTTP_PORT=str(port)), role="query")
+        worker = WorkerProcess.spawn(
+            home / "query-worker.log",
+            worker_env(settings, f"loadbench{port}", home, MEMSTREAM_HTTP_PORT=str(port)),
+            role="query",
+        )
         url = f"http://127.0.0.1:{port}"
         stderr(f"load: query worker pid {worker.pid} on {url} (log {worker.log})")
     endpoint = url.rstrip("/") + "/v1/query"
@@ -171,10 +199,14 @@ def run_load_bench(settings: Settings, clients: list[int], seconds: float, tenan
         print(json.dumps({"tenant": tenant, "url": url, "levels": [asdict(r) for r in rows]}, indent=1))
         return 0
     print(f"POST /v1/query, tenant {tenant}, distinct queries, {seconds:g} s per level")
-    print(f"{'clients':>7} {'requests':>9} {'ok/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'503s':>6} {'cached':>7} {'RSS MiB':>8} {'peak MiB':>9}")
+    print(
+        f"{'clients':>7} {'requests':>9} {'ok/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'503s':>6} {'cached':>7} {'RSS MiB':>8} {'peak MiB':>9}"
+    )
     for r in rows:
-        print(f"{r.clients:>7} {r.requests:>9} {r.throughput:>7} {_cell(r.p50_ms):>8} {_cell(r.p99_ms):>8} {r.errors:>7} {r.shed:>6} "
-              f"{r.cache_hits:>7} {_cell(r.rss_mb):>8} {_cell(r.peak_rss_mb):>9}")
+        print(
+            f"{r.clients:>7} {r.requests:>9} {r.throughput:>7} {_cell(r.p50_ms):>8} {_cell(r.p99_ms):>8} {r.errors:>7} {r.shed:>6} "
+            f"{r.cache_hits:>7} {_cell(r.rss_mb):>8} {_cell(r.peak_rss_mb):>9}"
+        )
         for sample in r.error_samples:
             print(f"        error: {sample}")
     return 0

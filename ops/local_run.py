@@ -20,7 +20,14 @@ from workers.settings import Settings
 
 
 class LocalIndexer:
-    def __init__(self, settings: Settings, memory, embedder: Embedder, extractor: Extractor, resolver_llm: ChatModel | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        memory,
+        embedder: Embedder,
+        extractor: Extractor,
+        resolver_llm: ChatModel | None = None,
+    ):
         self.memory = memory
         self.queue: deque[Outgoing] = deque()
         self.events: list[FactEvent] = []

@@ -40,8 +40,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from topics.conversations import Turn
 from store.in_memory import InMemoryStore
+from topics.conversations import Turn
 from workers.algorithms.categories import HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE, classify
 from workers.settings import Settings
 
@@ -59,32 +59,76 @@ STANDING_CATEGORIES = (HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE)
 # (turn id, speaker, minutes after the session start, text). Speakers: the user (Ana), the
 # agent (travel_agent), the hotel booking tool (hotel_booking).
 SESSION: tuple[tuple[str, str, int, str], ...] = (
-    ("t01", "Ana", 0, "Hi! I'm planning a family trip to Madrid for the four of us: me, my husband Luis, and our kids Sofia and Mateo. "
-                      "We fly from Bogotá on 14 July and come back on 21 July."),
+    (
+        "t01",
+        "Ana",
+        0,
+        "Hi! I'm planning a family trip to Madrid for the four of us: me, my husband Luis, and our kids Sofia and Mateo. "
+        "We fly from Bogotá on 14 July and come back on 21 July.",
+    ),
     ("t02", "Ana", 1, "Our budget is 3,000 USD for flights and hotel together, and the total must not exceed that."),
-    ("t03", "travel_agent", 2, "I searched flights for four passengers from Bogotá to Madrid, 14 to 21 July. The cheapest route I found "
-                               "is American Airlines with a connection in Miami, 1,980 USD for four with one checked bag each, which "
-                               "leaves 1,020 USD of the budget of 3,000 USD for the hotel. The second cheapest is the Avianca nonstop "
-                               "at 2,160 USD."),
-    ("t04", "Ana", 4, "We won't transit through Miami because Luis and Sofia have no US visa. Please rule out every US transit."),
-    ("t05", "travel_agent", 5, "Understood, I rejected the Miami connection and any other US transit. I'll take the Avianca nonstop at "
-                               "2,160 USD: it leaves Bogotá at 19:40 and lands in Madrid at 12:15 the next day. Next I'll book a family "
-                               "room for seven nights."),
-    ("t06", "hotel_booking", 6, 'reserve(hotel="Hotel Gran Via", check_in="2025-07-14", nights=7, room="family", guests=4) returned '
-                                'HTTP 409 Conflict: {"error": "ROOM_UNAVAILABLE", "detail": "no family room left for these dates", '
-                                '"hotel_id": "HGV-2231", "request_id": "7f3c9a1e"}'),
-    ("t07", "travel_agent", 7, "The booking at Hotel Gran Via failed with ROOM_UNAVAILABLE. I will look for another family room near "
-                               "Puerta del Sol for about 120 USD a night."),
+    (
+        "t03",
+        "travel_agent",
+        2,
+        "I searched flights for four passengers from Bogotá to Madrid, 14 to 21 July. The cheapest route I found "
+        "is American Airlines with a connection in Miami, 1,980 USD for four with one checked bag each, which "
+        "leaves 1,020 USD of the budget of 3,000 USD for the hotel. The second cheapest is the Avianca nonstop "
+        "at 2,160 USD.",
+    ),
+    (
+        "t04",
+        "Ana",
+        4,
+        "We won't transit through Miami because Luis and Sofia have no US visa. Please rule out every US transit.",
+    ),
+    (
+        "t05",
+        "travel_agent",
+        5,
+        "Understood, I rejected the Miami connection and any other US transit. I'll take the Avianca nonstop at "
+        "2,160 USD: it leaves Bogotá at 19:40 and lands in Madrid at 12:15 the next day. Next I'll book a family "
+        "room for seven nights.",
+    ),
+    (
+        "t06",
+        "hotel_booking",
+        6,
+        'reserve(hotel="Hotel Gran Via", check_in="2025-07-14", nights=7, room="family", guests=4) returned '
+        'HTTP 409 Conflict: {"error": "ROOM_UNAVAILABLE", "detail": "no family room left for these dates", '
+        '"hotel_id": "HGV-2231", "request_id": "7f3c9a1e"}',
+    ),
+    (
+        "t07",
+        "travel_agent",
+        7,
+        "The booking at Hotel Gran Via failed with ROOM_UNAVAILABLE. I will look for another family room near "
+        "Puerta del Sol for about 120 USD a night.",
+    ),
     ("t08", "Ana", 9, "Thanks. By the way, what is the weather like in Madrid in July?"),
-    ("t09", "travel_agent", 10, "Hot and dry: afternoons often reach 35 degrees and the evenings stay warm. Plan the Prado and the "
-                                "Reina Sofia for midday, when the museums are cool, and walks in Retiro Park for the evening; the kids "
-                                "will like the rowing boats on the lake."),
+    (
+        "t09",
+        "travel_agent",
+        10,
+        "Hot and dry: afternoons often reach 35 degrees and the evenings stay warm. Plan the Prado and the "
+        "Reina Sofia for midday, when the museums are cool, and walks in Retiro Park for the evening; the kids "
+        "will like the rowing boats on the lake.",
+    ),
     ("t10", "Ana", 12, "The kids love football. Is there a stadium tour at the Santiago Bernabeu?"),
-    ("t11", "travel_agent", 13, "Yes, the Bernabeu tour runs every day and takes about 90 minutes, with the trophy room, the pitch-side "
-                                "view and the dressing rooms. Children under five go free, so Mateo would enjoy it at no cost; tickets "
-                                "are cheaper online."),
-    ("t12", "Ana", 20, "Change of plans: we now fly on 16 July and come back on 23 July. What is the cheapest route for "
-                       "those dates?"),
+    (
+        "t11",
+        "travel_agent",
+        13,
+        "Yes, the Bernabeu tour runs every day and takes about 90 minutes, with the trophy room, the pitch-side "
+        "view and the dressing rooms. Children under five go free, so Mateo would enjoy it at no cost; tickets "
+        "are cheaper online.",
+    ),
+    (
+        "t12",
+        "Ana",
+        20,
+        "Change of plans: we now fly on 16 July and come back on 23 July. What is the cheapest route for those dates?",
+    ),
 )
 
 
@@ -103,8 +147,10 @@ PROCESS_ITEMS = (VISA_REFUSAL, ROOM_CONFLICT)
 
 
 def session() -> list[Turn]:
-    return [Turn(SESSION_ID, number, speaker, text, turn_id, SESSION_START + 60 * minute)
-            for number, (turn_id, speaker, minute, text) in enumerate(SESSION, 1)]
+    return [
+        Turn(SESSION_ID, number, speaker, text, turn_id, SESSION_START + 60 * minute)
+        for number, (turn_id, speaker, minute, text) in enumerate(SESSION, 1)
+    ]
 
 
 def render_turn(turn: Turn) -> str:
@@ -126,8 +172,10 @@ def line_category(line: str) -> str:
 
 
 def kept(context: str, item: ProcessItem) -> bool:
-    return any(any(term in line for term in item.terms) and (item.category in line or line_category(line) == item.category)
-               for line in context_lines(context))
+    return any(
+        any(term in line for term in item.terms) and (item.category in line or line_category(line) == item.category)
+        for line in context_lines(context)
+    )
 
 
 @functools.cache
@@ -212,13 +260,20 @@ async def memstream_context(history: list[Turn], decision: Turn, embedder) -> Me
     turn_of_doc = {turn.document(TENANT).doc_id: turn for turn in history}
 
     engine = QueryEngine(memory, embedder)
-    answer = await engine.answer(QueryRequest.from_json({"query": decision.text, "tenant": TENANT, "top_k": TOP_K}, TENANT, TOP_K))
+    answer = await engine.answer(
+        QueryRequest.from_json({"query": decision.text, "tenant": TENANT, "top_k": TOP_K}, TENANT, TOP_K)
+    )
     retrieved = [turn_of_doc[p["doc_id"]] for p in answer["passages"]]
 
     standing = await standing_facts(memory, turn_of_doc)
     lines = [render_turn(t) for t in retrieved]
     lines += [render_standing(entry) for entry in standing]
-    return MemstreamContext("\n".join(lines), [t.turn_id for t in retrieved], standing, answer["mode"] + (f" ({answer['fallback']})" if answer.get("fallback") else ""))
+    return MemstreamContext(
+        "\n".join(lines),
+        [t.turn_id for t in retrieved],
+        standing,
+        answer["mode"] + (f" ({answer['fallback']})" if answer.get("fallback") else ""),
+    )
 
 
 async def standing_facts(memory, turn_of_doc: dict[str, Turn]) -> list[dict]:
@@ -234,8 +289,16 @@ async def standing_facts(memory, turn_of_doc: dict[str, Turn]) -> list[dict]:
         raise RuntimeError(f"memory-tax: {found['total']} standing facts, more than one read lists ({MAX_FACTS_LIMIT})")
     grouped: dict[tuple[str, str, str], dict] = {}
     for fact in found["facts"]:
-        entry = grouped.setdefault((fact["category"], fact["relation"], fact["tail"]),
-                                   {"category": fact["category"], "relation": fact["relation"], "tail": fact["tail"], "heads": [], "turns": []})
+        entry = grouped.setdefault(
+            (fact["category"], fact["relation"], fact["tail"]),
+            {
+                "category": fact["category"],
+                "relation": fact["relation"],
+                "tail": fact["tail"],
+                "heads": [],
+                "turns": [],
+            },
+        )
         entry["heads"] = sorted({*entry["heads"], fact["head"]})
         entry["turns"] = sorted({*entry["turns"], *(turn_of_doc[doc_id].turn_id for doc_id in fact["doc_ids"])})
     return sorted(grouped.values(), key=lambda e: (e["turns"], e["category"], e["relation"], e["tail"]))
@@ -261,8 +324,16 @@ class EngineResult:
 def judge(engine: str, context: str, history_tokens: int, detail: dict | None = None) -> EngineResult:
     items = {item.name: kept(context, item) for item in PROCESS_ITEMS}
     footprint = tokens(context)
-    return EngineResult(engine, sum(items.values()) / len(items), 0.0 if items[VISA_REFUSAL.name] else 1.0, footprint,
-                        round(footprint / history_tokens, 4), items, context, detail or {})
+    return EngineResult(
+        engine,
+        sum(items.values()) / len(items),
+        0.0 if items[VISA_REFUSAL.name] else 1.0,
+        footprint,
+        round(footprint / history_tokens, 4),
+        items,
+        context,
+        detail or {},
+    )
 
 
 async def memory_tax(embedder=None) -> list[EngineResult]:
@@ -279,22 +350,41 @@ async def memory_tax(embedder=None) -> list[EngineResult]:
     return [
         judge("summariser", rolling_summary(history), history_tokens),
         judge("full history", full, history_tokens),
-        judge("memstream", ms.text, history_tokens, {"mode": ms.mode, "top_k": TOP_K, "passages": ms.passages, "standing": ms.standing}),
+        judge(
+            "memstream",
+            ms.text,
+            history_tokens,
+            {"mode": ms.mode, "top_k": TOP_K, "passages": ms.passages, "standing": ms.standing},
+        ),
     ]
 
 
 def run_memory_tax_bench(as_json: bool) -> int:
     results = asyncio.run(memory_tax())
     if as_json:
-        print(json.dumps({"session_turns": len(SESSION), "decision_turn": SESSION[-1][0], "tokenizer": "all-MiniLM-L6-v2 word pieces",
-                          "engines": [asdict(r) for r in results]}, ensure_ascii=False, indent=1))
+        print(
+            json.dumps(
+                {
+                    "session_turns": len(SESSION),
+                    "decision_turn": SESSION[-1][0],
+                    "tokenizer": "all-MiniLM-L6-v2 word pieces",
+                    "engines": [asdict(r) for r in results],
+                },
+                ensure_ascii=False,
+                indent=1,
+            )
+        )
         return 0
-    print(f"memory tax: {len(SESSION)}-turn booking session, context for the decision at {SESSION[-1][0]} "
-          "(footprint in MiniLM word pieces)")
+    print(
+        f"memory tax: {len(SESSION)}-turn booking session, context for the decision at {SESSION[-1][0]} "
+        "(footprint in MiniLM word pieces)"
+    )
     print(f"{'engine':<14} {'process recall':>15} {'violation':>10} {'footprint':>10} {'of history':>11}  kept")
     for r in results:
         items = ", ".join(name for name, ok in r.items_kept.items() if ok) or "-"
-        print(f"{r.engine:<14} {r.process_recall:>15.0%} {r.constraint_violation:>10.0%} {r.footprint_tokens:>10} {r.footprint_share:>11.0%}  {items}")
+        print(
+            f"{r.engine:<14} {r.process_recall:>15.0%} {r.constraint_violation:>10.0%} {r.footprint_tokens:>10} {r.footprint_share:>11.0%}  {items}"
+        )
     memstream = results[-1]
     print(f"\nmemstream context ({memstream.detail['mode']}, top_k {TOP_K}):")
     print(memstream.context)

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from ops.datasets import load_dataset
-from ops.recall import corpus_worker_env, index_corpus
 from ops.processes import WorkerProcess
+from ops.recall import corpus_worker_env, index_corpus
 from ops.stack import Stack, free_port, stderr
 from store import Memory
-from workers.query.graph_cache import TenantGraph, load_whole
 from workers.algorithms.ppr import SparseGraph
+from workers.query.graph_cache import TenantGraph, load_whole
 from workers.settings import Settings
 
 NODES_PER_EDGE = 0.37  # the indexed MuSiQue graph's shape: 20,960 nodes for 56,648 edges
@@ -56,7 +56,9 @@ def compare(name: str, graph: SparseGraph, queries: int, candidates: np.ndarray,
 
     adjacency = graph.matrix().tocoo()
     upper = adjacency.row < adjacency.col
-    g = igraph.Graph(n=len(graph), edges=list(zip(adjacency.row[upper].tolist(), adjacency.col[upper].tolist())), directed=False)
+    g = igraph.Graph(
+        n=len(graph), edges=list(zip(adjacency.row[upper].tolist(), adjacency.col[upper].tolist())), directed=False
+    )
     g.es["weight"] = adjacency.data[upper].tolist()
     rng = np.random.default_rng(seed)
     size = min(SEEDS_PER_QUERY, len(candidates))
@@ -77,16 +79,28 @@ def compare(name: str, graph: SparseGraph, queries: int, candidates: np.ndarray,
     for q, reset in enumerate(resets):
         reset_list = reset.tolist()
         t = time.perf_counter()
-        theirs = np.array(g.personalized_pagerank(vertices=None, directed=False, damping=0.5, reset=reset_list, weights="weight", implementation="prpack"))
+        theirs = np.array(
+            g.personalized_pagerank(
+                vertices=None, directed=False, damping=0.5, reset=reset_list, weights="weight", implementation="prpack"
+            )
+        )
         theirs_ms.append((time.perf_counter() - t) * 1000)
         if q >= 3:
             equal += list(np.argsort(-ours[q], kind="stable")[:10]) == list(np.argsort(-theirs, kind="stable")[:10])
             l1 = max(l1, float(np.abs(ours[q] - theirs).sum()))
     ours_ms, theirs_ms = ours_ms[3:], theirs_ms[3:]
     igraph_ms, memstream_ms = statistics.median(theirs_ms), statistics.median(ours_ms)
-    return {"graph": name, "nodes": len(graph), "edges": graph.edges, "igraph_ms": round(igraph_ms, 2), "memstream_ms": round(memstream_ms, 2),
-            "speedup": round(igraph_ms / memstream_ms, 2), "top10_equal": equal == queries, "top10_equal_share": round(equal / queries, 3),
-            "max_l1_vs_igraph": float(f"{l1:.2g}")}
+    return {
+        "graph": name,
+        "nodes": len(graph),
+        "edges": graph.edges,
+        "igraph_ms": round(igraph_ms, 2),
+        "memstream_ms": round(memstream_ms, 2),
+        "speedup": round(igraph_ms / memstream_ms, 2),
+        "top10_equal": equal == queries,
+        "top10_equal_share": round(equal / queries, 3),
+        "max_l1_vs_igraph": float(f"{l1:.2g}"),
+    }
 
 
 async def load_tenant_graph(settings: Settings, tenant: str) -> TenantGraph:
@@ -105,7 +119,9 @@ def http_latency(settings: Settings, tenant: str, questions: list[str], home: Pa
     def ask(text: str, mode: str) -> float:
         body = json.dumps({"query": text, "tenant": tenant, "top_k": 5, "mode": mode}).encode()
         started = time.perf_counter()
-        with urllib.request.urlopen(urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}), timeout=60) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}), timeout=60
+        ) as response:
             response.read()
         return (time.perf_counter() - started) * 1000
 
@@ -127,7 +143,9 @@ def http_latency(settings: Settings, tenant: str, questions: list[str], home: Pa
     return out
 
 
-def run_ppr_bench(settings: Settings, sizes: list[int], queries: int, data_dir: Path, tenant: str | None, as_json: bool) -> int:
+def run_ppr_bench(
+    settings: Settings, sizes: list[int], queries: int, data_dir: Path, tenant: str | None, as_json: bool
+) -> int:
     if importlib.util.find_spec("igraph") is None:
         print("memstream bench ppr needs igraph: pip install 'memstream[bench]'", file=sys.stderr)
         return 2
@@ -146,14 +164,22 @@ def run_ppr_bench(settings: Settings, sizes: list[int], queries: int, data_dir: 
     seeds = np.sort(np.concatenate([tenant_graph.entity_index(), tenant_graph.passage_index()]))
     rows.append(compare(f"musique:{tenant}", tenant_graph.graph, queries, seeds))
     stderr("ppr: HTTP latency, ppr vs dense mode")
-    http = http_latency(settings, tenant, [q.text for q in dataset.questions], Path(tempfile.mkdtemp(prefix="memstream-pprbench-")))
+    http = http_latency(
+        settings, tenant, [q.text for q in dataset.questions], Path(tempfile.mkdtemp(prefix="memstream-pprbench-"))
+    )
     result = {"rows": rows, "http": http}
     if as_json:
         print(json.dumps(result, indent=1))
     else:
-        print(f"{'graph':<28} {'nodes':>9} {'edges':>9} {'igraph ms':>10} {'memstream ms':>13} {'speedup':>8} {'top10 equal':>12} {'max L1 diff':>12}")
+        print(
+            f"{'graph':<28} {'nodes':>9} {'edges':>9} {'igraph ms':>10} {'memstream ms':>13} {'speedup':>8} {'top10 equal':>12} {'max L1 diff':>12}"
+        )
         for r in rows:
-            print(f"{r['graph']:<28} {r['nodes']:>9} {r['edges']:>9} {r['igraph_ms']:>10} {r['memstream_ms']:>13} {r['speedup']:>8} {str(r['top10_equal']):>12} {r['max_l1_vs_igraph']:>12}")
-        print(f"HTTP POST /v1/query over {http['queries']} MuSiQue questions: ppr p50 {http['ppr_p50_ms']} ms, p99 {http['ppr_p99_ms']} ms; "
-              f"dense p50 {http['dense_p50_ms']} ms, p99 {http['dense_p99_ms']} ms; p50 ratio {http['p50_ratio']}")
+            print(
+                f"{r['graph']:<28} {r['nodes']:>9} {r['edges']:>9} {r['igraph_ms']:>10} {r['memstream_ms']:>13} {r['speedup']:>8} {str(r['top10_equal']):>12} {r['max_l1_vs_igraph']:>12}"
+            )
+        print(
+            f"HTTP POST /v1/query over {http['queries']} MuSiQue questions: ppr p50 {http['ppr_p50_ms']} ms, p99 {http['ppr_p99_ms']} ms; "
+            f"dense p50 {http['dense_p50_ms']} ms, p99 {http['dense_p99_ms']} ms; p50 ratio {http['p50_ratio']}"
+        )
     return 0

@@ -38,8 +38,14 @@ class WorkerProcess:
         self._terminated = False  # SIGTERM sent: a second one would ask faust for a harder stop
 
     @classmethod
-    def spawn(cls, log: Path, env: dict | None = None, role: str | None = None, cwd: Path | None = None,
-              own_session: bool = False) -> "WorkerProcess":
+    def spawn(
+        cls,
+        log: Path,
+        env: dict | None = None,
+        role: str | None = None,
+        cwd: Path | None = None,
+        own_session: bool = False,
+    ) -> "WorkerProcess":
         """Start a worker with `env` (None: this process's environment), all roles unless
         `role` is given, its stdout and stderr written to `log` (truncated).
 
@@ -47,10 +53,14 @@ class WorkerProcess:
         (the tests and the chaos driver, which signal workers themselves). Otherwise it stays in
         the caller's process group, so a Ctrl-C or a `timeout` of a benchmark or the demo
         reaches the worker too, even where the caller dies before it could stop it."""
-        settings = Settings.from_env(os.environ if env is None else env)  # where it will listen (ValueError: it would not start)
+        settings = Settings.from_env(
+            os.environ if env is None else env
+        )  # where it will listen (ValueError: it would not start)
         argv = [*WORKER_COMMAND, *(["--role", role] if role else [])]
         with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session)
+            proc = subprocess.Popen(
+                argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session
+            )
         return cls(proc, log, f"http://{settings.http_host}:{settings.http_port}/healthz", own_session)
 
     @property
@@ -137,6 +147,14 @@ def worker_env(settings: Settings, namespace: str, home: Path, **overrides: str)
     topics, consumer group and home of its own; its query API without keys on loopback, as the
     benchmark's own requests send none (keys in this environment are not passed on)."""
     inherited = {k: v for k, v in os.environ.items() if k not in ("MEMSTREAM_API_KEYS", "MEMSTREAM_API_KEYS_FILE")}
-    return {**inherited, "MEMSTREAM_HTTP_HOST": "127.0.0.1", "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
-            "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
-            "MEMSTREAM_LOG_LEVEL": "warning", **overrides}
+    return {
+        **inherited,
+        "MEMSTREAM_HTTP_HOST": "127.0.0.1",
+        "MEMSTREAM_TOPIC_NAMESPACE": namespace,
+        "MEMSTREAM_APP_ID": namespace,
+        "MEMSTREAM_HOME": str(home),
+        "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "MEMSTREAM_REDIS_URL": settings.redis_url,
+        "MEMSTREAM_LOG_LEVEL": "warning",
+        **overrides,
+    }

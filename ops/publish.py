@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from store import Memory
 from store.base import MemoryStore
 from topics import ContractError, Document, DocumentDeletion, document_key, encode, parse_json
+from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
@@ -51,11 +51,18 @@ def publish_version() -> int:
 def folder_files(folder: Path) -> list[Path]:
     """The files `publish DIR` reads: every .txt .md .json .jsonl under the folder, in path
     order; hidden files and folders (a name starting with '.') are skipped."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in READ_SUFFIXES
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() in READ_SUFFIXES
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
 
 
-def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin: TextIO = sys.stdin, version: int | None = None) -> Loaded:
+def load_documents(
+    paths: Iterable[str], tenant: str, max_text_bytes: int, stdin: TextIO = sys.stdin, version: int | None = None
+) -> Loaded:
     """The documents of `paths` (files, folders, '-' for stdin), each checked against the
     contract; `version`: the version of those that name none. A text file's doc id is its name
     without the suffix; in a folder given, its path relative to the folder ('a/README'). Two
@@ -68,7 +75,9 @@ def load_documents(paths: Iterable[str], tenant: str, max_text_bytes: int, stdin
             if not files:
                 loaded.errors.append(f"{path}: no .txt, .md, .json or .jsonl file in this folder")
             for file in files:
-                _load_file(loaded, str(file), file, file.relative_to(folder).with_suffix("").as_posix(), tenant, max_text_bytes)
+                _load_file(
+                    loaded, str(file), file, file.relative_to(folder).with_suffix("").as_posix(), tenant, max_text_bytes
+                )
             continue
         if path == "-":
             try:
@@ -119,8 +128,10 @@ def _refuse_collisions(loaded: Loaded) -> None:
         found = places.get((doc.tenant, doc.doc_id), [])
         if len(found) > 1:
             others = [w for w in found if w != where] or found[1:]
-            loaded.errors.append(f"{where}: doc id {doc.doc_id!r} (tenant {doc.tenant}) is given {len(found)} times in one publish, also at "
-                                 f"{'; '.join(others)}: rename one, or publish them separately (the later replaces the earlier)")
+            loaded.errors.append(
+                f"{where}: doc id {doc.doc_id!r} (tenant {doc.tenant}) is given {len(found)} times in one publish, also at "
+                f"{'; '.join(others)}: rename one, or publish them separately (the later replaces the earlier)"
+            )
     kept = [(d, w) for d, w in zip(loaded.documents, loaded.sources) if (d.tenant, d.doc_id) not in clashes]
     loaded.documents, loaded.sources = [d for d, _ in kept], [w for _, w in kept]
 
@@ -236,7 +247,9 @@ class Progress:
 def publish(settings: Settings, documents: list[Document], quiet: bool = False) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, max_request_size=settings.max_message_bytes)
+    producer = KafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, max_request_size=settings.max_message_bytes
+    )
     progress = Progress("publish", len(documents), quiet=quiet)
     try:
         futures = []
@@ -287,10 +300,13 @@ async def unindexed(memory: MemoryStore, pending: dict[tuple[str, str], str]) ->
     return left
 
 
-async def _wait_indexed(settings: Settings, documents: list[Document], timeout_s: float, quiet: bool,
-                        memory: MemoryStore | None = None) -> list[str]:
+async def _wait_indexed(
+    settings: Settings, documents: list[Document], timeout_s: float, quiet: bool, memory: MemoryStore | None = None
+) -> list[str]:
     """`memory`: the store to read (default: Redis at settings.redis_url, closed at the end)."""
-    return await _wait_for(settings, {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}, "indexed", timeout_s, quiet, memory)
+    return await _wait_for(
+        settings, {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}, "indexed", timeout_s, quiet, memory
+    )
 
 
 def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = False, purge: bool = False) -> None:
@@ -306,12 +322,20 @@ def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = Fa
         for doc_id in doc_ids:
             key = document_key(tenant, doc_id).encode("utf-8")
             if purge:
-                futures.append(producer.send(settings.topics.documents, key=key, value=DocumentDeletion(tenant, doc_id, purge=True).erasure_value()))
+                futures.append(
+                    producer.send(
+                        settings.topics.documents,
+                        key=key,
+                        value=DocumentDeletion(tenant, doc_id, purge=True).erasure_value(),
+                    )
+                )
             futures.append(producer.send(settings.topics.documents, key=key, value=None))
         producer.flush()
         for future in futures:
             future.get(timeout=30)
-        Progress("delete", len(doc_ids), quiet=quiet).close(len(doc_ids), " erasures published" if purge else " tombstones published")
+        Progress("delete", len(doc_ids), quiet=quiet).close(
+            len(doc_ids), " erasures published" if purge else " tombstones published"
+        )
     finally:
         producer.close()
 
@@ -343,16 +367,32 @@ def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
 ERASED = "erased"  # what _wait_for waits for after an erasure (a content hash is 64 hex digits)
 
 
-def wait_deleted(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float, quiet: bool = False, purge: bool = False) -> list[str]:
+def wait_deleted(
+    settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float, quiet: bool = False, purge: bool = False
+) -> list[str]:
     """Poll until the chunker has taken each document out (its record holds no chunk: the text
     hash of nothing, all of its zero chunks done) — with `purge`, and erased what is left of it
     (workers.stages.erasure.left_to_erase finds nothing). Returns the ids not yet out at the deadline."""
     wanted = ERASED if purge else ""
-    return asyncio.run(_wait_for(settings, {(tenant, doc_id): wanted for doc_id in doc_ids}, "erased" if purge else "deleted", timeout_s, quiet))
+    return asyncio.run(
+        _wait_for(
+            settings,
+            {(tenant, doc_id): wanted for doc_id in doc_ids},
+            "erased" if purge else "deleted",
+            timeout_s,
+            quiet,
+        )
+    )
 
 
-async def _wait_for(settings: Settings, pending: dict[tuple[str, str], str], what: str, timeout_s: float, quiet: bool,
-                    memory: MemoryStore | None = None) -> list[str]:
+async def _wait_for(
+    settings: Settings,
+    pending: dict[tuple[str, str], str],
+    what: str,
+    timeout_s: float,
+    quiet: bool,
+    memory: MemoryStore | None = None,
+) -> list[str]:
     """Poll until each (tenant, doc id) holds the text of its content hash, fully indexed ('':
     nothing: deleted)."""
     own = memory is None

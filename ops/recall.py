@@ -16,14 +16,14 @@ from pathlib import Path
 
 from ops.datasets import Dataset, load_dataset, recall_at
 from ops.kafka_admin import ensure_topics
-from ops.publish import publish, wait_indexed
 from ops.processes import WorkerProcess, stop_all, worker_env
+from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr
 from store import Memory
 from topics import Document
+from workers.algorithms.retrieval import RetrievalParams
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 from workers.query.engine import QueryEngine, QueryRequest
-from workers.algorithms.retrieval import RetrievalParams
 from workers.settings import Settings
 
 # Every passage of these sets fits one chunk (≤ 300 words): the replay extractor is keyed by
@@ -32,32 +32,50 @@ BENCH_CHUNK_TOKENS = 100_000
 
 
 def corpus_documents(dataset: Dataset, tenant: str) -> list[Document]:
-    return [Document(tenant=tenant, doc_id=f"{dataset.name}-{i:05d}", text=text) for i, text in enumerate(dataset.passages)]
+    return [
+        Document(tenant=tenant, doc_id=f"{dataset.name}-{i:05d}", text=text) for i, text in enumerate(dataset.passages)
+    ]
 
 
 def passage_index(doc_id: str) -> int:
     return int(doc_id.rsplit("-", 1)[1])
 
 
-def corpus_worker_env(settings: Settings, namespace: str, home: Path, extractor: str, replay_file: Path | None, **extra: str) -> dict:
+def corpus_worker_env(
+    settings: Settings, namespace: str, home: Path, extractor: str, replay_file: Path | None, **extra: str
+) -> dict:
     replay = {"MEMSTREAM_REPLAY_FILE": str(replay_file)} if replay_file else {}
-    return worker_env(settings, namespace, home, MEMSTREAM_EXTRACTOR=extractor, MEMSTREAM_CHUNK_TOKENS=str(BENCH_CHUNK_TOKENS), **replay, **extra)
+    return worker_env(
+        settings,
+        namespace,
+        home,
+        MEMSTREAM_EXTRACTOR=extractor,
+        MEMSTREAM_CHUNK_TOKENS=str(BENCH_CHUNK_TOKENS),
+        **replay,
+        **extra,
+    )
 
 
-def index_corpus(settings: Settings, dataset: Dataset, tenant: str, extractor: str, workers: int = 1, **extra: str) -> float:
+def index_corpus(
+    settings: Settings, dataset: Dataset, tenant: str, extractor: str, workers: int = 1, **extra: str
+) -> float:
     """Publish every passage as a document and wait until the pipeline has indexed it all;
     returns the seconds taken. Indexing an already indexed tenant again changes nothing."""
     if extractor == "replay" and dataset.openie_file is None:
         raise ValueError(f"{dataset.name} has no recorded OpenIE extraction; use --extractor rules")
     namespace = f"recall{uuid.uuid4().hex[:8]}"
     home = Path(tempfile.mkdtemp(prefix="memstream-recall-"))
-    env = corpus_worker_env(settings, namespace, home, extractor, dataset.openie_file if extractor == "replay" else None, **extra)
+    env = corpus_worker_env(
+        settings, namespace, home, extractor, dataset.openie_file if extractor == "replay" else None, **extra
+    )
     bench = Settings.from_env(env)
     ensure_topics(bench)
     processes: list[WorkerProcess] = []
     try:
         for n in range(workers):
-            processes.append(WorkerProcess.spawn(home / f"worker{n}.log", {**env, "MEMSTREAM_HTTP_PORT": str(free_port())}))
+            processes.append(
+                WorkerProcess.spawn(home / f"worker{n}.log", {**env, "MEMSTREAM_HTTP_PORT": str(free_port())})
+            )
         for worker in processes:
             worker.wait_healthy()
         documents = corpus_documents(dataset, tenant)
@@ -85,7 +103,9 @@ ABLATIONS = {  # name → (retrieval overrides, indexing overrides)
 }
 
 
-async def evaluate(settings: Settings, dataset: Dataset, tenant: str, runs: dict[str, tuple[str, RetrievalParams]], embedder=None) -> dict:
+async def evaluate(
+    settings: Settings, dataset: Dataset, tenant: str, runs: dict[str, tuple[str, RetrievalParams]], embedder=None
+) -> dict:
     """R@2 and R@5 (percent) of each named (mode, params) run, with the query worker's engine."""
     memory = Memory.from_url(settings.redis_url)
     engine = QueryEngine(memory, embedder or BatchingEmbedder(LocalEmbedder()))
@@ -107,12 +127,21 @@ async def evaluate(settings: Settings, dataset: Dataset, tenant: str, runs: dict
     return out
 
 
-def run_recall_bench(settings: Settings, dataset_name: str, extractor: str, data_dir: Path, as_json: bool,
-                     tenant: str | None = None, index_ablations: bool = True) -> int:
+def run_recall_bench(
+    settings: Settings,
+    dataset_name: str,
+    extractor: str,
+    data_dir: Path,
+    as_json: bool,
+    tenant: str | None = None,
+    index_ablations: bool = True,
+) -> int:
     Stack(settings).up(stderr)
     dataset = load_dataset(dataset_name, data_dir)
     tenant = tenant or f"{dataset_name}-{extractor}-{uuid.uuid4().hex[:6]}"
-    stderr(f"recall: indexing {len(dataset.passages)} {dataset_name} passages as tenant {tenant} ({extractor} extractor)")
+    stderr(
+        f"recall: indexing {len(dataset.passages)} {dataset_name} passages as tenant {tenant} ({extractor} extractor)"
+    )
     seconds = index_corpus(settings, dataset, tenant, extractor)
     stderr(f"recall: indexed in {seconds:.0f} s; ranking {len(dataset.questions)} questions")
     defaults = RetrievalParams()
@@ -128,14 +157,27 @@ def run_recall_bench(settings: Settings, dataset_name: str, extractor: str, data
             stderr(f"recall: ablation {name}: indexing again as tenant {ablation_tenant}")
             index_corpus(settings, dataset, ablation_tenant, extractor, **indexing)
         params = RetrievalParams(**{**asdict(defaults), **retrieval})
-        ablations[name] = asyncio.run(evaluate(settings, dataset, ablation_tenant, {name: ("ppr", params)}, embedder))[name]
-    result = {"dataset": dataset_name, "questions": len(dataset.questions), "passages": len(dataset.passages), "extractor": extractor,
-              "embedder": "all-MiniLM-L6-v2", "tenant": tenant, "index_seconds": round(seconds, 1),
-              **main, "ablations": ablations, "params": asdict(defaults)}
+        ablations[name] = asyncio.run(evaluate(settings, dataset, ablation_tenant, {name: ("ppr", params)}, embedder))[
+            name
+        ]
+    result = {
+        "dataset": dataset_name,
+        "questions": len(dataset.questions),
+        "passages": len(dataset.passages),
+        "extractor": extractor,
+        "embedder": "all-MiniLM-L6-v2",
+        "tenant": tenant,
+        "index_seconds": round(seconds, 1),
+        **main,
+        "ablations": ablations,
+        "params": asdict(defaults),
+    }
     if as_json:
         print(json.dumps(result, indent=1))
     else:
-        print(f"{dataset_name}: {len(dataset.questions)} questions, {len(dataset.passages)} passages, {extractor} extractor, all-MiniLM-L6-v2")
+        print(
+            f"{dataset_name}: {len(dataset.questions)} questions, {len(dataset.passages)} passages, {extractor} extractor, all-MiniLM-L6-v2"
+        )
         print(f"{'run':<28} {'R@2':>6} {'R@5':>6}")
         for name, row in list(main.items()) + [(f"ppr {k}", v) for k, v in ablations.items()]:
             print(f"{name:<28} {row['R@2']:>6} {row['R@5']:>6}")

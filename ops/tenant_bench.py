@@ -38,8 +38,18 @@ VOCABULARY_SIZE = 5_000  # words drawn by Zipf's law (s = 1.1), as in prose: a f
 GOALS = {"idle_core_share": 0.05, "memory_vs_raw": 1.5, "two_document_tenant_kb": 150.0, "small_p50_vs_baseline": 1.2}
 
 
-def run_tenant_bench(settings, tenants: int, passages: int, large: int, idle_s: float, queries: int,
-                     baseline_tree: str | None, baseline_tenants: int | None, as_json: bool, dims: int = DIMS) -> int:
+def run_tenant_bench(
+    settings,
+    tenants: int,
+    passages: int,
+    large: int,
+    idle_s: float,
+    queries: int,
+    baseline_tree: str | None,
+    baseline_tenants: int | None,
+    as_json: bool,
+    dims: int = DIMS,
+) -> int:
     from ops.stack import Stack, free_port, stderr
     from workers.settings import Settings
 
@@ -59,10 +69,23 @@ def run_tenant_bench(settings, tenants: int, passages: int, large: int, idle_s: 
         try:
             stderr(f"bench tenants: {name} ({tree}): {count} tenants of {passages} passages, one of {large}")
             env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
-            spec = {"redis_url": f"redis://127.0.0.1:{redis_stack.redis.port}/0", "tenants": count, "passages": passages,
-                    "large": large, "idle_s": idle_s, "queries": queries, "dims": dims}
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], cwd=tree, env=env,
-                                  stdout=subprocess.PIPE, stderr=None, text=True)
+            spec = {
+                "redis_url": f"redis://127.0.0.1:{redis_stack.redis.port}/0",
+                "tenants": count,
+                "passages": passages,
+                "large": large,
+                "idle_s": idle_s,
+                "queries": queries,
+                "dims": dims,
+            }
+            proc = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), json.dumps(spec)],
+                cwd=tree,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=None,
+                text=True,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"bench tenants: the {name} tree's measurement failed (exit {proc.returncode})")
             rows.append({"tree": name, "directory": str(tree), **json.loads(proc.stdout.strip().splitlines()[-1])})
@@ -89,7 +112,10 @@ def _print_table(rows: list[dict], passages: int, dims: int) -> None:
         ("writing all tenants", lambda r: f"{r['write_s']:.0f} s"),
         ("small tenant: KNN p50 / p99", lambda r: f"{r['small_knn_ms'][0]:.2f} / {r['small_knn_ms'][1]:.2f} ms"),
         ("small tenant: BM25 p50 / p99", lambda r: f"{r['small_bm25_ms'][0]:.2f} / {r['small_bm25_ms'][1]:.2f} ms"),
-        (f"large tenant ({rows[0]['large']:,}): KNN p50 / p99", lambda r: f"{r['large_knn_ms'][0]:.2f} / {r['large_knn_ms'][1]:.2f} ms"),
+        (
+            f"large tenant ({rows[0]['large']:,}): KNN p50 / p99",
+            lambda r: f"{r['large_knn_ms'][0]:.2f} / {r['large_knn_ms'][1]:.2f} ms",
+        ),
         ("large tenant: BM25 p50 / p99", lambda r: f"{r['large_bm25_ms'][0]:.2f} / {r['large_bm25_ms'][1]:.2f} ms"),
     ]
     print(f"{passages} passages per tenant (+ an entity and a fact each, one schema), {dims}-dim vectors:")
@@ -97,15 +123,19 @@ def _print_table(rows: list[dict], passages: int, dims: int) -> None:
     for label, cell in lines:
         print(f"{label:<40}" + "".join(f" {cell(r):>22}" for r in rows))
     this = rows[0]
-    print(f"this tree: idle CPU {100 * this['idle_core_share']:.2f}% of a core (goal < {100 * GOALS['idle_core_share']:g}%); "
-          f"memory {this['memory_vs_raw']:.2f}x the raw bytes (goal <= {GOALS['memory_vs_raw']}x), {this['memory_per_tenant_kb']:.1f} KB a tenant")
+    print(
+        f"this tree: idle CPU {100 * this['idle_core_share']:.2f}% of a core (goal < {100 * GOALS['idle_core_share']:g}%); "
+        f"memory {this['memory_vs_raw']:.2f}x the raw bytes (goal <= {GOALS['memory_vs_raw']}x), {this['memory_per_tenant_kb']:.1f} KB a tenant"
+    )
     if len(rows) > 1:
         base = rows[1]
-        print(f"baseline / this, per tenant: memory {base['memory_per_tenant_kb'] / this['memory_per_tenant_kb']:.1f}x, "
-              f"idle CPU {base['idle_core_share'] / max(this['idle_core_share'], 1e-6):.1f}x (at {base['tenants']:,} vs {this['tenants']:,} tenants), "
-              f"index time {base['index_ms_mean'] / max(this['index_ms_mean'], 1e-6):.1f}x; "
-              f"small-tenant KNN p50 this / baseline {this['small_knn_ms'][0] / base['small_knn_ms'][0]:.2f} "
-              f"(goal <= {GOALS['small_p50_vs_baseline']}), BM25 {this['small_bm25_ms'][0] / base['small_bm25_ms'][0]:.2f}")
+        print(
+            f"baseline / this, per tenant: memory {base['memory_per_tenant_kb'] / this['memory_per_tenant_kb']:.1f}x, "
+            f"idle CPU {base['idle_core_share'] / max(this['idle_core_share'], 1e-6):.1f}x (at {base['tenants']:,} vs {this['tenants']:,} tenants), "
+            f"index time {base['index_ms_mean'] / max(this['index_ms_mean'], 1e-6):.1f}x; "
+            f"small-tenant KNN p50 this / baseline {this['small_knn_ms'][0] / base['small_knn_ms'][0]:.2f} "
+            f"(goal <= {GOALS['small_p50_vs_baseline']}), BM25 {this['small_bm25_ms'][0] / base['small_bm25_ms'][0]:.2f}"
+        )
 
 
 # ---- the measurement, run in a subprocess against one tree's store ----------------------------
@@ -132,21 +162,40 @@ async def _measure(spec: dict) -> dict:
 
     def words(n: int) -> str:
         return " ".join(vocabulary[i] for i in rng.choice(VOCABULARY_SIZE, n, p=weights))
+
     sync = redis.Redis.from_url(spec["redis_url"])
     memory = Memory.from_url(spec["redis_url"], dims=dims)
     raw = 0
-
 
     async def write(tenant: str, count: int, start: int = 0) -> None:
         nonlocal raw
         pipe = memory.pipeline()
         for i in range(start, start + count):
             text, name = words(12), f"{vocabulary[i % VOCABULARY_SIZE]} {i}"
-            chunk = Chunk(tenant=tenant, chunk_id=f"p{i}", doc_id=f"d{i}", seq=0, n_chunks=1, text=text, doc_version=1, doc_hash=f"h{i}")
+            chunk = Chunk(
+                tenant=tenant,
+                chunk_id=f"p{i}",
+                doc_id=f"d{i}",
+                seq=0,
+                n_chunks=1,
+                text=text,
+                doc_version=1,
+                doc_hash=f"h{i}",
+            )
             memory.stage_passage(pipe, tenant, chunk, [f"e{i}"], rng.normal(size=dims))
             memory.stage_entity(pipe, tenant, f"e{i}", name, "thing", rng.normal(size=dims), f"p{i}")
-            fact = Fact(id=f"f{i}", head=name, relation="mentions", tail="note", head_type="thing", tail_type="thing",
-                        head_id=f"e{i}", tail_id="e0", schema_id="s0", text=f"{name} mentions a note")
+            fact = Fact(
+                id=f"f{i}",
+                head=name,
+                relation="mentions",
+                tail="note",
+                head_type="thing",
+                tail_type="thing",
+                head_id=f"e{i}",
+                tail_id="e0",
+                schema_id="s0",
+                text=f"{name} mentions a note",
+            )
             memory.stage_new_fact(pipe, tenant, fact, rng.normal(size=dims), passage_id=f"p{i}")
             raw += 3 * 4 * dims + len(text) + len(name) + len(fact.text)
         if start == 0:
@@ -193,13 +242,24 @@ async def _measure(spec: dict) -> dict:
     small = await timed(f"t{spec['tenants'] // 2:05d}")
     big = await timed("large")
     await memory.close()
-    return {"tenants": spec["tenants"], "passages": spec["passages"], "large": spec["large"], "indexes": indexes,
-            "memory_mb": round(small_memory / 2**20, 1), "memory_per_tenant_kb": round(small_memory / spec["tenants"] / 1024, 2),
-            "raw_per_tenant_kb": round(small_raw / spec["tenants"] / 1024, 2), "memory_vs_raw": round(small_memory / small_raw, 3),
-            "idle_core_share": round(idle_share, 4), "index_ms_mean": round(sum(index_ms) / len(index_ms), 3),
-            "index_ms_p99": round(_percentiles(index_ms)[1], 3), "write_s": round(write_s, 1),
-            "small_knn_ms": [round(x, 3) for x in small[0]], "small_bm25_ms": [round(x, 3) for x in small[1]],
-            "large_knn_ms": [round(x, 3) for x in big[0]], "large_bm25_ms": [round(x, 3) for x in big[1]]}
+    return {
+        "tenants": spec["tenants"],
+        "passages": spec["passages"],
+        "large": spec["large"],
+        "indexes": indexes,
+        "memory_mb": round(small_memory / 2**20, 1),
+        "memory_per_tenant_kb": round(small_memory / spec["tenants"] / 1024, 2),
+        "raw_per_tenant_kb": round(small_raw / spec["tenants"] / 1024, 2),
+        "memory_vs_raw": round(small_memory / small_raw, 3),
+        "idle_core_share": round(idle_share, 4),
+        "index_ms_mean": round(sum(index_ms) / len(index_ms), 3),
+        "index_ms_p99": round(_percentiles(index_ms)[1], 3),
+        "write_s": round(write_s, 1),
+        "small_knn_ms": [round(x, 3) for x in small[0]],
+        "small_bm25_ms": [round(x, 3) for x in small[1]],
+        "large_knn_ms": [round(x, 3) for x in big[0]],
+        "large_bm25_ms": [round(x, 3) for x in big[1]],
+    }
 
 
 def _cpu(client) -> float:
@@ -210,5 +270,7 @@ def _cpu(client) -> float:
 if __name__ == "__main__":
     import asyncio
 
-    sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent]  # ops/ itself shadows nothing
+    sys.path[:] = [
+        p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent
+    ]  # ops/ itself shadows nothing
     print(json.dumps(asyncio.run(_measure(json.loads(sys.argv[1])))))

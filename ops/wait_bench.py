@@ -48,10 +48,12 @@ class WaitCost:
     redis_commands_per_s: float  # the commands of its scripts included
 
 
-def run_wait_bench(settings: Settings, pending: int, window_s: float, baseline_tree: str | None, seen: bool, as_json: bool) -> int:
+def run_wait_bench(
+    settings: Settings, pending: int, window_s: float, baseline_tree: str | None, seen: bool, as_json: bool
+) -> int:
     Stack(settings).up(stderr)  # Kafka, which the CLI publishes to
     trees = [("this", ROOT)] + ([("baseline", Path(baseline_tree).resolve())] if baseline_tree else [])
-    for name, tree in trees:
+    for _, tree in trees:
         if not (tree / "ops" / "cli.py").is_file():
             raise ValueError(f"--baseline-tree {tree}: no ops/cli.py there (expected a checkout of memstream)")
     work = Path(tempfile.mkdtemp(prefix="memstream-waitbench-"))
@@ -64,7 +66,9 @@ def run_wait_bench(settings: Settings, pending: int, window_s: float, baseline_t
         for name, tree in trees:
             ns = f"waitbench{uuid.uuid4().hex[:8]}"
             namespaces.append(ns)
-            stderr(f"bench wait: {name} ({tree}): publishing {pending} documents no worker consumes, then {window_s:g} s of --wait")
+            stderr(
+                f"bench wait: {name} ({tree}): publishing {pending} documents no worker consumes, then {window_s:g} s of --wait"
+            )
             rows.append(_measure(settings, tree, name, ns, redis_url, work, pending, window_s, seen))
     finally:
         redis_stack.service_down("redis")
@@ -77,19 +81,32 @@ def run_wait_bench(settings: Settings, pending: int, window_s: float, baseline_t
         print(f"publish --wait with {pending} documents pending ({state}), {window_s:g} s window (share of one core):")
         print(f"{'tree':>10} {'client CPU':>11} {'Redis CPU':>10} {'Redis cmd/s':>12}  directory")
         for row in rows:
-            print(f"{row.tree:>10} {100 * row.client_core_share:>10.2f}% {100 * row.redis_core_share:>9.2f}% {row.redis_commands_per_s:>12.1f}  {row.directory}")
+            print(
+                f"{row.tree:>10} {100 * row.client_core_share:>10.2f}% {100 * row.redis_core_share:>9.2f}% {row.redis_commands_per_s:>12.1f}  {row.directory}"
+            )
         this = rows[0]
         total = this.client_core_share + this.redis_core_share
         verdict = "meets" if total < ACCEPTABLE_SHARE else "misses"
-        print(f"this tree: client + Redis {100 * total:.2f}% of a core: {verdict} the < {100 * ACCEPTABLE_SHARE:g}% target")
+        print(
+            f"this tree: client + Redis {100 * total:.2f}% of a core: {verdict} the < {100 * ACCEPTABLE_SHARE:g}% target"
+        )
         if len(rows) > 1 and total > 0:
             base = rows[1].client_core_share + rows[1].redis_core_share
             print(f"baseline / this: {base / total:.0f}x the CPU")
     return 0
 
 
-def _measure(settings: Settings, tree: Path, name: str, ns: str, redis_url: str, work: Path, pending: int, window_s: float,
-             seen: bool) -> WaitCost:
+def _measure(
+    settings: Settings,
+    tree: Path,
+    name: str,
+    ns: str,
+    redis_url: str,
+    work: Path,
+    pending: int,
+    window_s: float,
+    seen: bool,
+) -> WaitCost:
     from ops.bench import synthetic_doc
 
     tenant = f"waitbench-{ns[-8:]}"
@@ -99,10 +116,30 @@ def _measure(settings: Settings, tree: Path, name: str, ns: str, redis_url: str,
     if seen:
         asyncio.run(_record_chunked(redis_url, tenant, texts))
     inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env = {**inherited, "PYTHONPATH": str(tree), "MEMSTREAM_TOPIC_NAMESPACE": ns, "MEMSTREAM_APP_ID": ns,
-           "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": redis_url, "MEMSTREAM_HOME": str(work)}
-    argv = [sys.executable, "-m", "ops.cli", "publish", str(docs), "--tenant", tenant, "--wait", "--timeout", str(window_s + 600)]
-    proc = subprocess.Popen(argv, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = {
+        **inherited,
+        "PYTHONPATH": str(tree),
+        "MEMSTREAM_TOPIC_NAMESPACE": ns,
+        "MEMSTREAM_APP_ID": ns,
+        "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "MEMSTREAM_REDIS_URL": redis_url,
+        "MEMSTREAM_HOME": str(work),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "ops.cli",
+        "publish",
+        str(docs),
+        "--tenant",
+        tenant,
+        "--wait",
+        "--timeout",
+        str(window_s + 600),
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     lines, published = [], threading.Event()
 
     def drain() -> None:  # all of its stderr, so a full pipe never stalls it
@@ -115,12 +152,16 @@ def _measure(settings: Settings, tree: Path, name: str, ns: str, redis_url: str,
     try:
         while not published.wait(0.2):
             if proc.poll() is not None:
-                raise RuntimeError(f"bench wait: {name}'s publish --wait ended (exit {proc.returncode}) before publishing: {''.join(lines)[-2000:]}")
+                raise RuntimeError(
+                    f"bench wait: {name}'s publish --wait ended (exit {proc.returncode}) before publishing: {''.join(lines)[-2000:]}"
+                )
         cpu0, redis0, started = _process_cpu_s(proc.pid), server_usage(redis_url), time.monotonic()
         time.sleep(window_s)
         cpu1, redis1, wall = _process_cpu_s(proc.pid), server_usage(redis_url), time.monotonic() - started
         if proc.poll() is not None:
-            raise RuntimeError(f"bench wait: {name}'s publish --wait ended (exit {proc.returncode}) during the window: {''.join(lines)[-2000:]}")
+            raise RuntimeError(
+                f"bench wait: {name}'s publish --wait ended (exit {proc.returncode}) during the window: {''.join(lines)[-2000:]}"
+            )
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -129,8 +170,17 @@ def _measure(settings: Settings, tree: Path, name: str, ns: str, redis_url: str,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    return WaitCost(name, str(tree), ns, pending, seen, round(wall, 1), round((cpu1 - cpu0) / wall, 4),
-                    round((redis1.cpu_s - redis0.cpu_s) / wall, 4), round((redis1.commands - redis0.commands) / wall, 1))
+    return WaitCost(
+        name,
+        str(tree),
+        ns,
+        pending,
+        seen,
+        round(wall, 1),
+        round((cpu1 - cpu0) / wall, 4),
+        round((redis1.cpu_s - redis0.cpu_s) / wall, 4),
+        round((redis1.commands - redis0.commands) / wall, 1),
+    )
 
 
 async def _record_chunked(redis_url: str, tenant: str, texts: dict[str, str]) -> None:
@@ -153,7 +203,5 @@ async def _record_chunked(redis_url: str, tenant: str, texts: dict[str, str]) ->
 def _process_cpu_s(pid: int) -> float:
     """utime + stime of a process, in seconds (/proc/<pid>/stat fields 14 and 15)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-

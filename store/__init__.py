@@ -14,7 +14,17 @@ from store.records import AlreadyDone, DocumentStatus, Hit, Outgoing, StaleDecis
 if TYPE_CHECKING:
     from store.memory import Memory
 
-__all__ = ["LAYERS", "AlreadyDone", "DocumentStatus", "EdgeChange", "Hit", "Memory", "Outgoing", "StaleDecision", "TenantKeys"]
+__all__ = [
+    "LAYERS",
+    "AlreadyDone",
+    "DocumentStatus",
+    "EdgeChange",
+    "Hit",
+    "Memory",
+    "Outgoing",
+    "StaleDecision",
+    "TenantKeys",
+]
 
 
 def __getattr__(name: str):

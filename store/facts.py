@@ -34,9 +34,37 @@ STATUSES = ("new", "pending", "active", "invalid", "merged", "expired", "retract
 
 # What extraction says of a fact; of the descriptions seen, the one of the most specific category
 # (CATEGORY_PRECEDENCE), then the smallest, wins (order-independent): Fact.description_rank.
-DESCRIPTION_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "valid_from", "valid_to", "text")
+DESCRIPTION_FIELDS = (
+    "head",
+    "relation",
+    "tail",
+    "head_type",
+    "tail_type",
+    "head_id",
+    "tail_id",
+    "schema_id",
+    "category",
+    "valid_from",
+    "valid_to",
+    "text",
+)
 # What an event tells subscribers about the fact.
-PUBLIC_FIELDS = ("head", "relation", "tail", "head_type", "tail_type", "head_id", "tail_id", "schema_id", "category", "status", "qualifiers", "valid_from", "valid_to", "merged_into")
+PUBLIC_FIELDS = (
+    "head",
+    "relation",
+    "tail",
+    "head_type",
+    "tail_type",
+    "head_id",
+    "tail_id",
+    "schema_id",
+    "category",
+    "status",
+    "qualifiers",
+    "valid_from",
+    "valid_to",
+    "merged_into",
+)
 _TIMES = ("created_at", "activated_at", "expired_at", "expires_at")
 
 
@@ -72,18 +100,50 @@ class Fact:
 
     @classmethod
     def extracted(cls, fact_id: str, triple: Triple, head_id: str, tail_id: str, schema_id: str) -> "Fact":
-        return cls(fact_id, triple.head, triple.relation, triple.tail, triple.head_type, triple.tail_type, head_id, tail_id, schema_id,
-                   triple.category, triple.valid_from, triple.valid_to, f"{triple.head} {triple.relation} {triple.tail}")
+        return cls(
+            fact_id,
+            triple.head,
+            triple.relation,
+            triple.tail,
+            triple.head_type,
+            triple.tail_type,
+            head_id,
+            tail_id,
+            schema_id,
+            triple.category,
+            triple.valid_from,
+            triple.valid_to,
+            f"{triple.head} {triple.relation} {triple.tail}",
+        )
 
     @classmethod
     def from_hash(cls, fact_id: str, row: dict[str, str], passage_ids: list[str]) -> "Fact":
         """From the fact's Redis hash (decoded, without the vector)."""
-        values = {f.name: row[f.name] for f in fields(cls) if f.name in row and f.name not in ("id", "passage_ids", "qualifiers", *_TIMES)}
+        values = {
+            f.name: row[f.name]
+            for f in fields(cls)
+            if f.name in row and f.name not in ("id", "passage_ids", "qualifiers", *_TIMES)
+        }
         for name in ("valid_from", "valid_to"):
             values[name] = values.get(name) or None
         times = {name: float(row[name]) if row.get(name) else None for name in _TIMES}
-        return cls(fact_id, **{"head": "", "relation": "", "tail": "", "head_type": "", "tail_type": "", "head_id": "", "tail_id": "", "schema_id": "", **values},
-                   passage_ids=sorted(passage_ids), qualifiers=json.loads(row.get("qualifiers") or "{}"), **times)
+        return cls(
+            fact_id,
+            **{
+                "head": "",
+                "relation": "",
+                "tail": "",
+                "head_type": "",
+                "tail_type": "",
+                "head_id": "",
+                "tail_id": "",
+                "schema_id": "",
+                **values,
+            },
+            passage_ids=sorted(passage_ids),
+            qualifiers=json.loads(row.get("qualifiers") or "{}"),
+            **times,
+        )
 
     def description(self) -> dict[str, str]:
         return {name: "" if getattr(self, name) is None else str(getattr(self, name)) for name in DESCRIPTION_FIELDS}
@@ -94,11 +154,24 @@ class Fact:
         failure does not take its category away whatever the order they arrive in, then the
         fields, so ties go to the smallest."""
         described = self.description()
-        place = CATEGORY_PRECEDENCE.index(self.category) if self.category in CATEGORY_PRECEDENCE else len(CATEGORY_PRECEDENCE)
+        place = (
+            CATEGORY_PRECEDENCE.index(self.category)
+            if self.category in CATEGORY_PRECEDENCE
+            else len(CATEGORY_PRECEDENCE)
+        )
         return "\x1f".join([str(place), *(described[k] for k in sorted(described))])
 
     def triple(self) -> Triple:
-        return Triple(self.head, self.relation, self.tail, self.head_type, self.tail_type, self.category, self.valid_from, self.valid_to)
+        return Triple(
+            self.head,
+            self.relation,
+            self.tail,
+            self.head_type,
+            self.tail_type,
+            self.category,
+            self.valid_from,
+            self.valid_to,
+        )
 
     def public(self) -> dict:
         return {name: getattr(self, name) for name in PUBLIC_FIELDS}
@@ -127,14 +200,37 @@ class Fact:
 
 
 def event(tenant: str, kind: str, fact: Fact, graph_version: int, reason: str = "", evidence=()) -> FactEvent:
-    return FactEvent(tenant=tenant, event=kind, event_id="", fact_id=fact.id, fact=fact.public(), passage_ids=list(fact.passage_ids),
-                     graph_version=graph_version, reason=reason, ts=time.time(), evidence_passage_ids=list(evidence))
+    return FactEvent(
+        tenant=tenant,
+        event=kind,
+        event_id="",
+        fact_id=fact.id,
+        fact=fact.public(),
+        passage_ids=list(fact.passage_ids),
+        graph_version=graph_version,
+        reason=reason,
+        ts=time.time(),
+        evidence_passage_ids=list(evidence),
+    )
 
 
-def document_event(tenant: str, kind: str, doc_id: str, passage_ids, graph_version: int, reason: str, fact_ids=()) -> FactEvent:
+def document_event(
+    tenant: str, kind: str, doc_id: str, passage_ids, graph_version: int, reason: str, fact_ids=()
+) -> FactEvent:
     """A document's event (FactEvent.DOCUMENT_EVENTS): `retired` or `purged`; ids, never text."""
-    return FactEvent(tenant=tenant, event=kind, event_id="", fact_id="", fact={}, passage_ids=sorted(passage_ids), graph_version=graph_version,
-                     reason=reason, ts=time.time(), doc_id=doc_id, fact_ids=list(fact_ids))
+    return FactEvent(
+        tenant=tenant,
+        event=kind,
+        event_id="",
+        fact_id="",
+        fact={},
+        passage_ids=sorted(passage_ids),
+        graph_version=graph_version,
+        reason=reason,
+        ts=time.time(),
+        doc_id=doc_id,
+        fact_ids=list(fact_ids),
+    )
 
 
 class Lifecycle:
@@ -150,16 +246,33 @@ class Lifecycle:
         self.memory.expect_status(pipe, tenant, fact.id, fact.status)
         for name, value in changes.items():
             setattr(fact, name, value)
-        stored = {name: (json.dumps(value, sort_keys=True) if name == "qualifiers" else value) for name, value in changes.items()}
+        stored = {
+            name: (json.dumps(value, sort_keys=True) if name == "qualifiers" else value)
+            for name, value in changes.items()
+        }
         self.memory.stage_fact_update(pipe, tenant, fact.id, stored)
 
     def _link(self, pipe, tenant: str, fact: Fact, version: int) -> None:
-        self.memory.stage_fact_edge(pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id)
+        self.memory.stage_fact_edge(
+            pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id
+        )
 
     def _unlink(self, pipe, tenant: str, fact: Fact, version: int) -> None:
-        self.memory.stage_fact_unlink(pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id)
+        self.memory.stage_fact_unlink(
+            pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id
+        )
 
-    def activate(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict | None = None, reason: str = "", evidence=(), told: str = "") -> FactEvent:
+    def activate(
+        self,
+        pipe,
+        tenant: str,
+        fact: Fact,
+        version: int,
+        qualifiers: dict | None = None,
+        reason: str = "",
+        evidence=(),
+        told: str = "",
+    ) -> FactEvent:
         """Into memory (again): an edge between its entities, `expired_at` cleared — a fact that
         regains support and wins its group is used by queries again."""
         if fact.status != "active":
@@ -172,8 +285,18 @@ class Lifecycle:
         self._stage(pipe, tenant, fact, **changes)
         return event(tenant, "activated", fact, version, told or reason, evidence)
 
-    def invalidate(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = "",
-                   ends_at: str = "") -> FactEvent:
+    def invalidate(
+        self,
+        pipe,
+        tenant: str,
+        fact: Fact,
+        version: int,
+        qualifiers: dict,
+        reason: str,
+        evidence=(),
+        told: str = "",
+        ends_at: str = "",
+    ) -> FactEvent:
         """Excluded by better-supported evidence: kept (non-destructive), no longer an edge.
         `ends_at`: the event time the fact that excluded it begins at, its `invalid_at` when
         its qualifiers give none (as Graphiti ends a superseded edge)."""
@@ -181,10 +304,14 @@ class Lifecycle:
             self._unlink(pipe, tenant, fact, version)
         times = _world_times(qualifiers)
         times["invalid_at"] = times["invalid_at"] or ends_at
-        self._stage(pipe, tenant, fact, status="invalid", expired_at=time.time(), qualifiers=qualifiers, reason=reason, **times)
+        self._stage(
+            pipe, tenant, fact, status="invalid", expired_at=time.time(), qualifiers=qualifiers, reason=reason, **times
+        )
         return event(tenant, "invalidated", fact, version, told or reason, evidence)
 
-    def qualify(self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = "") -> FactEvent:
+    def qualify(
+        self, pipe, tenant: str, fact: Fact, version: int, qualifiers: dict, reason: str, evidence=(), told: str = ""
+    ) -> FactEvent:
         """An active fact's time span or scope, as its group's evidence sets it."""
         self._stage(pipe, tenant, fact, qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
         return event(tenant, "qualified", fact, version, told or reason, evidence)
@@ -193,7 +320,16 @@ class Lifecycle:
         """Qualifiers of a fact that is not active change: recorded, nothing to tell."""
         self._stage(pipe, tenant, fact, qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
 
-    def merge(self, pipe, tenant: str, target: Fact, new_passages: set[str], version: int, reason: str, source: Fact | None = None) -> FactEvent | None:
+    def merge(
+        self,
+        pipe,
+        tenant: str,
+        target: Fact,
+        new_passages: set[str],
+        version: int,
+        reason: str,
+        source: Fact | None = None,
+    ) -> FactEvent | None:
         """`source` says the same as `target` (or is it, gaining support): the target takes the
         new supporting passages; the source, if another fact, is merged into it (no edge, kept
         with `merged_into`). The event names the source when subscribers knew it as active (it

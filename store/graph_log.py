@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AsyncIterator
 
-
 from store.keys import TenantKeys
 
 GRAPH_CHANGES_MAXLEN = 200_000

@@ -26,10 +26,33 @@ from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, entity_node, passage_node, type_node
-from store.lexical import B, K1, LEXICAL_FIELD, search_terms
-from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, UNRECORDED_EMBEDDER, EmbedderId, Erasure
-from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
-                           passage_json, similarity, vector_bytes, vector_from_bytes, VECTOR_DTYPE, VECTOR_ITEM_BYTES)
+from store.lexical import K1, LEXICAL_FIELD, B, search_terms
+from store.records import (
+    ENTITY_MENTIONS,
+    FACT_EXTRACTIONS,
+    OUTBOX_SWEEP_LOCK_S,
+    PASSAGE_EXTRAS,
+    RECORD_INTERNALS,
+    RETIRED_FIELDS,
+    UNRECORDED_EMBEDDER,
+    VECTOR_DTYPE,
+    VECTOR_ITEM_BYTES,
+    AlreadyDone,
+    DocumentRecord,
+    DocumentStatus,
+    EmbedderId,
+    Erasure,
+    GroupJoin,
+    Hit,
+    Outgoing,
+    PassageState,
+    StaleDecision,
+    passage_extras,
+    passage_json,
+    similarity,
+    vector_bytes,
+    vector_from_bytes,
+)
 from topics import validate_tenant
 
 
@@ -40,7 +63,9 @@ class StagedWrites:
 
     def __init__(self):
         self.writes: list[Callable[[], None]] = []
-        self.expected: dict[tuple[str, str, str, str], str | None] = {}  # (tenant, layer, id, field) → value the decision read
+        self.expected: dict[
+            tuple[str, str, str, str], str | None
+        ] = {}  # (tenant, layer, id, field) → value the decision read
 
     async def execute(self) -> None:
         writes, self.writes = self.writes, []
@@ -56,7 +81,9 @@ class _Tenant:
     """One tenant's memory. `sets` are Memory's counting sets, keyed (what, of what): fact
     passages, groups, relation heads, chunk progress …"""
 
-    records: dict[str, dict[str, dict[str, str | bytes]]] = field(default_factory=lambda: {layer: {} for layer in LAYERS})
+    records: dict[str, dict[str, dict[str, str | bytes]]] = field(
+        default_factory=lambda: {layer: {} for layer in LAYERS}
+    )
     sets: defaultdict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     documents: dict[str, dict[str, Any]] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
@@ -66,12 +93,18 @@ class _Tenant:
     outboxes: dict[str, list[Outgoing]] = field(default_factory=dict)  # mark → committed, not yet finished
     committed_at: dict[str, float] = field(default_factory=dict)  # mark → commit time (the sweep's order)
     sweep_locked_until: float = 0.0  # monotonic
-    adjacency: defaultdict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # node → {kind|other: weight}
-    changes: list[tuple[str, int, EdgeChange]] = field(default_factory=list)  # the graph log: (id, graph version, change)
+    adjacency: defaultdict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )  # node → {kind|other: weight}
+    changes: list[tuple[str, int, EdgeChange]] = field(
+        default_factory=list
+    )  # the graph log: (id, graph version, change)
     changes_added: int = 0
     graph_version: int = 0
     expiry: dict[str, float] = field(default_factory=dict)  # the expiry index: fact id → expires_at
-    session_turns: dict[str, dict[str, int]] = field(default_factory=dict)  # session id → {passage id: turn} (Memory's sorted set)
+    session_turns: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # session id → {passage id: turn} (Memory's sorted set)
     revisions: dict[str, int] = field(default_factory=dict)  # passage id → Memory's passage_revision
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
     embedder: EmbedderId | None = None  # the embedder its indexes were built with (claim_embedder)
@@ -97,7 +130,9 @@ class InMemoryStore:
         return self._tenant(tenant).sets[(what, of)]
 
     def _hset(self, tenant: str, layer: str, record_id: str, fields: Mapping[str, Any]) -> None:
-        self._tenant(tenant).records[layer].setdefault(record_id, {}).update({name: _stored(value) for name, value in fields.items()})
+        self._tenant(tenant).records[layer].setdefault(record_id, {}).update(
+            {name: _stored(value) for name, value in fields.items()}
+        )
 
     def _hsetnx(self, tenant: str, layer: str, record_id: str, name: str, value: Any) -> None:
         if name not in self._tenant(tenant).records[layer].get(record_id, {}):
@@ -155,14 +190,22 @@ class InMemoryStore:
         pipe.expected.setdefault((tenant, "facts", fact_id, name), None if value in (None, "") else _stored(value))
 
     def expect_document(self, pipe, tenant: str, doc_id: str, record: DocumentRecord | None) -> None:
-        pipe.expected.setdefault((tenant, "documents", doc_id, "version"), None if record is None else str(record.version))
-        pipe.expected.setdefault((tenant, "documents", doc_id, "doc_hash"), None if record is None else record.doc_hash or None)
+        pipe.expected.setdefault(
+            (tenant, "documents", doc_id, "version"), None if record is None else str(record.version)
+        )
+        pipe.expected.setdefault(
+            (tenant, "documents", doc_id, "doc_hash"), None if record is None else record.doc_hash or None
+        )
 
     def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState, counts: bool = False) -> None:
         pipe.expected.setdefault((tenant, "passages", passage_id, "retired"), "1" if state.retired else None)
-        pipe.expected.setdefault((tenant, "passages", passage_id, "incarnation"), str(state.incarnation) if state.incarnation else None)
+        pipe.expected.setdefault(
+            (tenant, "passages", passage_id, "incarnation"), str(state.incarnation) if state.incarnation else None
+        )
         if counts:
-            pipe.expected.setdefault((tenant, "passage_revisions", passage_id, "n"), str(state.revision) if state.revision else None)
+            pipe.expected.setdefault(
+                (tenant, "passage_revisions", passage_id, "n"), str(state.revision) if state.revision else None
+            )
 
     def _read_field(self, tenant: str, layer: str, record_id: str, name: str) -> str | None:
         t = self._tenant(tenant)
@@ -199,7 +242,9 @@ class InMemoryStore:
         found = []
         for tenant in sorted(self._tenants_with_outboxes):
             t = self._tenant(tenant)
-            marks = [mark for at, mark in sorted((at, mark) for mark, at in t.committed_at.items()) if at <= committed_before][:limit]
+            marks = [
+                mark for at, mark in sorted((at, mark) for mark, at in t.committed_at.items()) if at <= committed_before
+            ][:limit]
             if not marks or t.sweep_locked_until > time.monotonic():
                 continue
             t.sweep_locked_until = time.monotonic() + OUTBOX_SWEEP_LOCK_S
@@ -215,8 +260,13 @@ class InMemoryStore:
         return found
 
     # ---- document progress ---------------------------------------------------------------------
-    def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = "") -> None:
-        t, record = self._tenant(tenant), {"doc_hash": doc_hash, "version": version, "chunk_ids": list(chunk_ids), "ts": time.time(), "mark": mark}
+    def stage_document(
+        self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = ""
+    ) -> None:
+        t, record = (
+            self._tenant(tenant),
+            {"doc_hash": doc_hash, "version": version, "chunk_ids": list(chunk_ids), "ts": time.time(), "mark": mark},
+        )
 
         def write() -> None:  # the record follows the latest publication, never an older version
             current = t.documents.get(doc_id)
@@ -228,9 +278,14 @@ class InMemoryStore:
     def stage_chunk_done(self, pipe, tenant: str, chunk_id: str) -> None:
         self._stage(pipe, lambda: self._set(tenant, "chunks_done").add(chunk_id))
 
-    def _progress(self, tenant: str, chunk_id: str, chunk_fact_count: int, fact_index: str = "", work_id: str = "") -> None:
+    def _progress(
+        self, tenant: str, chunk_id: str, chunk_fact_count: int, fact_index: str = "", work_id: str = ""
+    ) -> None:
         """Memory's _CHUNK_PROGRESS: through when every fact is detected and no spawned work is outstanding."""
-        facts_done, outstanding = self._set(tenant, "chunk_facts_done", chunk_id), self._set(tenant, "chunk_outstanding", chunk_id)
+        facts_done, outstanding = (
+            self._set(tenant, "chunk_facts_done", chunk_id),
+            self._set(tenant, "chunk_outstanding", chunk_id),
+        )
         if fact_index:
             facts_done.add(fact_index)
         if work_id:
@@ -267,15 +322,22 @@ class InMemoryStore:
         def status(doc: dict | None) -> DocumentStatus | None:
             if doc is None:
                 return None
-            return DocumentStatus(doc["doc_hash"], doc["version"], len(doc["chunk_ids"]), sum(1 for c in doc["chunk_ids"] if c in done))
+            return DocumentStatus(
+                doc["doc_hash"], doc["version"], len(doc["chunk_ids"]), sum(1 for c in doc["chunk_ids"] if c in done)
+            )
 
         return [status(documents.get(doc_id)) for doc_id in doc_ids]
 
     # ---- document versions -------------------------------------------------------------------------
     async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         doc = self._tenant(tenant).documents.get(doc_id)
-        return None if doc is None else DocumentRecord(doc["doc_hash"], int(doc["version"]), tuple(doc["chunk_ids"]), doc.get("mark", ""),
-                                                       doc.get("seq", 0))
+        return (
+            None
+            if doc is None
+            else DocumentRecord(
+                doc["doc_hash"], int(doc["version"]), tuple(doc["chunk_ids"]), doc.get("mark", ""), doc.get("seq", 0)
+            )
+        )
 
     def stage_passage_documents(self, pipe, tenant: str, passage_id: str, joined: list[str], left: list[str]) -> None:
         def write() -> None:
@@ -293,8 +355,14 @@ class InMemoryStore:
 
     async def passage_states(self, tenant: str, passage_ids: list[str]) -> list[PassageState]:
         t = self._tenant(tenant)
-        return [PassageState(t.records["passages"].get(pid, {}).get("retired") == "1", int(t.records["passages"].get(pid, {}).get("incarnation") or 0),
-                             t.revisions.get(pid, 0)) for pid in passage_ids]
+        return [
+            PassageState(
+                t.records["passages"].get(pid, {}).get("retired") == "1",
+                int(t.records["passages"].get(pid, {}).get("incarnation") or 0),
+                t.revisions.get(pid, 0),
+            )
+            for pid in passage_ids
+        ]
 
     def _revise(self, tenant: str, passage_id: str) -> None:
         """Memory's HINCRBY of passage_revision."""
@@ -303,6 +371,7 @@ class InMemoryStore:
 
     def stage_retire_passage(self, pipe, tenant: str, passage_id: str) -> None:
         """Memory's _RETIRE_PASSAGE."""
+
         def write() -> None:
             t = self._tenant(tenant)
             row = t.records["passages"].setdefault(passage_id, {})
@@ -318,6 +387,7 @@ class InMemoryStore:
 
     def stage_restore_passage(self, pipe, tenant: str, passage_id: str, incarnation: int) -> None:
         """Memory's _RESTORE_PASSAGE."""
+
         def write() -> None:
             t = self._tenant(tenant)
             row = t.records["passages"].setdefault(passage_id, {})
@@ -332,10 +402,15 @@ class InMemoryStore:
 
     async def passage_support(self, tenant: str, passage_id: str) -> tuple[list[str], list[str]]:
         sets = self._tenant(tenant).sets
-        return sorted(sets.get(("passage_facts", passage_id), ())), sorted(sets.get(("passage_schemas", passage_id), ()))
+        return sorted(sets.get(("passage_facts", passage_id), ())), sorted(
+            sets.get(("passage_schemas", passage_id), ())
+        )
 
-    def stage_drop_support(self, pipe, tenant: str, passage_id: str, fact_ids: list[str], schema_ids: list[str], entity_ids: list[str]) -> None:
+    def stage_drop_support(
+        self, pipe, tenant: str, passage_id: str, fact_ids: list[str], schema_ids: list[str], entity_ids: list[str]
+    ) -> None:
         """Memory.stage_drop_support."""
+
         def write() -> None:
             t = self._tenant(tenant)
             for fid in fact_ids:
@@ -380,11 +455,16 @@ class InMemoryStore:
 
     def stage_erase(self, pipe, tenant: str, erasure: Erasure) -> None:
         """Memory.stage_erase."""
+
         def write() -> None:
             t = self._tenant(tenant)
             for pid in erasure.passage_ids:
                 row = t.records["passages"].pop(pid, {})
-                t.records["passages"][pid] = {"retired": "1", "purged": "1", **({"incarnation": row["incarnation"]} if row.get("incarnation") else {})}
+                t.records["passages"][pid] = {
+                    "retired": "1",
+                    "purged": "1",
+                    **({"incarnation": row["incarnation"]} if row.get("incarnation") else {}),
+                }
                 for what in ("passage_extracted", "passage_documents"):
                     t.sets.pop((what, pid), None)
                 self._set(tenant, "document_passages", erasure.doc_id).discard(pid)
@@ -440,8 +520,15 @@ class InMemoryStore:
         return t.embedder
 
     def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
-        fields = {"text": chunk.text, "doc_id": chunk.doc_id, "seq": chunk.seq, "doc_version": chunk.doc_version,
-                  "entities": json.dumps(entity_ids), "vec": vector_bytes(vector), **passage_extras(chunk)}
+        fields = {
+            "text": chunk.text,
+            "doc_id": chunk.doc_id,
+            "seq": chunk.seq,
+            "doc_version": chunk.doc_version,
+            "entities": json.dumps(entity_ids),
+            "vec": vector_bytes(vector),
+            **passage_extras(chunk),
+        }
         self._stage(pipe, lambda: self._hset(tenant, "passages", chunk.chunk_id, fields))
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
@@ -454,9 +541,16 @@ class InMemoryStore:
 
         self._stage(pipe, write)
 
-    def stage_schema(self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector,
-                     passage_id: str) -> None:
-        first = {"head_type": head_type, "relation": relation, "tail_type": tail_type, "status": "candidate", "vec": vector_bytes(vector)}
+    def stage_schema(
+        self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector, passage_id: str
+    ) -> None:
+        first = {
+            "head_type": head_type,
+            "relation": relation,
+            "tail_type": tail_type,
+            "status": "candidate",
+            "vec": vector_bytes(vector),
+        }
 
         def write() -> None:
             for name, value in first.items():
@@ -476,7 +570,9 @@ class InMemoryStore:
         row = self._tenant(tenant).records[layer].setdefault(record_id, {})
         row[counter] = str(int(row.get(counter) or 0) + 1)
 
-    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None, passage_id: str = "") -> None:
+    def stage_new_fact(
+        self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None, passage_id: str = ""
+    ) -> None:
         fid, rank, now = fact.id, fact.description_rank(), time.time()
         fields = {**fact.description(), "vec": vector_bytes(vector)}
 
@@ -519,22 +615,42 @@ class InMemoryStore:
         records, out = self._tenant(tenant).records["facts"], []
         for fid in fact_ids:
             row = records.get(fid)
-            out.append(None if not row else Fact.from_hash(fid, {k: v for k, v in row.items() if k not in ("vec", "_rank")},
-                                                           list(self._set(tenant, "fact_passages", fid))))
+            out.append(
+                None
+                if not row
+                else Fact.from_hash(
+                    fid,
+                    {k: v for k, v in row.items() if k not in ("vec", "_rank")},
+                    list(self._set(tenant, "fact_passages", fid)),
+                )
+            )
         return out
 
     async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
         records, out = self._tenant(tenant).records["passages"], []
         for pid in passage_ids:
             row = records.get(pid, {})
-            out.append(None if row.get("text") is None else
-                       passage_json(pid, row["text"], row["doc_id"], row["seq"], row.get("doc_version"), *(row.get(f) for f in PASSAGE_EXTRAS)))
+            out.append(
+                None
+                if row.get("text") is None
+                else passage_json(
+                    pid,
+                    row["text"],
+                    row["doc_id"],
+                    row["seq"],
+                    row.get("doc_version"),
+                    *(row.get(f) for f in PASSAGE_EXTRAS),
+                )
+            )
         return out
 
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:
         records = self._tenant(tenant).records["entities"]
-        return {eid: {"name": records[eid]["name"], "type": records[eid].get("type", "")}
-                for eid in dict.fromkeys(entity_ids) if records.get(eid, {}).get("name") is not None}
+        return {
+            eid: {"name": records[eid]["name"], "type": records[eid].get("type", "")}
+            for eid in dict.fromkeys(entity_ids)
+            if records.get(eid, {}).get("name") is not None
+        }
 
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
         raw = self._tenant(tenant).records["passages"].get(passage_id, {}).get("entities")
@@ -547,12 +663,26 @@ class InMemoryStore:
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return self._vector(tenant, "facts", fact_id)
 
-    async def knn_many(self, tenant: str, layer: str, vectors: list[np.ndarray], k: int, return_fields: list[str],
-                       where: Mapping[str, str] | None = None) -> list[list[Hit]]:
+    async def knn_many(
+        self,
+        tenant: str,
+        layer: str,
+        vectors: list[np.ndarray],
+        k: int,
+        return_fields: list[str],
+        where: Mapping[str, str] | None = None,
+    ) -> list[list[Hit]]:
         return [await self.knn(tenant, layer, vector, k, return_fields, where) for vector in vectors]
 
-    async def knn(self, tenant: str, layer: str, vector: np.ndarray, k: int, return_fields: list[str],
-                  where: Mapping[str, str] | None = None) -> list[Hit]:
+    async def knn(
+        self,
+        tenant: str,
+        layer: str,
+        vector: np.ndarray,
+        k: int,
+        return_fields: list[str],
+        where: Mapping[str, str] | None = None,
+    ) -> list[Hit]:
         """Memory.knn by brute force, as RediSearch's FLAT index computes it: cosine distance in
         float32 over unit vectors, given back to 12 significant digits; records without a vector
         of `dims` floats are not in the index; tag equality is case-insensitive and matches any
@@ -562,14 +692,21 @@ class InMemoryStore:
         t = self._tenants.get(tenant)
         if t is None or not t.indexed:
             return []
-        rows = [(rid, row) for rid, row in t.records[layer].items()
-                if len(row.get("vec", b"")) == VECTOR_ITEM_BYTES * self.dims and all(_tag_equals(row.get(f), v) for f, v in (where or {}).items())]
+        rows = [
+            (rid, row)
+            for rid, row in t.records[layer].items()
+            if len(row.get("vec", b"")) == VECTOR_ITEM_BYTES * self.dims
+            and all(_tag_equals(row.get(f), v) for f, v in (where or {}).items())
+        ]
         if not rows:
             return []
         matrix = np.vstack([_unit(vector_from_bytes(row["vec"])) for _, row in rows])
         distances = np.float32(1.0) - matrix @ _unit(vector_from_bytes(vector_bytes(vector)))
         ranked = sorted(zip(distances.tolist(), rows), key=lambda x: (x[0], x[1][0]))[:k]
-        return [Hit(rid, similarity(float(f"{distance:.12g}")), {f: _text(row.get(f)) for f in return_fields}) for distance, (rid, row) in ranked]
+        return [
+            Hit(rid, similarity(float(f"{distance:.12g}")), {f: _text(row.get(f)) for f in return_fields})
+            for distance, (rid, row) in ranked
+        ]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
         """Memory.lexical with bm25s (Lucene's BM25, RediSearch's k1 and b) over the passages'
@@ -583,11 +720,15 @@ class InMemoryStore:
         passages = t.records["passages"]
         if t.lexical is None or t.lexical.size != len(passages):
             t.lexical = _LexicalIndex(passages)
-        return [Hit(pid, score, {"doc_id": _text(passages[pid].get("doc_id"))}) for pid, score in t.lexical.search(terms, k)]
+        return [
+            Hit(pid, score, {"doc_id": _text(passages[pid].get("doc_id"))}) for pid, score in t.lexical.search(terms, k)
+        ]
 
     # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
-        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))[:limit]  # reading adds no empty set
+        return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))[
+            :limit
+        ]  # reading adds no empty set
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid) for pid in passage_ids]
@@ -648,8 +789,11 @@ class InMemoryStore:
     async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
         record = self._tenant(tenant).records["schemas"].get(schema_id, {})
         frequency = record.get("frequency")
-        return (record.get("status"), sorted(self._tenant(tenant).sets.get(("schema_passages", schema_id), ())),
-                None if frequency in (None, "") else str(frequency))
+        return (
+            record.get("status"),
+            sorted(self._tenant(tenant).sets.get(("schema_passages", schema_id), ())),
+            None if frequency in (None, "") else str(frequency),
+        )
 
     def expect_schema(self, pipe, tenant: str, schema_id: str, status: str | None, frequency: str | None) -> None:
         pipe.expected.setdefault((tenant, "schemas", schema_id, "status"), status or None)
@@ -659,8 +803,16 @@ class InMemoryStore:
         self._stage(pipe, lambda: self._hset(tenant, "schemas", schema_id, {"status": status}))
 
     # ---- conflict groups and relation cardinality ---------------------------------------------------
-    async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str, mark: str,
-                         multi_rule: tuple[int, float]) -> GroupJoin:
+    async def join_group(
+        self,
+        tenant: str,
+        head_id: str,
+        relation: str,
+        tail_id: str,
+        fact_id: str,
+        mark: str,
+        multi_rule: tuple[int, float],
+    ) -> GroupJoin:
         """Memory's _JOIN_GROUP (the first join of a relation sets its verdict: a flip)."""
         t, group = self._tenant(tenant), self._set(tenant, "group", f"{head_id}|{relation}")
         group.add(fact_id)
@@ -668,7 +820,10 @@ class InMemoryStore:
         self._set(tenant, "relation_heads", relation).add(head_id)
         if len(group) >= 2:
             self._set(tenant, "relation_multi_heads", relation).add(head_id)
-        heads, multi = len(self._set(tenant, "relation_heads", relation)), len(self._set(tenant, "relation_multi_heads", relation))
+        heads, multi = (
+            len(self._set(tenant, "relation_heads", relation)),
+            len(self._set(tenant, "relation_multi_heads", relation)),
+        )
         verdict = "multi" if multi >= multi_rule[0] and multi >= multi_rule[1] * heads else "single"
         flipped = False
         if t.cardinality.get(relation) != verdict:
@@ -691,7 +846,9 @@ class InMemoryStore:
         return sorted(self._set(tenant, "relation_multi_heads", relation))
 
     async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]:
-        return len(self._set(tenant, "relation_heads", relation)), len(self._set(tenant, "relation_multi_heads", relation))
+        return len(self._set(tenant, "relation_heads", relation)), len(
+            self._set(tenant, "relation_multi_heads", relation)
+        )
 
     broader = broader_by_containment  # store.base: Memory's walk over active containment facts, through this store's group() and fact()
 
@@ -749,6 +906,7 @@ class InMemoryStore:
 
     def stage_edge_removed(self, pipe, tenant: str, version: int, a: str, b: str, kind: str) -> None:
         """Memory.stage_edge_removed."""
+
         def write() -> None:
             adjacency = self._tenant(tenant).adjacency
             adjacency[a].pop(adjacency_field(kind, b), None)
@@ -765,7 +923,11 @@ class InMemoryStore:
 
     async def unbridged_entity_vectors(self, tenant: str, passage_id: str) -> dict[str, np.ndarray]:
         bridged = self._set(tenant, "similarity_bridged")
-        vectors = {eid: self._vector(tenant, "entities", eid) for eid in await self.passage_entities(tenant, passage_id) if eid not in bridged}
+        vectors = {
+            eid: self._vector(tenant, "entities", eid)
+            for eid in await self.passage_entities(tenant, passage_id)
+            if eid not in bridged
+        }
         return {eid: vec for eid, vec in vectors.items() if vec is not None}
 
     # ---- the graph, read (store.graph_log says what None means) ----------------------------------------
@@ -793,7 +955,9 @@ class InMemoryStore:
                         edges.append(EdgeChange(node, other, weight, kind))
             yield edges
 
-    async def changes_since(self, tenant: str, cursor: str, count: int = READ_BATCH) -> list[tuple[str, EdgeChange]] | None:
+    async def changes_since(
+        self, tenant: str, cursor: str, count: int = READ_BATCH
+    ) -> list[tuple[str, EdgeChange]] | None:
         t = self._tenant(tenant)
         if cursor == NO_CHANGE:
             entries = t.changes[:count]
@@ -811,8 +975,9 @@ class InMemoryStore:
         return [(entry_id, change) for entry_id, _, change in entries]
 
     # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) ---------------------
-    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int,
-                           now: float | None = None) -> tuple[list[Fact], int]:
+    async def active_facts(
+        self, tenant: str, categories: tuple[str, ...], limit: int, now: float | None = None
+    ) -> tuple[list[Fact], int]:
         """Memory.active_facts: at most `limit` of the facts of `categories` that hold at `now`,
         one category at a time in the order given, oldest first (created_at, then id), and how many hold."""
         now = time.time() if now is None else now
@@ -821,9 +986,14 @@ class InMemoryStore:
             return _text(row.get("status")) == "active" and not float(_text(row.get("expires_at")) or "inf") <= now
 
         rows = self._tenant(tenant).records["facts"]
-        ids = [fid for category in categories
-               for fid in sorted((fid for fid, row in rows.items() if _text(row.get("category")) == category and holds(row)),
-                                 key=lambda fid: (float(_text(rows[fid].get("created_at")) or 0.0), fid))]
+        ids = [
+            fid
+            for category in categories
+            for fid in sorted(
+                (fid for fid, row in rows.items() if _text(row.get("category")) == category and holds(row)),
+                key=lambda fid: (float(_text(rows[fid].get("created_at")) or 0.0), fid),
+            )
+        ]
         return [f for f in await self.facts(tenant, ids[:limit]) if f is not None], len(ids)
 
     # ---- time in memory: TTLs and the expiry index ------------------------------------------------------
@@ -860,7 +1030,9 @@ class InMemoryStore:
             source = t.records["facts"].get(source_id)
             if source is not None:
                 lapse = source.get("expires_at") or None
-                self._record_lapse(tenant, target_id, None if lapse is None else float(lapse))  # the target exists: a later passage's rule
+                self._record_lapse(
+                    tenant, target_id, None if lapse is None else float(lapse)
+                )  # the target exists: a later passage's rule
                 t.expiry.pop(source_id, None)
 
         self._stage(pipe, write)
@@ -899,12 +1071,19 @@ class InMemoryStore:
         cache = list(llm_cache_keys(layers["passages"]))
         if t.embedder is not None:
             cached_vectors = self.embedding_cache(t.embedder.cache_name)
-            cache += [cached_vectors.key(text) for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])]
+            cache += [
+                cached_vectors.key(text)
+                for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])
+            ]
         for key in cache:
             self._cache.pop(key, None)
         del self._tenants[tenant]
         self._tenants_with_outboxes.discard(tenant)
-        return {"keys": sum(len(rows) for rows in layers.values()), "cache entries": len(cache), **{layer: len(rows) for layer, rows in layers.items()}}
+        return {
+            "keys": sum(len(rows) for rows in layers.values()),
+            "cache entries": len(cache),
+            **{layer: len(rows) for layer, rows in layers.items()},
+        }
 
     async def document_ids(self, tenant: str) -> list[str]:
         return sorted(self._tenant(tenant).documents)
@@ -913,8 +1092,11 @@ class InMemoryStore:
         return tenant in self._tenants_with_outboxes
 
     async def tenant_counts(self) -> dict[str, dict[str, int]]:
-        return {name: {layer: len(t.records[layer]) for layer in LAYERS} for name, t in sorted(self._tenants.items())
-                if any(t.records[layer] for layer in LAYERS)}
+        return {
+            name: {layer: len(t.records[layer]) for layer in LAYERS}
+            for name, t in sorted(self._tenants.items())
+            if any(t.records[layer] for layer in LAYERS)
+        }
 
     async def census(self, layer: str, by: str | None = None) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -929,7 +1111,9 @@ class InMemoryStore:
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:
         return sorted(self._tenant(tenant).records[layer])
 
-    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS) -> list[tuple[str, dict[str, str]]]:
+    async def records(
+        self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS
+    ) -> list[tuple[str, dict[str, str]]]:
         records = self._tenant(tenant).records[layer]
         return [(rid, {k: _text(v) for k, v in records[rid].items() if k not in skip}) for rid in sorted(records)]
 
@@ -987,7 +1171,9 @@ class _InMemoryEmbeddingCache(EmbeddingCache):
 
     async def put_many(self, vectors: dict[str, np.ndarray]) -> None:
         for text, vector in vectors.items():
-            self.values[self.key(text)] = np.asarray(vector, dtype=np.float32).tobytes()  # as EmbeddingCache: exact, not vector_bytes
+            self.values[self.key(text)] = np.asarray(
+                vector, dtype=np.float32
+            ).tobytes()  # as EmbeddingCache: exact, not vector_bytes
 
     async def forget_many(self, texts: list[str]) -> None:
         for text in texts:

@@ -36,11 +36,14 @@ def float32_index_name(layer: str, dims: int) -> str:
 def parse_index_name(name: str) -> tuple[str, int, bool] | None:
     """(layer, dims, float16) of a shared index's name (this version's or a float32 one), None
     for any other name."""
-    layer, _, rest = name.removeprefix(SHARED_INDEX_PREFIX).partition(":") if name.startswith(SHARED_INDEX_PREFIX) else ("", "", "")
+    layer, _, rest = (
+        name.removeprefix(SHARED_INDEX_PREFIX).partition(":") if name.startswith(SHARED_INDEX_PREFIX) else ("", "", "")
+    )
     dims, _, tag = rest.partition(":")
     if layer not in LAYERS or not dims.isdigit() or tag not in ("", VECTOR_TYPE_TAG):
         return None
     return layer, int(dims), tag == VECTOR_TYPE_TAG
+
 
 # Graph node names, as they appear in adjacency hashes and the graph change stream.
 ENTITY_NODE, PASSAGE_NODE, TYPE_NODE = "e:", "p:", "t:"
@@ -59,7 +62,7 @@ def type_node(entity_type: str) -> str:
 
 
 def node_kind(node: str) -> str | None:
-    """"entity", "passage" or "type": what a graph node name stands for (None: no known kind)."""
+    """ "entity", "passage" or "type": what a graph node name stands for (None: no known kind)."""
     for prefix, kind in _NODE_KINDS:
         if node.startswith(prefix):
             return kind

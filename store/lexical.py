@@ -36,11 +36,15 @@ from functools import lru_cache
 
 LEXICAL_FIELD = "lexical"  # the passage hash field holding its terms (Redis indexes it as TEXT)
 LEXICAL_LENGTH_FIELD = "lexical_len"  # how many terms (BM25's |d|; Redis sums it for a tenant's avgdl)
-K1, B = 1.2, 0.5  # Redis BM25STD's constants (its EXPLAINSCORE shows them), fixed there: the in-memory store uses the same
+K1, B = (
+    1.2,
+    0.5,
+)  # Redis BM25STD's constants (its EXPLAINSCORE shows them), fixed there: the in-memory store uses the same
 
 # RediSearch's default stop words (FT.CREATE without STOPWORDS): the in-memory store drops the same.
 STOP_WORDS = frozenset(
-    "a is the an and are as at be but by for if in into it no not of on or such that their then there these they this to was will with".split())
+    "a is the an and are as at be but by for if in into it no not of on or such that their then there these they this to was will with".split()
+)
 
 _TOKEN = re.compile(r"\w+")  # RediSearch: every punctuation mark and whitespace separates, underscores do not
 MAX_QUERY_TERMS = 64  # a query's distinct terms sent to the index (a 4,096-character query has at most ~700)
@@ -79,15 +83,24 @@ def term_count(terms: str | None) -> int:
     return len((terms or "").split())
 
 
-def bm25(query_terms: list[str], documents: dict[str, list[str]], document_frequency: dict[str, int], count: int,
-         average_length: float) -> dict[str, float]:
+def bm25(
+    query_terms: list[str],
+    documents: dict[str, list[str]],
+    document_frequency: dict[str, int],
+    count: int,
+    average_length: float,
+) -> dict[str, float]:
     """Each document's BM25 score for `query_terms` (the formula above, k1 and b above), given
     the collection's statistics: how many of its documents hold each term, how many documents
     it has, their average length. Documents holding no query term score 0 and are left out."""
-    idf = {t: math.log(1.0 + (count - n + 0.5) / (n + 0.5)) for t in query_terms if (n := document_frequency.get(t, 0)) > 0}
+    idf = {
+        t: math.log(1.0 + (count - n + 0.5) / (n + 0.5)) for t in query_terms if (n := document_frequency.get(t, 0)) > 0
+    }
     scores: dict[str, float] = {}
     for doc_id, terms in documents.items():
-        held = [(t, tf) for t in idf if (tf := terms.count(t))]  # list.count: a third of Counter's time over 1,000 candidates
+        held = [
+            (t, tf) for t in idf if (tf := terms.count(t))
+        ]  # list.count: a third of Counter's time over 1,000 candidates
         if not held:
             continue
         norm = K1 * (1.0 - B + B * len(terms) / average_length) if average_length > 0 else K1

@@ -14,11 +14,11 @@ from typing import Any, AsyncIterator, Mapping
 
 import numpy as np
 import redis.asyncio as aioredis
-from redisvl.index import AsyncSearchIndex
 from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest, Asc
 from redis.commands.search.query import Query
 from redis.exceptions import ResponseError, WatchError
+from redisvl.index import AsyncSearchIndex
 from redisvl.query.filter import Tag
 
 import store.graph_log as graph_log
@@ -27,11 +27,51 @@ from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
 from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, reply_rows, tenant_filter
-from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, bm25, passage_terms, redis_query, search_terms, term_count
-from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, layer_prefix, entity_node, parse_index_name, passage_node, type_node
-from store.records import (OUTBOX_SWEEP_LOCK_S, PASSAGE_EXTRAS, RETIRED_FIELDS, AlreadyDone, DocumentRecord, DocumentStatus, GroupJoin, PassageState, Hit, Outgoing, StaleDecision, passage_extras,
-                           float32_vector_bytes, passage_json, similarity, vector_bytes, vector_from_bytes)
-from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, RECORD_INTERNALS, TENANT_FIELD, UNRECORDED_EMBEDDER, EmbedderId, Erasure
+from store.keys import (
+    LAYERS,
+    TENANTS_WITH_OUTBOXES,
+    TenantKeys,
+    entity_node,
+    layer_prefix,
+    parse_index_name,
+    passage_node,
+    type_node,
+)
+from store.lexical import (
+    LEXICAL_FIELD,
+    LEXICAL_LENGTH_FIELD,
+    bm25,
+    passage_terms,
+    redis_query,
+    search_terms,
+    term_count,
+)
+from store.records import (
+    ENTITY_MENTIONS,
+    FACT_EXTRACTIONS,
+    OUTBOX_SWEEP_LOCK_S,
+    PASSAGE_EXTRAS,
+    RECORD_INTERNALS,
+    RETIRED_FIELDS,
+    TENANT_FIELD,
+    UNRECORDED_EMBEDDER,
+    AlreadyDone,
+    DocumentRecord,
+    DocumentStatus,
+    EmbedderId,
+    Erasure,
+    GroupJoin,
+    Hit,
+    Outgoing,
+    PassageState,
+    StaleDecision,
+    float32_vector_bytes,
+    passage_extras,
+    passage_json,
+    similarity,
+    vector_bytes,
+    vector_from_bytes,
+)
 
 # The most passages a lexical search scores (Memory.lexical): every one of a tenant's passages
 # holding a query term up to here, the index's BM25STD best beyond. 200 changed the top 10 of a
@@ -225,10 +265,13 @@ local function raise_lapse(fact, index, id, at, first)  -- at: false = never
 end
 """
 # KEYS: the fact, the expiry index. ARGV: fact id, lapse.
-_RECORD_LAPSE = _RAISE_LAPSE + """
+_RECORD_LAPSE = (
+    _RAISE_LAPSE
+    + """
 raise_lapse(KEYS[1], KEYS[2], ARGV[1], ARGV[2] ~= '' and ARGV[2], redis.call('EXISTS', KEYS[1]) == 0)
 return 1
 """
+)
 
 # The sweep saw a lapse through: out of the expiry index, if the fact still lapses then.
 # KEYS: the expiry index. ARGV: fact id, the lapse the sweep read.
@@ -243,13 +286,16 @@ return 1
 # out of memory, leaves the expiry index (a passage that says it later puts it back: the sweep
 # drops it, the resolver merges that support on).
 # KEYS: the source fact, the target fact, the expiry index. ARGV: source id, target id.
-_MERGE_LAPSE = _RAISE_LAPSE + """
+_MERGE_LAPSE = (
+    _RAISE_LAPSE
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local at = redis.call('HGET', KEYS[1], 'expires_at')
 raise_lapse(KEYS[2], KEYS[3], ARGV[2], at ~= '' and at, false)
 redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 """
+)
 
 # The tenant's embedder, recorded unless one is: the first claim wins. KEYS: the record. ARGV: name, dims.
 _CLAIM_EMBEDDER = """
@@ -323,7 +369,9 @@ class Memory:
         """A client whose pool holds at most `max_connections`; a command finding them all busy
         waits up to `pool_timeout` seconds for one (then redis ConnectionError) instead of
         failing at once with "Too many connections" as redis-py's default pool does."""
-        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False
+        )
         return cls(aioredis.Redis.from_pool(pool), **kwargs)
 
     async def close(self) -> None:
@@ -447,7 +495,9 @@ class Memory:
         for name in await self._index_names():
             parsed = parse_index_name(name)
             if parsed is not None and parsed[0] == "passages":
-                found = await self.redis.ft(name).search(Query(str(tenant_filter(tenant))).no_content().paging(0, 0).dialect(2))
+                found = await self.redis.ft(name).search(
+                    Query(str(tenant_filter(tenant))).no_content().paging(0, 0).dialect(2)
+                )
                 if found.total:
                     return parsed[1]
         return None
@@ -479,11 +529,13 @@ class Memory:
         for name in await self._index_names():
             for layer in LAYERS:
                 if name.startswith("ms_") and name.endswith(f"_{layer}"):
-                    found.add(name[len("ms_"):-len(f"_{layer}")])
-        short = {TenantKeys("x").legacy_prefix(layer).removeprefix("ms:{x}:") for layer in LAYERS}  # 'pas:', 'fact:', ...
+                    found.add(name[len("ms_") : -len(f"_{layer}")])
+        short = {
+            TenantKeys("x").legacy_prefix(layer).removeprefix("ms:{x}:") for layer in LAYERS
+        }  # 'pas:', 'fact:', ...
         for kind in short:
             async for key in self.redis.scan_iter(match="ms:{*}:" + kind + "*", count=1000):
-                tenant, _, rest = key.decode()[len("ms:{"):].partition("}:")
+                tenant, _, rest = key.decode()[len("ms:{") :].partition("}:")
                 if rest.startswith(kind) and not tenant.startswith("_"):
                     found.add(tenant)
         return sorted(found)
@@ -518,7 +570,9 @@ class Memory:
                     raise
         return moved
 
-    async def _move_records(self, tenant: str, layer: str, old_keys: list[bytes], old_prefix: str, new_prefix: str, dims: int) -> int:
+    async def _move_records(
+        self, tenant: str, layer: str, old_keys: list[bytes], old_prefix: str, new_prefix: str, dims: int
+    ) -> int:
         if not old_keys:
             return 0
         renamed = [new_prefix + key.decode().removeprefix(old_prefix) for key in old_keys]
@@ -540,14 +594,22 @@ class Memory:
                 if held is None:  # written before the lexical leg
                     held = passage_terms((context or b"").decode(), text.decode()).encode()
                     writes.hset(key, RETIRED_FIELDS[LEXICAL_FIELD] if was_retired else LEXICAL_FIELD, held)
-                writes.hset(key, RETIRED_FIELDS[LEXICAL_LENGTH_FIELD] if was_retired else LEXICAL_LENGTH_FIELD, term_count(held.decode()))
+                writes.hset(
+                    key,
+                    RETIRED_FIELDS[LEXICAL_LENGTH_FIELD] if was_retired else LEXICAL_LENGTH_FIELD,
+                    term_count(held.decode()),
+                )
             await writes.execute()
         return len(old_keys)
 
     async def float32_indexes(self) -> list[str]:
         """The shared indexes from when vectors were held as float32: what `migrate_vectors` has
         left to do."""
-        return [name for name in await self._index_names() if (parsed := parse_index_name(name)) is not None and not parsed[2]]
+        return [
+            name
+            for name in await self._index_names()
+            if (parsed := parse_index_name(name)) is not None and not parsed[2]
+        ]
 
     async def migrate_vectors(self, name: str, batch: int = 500) -> int:
         """Re-encodes the records of a float32 shared index (`float32_indexes`) as float16 under
@@ -590,8 +652,11 @@ class Memory:
                 recorded[tenant.decode()] = int(size) if size else None
             if recorded.get(tenant.decode() if tenant else "", None) not in (None, dims):
                 continue
-            fields = {field: float32_vector_bytes(raw) for field, raw in zip(("vec", RETIRED_FIELDS["vec"]), vectors)
-                      if raw is not None and len(raw) == 4 * dims}
+            fields = {
+                field: float32_vector_bytes(raw)
+                for field, raw in zip(("vec", RETIRED_FIELDS["vec"]), vectors)
+                if raw is not None and len(raw) == 4 * dims
+            }
             if fields:
                 writes.hset(key, mapping=fields)
                 done += 1
@@ -611,8 +676,15 @@ class Memory:
         those whose tag fields equal every value in `where` (e.g. {"status": "active"})."""
         return (await self.knn_many(tenant, layer, [vector], k, return_fields, where))[0]
 
-    async def knn_many(self, tenant: str, layer: str, vectors: list[np.ndarray], k: int, return_fields: list[str],
-                       where: Mapping[str, str] | None = None) -> list[list[Hit]]:
+    async def knn_many(
+        self,
+        tenant: str,
+        layer: str,
+        vectors: list[np.ndarray],
+        k: int,
+        return_fields: list[str],
+        where: Mapping[str, str] | None = None,
+    ) -> list[list[Hit]]:
         """`knn` for each of `vectors`, all searches sent in one round trip."""
         if not vectors:
             return []
@@ -630,9 +702,16 @@ class Memory:
             return [[] for _ in vectors]
         # equally near records by id, as in the in-memory store: the first stage fuses ranks, so
         # RediSearch's arbitrary order of ties would otherwise change a fused answer run to run
-        return [sorted((Hit(rid, similarity(distance), {f: fields.get(f) for f in return_fields}) for rid, distance, fields in rows),
-                       key=lambda h: (-h.score, h.id))
-                for rows in results]
+        return [
+            sorted(
+                (
+                    Hit(rid, similarity(distance), {f: fields.get(f) for f in return_fields})
+                    for rid, distance, fields in rows
+                ),
+                key=lambda h: (-h.score, h.id),
+            )
+            for rows in results
+        ]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
         """The `k` passages of the tenant best matching `query` by BM25 over the passages' terms
@@ -650,20 +729,54 @@ class Memory:
             return []
         # the tenant's statistics and its matching passages, side by side (two commands sent at
         # once cost less than a pipeline of two: measured 1.1 -> 0.8 ms p50 for a small tenant)
-        statistics = searchable.command("FT.AGGREGATE", "", "GROUPBY", 0, "REDUCE", "COUNT", 0, "AS", "n",
-                                        "REDUCE", "SUM", 1, f"@{LEXICAL_LENGTH_FIELD}", "AS", "length")
-        matching = searchable.command("FT.SEARCH", redis_query(terms), "SCORER", "BM25STD", "RETURN", 2, "doc_id", LEXICAL_FIELD,
-                                      "LIMIT", 0, LEXICAL_CANDIDATES)
+        statistics = searchable.command(
+            "FT.AGGREGATE",
+            "",
+            "GROUPBY",
+            0,
+            "REDUCE",
+            "COUNT",
+            0,
+            "AS",
+            "n",
+            "REDUCE",
+            "SUM",
+            1,
+            f"@{LEXICAL_LENGTH_FIELD}",
+            "AS",
+            "length",
+        )
+        matching = searchable.command(
+            "FT.SEARCH",
+            redis_query(terms),
+            "SCORER",
+            "BM25STD",
+            "RETURN",
+            2,
+            "doc_id",
+            LEXICAL_FIELD,
+            "LIMIT",
+            0,
+            LEXICAL_CANDIDATES,
+        )
         try:
-            stats, found = await asyncio.gather(self.redis.execute_command(*statistics), self.redis.execute_command(*matching))
+            stats, found = await asyncio.gather(
+                self.redis.execute_command(*statistics), self.redis.execute_command(*matching)
+            )
             total, rows = reply_rows(found)
             documents = {searchable.record_id(key): fields.get(LEXICAL_FIELD, "").split() for key, fields in rows}
             doc_ids = {searchable.record_id(key): fields.get("doc_id") for key, fields in rows}
             if total <= len(documents):  # every matching passage is here: count the terms in them
                 frequency = {t: sum(1 for held in documents.values() if t in held) for t in terms}
             else:
-                counted = await asyncio.gather(*(self.redis.execute_command(*searchable.command("FT.SEARCH", redis_query([t]), "NOCONTENT", "LIMIT", 0, 0))
-                                                 for t in terms))
+                counted = await asyncio.gather(
+                    *(
+                        self.redis.execute_command(
+                            *searchable.command("FT.SEARCH", redis_query([t]), "NOCONTENT", "LIMIT", 0, 0)
+                        )
+                        for t in terms
+                    )
+                )
                 frequency = {t: reply_rows(reply)[0] for t, reply in zip(terms, counted)}
         except Exception as exc:
             if not index_missing(exc):
@@ -673,7 +786,9 @@ class Memory:
         row = (reply_rows(stats)[1] or [(None, {})])[0][1]
         count, length = int(row.get("n", 0)), float(row.get("length", 0) or 0)
         scores = bm25(terms, documents, frequency, count, length / count if count else 0.0)
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]  # equal scores by id, as in the in-memory store
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[
+            :k
+        ]  # equal scores by id, as in the in-memory store
         return [Hit(pid, score, {"doc_id": doc_ids[pid]}) for pid, score in ranked]
 
     # ---- effectively once: done marks and outbox ---------------------------------------
@@ -731,7 +846,9 @@ class Memory:
             done, committed = await pipe.mget(keys.done_mark(mark), keys.outbox(mark))
             if done is None and committed is None:
                 if expected:
-                    found = await pipe.eval(_FIELDS, len(expected), *[key for key, _ in expected], *[name for _, name in expected])
+                    found = await pipe.eval(
+                        _FIELDS, len(expected), *[key for key, _ in expected], *[name for _, name in expected]
+                    )
                     if [v.decode() if v else None for v in found] != list(expected.values()):
                         raise StaleDecision(mark)
                 await pipe.execute()
@@ -776,17 +893,27 @@ class Memory:
         return found
 
     # ---- document progress -----------------------------------------------------------
-    def stage_document(self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = "") -> None:
+    def stage_document(
+        self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = ""
+    ) -> None:
         """The document's current version (`mark`: the done mark of the message that made it so)."""
-        _eval(pipe, _RECORD_DOCUMENT, [self.keys(tenant).document(doc_id)], [doc_hash, version, json.dumps(chunk_ids), time.time(), mark])
+        _eval(
+            pipe,
+            _RECORD_DOCUMENT,
+            [self.keys(tenant).document(doc_id)],
+            [doc_hash, version, json.dumps(chunk_ids), time.time(), mark],
+        )
 
     def stage_chunk_done(self, pipe, tenant: str, chunk_id: str) -> None:
         pipe.sadd(self.keys(tenant).chunks_done, chunk_id)
 
-    def _stage_progress(self, pipe, tenant: str, chunk_id: str, chunk_fact_count: int, fact_index="", work_id="") -> None:
+    def _stage_progress(
+        self, pipe, tenant: str, chunk_id: str, chunk_fact_count: int, fact_index="", work_id=""
+    ) -> None:
         keys = self.keys(tenant)
         _eval(
-            pipe, _CHUNK_PROGRESS,
+            pipe,
+            _CHUNK_PROGRESS,
             [keys.chunk_facts_done(chunk_id), keys.chunk_outstanding(chunk_id), keys.chunks_done],
             [chunk_id, chunk_fact_count, DONE_MARK_TTL_S, fact_index, work_id],
         )
@@ -826,7 +953,7 @@ class Memory:
         keys = self.keys(tenant)
         pipe = self.redis.pipeline(transaction=False)
         for start in range(0, len(doc_ids), DOCUMENT_STATUS_BATCH):
-            batch = [keys.document(doc_id) for doc_id in doc_ids[start:start + DOCUMENT_STATUS_BATCH]]
+            batch = [keys.document(doc_id) for doc_id in doc_ids[start : start + DOCUMENT_STATUS_BATCH]]
             _eval(pipe, _DOCUMENT_STATUSES, [keys.chunks_done, *batch], [])
         statuses: list[DocumentStatus | None] = []
         for reply in await pipe.execute() if doc_ids else []:
@@ -836,11 +963,18 @@ class Memory:
     # ---- document versions: what a new version retires, and what a revert brings back -------
     async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         """The document's current version as the chunker recorded it (None: never seen)."""
-        doc_hash, version, chunk_ids, mark, seq = await self.redis.hmget(self.keys(tenant).document(doc_id),
-                                                                         ["doc_hash", "version", "chunk_ids", "mark", "seq"])
+        doc_hash, version, chunk_ids, mark, seq = await self.redis.hmget(
+            self.keys(tenant).document(doc_id), ["doc_hash", "version", "chunk_ids", "mark", "seq"]
+        )
         if version is None:
             return None
-        return DocumentRecord((doc_hash or b"").decode(), int(version), tuple(json.loads(chunk_ids or b"[]")), (mark or b"").decode(), int(seq or 0))
+        return DocumentRecord(
+            (doc_hash or b"").decode(),
+            int(version),
+            tuple(json.loads(chunk_ids or b"[]")),
+            (mark or b"").decode(),
+            int(seq or 0),
+        )
 
     def expect_document(self, pipe, tenant: str, doc_id: str, record: DocumentRecord | None) -> None:
         """The decision read the document's record so: its commit fails (StaleDecision) if
@@ -881,8 +1015,10 @@ class Memory:
             pipe.hmget(keys.passage(pid), ["retired", "incarnation"])
             pipe.hget(keys.passage_revision(pid), "n")
         replies = await pipe.execute() if passage_ids else []
-        return [PassageState(retired == b"1", int(incarnation or 0), int(revision or 0))
-                for (retired, incarnation), revision in zip(replies[0::2], replies[1::2])]
+        return [
+            PassageState(retired == b"1", int(incarnation or 0), int(revision or 0))
+            for (retired, incarnation), revision in zip(replies[0::2], replies[1::2])
+        ]
 
     def expect_passage(self, pipe, tenant: str, passage_id: str, state: PassageState, counts: bool = False) -> None:
         """The decision read the passage in this state: its commit fails if a version retired
@@ -894,21 +1030,37 @@ class Memory:
         expected.setdefault((key, "retired"), "1" if state.retired else None)
         expected.setdefault((key, "incarnation"), str(state.incarnation) if state.incarnation else None)
         if counts:  # the chunker: not the detectors, which would fail each other's commits on every fact
-            expected.setdefault((keys.passage_revision(passage_id), "n"), str(state.revision) if state.revision else None)
+            expected.setdefault(
+                (keys.passage_revision(passage_id), "n"), str(state.revision) if state.revision else None
+            )
 
     def stage_retire_passage(self, pipe, tenant: str, passage_id: str) -> None:
-        _eval(pipe, _RETIRE_PASSAGE, [self.keys(tenant).passage(passage_id)], [x for pair in RETIRED_FIELDS.items() for x in pair])
+        _eval(
+            pipe,
+            _RETIRE_PASSAGE,
+            [self.keys(tenant).passage(passage_id)],
+            [x for pair in RETIRED_FIELDS.items() for x in pair],
+        )
 
     def stage_restore_passage(self, pipe, tenant: str, passage_id: str, incarnation: int) -> None:
-        _eval(pipe, _RESTORE_PASSAGE, [self.keys(tenant).passage(passage_id)], [incarnation, *(x for pair in RETIRED_FIELDS.items() for x in pair)])
+        _eval(
+            pipe,
+            _RESTORE_PASSAGE,
+            [self.keys(tenant).passage(passage_id)],
+            [incarnation, *(x for pair in RETIRED_FIELDS.items() for x in pair)],
+        )
 
     async def passage_support(self, tenant: str, passage_id: str) -> tuple[list[str], list[str]]:
         """(fact ids, schema ids) whose support counts the passage."""
         keys = self.keys(tenant)
-        facts, schemas = await asyncio.gather(self.redis.smembers(keys.passage_facts(passage_id)), self.redis.smembers(keys.passage_schemas(passage_id)))
+        facts, schemas = await asyncio.gather(
+            self.redis.smembers(keys.passage_facts(passage_id)), self.redis.smembers(keys.passage_schemas(passage_id))
+        )
         return sorted(m.decode() for m in facts), sorted(m.decode() for m in schemas)
 
-    def stage_drop_support(self, pipe, tenant: str, passage_id: str, fact_ids: list[str], schema_ids: list[str], entity_ids: list[str]) -> None:
+    def stage_drop_support(
+        self, pipe, tenant: str, passage_id: str, fact_ids: list[str], schema_ids: list[str], entity_ids: list[str]
+    ) -> None:
         """The passage leaves every count it was in: its facts' support, its schemas'
         frequency, its entities' passages, and its chunk progress (extracted again on return)."""
         keys = self.keys(tenant)
@@ -919,7 +1071,12 @@ class Memory:
             _eval(pipe, _RECOUNT_SCHEMA, [keys.schema_passages(sid), keys.schema(sid)], [])
         for eid in entity_ids:
             pipe.srem(keys.entity_passages(eid), passage_id)
-        pipe.delete(keys.passage_facts(passage_id), keys.passage_schemas(passage_id), keys.chunk_facts_done(passage_id), keys.chunk_outstanding(passage_id))
+        pipe.delete(
+            keys.passage_facts(passage_id),
+            keys.passage_schemas(passage_id),
+            keys.chunk_facts_done(passage_id),
+            keys.chunk_outstanding(passage_id),
+        )
         pipe.srem(keys.chunks_done, passage_id)
 
     # ---- erasure: a document's passages and what only they said, gone (workers.stages.erasure) --
@@ -933,12 +1090,16 @@ class Memory:
     async def fact_sources(self, tenant: str, fact_ids: list[str]) -> list[tuple[set[str], str | None]]:
         """Each fact's source passages and its extraction count (what expect_field fences on)."""
         keys = self.keys(tenant)
-        return await self._set_and_counter([(keys.fact_sources(fid), keys.fact(fid)) for fid in fact_ids], FACT_EXTRACTIONS)
+        return await self._set_and_counter(
+            [(keys.fact_sources(fid), keys.fact(fid)) for fid in fact_ids], FACT_EXTRACTIONS
+        )
 
     async def entity_mentions(self, tenant: str, entity_ids: list[str]) -> list[tuple[set[str], str | None]]:
         """Each entity's current passages and its mention count (what expect_entity fences on)."""
         keys = self.keys(tenant)
-        return await self._set_and_counter([(keys.entity_passages(eid), keys.entity(eid)) for eid in entity_ids], ENTITY_MENTIONS)
+        return await self._set_and_counter(
+            [(keys.entity_passages(eid), keys.entity(eid)) for eid in entity_ids], ENTITY_MENTIONS
+        )
 
     async def _set_and_counter(self, keys: list[tuple[str, str]], counter: str) -> list[tuple[set[str], str | None]]:
         """For each (set key, hash key): the set's members and the hash's `counter`, in one round trip."""
@@ -947,14 +1108,20 @@ class Memory:
             pipe.smembers(set_key)
             pipe.hget(hash_key, counter)
         replies = await pipe.execute() if keys else []
-        return [({m.decode() for m in members}, None if count is None else count.decode()) for members, count in zip(replies[0::2], replies[1::2])]
+        return [
+            ({m.decode() for m in members}, None if count is None else count.decode())
+            for members, count in zip(replies[0::2], replies[1::2])
+        ]
 
     async def facts_naming(self, tenant: str, entity_id: str) -> list[str]:
         """Ids of every fact with the entity as head or tail (any status), from the facts index."""
         searchable = await self.searchable(tenant, "facts")
         if searchable is None:
             return []
-        result = await searchable.search(str((Tag("head_id") == entity_id) | (Tag("tail_id") == entity_id)), lambda q: q.no_content().paging(0, 10_000))
+        result = await searchable.search(
+            str((Tag("head_id") == entity_id) | (Tag("tail_id") == entity_id)),
+            lambda q: q.no_content().paging(0, 10_000),
+        )
         return sorted(searchable.record_id(doc.id) for doc in result.docs)
 
     def expect_entity(self, pipe, tenant: str, entity_id: str, mentions: str | None) -> None:
@@ -991,7 +1158,7 @@ class Memory:
             # (graph_log.changes_since: its cursor is no longer in the stream)
             pipe.delete(keys.graph_changes)
         for start in range(0, len(erasure.cache_keys), 1000):
-            pipe.delete(*erasure.cache_keys[start:start + 1000])
+            pipe.delete(*erasure.cache_keys[start : start + 1000])
 
     # ---- memory layers -------------------------------------------------------------------
     def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
@@ -1011,11 +1178,18 @@ class Memory:
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
         keys = self.keys(tenant)
-        _eval(pipe, _SET_IF_SMALLER, [keys.entity(entity_id)], [f"{name}\x1f{type_}", TENANT_FIELD, tenant, "name", name, "type", type_, "vec", vector_bytes(vector)])
+        _eval(
+            pipe,
+            _SET_IF_SMALLER,
+            [keys.entity(entity_id)],
+            [f"{name}\x1f{type_}", TENANT_FIELD, tenant, "name", name, "type", type_, "vec", vector_bytes(vector)],
+        )
         pipe.sadd(keys.entity_passages(entity_id), passage_id)
         pipe.hincrby(keys.entity(entity_id), ENTITY_MENTIONS, 1)
 
-    def stage_schema(self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector, passage_id: str) -> None:
+    def stage_schema(
+        self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector, passage_id: str
+    ) -> None:
         keys = self.keys(tenant)
         schema_key = keys.schema(schema_id)
         pipe.hsetnx(schema_key, TENANT_FIELD, tenant)
@@ -1027,7 +1201,9 @@ class Memory:
         _eval(pipe, _SUPPORT_SCHEMA, [keys.schema_passages(schema_id), schema_key], [passage_id, self.tau])
         pipe.sadd(keys.passage_schemas(passage_id), schema_id)
 
-    def stage_new_fact(self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None, passage_id: str = "") -> None:
+    def stage_new_fact(
+        self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None, passage_id: str = ""
+    ) -> None:
         """An extracted fact, status 'new' until the detector decides. Status and first-seen
         time are set once; the description is the one of the smallest Fact.description_rank
         seen: the most specific category, then the smallest (order-independent). The passage's
@@ -1037,7 +1213,12 @@ class Memory:
         key = keys.fact(fact.id)
         _eval(pipe, _RECORD_LAPSE, [key, keys.expiry], [fact.id, "" if lapses_at is None else repr(float(lapses_at))])
         pairs = [x for kv in fact.description().items() for x in kv]
-        _eval(pipe, _SET_IF_SMALLER, [key], [fact.description_rank(), TENANT_FIELD, tenant, *pairs, "vec", vector_bytes(vector)])
+        _eval(
+            pipe,
+            _SET_IF_SMALLER,
+            [key],
+            [fact.description_rank(), TENANT_FIELD, tenant, *pairs, "vec", vector_bytes(vector)],
+        )
         pipe.hsetnx(key, "status", "new")
         pipe.hsetnx(key, "created_at", time.time())
         if passage_id:  # its source, for an erasure
@@ -1078,8 +1259,18 @@ class Memory:
             pipe.hmget(keys.passage(pid), ["text", "doc_id", "seq", "doc_version", *PASSAGE_EXTRAS])
         out = []
         for pid, (text, doc_id, seq, version, *extras) in zip(passage_ids, await pipe.execute()):
-            out.append(None if text is None else passage_json(pid, text.decode(), doc_id.decode(), seq, version,
-                                                               *(None if e is None else e.decode() for e in extras)))
+            out.append(
+                None
+                if text is None
+                else passage_json(
+                    pid,
+                    text.decode(),
+                    doc_id.decode(),
+                    seq,
+                    version,
+                    *(None if e is None else e.decode() for e in extras),
+                )
+            )
         return out
 
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:
@@ -1089,8 +1280,11 @@ class Memory:
         pipe = self.redis.pipeline(transaction=False)
         for eid in unique:
             pipe.hmget(keys.entity(eid), ["name", "type"])
-        return {eid: {"name": name.decode(), "type": (type_ or b"").decode()}
-                for eid, (name, type_) in zip(unique, await pipe.execute()) if name is not None}
+        return {
+            eid: {"name": name.decode(), "type": (type_ or b"").decode()}
+            for eid, (name, type_) in zip(unique, await pipe.execute())
+            if name is not None
+        }
 
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
         raw = await self.redis.hget(self.keys(tenant).passage(passage_id), "entities")
@@ -1111,7 +1305,11 @@ class Memory:
         for eid in entity_ids:
             pipe.hget(keys.entity(eid), "vec")
         bridged, *raw = await pipe.execute()
-        return {eid: vector_from_bytes(vec) for eid, done, vec in zip(entity_ids, bridged, raw) if not done and vec is not None}
+        return {
+            eid: vector_from_bytes(vec)
+            for eid, done, vec in zip(entity_ids, bridged, raw)
+            if not done and vec is not None
+        }
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
@@ -1144,7 +1342,9 @@ class Memory:
     async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:
         """(turn, passage id) of the session's turns at most `radius` from `turn`, the turn
         itself left out; by turn, then passage id."""
-        rows = await self.redis.zrangebyscore(self.keys(tenant).session_turns(session_id), turn - radius, turn + radius, withscores=True)
+        rows = await self.redis.zrangebyscore(
+            self.keys(tenant).session_turns(session_id), turn - radius, turn + radius, withscores=True
+        )
         return sorted((int(score), pid.decode()) for pid, score in rows if int(score) != turn)
 
     # ---- graph -------------------------------------------------------------------------
@@ -1157,12 +1357,32 @@ class Memory:
 
     def stage_fact_edge(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
-        _eval(pipe, LINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes, keys.graph_nodes],
-              [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
+        _eval(
+            pipe,
+            LINK_FACT,
+            [
+                keys.edge_facts(head_node, tail_node),
+                keys.adjacency(head_node),
+                keys.adjacency(tail_node),
+                keys.graph_changes,
+                keys.graph_nodes,
+            ],
+            [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN],
+        )
 
     def stage_fact_unlink(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
-        _eval(pipe, UNLINK_FACT, [keys.edge_facts(head_node, tail_node), keys.adjacency(head_node), keys.adjacency(tail_node), keys.graph_changes], [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN])
+        _eval(
+            pipe,
+            UNLINK_FACT,
+            [
+                keys.edge_facts(head_node, tail_node),
+                keys.adjacency(head_node),
+                keys.adjacency(tail_node),
+                keys.graph_changes,
+            ],
+            [fact_id, head_node, tail_node, version, GRAPH_CHANGES_MAXLEN],
+        )
 
     def stage_edge(self, pipe, tenant: str, version: int, a: str, b: str, weight: float, kind: str) -> None:
         """An undirected edge of one kind (passage: entity–passage, weight 1; type: entity–type,
@@ -1171,14 +1391,24 @@ class Memory:
         pipe.hset(keys.adjacency(a), adjacency_field(kind, b), weight)
         pipe.hset(keys.adjacency(b), adjacency_field(kind, a), weight)
         pipe.sadd(keys.graph_nodes, a, b)
-        pipe.xadd(keys.graph_changes, EdgeChange(a, b, weight, kind).entry(version), maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
+        pipe.xadd(
+            keys.graph_changes,
+            EdgeChange(a, b, weight, kind).entry(version),
+            maxlen=GRAPH_CHANGES_MAXLEN,
+            approximate=True,
+        )
 
     def stage_edge_removed(self, pipe, tenant: str, version: int, a: str, b: str, kind: str) -> None:
         """An edge of one kind gone (a retired passage's): off both adjacency hashes, weight 0 in the log."""
         keys = self.keys(tenant)
         pipe.hdel(keys.adjacency(a), adjacency_field(kind, b))
         pipe.hdel(keys.adjacency(b), adjacency_field(kind, a))
-        pipe.xadd(keys.graph_changes, EdgeChange(a, b, 0.0, kind).entry(version), maxlen=GRAPH_CHANGES_MAXLEN, approximate=True)
+        pipe.xadd(
+            keys.graph_changes,
+            EdgeChange(a, b, 0.0, kind).entry(version),
+            maxlen=GRAPH_CHANGES_MAXLEN,
+            approximate=True,
+        )
 
     # ---- reading the graph log (store.graph_log: the format, and why a reader reloads) --------
     async def graph_log_exists(self, tenant: str) -> bool:
@@ -1194,7 +1424,9 @@ class Memory:
         """Every edge the adjacency hashes of `nodes` hold (each once), a list per round trip."""
         return graph_log.adjacency(self.redis, self.keys(tenant), nodes)
 
-    async def changes_since(self, tenant: str, cursor: str, count: int = READ_BATCH) -> list[tuple[str, EdgeChange]] | None:
+    async def changes_since(
+        self, tenant: str, cursor: str, count: int = READ_BATCH
+    ) -> list[tuple[str, EdgeChange]] | None:
         """The first `count` changes after `cursor`, each with its id (the cursor once it is applied);
         None when the log no longer holds the cursor's entry (trimmed, lost or begun again): load
         the graph again."""
@@ -1209,7 +1441,9 @@ class Memory:
         return {eid: (c.decode() if c else eid) for eid, c in zip(entity_ids, found)}
 
     async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
-        await self.redis.hset(self.keys(tenant).aliases, alias_id, await alias_target(self, tenant, alias_id, canonical_id))
+        await self.redis.hset(
+            self.keys(tenant).aliases, alias_id, await alias_target(self, tenant, alias_id, canonical_id)
+        )
 
     async def alias_map(self, tenant: str) -> dict[str, str]:
         return {k.decode(): v.decode() for k, v in (await self.redis.hgetall(self.keys(tenant).aliases)).items()}
@@ -1221,8 +1455,17 @@ class Memory:
         detector's drain see every fact parked before the promotion."""
         keys = self.keys(tenant)
         held = await self.redis.eval(
-            _HOLD_PENDING, 7, keys.schema(schema_id), keys.schema_pending(schema_id), keys.fact(fact_id), keys.fact_passages(fact_id),
-            keys.passage_facts(passage_id), keys.passage_revision(passage_id), keys.passage(passage_id), fact_id, passage_id
+            _HOLD_PENDING,
+            7,
+            keys.schema(schema_id),
+            keys.schema_pending(schema_id),
+            keys.fact(fact_id),
+            keys.fact_passages(fact_id),
+            keys.passage_facts(passage_id),
+            keys.passage_revision(passage_id),
+            keys.passage(passage_id),
+            fact_id,
+            passage_id,
         )
         return None if held == -1 else bool(held)
 
@@ -1246,9 +1489,15 @@ class Memory:
     async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
         """(the schema's status, None: no such schema; its supporting passages; its frequency as stored)."""
         keys = self.keys(tenant)
-        (status, frequency), passages = await asyncio.gather(self.redis.hmget(keys.schema(schema_id), ["status", "frequency"]),
-                                                             self.redis.smembers(keys.schema_passages(schema_id)))
-        return (status.decode() if status else None), sorted(m.decode() for m in passages), (frequency.decode() if frequency else None)
+        (status, frequency), passages = await asyncio.gather(
+            self.redis.hmget(keys.schema(schema_id), ["status", "frequency"]),
+            self.redis.smembers(keys.schema_passages(schema_id)),
+        )
+        return (
+            (status.decode() if status else None),
+            sorted(m.decode() for m in passages),
+            (frequency.decode() if frequency else None),
+        )
 
     def expect_schema(self, pipe, tenant: str, schema_id: str, status: str | None, frequency: str | None) -> None:
         """The decision read the schema so (schema_support): its commit fails if its status or
@@ -1262,17 +1511,36 @@ class Memory:
         pipe.hset(self.keys(tenant).schema(schema_id), "status", status)
 
     # ---- conflict groups and relation cardinality -----------------------------------------------
-    async def join_group(self, tenant: str, head_id: str, relation: str, tail_id: str, fact_id: str, mark: str,
-                         multi_rule: tuple[int, float]) -> GroupJoin:
+    async def join_group(
+        self,
+        tenant: str,
+        head_id: str,
+        relation: str,
+        tail_id: str,
+        fact_id: str,
+        mark: str,
+        multi_rule: tuple[int, float],
+    ) -> GroupJoin:
         """Add a fact to its (head, relation) group and decide the relation's cardinality in
         the same atomic step; multi_rule = (min heads, share of heads) with several tails that
         make a relation multi-valued (workers.algorithms.policy). Idempotent; a redelivery of the message
         `mark` that flipped the verdict is told it flipped it."""
         keys = self.keys(tenant)
         heads, multi, size, verdict, flipped = await self.redis.eval(
-            _JOIN_GROUP, 6, keys.group(head_id, relation), keys.relation_heads(relation), keys.relation_multi_heads(relation),
-            keys.facts_with_tail(tail_id), keys.relation_cardinality, keys.cardinality_flip(mark),
-            fact_id, head_id, relation, multi_rule[0], multi_rule[1], DONE_MARK_TTL_S,
+            _JOIN_GROUP,
+            6,
+            keys.group(head_id, relation),
+            keys.relation_heads(relation),
+            keys.relation_multi_heads(relation),
+            keys.facts_with_tail(tail_id),
+            keys.relation_cardinality,
+            keys.cardinality_flip(mark),
+            fact_id,
+            head_id,
+            relation,
+            multi_rule[0],
+            multi_rule[1],
+            DONE_MARK_TTL_S,
         )
         return GroupJoin(int(heads), int(multi), int(size), verdict.decode(), bool(flipped))
 
@@ -1291,7 +1559,9 @@ class Memory:
     async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]:
         """(heads seen with the relation, heads with two or more tails)."""
         keys = self.keys(tenant)
-        return await self.redis.scard(keys.relation_heads(relation)), await self.redis.scard(keys.relation_multi_heads(relation))
+        return await self.redis.scard(keys.relation_heads(relation)), await self.redis.scard(
+            keys.relation_multi_heads(relation)
+        )
 
     def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
         """The fact's supporting passages set aside (a retraction on request): a passage that
@@ -1315,7 +1585,9 @@ class Memory:
         """Ids of every record of a layer (passages, facts, entities, schemas)."""
         return await self._scan_suffixes(self.keys(tenant).prefix(layer))
 
-    async def records(self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS) -> list[tuple[str, dict[str, str]]]:
+    async def records(
+        self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS
+    ) -> list[tuple[str, dict[str, str]]]:
         """(id, fields) of every record of a layer, sorted by id, without the vector and the
         description rank (`skip`); 500 records per round trip."""
         keys = self.keys(tenant)
@@ -1344,8 +1616,9 @@ class Memory:
         return sorted(m.decode() for m in await self.redis.smembers(keys.graph_nodes))
 
     # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) -------------
-    async def active_facts(self, tenant: str, categories: tuple[str, ...], limit: int,
-                           now: float | None = None) -> tuple[list[Fact], int]:
+    async def active_facts(
+        self, tenant: str, categories: tuple[str, ...], limit: int, now: float | None = None
+    ) -> tuple[list[Fact], int]:
         """At most `limit` of the tenant's facts of `categories` that hold at `now` (active, TTL
         not lapsed), filled one category at a time in the order given, within a category oldest
         first (created_at, then id), and how many hold: FT.AGGREGATE over the facts index's
@@ -1364,12 +1637,18 @@ class Memory:
 
         ids: list[str] = []
         try:
-            counted = await searchable.aggregate(active(categories), lambda r: loaded(r).group_by([], reducers.count().alias("n")))
+            counted = await searchable.aggregate(
+                active(categories), lambda r: loaded(r).group_by([], reducers.count().alias("n"))
+            )
             total = int(dict(zip(counted.rows[0][::2], counted.rows[0][1::2]))[b"n"]) if counted.rows else 0
             for category in categories:
                 if len(ids) >= limit or len(ids) >= total:
                     break
-                page = await searchable.aggregate(active((category,)), lambda r: loaded(r).sort_by(Asc("@created_at"), Asc("@__key"), max=limit - len(ids)))
+                left = limit - len(ids)
+                page = await searchable.aggregate(
+                    active((category,)),
+                    lambda r, left=left: loaded(r).sort_by(Asc("@created_at"), Asc("@__key"), max=left),
+                )
                 ids += [searchable.record_id(dict(zip(row[::2], row[1::2]))[b"__key"]) for row in page.rows]
         except Exception as exc:
             if not index_missing(exc):
@@ -1381,7 +1660,9 @@ class Memory:
     # ---- time in memory: the expiry index (stage_new_fact fills it, workers.stages.expiry sweeps it) --
     async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:
         """(fact id, expires_at) of the tenant's facts whose TTL lapsed by `now`, earliest first."""
-        rows = await self.redis.zrangebyscore(self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True)
+        rows = await self.redis.zrangebyscore(
+            self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True
+        )
         return [(fid.decode(), float(at)) for fid, at in rows]
 
     def stage_expiry_done(self, pipe, tenant: str, fact_id: str, expires_at: float) -> None:
@@ -1415,9 +1696,12 @@ class Memory:
         cache = [*llm_cache_keys(layers["passages"])]
         if recorded is not None:
             cached_vectors = self.embedding_cache(recorded.cache_name)
-            cache += [cached_vectors.key(text) for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])]
+            cache += [
+                cached_vectors.key(text)
+                for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])
+            ]
         for start in range(0, len(cache), 1000):
-            await self.redis.delete(*cache[start:start + 1000])
+            await self.redis.delete(*cache[start : start + 1000])
         for layer in LAYERS:  # an index of its own from before shared indexes (not migrated); its keys go below
             try:
                 await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
@@ -1452,7 +1736,7 @@ class Memory:
         for layer in LAYERS:
             prefix = layer_prefix(layer)
             async for key in self.redis.scan_iter(match=prefix + "{*}:*", count=1000):
-                tenant = key.decode()[len(prefix) + 1:].partition("}:")[0]
+                tenant = key.decode()[len(prefix) + 1 :].partition("}:")[0]
                 counts.setdefault(tenant, dict.fromkeys(LAYERS, 0))[layer] += 1
         return dict(sorted(counts.items()))
 
@@ -1466,8 +1750,22 @@ class Memory:
             parsed = parse_index_name(name)
             if parsed is None or parsed[0] != layer or not parsed[2]:
                 continue
-            reply = await self.redis.execute_command("FT.AGGREGATE", name, "*", *groups, "REDUCE", "COUNT", 0, "AS", "n",
-                                                     "LIMIT", 0, CENSUS_MAX_GROUPS, "DIALECT", 2)
+            reply = await self.redis.execute_command(
+                "FT.AGGREGATE",
+                name,
+                "*",
+                *groups,
+                "REDUCE",
+                "COUNT",
+                0,
+                "AS",
+                "n",
+                "LIMIT",
+                0,
+                CENSUS_MAX_GROUPS,
+                "DIALECT",
+                2,
+            )
             for _, row in reply_rows(reply)[1]:
                 tenant = row.get(TENANT_FIELD)
                 if tenant:  # an erased passage's skeleton from before it kept its tenant has none
@@ -1479,5 +1777,5 @@ class Memory:
     async def _scan_suffixes(self, prefix: str) -> list[str]:
         out = []
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
-            out.append(key.decode()[len(prefix):])
+            out.append(key.decode()[len(prefix) :])
         return sorted(out)

@@ -107,7 +107,11 @@ class Erasure:
 
 # A passage's fields its retirement moves aside (out of the vector and full-text indexes) and
 # its return moves back: stored name → name while retired.
-RETIRED_FIELDS = {"vec": "retired_vec", LEXICAL_FIELD: f"retired_{LEXICAL_FIELD}", LEXICAL_LENGTH_FIELD: f"retired_{LEXICAL_LENGTH_FIELD}"}
+RETIRED_FIELDS = {
+    "vec": "retired_vec",
+    LEXICAL_FIELD: f"retired_{LEXICAL_FIELD}",
+    LEXICAL_LENGTH_FIELD: f"retired_{LEXICAL_LENGTH_FIELD}",
+}
 
 # Every record of a vector-indexed layer names its tenant: the shared index's tag every search
 # filters on (store.indexes.TenantIndex).
@@ -166,7 +170,16 @@ def float32_vector_bytes(raw: bytes) -> bytes:
 # What `records` (memstream export) leaves out of every record: derived, or internal to a store.
 # write counters an erasure's decision is fenced on (Memory.stage_new_fact, stage_entity)
 FACT_EXTRACTIONS, ENTITY_MENTIONS = "extractions", "mentions"
-RECORD_INTERNALS = ("vec", "_rank", TENANT_FIELD, LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, *RETIRED_FIELDS.values(), FACT_EXTRACTIONS, ENTITY_MENTIONS)
+RECORD_INTERNALS = (
+    "vec",
+    "_rank",
+    TENANT_FIELD,
+    LEXICAL_FIELD,
+    LEXICAL_LENGTH_FIELD,
+    *RETIRED_FIELDS.values(),
+    FACT_EXTRACTIONS,
+    ENTITY_MENTIONS,
+)
 
 # ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
 PASSAGE_EXTRAS = ("metadata", "context", "retired")  # stored fields, in passage_json's order
@@ -176,18 +189,38 @@ def passage_extras(chunk) -> dict[str, str]:
     """The stored form of a chunk's document metadata and turn fields (JSON: turn_id, dia_id,
     session_id, speaker, ts, ...), of its context line (who said it and when) and of its
     lexical terms (store.lexical: what BM25 counts)."""
-    return {"metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True), "context": chunk.context,
-            LEXICAL_FIELD: (terms := passage_terms(chunk.context, chunk.text)), LEXICAL_LENGTH_FIELD: str(term_count(terms))}
+    return {
+        "metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True),
+        "context": chunk.context,
+        LEXICAL_FIELD: (terms := passage_terms(chunk.context, chunk.text)),
+        LEXICAL_LENGTH_FIELD: str(term_count(terms)),
+    }
 
 
-def passage_json(passage_id: str, text: str, doc_id: str, seq, doc_version, metadata: str | None, context: str | None,
-                 retired: str | None = None) -> dict:
+def passage_json(
+    passage_id: str,
+    text: str,
+    doc_id: str,
+    seq,
+    doc_version,
+    metadata: str | None,
+    context: str | None,
+    retired: str | None = None,
+) -> dict:
     """A passage as both stores give it back (and GET /v1/passages/{id} answers): the text as
     published, its document, `metadata` as a dict and `context` ({} and '' for a passage
     stored before they were), and whether a later version retired it (`retired`: out of
     retrieval and of every count, kept for audit)."""
-    return {"id": passage_id, "text": text, "doc_id": doc_id, "seq": int(seq), "doc_version": int(doc_version or 1),
-            "metadata": json.loads(metadata) if metadata else {}, "context": context or "", "retired": retired == "1"}
+    return {
+        "id": passage_id,
+        "text": text,
+        "doc_id": doc_id,
+        "seq": int(seq),
+        "doc_version": int(doc_version or 1),
+        "metadata": json.loads(metadata) if metadata else {},
+        "context": context or "",
+        "retired": retired == "1",
+    }
 
 
 def is_current(row: dict | None) -> bool:
@@ -197,7 +230,9 @@ def is_current(row: dict | None) -> bool:
 
 
 # ---- the embedder a tenant's indexes were built with (workers.models.embedding.TenantEmbedders) ----
-UNRECORDED_EMBEDDER = "unrecorded"  # the name claim_embedder gives a tenant indexed before records, in vectors of another size
+UNRECORDED_EMBEDDER = (
+    "unrecorded"  # the name claim_embedder gives a tenant indexed before records, in vectors of another size
+)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,11 @@ class Fleet:
     def start(self, role: str) -> Worker:
         self.started += 1
         name = f"{role}-{self.started}"
-        worker = Worker(name, role, WorkerProcess.spawn(self.logs / f"{name}.log", self.env, role=role, cwd=self.cwd, own_session=True))
+        worker = Worker(
+            name,
+            role,
+            WorkerProcess.spawn(self.logs / f"{name}.log", self.env, role=role, cwd=self.cwd, own_session=True),
+        )
         self.workers.append(worker)
         return worker
 
@@ -110,7 +114,9 @@ class Fleet:
                 worker.stopping = True
                 self.crashes += 1
                 replacement = self.start(worker.role)
-                self.say(f"CRASH {worker.name} exited by itself with {worker.process.returncode} (see {worker.log}); restarted as {replacement.name}")
+                self.say(
+                    f"CRASH {worker.name} exited by itself with {worker.process.returncode} (see {worker.log}); restarted as {replacement.name}"
+                )
 
     def stop_all(self) -> None:
         for worker in self.running():
@@ -161,7 +167,9 @@ class Chaos:
             normal_latency = self.llm.latency_s if self.llm else 0.0
             if action.role == "extractor" and self.llm is not None:
                 self._slow_calls_in_flight(len(ready))
-            self.say(f"{sig.name} {victim.name} (pid {victim.process.pid}{'' if victim.ready() else ', still starting'})")
+            self.say(
+                f"{sig.name} {victim.name} (pid {victim.process.pid}{'' if victim.ready() else ', still starting'})"
+            )
             ended = self.fleet.stop(victim, sig)
             if self.llm is not None:
                 self.llm.latency_s = normal_latency
@@ -200,7 +208,9 @@ class Chaos:
         while self.llm.calls - before < extractors and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(min(1.0, self.slow_call_s / 4))
-        self.say(f"  {self.llm.calls - before} slow LLM calls ({self.slow_call_s:g}s) started for {extractors} ready extractors, {self.llm.in_flight} in flight")
+        self.say(
+            f"  {self.llm.calls - before} slow LLM calls ({self.slow_call_s:g}s) started for {extractors} ready extractors, {self.llm.in_flight} in flight"
+        )
 
 
 def unindexed(settings, documents, deleted: list[str] = ()) -> list[str]:
@@ -295,14 +305,20 @@ def audit_events(values: list[bytes]) -> dict[str, EventAudit]:
         if len(distinct) == 1:
             continue
         decoded = [json.loads(v) for v in distinct]
-        content = {json.dumps({k: v for k, v in e.items() if k not in DECISION_TIME_FIELDS}, sort_keys=True) for e in decoded}
+        content = {
+            json.dumps({k: v for k, v in e.items() if k not in DECISION_TIME_FIELDS}, sort_keys=True) for e in decoded
+        }
         first = decoded[0]
         summary = f"event id {event_id} ({first['event']} of fact {first['fact_id']}) published {len(copies)}x"
         if len(content) == 1:
-            audit.decided_twice.append(f"{summary}, decided {len(distinct)}x (graph versions {[e.get('graph_version') for e in decoded]})")
+            audit.decided_twice.append(
+                f"{summary}, decided {len(distinct)}x (graph versions {[e.get('graph_version') for e in decoded]})"
+            )
         else:
             diff = sorted({k for e in decoded for k in e if k not in DECISION_TIME_FIELDS and e.get(k) != first.get(k)})
-            audit.conflicting.append(f"{summary} with {len(distinct)} different contents (fields differing: {', '.join(diff)})")
+            audit.conflicting.append(
+                f"{summary} with {len(distinct)} different contents (fields differing: {', '.join(diff)})"
+            )
     return dict(audits)
 
 
@@ -334,7 +350,10 @@ def comparable_export(memory: dict) -> dict:
         "schemas": sorted(memory["schemas"], key=lambda s: s["id"]),
         "facts": sorted(facts, key=lambda f: f["id"]),
         "entities": sorted(memory["entities"], key=lambda e: e["id"]),
-        "edges": sorted(({**e, "weight": round(e["weight"], 3)} for e in memory["edges"]), key=lambda e: (e["source"], e["target"], e["kind"])),
+        "edges": sorted(
+            ({**e, "weight": round(e["weight"], 3)} for e in memory["edges"]),
+            key=lambda e: (e["source"], e["target"], e["kind"]),
+        ),
     }
 
 
@@ -343,7 +362,8 @@ def export_differences(expected: dict, actual: dict, limit: int = 12) -> list[st
     section)."""
     lines = []
     for section, key in (("schemas", "id"), ("facts", "id"), ("entities", "id"), ("edges", None)):
-        def ident(record):
+
+        def ident(record, key=key):
             return record[key] if key else f"{record['source']} -{record['kind']}- {record['target']}"
 
         want = {ident(r): r for r in expected[section]}

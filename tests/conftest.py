@@ -46,7 +46,11 @@ def stack_env():
     stack = Stack(settings)
     started = not (stack.kafka.pid() or stack.redis.pid())
     stack.up(progress=lambda m: None)
-    env = {**os.environ, "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url}
+    env = {
+        **os.environ,
+        "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "MEMSTREAM_REDIS_URL": settings.redis_url,
+    }
     yield env
     if started and os.environ.get("MEMSTREAM_KEEP_STACK") != "1":
         stack.down(progress=lambda m: None)
@@ -56,10 +60,16 @@ class Cli:
     def __init__(self, env: dict):
         self.env = env
 
-    def run(self, *args: str, input: str | None = None, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(MEMSTREAM + list(args), env=self.env, cwd=ROOT, input=input, capture_output=True, text=True, timeout=timeout)
+    def run(
+        self, *args: str, input: str | None = None, timeout: float = 180, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            MEMSTREAM + list(args), env=self.env, cwd=ROOT, input=input, capture_output=True, text=True, timeout=timeout
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"memstream {' '.join(args)} → {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+            raise AssertionError(
+                f"memstream {' '.join(args)} → {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
+            )
         return proc
 
     def tail(self, tenant: str, idle: float = 3.0) -> list[dict]:
@@ -91,7 +101,13 @@ class Workers:
         self.cli = Cli(self.env)
 
     def start(self, role: str = "all", **extra_env: str) -> subprocess.Popen:
-        worker = WorkerProcess.spawn(self.tmp / f"worker-{len(self.procs)}-{role}.log", {**self.env, **extra_env}, role=role, cwd=ROOT, own_session=True)
+        worker = WorkerProcess.spawn(
+            self.tmp / f"worker-{len(self.procs)}-{role}.log",
+            {**self.env, **extra_env},
+            role=role,
+            cwd=ROOT,
+            own_session=True,
+        )
         self.procs.append(worker)
         if role in ("all", "query"):  # the roles that serve HTTP
             worker.wait_healthy(timeout_s=120)

@@ -75,7 +75,9 @@ class ScriptedExtractor:
         self.script = script
 
     async def extract(self, text: str, context: str = "") -> Extraction:
-        facts = [Triple(*fact[:3], *(fact[3:5] if len(fact) >= 5 else ("PERSON", "PLACE"))) for fact in self.script[text]]
+        facts = [
+            Triple(*fact[:3], *(fact[3:5] if len(fact) >= 5 else ("PERSON", "PLACE"))) for fact in self.script[text]
+        ]
         entities = {(t.head, t.head_type) for t in facts} | {(t.tail, t.tail_type) for t in facts}
         return Extraction([Entity(n, t) for n, t in sorted(entities)], facts)
 
@@ -91,7 +93,12 @@ class HashEmbedder:
 
         import numpy as np
 
-        rows = [np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")).standard_normal(self.dims) for t in texts]
+        rows = [
+            np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")).standard_normal(
+                self.dims
+            )
+            for t in texts
+        ]
         return np.vstack([r / np.linalg.norm(r) for r in rows]).astype(np.float32)
 
 
@@ -104,16 +111,30 @@ def redis_keys_holding(redis_url: str, needles: list[bytes]) -> list[str]:
     try:
         found = []
         for key in client.scan_iter(count=1000):
-            kind = client.type(key)
-            values = {b"string": lambda: [client.get(key)], b"hash": lambda: [x for kv in client.hgetall(key).items() for x in kv],
-                      b"set": lambda: list(client.smembers(key)), b"zset": lambda: client.zrange(key, 0, -1),
-                      b"list": lambda: client.lrange(key, 0, -1),
-                      b"stream": lambda: [x for _, fields in client.xrange(key) for kv in fields.items() for x in kv]}.get(kind, lambda: [])()
+            values = _values(client, key)
             if any(blob and any(n in blob for n in needles) for blob in [key, *values]):
                 found.append(key.decode(errors="replace"))
         return found
     finally:
         client.close()
+
+
+def _values(client, key: bytes) -> list:
+    """Every value a key holds, whatever its type (its fields and values for a hash or stream)."""
+    kind = client.type(key)
+    if kind == b"string":
+        return [client.get(key)]
+    if kind == b"hash":
+        return [x for kv in client.hgetall(key).items() for x in kv]
+    if kind == b"set":
+        return list(client.smembers(key))
+    if kind == b"zset":
+        return client.zrange(key, 0, -1)
+    if kind == b"list":
+        return client.lrange(key, 0, -1)
+    if kind == b"stream":
+        return [x for _, fields in client.xrange(key) for kv in fields.items() for x in kv]
+    return []
 
 
 @functools.cache
@@ -163,13 +184,28 @@ class InProcess:
     bridge is off unless asked for (`sim_bridging="on"`): with the digit-blind embedder it would
     only bridge digit variants."""
 
-    def __init__(self, redis_url: str | None, extractor, embedder=None, *, memory: MemoryStore | None = None,
-                 delivery: Delivery = Delivery(), tenant: str | None = None, resolver_llm=None, **settings):
-        self.settings = Settings.from_env({}, **({"redis_url": redis_url} if redis_url else {}), **{"sim_bridging": "off", **settings})
+    def __init__(
+        self,
+        redis_url: str | None,
+        extractor,
+        embedder=None,
+        *,
+        memory: MemoryStore | None = None,
+        delivery: Delivery = Delivery(),
+        tenant: str | None = None,
+        resolver_llm=None,
+        **settings,
+    ):
+        self.settings = Settings.from_env(
+            {}, **({"redis_url": redis_url} if redis_url else {}), **{"sim_bridging": "off", **settings}
+        )
         tau = self.settings.effective_tau
         if memory is None:
-            memory = (Memory.from_url(redis_url, tau=tau, vector_index=self.settings.vector_index) if redis_url
-                      else InMemoryStore(DIMS, tau=tau))
+            memory = (
+                Memory.from_url(redis_url, tau=tau, vector_index=self.settings.vector_index)
+                if redis_url
+                else InMemoryStore(DIMS, tau=tau)
+            )
         elif getattr(memory, "tau", tau) != tau:
             raise ValueError(f"the store counts a schema stable at τ={memory.tau}, the settings at τ={tau}")
         self.memory: MemoryStore = memory
@@ -245,7 +281,11 @@ class InProcess:
                     _, topic, key, value = self._lanes[lane].pop(0)
                     if not self._lanes[lane]:
                         del self._lanes[lane]
-                    if self.delivery.redeliver and lane[0] != "redelivered" and self._rng.random() < self.delivery.redeliver:
+                    if (
+                        self.delivery.redeliver
+                        and lane[0] != "redelivered"
+                        and self._rng.random() < self.delivery.redeliver
+                    ):
                         # a lane of its own: the copy does not wait behind its partition
                         self._lanes[("redelivered", next(self._arrival))] = [(next(self._arrival), topic, key, value)]
                         self.redeliveries += 1
@@ -285,7 +325,9 @@ class InProcess:
     async def query(self, text: str, top_k: int = 5, **body) -> dict:
         """What `POST /v1/query` answers (without the answer generation): the query worker's
         QueryEngine over this memory, with this harness's embedder."""
-        request = QueryRequest.from_json({"query": text, "tenant": self.tenant, "top_k": top_k, **body}, self.tenant, top_k)
+        request = QueryRequest.from_json(
+            {"query": text, "tenant": self.tenant, "top_k": top_k, **body}, self.tenant, top_k
+        )
         return await self.query_engine().answer(request)
 
     def query_engine(self) -> QueryEngine:

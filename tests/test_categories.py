@@ -74,8 +74,14 @@ def test_a_plain_turn_is_declarative_and_gains_no_speaker_fact():
 
 def test_precedence_failure_over_rejection_over_constraint():
     assert CATEGORY_PRECEDENCE == ("TOOL_FAILURE", "REJECTED_OPTION", "HARD_CONSTRAINT", "DECLARATIVE")
-    assert categories.classify("We rejected the quote because the API failed with RATE_LIMITED.").category == "TOOL_FAILURE"
-    assert categories.classify("Miami is not an option because the total must stay under 3,000 USD.").category == "REJECTED_OPTION"
+    assert (
+        categories.classify("We rejected the quote because the API failed with RATE_LIMITED.").category
+        == "TOOL_FAILURE"
+    )
+    assert (
+        categories.classify("Miami is not an option because the total must stay under 3,000 USD.").category
+        == "REJECTED_OPTION"
+    )
     assert categories.classify("No red-eye flights, please.").object == "red-eye flights"
     assert categories.classify("Flights must be direct.").relation == "must be"
 
@@ -95,14 +101,28 @@ def test_prose_keeps_its_facts_and_titles_are_no_cues():
 
 
 # ---- through the stages, in process -------------------------------------------------------------
-TURNS = [("t1", "Ana", BUDGET), ("t2", "Ana", REFUSAL), ("t3", "hotel_booking", CONFLICT), ("t4", "travel_agent", EXCEPTION), ("t5", "Ana", PLAIN)]
+TURNS = [
+    ("t1", "Ana", BUDGET),
+    ("t2", "Ana", REFUSAL),
+    ("t3", "hotel_booking", CONFLICT),
+    ("t4", "travel_agent", EXCEPTION),
+    ("t5", "Ana", PLAIN),
+]
 
 
 async def _index_turns(turns):
     ip = InProcess(None, RulesExtractor(), schema_filter="off")
     try:
         for number, (turn_id, speaker, text) in enumerate(turns, 1):
-            await ip.publish(f"s1:{turn_id}", text, session_id="s1", turn=number, speaker=speaker, ts=TS + 60 * number, metadata={"turn_id": turn_id})
+            await ip.publish(
+                f"s1:{turn_id}",
+                text,
+                session_id="s1",
+                turn=number,
+                speaker=speaker,
+                ts=TS + 60 * number,
+                metadata={"turn_id": turn_id},
+            )
         facts = await ip.facts()
         ids = sorted({pid for f in facts.values() for pid in f.passage_ids})
         passages = {pid: p for pid, p in zip(ids, await ip.memory.passages(ip.tenant, ids))}
@@ -118,7 +138,9 @@ def test_each_fact_is_tied_to_the_passage_of_its_turn():
     for fact in facts.values():
         assert len(fact.passage_ids) == 1
         passage = passages[fact.passage_ids[0]]
-        by_turn.setdefault(passage["doc_id"].split(":")[1], set()).add((fact.head, fact.relation, fact.tail, fact.category))
+        by_turn.setdefault(passage["doc_id"].split(":")[1], set()).add(
+            (fact.head, fact.relation, fact.tail, fact.category)
+        )
         assert passage["text"] == dict((t, text) for t, _, text in TURNS)[passage["doc_id"].split(":")[1]]
     # the stage normalises relations (workers.algorithms.normalize.relation_name)
     assert ("Ana", "must not exceed", "3,000 USD", "HARD_CONSTRAINT") in by_turn["t1"]
@@ -132,7 +154,10 @@ def test_each_fact_is_tied_to_the_passage_of_its_turn():
 def test_a_speaker_rejecting_two_options_keeps_both():
     """Rejections never compete for a single value: as one (Ana, reject) group with two tails,
     the conflict policy kept one refusal and invalidated the other."""
-    turns = [("t1", "Ana", "We won't transit through Miami."), ("t2", "Ana", "We won't transit through Houston either.")]
+    turns = [
+        ("t1", "Ana", "We won't transit through Miami."),
+        ("t2", "Ana", "We won't transit through Houston either."),
+    ]
     facts, _, dead = asyncio.run(_index_turns(turns))
     assert not dead
     refusals = {(f.head, f.tail): f.status for f in facts.values() if f.category == "REJECTED_OPTION"}
@@ -149,7 +174,9 @@ def test_a_stated_constraint_refusal_or_failure_is_admitted_when_said_once_the_r
         ip = InProcess(None, RulesExtractor(), tau=2)
         try:
             for number, (turn_id, speaker, text) in enumerate(TURNS, 1):
-                await ip.publish(f"s1:{turn_id}", text, session_id="s1", turn=number, speaker=speaker, ts=TS + 60 * number)
+                await ip.publish(
+                    f"s1:{turn_id}", text, session_id="s1", turn=number, speaker=speaker, ts=TS + 60 * number
+                )
             return await ip.facts(), ip.events(), ip.dead_letters()
         finally:
             await ip.close()
@@ -157,19 +184,41 @@ def test_a_stated_constraint_refusal_or_failure_is_admitted_when_said_once_the_r
     facts, events, dead = asyncio.run(run())
     assert not dead
     status = {(f.head, f.relation, f.tail): f.status for f in facts.values()}
-    stated = {("Ana", "must not exceed", "3,000 USD"), ("Ana", "reject", "Miami"), ("hotel_booking", "fail with", "ROOM_UNAVAILABLE"),
-              ("travel_agent", "fail with", "ConnectionRefusedError")}
+    stated = {
+        ("Ana", "must not exceed", "3,000 USD"),
+        ("Ana", "reject", "Miami"),
+        ("hotel_booking", "fail with", "ROOM_UNAVAILABLE"),
+        ("travel_agent", "fail with", "ConnectionRefusedError"),
+    }
     assert {status[triple] for triple in stated} == {"active"}
     others = {triple: s for triple, s in status.items() if triple not in stated}
     assert others and set(others.values()) == {"pending"}  # sentence neighbours of any category, and the plain turn
-    assert {e["fact_id"] for e in events if e["event"] == "activated"} == {f.id for f in facts.values() if (f.head, f.relation, f.tail) in stated}
+    assert {e["fact_id"] for e in events if e["event"] == "activated"} == {
+        f.id for f in facts.values() if (f.head, f.relation, f.tail) in stated
+    }
 
 
 def test_the_llm_extractors_categorised_facts_are_stated():
     from workers.models.extraction import parse_extraction
 
-    fact = {"head": "Ana", "head_type": "PERSON", "relation": "rejected", "tail": "Miami", "tail_type": "LOCATION", "valid_from": None, "valid_to": None}
-    parsed = parse_extraction({"entities": [], "facts": [{**fact, "category": "REJECTED_OPTION"}, {**fact, "relation": "visited", "category": "DECLARATIVE"}]})
+    fact = {
+        "head": "Ana",
+        "head_type": "PERSON",
+        "relation": "rejected",
+        "tail": "Miami",
+        "tail_type": "LOCATION",
+        "valid_from": None,
+        "valid_to": None,
+    }
+    parsed = parse_extraction(
+        {
+            "entities": [],
+            "facts": [
+                {**fact, "category": "REJECTED_OPTION"},
+                {**fact, "relation": "visited", "category": "DECLARATIVE"},
+            ],
+        }
+    )
     assert [(f.category, f.stated) for f in parsed.facts] == [("REJECTED_OPTION", True), ("DECLARATIVE", False)]
 
 
@@ -202,6 +251,7 @@ def test_the_llm_prompt_carries_the_context_line_apart_from_the_text():
 
 # ---- one triple said with two categories: the most specific stays ----------------------------
 
+
 def test_the_cues_are_in_the_contracts_precedence():
     assert tuple(dict.fromkeys(cue.category for cue in categories.CUES)) + ("DECLARATIVE",) == CATEGORY_PRECEDENCE
 
@@ -223,8 +273,13 @@ async def _said_twice(redis_url: str | None, first: str, second: str):
         await stages.close()
 
 
-PAIRS = [("REJECTED_OPTION", "DECLARATIVE"), ("HARD_CONSTRAINT", "DECLARATIVE"), ("TOOL_FAILURE", "DECLARATIVE"),
-         ("TOOL_FAILURE", "REJECTED_OPTION"), ("REJECTED_OPTION", "HARD_CONSTRAINT")]
+PAIRS = [
+    ("REJECTED_OPTION", "DECLARATIVE"),
+    ("HARD_CONSTRAINT", "DECLARATIVE"),
+    ("TOOL_FAILURE", "DECLARATIVE"),
+    ("TOOL_FAILURE", "REJECTED_OPTION"),
+    ("REJECTED_OPTION", "HARD_CONSTRAINT"),
+]
 
 
 @pytest.mark.parametrize("specific,plain", PAIRS)

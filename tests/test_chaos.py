@@ -26,12 +26,24 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.chaos import ActionLog, Chaos, Fleet, audit_events, comparable_export, export_differences, free_kafka_port, plan, read_topic, unindexed, wait_indexed
 from ops.fake_llm import FakeOpenAI
 from ops.kafka_admin import ensure_topics
 from ops.publish import delete, publish
 from ops.stack import Stack, free_port
 from store.keys import LLM_CACHE_PATTERN
+from tests.chaos import (
+    ActionLog,
+    Chaos,
+    Fleet,
+    audit_events,
+    comparable_export,
+    export_differences,
+    free_kafka_port,
+    plan,
+    read_topic,
+    unindexed,
+    wait_indexed,
+)
 from tests.chaos_corpus import corpus, extraction
 from topics import Document
 from workers.settings import Settings
@@ -61,14 +73,25 @@ def private_stack(tmp_path):
 
 def worker_env(settings: Settings, llm_url: str, home: Path) -> dict:
     namespace = f"chaos{uuid.uuid4().hex[:8]}"
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}  # the outer stack's settings stay out
+    inherited = {
+        k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")
+    }  # the outer stack's settings stay out
     return {
         **inherited,
-        "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "MEMSTREAM_REDIS_URL": settings.redis_url,
-        "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace, "MEMSTREAM_HOME": str(home),
-        "MEMSTREAM_HTTP_PORT": str(free_port()), "MEMSTREAM_PARTITIONS": "4", "MEMSTREAM_SESSION_TIMEOUT": "6",
-        "MEMSTREAM_LOG_LEVEL": "info", "MEMSTREAM_EXTRACTOR": "llm", "MEMSTREAM_LLM_BASE_URL": llm_url,
-        "MEMSTREAM_LLM_MODEL": "chaos-fake", "MEMSTREAM_TAU": "2", "MEMSTREAM_RESOLVER": "rules",
+        "MEMSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "MEMSTREAM_REDIS_URL": settings.redis_url,
+        "MEMSTREAM_TOPIC_NAMESPACE": namespace,
+        "MEMSTREAM_APP_ID": namespace,
+        "MEMSTREAM_HOME": str(home),
+        "MEMSTREAM_HTTP_PORT": str(free_port()),
+        "MEMSTREAM_PARTITIONS": "4",
+        "MEMSTREAM_SESSION_TIMEOUT": "6",
+        "MEMSTREAM_LOG_LEVEL": "info",
+        "MEMSTREAM_EXTRACTOR": "llm",
+        "MEMSTREAM_LLM_BASE_URL": llm_url,
+        "MEMSTREAM_LLM_MODEL": "chaos-fake",
+        "MEMSTREAM_TAU": "2",
+        "MEMSTREAM_RESOLVER": "rules",
         "MEMSTREAM_STALL_SECONDS": "30",  # above the 20 s Redis outage, which holds every handler
     }
 
@@ -87,22 +110,39 @@ def changes(docs) -> tuple[list[tuple[str, str, int]], list[str]]:
     text = {d.doc_id: d.text for d in docs}
     edits = []
     for b in sorted({d.doc_id[1:3] for d in docs if d.doc_id.startswith("b")})[::3]:
-        edits += [(f"b{b}-letter", text[f"b{b}-records"], 2), (f"b{b}-later", text[f"b{b}-region"], 2), (f"b{b}-later", text[f"b{b}-later"], 3)]
+        edits += [
+            (f"b{b}-letter", text[f"b{b}-records"], 2),
+            (f"b{b}-later", text[f"b{b}-region"], 2),
+            (f"b{b}-later", text[f"b{b}-later"], 3),
+        ]
     return edits, ["lone-paint", "book-2"]
 
 
 def apply_changes(settings: Settings, tenant: str, docs, fleet: Fleet, say) -> list[str]:
     """Publish wave 3 for `tenant`, wait until memory holds it; the documents still pending."""
     edits, deleted = changes(docs)
-    publish(settings, [Document(tenant=tenant, doc_id=doc_id, text=text, version=version) for doc_id, text, version in edits], quiet=True)
+    publish(
+        settings,
+        [Document(tenant=tenant, doc_id=doc_id, text=text, version=version) for doc_id, text, version in edits],
+        quiet=True,
+    )
     delete(settings, tenant, deleted, quiet=True)
     say(f"published wave 3: {len(edits)} versions, {len(deleted)} deletions")
     final = {doc_id: text for doc_id, text, _ in edits}
-    return wait_indexed(settings, [Document(tenant=tenant, doc_id=d, text=t) for d, t in final.items()], fleet, WAIT_S, deleted)
+    return wait_indexed(
+        settings, [Document(tenant=tenant, doc_id=d, text=t) for d, t in final.items()], fleet, WAIT_S, deleted
+    )
 
 
 def export(env: dict, tenant: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "ops.cli", "export", "--tenant", tenant], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "export", "--tenant", tenant],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, f"memstream export --tenant {tenant} → {out.returncode}: {out.stderr[-2000:]}"
     return json.loads(out.stdout)
 
@@ -117,7 +157,9 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
     answers = {d.text: extraction(d) for d in docs}
     unknown: list[str] = []
     say = ActionLog(tmp_path / "chaos.log")
-    say(f"seed {SEED}, {len(docs)} documents ({len(waves[1])} + {len(waves[2])}), LLM latency {LATENCY_S:g}s, logs in {tmp_path}")
+    say(
+        f"seed {SEED}, {len(docs)} documents ({len(waves[1])} + {len(waves[2])}), LLM latency {LATENCY_S:g}s, logs in {tmp_path}"
+    )
     failures: list[str] = []
     phases: dict[str, float] = {}
 
@@ -144,10 +186,14 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
                 pending = wait_indexed(settings, documents(undisturbed, waves[wave]), fleet, WAIT_S)
                 say(f"undisturbed run: wave {wave} indexed ({len(pending)} pending)")
                 if pending:
-                    failures.append(f"undisturbed run, wave {wave}: {len(pending)} documents not indexed after {WAIT_S:g}s: {pending[:10]}")
+                    failures.append(
+                        f"undisturbed run, wave {wave}: {len(pending)} documents not indexed after {WAIT_S:g}s: {pending[:10]}"
+                    )
             pending = apply_changes(settings, undisturbed, docs, fleet, say)
             if pending:
-                failures.append(f"undisturbed run, wave 3: {len(pending)} documents not changed after {WAIT_S:g}s: {pending[:10]}")
+                failures.append(
+                    f"undisturbed run, wave 3: {len(pending)} documents not changed after {WAIT_S:g}s: {pending[:10]}"
+                )
             phases["undisturbed run"] = time.monotonic() - mark
 
             # the disrupted run calls the LLM again (a cache hit would end every call at once)
@@ -162,12 +208,18 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
             chaos = Chaos(fleet, private_stack, rng, say, REDIS_OUTAGE_S, llm, SLOW_CALL_S)
             actions = plan(rng)
             say("plan: " + ", ".join(f"{a.kind} {a.role}".strip() for a in actions))
-            split = round((len(actions) - 1) * len(waves[1]) / len(docs))  # actions shared by the waves as their documents are
+            split = round(
+                (len(actions) - 1) * len(waves[1]) / len(docs)
+            )  # actions shared by the waves as their documents are
             for wave, wave_actions in ((1, actions[:split]), (2, actions[split:-1])):
                 wave_docs = documents(disrupted, waves[wave])
                 published: list[Document] = []
                 # one batch before each action, so every action lands while work is in flight
-                batches = [wave_docs[i :: len(wave_actions)] for i in range(len(wave_actions))] if wave_actions else [wave_docs]
+                batches = (
+                    [wave_docs[i :: len(wave_actions)] for i in range(len(wave_actions))]
+                    if wave_actions
+                    else [wave_docs]
+                )
                 for i, batch in enumerate(batches):
                     publish(settings, batch, quiet=True)
                     published += batch
@@ -175,24 +227,44 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
                     if i < len(wave_actions):
                         time.sleep(rng.uniform(1.0, 3.0))
                         fleet.supervise()
-                        say(f"{len(unindexed(settings, published))} of {len(published)} published documents not yet indexed, {llm.in_flight} LLM calls in flight")
+                        say(
+                            f"{len(unindexed(settings, published))} of {len(published)} published documents not yet indexed, {llm.in_flight} LLM calls in flight"
+                        )
                         chaos.run(wave_actions[i])
                 pending = wait_indexed(settings, wave_docs, fleet, WAIT_S)
                 say(f"disrupted run: wave {wave} indexed ({len(pending)} pending)")
                 if pending:
-                    failures.append(f"disrupted run, wave {wave}: {len(pending)} documents not indexed after {WAIT_S:g}s: {pending[:10]}")
+                    failures.append(
+                        f"disrupted run, wave {wave}: {len(pending)} documents not indexed after {WAIT_S:g}s: {pending[:10]}"
+                    )
             # wave 3, documents change, with the last action landing while the changes are in flight
             edits, deleted = changes(docs)
-            publish(settings, [Document(tenant=disrupted, doc_id=d, text=t, version=v) for d, t, v in edits[: len(edits) // 2]], quiet=True)
+            publish(
+                settings,
+                [Document(tenant=disrupted, doc_id=d, text=t, version=v) for d, t, v in edits[: len(edits) // 2]],
+                quiet=True,
+            )
             time.sleep(rng.uniform(0.5, 1.5))
             chaos.run(actions[-1])
-            publish(settings, [Document(tenant=disrupted, doc_id=d, text=t, version=v) for d, t, v in edits[len(edits) // 2 :]], quiet=True)
+            publish(
+                settings,
+                [Document(tenant=disrupted, doc_id=d, text=t, version=v) for d, t, v in edits[len(edits) // 2 :]],
+                quiet=True,
+            )
             delete(settings, disrupted, deleted, quiet=True)
             final = {d: t for d, t, _ in edits}
-            pending = wait_indexed(settings, [Document(tenant=disrupted, doc_id=d, text=t) for d, t in final.items()], fleet, WAIT_S, deleted)
+            pending = wait_indexed(
+                settings,
+                [Document(tenant=disrupted, doc_id=d, text=t) for d, t in final.items()],
+                fleet,
+                WAIT_S,
+                deleted,
+            )
             say(f"disrupted run: wave 3 (changes) in memory ({len(pending)} pending)")
             if pending:
-                failures.append(f"disrupted run, wave 3: {len(pending)} documents not changed after {WAIT_S:g}s: {pending[:10]}")
+                failures.append(
+                    f"disrupted run, wave 3: {len(pending)} documents not changed after {WAIT_S:g}s: {pending[:10]}"
+                )
             phases["disrupted run"] = time.monotonic() - mark
             calls = llm.answered_by[calls_before:]  # the chunk text each call was answered for
         finally:
@@ -203,37 +275,60 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
     expected, actual = comparable_export(export(env, undisturbed)), comparable_export(export(env, disrupted))
     differences = export_differences(expected, actual)
     if differences:
-        failures.append("export differs from the undisturbed run's (undisturbed → disrupted):\n" + "\n".join(differences))
+        failures.append(
+            "export differs from the undisturbed run's (undisturbed → disrupted):\n" + "\n".join(differences)
+        )
 
     values = [r.value for r in read_topic(settings.kafka_bootstrap, settings.topics.indexed_facts)]
     audits = audit_events(values)
     for tenant in (undisturbed, disrupted):
         problems = audits[tenant].problems if tenant in audits else [f"no events at all for tenant {tenant}"]
         if problems:
-            failures.append(f"events of {tenant}: {len(problems)} event ids published with different content:\n  " + "\n  ".join(problems[:12]))
-    ids_per_tenant = {t: {json.loads(v)["event_id"] for v in values if json.loads(v)["tenant"] == t} for t in (undisturbed, disrupted)}
+            failures.append(
+                f"events of {tenant}: {len(problems)} event ids published with different content:\n  "
+                + "\n  ".join(problems[:12])
+            )
+    ids_per_tenant = {
+        t: {json.loads(v)["event_id"] for v in values if json.loads(v)["tenant"] == t} for t in (undisturbed, disrupted)
+    }
 
     letters = [json.loads(r.value) for r in read_topic(settings.kafka_bootstrap, settings.topics.dlq)]
     if letters:
-        failures.append(f"DLQ holds {len(letters)} letters:\n  " + "\n  ".join(f"[{x.get('tenant')}] {x.get('topic')}: {str(x.get('error'))[:200]}" for x in letters[:12]))
+        failures.append(
+            f"DLQ holds {len(letters)} letters:\n  "
+            + "\n  ".join(f"[{x.get('tenant')}] {x.get('topic')}: {str(x.get('error'))[:200]}" for x in letters[:12])
+        )
     if unknown:
-        failures.append(f"the fake LLM was asked about {len(unknown)} texts outside the corpus (a harness bug): {unknown[:3]}")
+        failures.append(
+            f"the fake LLM was asked about {len(unknown)} texts outside the corpus (a harness bug): {unknown[:3]}"
+        )
     if not calls:
-        failures.append("the disrupted run never called the LLM: its answers came from a cache the harness failed to clear")
+        failures.append(
+            "the disrupted run never called the LLM: its answers came from a cache the harness failed to clear"
+        )
     phases["audits"] = time.monotonic() - mark
 
     audit = audits.get(disrupted)
     summary = {
-        "seed": SEED, "documents": len(docs), "llm latency s": LATENCY_S,
-        "SIGKILLs": chaos.counts["kill"], "SIGTERMs": chaos.counts["term"], "restarts": chaos.counts["restarts"],
-        "crash restarts": fleet.crashes, "extractors joined": chaos.counts["joins"], "redis outages": chaos.counts["redis_outages"],
+        "seed": SEED,
+        "documents": len(docs),
+        "llm latency s": LATENCY_S,
+        "SIGKILLs": chaos.counts["kill"],
+        "SIGTERMs": chaos.counts["term"],
+        "restarts": chaos.counts["restarts"],
+        "crash restarts": fleet.crashes,
+        "extractors joined": chaos.counts["joins"],
+        "redis outages": chaos.counts["redis_outages"],
         "kafka restarts": chaos.counts["kafka_restarts"],
         "events (disrupted run)": audit.events if audit else 0,
         "redeliveries seen (same id, same bytes)": audit.redeliveries if audit else 0,
-        "event ids decided twice / conflicting": f"{len(audit.decided_twice)} / {len(audit.conflicting)}" if audit else "-",
+        "event ids decided twice / conflicting": f"{len(audit.decided_twice)} / {len(audit.conflicting)}"
+        if audit
+        else "-",
         "event ids shared by the two tenants": len(ids_per_tenant[undisturbed] & ids_per_tenant[disrupted]),
         "LLM calls (disrupted run) / distinct chunks": f"{len(calls)} / {len(set(calls))} ({len(calls) - len(set(calls))} extractions redone)",
-        "dead letters": len(letters), "export differences": len(differences),
+        "dead letters": len(letters),
+        "export differences": len(differences),
         **{f"{phase} s": round(seconds, 1) for phase, seconds in phases.items()},
         "elapsed s": round(time.monotonic() - started, 1),
     }

@@ -14,8 +14,15 @@ import pytest
 
 from tests.conftest import Cli
 
-ANSWER = {"query": "q", "tenant": "t", "mode": "reconstruct", "graph_version": 3, "timings_ms": {"total": 4.0},
-          "passages": [{"id": "p1", "doc_id": "d1", "text": "Ada lives in Oslo.", "score": 0.9}], "facts": []}
+ANSWER = {
+    "query": "q",
+    "tenant": "t",
+    "mode": "reconstruct",
+    "graph_version": 3,
+    "timings_ms": {"total": 4.0},
+    "passages": [{"id": "p1", "doc_id": "d1", "text": "Ada lives in Oslo.", "score": 0.9}],
+    "facts": [],
+}
 
 
 @pytest.fixture
@@ -52,10 +59,35 @@ def _cli() -> Cli:
 
 def test_memstream_query_sends_mode_as_of_and_params(worker):
     url, bodies = worker
-    out = _cli().run("query", "Where does Ada live?", "--tenant", "t1", "--mode", "reconstruct", "--as-of", "2026-05-01T12:00:00Z",
-                     "--param", "damping=0.7", "--param", "hub_suppression=false", "--param", "first_stage_k=20", "--url", url)
-    assert bodies == [{"query": "Where does Ada live?", "tenant": "t1", "top_k": bodies[0]["top_k"], "mode": "reconstruct", "answer": False,
-                       "as_of": "2026-05-01T12:00:00Z", "params": {"damping": 0.7, "hub_suppression": False, "first_stage_k": 20}}]
+    out = _cli().run(
+        "query",
+        "Where does Ada live?",
+        "--tenant",
+        "t1",
+        "--mode",
+        "reconstruct",
+        "--as-of",
+        "2026-05-01T12:00:00Z",
+        "--param",
+        "damping=0.7",
+        "--param",
+        "hub_suppression=false",
+        "--param",
+        "first_stage_k=20",
+        "--url",
+        url,
+    )
+    assert bodies == [
+        {
+            "query": "Where does Ada live?",
+            "tenant": "t1",
+            "top_k": bodies[0]["top_k"],
+            "mode": "reconstruct",
+            "answer": False,
+            "as_of": "2026-05-01T12:00:00Z",
+            "params": {"damping": 0.7, "hub_suppression": False, "first_stage_k": 20},
+        }
+    ]
     assert "1. [0.900] d1: Ada lives in Oslo." in out.stdout
 
 
@@ -64,4 +96,8 @@ def test_memstream_query_refuses_a_param_without_a_value_and_shows_the_workers_r
     bad = _cli().run("query", "q", "--param", "damping", "--url", url, check=False)
     assert bad.returncode != 0 and "--param 'damping': expected NAME=VALUE" in bad.stderr and bodies == []
     refused = _cli().run("query", "q", "--param", "damping=2", "--url", url, check=False)
-    assert refused.returncode == 1 and "HTTP 400" in refused.stderr and "'damping' must be between 0 and 1" in refused.stderr
+    assert (
+        refused.returncode == 1
+        and "HTTP 400" in refused.stderr
+        and "'damping' must be between 0 and 1" in refused.stderr
+    )

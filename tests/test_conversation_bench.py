@@ -11,10 +11,18 @@ import subprocess
 import pytest
 
 from ops.cli import main
-from ops.conversation_bench import SAMPLE_CONVERSATION, Answer, format_ablations, load_conversations, plan, run, summarize
-from topics.conversations import locomo_questions, locomo_turns, parse_evidence, unreadable_evidence
-from tests.conftest import MEMSTREAM, ROOT
+from ops.conversation_bench import (
+    SAMPLE_CONVERSATION,
+    Answer,
+    format_ablations,
+    load_conversations,
+    plan,
+    run,
+    summarize,
+)
 from tests import inprocess
+from tests.conftest import MEMSTREAM, ROOT
+from topics.conversations import locomo_questions, locomo_turns, parse_evidence, unreadable_evidence
 from workers.settings import Settings
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
@@ -29,19 +37,36 @@ def tiny_sample(sample_id: str = "tiny") -> dict:
     return {
         "sample_id": sample_id,
         "conversation": {
-            "speaker_a": "Ada", "speaker_b": "Bo",
+            "speaker_a": "Ada",
+            "speaker_b": "Bo",
             "session_1_date_time": "9:00 am on 3 January, 2023",
-            "session_1": turns_of(1, ("Ada", "I adopted a grey cat called Pixel last week."),
-                                  ("Bo", "My brother Sven works as a glassblower in Malmo."),
-                                  ("Ada", "Pixel already sleeps on my keyboard.")),
+            "session_1": turns_of(
+                1,
+                ("Ada", "I adopted a grey cat called Pixel last week."),
+                ("Bo", "My brother Sven works as a glassblower in Malmo."),
+                ("Ada", "Pixel already sleeps on my keyboard."),
+            ),
             "session_2_date_time": "6:30 pm on 14 February, 2023",
-            "session_2": turns_of(2, ("Bo", "Sven sent me a blue glass bowl for my birthday."),
-                                  ("Ada", "I took Pixel to the vet for her vaccinations today.")),
+            "session_2": turns_of(
+                2,
+                ("Bo", "Sven sent me a blue glass bowl for my birthday."),
+                ("Ada", "I took Pixel to the vet for her vaccinations today."),
+            ),
         },
         "qa": [
             {"question": "What is the name of Ada's cat?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
-            {"question": "What did the glassblower send Bo?", "answer": "A blue glass bowl", "evidence": ["D1:2; D2:2"], "category": 1},
-            {"question": "When did Ada take her cat to the vet?", "answer": "14 February 2023", "evidence": ["D:2:02"], "category": 2},
+            {
+                "question": "What did the glassblower send Bo?",
+                "answer": "A blue glass bowl",
+                "evidence": ["D1:2; D2:2"],
+                "category": 1,
+            },
+            {
+                "question": "When did Ada take her cat to the vet?",
+                "answer": "14 February 2023",
+                "evidence": ["D:2:02"],
+                "category": 2,
+            },
             {"question": "What colour is Bo's car?", "answer": "unknown", "evidence": ["see session 3"], "category": 3},
             {"question": "Where does Sven work?", "answer": "Malmo", "evidence": ["D9:9", "D01:2"], "category": 4},
             {"question": "Who is Pixel's vet?", "adversarial_answer": "not mentioned", "category": 5},
@@ -96,9 +121,16 @@ def test_recall_counts_evidence_turns_among_the_top_passages_by_doc_id_per_categ
     ]
     result = summarize(answers, ["dense", "ppr"])
     dense, ppr = result["dense"], result["ppr"]
-    assert dense["overall"] == {"n": 4, "R@5": round(100 * (1 + 0.5 + 0 + 0) / 4, 1), "R@10": round(100 * (1 + 1 + 0 + 0) / 4, 1)}
-    assert dense["by_category"] == {"1": {"n": 1, "R@5": 50.0, "R@10": 100.0}, "2": {"n": 1, "R@5": 0.0, "R@10": 0.0},
-                                    "4": {"n": 2, "R@5": 50.0, "R@10": 50.0}}
+    assert dense["overall"] == {
+        "n": 4,
+        "R@5": round(100 * (1 + 0.5 + 0 + 0) / 4, 1),
+        "R@10": round(100 * (1 + 1 + 0 + 0) / 4, 1),
+    }
+    assert dense["by_category"] == {
+        "1": {"n": 1, "R@5": 50.0, "R@10": 100.0},
+        "2": {"n": 1, "R@5": 0.0, "R@10": 0.0},
+        "4": {"n": 2, "R@5": 50.0, "R@10": 50.0},
+    }
     assert ppr["overall"] == {"n": 4, "R@5": 100.0, "R@10": 100.0}
     assert (dense["p50_ms"], dense["fallbacks"], ppr["fallbacks"]) == (2.5, 0, 1)
 
@@ -120,7 +152,9 @@ def test_ablation_rows_ask_a_mode_with_other_parameters_of_the_same_memory(real_
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps([tiny_sample()]))
     ablations = {"ppr, no walk": ("ppr", {"walk_weight": 0.0}), "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0})}
-    result = asyncio.run(run(Settings.from_env({}), path, ["hybrid", "ppr"], None, embedder=real_embedder, ablations=ablations))
+    result = asyncio.run(
+        run(Settings.from_env({}), path, ["hybrid", "ppr"], None, embedder=real_embedder, ablations=ablations)
+    )
     assert list(result["modes"]) == ["hybrid", "ppr"] and list(result["ablations"]) == list(ablations)
     row = result["ablations"]["ppr, no walk"]
     assert row["mode"] == "ppr" and row["params"] == {"walk_weight": 0.0} and row["overall"]["n"] == 4
@@ -131,7 +165,9 @@ def test_ablation_rows_ask_a_mode_with_other_parameters_of_the_same_memory(real_
 def test_ingest_over_redis(stack_env, real_embedder, tmp_path):
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(tiny_sample()))
-    result = asyncio.run(run(Settings.from_env(stack_env), path, ["dense"], stack_env["MEMSTREAM_REDIS_URL"], embedder=real_embedder))
+    result = asyncio.run(
+        run(Settings.from_env(stack_env), path, ["dense"], stack_env["MEMSTREAM_REDIS_URL"], embedder=real_embedder)
+    )
     assert result["store"] == "redis" and result["evaluated"] == 4
     assert result["modes"]["dense"]["overall"]["R@10"] == 100.0
 
@@ -139,13 +175,21 @@ def test_ingest_over_redis(stack_env, real_embedder, tmp_path):
 def test_cli_on_the_sample_conversation_prints_a_row_per_category():
     turns, questions = load_conversations(SAMPLE_CONVERSATION)
     assert 60 <= len(turns) <= 100 and 25 <= len(questions) <= 40
-    proc = subprocess.run(MEMSTREAM + ["bench", "conversation", str(SAMPLE_CONVERSATION), "--modes", "dense,ppr"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        MEMSTREAM + ["bench", "conversation", str(SAMPLE_CONVERSATION), "--modes", "dense,ppr"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"turns indexed {len(turns)}/{len(turns)}" in proc.stderr
     assert f"questions asked {2 * len(questions)}/{2 * len(questions)}" in proc.stderr
     lines = proc.stdout.splitlines()
-    assert "categories as in the public LoCoMo file: 1 multi-hop, 2 temporal, 3 open domain, 4 single hop, 5 adversarial" in lines
+    assert (
+        "categories as in the public LoCoMo file: 1 multi-hop, 2 temporal, 3 open domain, 4 single hop, 5 adversarial"
+        in lines
+    )
     assert lines[3].split() == ["dense", "ppr"]
     rows = {line[:18].strip(): line[18:].split() for line in lines[5:] if line[:18].strip()}
     counts = {c: sum(1 for q in questions if q.category == c) for c in (1, 2, 4, 5)}
@@ -157,10 +201,13 @@ def test_cli_on_the_sample_conversation_prints_a_row_per_category():
     assert len(rows["p50 ms"]) == 2 and len(rows["p99 ms"]) == 2
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["bench", "conversation", "--modes", "dense,psychic"], "--modes: psychic; the query engine has"),
-    (["bench", "recall", "file.json"], "bench recall takes no FILE"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "conversation", "--modes", "dense,psychic"], "--modes: psychic; the query engine has"),
+        (["bench", "recall", "file.json"], "bench recall takes no FILE"),
+    ],
+)
 def test_cli_refuses_what_it_cannot_run(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err

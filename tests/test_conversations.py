@@ -36,7 +36,11 @@ LOCOMO = {
         "session_1_date_time": "1:56 pm on 8 May, 2023",
         "session_1": [
             {"speaker": "Caroline", "dia_id": "D1:1", "text": "I went to a pottery class and made my first bowl."},
-            {"speaker": "Melanie", "dia_id": "D1:2", "text": "Thanks! Caroline showed the bowl to Melanie at Tate Modern."},
+            {
+                "speaker": "Melanie",
+                "dia_id": "D1:2",
+                "text": "Thanks! Caroline showed the bowl to Melanie at Tate Modern.",
+            },
         ],
         "session_2_date_time": "4:10 pm on 14 October, 2023",
         "session_2": [
@@ -76,7 +80,13 @@ def test_a_locomo_file_is_one_document_per_turn(tmp_path):
     first = docs[0]
     assert (first.tenant, first.session_id, first.turn, first.speaker) == ("acme", "conv-7:session_1", 1, "Caroline")
     assert first.ts == 1683554160.0  # 2023-05-08 13:56 UTC
-    assert first.metadata == {"turn_id": "D1:1", "dia_id": "D1:1", "date": "1:56 pm on 8 May, 2023", "sample_id": "conv-7", "session": 1}
+    assert first.metadata == {
+        "turn_id": "D1:1",
+        "dia_id": "D1:1",
+        "date": "1:56 pm on 8 May, 2023",
+        "sample_id": "conv-7",
+        "session": 1,
+    }
     assert docs[3].metadata["img_url"] == "https://example.org/bowl.jpg"
     # stdin holds the same layout: read the same way
     assert load_documents(["-"], "acme", 10_000, stdin=io.StringIO(json.dumps(LOCOMO))).documents == docs
@@ -103,8 +113,22 @@ def test_bad_locomo_turns_are_named_and_the_rest_published(tmp_path):
 def test_jsonl_turns_mix_with_documents_and_bad_lines_are_named(tmp_path):
     lines = [
         {"doc_id": "notes", "text": "An ordinary document."},
-        {"session_id": "s1", "turn": 0, "speaker": "user", "ts": "2024-05-02T09:30:00Z", "text": "Book a flight to Madrid."},
-        {"session_id": "s1", "turn": 1, "speaker": "agent", "ts": 1714642260, "text": "Done.", "turn_id": "t-1", "metadata": {"tool": "booking"}},
+        {
+            "session_id": "s1",
+            "turn": 0,
+            "speaker": "user",
+            "ts": "2024-05-02T09:30:00Z",
+            "text": "Book a flight to Madrid.",
+        },
+        {
+            "session_id": "s1",
+            "turn": 1,
+            "speaker": "agent",
+            "ts": 1714642260,
+            "text": "Done.",
+            "turn_id": "t-1",
+            "metadata": {"tool": "booking"},
+        },
         {"session_id": "s1", "turn": "2", "speaker": "user", "text": "no turn number"},
         {"session_id": "s1", "turn": 3, "speaker": "user", "ts": "yesterday", "text": "bad time"},
         {"session_id": "s1", "turn": 4, "speaker": "", "text": "no speaker"},
@@ -133,7 +157,9 @@ def test_input_is_read_as_the_bytes_it_is(tmp_path):
     """No newline translation (a CRLF stays a CRLF, in a file or on stdin), and JSONL lines end
     at newlines only: a line separator (U+2028) inside a JSON string is text."""
     (tmp_path / "crlf.txt").write_bytes("first line\r\nsecond line\r\n".encode())
-    (tmp_path / "sep.jsonl").write_bytes(json.dumps({"doc_id": "sep", "text": "a\u2028b\u2029c"}, ensure_ascii=False).encode())
+    (tmp_path / "sep.jsonl").write_bytes(
+        json.dumps({"doc_id": "sep", "text": "a\u2028b\u2029c"}, ensure_ascii=False).encode()
+    )
     loaded = load_documents([str(tmp_path / "crlf.txt"), str(tmp_path / "sep.jsonl")], "acme", 10_000)
     assert loaded.errors == []
     assert [d.text for d in loaded.documents] == ["first line\r\nsecond line\r\n", "a\u2028b\u2029c"]
@@ -238,7 +264,11 @@ def test_who_said_it_and_when_are_embedded(real_embedder, tmp_path):
     async def scenario():
         stages = InProcess(None, RulesExtractor(), real_embedder)
         try:
-            docs = [d for d in load_documents([str(path)], stages.tenant, 10_000).documents if d.metadata["turn_id"] in ("D1:1", "D2:1")]
+            docs = [
+                d
+                for d in load_documents([str(path)], stages.tenant, 10_000).documents
+                if d.metadata["turn_id"] in ("D1:1", "D2:1")
+            ]
             await index(stages, docs)
             vectors = await real_embedder.embed(["what did Caroline do last May"] + [d.text for d in docs])
             return await stages.query("what did Caroline do last May", top_k=2, mode="dense"), vectors
@@ -255,18 +285,22 @@ AWKWARD = {  # doc id → text: CRLF, tabs, trailing spaces, combining character
     "crlf": "Line one\r\nLine two\r\n\r\n",
     "tabs": "\tindented\twith tabs\t \n  trailing spaces   ",
     "combining": "Cafe\u0301 vs Caf\u00e9, n\u0303, a\u0308\u0304",
-    "emoji": "Family: \U0001F469\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466 flag \U0001F1F8\U0001F1EA skin \U0001F44D\U0001F3FD",
+    "emoji": "Family: \U0001f469\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466 flag \U0001f1f8\U0001f1ea skin \U0001f44d\U0001f3fd",
 }
 
 
 def test_drill_down_returns_the_published_bytes(stack_env, tmp_path):
     tenant = f"conv-{uuid.uuid4().hex[:8]}"
-    turns = [{"session_id": "s1", "turn": n, "speaker": "Caroline", "ts": 1683554160 + n, "text": text, "turn_id": f"t{n}"}
-             for n, text in enumerate(AWKWARD.values())]
+    turns = [
+        {"session_id": "s1", "turn": n, "speaker": "Caroline", "ts": 1683554160 + n, "text": text, "turn_id": f"t{n}"}
+        for n, text in enumerate(AWKWARD.values())
+    ]
     turns.append({"session_id": "s1", "turn": 9, "speaker": "Melanie", "text": "Caroline moved to Boston."})
-    lines = [json.dumps(t, ensure_ascii=False) for t in turns] + [json.dumps({"doc_id": d, "text": t}, ensure_ascii=False) for d, t in AWKWARD.items()]
+    lines = [json.dumps(t, ensure_ascii=False) for t in turns] + [
+        json.dumps({"doc_id": d, "text": t}, ensure_ascii=False) for d, t in AWKWARD.items()
+    ]
     (tmp_path / "conv.jsonl").write_bytes("\n".join(lines).encode("utf-8"))
-    (tmp_path / "raw.txt").write_bytes(AWKWARD["crlf"].encode("utf-8") + "\ttail \U0001F600  ".encode("utf-8"))
+    (tmp_path / "raw.txt").write_bytes(AWKWARD["crlf"].encode("utf-8") + "\ttail \U0001f600  ".encode("utf-8"))
     paths = [str(tmp_path / "conv.jsonl"), str(tmp_path / "raw.txt")]
     documents = load_documents(paths, tenant, 1 << 20).documents
     expected = {p.chunk_id: p.text for doc in documents for p in pieces_of(doc, context_of(doc), 200, 40)}
@@ -285,7 +319,11 @@ def test_drill_down_returns_the_published_bytes(stack_env, tmp_path):
                 assert json.loads(response.read().decode("utf-8"))["text"] == text
             printed = memstream("passage", passage_id, "--tenant", tenant, "--text")
             assert (printed.returncode, printed.stdout) == (0, text.encode("utf-8"))
-        tabs = json.loads(memstream("passage", next(i for i, t in expected.items() if t == AWKWARD["tabs"]), "--tenant", tenant).stdout)
+        tabs = json.loads(
+            memstream(
+                "passage", next(i for i, t in expected.items() if t == AWKWARD["tabs"]), "--tenant", tenant
+            ).stdout
+        )
         assert tabs["metadata"]["turn_id"] == "t1" and tabs["context"].startswith("Caroline (8 May 2023")
 
         moved = fact_id(entity_id("Caroline"), relation_name("moved to"), entity_id("Boston"))
@@ -294,13 +332,18 @@ def test_drill_down_returns_the_published_bytes(stack_env, tmp_path):
         with urllib.request.urlopen(f"{base}/v1/facts/{moved}/evidence?tenant={tenant}", timeout=30) as response:
             assert json.loads(response.read()) == evidence
         assert fact["id"] == moved and evidence["fact"] == fact
-        assert [(p["text"], p["metadata"]["turn_id"]) for p in evidence["passages"]] == [("Caroline moved to Boston.", "9")]
+        assert [(p["text"], p["metadata"]["turn_id"]) for p in evidence["passages"]] == [
+            ("Caroline moved to Boston.", "9")
+        ]
 
         missing = memstream("passage", "nope", "--tenant", tenant, "--text")
         assert (missing.returncode, missing.stdout) == (1, b"")
         assert missing.stderr.decode() == f"memstream passage: no passage 'nope' in tenant '{tenant}'\n"
         missing = memstream("fact", "nope", "--tenant", tenant, "--evidence")
-        assert (missing.returncode, missing.stderr.decode()) == (1, f"memstream fact: no fact 'nope' in tenant '{tenant}'\n")
+        assert (missing.returncode, missing.stderr.decode()) == (
+            1,
+            f"memstream fact: no fact 'nope' in tenant '{tenant}'\n",
+        )
 
 
 # ---- one rule for what a turn is: `turn` set (topics.Document.is_turn) ----------------------------
@@ -314,10 +357,16 @@ def test_a_turn_is_a_document_with_turn_set_and_a_session_note_is_chunked_as_a_d
     assert not Document("acme", "n", "x", session_id="s1").is_turn and not Document("acme", "d", "x").is_turn
 
     path = tmp_path / "session.jsonl"
-    path.write_text("\n".join(json.dumps(line) for line in [
-        {"doc_id": "note", "session_id": "s1", "speaker": "Ana", "text": long_text},  # no turn: a document
-        {"doc_id": "numbered", "turn": 2, "text": "a turn with no session"},
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            json.dumps(line)
+            for line in [
+                {"doc_id": "note", "session_id": "s1", "speaker": "Ana", "text": long_text},  # no turn: a document
+                {"doc_id": "numbered", "turn": 2, "text": "a turn with no session"},
+            ]
+        )
+        + "\n"
+    )
     loaded = load_documents([str(path)], "acme", 1 << 20)
     assert [(d.doc_id, d.is_turn) for d in loaded.documents] == [("note", False)]
     assert loaded.errors == [f"{path}:2: a turn needs a non-empty string 'session_id'"]
@@ -344,12 +393,14 @@ def test_a_turn_is_a_document_with_turn_set_and_a_session_note_is_chunked_as_a_d
 
 
 def test_a_speakers_first_person_is_the_speaker():
-    """"I adopted a dog" said by Caroline: a fact headed by Caroline (before: no fact — "I" is no
+    """ "I adopted a dog" said by Caroline: a fact headed by Caroline (before: no fact — "I" is no
     name, and "dog" no capitalised mention)."""
     from workers.models.extraction import RulesExtractor
 
     extraction = RulesExtractor().extract_sync("I adopted a dog last week.", "Caroline (1:56 pm on 8 May, 2023):")
-    assert [(f.head, f.relation, f.tail, f.head_type) for f in extraction.facts] == [("Caroline", "adopted", "dog", "SPEAKER")]
+    assert [(f.head, f.relation, f.tail, f.head_type) for f in extraction.facts] == [
+        ("Caroline", "adopted", "dog", "SPEAKER")
+    ]
     assert {e.name for e in extraction.entities} == {"Caroline", "dog"}
     # a pronoun or a time is no object; a plain document has no speaker to stand for "I"
     assert RulesExtractor().extract_sync("I love it so much!", "Caroline:").facts == []

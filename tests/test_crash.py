@@ -13,8 +13,8 @@ import pytest
 from store import Memory
 from tests.conftest import write_docs
 from tests.test_end_to_end import tenant_name
-from workers.models.extraction import RulesExtractor
 from workers.algorithms.normalize import entity_id, fact_id, relation_name
+from workers.models.extraction import RulesExtractor
 
 FIRST = ["Alder", "Briony", "Cassian", "Delphine", "Ewan", "Farrah", "Gideon", "Hester", "Ivo", "Juno"]
 LAST = ["Quill", "Rowan", "Sallow", "Thorne", "Umber", "Vane"]
@@ -25,7 +25,9 @@ def corpus(n: int) -> dict[str, str]:
     docs = {}
     for i, (first, last) in enumerate(itertools.islice(itertools.product(FIRST, LAST), n)):
         person, company, place = f"{first} {last}", f"{last} {first} Works", PLACES[i % len(PLACES)]
-        docs[f"doc{i:03d}"] = f"{person} founded {company}. {company} builds boats in {place}. {person} married {FIRST[(i + 3) % 10]} {LAST[(i + 1) % 6]}."
+        docs[f"doc{i:03d}"] = (
+            f"{person} founded {company}. {company} builds boats in {place}. {person} married {FIRST[(i + 3) % 10]} {LAST[(i + 1) % 6]}."
+        )
     return docs
 
 

@@ -18,13 +18,22 @@ import workers.tenant_metrics  # noqa: F401  (the query worker's census)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "summary": ("_sum", "_count", "")}
+SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "gauge": ("",),
+    "summary": ("_sum", "_count", ""),
+}
 
 
 def exported_names() -> set[str]:
     """The sample names each declared metric exports (a labelled one has no sample until used)."""
-    return {family.name + suffix for family in REGISTRY.collect() if family.name.startswith("memstream_")
-            for suffix in SUFFIXES.get(family.type, ("",))}
+    return {
+        family.name + suffix
+        for family in REGISTRY.collect()
+        if family.name.startswith("memstream_")
+        for suffix in SUFFIXES.get(family.type, ("",))
+    }
 
 
 def test_every_metric_the_dashboard_queries_is_exported():
@@ -37,6 +46,9 @@ def test_every_metric_the_dashboard_queries_is_exported():
 
 def test_compose_provisions_the_dashboard_and_prometheus_scrapes_every_role():
     compose = (ROOT / "docker-compose.yml").read_text()
-    assert "./ops/grafana/dashboards:/var/lib/grafana/dashboards" in compose and "./ops/grafana/provisioning:/etc/grafana/provisioning" in compose
+    assert (
+        "./ops/grafana/dashboards:/var/lib/grafana/dashboards" in compose
+        and "./ops/grafana/provisioning:/etc/grafana/provisioning" in compose
+    )
     scraped = (ROOT / "ops/prometheus.yml").read_text()
     assert all(f"{role}:9100" in scraped for role in ("chunker", "extractor", "detector", "resolver", "query"))

@@ -47,7 +47,11 @@ POISON = {
 @pytest.mark.parametrize("topic", ["documents", "chunks", "candidate-facts", "conflict-sets"])
 def test_every_poison_pill_is_dead_lettered_and_the_next_message_processed(stack_env, topic):
     async def scenario():
-        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({"Ada Quill lives in Ostra.": [("Ada Quill", "lives in", "Ostra")]}), tau=1)
+        stages = InProcess(
+            stack_env["MEMSTREAM_REDIS_URL"],
+            ScriptedExtractor({"Ada Quill lives in Ostra.": [("Ada Quill", "lives in", "Ostra")]}),
+            tau=1,
+        )
         try:
             for value in POISON.values():
                 await stages.deliver(topic, b"k", value)
@@ -95,7 +99,14 @@ def test_of_two_deliveries_running_at_once_only_one_commits_and_publishes(stack_
         old_owner_may_commit = asyncio.Event()
 
         def chunk(owner: str) -> Chunk:
-            return Chunk(tenant=stages.tenant, chunk_id="c1", doc_id="d1", seq=0, n_chunks=1, text=f"decided by the {owner} owner")
+            return Chunk(
+                tenant=stages.tenant,
+                chunk_id="c1",
+                doc_id="d1",
+                seq=0,
+                n_chunks=1,
+                text=f"decided by the {owner} owner",
+            )
 
         async def old_owner(pipe):  # a revoked owner, slow in its handler
             await old_owner_may_commit.wait()
@@ -126,7 +137,9 @@ def test_an_outbox_whose_publishing_failed_is_sent_by_the_sweep_after_a_restart(
     text = "Ada Quill lives in Ostra."
 
     async def scenario():
-        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({text: [("Ada Quill", "lives in", "Ostra")]}), tau=1)
+        stages = InProcess(
+            stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({text: [("Ada Quill", "lives in", "Ostra")]}), tau=1
+        )
         real_send = stages.pipeline.envelope.send
 
         async def broken_for_chunks(item):
@@ -166,7 +179,12 @@ def test_facts_of_different_people_are_never_merged_whatever_their_cosine(stack_
             await stages.close()
 
     facts, events = run(scenario())
-    assert sorted(f.head for f in facts.values() if f.status == "active") == ["Person0", "Person1", "Person2", "Person3"]
+    assert sorted(f.head for f in facts.values() if f.status == "active") == [
+        "Person0",
+        "Person1",
+        "Person2",
+        "Person3",
+    ]
     assert not [e for e in events if e["event"] == "merged"]
 
 
@@ -181,8 +199,10 @@ class RomanBlindEmbedder(DigitBlindEmbedder):
 
 def test_bayezid_i_and_bayezid_ii_stay_apart(stack_env):
     docs = {"b1": "Sultan Bayezid I of Ottoman Empire.", "b2": "Sultan Bayezid II of Ottoman Empire."}
-    script = {docs["b1"]: [("Sultan Bayezid I", "ruled", "Ottoman Empire", "PERSON", "STATE")],
-              docs["b2"]: [("Sultan Bayezid II", "ruled", "Ottoman Empire", "PERSON", "STATE")]}
+    script = {
+        docs["b1"]: [("Sultan Bayezid I", "ruled", "Ottoman Empire", "PERSON", "STATE")],
+        docs["b2"]: [("Sultan Bayezid II", "ruled", "Ottoman Empire", "PERSON", "STATE")],
+    }
 
     async def scenario():
         stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), RomanBlindEmbedder(), tau=1)
@@ -224,9 +244,16 @@ def test_the_same_fact_in_other_words_is_still_merged(stack_env):
 
 # ---- lifecycle: re-activation and event ids ---------------------------------------------------
 def test_a_re_activated_fact_seeds_queries_again(stack_env):
-    docs = {"a1": "Ada Quill lives in Ostra.", "b1": "Ada Quill lives in Selka now.", "a2": "Ada Quill still lives in Ostra."}
-    script = {docs["a1"]: [("Ada Quill", "lives in", "Ostra")], docs["b1"]: [("Ada Quill", "lives in", "Selka")],
-              docs["a2"]: [("Ada Quill", "lives in", "Ostra")]}
+    docs = {
+        "a1": "Ada Quill lives in Ostra.",
+        "b1": "Ada Quill lives in Selka now.",
+        "a2": "Ada Quill still lives in Ostra.",
+    }
+    script = {
+        docs["a1"]: [("Ada Quill", "lives in", "Ostra")],
+        docs["b1"]: [("Ada Quill", "lives in", "Selka")],
+        docs["a2"]: [("Ada Quill", "lives in", "Ostra")],
+    }
     ostra = fid("Ada Quill", "lives in", "Ostra")
 
     async def scenario():
@@ -238,7 +265,9 @@ def test_a_re_activated_fact_seeds_queries_again(stack_env):
             await asyncio.sleep(0.01)
             fact = await stages.memory.fact(stages.tenant, ostra)
             engine = QueryEngine(stages.memory, stages.pipeline.embedder)
-            answer = await engine.answer(QueryRequest.from_json({"query": fact.text, "tenant": stages.tenant}, stages.tenant, 5))
+            answer = await engine.answer(
+                QueryRequest.from_json({"query": fact.text, "tenant": stages.tenant}, stages.tenant, 5)
+            )
             return invalidated, fact, answer
         finally:
             await stages.close()
@@ -253,7 +282,12 @@ def test_event_ids_of_a_flip_flop_differ(stack_env):
     invalidated again — three transitions, three ids (the old ids hashed the group's state,
     which repeats)."""
     singles = ["Bram", "Cleo", "Dara", "Eno", "Fay", "Gus", "Hal"]
-    docs = {"ada-1": ("Ada", "Ostra"), "ada-2": ("Ada", "Selka"), "ivo-1": ("Ivo", "Merrow"), "ivo-2": ("Ivo", "Calder")}
+    docs = {
+        "ada-1": ("Ada", "Ostra"),
+        "ada-2": ("Ada", "Selka"),
+        "ivo-1": ("Ivo", "Merrow"),
+        "ivo-2": ("Ivo", "Calder"),
+    }
     docs.update({f"{name}-1": (name, f"{name}ton") for name in singles})
     texts = {doc_id: f"{head} lives in {tail} ({doc_id})." for doc_id, (head, tail) in docs.items()}
     script = {texts[d]: [(head, "lives in", tail)] for d, (head, tail) in docs.items()}
@@ -283,12 +317,36 @@ def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path, wi
     texts = {f"d{i}": f"Person{i} Quill runs the Mill{i}." for i in range(4)}
 
     def extraction(i):
-        return json.dumps({"entities": [{"name": f"Person{i} Quill", "type": "PERSON"}, {"name": f"Mill{i}", "type": "ORGANIZATION"}],
-                           "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
-                                      "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
+        return json.dumps(
+            {
+                "entities": [
+                    {"name": f"Person{i} Quill", "type": "PERSON"},
+                    {"name": f"Mill{i}", "type": "ORGANIZATION"},
+                ],
+                "facts": [
+                    {
+                        "head": f"Person{i} Quill",
+                        "head_type": "PERSON",
+                        "relation": "runs",
+                        "tail": f"Mill{i}",
+                        "tail_type": "ORGANIZATION",
+                        "category": "DECLARATIVE",
+                        "valid_from": None,
+                        "valid_to": None,
+                    }
+                ],
+            }
+        )
 
     with FakeOpenAI(answers={text: extraction(key[1:]) for key, text in texts.items()}, latency_s=6.0) as server:
-        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"term-{uuid.uuid4().hex[:6]}", tau=1, partitions=1, llm_concurrency=window)
+        workers = make_workers(
+            extractor="llm",
+            llm_base_url=server.base_url,
+            llm_model=f"term-{uuid.uuid4().hex[:6]}",
+            tau=1,
+            partitions=1,
+            llm_concurrency=window,
+        )
         first = workers.start()
         tenant = tenant_name("sigterm")
         workers.cli.run("publish", *write_docs(tmp_path / "d", texts), "--tenant", tenant)
@@ -325,7 +383,9 @@ def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stac
             event = transition(pipe, tenant, fact, 1, *args, **kwargs)
             await pipe.execute()
             stored = await memory.fact(tenant, "f1")
-            edge = await memory.redis.hget(memory.keys(tenant).adjacency(entity_node("ada")), adjacency_field("fact", entity_node("ostra")))
+            edge = await memory.redis.hget(
+                memory.keys(tenant).adjacency(entity_node("ada")), adjacency_field("fact", entity_node("ostra"))
+            )
             seen.append((event.event, stored.status, stored.expired_at is not None, edge is not None))
 
         try:
@@ -355,21 +415,29 @@ def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stac
     assert (final.valid_at, final.invalid_at, final.head, final.text) == ("1998", "2001", "Ada", "Ada lives in Ostra")
 
 
-@pytest.mark.parametrize("relation,first,second", [
-    ("married", ("Ada Quill", "married", "Bram Reed"), ("Bram Reed", "married", "Ada Quill")),
-    ("near duplicate", ("Ada Quill", "born in", "Ostra"), ("Ada Quill", "native of", "Ostra")),
-])
+@pytest.mark.parametrize(
+    "relation,first,second",
+    [
+        ("married", ("Ada Quill", "married", "Bram Reed"), ("Bram Reed", "married", "Ada Quill")),
+        ("near duplicate", ("Ada Quill", "born in", "Ostra"), ("Ada Quill", "native of", "Ostra")),
+    ],
+)
 def test_twins_end_in_the_same_memory_whichever_arrives_first(stack_env, relation, first, second):
     texts = {"x": f"{' '.join(first)}.", "y": f"{' '.join(second)}."}
-    script = {texts["x"]: [(*first, "PERSON", "PERSON" if relation == "married" else "PLACE")],
-              texts["y"]: [(*second, "PERSON", "PERSON" if relation == "married" else "PLACE")]}
+    script = {
+        texts["x"]: [(*first, "PERSON", "PERSON" if relation == "married" else "PLACE")],
+        texts["y"]: [(*second, "PERSON", "PERSON" if relation == "married" else "PLACE")],
+    }
 
     async def memory_after(order):
         stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor(script), SynonymEmbedder(), tau=1)
         try:
             await index(stages, {d: texts[d] for d in order})
             keys = {o.key for o in stages.sent if o.topic == "candidate-facts"}
-            memory = {f.id: (f.status, f.merged_into, tuple(sorted(p[:8] for p in f.passage_ids))) for f in (await stages.facts()).values()}
+            memory = {
+                f.id: (f.status, f.merged_into, tuple(sorted(p[:8] for p in f.passage_ids)))
+                for f in (await stages.facts()).values()
+            }
             return memory, keys, stages.events()
         finally:
             await stages.close()
@@ -379,7 +447,9 @@ def test_twins_end_in_the_same_memory_whichever_arrives_first(stack_env, relatio
     for events, memory in ((events_one, one), (events_other, other)):  # subscribers end where memory ends
         last = {e["fact_id"]: e["fact"]["status"] for e in events}
         assert last == {fid: status for fid, (status, _, _) in memory.items() if fid in last}
-        assert [status for status, _, _ in memory.values() if status == "active"] == [last[fid] for fid in last if last[fid] == "active"]
+        assert [status for status, _, _ in memory.values() if status == "active"] == [
+            last[fid] for fid in last if last[fid] == "active"
+        ]
     assert sorted(status for status, _, _ in one.values()) == ["active", "merged"]
     if relation == "married":  # both detected on one partition, never at once on two
         assert len(keys_one) == 1 and keys_one == keys_other
@@ -389,7 +459,9 @@ def test_the_same_document_in_two_tenants_gets_distinct_event_ids(stack_env):
     text = "Ada Quill lives in Ostra."
 
     async def events_of_a_tenant():
-        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({text: [("Ada Quill", "lives in", "Ostra")]}), tau=1)
+        stages = InProcess(
+            stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({text: [("Ada Quill", "lives in", "Ostra")]}), tau=1
+        )
         try:
             await stages.publish("d1", text)
             return {e["event_id"] for e in stages.events()}
@@ -415,7 +487,9 @@ def test_a_decision_whose_facts_changed_before_its_commit_is_made_again(stack_en
         stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({}))
         memory, tenant, lifecycle = stages.memory, stages.tenant, Lifecycle(stages.memory)
         pipe = memory.pipeline()
-        memory.stage_new_fact(pipe, tenant, Fact.extracted("f1", Triple("Ada", "lives in", "Ostra"), "ada", "ostra", "s1"), [1.0] * 384)
+        memory.stage_new_fact(
+            pipe, tenant, Fact.extracted("f1", Triple("Ada", "lives in", "Ostra"), "ada", "ostra", "s1"), [1.0] * 384
+        )
         await pipe.execute()
         seen = []
 
@@ -448,9 +522,20 @@ def test_a_worker_started_while_the_broker_is_down_waits_for_it(tmp_path):
 
     from ops.stack import free_port
 
-    env = {**os.environ, "MEMSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}", "MEMSTREAM_OUTAGE_DEADLINE": "6", "MEMSTREAM_HOME": str(tmp_path)}
+    env = {
+        **os.environ,
+        "MEMSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+        "MEMSTREAM_OUTAGE_DEADLINE": "6",
+        "MEMSTREAM_HOME": str(tmp_path),
+    }
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "ops.cli", "worker", "--role", "detector"], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "worker", "--role", "detector"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     waited = time.monotonic() - started
     # the deadline holds: no single connection attempt outlasts it (kafka-python's own bootstrap
     # wait is 30 s); the upper bound is loose, for a busy machine
@@ -466,12 +551,35 @@ def test_chunks_fetched_before_a_rebalance_are_not_lost_when_a_second_extractor_
     texts = {f"r{i:02d}": f"Person{i:02d} Quill runs the Mill{i:02d}." for i in range(16)}
 
     def extraction(i):
-        return json.dumps({"entities": [], "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
-                                                      "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
+        return json.dumps(
+            {
+                "entities": [],
+                "facts": [
+                    {
+                        "head": f"Person{i} Quill",
+                        "head_type": "PERSON",
+                        "relation": "runs",
+                        "tail": f"Mill{i}",
+                        "tail_type": "ORGANIZATION",
+                        "category": "DECLARATIVE",
+                        "valid_from": None,
+                        "valid_to": None,
+                    }
+                ],
+            }
+        )
 
     with FakeOpenAI(answers={text: extraction(key[1:]) for key, text in texts.items()}, latency_s=0.2) as server:
-        server.script.append({"delay": 30})  # the first call outlasts the second extractor's start: nothing else is processed or committed
-        workers = make_workers(extractor="llm", llm_base_url=server.base_url, llm_model=f"rebal-{uuid.uuid4().hex[:6]}", tau=1, partitions=4)
+        server.script.append(
+            {"delay": 30}
+        )  # the first call outlasts the second extractor's start: nothing else is processed or committed
+        workers = make_workers(
+            extractor="llm",
+            llm_base_url=server.base_url,
+            llm_model=f"rebal-{uuid.uuid4().hex[:6]}",
+            tau=1,
+            partitions=4,
+        )
         workers.start(role="chunker,detector,resolver,query")
         workers.start(role="extractor")
         tenant = tenant_name("rebalance")

@@ -4,8 +4,8 @@ import asyncio
 import uuid
 
 import numpy as np
-from store import Memory
 
+from store import Memory
 from workers.models.embedding import BatchingEmbedder
 
 
@@ -28,10 +28,14 @@ def test_second_embedder_reads_vectors_from_redis_instead_of_the_model(stack_env
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
         first, model = None, CountingEmbedder()
         try:
-            first = await BatchingEmbedder(model, cache=memory.embedding_cache(model.name)).embed(["alpha", "beta", "alpha"])
+            first = await BatchingEmbedder(model, cache=memory.embedding_cache(model.name)).embed(
+                ["alpha", "beta", "alpha"]
+            )
             other_model = CountingEmbedder()
             other_model.name = model.name  # another worker process with the same model
-            again = await BatchingEmbedder(other_model, cache=memory.embedding_cache(other_model.name)).embed(["beta", "alpha", "gamma"])
+            again = await BatchingEmbedder(other_model, cache=memory.embedding_cache(other_model.name)).embed(
+                ["beta", "alpha", "gamma"]
+            )
             return model.encoded, other_model.encoded, first, again
         finally:
             await memory.close()

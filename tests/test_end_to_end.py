@@ -25,6 +25,7 @@ CORPUS = {
     "observatory": "The Halden Observatory tracks the comet Vesk. Dr Mira Okafor directs the Halden Observatory.",
 }
 
+
 def tenant_name(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"
 
@@ -41,7 +42,9 @@ def rules_workers(stack_env, tmp_path_factory):
 def dlq_workers(stack_env, tmp_path_factory):
     """One worker with a single partition (a bad message and the good one behind it share it)
     and a 4 KiB text limit (a letter of 600 KB escaped would not fit the topic)."""
-    with running_workers(stack_env, tmp_path_factory.mktemp("dlq-workers"), extractor="rules", partitions=1, max_text_bytes=4096) as workers:
+    with running_workers(
+        stack_env, tmp_path_factory.mktemp("dlq-workers"), extractor="rules", partitions=1, max_text_bytes=4096
+    ) as workers:
         yield workers
 
 
@@ -78,7 +81,11 @@ def _dlq_letters(bootstrap: str, topic: str, expected: int, timeout: float = 60,
     letters, deadline = [], time.monotonic() + timeout
     while len(letters) < expected and time.monotonic() < deadline:
         for records in consumer.poll(timeout_ms=500).values():
-            letters += [letter for letter in map(json.loads, (r.value for r in records)) if key is None or letter.get("key") == key]
+            letters += [
+                letter
+                for letter in map(json.loads, (r.value for r in records))
+                if key is None or letter.get("key") == key
+            ]
     consumer.close()
     return letters
 
@@ -94,54 +101,85 @@ def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(dlq_wo
             (json.dumps({**good, "v": 7, "doc_id": "x", "text": "t"}).encode(), "unsupported schema version v=7"),
             (json.dumps({**good, "doc_id": "x", "text": " "}).encode(), "field 'text' is empty"),
             (json.dumps({**good, "doc_id": "x", "text": "y" * 5000}).encode(), "over the limit of 4096 bytes"),
-            (None, "a message without a value deletes a document, and its key must be 'tenant/doc id'"),  # a tombstone keyed 'same-key'
+            (
+                None,
+                "a message without a value deletes a document, and its key must be 'tenant/doc id'",
+            ),  # a tombstone keyed 'same-key'
         ],
-        "chunks": [(b"[]", "expected a JSON object, got array"), (json.dumps({**good, "chunk_id": 5}).encode(), "chunks.chunk_id: expected string")],
+        "chunks": [
+            (b"[]", "expected a JSON object, got array"),
+            (json.dumps({**good, "chunk_id": 5}).encode(), "chunks.chunk_id: expected string"),
+        ],
         "candidate-facts": [(json.dumps({**good, "passage_id": "p"}).encode(), "missing required field")],
         "conflict-sets": [(b"{}", "missing schema version")],
     }
     # poison that once escaped the envelope (the message was skipped, not dead-lettered), and a
     # value whose dead letter, escaped in full, would no longer fit the topic
     poison = [
-        (json.dumps({**good, "doc_id": "x", "text": "TEXT"}).encode().replace(b"TEXT", b"\\ud800 lone"), "lone surrogate"),
+        (
+            json.dumps({**good, "doc_id": "x", "text": "TEXT"}).encode().replace(b"TEXT", b"\\ud800 lone"),
+            "lone surrogate",
+        ),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-        (json.dumps({**good, "doc_id": "x", "text": "t"})[:-1].encode() + b',"version":' + b"9" * 5000 + b"}", "5000 digits"),
+        (
+            json.dumps({**good, "doc_id": "x", "text": "t"})[:-1].encode() + b',"version":' + b"9" * 5000 + b"}",
+            "5000 digits",
+        ),
         (b"\xff" * 600_000, "not valid UTF-8"),
     ]
     for topic in bad:  # a document-shaped value fails other topics' contracts before its text is read
-        bad[topic] = bad[topic] + [(value, reason if topic == "documents" or reason != "lone surrogate" else f"{topic}") for value, reason in poison]
+        bad[topic] = bad[topic] + [
+            (value, reason if topic == "documents" or reason != "lone surrogate" else f"{topic}")
+            for value, reason in poison
+        ]
     producer = KafkaProducer(bootstrap_servers=env["MEMSTREAM_KAFKA_BOOTSTRAP"])
     for topic, messages in bad.items():
         for value, _ in messages:
             producer.send(f"{ns}.{topic}", key=b"same-key", value=value)
     producer.flush()
     # a valid document behind the bad ones on the same partition is still indexed
-    workers.cli.run("publish", *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}), "--tenant", tenant, "--wait", "--timeout", "120")
+    workers.cli.run(
+        "publish",
+        *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}),
+        "--tenant",
+        tenant,
+        "--wait",
+        "--timeout",
+        "120",
+    )
     assert workers.cli.query("Pellow apples", tenant)["passages"][0]["doc_id"] == "orchard"
 
     expected = sum(len(m) for m in bad.values())
     letters = _dlq_letters(env["MEMSTREAM_KAFKA_BOOTSTRAP"], f"{ns}.dlq", expected)
     assert len(letters) == expected
     for topic, messages in bad.items():
-        errors = [l["error"] for l in letters if l["topic"] == f"{ns}.{topic}"]
+        errors = [letter["error"] for letter in letters if letter["topic"] == f"{ns}.{topic}"]
         assert len(errors) == len(messages)
         for _, reason in messages:
             assert any(reason in e for e in errors), (reason, errors)
-    assert all(l["key"] == "same-key" and l["offset"] is not None for l in letters)
+    assert all(letter["key"] == "same-key" and letter["offset"] is not None for letter in letters)
     # the payload is kept whole when the letter fits the topic; 600 KB escaped to ~3 MB would not
     # (the limit here is 4 × 4096 + 1 MiB): it is cut, with the original's size and sha256
     values = [value or b"" for messages in bad.values() for value, _ in messages]
-    assert sorted(l["payload_bytes"] for l in letters) == sorted(len(v) for v in values)
-    assert {l["payload_sha256"] for l in letters} == {hashlib.sha256(v).hexdigest() for v in values}
-    assert all(l["payload_truncated"] == (l["payload_bytes"] == 600_000) for l in letters)
-    assert any("y" * 5000 in l["payload"] for l in letters)
+    assert sorted(letter["payload_bytes"] for letter in letters) == sorted(len(v) for v in values)
+    assert {letter["payload_sha256"] for letter in letters} == {hashlib.sha256(v).hexdigest() for v in values}
+    assert all(letter["payload_truncated"] == (letter["payload_bytes"] == 600_000) for letter in letters)
+    assert any("y" * 5000 in letter["payload"] for letter in letters)
 
 
 def test_two_tenants_with_the_same_text_see_only_their_own(rules_workers, tmp_path):
     cli = rules_workers.cli
     alpha, beta = tenant_name("alpha"), tenant_name("beta")
     shared = {"orchard": CORPUS["orchard"]}
-    cli.run("publish", *write_docs(tmp_path / "a", {**shared, "observatory": CORPUS["observatory"]}), "--tenant", alpha, "--wait", "--timeout", "120")
+    cli.run(
+        "publish",
+        *write_docs(tmp_path / "a", {**shared, "observatory": CORPUS["observatory"]}),
+        "--tenant",
+        alpha,
+        "--wait",
+        "--timeout",
+        "120",
+    )
     cli.run("publish", *write_docs(tmp_path / "b", shared), "--tenant", beta, "--wait", "--timeout", "120")
 
     assert cli.query("comet Vesk observatory", alpha)["passages"][0]["doc_id"] == "observatory"
@@ -165,7 +203,16 @@ def test_publish_rejects_invalid_documents_and_indexes_the_rest(dlq_workers, tmp
     (docs / "empty.txt").write_text("")
     (docs / "big.txt").write_text("word " * 400)
     (docs / "good.txt").write_text(CORPUS["orchard"])
-    proc = cli.run("publish", *(str(docs / n) for n in ("empty.txt", "big.txt", "good.txt")), "--tenant", tenant, "--wait", "--timeout", "120", check=False)
+    proc = cli.run(
+        "publish",
+        *(str(docs / n) for n in ("empty.txt", "big.txt", "good.txt")),
+        "--tenant",
+        tenant,
+        "--wait",
+        "--timeout",
+        "120",
+        check=False,
+    )
     assert proc.returncode == 2
     assert "rejected" in proc.stderr and "empty.txt: field 'text' is empty" in proc.stderr
     assert "big.txt: field 'text' is 2000 bytes, over the limit of 1000 bytes" in proc.stderr
@@ -205,7 +252,11 @@ def test_oversize_document_is_dead_lettered_whole(rules_workers, tmp_path):
     env, ns, tenant = workers.env, workers.env["MEMSTREAM_TOPIC_NAMESPACE"], tenant_name("big")
     text = "word " * 300_000  # 1.5 MB
     producer = KafkaProducer(bootstrap_servers=env["MEMSTREAM_KAFKA_BOOTSTRAP"], max_request_size=8 << 20)
-    producer.send(f"{ns}.documents", key=b"big", value=json.dumps({"v": 1, "tenant": tenant, "doc_id": "big", "text": text}).encode()).get(timeout=30)
+    producer.send(
+        f"{ns}.documents",
+        key=b"big",
+        value=json.dumps({"v": 1, "tenant": tenant, "doc_id": "big", "text": text}).encode(),
+    ).get(timeout=30)
     producer.close()
     (letter,) = _dlq_letters(env["MEMSTREAM_KAFKA_BOOTSTRAP"], f"{ns}.dlq", 1, key="big")
     assert "field 'text' is 1500000 bytes, over the limit of 1048576 bytes" in letter["error"]
@@ -251,7 +302,7 @@ def test_memory_is_a_function_of_the_current_documents_through_kafka(rules_worke
     tenant, fresh_tenant = tenant_name(f"versions{seed}"), tenant_name(f"fresh{seed}")
     history: dict[str, list[str]] = {}
     current: dict[str, str] = {}
-    for step in range(6):
+    for _ in range(6):
         doc, kind = rng.choice(DOCS[:3]), rng.choice(["publish", "publish", "whitespace", "revert", "delete"])
         path = tmp_path / f"{doc}.txt"
         if kind == "delete" and doc in current:
@@ -280,14 +331,30 @@ def test_memory_is_a_function_of_the_current_documents_through_kafka(rules_worke
 
 def test_memstream_retract_takes_a_fact_out_through_the_resolver(rules_workers, tmp_path):
     workers, tenant = rules_workers, tenant_name("retract")
-    workers.cli.run("publish", *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}), "--tenant", tenant, "--wait", "--timeout", "120")
-    [fact] = [f for f in json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"] if f["head"] == "Tomas Reed"]
+    workers.cli.run(
+        "publish",
+        *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}),
+        "--tenant",
+        tenant,
+        "--wait",
+        "--timeout",
+        "120",
+    )
+    [fact] = [
+        f
+        for f in json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"]
+        if f["head"] == "Tomas Reed"
+    ]
     assert fact["status"] == "active"
     said = workers.cli.run("retract", fact["id"], "--tenant", tenant, "--reason", "sold the orchard").stdout
     assert f"retraction of {fact['id']} queued (retract:{fact['id']}:" in said
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        [now] = [f for f in json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"] if f["id"] == fact["id"]]
+        [now] = [
+            f
+            for f in json.loads(workers.cli.run("export", "--tenant", tenant).stdout)["facts"]
+            if f["id"] == fact["id"]
+        ]
         if now["status"] == "retracted":
             break
         time.sleep(0.5)
@@ -302,7 +369,10 @@ def test_memstream_delete_purge_erases_a_document_through_kafka(rules_workers, t
     passages, facts, entities) and a `purged` event names what went, without its text."""
     workers, tenant = rules_workers, tenant_name("erase")
     word = f"Zorvex{uuid.uuid4().hex[:8]}"
-    docs = {"quill": f"{word} Quill lives in Brannoc. {word} Quill works for Orsk Mills.", "nora": "Nora Velt works for Orsk Mills."}
+    docs = {
+        "quill": f"{word} Quill lives in Brannoc. {word} Quill works for Orsk Mills.",
+        "nora": "Nora Velt works for Orsk Mills.",
+    }
     workers.cli.run("publish", *write_docs(tmp_path / "docs", docs), "--tenant", tenant, "--wait", "--timeout", "120")
     assert word in workers.cli.run("export", "--tenant", tenant).stdout
     said = workers.cli.run("delete", "quill", "--purge", "--wait", "--timeout", "120", "--tenant", tenant)
@@ -310,9 +380,18 @@ def test_memstream_delete_purge_erases_a_document_through_kafka(rules_workers, t
     export = workers.cli.run("export", "--tenant", tenant).stdout
     assert word.lower() not in export.lower()
     assert {(f["head"], f["status"]) for f in json.loads(export)["facts"]} == {("Nora Velt", "active")}
-    events = [json.loads(line) for line in workers.cli.run("tail", "--tenant", tenant, "--from-beginning", "--idle-timeout", "5").stdout.splitlines()]
+    events = [
+        json.loads(line)
+        for line in workers.cli.run(
+            "tail", "--tenant", tenant, "--from-beginning", "--idle-timeout", "5"
+        ).stdout.splitlines()
+    ]
     [purged] = [e for e in events if e["event"] == "purged"]
-    assert purged["doc_id"] == "quill" and len(purged["passage_ids"]) == 1 and word.lower() not in json.dumps(purged).lower()
+    assert (
+        purged["doc_id"] == "quill"
+        and len(purged["passage_ids"]) == 1
+        and word.lower() not in json.dumps(purged).lower()
+    )
 
 
 def test_memstream_status_shows_lag_falling_to_zero_and_the_tenants_memory(rules_workers, tmp_path):
@@ -320,7 +399,15 @@ def test_memstream_status_shows_lag_falling_to_zero_and_the_tenants_memory(rules
     (offsets commit a few seconds after the work), the tenant's documents are all indexed and its
     facts by status are those of its export; without --json, one line per stage."""
     workers, tenant = rules_workers, tenant_name("status")
-    workers.cli.run("publish", *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}), "--tenant", tenant, "--wait", "--timeout", "120")
+    workers.cli.run(
+        "publish",
+        *write_docs(tmp_path / "docs", {"orchard": CORPUS["orchard"]}),
+        "--tenant",
+        tenant,
+        "--wait",
+        "--timeout",
+        "120",
+    )
     deadline = time.monotonic() + 60
     while True:
         report = json.loads(workers.cli.run("status", "--tenant", tenant, "--json", "--sample", "0.5").stdout)

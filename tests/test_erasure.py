@@ -55,7 +55,9 @@ async def plant_llm_answers(stages: InProcess, texts: list[str]) -> list[str]:
     """What an LLM extractor would have cached for these passages (the answer names them)."""
     cache = stages.memory.llm_cache(LLM_MODEL)
     for text in texts:
-        await cache.put(extraction_messages(text, ""), EXTRACTION_SCHEMA, json.dumps({"entities": [text[:40]], "facts": []}))
+        await cache.put(
+            extraction_messages(text, ""), EXTRACTION_SCHEMA, json.dumps({"entities": [text[:40]], "facts": []})
+        )
     return [cache.key(extraction_messages(text, ""), EXTRACTION_SCHEMA) for text in texts]
 
 
@@ -78,8 +80,13 @@ def test_an_erased_document_leaves_nothing_of_any_version(redis_url):
             walked = await stages.query("Who works for Orsk Mills?", mode="ppr")  # the query side holds the graph now
             await stages.delete("quill", purge=True)
             after = traces(stages, redis_url, [word])
-            walked_after = await stages.query("Who works for Orsk Mills?", mode="ppr")  # its change stream gone: loaded again
-            planted = [await stages.memory.llm_cache(LLM_MODEL).get(extraction_messages(t, ""), EXTRACTION_SCHEMA) for t in (first, edited)]
+            walked_after = await stages.query(
+                "Who works for Orsk Mills?", mode="ppr"
+            )  # its change stream gone: loaded again
+            planted = [
+                await stages.memory.llm_cache(LLM_MODEL).get(extraction_messages(t, ""), EXTRACTION_SCHEMA)
+                for t in (first, edited)
+            ]
             answer = await stages.query("Who works for Orsk Mills?", mode="lexical")
             facts = {(f.head, f.relation, f.tail): f.status for f in (await stages.facts()).values()}
             await stages.publish("quill", edited, version=3)  # published again: indexed anew
@@ -124,8 +131,14 @@ def test_an_erasure_keeps_a_text_another_document_holds_and_facts_said_elsewhere
             await stages.close()
 
     facts, passages, events = run(scenario())
-    assert {(p["text"], p.get("retired") == "1") for p in passages} == {(shared, False), (f"{word} Quill founded Tallow Works.", True)}
-    assert facts == {(f"{word} Quill", "live in", "Brannoc"): "active", (f"{word} Quill", "found", "Tallow Works"): "retracted"}
+    assert {(p["text"], p.get("retired") == "1") for p in passages} == {
+        (shared, False),
+        (f"{word} Quill founded Tallow Works.", True),
+    }
+    assert facts == {
+        (f"{word} Quill", "live in", "Brannoc"): "active",
+        (f"{word} Quill", "found", "Tallow Works"): "retracted",
+    }
     [purged] = [e for e in events if e["event"] == "purged"]
     assert len(purged["fact_ids"]) == 1  # works for Orsk Mills: only the erased text said it
 
@@ -133,6 +146,7 @@ def test_an_erasure_keeps_a_text_another_document_holds_and_facts_said_elsewhere
 def test_an_erasure_redelivered_or_repeated_changes_nothing_more(redis_url):
     """The erasure and its tombstone delivered twice, and `delete --purge` asked again: one
     `purged` event (a redelivery repeats its id), and the memory as after the first."""
+
     async def scenario():
         stages = _stages(redis_url)
         try:
@@ -155,10 +169,10 @@ def test_an_erasure_redelivered_or_repeated_changes_nothing_more(redis_url):
 def test_an_extraction_landing_while_the_erasure_decides_keeps_its_fact(redis_url):
     """Another passage extracting the same fact between the erasure's reads and its commit (its
     extraction count moves) makes the erasure decide again: the fact stays, with its source."""
-    from tests.test_versions import _race
-    from workers.algorithms.normalize import entity_id, fact_id, schema_id
     from store.facts import Fact
+    from tests.test_versions import _race
     from topics.records import Triple
+    from workers.algorithms.normalize import entity_id, fact_id, schema_id
 
     async def scenario():
         stages = _stages(redis_url)
@@ -166,8 +180,14 @@ def test_an_extraction_landing_while_the_erasure_decides_keeps_its_fact(redis_ur
             await stages.publish("quill", "Odo Quill lives in Brannoc.", version=1)
             [fact] = (await stages.facts()).values()
             triple = Triple("Odo Quill", "lives in", "Brannoc")
-            again = Fact.extracted(fact.id, triple, entity_id("Odo Quill"), entity_id("Brannoc"), schema_id("ENTITY", "lives in", "ENTITY"))
-            _race(stages, "fact_sources", lambda pipe: stages.memory.stage_new_fact(pipe, stages.tenant, again, [1.0] * DIMS, None, "elsewhere"))
+            again = Fact.extracted(
+                fact.id, triple, entity_id("Odo Quill"), entity_id("Brannoc"), schema_id("ENTITY", "lives in", "ENTITY")
+            )
+            _race(
+                stages,
+                "fact_sources",
+                lambda pipe: stages.memory.stage_new_fact(pipe, stages.tenant, again, [1.0] * DIMS, None, "elsewhere"),
+            )
             await stages.delete("quill", purge=True)
             return fact, await stages.facts(), stages.events()
         finally:
@@ -179,12 +199,15 @@ def test_an_extraction_landing_while_the_erasure_decides_keeps_its_fact(redis_ur
     assert purged["fact_ids"] == []
 
 
-@pytest.mark.parametrize("value, error", [
-    (b'{"v":1,"tenant":"t","doc_id":"d","erase":false}', "erase=False"),
-    (b'{"v":1,"tenant":"t","doc_id":"d","erase":true,"text":"x"}', "'text'"),
-    (b'{"v":1,"tenant":"","doc_id":"d","erase":true}', "tenant"),
-    (b'{"v":1,"tenant":"t","doc_id":" ","erase":true}', "doc id"),
-])
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (b'{"v":1,"tenant":"t","doc_id":"d","erase":false}', "erase=False"),
+        (b'{"v":1,"tenant":"t","doc_id":"d","erase":true,"text":"x"}', "'text'"),
+        (b'{"v":1,"tenant":"","doc_id":"d","erase":true}', "tenant"),
+        (b'{"v":1,"tenant":"t","doc_id":" ","erase":true}', "doc id"),
+    ],
+)
 def test_a_malformed_erasure_is_refused_with_its_reason(value, error):
     from topics import ContractError, Document, decode
 
@@ -226,7 +249,7 @@ def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
 
 
 def test_a_fact_merged_into_an_erased_one_is_retracted_and_comes_back_when_said_again(redis_url):
-    """"X married Y" (kept) and "Y married X" (merged into it) from two documents; the second is
+    """ "X married Y" (kept) and "Y married X" (merged into it) from two documents; the second is
     deleted, the first erased. Before: the merged fact pointed at an erased one, and publishing
     the second again sent its merge to the dead-letter topic. Now it is retracted by the
     erasure, and the second document brings it back active."""
@@ -257,6 +280,9 @@ def test_a_fact_merged_into_an_erased_one_is_retracted_and_comes_back_when_said_
 
     merged, after_erasure, again, letters, events = run(scenario())
     assert merged == kept
-    assert kept not in after_erasure and (after_erasure[twin].status, after_erasure[twin].merged_into) == ("retracted", "")
+    assert kept not in after_erasure and (after_erasure[twin].status, after_erasure[twin].merged_into) == (
+        "retracted",
+        "",
+    )
     assert again[twin].status == "active" and letters == []
     assert [e["event"] for e in events if e["fact_id"] == twin][-2:] == ["retracted", "activated"]

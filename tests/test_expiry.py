@@ -15,14 +15,13 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from store.keys import entity_node
-from topics import ContractError
-from topics.records import Triple
 from store.in_memory import InMemoryStore
+from store.keys import entity_node
 from tests.inprocess import DIMS, InProcess
 from tests.test_query_bounds import NO_REDIS, GatedEmbedder, post, serve
+from topics import ContractError
 from topics.conversations import parse_time, turn_from_json
-from topics.records import Document
+from topics.records import Document, Triple
 from topics.times import iso_moment
 from workers.algorithms.expiry import document_ttls, parse_as_of, parse_ttl_setting, turn_time, was_valid, world_time
 from workers.algorithms.ppr import SparseGraph
@@ -78,10 +77,19 @@ TEXTS = {
     "berlin": "I moved: I live in Berlin now.",
     "tool again": "The booking API returned ROOM_UNAVAILABLE again.",
 }
-SCRIPT = {TEXTS["tool"]: [TOOL, HOME], TEXTS["a"]: [HOME], TEXTS["b"]: [HOME], TEXTS["c"]: [HOME],
-          TEXTS["paris"]: [("Ana", "lives in", "Paris", "DECLARATIVE")], TEXTS["berlin"]: [("Ana", "lives in", "Berlin", "DECLARATIVE")],
-          TEXTS["tool again"]: [TOOL]}
-MAY_8, JUNE_10 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp(), datetime(2023, 6, 10, 9, 0, tzinfo=timezone.utc).timestamp()
+SCRIPT = {
+    TEXTS["tool"]: [TOOL, HOME],
+    TEXTS["a"]: [HOME],
+    TEXTS["b"]: [HOME],
+    TEXTS["c"]: [HOME],
+    TEXTS["paris"]: [("Ana", "lives in", "Paris", "DECLARATIVE")],
+    TEXTS["berlin"]: [("Ana", "lives in", "Berlin", "DECLARATIVE")],
+    TEXTS["tool again"]: [TOOL],
+}
+MAY_8, JUNE_10 = (
+    datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp(),
+    datetime(2023, 6, 10, 9, 0, tzinfo=timezone.utc).timestamp(),
+)
 
 
 def harness(redis_url: str | None = None, **settings) -> InProcess:
@@ -91,7 +99,9 @@ def harness(redis_url: str | None = None, **settings) -> InProcess:
 async def sweep(ip: InProcess, now: float) -> int:
     """The expiry sweep at `now`: over every tenant in process; on the shared stack's Redis only
     over this test's (others' tenants are there too)."""
-    return await ip.pipeline.expire_lapsed(now=now, tenants=None if isinstance(ip.memory, InMemoryStore) else [ip.tenant])
+    return await ip.pipeline.expire_lapsed(
+        now=now, tenants=None if isinstance(ip.memory, InMemoryStore) else [ip.tenant]
+    )
 
 
 async def fact_named(ip: InProcess, head: str, tail: str):
@@ -136,7 +146,9 @@ def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_fro
 
             # lapsed, not swept yet: queries already leave it out
             ip.query_engine().clock = lambda: tool.expires_at + 1
-            assert tool.id not in used(await ip.query(tool.text)) and tool.id not in used(await ip.query(tool.text, mode="dense"))
+            assert tool.id not in used(await ip.query(tool.text)) and tool.id not in used(
+                await ip.query(tool.text, mode="dense")
+            )
             assert await sweep(ip, tool.expires_at - 1) == 0  # not lapsed then: nothing to do
 
             # the sweep: one expired event, no edge; twice, or two at once: still one
@@ -149,9 +161,13 @@ def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_fro
             stored = await ip.memory.fact(ip.tenant, tool.id)
             assert stored.status == "expired" and stored.expired_at and await fact_edge(ip, tool) == 0.0
             ip.query_engine().clock = time.time
-            assert tool.id not in used(await ip.query(tool.text)) and tool.id not in used(await ip.query(tool.text, mode="dense"))
+            assert tool.id not in used(await ip.query(tool.text)) and tool.id not in used(
+                await ip.query(tool.text, mode="dense")
+            )
             # the DECLARATIVE fact of the same passage never lapses
-            assert (await ip.memory.fact(ip.tenant, home.id)).status == "active" and home.id in used(await ip.query(home.text))
+            assert (await ip.memory.fact(ip.tenant, home.id)).status == "active" and home.id in used(
+                await ip.query(home.text)
+            )
             assert await ip.memory.lapsed_facts(ip.tenant, lapsed_by + 10**9) == []
         finally:
             await ip.close()
@@ -165,7 +181,9 @@ def test_a_document_ttl_from_metadata_and_the_latest_lapse_of_several_passages(r
         try:
             await ip.publish("a", TEXTS["a"], metadata={"ttl_seconds": 30})
             home = await fact_named(ip, "Ana", "Madrid")
-            assert home.expires_at == pytest.approx(home.created_at + 30, abs=5)  # the document's TTL, not the setting's
+            assert home.expires_at == pytest.approx(
+                home.created_at + 30, abs=5
+            )  # the document's TTL, not the setting's
             await ip.publish("b", TEXTS["b"], metadata={"ttl_seconds": {"DECLARATIVE": 600, "TOOL_FAILURE": 5}})
             held = (await fact_named(ip, "Ana", "Madrid")).expires_at
             assert held == pytest.approx(home.created_at + 600, abs=5)  # supported by both: until the later lapse
@@ -226,7 +244,9 @@ def test_the_sweep_decides_again_when_the_resolver_changes_the_fact_under_it(red
                 if not raced:
                     raced.append(True)
                     pipe, fact = ip.memory.pipeline(), await ip.memory.fact(tenant, tool.id)
-                    ip.pipeline.expiry.lifecycle.invalidate(pipe, tenant, fact, await bump(tenant), {}, "excluded meanwhile")
+                    ip.pipeline.expiry.lifecycle.invalidate(
+                        pipe, tenant, fact, await bump(tenant), {}, "excluded meanwhile"
+                    )
                     await pipe.execute()
                 return await bump(tenant)
 
@@ -257,7 +277,10 @@ def test_bad_ttls_are_refused_by_name():
         Settings.from_env({"MEMSTREAM_TTL_SECONDS": "TOOL=5"})
     with pytest.raises(ValueError, match="MEMSTREAM_TTL_SECONDS: TOOL_FAILURE='soon'"):
         Settings.from_env({"MEMSTREAM_TTL_SECONDS": "TOOL_FAILURE=soon"})
-    assert Settings.from_env({"MEMSTREAM_TTL_SECONDS": " TOOL_FAILURE=86400, DECLARATIVE=0 "}).category_ttls == {"TOOL_FAILURE": 86400, "DECLARATIVE": 0}
+    assert Settings.from_env({"MEMSTREAM_TTL_SECONDS": " TOOL_FAILURE=86400, DECLARATIVE=0 "}).category_ttls == {
+        "TOOL_FAILURE": 86400,
+        "DECLARATIVE": 0,
+    }
     assert parse_ttl_setting("") == {}
     with pytest.raises(ValueError, match=r"metadata.ttl_seconds must be a whole number"):
         document_ttls({"ttl_seconds": "1d"})
@@ -269,7 +292,9 @@ def test_bad_ttls_are_refused_by_name():
         try:
             await ip.publish("a", TEXTS["a"], metadata={"ttl_seconds": {"SOMETIMES": 5}})
             [letter] = ip.dead_letters()
-            assert "documents: metadata.ttl_seconds: unknown fact category 'SOMETIMES'" in letter["error"]  # refused at decode
+            assert (
+                "documents: metadata.ttl_seconds: unknown fact category 'SOMETIMES'" in letter["error"]
+            )  # refused at decode
             assert await ip.facts() == {}
         finally:
             await ip.close()
@@ -294,7 +319,14 @@ def test_bad_as_of_is_a_400_naming_the_field():
 
 def test_the_as_of_rule_reads_event_time_when_known_else_transaction_time():
     may, june = world_time("2023-05"), world_time("2023-06")
-    event = dict(event_start="2023-05", event_end="2023-05", created_at=june + 10**7, expired_at=None, expires_at=None, activated_at=june)
+    event = dict(
+        event_start="2023-05",
+        event_end="2023-05",
+        created_at=june + 10**7,
+        expired_at=None,
+        expires_at=None,
+        activated_at=june,
+    )
     assert was_valid(may + 1, **event) and not was_valid(june, **event)  # "2023-05" ends when June begins
     system = dict(event_start="", event_end="", created_at=may, expired_at=june, expires_at=None, activated_at=may)
     assert was_valid(may, **system) and not was_valid(june, **system) and not was_valid(may - 1, **system)
@@ -304,8 +336,15 @@ def test_the_as_of_rule_reads_event_time_when_known_else_transaction_time():
 def test_a_fact_never_activated_or_past_its_lapse_was_not_valid():
     may, june = world_time("2023-05"), world_time("2023-06")
     # excluded from birth (invalid, never activated): a status past "pending" is not enough
-    assert not was_valid(may + 1, event_start="2023-05", event_end="2023-06", created_at=may, expired_at=may,
-                         expires_at=None, activated_at=None)
+    assert not was_valid(
+        may + 1,
+        event_start="2023-05",
+        event_end="2023-06",
+        created_at=may,
+        expired_at=may,
+        expires_at=None,
+        activated_at=None,
+    )
     # its TTL lapsed (swept or not): transaction time ends at the earlier of expired_at and expires_at
     lapsing = dict(event_start="", event_end="", created_at=may, expired_at=None, expires_at=june, activated_at=may)
     assert was_valid(june - 1, **lapsing) and not was_valid(june, **lapsing) and not was_valid(june + 10**6, **lapsing)
@@ -333,6 +372,7 @@ def test_as_of_leaves_out_a_lapsed_fact_not_swept_yet(redis_url):
 def test_the_sweep_decides_again_when_a_new_passage_moves_the_lapse_under_it(redis_url):
     """The status stays active, only expires_at moves: the sweep's commit is fenced on it too,
     and the fact stays in the expiry index at its new lapse."""
+
     async def scenario():
         ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60")
         try:
@@ -340,7 +380,9 @@ def test_the_sweep_decides_again_when_a_new_passage_moves_the_lapse_under_it(red
             tool = await fact_named(ip, "booking api", "ROOM_UNAVAILABLE")
             bump, raced = ip.memory.bump_graph_version, []
 
-            async def bump_and_race(tenant):  # the sweep has read the fact lapsed: a passage supports it for an hour now
+            async def bump_and_race(
+                tenant,
+            ):  # the sweep has read the fact lapsed: a passage supports it for an hour now
                 if not raced:
                     raced.append(True)
                     await ip.publish("again", TEXTS["tool again"], metadata={"ttl_seconds": {"TOOL_FAILURE": 3600}})
@@ -377,6 +419,7 @@ async def tenant_key_count(ip: InProcess) -> int | None:
 def test_no_lapse_record_without_a_ttl_and_forever_wins_in_either_order(redis_url, order):
     """Doc "a" has no TTL, doc "b" one of 60 s: in either order Ana's home never lapses; before
     any TTL applies the fact carries no expires_at and the store no key for it."""
+
     async def scenario():
         ip = harness(redis_url)
         try:
@@ -388,12 +431,17 @@ def test_no_lapse_record_without_a_ttl_and_forever_wins_in_either_order(redis_ur
                 assert "expires_at" not in await stored_fields(ip, home.id)
                 keys_before = await tenant_key_count(ip)
             else:
-                assert home.expires_at and await ip.memory.lapsed_facts(ip.tenant, home.expires_at) == [(home.id, home.expires_at)]
+                assert home.expires_at and await ip.memory.lapsed_facts(ip.tenant, home.expires_at) == [
+                    (home.id, home.expires_at)
+                ]
             await ip.publish(second, TEXTS[second], metadata=ttl[second])
             home = await fact_named(ip, "Ana", "Madrid")
             assert home.expires_at is None and "expires_at" not in await stored_fields(ip, home.id)
             assert await ip.memory.lapsed_facts(ip.tenant, time.time() + 10**9) == []
-            assert await sweep(ip, time.time() + 10**6) == 0 and (await ip.memory.fact(ip.tenant, home.id)).status == "active"
+            assert (
+                await sweep(ip, time.time() + 10**6) == 0
+                and (await ip.memory.fact(ip.tenant, home.id)).status == "active"
+            )
             if first == "a" and keys_before is not None:  # the TTL'd passage adds no key of its own for the fact
                 after = await ip.memory.redis.keys(ip.memory.keys(ip.tenant).base + ":*")
                 assert not [k for k in after if b"lapse" in k]
@@ -418,7 +466,10 @@ def test_world_time_of_extreme_and_garbage_dates_never_raises():
 
 def test_a_ts_out_of_range_is_refused_by_the_contract_and_a_plain_documents_metadata_ts_is_no_turn_time():
     millis = MAY_8 * 1000
-    with pytest.raises(ContractError, match=r"'ts' must be seconds since the epoch within years 1-9999 \(got 1.68\d*e\+12: milliseconds\?\)"):
+    with pytest.raises(
+        ContractError,
+        match=r"'ts' must be seconds since the epoch within years 1-9999 \(got 1.68\d*e\+12: milliseconds\?\)",
+    ):
         Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "ts": millis})
     with pytest.raises(ContractError, match="turns.jsonl:1: 'ts' must be seconds since the epoch.*milliseconds"):
         turn_from_json({"session_id": "s", "turn": 0, "speaker": "Ana", "text": "x", "ts": millis}, "turns.jsonl:1")
@@ -445,14 +496,22 @@ def test_a_ts_out_of_range_is_refused_by_the_contract_and_a_plain_documents_meta
 
 
 def test_bad_ttls_in_metadata_are_refused_at_the_contract():
-    for bad, named in (("1d", "metadata.ttl_seconds must be a whole number"), ({"SOMETIMES": 5}, "metadata.ttl_seconds: unknown fact category"),
-                       ({"DECLARATIVE": -1}, "metadata.ttl_seconds.DECLARATIVE must be")):
+    for bad, named in (
+        ("1d", "metadata.ttl_seconds must be a whole number"),
+        ({"SOMETIMES": 5}, "metadata.ttl_seconds: unknown fact category"),
+        ({"DECLARATIVE": -1}, "metadata.ttl_seconds.DECLARATIVE must be"),
+    ):
         with pytest.raises(ContractError, match=named):
             Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"ttl_seconds": bad}})
-    assert Document.from_dict({"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"ttl_seconds": {"TOOL_FAILURE": 60}}})
+    assert Document.from_dict(
+        {"tenant": "t", "doc_id": "d", "text": "x", "metadata": {"ttl_seconds": {"TOOL_FAILURE": 60}}}
+    )
 
 
-MARRIED = {"Ana married Ben.": [("Ana", "married to", "Ben", "DECLARATIVE")], "Ben married Ana.": [("Ben", "married to", "Ana", "DECLARATIVE")]}
+MARRIED = {
+    "Ana married Ben.": [("Ana", "married to", "Ben", "DECLARATIVE")],
+    "Ben married Ana.": [("Ben", "married to", "Ana", "DECLARATIVE")],
+}
 
 
 async def merged_pair(ip: InProcess) -> tuple:
@@ -463,10 +522,11 @@ async def merged_pair(ip: InProcess) -> tuple:
 
 @pytest.mark.parametrize("order", ["target first", "source first"])
 def test_a_merge_carries_the_sources_lapse_so_forever_wins_and_the_source_leaves_the_index(redis_url, order):
-    """"Ben married Ana" (the canonical fact of the two: the smaller id) is said with a 60 s TTL,
+    """ "Ben married Ana" (the canonical fact of the two: the smaller id) is said with a 60 s TTL,
     "Ana married Ben" without: merged (by the resolver when the target came first, by the
     detector when it came second), the target never lapses, as if both passages supported one
     fact."""
+
     async def scenario():
         ip = InProcess(redis_url, CategoryExtractor(MARRIED), PrefixEmbedder(), tau=1)
         try:
@@ -474,10 +534,15 @@ def test_a_merge_carries_the_sources_lapse_so_forever_wins_and_the_source_leaves
             for doc_id, text, metadata in publish if order == "target first" else publish[::-1]:
                 await ip.publish(doc_id, text, metadata=metadata)
             target, source = await merged_pair(ip)
-            assert (target.head, target.status, source.head) == ("Ben", "active", "Ana") and len(target.passage_ids) == 2
+            assert (target.head, target.status, source.head) == ("Ben", "active", "Ana") and len(
+                target.passage_ids
+            ) == 2
             assert target.expires_at is None and "expires_at" not in await stored_fields(ip, target.id)
             assert await ip.memory.lapsed_facts(ip.tenant, time.time() + 10**9) == []
-            assert await sweep(ip, time.time() + 10**6) == 0 and (await ip.memory.fact(ip.tenant, target.id)).status == "active"
+            assert (
+                await sweep(ip, time.time() + 10**6) == 0
+                and (await ip.memory.fact(ip.tenant, target.id)).status == "active"
+            )
         finally:
             await ip.close()
 
@@ -505,6 +570,7 @@ def test_an_expired_fact_brought_back_after_the_sweep_passed_its_new_lapse_is_sw
     """The interleaving: a new passage moves an expired fact's lapse to L2; the sweep reaches L2
     while the fact is still `expired` (nothing to expire: its index entry goes); then the
     detector brings it back. Active again, it must be in the index again, and be expired at L2."""
+
     async def scenario():
         ip = harness(redis_url, ttl_seconds="TOOL_FAILURE=60")
         try:
@@ -513,7 +579,9 @@ def test_an_expired_fact_brought_back_after_the_sweep_passed_its_new_lapse_is_sw
             assert await sweep(ip, tool.expires_at + 1) == 1
             bump, raced = ip.memory.bump_graph_version, []
 
-            async def sweep_past_the_new_lapse(tenant):  # the passage is extracted, the detector at work: the sweep runs now
+            async def sweep_past_the_new_lapse(
+                tenant,
+            ):  # the passage is extracted, the detector at work: the sweep runs now
                 fact = await ip.memory.fact(tenant, tool.id)
                 if not raced and fact.expires_at != tool.expires_at:
                     raced.append(fact)
@@ -525,11 +593,18 @@ def test_an_expired_fact_brought_back_after_the_sweep_passed_its_new_lapse_is_sw
             ip.memory.bump_graph_version = bump
             back = await ip.memory.fact(ip.tenant, tool.id)
             lapse = raced[0].expires_at
-            assert back.status == "active" and back.expires_at == lapse >= tool.expires_at + 3000 and await fact_edge(ip, back) == 1.0
+            assert (
+                back.status == "active"
+                and back.expires_at == lapse >= tool.expires_at + 3000
+                and await fact_edge(ip, back) == 1.0
+            )
             assert await ip.memory.lapsed_facts(ip.tenant, lapse + 1) == [(tool.id, lapse)]
             assert await sweep(ip, lapse + 1) == 1
             assert (await ip.memory.fact(ip.tenant, tool.id)).status == "expired" and await fact_edge(ip, back) == 0.0
-            assert len(events_of(ip, tool.id, "expired")) == 2 and await ip.memory.lapsed_facts(ip.tenant, lapse + 10**6) == []
+            assert (
+                len(events_of(ip, tool.id, "expired")) == 2
+                and await ip.memory.lapsed_facts(ip.tenant, lapse + 10**6) == []
+            )
         finally:
             await ip.close()
 
@@ -540,8 +615,11 @@ def test_a_fact_never_activated_expires_without_an_event(redis_url):
     """Before: a pending fact whose TTL lapsed emitted `expired`, though no event had ever told
     subscribers it had held. Now it leaves memory silently (its one event: `pending`, when it was
     held behind the τ gate); an active one still says `expired`."""
+
     async def scenario():
-        ip = InProcess(redis_url, CategoryExtractor(SCRIPT), PrefixEmbedder(), tau=2, ttl_seconds="TOOL_FAILURE=60,DECLARATIVE=60")
+        ip = InProcess(
+            redis_url, CategoryExtractor(SCRIPT), PrefixEmbedder(), tau=2, ttl_seconds="TOOL_FAILURE=60,DECLARATIVE=60"
+        )
         try:
             await ip.publish("paris", TEXTS["paris"])  # one passage: its schema is a candidate, the fact pending
             pending = await fact_named(ip, "Ana", "Paris")

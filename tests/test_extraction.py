@@ -4,10 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from workers.models.extraction import ReplayExtractor, RulesExtractor, make_extractor, type_of
 from workers.algorithms.normalize import content_hash
+from workers.models.extraction import ReplayExtractor, RulesExtractor, make_extractor, type_of
 
-OPENIE = Path(__file__).resolve().parents[2] / "shared/data/musique_train_100/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
+OPENIE = (
+    Path(__file__).resolve().parents[2]
+    / "shared/data/musique_train_100/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
+)
 
 
 def test_rules_extractor_is_deterministic_and_entity_centric():
@@ -15,7 +18,12 @@ def test_rules_extractor_is_deterministic_and_entity_centric():
     first = RulesExtractor().extract_sync(text)
     assert first == RulesExtractor().extract_sync(text)
     names = {e.name: e.type for e in first.entities}
-    assert names == {"Captain Ilse Marrow": "PERSON", "Varn Lighthouse": "ENTITY", "1871": "DATE", "Kestrel Point": "ENTITY"}
+    assert names == {
+        "Captain Ilse Marrow": "PERSON",
+        "Varn Lighthouse": "ENTITY",
+        "1871": "DATE",
+        "Kestrel Point": "ENTITY",
+    }
     triples = {(f.head, f.relation, f.tail) for f in first.facts}
     assert ("Captain Ilse Marrow", "build", "Varn Lighthouse") in triples
     assert ("Varn Lighthouse", "stand on", "Kestrel Point") in triples
@@ -31,9 +39,22 @@ def test_typer():
 
 def test_replay_extractor_returns_exactly_the_script(tmp_path):
     text = "Ada wrote Notes."
-    line = {"text_sha256": content_hash(text), "entities": [{"name": "Ada", "type": "PERSON"}],
-            "facts": [{"head": "Ada", "head_type": "PERSON", "relation": "wrote", "tail": "Notes", "tail_type": "WORK",
-                       "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]}
+    line = {
+        "text_sha256": content_hash(text),
+        "entities": [{"name": "Ada", "type": "PERSON"}],
+        "facts": [
+            {
+                "head": "Ada",
+                "head_type": "PERSON",
+                "relation": "wrote",
+                "tail": "Notes",
+                "tail_type": "WORK",
+                "category": "DECLARATIVE",
+                "valid_from": None,
+                "valid_to": None,
+            }
+        ],
+    }
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(line) + "\n\n")
     ex = make_extractor("replay", str(path))
@@ -80,7 +101,7 @@ def test_rules_extractor_takes_no_opening_words_or_first_person_for_names():
 
 
 def test_passive_and_active_voice_of_a_making_verb_are_one_relation_and_conflict():
-    """"X was designed by Y" and "Z designed X": one relation, (X, designed by, …), so two
+    """ "X was designed by Y" and "Z designed X": one relation, (X, designed by, …), so two
     designers of one lighthouse are a conflict (before: "designed by" and "design" were two
     relations, both facts active)."""
     from tests.inprocess import InProcess
@@ -95,8 +116,10 @@ def test_passive_and_active_voice_of_a_making_verb_are_one_relation_and_conflict
             await stages.close()
 
     facts, events = asyncio.run(main())
-    assert {(f["head"], f["relation"], f["tail"]) for f in facts} == {("Varn Lighthouse", "designed by", "Ada Holm"),
-                                                                      ("Varn Lighthouse", "designed by", "Pieter Brandt")}
+    assert {(f["head"], f["relation"], f["tail"]) for f in facts} == {
+        ("Varn Lighthouse", "designed by", "Ada Holm"),
+        ("Varn Lighthouse", "designed by", "Pieter Brandt"),
+    }
     assert sorted(f["status"] for f in facts) == ["active", "invalid"] and "invalidated" in events
 
 
@@ -104,8 +127,16 @@ def test_canonical_fact_turns_a_making_verb_passive_and_leaves_others():
     from topics.records import Triple
     from workers.algorithms.normalize import canonical_fact
 
-    built = canonical_fact(Triple(head="Ada Holm", relation="built", tail="Varn Lighthouse", head_type="PERSON", tail_type="LOCATION"))
-    assert (built.head, built.relation, built.tail, built.head_type, built.tail_type) == ("Varn Lighthouse", "built by", "Ada Holm", "LOCATION", "PERSON")
+    built = canonical_fact(
+        Triple(head="Ada Holm", relation="built", tail="Varn Lighthouse", head_type="PERSON", tail_type="LOCATION")
+    )
+    assert (built.head, built.relation, built.tail, built.head_type, built.tail_type) == (
+        "Varn Lighthouse",
+        "built by",
+        "Ada Holm",
+        "LOCATION",
+        "PERSON",
+    )
     lives = canonical_fact(Triple(head="Ada Holm", relation="lives in", tail="Brest"))
     assert (lives.head, lives.relation, lives.tail) == ("Ada Holm", "live in", "Brest")
     found = canonical_fact(Triple(head="I", relation="found", tail="keys"))  # "found" may be "find": left alone

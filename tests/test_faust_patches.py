@@ -23,7 +23,11 @@ Consumer = faust.transport.consumer.Consumer
 
 
 def test_the_installed_faust_is_the_pinned_tested_minor_version():
-    pinned = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"] if d.startswith("faust-streaming"))
+    pinned = next(
+        d
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if d.startswith("faust-streaming")
+    )
     assert re.fullmatch(r"faust-streaming>=0\.15\.\d+,<0\.16", pinned), pinned
     installed = tuple(int(x) for x in importlib.metadata.version("faust-streaming").split(".")[:2])
     assert installed == faust_patches.TESTED_MINOR
@@ -32,7 +36,9 @@ def test_the_installed_faust_is_the_pinned_tested_minor_version():
 def test_faust_has_what_the_patches_rely_on():
     """The methods' names and shapes, and the consumer state the rewind reads."""
     assert list(inspect.signature(Consumer.ack).parameters) == ["self", "message"]
-    assert inspect.iscoroutinefunction(Consumer.perform_seek) and list(inspect.signature(Consumer.perform_seek).parameters) == ["self"]
+    assert inspect.iscoroutinefunction(Consumer.perform_seek) and list(
+        inspect.signature(Consumer.perform_seek).parameters
+    ) == ["self"]
     source = inspect.getsource(Consumer.__init__)
     assert "self._committed_offset" in source and "self._read_offset" in source
     assert callable(Consumer.assignment)
@@ -74,8 +80,12 @@ def test_a_partition_without_a_committed_offset_is_read_again_from_the_beginning
             sought.extend(partitions)
 
     fresh, committed, assignor = TP("t.chunks", 0), TP("t.chunks", 1), TP("t.__assignor-__leader", 0)
-    consumer = SimpleNamespace(_thread=Thread(), _committed_offset={committed: 42}, _read_offset={fresh: 7, committed: 42},
-                               assignment=lambda: {fresh, committed, assignor})
+    consumer = SimpleNamespace(
+        _thread=Thread(),
+        _committed_offset={committed: 42},
+        _read_offset={fresh: 7, committed: 42},
+        assignment=lambda: {fresh, committed, assignor},
+    )
     asyncio.run(faust_patches._seek_uncommitted_to_beginning(perform_seek)(consumer))
     assert done == [True]
     assert [(p.topic, p.partition) for p in sought] == [("t.chunks", 0)]

@@ -58,8 +58,14 @@ def test_fusion_adds_reciprocal_ranks_and_keeps_first_appearance_on_ties():
 
 
 def test_lexical_finds_the_rare_word_and_hybrid_keeps_it(real_embedder):
-    lexical, dense, hybrid = run(_ask(real_embedder, (QUESTION, {"mode": "lexical", "top_k": 3}), (QUESTION, {"mode": "dense", "top_k": 3}),
-                                      (QUESTION, {"mode": "hybrid", "top_k": 3})))
+    lexical, dense, hybrid = run(
+        _ask(
+            real_embedder,
+            (QUESTION, {"mode": "lexical", "top_k": 3}),
+            (QUESTION, {"mode": "dense", "top_k": 3}),
+            (QUESTION, {"mode": "hybrid", "top_k": 3}),
+        )
+    )
     assert _docs(lexical) == ["turn-0"] and lexical["mode"] == "lexical"  # only one turn says "Biscuit"
     assert lexical["facts"] == [] and lexical["timings_ms"]["embed"] < 50  # no model in lexical mode
     assert _docs(hybrid)[0] == "turn-0" and len(_docs(hybrid)) == 3  # filled from the dense leg
@@ -70,7 +76,9 @@ def test_a_walk_with_nothing_to_seed_answers_the_first_stage_unchanged(real_embe
     """τ_q = 1: no fact or schema can seed the walk. The answer is the hybrid ranking, passage for
     passage and score for score (before: dense's ranking, without the lexical leg)."""
     never = {"params": {"tau_q": 1.0}, "top_k": 5}
-    ppr, hybrid = run(_ask(real_embedder, (QUESTION, {"mode": "ppr", **never}), (QUESTION, {"mode": "hybrid", **never})))
+    ppr, hybrid = run(
+        _ask(real_embedder, (QUESTION, {"mode": "ppr", **never}), (QUESTION, {"mode": "hybrid", **never}))
+    )
     assert ppr["fallback"] == "first_stage" and ppr["mode"] == "ppr"
     assert [(p["id"], p["score"]) for p in ppr["passages"]] == [(p["id"], p["score"]) for p in hybrid["passages"]]
     assert _docs(ppr)[0] == "turn-0"
@@ -78,7 +86,9 @@ def test_a_walk_with_nothing_to_seed_answers_the_first_stage_unchanged(real_embe
 
 @pytest.mark.parametrize("mode", ["ppr", "reconstruct"])
 def test_graph_modes_fill_top_k_and_keep_the_first_stages_best(real_embedder, mode):
-    graph, hybrid = run(_ask(real_embedder, (QUESTION, {"mode": mode, "top_k": 6}), (QUESTION, {"mode": "hybrid", "top_k": 6})))
+    graph, hybrid = run(
+        _ask(real_embedder, (QUESTION, {"mode": mode, "top_k": 6}), (QUESTION, {"mode": "hybrid", "top_k": 6}))
+    )
     assert len(graph["passages"]) == 6
     assert _docs(graph)[0] == _docs(hybrid)[0] == "turn-0"
 
@@ -92,9 +102,13 @@ def test_as_of_leaves_out_a_turn_said_later(real_embedder, mode):
         stages = InProcess(None, RulesExtractor(), real_embedder)
         try:
             for i, text in enumerate(TURNS):
-                await stages.publish(f"turn-{i}", text, session_id="s1", turn=i, speaker="Ana", ts=1_700_000_000 + 60 * i)
-            return (await stages.query(QUESTION, mode=mode, top_k=4),
-                    await stages.query(QUESTION, mode=mode, top_k=4, as_of="2023-11-14T22:14:00Z"))  # turn-0 at 22:13:20, turn-1 at 22:14:20
+                await stages.publish(
+                    f"turn-{i}", text, session_id="s1", turn=i, speaker="Ana", ts=1_700_000_000 + 60 * i
+                )
+            return (
+                await stages.query(QUESTION, mode=mode, top_k=4),
+                await stages.query(QUESTION, mode=mode, top_k=4, as_of="2023-11-14T22:14:00Z"),
+            )  # turn-0 at 22:13:20, turn-1 at 22:14:20
         finally:
             await stages.close()
 
@@ -125,8 +139,12 @@ def test_graph_modes_bring_in_the_reply_to_the_turn_the_question_matches(real_em
         stages = InProcess(None, RulesExtractor(), real_embedder)
         try:
             for i, (speaker, text) in enumerate(SESSION):
-                await stages.publish(f"s1:{i}", text, session_id="s1", turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i)
-            return [await stages.query(EPISODE_QUESTION, mode=mode, top_k=2) for mode in ("hybrid", "ppr", "reconstruct")]
+                await stages.publish(
+                    f"s1:{i}", text, session_id="s1", turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i
+                )
+            return [
+                await stages.query(EPISODE_QUESTION, mode=mode, top_k=2) for mode in ("hybrid", "ppr", "reconstruct")
+            ]
         finally:
             await stages.close()
 
@@ -139,16 +157,23 @@ def test_a_rare_entity_named_in_the_query_ranks_its_passage_over_a_speaker_hub(r
     """Caroline speaks and is named all through the conversation; Biscuit is in one turn. Asked
     about Caroline and Biscuit, every ranked mode puts Biscuit's turn first (before: dense put one
     of Caroline's many turns about pets first)."""
-    turns = [("Caroline", "Caroline here: I love animals, Melanie, pets make Caroline happy.")] * 1 + [
-        ("Caroline", f"Caroline again: my pets and animals are the best part of day {i}.") for i in range(12)] + [
-        ("Melanie", "Your new puppy Biscuit chewed my shoe yesterday!")]
+    turns = (
+        [("Caroline", "Caroline here: I love animals, Melanie, pets make Caroline happy.")] * 1
+        + [("Caroline", f"Caroline again: my pets and animals are the best part of day {i}.") for i in range(12)]
+        + [("Melanie", "Your new puppy Biscuit chewed my shoe yesterday!")]
+    )
 
     async def main():
         stages = InProcess(None, RulesExtractor(), real_embedder)
         try:
             for i, (speaker, text) in enumerate(turns):
-                await stages.publish(f"s1:{i}", text, session_id="s1", turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i)
-            return [await stages.query("What did Caroline's pet Biscuit do?", mode=mode, top_k=3) for mode in ("dense", "hybrid", "ppr")]
+                await stages.publish(
+                    f"s1:{i}", text, session_id="s1", turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i
+                )
+            return [
+                await stages.query("What did Caroline's pet Biscuit do?", mode=mode, top_k=3)
+                for mode in ("dense", "hybrid", "ppr")
+            ]
         finally:
             await stages.close()
 

@@ -33,14 +33,16 @@ from pathlib import Path
 
 import pytest
 import yarl
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from ops.publish import load_documents
 from topics import ContractError, DocumentDeletion, decode, encode, parse_json
 from topics.conversations import canonical_dia_id, is_locomo, locomo_turns, parse_evidence, parse_time, turn_from_json
-from topics.records import (FACT_CATEGORIES, CandidateFact, Chunk, ConflictSet, DeadLetter, Document, FactEvent, Triple)
+from topics.records import FACT_CATEGORIES, CandidateFact, Chunk, ConflictSet, DeadLetter, Document, FactEvent, Triple
 from topics.times import EARLIEST_TS, LATEST_TS
-from workers.algorithms.chunking import _TOKEN as TOKEN, MAX_TOKEN_CHARS, chunk_id_of, chunk_text, token_count
+from workers.algorithms.chunking import _TOKEN as TOKEN
+from workers.algorithms.chunking import MAX_TOKEN_CHARS, chunk_id_of, chunk_text, token_count
 from workers.algorithms.normalize import UnnamedEntity, entity_id, has_entity_id, relation_name
 from workers.pipeline import Pipeline
 
@@ -54,9 +56,19 @@ def fuzz(cases: int, runs: int = 1) -> settings:
     (parametrized) tests, no deadline (the CI machine is shared), derandomized unless scaled up;
     no example database (nothing is written to the checkout)."""
     PLANNED.append(cases * SCALE * runs)
-    return settings(max_examples=cases * SCALE, deadline=None, derandomize=SCALE == 1, database=None, print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
-                                           HealthCheck.large_base_example])
+    return settings(
+        max_examples=cases * SCALE,
+        deadline=None,
+        derandomize=SCALE == 1,
+        database=None,
+        print_blob=True,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+            HealthCheck.large_base_example,
+        ],
+    )
 
 
 # ---- strategies -----------------------------------------------------------------------------
@@ -68,26 +80,71 @@ FREE_CHAR = st.one_of(CLEAN_CHAR, st.sampled_from("\t\n\r"))
 # The input a fuzzer's dictionary would hold: integers past Python's 4,300-digit int() limit,
 # dialogue ids, session keys, JSON punctuation, prompt delimiters, whitespace of every kind
 LONG_DIGITS = st.integers(4290, 4400).map(lambda n: "1" * n)
-TOKENS = st.sampled_from(["D1:3", "D:11:26", "D30:05", "session_1", "session_2_date_time", "1:56 pm on 8 May, 2023",
-                          "2023-05-08T13:56:00Z", "9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+01:00", "NaN",
-                          "Infinity", "-0", "1e999", "TEXT>>>", "\u2028", "\u3000", "\x1f", "\x00", "\ufeff", "C++", ".NET",
-                          "the", "is", "  ", "\r\n", "日本語", "١٢٣"])
+TOKENS = st.sampled_from(
+    [
+        "D1:3",
+        "D:11:26",
+        "D30:05",
+        "session_1",
+        "session_2_date_time",
+        "1:56 pm on 8 May, 2023",
+        "2023-05-08T13:56:00Z",
+        "9999-12-31T23:59:59-23:59",
+        "0001-01-01T00:00:00+01:00",
+        "NaN",
+        "Infinity",
+        "-0",
+        "1e999",
+        "TEXT>>>",
+        "\u2028",
+        "\u3000",
+        "\x1f",
+        "\x00",
+        "\ufeff",
+        "C++",
+        ".NET",
+        "the",
+        "is",
+        "  ",
+        "\r\n",
+        "日本語",
+        "١٢٣",
+    ]
+)
 # (one string in ten holds a number past the limit: they are costly to make and parse)
-any_text = st.integers(0, 9).flatmap(lambda roll: st.tuples(st.sampled_from(["", "D", "D1:", "session_"]), LONG_DIGITS).map("".join) if roll == 0
-                                     else st.one_of(st.text(ANY_CHAR, max_size=40), TOKENS,
-                                                    st.lists(st.one_of(TOKENS, st.text(ANY_CHAR, max_size=6)), max_size=6).map("".join)))
+any_text = st.integers(0, 9).flatmap(
+    lambda roll: (
+        st.tuples(st.sampled_from(["", "D", "D1:", "session_"]), LONG_DIGITS).map("".join)
+        if roll == 0
+        else st.one_of(
+            st.text(ANY_CHAR, max_size=40),
+            TOKENS,
+            st.lists(st.one_of(TOKENS, st.text(ANY_CHAR, max_size=6)), max_size=6).map("".join),
+        )
+    )
+)
 clean_text = st.text(CLEAN_CHAR, min_size=1, max_size=30).filter(str.strip)
 free_text = st.text(FREE_CHAR, min_size=1, max_size=200).filter(str.strip)
 int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 finite = st.floats(allow_nan=False, allow_infinity=False)
 json_scalar = st.one_of(st.none(), st.booleans(), st.integers(), int64, st.floats(), any_text)
-json_value = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(any_text, inner, max_size=4)),
-                          max_leaves=8)
-json_small = st.recursive(json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=2), st.dictionaries(any_text, inner, max_size=2)),
-                          max_leaves=3)  # inside other shapes
-clean_json = st.recursive(st.one_of(st.none(), st.booleans(), int64, finite, st.text(FREE_CHAR, max_size=20)),
-                          lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(FREE_CHAR, max_size=8), inner, max_size=3)),
-                          max_leaves=8)
+json_value = st.recursive(
+    json_scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(any_text, inner, max_size=4)),
+    max_leaves=8,
+)
+json_small = st.recursive(
+    json_scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=2), st.dictionaries(any_text, inner, max_size=2)),
+    max_leaves=3,
+)  # inside other shapes
+clean_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), int64, finite, st.text(FREE_CHAR, max_size=20)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(FREE_CHAR, max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 tenants = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True)
 strict = st.text(CLEAN_CHAR, max_size=20)
 metadata = st.dictionaries(st.text(FREE_CHAR, max_size=8).filter(lambda k: k != "ttl_seconds"), clean_json, max_size=3)
@@ -100,24 +157,98 @@ def dumps(value, ascii_only: bool = False) -> bytes:
     return json.dumps(value, ensure_ascii=ascii_only, allow_nan=True).encode("utf-8", errors="surrogatepass")
 
 
-triples = st.builds(Triple, head=clean_text, relation=clean_text, tail=clean_text, head_type=strict, tail_type=strict,
-                    category=st.sampled_from(FACT_CATEGORIES), valid_from=st.none() | strict, valid_to=st.none() | strict, stated=st.booleans())
-candidates = st.builds(CandidateFact, tenant=tenants, passage_id=strict, doc_id=strict, fact=triples, fact_index=int64, chunk_fact_count=int64,
-                       head_id=strict, tail_id=strict, extractor=strict, activation=st.booleans(), work_id=strict)
+triples = st.builds(
+    Triple,
+    head=clean_text,
+    relation=clean_text,
+    tail=clean_text,
+    head_type=strict,
+    tail_type=strict,
+    category=st.sampled_from(FACT_CATEGORIES),
+    valid_from=st.none() | strict,
+    valid_to=st.none() | strict,
+    stated=st.booleans(),
+)
+candidates = st.builds(
+    CandidateFact,
+    tenant=tenants,
+    passage_id=strict,
+    doc_id=strict,
+    fact=triples,
+    fact_index=int64,
+    chunk_fact_count=int64,
+    head_id=strict,
+    tail_id=strict,
+    extractor=strict,
+    activation=st.booleans(),
+    work_id=strict,
+)
 VALID = {
-    Document: st.builds(Document, tenant=tenants, doc_id=clean_text, text=free_text, metadata=metadata, version=int64,
-                        session_id=st.none() | strict, turn=st.none() | int64, speaker=st.none() | strict, ts=st.none() | epoch),
-    Chunk: st.builds(Chunk, tenant=tenants, chunk_id=strict, doc_id=strict, seq=int64, n_chunks=int64, text=free_text, doc_version=int64,
-                     doc_hash=strict, context=strict, metadata=metadata),
+    Document: st.builds(
+        Document,
+        tenant=tenants,
+        doc_id=clean_text,
+        text=free_text,
+        metadata=metadata,
+        version=int64,
+        session_id=st.none() | strict,
+        turn=st.none() | int64,
+        speaker=st.none() | strict,
+        ts=st.none() | epoch,
+    ),
+    Chunk: st.builds(
+        Chunk,
+        tenant=tenants,
+        chunk_id=strict,
+        doc_id=strict,
+        seq=int64,
+        n_chunks=int64,
+        text=free_text,
+        doc_version=int64,
+        doc_hash=strict,
+        context=strict,
+        metadata=metadata,
+    ),
     CandidateFact: candidates,
-    ConflictSet: st.builds(ConflictSet, tenant=tenants, kind=st.sampled_from(ConflictSet.KINDS), candidate=candidates, fact_id=strict,
-                           conflicting=st.lists(strict, max_size=3), passage_ids=st.lists(strict, max_size=3), work_id=strict,
-                           reason=st.text(FREE_CHAR, max_size=20)),
-    FactEvent: st.builds(FactEvent, tenant=tenants, event=strict, event_id=strict, fact_id=strict, fact=metadata, passage_ids=st.lists(strict, max_size=3),
-                         graph_version=int64, reason=st.text(FREE_CHAR, max_size=20), ts=finite, evidence_passage_ids=st.lists(strict, max_size=3)),
-    DeadLetter: st.builds(DeadLetter, topic=strict, payload=st.text(CLEAN_CHAR | st.characters(categories=("Cc",)), max_size=40),
-                          error=st.text(max_size=40), key=st.none() | st.text(max_size=10), partition=st.none() | int64, offset=st.none() | int64,
-                          attempts=int64, tenant=st.none() | tenants, ts=finite, payload_bytes=int64, payload_sha256=strict, payload_truncated=st.booleans()),
+    ConflictSet: st.builds(
+        ConflictSet,
+        tenant=tenants,
+        kind=st.sampled_from(ConflictSet.KINDS),
+        candidate=candidates,
+        fact_id=strict,
+        conflicting=st.lists(strict, max_size=3),
+        passage_ids=st.lists(strict, max_size=3),
+        work_id=strict,
+        reason=st.text(FREE_CHAR, max_size=20),
+    ),
+    FactEvent: st.builds(
+        FactEvent,
+        tenant=tenants,
+        event=strict,
+        event_id=strict,
+        fact_id=strict,
+        fact=metadata,
+        passage_ids=st.lists(strict, max_size=3),
+        graph_version=int64,
+        reason=st.text(FREE_CHAR, max_size=20),
+        ts=finite,
+        evidence_passage_ids=st.lists(strict, max_size=3),
+    ),
+    DeadLetter: st.builds(
+        DeadLetter,
+        topic=strict,
+        payload=st.text(CLEAN_CHAR | st.characters(categories=("Cc",)), max_size=40),
+        error=st.text(max_size=40),
+        key=st.none() | st.text(max_size=10),
+        partition=st.none() | int64,
+        offset=st.none() | int64,
+        attempts=int64,
+        tenant=st.none() | tenants,
+        ts=finite,
+        payload_bytes=int64,
+        payload_sha256=strict,
+        payload_truncated=st.booleans(),
+    ),
 }
 RECORDS = list(VALID)
 
@@ -173,8 +304,14 @@ def check_decode(target: str, cls, raw) -> None:
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.TOPIC)
 @fuzz(200, runs=len(RECORDS))
-@given(raw=st.one_of(st.binary(max_size=200), st.text(ANY_CHAR, max_size=100), json_value.map(dumps),
-                     st.dictionaries(any_text, json_value, max_size=6).map(lambda d: dumps({"v": 1, **d}))))
+@given(
+    raw=st.one_of(
+        st.binary(max_size=200),
+        st.text(ANY_CHAR, max_size=100),
+        json_value.map(dumps),
+        st.dictionaries(any_text, json_value, max_size=6).map(lambda d: dumps({"v": 1, **d})),
+    )
+)
 def test_decode_arbitrary_bytes_text_and_json(cls, raw):
     """200 cases per topic: bytes, text, any JSON value, any JSON object of schema version 1."""
     check_decode("decode: arbitrary input", cls, raw)
@@ -199,10 +336,20 @@ def test_every_valid_record_decodes_to_itself(cls, data):
 
 
 # what a Python producer may hold: integers past 64 bits, NaN and infinities (json.dumps writes them)
-python_value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(FREE_CHAR, max_size=10),
-                                      st.sampled_from([1 << 64, -(1 << 63) - 1, math.nan, math.inf, -math.inf])),
-                            lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(FREE_CHAR, max_size=5), inner, max_size=3)),
-                            max_leaves=6)
+python_value = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(FREE_CHAR, max_size=10),
+        st.sampled_from([1 << 64, -(1 << 63) - 1, math.nan, math.inf, -math.inf]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(FREE_CHAR, max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.TOPIC)
@@ -240,25 +387,78 @@ def optional_fields(**fields):
     return st.fixed_dictionaries({}, optional={**fields, "extra": json_small})
 
 
-document_objects = optional_fields(doc_id=sometimes(clean_text), text=sometimes(free_text), tenant=sometimes(tenants),
-                                   metadata=sometimes(metadata), version=sometimes(int64), ts=sometimes(epoch))
-turn_objects = st.fixed_dictionaries({"turn": sometimes(st.integers(0, 50))}, optional=dict(
-    session_id=sometimes(clean_text), speaker=sometimes(clean_text), text=sometimes(free_text), tenant=sometimes(tenants),
-    ts=st.one_of(epoch, TOKENS, json_small), turn_id=sometimes(clean_text), doc_id=sometimes(clean_text), metadata=sometimes(metadata)))
+document_objects = optional_fields(
+    doc_id=sometimes(clean_text),
+    text=sometimes(free_text),
+    tenant=sometimes(tenants),
+    metadata=sometimes(metadata),
+    version=sometimes(int64),
+    ts=sometimes(epoch),
+)
+turn_objects = st.fixed_dictionaries(
+    {"turn": sometimes(st.integers(0, 50))},
+    optional=dict(
+        session_id=sometimes(clean_text),
+        speaker=sometimes(clean_text),
+        text=sometimes(free_text),
+        tenant=sometimes(tenants),
+        ts=st.one_of(epoch, TOKENS, json_small),
+        turn_id=sometimes(clean_text),
+        doc_id=sometimes(clean_text),
+        metadata=sometimes(metadata),
+    ),
+)
 session_keys = st.one_of(st.integers(0, 30).map("session_{}".format), LONG_DIGITS.map("session_{}".format), any_text)
-locomo_rows = st.lists(st.one_of(optional_fields(speaker=sometimes(clean_text), text=sometimes(free_text),
-                                                 dia_id=st.one_of(TOKENS, any_text), img_url=any_text), json_small), max_size=3)
+locomo_rows = st.lists(
+    st.one_of(
+        optional_fields(
+            speaker=sometimes(clean_text),
+            text=sometimes(free_text),
+            dia_id=st.one_of(TOKENS, any_text),
+            img_url=any_text,
+        ),
+        json_small,
+    ),
+    max_size=3,
+)
 locomo_sample = st.fixed_dictionaries(
-    {"conversation": st.dictionaries(session_keys, sometimes(locomo_rows), max_size=3).flatmap(
-        lambda sessions: st.fixed_dictionaries({f"{k}_date_time": st.one_of(TOKENS, any_text, json_small) for k in sessions
-                                                if isinstance(k, str) and k.startswith("session_")}).map(lambda dates: {**sessions, **dates}))},
-    optional={"sample_id": json_small, "qa": json_small, "speaker_a": json_small})
-loader_json = st.one_of(document_objects, turn_objects, locomo_sample, st.lists(st.one_of(document_objects, turn_objects), max_size=4),
-                        st.lists(locomo_sample, min_size=1, max_size=2), json_value)
-jsonl_lines = st.lists(st.one_of(document_objects.map(dumps), turn_objects.map(dumps), json_value.map(dumps), st.text(ANY_CHAR, max_size=30).map(
-    lambda s: s.encode("utf-8", "surrogatepass")), st.just(b"")), max_size=5).map(b"\n".join)
-loader_input = st.one_of(st.binary(max_size=200), st.text(ANY_CHAR, max_size=100).map(lambda s: s.encode("utf-8", "surrogatepass")),
-                         loader_json.map(dumps), jsonl_lines)
+    {
+        "conversation": st.dictionaries(session_keys, sometimes(locomo_rows), max_size=3).flatmap(
+            lambda sessions: st.fixed_dictionaries(
+                {
+                    f"{k}_date_time": st.one_of(TOKENS, any_text, json_small)
+                    for k in sessions
+                    if isinstance(k, str) and k.startswith("session_")
+                }
+            ).map(lambda dates: {**sessions, **dates})
+        )
+    },
+    optional={"sample_id": json_small, "qa": json_small, "speaker_a": json_small},
+)
+loader_json = st.one_of(
+    document_objects,
+    turn_objects,
+    locomo_sample,
+    st.lists(st.one_of(document_objects, turn_objects), max_size=4),
+    st.lists(locomo_sample, min_size=1, max_size=2),
+    json_value,
+)
+jsonl_lines = st.lists(
+    st.one_of(
+        document_objects.map(dumps),
+        turn_objects.map(dumps),
+        json_value.map(dumps),
+        st.text(ANY_CHAR, max_size=30).map(lambda s: s.encode("utf-8", "surrogatepass")),
+        st.just(b""),
+    ),
+    max_size=5,
+).map(b"\n".join)
+loader_input = st.one_of(
+    st.binary(max_size=200),
+    st.text(ANY_CHAR, max_size=100).map(lambda s: s.encode("utf-8", "surrogatepass")),
+    loader_json.map(dumps),
+    jsonl_lines,
+)
 
 
 @pytest.fixture(scope="module")
@@ -277,10 +477,14 @@ def check_loaded(loaded, where: str) -> None:
 
 @fuzz(400)
 @given(name=st.sampled_from(["doc.txt", "doc.md", "doc.json", "doc.jsonl", "doc.pdf", "doc"]), raw=loader_input)
-@example(name="doc.json", raw=b'{"conversation": {"session_' + b"1" * 4400 + b'": []}}').via("a session number of 4,400 digits")
-@example(name="doc.json", raw=b'{"conversation": {"session_1": [{"speaker": "A", "text": "t", "dia_id": "D1:' + b"2" * 4400 + b'"}]}}'
-         ).via("a dia_id of 4,400 digits")
-@example(name="doc.json", raw=b'[1, Infinity]').via("JSON Python reads and the contract refuses")
+@example(name="doc.json", raw=b'{"conversation": {"session_' + b"1" * 4400 + b'": []}}').via(
+    "a session number of 4,400 digits"
+)
+@example(
+    name="doc.json",
+    raw=b'{"conversation": {"session_1": [{"speaker": "A", "text": "t", "dia_id": "D1:' + b"2" * 4400 + b'"}]}}',
+).via("a dia_id of 4,400 digits")
+@example(name="doc.json", raw=b"[1, Infinity]").via("JSON Python reads and the contract refuses")
 def test_publish_loads_any_file(scratch, name, raw):
     """400 cases: a .txt/.md/.json/.jsonl (or unsupported) file of any bytes, JSON, documents,
     turns, JSONL lines or LoCoMo samples. A file gives one document or one error per text file,
@@ -310,7 +514,11 @@ def test_publish_loads_any_file(scratch, name, raw):
             assert outcomes == 1 and loaded.errors[0] == str(exc)
             return
         if not is_locomo(data):  # (a LoCoMo sample gives a document or an error per turn, and per bad part)
-            assert outcomes == (len(data) if isinstance(data, list) else 1) or outcomes == 1 and "invalid JSON" in loaded.errors[0]
+            assert (
+                outcomes == (len(data) if isinstance(data, list) else 1)
+                or outcomes == 1
+                and "invalid JSON" in loaded.errors[0]
+            )
 
 
 @fuzz(300)
@@ -343,10 +551,24 @@ def test_a_turn_line_is_a_turn_or_a_contract_error(row):
 
 
 # ---- conversations (topics/conversations.py) ------------------------------------------------
-locomo_dates = st.builds("{}:{:02d} {} on {} {}, {}".format, st.integers(0, 99), st.integers(0, 99), st.sampled_from(["am", "pm", "a.m.", "PM"]),
-                         st.integers(0, 99), st.sampled_from(["May", "january", "Sept", "Dec", "Mai", "x"]), st.integers(0, 99999))
-iso_times = st.builds(lambda moment, zone: moment.isoformat() + zone, st.datetimes(),
-                      st.one_of(st.just(""), st.just("Z"), st.builds("{}{:02d}:{:02d}".format, st.sampled_from("+-"), st.integers(0, 23), st.integers(0, 59))))
+locomo_dates = st.builds(
+    "{}:{:02d} {} on {} {}, {}".format,
+    st.integers(0, 99),
+    st.integers(0, 99),
+    st.sampled_from(["am", "pm", "a.m.", "PM"]),
+    st.integers(0, 99),
+    st.sampled_from(["May", "january", "Sept", "Dec", "Mai", "x"]),
+    st.integers(0, 99999),
+)
+iso_times = st.builds(
+    lambda moment, zone: moment.isoformat() + zone,
+    st.datetimes(),
+    st.one_of(
+        st.just(""),
+        st.just("Z"),
+        st.builds("{}{:02d}:{:02d}".format, st.sampled_from("+-"), st.integers(0, 23), st.integers(0, 59)),
+    ),
+)
 
 
 @fuzz(1000)
@@ -368,7 +590,11 @@ def test_evidence_is_canonical_ids_in_order_without_repeats(evidence):
     found = parse_evidence(evidence)
     assert len(found) == len(set(found))
     for dia in found:
-        assert canonical_dia_id(dia) == dia and dia[0] == "D" and all(part.isascii() and part.isdigit() for part in dia[1:].split(":"))
+        assert (
+            canonical_dia_id(dia) == dia
+            and dia[0] == "D"
+            and all(part.isascii() and part.isdigit() for part in dia[1:].split(":"))
+        )
     for item in evidence if isinstance(evidence, list) else [evidence]:
         if isinstance(item, str):
             assert canonical_dia_id(item) in ([None] if not found else found + [None])
@@ -392,8 +618,16 @@ def test_locomo_turns_reads_the_turns_and_names_each_bad_part(data):
 
 
 # ---- normalisation and chunking (workers/algorithms) ----------------------------------------
-names = st.one_of(any_text, st.text(CLEAN_CHAR, max_size=30), st.lists(st.sampled_from(["the", "a", "C", "++", "#", ".", "NET", "Eiffel", "-",
-                                                                                        " ", "\t", "İ", "ß", "ﬁ", "Ⅻ", "①", "_"]), max_size=6).map("".join))
+names = st.one_of(
+    any_text,
+    st.text(CLEAN_CHAR, max_size=30),
+    st.lists(
+        st.sampled_from(
+            ["the", "a", "C", "++", "#", ".", "NET", "Eiffel", "-", " ", "\t", "İ", "ß", "ﬁ", "Ⅻ", "①", "_"]
+        ),
+        max_size=6,
+    ).map("".join),
+)
 
 
 @fuzz(1500)
@@ -416,8 +650,17 @@ def test_ids_are_canonical_and_cannot_collide_through_the_separator(name, relati
 
 
 chunk_alphabet = st.one_of(st.sampled_from(" \t\n\r\u3000\u2028ab日本語カ"), CLEAN_CHAR)
-chunk_texts = st.one_of(st.text(chunk_alphabet, max_size=300), st.lists(st.one_of(st.text(chunk_alphabet, max_size=12), st.integers(1, 200).map(
-    lambda n: "x" * n), st.integers(1, 300).map(lambda n: " " * n)), max_size=30).map("".join))
+chunk_texts = st.one_of(
+    st.text(chunk_alphabet, max_size=300),
+    st.lists(
+        st.one_of(
+            st.text(chunk_alphabet, max_size=12),
+            st.integers(1, 200).map(lambda n: "x" * n),
+            st.integers(1, 300).map(lambda n: " " * n),
+        ),
+        max_size=30,
+    ).map("".join),
+)
 
 
 @fuzz(1800)
@@ -442,7 +685,9 @@ def test_chunks_stay_within_the_window_and_are_slices_of_the_text(text, window, 
     for seq, chunk in enumerate(chunks):
         assert chunk.seq == seq and chunk.chunk_id == chunk_id_of(chunk.text)
         assert 1 <= token_count(chunk.text) <= window and len(chunk.text) <= window * MAX_TOKEN_CHARS
-    assert slices_covering(text, [c.text for c in chunks]), "the chunks are not slices of the text, in order, covering every token"
+    assert slices_covering(text, [c.text for c in chunks]), (
+        "the chunks are not slices of the text, in order, covering every token"
+    )
 
 
 def slices_covering(text: str, pieces: list[str]) -> bool:
@@ -459,7 +704,11 @@ def slices_covering(text: str, pieces: list[str]) -> bool:
         piece = pieces[index]
         start = text.find(piece, previous + 1)
         while start >= 0 and not text[covered:start].strip():
-            if start in starts and start + len(piece) in ends and place(index + 1, start, max(covered, start + len(piece))):
+            if (
+                start in starts
+                and start + len(piece) in ends
+                and place(index + 1, start, max(covered, start + len(piece)))
+            ):
                 return True
             start = text.find(piece, start + 1)
         return False
@@ -486,7 +735,11 @@ class HttpClient:
         self.written = self.loop.run_until_complete(write_memory(redis_url, self.tenant))
 
         async def start():
-            client = TestClient(TestServer(query_app(Settings.from_env({}, redis_url=redis_url, tenant=self.tenant), DigitBlindEmbedder())))
+            client = TestClient(
+                TestServer(
+                    query_app(Settings.from_env({}, redis_url=redis_url, tenant=self.tenant), DigitBlindEmbedder())
+                )
+            )
             await client.start_server()
             return client
 
@@ -519,13 +772,30 @@ def http(stack_env):
     client.close()
 
 
-PARAMS = {"layer_k": st.integers(1, 200), "tau_q": st.floats(-1, 1), "alpha": st.floats(0, 1000), "temperature": st.floats(0, 100),
-          "damping": st.floats(0, 0.95, exclude_min=True), "tolerance": st.floats(1e-9, 1e-2), "constraint_boost": st.floats(0, 100),
-          "hub_suppression": st.booleans(), "information_density": st.booleans(), "schema_seeds": st.booleans()}
+PARAMS = {
+    "layer_k": st.integers(1, 200),
+    "tau_q": st.floats(-1, 1),
+    "alpha": st.floats(0, 1000),
+    "temperature": st.floats(0, 100),
+    "damping": st.floats(0, 0.95, exclude_min=True),
+    "tolerance": st.floats(1e-9, 1e-2),
+    "constraint_boost": st.floats(0, 100),
+    "hub_suppression": st.booleans(),
+    "information_density": st.booleans(),
+    "schema_seeds": st.booleans(),
+}
 BUDGET = {"steps": st.integers(1, 32), "passages": st.integers(1, 100), "tokens": st.integers(1, 100_000)}
 # what an error about a field must mention
-FIELD_WORDS = {"query": "query", "tenant": "tenant", "top_k": "top_k", "mode": "mode", "params": "param", "budget": "budget",
-               "as_of": "as_of", "answer": "answer"}
+FIELD_WORDS = {
+    "query": "query",
+    "tenant": "tenant",
+    "top_k": "top_k",
+    "mode": "mode",
+    "params": "param",
+    "budget": "budget",
+    "as_of": "as_of",
+    "answer": "answer",
+}
 
 
 @st.composite
@@ -544,12 +814,23 @@ def query_bodies(draw) -> tuple[dict, str | None]:
     if mode == "reconstruct" and draw(st.booleans()):
         body["budget"] = draw(st.fixed_dictionaries({}, optional=BUDGET))
     if draw(st.booleans()):
-        body["as_of"] = draw(iso_times.filter(lambda t: not t.startswith("0001-01-01") and not t.startswith("9999-12-31")))
+        body["as_of"] = draw(
+            iso_times.filter(lambda t: not t.startswith("0001-01-01") and not t.startswith("9999-12-31"))
+        )
     bad = draw(st.none() | st.sampled_from(sorted(FIELD_WORDS)))
     if bad is not None:
-        body[bad] = draw(st.one_of(json_value, st.just(True), st.just(0), st.just(101), st.just(""), st.just("reconstruct"),
-                                   st.dictionaries(st.sampled_from(sorted(PARAMS) + ["x"]), json_value, max_size=2),
-                                   st.dictionaries(st.sampled_from(sorted(BUDGET) + ["x"]), json_value, max_size=2)))
+        body[bad] = draw(
+            st.one_of(
+                json_value,
+                st.just(True),
+                st.just(0),
+                st.just(101),
+                st.just(""),
+                st.just("reconstruct"),
+                st.dictionaries(st.sampled_from(sorted(PARAMS) + ["x"]), json_value, max_size=2),
+                st.dictionaries(st.sampled_from(sorted(BUDGET) + ["x"]), json_value, max_size=2),
+            )
+        )
     return body, bad
 
 
@@ -563,7 +844,9 @@ def test_post_query_answers_a_valid_body_and_names_the_bad_field(http, case, ten
     body, bad = case
     if tenant_given and bad != "tenant":
         body["tenant"] = http.tenant
-    status, answer = http.request("POST", "/v1/query", data=dumps(body, ascii_only=True), headers={"Content-Type": "application/json"})
+    status, answer = http.request(
+        "POST", "/v1/query", data=dumps(body, ascii_only=True), headers={"Content-Type": "application/json"}
+    )
     if bad is None:
         assert status == 200, answer
         assert answer["tenant"] == http.tenant and isinstance(answer["passages"], list)
@@ -577,9 +860,17 @@ def test_post_query_answers_a_valid_body_and_names_the_bad_field(http, case, ten
 
 
 @fuzz(300)
-@given(raw=st.one_of(st.binary(max_size=200), json_value.map(dumps), st.dictionaries(st.sampled_from(sorted(FIELD_WORDS) + ["x"]), json_value, max_size=6).map(dumps),
-                     st.dictionaries(any_text, json_value, max_size=4).map(lambda d: dumps({"query": "who runs the mill?", **d}, ascii_only=True))),
-       content_type=st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded", ""]))
+@given(
+    raw=st.one_of(
+        st.binary(max_size=200),
+        json_value.map(dumps),
+        st.dictionaries(st.sampled_from(sorted(FIELD_WORDS) + ["x"]), json_value, max_size=6).map(dumps),
+        st.dictionaries(any_text, json_value, max_size=4).map(
+            lambda d: dumps({"query": "who runs the mill?", **d}, ascii_only=True)
+        ),
+    ),
+    content_type=st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded", ""]),
+)
 def test_post_query_never_fails_on_any_body(http, raw, content_type):
     """300 cases: any bytes, any JSON, any object of the request's fields: 200 or a JSON 4xx."""
     CASES["http: POST /v1/query (any body)"] += 1
@@ -587,14 +878,33 @@ def test_post_query_never_fails_on_any_body(http, raw, content_type):
 
 
 url_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
-raw_query_string = st.lists(st.one_of(st.sampled_from(["tenant=", "category=", "limit=", "&", "=", "%", "%ff", "%00", "%2F", "+", ";", "#"]),
-                                      st.text(string.ascii_letters + string.digits + "-._~,", max_size=8)), max_size=10).map("".join)
+raw_query_string = st.lists(
+    st.one_of(
+        st.sampled_from(["tenant=", "category=", "limit=", "&", "=", "%", "%ff", "%00", "%2F", "+", ";", "#"]),
+        st.text(string.ascii_letters + string.digits + "-._~,", max_size=8),
+    ),
+    max_size=10,
+).map("".join)
 
 
 @fuzz(400)
-@given(params=st.lists(st.tuples(st.sampled_from(["tenant", "category", "limit", "x"]), st.one_of(
-    url_text, st.sampled_from(FACT_CATEGORIES + ("", "HARD_CONSTRAINT,TOOL_FAILURE", "500", "501", "0", "²", " 5", "1e3")),
-    st.integers(0, 10**30).map(str))), max_size=5), raw=st.none() | raw_query_string, own_tenant=st.booleans())
+@given(
+    params=st.lists(
+        st.tuples(
+            st.sampled_from(["tenant", "category", "limit", "x"]),
+            st.one_of(
+                url_text,
+                st.sampled_from(
+                    FACT_CATEGORIES + ("", "HARD_CONSTRAINT,TOOL_FAILURE", "500", "501", "0", "²", " 5", "1e3")
+                ),
+                st.integers(0, 10**30).map(str),
+            ),
+        ),
+        max_size=5,
+    ),
+    raw=st.none() | raw_query_string,
+    own_tenant=st.booleans(),
+)
 def test_get_facts_never_fails_on_any_query_string(http, params, raw, own_tenant):
     """400 cases: GET /v1/facts with any tenant, categories and limits, repeated or not, as
     parameters or as a raw (percent-encoded, invalid UTF-8) query string."""
@@ -608,8 +918,13 @@ def test_get_facts_never_fails_on_any_query_string(http, params, raw, own_tenant
 
 
 @fuzz(400)
-@given(route=st.sampled_from(["/v1/passages/{}", "/v1/facts/{}", "/v1/facts/{}/evidence"]), known=st.booleans(), record_id=url_text,
-       tenant=st.one_of(st.none(), st.just("own"), url_text, tenants), raw_id=st.none() | raw_query_string)
+@given(
+    route=st.sampled_from(["/v1/passages/{}", "/v1/facts/{}", "/v1/facts/{}/evidence"]),
+    known=st.booleans(),
+    record_id=url_text,
+    tenant=st.one_of(st.none(), st.just("own"), url_text, tenants),
+    raw_id=st.none() | raw_query_string,
+)
 def test_get_a_record_never_fails_on_any_id_or_tenant(http, route, known, record_id, tenant, raw_id):
     """400 cases: passages and facts by any id (or one of the tenant's own) in any tenant: 200,
     or 400/404 saying which."""
@@ -651,7 +966,9 @@ class Stages:
 def stages():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("workers.envelope.backoff", lambda attempt: 0)
-        patch.setattr(logging.getLogger("workers"), "disabled", True)  # a log line per dead letter and retry: the test checks them
+        patch.setattr(
+            logging.getLogger("workers"), "disabled", True
+        )  # a log line per dead letter and retry: the test checks them
         harness = Stages()
         yield harness
         harness.loop.run_until_complete(harness.stages.close())
@@ -662,9 +979,15 @@ def stages():
 def messages(draw) -> tuple[str, bytes | None, bytes | None]:
     topic = draw(st.sampled_from(sorted(Pipeline.RECORDS)))
     cls = Pipeline.RECORDS[topic]
-    value = draw(st.one_of(st.none(), st.binary(max_size=120), json_small.map(dumps), mutated(cls), VALID[cls].map(encode)))
+    value = draw(
+        st.one_of(st.none(), st.binary(max_size=120), json_small.map(dumps), mutated(cls), VALID[cls].map(encode))
+    )
     # keys: any bytes, or a tenant/doc id (a tombstone's key on documents)
-    return topic, draw(st.none() | st.binary(max_size=20) | st.sampled_from([b"fuzz/doc-1", b"acme/x", b"acme/"])), value
+    return (
+        topic,
+        draw(st.none() | st.binary(max_size=20) | st.sampled_from([b"fuzz/doc-1", b"acme/x", b"acme/"])),
+        value,
+    )
 
 
 @fuzz(400)
@@ -687,7 +1010,9 @@ def test_no_message_escapes_the_envelope(stages, message):
     except ContractError as exc:
         assert len(letters) == 1, letters
         (letter,) = letters
-        assert letter["topic"] == f"memstream.{topic}" and letter["error"] == str(exc)[:8192]  # the letter's bound on errors
+        assert (
+            letter["topic"] == f"memstream.{topic}" and letter["error"] == str(exc)[:8192]
+        )  # the letter's bound on errors
         assert letter["payload_sha256"] == hashlib.sha256(value or b"").hexdigest()
         return
     if topic == "documents":

@@ -10,8 +10,16 @@ import pytest
 from store.in_memory import InMemoryStore
 from tests.inprocess import DIMS, Delivery, InProcess, ScriptedExtractor
 
-NAMES = [("Ada Quill", "Ostra"), ("Bram Dahl", "Vik"), ("Cora Lund", "Narvik"), ("Dag Moe", "Tromso"),
-         ("Edda Holt", "Bergen"), ("Finn Berg", "Alta"), ("Gro Vell", "Molde"), ("Hana Park", "Skien")]
+NAMES = [
+    ("Ada Quill", "Ostra"),
+    ("Bram Dahl", "Vik"),
+    ("Cora Lund", "Narvik"),
+    ("Dag Moe", "Tromso"),
+    ("Edda Holt", "Bergen"),
+    ("Finn Berg", "Alta"),
+    ("Gro Vell", "Molde"),
+    ("Hana Park", "Skien"),
+]
 TEXTS = {f"d{i}": f"{person} lives in {town}." for i, (person, town) in enumerate(NAMES)}
 SCRIPT = {f"{person} lives in {town}.": [(person, "lives in", town)] for person, town in NAMES}
 
@@ -69,7 +77,9 @@ def test_partitions_interleave_in_seeded_orders_and_redeliveries_repeat(stack_en
     concurrent, _, _, _ = index(stack_env["MEMSTREAM_REDIS_URL"], Delivery(partitions=4, consumers=4, seed=1))
     assert concurrent.most > 1, "no two messages were ever in flight at once"
 
-    _, stages, repeated, events = index(stack_env["MEMSTREAM_REDIS_URL"], Delivery(partitions=4, consumers=4, seed=3, redeliver=1.0))
+    _, stages, repeated, events = index(
+        stack_env["MEMSTREAM_REDIS_URL"], Delivery(partitions=4, consumers=4, seed=3, redeliver=1.0)
+    )
     assert len(stages.delivered) == 2 * stages.redeliveries  # every message twice
     strip = lambda m: [{k: v for k, v in f.items() if k not in ("created_at", "activated_at")} for f in m["facts"]]  # noqa: E731
     assert strip(repeated) == strip(memory)
@@ -84,7 +94,9 @@ def test_on_the_in_memory_store_every_message_twice_and_a_failed_event_publish_c
     strip = lambda m: [{k: v for k, v in f.items() if k not in ("created_at", "activated_at")} for f in m["facts"]]  # noqa: E731
     assert strip(repeated) == strip(memory)
     # each event once, the failed one published from the committed outbox
-    assert sorted((e["event"], e["fact_id"]) for e in repeated_events) == sorted((e["event"], e["fact_id"]) for e in events)
+    assert sorted((e["event"], e["fact_id"]) for e in repeated_events) == sorted(
+        (e["event"], e["fact_id"]) for e in events
+    )
     assert len({e["event_id"] for e in repeated_events}) == len(repeated_events) == len(TEXTS)
 
 

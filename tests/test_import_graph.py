@@ -43,7 +43,9 @@ def import_graph() -> dict[str, set[str]]:
                     imported.update(known(alias.name) for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     imported.add(known(node.module))
-                    imported.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
+                    imported.update(
+                        f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules
+                    )
                 pending.append(node)
         graph[name] = {m for m in imported if m is not None and m != name}
     return graph
@@ -90,6 +92,10 @@ def test_a_cycle_is_found_where_there_is_one():
 
 
 def test_the_layers_import_downwards_only():
-    upward = sorted((m, d) for m, deps in import_graph().items() for d in deps
-                    if LAYER[d.partition(".")[0]] > LAYER[m.partition(".")[0]])
+    upward = sorted(
+        (m, d)
+        for m, deps in import_graph().items()
+        for d in deps
+        if LAYER[d.partition(".")[0]] > LAYER[m.partition(".")[0]]
+    )
     assert upward == []

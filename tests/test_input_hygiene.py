@@ -15,8 +15,8 @@ from ops.publish import load_documents
 from topics import CandidateFact, Chunk, ConflictSet, ContractError, DeadLetter, Document, decode, encode
 from topics.records import MAX_DEPTH
 from workers.algorithms.chunking import MAX_TOKEN_CHARS, chunk_id_of, chunk_text
-from workers.models.extraction import ReplayExtractor, RulesExtractor, parse_extraction
 from workers.algorithms.normalize import UnnamedEntity, entity_id
+from workers.models.extraction import ReplayExtractor, RulesExtractor, parse_extraction
 
 
 # ---- records: every poison value is a ContractError ---------------------------------------------
@@ -26,8 +26,18 @@ def _doc(**over) -> dict:
 
 def _candidate(**fact_over) -> dict:
     fact = {"head": "Ada", "relation": "wrote", "tail": "Notes", **fact_over}
-    return {"v": 1, "tenant": "acme", "passage_id": "p1", "doc_id": "d1", "fact": fact, "fact_index": 0,
-            "chunk_fact_count": 1, "head_id": "ada", "tail_id": "notes", "extractor": "rules"}
+    return {
+        "v": 1,
+        "tenant": "acme",
+        "passage_id": "p1",
+        "doc_id": "d1",
+        "fact": fact,
+        "fact_index": 0,
+        "chunk_fact_count": 1,
+        "head_id": "ada",
+        "tail_id": "notes",
+        "extractor": "rules",
+    }
 
 
 def _json(data) -> bytes:
@@ -45,7 +55,9 @@ POISON = {
     "lone surrogate in text": _with_raw(_doc(), "text", '"ok \\ud800 then"'),
     "lone surrogate in doc_id": _with_raw(_doc(), "doc_id", '"\\udfff"'),
     "JSON nested 100k deep": b'{"v": 1, "tenant": "acme", "doc_id": "d1", "text": "x", "metadata": {"a": '
-    + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+    + b"[" * 100_000
+    + b"]" * 100_000
+    + b"}}",
     "5000-digit integer": _with_raw(_doc(), "version", "9" * 5000),
     "integer past 64 bits": _json(_doc(version=1 << 63)),
     "NaN": _with_raw(_doc(), "ts", "NaN"),
@@ -80,15 +92,46 @@ def test_a_value_that_is_not_bytes_is_a_contract_error(raw):
 @pytest.mark.parametrize(
     "cls, raw",
     [
-        (Chunk, _json({"v": 1, "tenant": "acme", "chunk_id": "c\x00", "doc_id": "d1", "seq": 0, "n_chunks": 1, "text": "x"})),
-        (Chunk, _with_raw({"v": 1, "tenant": "acme", "chunk_id": "c", "doc_id": "d1", "seq": 0, "n_chunks": 1}, "text", '"\\ud83d"')),
+        (
+            Chunk,
+            _json(
+                {"v": 1, "tenant": "acme", "chunk_id": "c\x00", "doc_id": "d1", "seq": 0, "n_chunks": 1, "text": "x"}
+            ),
+        ),
+        (
+            Chunk,
+            _with_raw(
+                {"v": 1, "tenant": "acme", "chunk_id": "c", "doc_id": "d1", "seq": 0, "n_chunks": 1},
+                "text",
+                '"\\ud83d"',
+            ),
+        ),
         (CandidateFact, _json(_candidate(head="Ada\x00"))),
         (CandidateFact, _with_raw(_candidate(), "fact_index", "1" + "0" * 4999)),
-        (ConflictSet, _json({"v": 1, "tenant": "acme", "kind": "duplicate", "candidate": _candidate(tail="\x01"),
-                             "fact_id": "f", "conflicting": [], "passage_ids": []})),
+        (
+            ConflictSet,
+            _json(
+                {
+                    "v": 1,
+                    "tenant": "acme",
+                    "kind": "duplicate",
+                    "candidate": _candidate(tail="\x01"),
+                    "fact_id": "f",
+                    "conflicting": [],
+                    "passage_ids": [],
+                }
+            ),
+        ),
         (ConflictSet, b"[" * 100_000),
     ],
-    ids=["chunk id NUL", "chunk text surrogate", "fact head NUL", "fact index 5000 digits", "nested tail control", "deep"],
+    ids=[
+        "chunk id NUL",
+        "chunk text surrogate",
+        "fact head NUL",
+        "fact index 5000 digits",
+        "nested tail control",
+        "deep",
+    ],
 )
 def test_poison_on_every_input_topic_is_a_contract_error(cls, raw):
     with pytest.raises(ContractError, match=f"^{cls.TOPIC}"):
@@ -96,9 +139,13 @@ def test_poison_on_every_input_topic_is_a_contract_error(cls, raw):
 
 
 def test_the_error_names_the_field_the_character_and_where_it_is():
-    with pytest.raises(ContractError, match=r"^documents\.text: control character U\+0000 at index 3 \(free text allows only tab"):
+    with pytest.raises(
+        ContractError, match=r"^documents\.text: control character U\+0000 at index 3 \(free text allows only tab"
+    ):
         decode(Document, _json(_doc(text="Ada\x00Lovelace")))
-    with pytest.raises(ContractError, match=r"^documents\.doc_id: control character U\+0009 at index 1 \(no control characters"):
+    with pytest.raises(
+        ContractError, match=r"^documents\.doc_id: control character U\+0009 at index 1 \(no control characters"
+    ):
         decode(Document, _json(_doc(doc_id="d\t1")))
     with pytest.raises(ContractError, match=r"^documents\.text: lone surrogate U\+D800 at index 3"):
         decode(Document, _with_raw(_doc(), "text", '"ok \\ud800"'))
@@ -119,7 +166,12 @@ def test_free_text_keeps_tab_newline_and_carriage_return_and_survives_a_roundtri
 
 
 def test_a_dead_letter_keeps_the_bad_bytes_it_quarantines():
-    letter = DeadLetter(topic="memstream.documents", payload='{"text": "a\x00\x1b"}', error="documents.text: control character U+0000", key="k\x00")
+    letter = DeadLetter(
+        topic="memstream.documents",
+        payload='{"text": "a\x00\x1b"}',
+        error="documents.text: control character U+0000",
+        key="k\x00",
+    )
     assert decode(DeadLetter, encode(letter)) == letter
 
 
@@ -134,9 +186,20 @@ def test_names_told_apart_by_a_symbol_keep_distinct_ids():
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("Alder Rowan", "alder_rowan"), ("The  Eiffel-Tower.", "eiffel_tower"), ("Node.js", "node_js"), ("ASP.NET", "asp_net"),
-     ("AT&T", "at_t"), ("St. Louis", "st_louis"), ("#MeToo", "metoo"), ("a .763 average", "763_average"), ("São Paulo", "são_paulo"),
-     ("...And Justice for All", "and_justice_for_all"), ("+44 20", "44_20"), ("_x_", "_x_")],
+    [
+        ("Alder Rowan", "alder_rowan"),
+        ("The  Eiffel-Tower.", "eiffel_tower"),
+        ("Node.js", "node_js"),
+        ("ASP.NET", "asp_net"),
+        ("AT&T", "at_t"),
+        ("St. Louis", "st_louis"),
+        ("#MeToo", "metoo"),
+        ("a .763 average", "763_average"),
+        ("São Paulo", "são_paulo"),
+        ("...And Justice for All", "and_justice_for_all"),
+        ("+44 20", "44_20"),
+        ("_x_", "_x_"),
+    ],
 )
 def test_ordinary_names_keep_the_ids_they_had(name, expected):
     assert entity_id(name) == expected  # existing memories stay valid
@@ -176,8 +239,14 @@ def test_replay_drops_unnamed_entities_and_their_facts(tmp_path):
     text = "Ada wrote Notes."
     from workers.algorithms.normalize import content_hash
 
-    line = {"text_sha256": content_hash(text), "entities": [{"name": "Ada"}, {"name": "#"}],
-            "facts": [{"head": "Ada", "relation": "wrote", "tail": "Notes"}, {"head": "Ada", "relation": "is", "tail": "$"}]}
+    line = {
+        "text_sha256": content_hash(text),
+        "entities": [{"name": "Ada"}, {"name": "#"}],
+        "facts": [
+            {"head": "Ada", "relation": "wrote", "tail": "Notes"},
+            {"head": "Ada", "relation": "is", "tail": "$"},
+        ],
+    }
     path = tmp_path / "replay.jsonl"
     path.write_text(json.dumps(line) + "\n")
     extraction = ReplayExtractor(path).by_sha[content_hash(text)]
@@ -189,9 +258,13 @@ def test_replay_drops_unnamed_entities_and_their_facts(tmp_path):
 def test_publish_refuses_control_characters_and_keeps_the_other_documents(tmp_path):
     (tmp_path / "good.txt").write_text("Ada wrote notes.\n\tIndented line.\r\n")
     (tmp_path / "nul.txt").write_text("Ada\x00wrote notes.")
-    (tmp_path / "bell.json").write_text(json.dumps([{"doc_id": "ok", "text": "fine"}, {"doc_id": "bell", "text": "ding\x07"}]))
-    (tmp_path / "lines.jsonl").write_text('{"doc_id": "s", "text": "\\ud800"}\n{"doc_id": "n", "text": "x", "ts": NaN}\n'
-                                          '{"doc_id": "big", "text": "x", "version": ' + "9" * 5000 + "}\n")
+    (tmp_path / "bell.json").write_text(
+        json.dumps([{"doc_id": "ok", "text": "fine"}, {"doc_id": "bell", "text": "ding\x07"}])
+    )
+    (tmp_path / "lines.jsonl").write_text(
+        '{"doc_id": "s", "text": "\\ud800"}\n{"doc_id": "n", "text": "x", "ts": NaN}\n'
+        '{"doc_id": "big", "text": "x", "version": ' + "9" * 5000 + "}\n"
+    )
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     names = ["good.txt", "nul.txt", "bell.json", "lines.jsonl", "deep.json"]
     loaded = load_documents([str(tmp_path / n) for n in names], "acme", 10_000)
@@ -217,9 +290,14 @@ def test_publish_refuses_control_characters_on_stdin():
 # ---- GraphML ------------------------------------------------------------------------------------
 def test_graphml_is_valid_xml_whatever_the_names_hold():
     memory = {
-        "tenant": "acme", "graph_version": 1, "schemas": [], "facts": [],
-        "entities": [{"id": "ada", "name": "Ada\x00Love\x0blace\ud800\ufffe", "type": "PER\x1bSON"},
-                     {"id": "notes", "name": None, "type": "WORK"}],
+        "tenant": "acme",
+        "graph_version": 1,
+        "schemas": [],
+        "facts": [],
+        "entities": [
+            {"id": "ada", "name": "Ada\x00Love\x0blace\ud800\ufffe", "type": "PER\x1bSON"},
+            {"id": "notes", "name": None, "type": "WORK"},
+        ],
         "edges": [{"source": "e:ada", "target": "e:notes", "kind": "fact\x07", "weight": 1.0}],
     }
     root = ET.fromstring(to_graphml(memory))  # raises ParseError on any character XML 1.0 forbids

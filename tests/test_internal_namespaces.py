@@ -16,7 +16,9 @@ def hash_tag(key: str) -> str:
     return re.search(r"\{([^}]*)\}", key).group(1)
 
 
-@pytest.mark.parametrize("key", [llm_cache_key("gpt-x", "ab" * 32), embedding_cache_key("local", "cd" * 32), LLM_CACHE_PATTERN])
+@pytest.mark.parametrize(
+    "key", [llm_cache_key("gpt-x", "ab" * 32), embedding_cache_key("local", "cd" * 32), LLM_CACHE_PATTERN]
+)
 def test_no_tenant_can_be_named_like_a_cache_namespace(key):
     with pytest.raises(ContractError):
         validate_tenant(hash_tag(key))

@@ -52,20 +52,28 @@ print(json.dumps(sorted(set(sys.modules) & {"torch", "sentence_transformers", "t
 def heavy_modules_after_building(embedder: dict[str, str], tmp_path) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
     env.update(embedder, MEMSTREAM_HOME=str(tmp_path), MEMSTREAM_KAFKA_PORT="9", MEMSTREAM_REDIS_PORT="9")
-    proc = subprocess.run([sys.executable, "-c", BUILD_EVERYTHING], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD_EVERYTHING], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_building_every_worker_with_an_embeddings_endpoint_imports_no_torch(tmp_path):
-    endpoint = {"MEMSTREAM_EMBEDDER": "openai", "MEMSTREAM_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
-                "MEMSTREAM_EMBEDDER_MODEL": "text-embedding-3-small", "MEMSTREAM_EMBEDDER_DIMS": "384"}
+    endpoint = {
+        "MEMSTREAM_EMBEDDER": "openai",
+        "MEMSTREAM_EMBEDDER_BASE_URL": "http://127.0.0.1:9/v1",
+        "MEMSTREAM_EMBEDDER_MODEL": "text-embedding-3-small",
+        "MEMSTREAM_EMBEDDER_DIMS": "384",
+    }
     assert heavy_modules_after_building(endpoint, tmp_path) == []
 
 
 def test_building_every_worker_with_the_local_embedder_does_import_torch(tmp_path):
     """The control: the same script sees torch when the local embedder is configured."""
-    assert {"torch", "sentence_transformers"} <= set(heavy_modules_after_building({"MEMSTREAM_EMBEDDER": "local"}, tmp_path))
+    assert {"torch", "sentence_transformers"} <= set(
+        heavy_modules_after_building({"MEMSTREAM_EMBEDDER": "local"}, tmp_path)
+    )
 
 
 @pytest.fixture
@@ -81,11 +89,18 @@ def test_the_local_embedder_without_the_extra_says_how_to_install_it(without_the
 
 
 @pytest.mark.parametrize("role", ["query", "extractor", "all"])
-def test_a_worker_that_embeds_without_the_extra_exits_2_before_connecting(role, without_the_local_extra, monkeypatch, tmp_path, capsys):
+def test_a_worker_that_embeds_without_the_extra_exits_2_before_connecting(
+    role, without_the_local_extra, monkeypatch, tmp_path, capsys
+):
     """Before waiting for Kafka or Redis (unused ports here; a short outage deadline so that a
     worker that did wait would fail otherwise, not hang)."""
-    for name, value in {"MEMSTREAM_EMBEDDER": "local", "MEMSTREAM_HOME": str(tmp_path), "MEMSTREAM_KAFKA_PORT": "9",
-                        "MEMSTREAM_REDIS_PORT": "9", "MEMSTREAM_OUTAGE_DEADLINE": "0.5"}.items():
+    for name, value in {
+        "MEMSTREAM_EMBEDDER": "local",
+        "MEMSTREAM_HOME": str(tmp_path),
+        "MEMSTREAM_KAFKA_PORT": "9",
+        "MEMSTREAM_REDIS_PORT": "9",
+        "MEMSTREAM_OUTAGE_DEADLINE": "0.5",
+    }.items():
         monkeypatch.setenv(name, value)
     assert main(["worker", "--role", role]) == 2
     err = capsys.readouterr().err
@@ -107,8 +122,12 @@ def test_the_dockerfile_installs_no_extra_by_default_and_the_one_named_by_EXTRAS
     install = next(line.removeprefix("RUN ") for line in lines if line.startswith("RUN pip install"))
 
     def target(extras: str) -> str:
-        return subprocess.run(["sh", "-c", f"EXTRAS={extras!r}; set -- {install.removeprefix('pip install ')}; echo \"$1\""],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["sh", "-c", f'EXTRAS={extras!r}; set -- {install.removeprefix("pip install ")}; echo "$1"'],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
     assert target("") == "."
     assert target("local") == ".[local]"
@@ -127,13 +146,30 @@ def test_a_wheel_built_as_the_image_builds_it_holds_every_module(tmp_path):
     packages = ("topics", "store", "workers", "ops")
     for package in packages:
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "dist").glob("memstream-*.whl")
     shipped = set(zipfile.ZipFile(wheel).namelist())
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     files = [path for package in packages for path in (source / package).rglob("*.py")]
-    files += [path for package, patterns in data.items() for pattern in patterns for path in (source / package).glob(pattern)]
+    files += [
+        path for package, patterns in data.items() for pattern in patterns for path in (source / package).glob(pattern)
+    ]
     expected = {path.relative_to(source).as_posix() for path in files}
     assert {"workers/query/server.py", "ops/kafka/pom.xml"} <= expected
     assert expected - shipped == set()

@@ -21,7 +21,10 @@ CORPUS = [
     ("Melanie (1:58 pm on 8 May, 2023):", "That's lovely. Are you thinking of adopting another one?"),
     ("Caroline (2:01 pm on 8 May, 2023):", "Maybe a cat. I went to the LGBTQ support group yesterday."),
     ("Melanie (2:03 pm on 8 May, 2023):", "I painted a sunrise over the lake; painting calms me."),
-    ("Caroline (6:10 pm on 25 May, 2023):", "The support group talked about adoption agencies and transgender stories."),
+    (
+        "Caroline (6:10 pm on 25 May, 2023):",
+        "The support group talked about adoption agencies and transgender stories.",
+    ),
     ("Melanie (6:12 pm on 25 May, 2023):", "We went camping with the kids at the lake — roasted marshmallows."),
     ("Caroline (6:15 pm on 25 May, 2023):", "I'm researching adoption agencies; counseling is my career goal."),
     ("Melanie (6:20 pm on 25 May, 2023):", "My kids love dinosaurs and the museum_trip we took."),
@@ -29,8 +32,16 @@ CORPUS = [
     ("Caroline:", "Pottery class was fun; I made a bowl for my mom."),
 ]
 QUERIES = [
-    "What did Caroline adopt?", "When did Melanie paint a sunrise?", "adoption agencies", "Biscuit", "lake camping kids",
-    "What is Caroline's career goal in counseling?", "museum_trip", "the of and", "pottery bowl mom", "support group",
+    "What did Caroline adopt?",
+    "When did Melanie paint a sunrise?",
+    "adoption agencies",
+    "Biscuit",
+    "lake camping kids",
+    "What is Caroline's career goal in counseling?",
+    "museum_trip",
+    "the of and",
+    "pottery bowl mom",
+    "support group",
 ]
 TOP = 10
 
@@ -45,7 +56,17 @@ def test_tokens_follow_the_query_engines_rules():
 
 
 def _chunk(i: int, context: str, text: str) -> Chunk:
-    return Chunk(tenant="t", chunk_id=f"p{i:02d}", doc_id=f"d{i:02d}", seq=0, n_chunks=1, text=text, doc_version=1, doc_hash=f"h{i}", context=context)
+    return Chunk(
+        tenant="t",
+        chunk_id=f"p{i:02d}",
+        doc_id=f"d{i:02d}",
+        seq=0,
+        n_chunks=1,
+        text=text,
+        doc_version=1,
+        doc_hash=f"h{i}",
+        context=context,
+    )
 
 
 async def _fill(store, tenant: str) -> None:
@@ -133,7 +154,10 @@ def test_past_the_candidate_limit_each_passage_found_scores_as_in_the_in_memory_
             await _fill(memory, tenant)
             await _wait_indexed(memory, tenant, 3)
             await asyncio.sleep(0.5)
-            return {q: [(h.id, h.score) for h in await memory.lexical(tenant, q, TOP)] for q in ("caroline melanie lake", "adoption agencies")}
+            return {
+                q: [(h.id, h.score) for h in await memory.lexical(tenant, q, TOP)]
+                for q in ("caroline melanie lake", "adoption agencies")
+            }
         finally:
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
             await memory.close()
@@ -141,7 +165,10 @@ def test_past_the_candidate_limit_each_passage_found_scores_as_in_the_in_memory_
     async def reference():
         store_ = InMemoryStore(dims=8)
         await _fill(store_, "t")
-        return {q: dict((h.id, h.score) for h in await store_.lexical("t", q, 50)) for q in ("caroline melanie lake", "adoption agencies")}
+        return {
+            q: dict((h.id, h.score) for h in await store_.lexical("t", q, 50))
+            for q in ("caroline melanie lake", "adoption agencies")
+        }
 
     found, expected = asyncio.run(main()), asyncio.run(reference())
     assert len(found["caroline melanie lake"]) == 3  # capped: 9 passages match
@@ -153,8 +180,20 @@ def test_search_replies_read_the_same_in_either_protocol():
     from store.indexes import reply_rows
 
     resp2 = [2, b"ms:pas:{t}:p1", [b"doc_id", b"d1", b"lexical", b"dog cat"], b"ms:pas:{t}:p2", [b"doc_id", b"d2"]]
-    resp3 = {b"total_results": 2, b"results": [{b"id": b"ms:pas:{t}:p1", b"extra_attributes": {b"doc_id": b"d1", b"lexical": b"dog cat"}},
-                                               {b"id": b"ms:pas:{t}:p2", b"extra_attributes": {b"doc_id": b"d2"}}]}
-    assert reply_rows(resp2) == reply_rows(resp3) == (2, [("ms:pas:{t}:p1", {"doc_id": "d1", "lexical": "dog cat"}), ("ms:pas:{t}:p2", {"doc_id": "d2"})])
-    aggregate2, aggregate3 = [1, [b"n", b"10", b"length", b"42"]], {b"total_results": 1, b"results": [{b"extra_attributes": {b"n": b"10", b"length": b"42"}}]}
+    resp3 = {
+        b"total_results": 2,
+        b"results": [
+            {b"id": b"ms:pas:{t}:p1", b"extra_attributes": {b"doc_id": b"d1", b"lexical": b"dog cat"}},
+            {b"id": b"ms:pas:{t}:p2", b"extra_attributes": {b"doc_id": b"d2"}},
+        ],
+    }
+    assert (
+        reply_rows(resp2)
+        == reply_rows(resp3)
+        == (2, [("ms:pas:{t}:p1", {"doc_id": "d1", "lexical": "dog cat"}), ("ms:pas:{t}:p2", {"doc_id": "d2"})])
+    )
+    aggregate2, aggregate3 = (
+        [1, [b"n", b"10", b"length", b"42"]],
+        {b"total_results": 1, b"results": [{b"extra_attributes": {b"n": b"10", b"length": b"42"}}]},
+    )
     assert reply_rows(aggregate2) == reply_rows(aggregate3) == (1, [(None, {"n": "10", "length": "42"})])

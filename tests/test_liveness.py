@@ -26,9 +26,14 @@ def test_a_partition_with_nothing_to_fetch_or_that_moves_is_never_stalled():
     watch.handled("handling", 50)  # a message handled (its commit not yet seen)
     found = watch.check(100, {"idle": 20, "moving": 15, "handling": 10}, {"idle": 20, "moving": 30, "handling": 30})
     assert found == []
-    assert watch.check(161, {"idle": 20, "moving": 15, "handling": 10}, {"idle": 20, "moving": 30, "handling": 30}) == ["handling", "moving"]
+    assert watch.check(161, {"idle": 20, "moving": 15, "handling": 10}, {"idle": 20, "moving": 30, "handling": 30}) == [
+        "handling",
+        "moving",
+    ]
     # messages arriving at an idle partition: its clock runs from the last check that saw it caught up
-    assert watch.check(170, {"idle": 20}, {"idle": 25}) == [] and watch.check(222, {"idle": 20}, {"idle": 25}) == ["idle"]
+    assert watch.check(170, {"idle": 20}, {"idle": 25}) == [] and watch.check(222, {"idle": 20}, {"idle": 25}) == [
+        "idle"
+    ]
 
 
 def test_the_first_stall_rejoins_the_second_exits_and_each_verdict_gets_its_bound():
@@ -64,7 +69,15 @@ def test_a_worker_whose_fetching_stalls_rejoins_its_group_and_indexes_what_waits
     assert "fetching paused" in workers.logs(), workers.logs()[-3000:]
     started = time.monotonic()
     docs = {"orchard": "Tomas Reed owns the Dunmore Orchard.", "mill": "Greta Holm runs the Salt Mill."}
-    workers.cli.run("publish", *write_docs(tmp_path / "docs", docs), "--tenant", f"stalled-{uuid.uuid4().hex[:8]}", "--wait", "--timeout", "120")
+    workers.cli.run(
+        "publish",
+        *write_docs(tmp_path / "docs", docs),
+        "--tenant",
+        f"stalled-{uuid.uuid4().hex[:8]}",
+        "--wait",
+        "--timeout",
+        "120",
+    )
     took = time.monotonic() - started
     logs = workers.logs()
     assert "leaving and rejoining the group" in logs, logs[-3000:]

@@ -8,23 +8,43 @@ import urllib.request
 import uuid
 
 import pytest
-from store import Memory
 
-from tests.inprocess import InProcess
 from ops.fake_llm import FakeOpenAI
+from store import Memory
+from tests.inprocess import InProcess
 from workers.models.extraction import LLMExtractor
 from workers.models.llm import LLMClient, LLMConfig, LLMError, MalformedOutput
 
 ANSWERS = {
     "Greta Holm runs the Northwind Mill.": {
         "entities": [{"name": "Greta Holm", "type": "PERSON"}, {"name": "Northwind Mill", "type": "ORGANIZATION"}],
-        "facts": [{"head": "Greta Holm", "head_type": "PERSON", "relation": "runs", "tail": "Northwind Mill", "tail_type": "ORGANIZATION",
-                   "category": "DECLARATIVE", "valid_from": None, "valid_to": None}],
+        "facts": [
+            {
+                "head": "Greta Holm",
+                "head_type": "PERSON",
+                "relation": "runs",
+                "tail": "Northwind Mill",
+                "tail_type": "ORGANIZATION",
+                "category": "DECLARATIVE",
+                "valid_from": None,
+                "valid_to": None,
+            }
+        ],
     },
     "The team must never deploy on a Friday.": {
         "entities": [{"name": "deploy", "type": "ACTION"}],
-        "facts": [{"head": "team", "head_type": "GROUP", "relation": "must not deploy on", "tail": "Friday", "tail_type": "DATE",
-                   "category": "HARD_CONSTRAINT", "valid_from": None, "valid_to": None}],
+        "facts": [
+            {
+                "head": "team",
+                "head_type": "GROUP",
+                "relation": "must not deploy on",
+                "tail": "Friday",
+                "tail_type": "DATE",
+                "category": "HARD_CONSTRAINT",
+                "valid_from": None,
+                "valid_to": None,
+            }
+        ],
     },
 }
 
@@ -46,7 +66,9 @@ def run(coro):
 async def _extract(server, texts, stack_env, **config):
     memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
     settings = {"model": f"test-{uuid.uuid4().hex[:8]}", "backoff_base_s": 0.01, "backoff_cap_s": 0.05, **config}
-    extractor = LLMExtractor(LLMClient(LLMConfig(server.base_url, "sk-test", **settings), memory.llm_cache(settings["model"])))
+    extractor = LLMExtractor(
+        LLMClient(LLMConfig(server.base_url, "sk-test", **settings), memory.llm_cache(settings["model"]))
+    )
     try:
         return await asyncio.gather(*(extractor.extract(t) for t in texts))
     finally:
@@ -68,15 +90,26 @@ def test_structured_extraction_over_http_and_cache_hits(stack_env):
 
 def test_the_fake_llm_answers_by_input_whatever_the_prompt_layout():
     def ask(server, content, schema="extraction"):
-        body = {"model": "m", "messages": [{"role": "system", "content": "rules"}, {"role": "user", "content": content}],
-                "response_format": {"type": "json_schema", "json_schema": {"name": schema, "schema": {}, "strict": True}}}
-        request = urllib.request.Request(f"{server.base_url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        body = {
+            "model": "m",
+            "messages": [{"role": "system", "content": "rules"}, {"role": "user", "content": content}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": schema, "schema": {}, "strict": True}},
+        }
+        request = urllib.request.Request(
+            f"{server.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())["choices"][0]["message"]["content"]
 
     answers = {"Greta Holm": "short", "Greta Holm runs the Northwind Mill.": "long", "Mill": lambda body: body["model"]}
-    with FakeOpenAI(answers=answers, schema_answers={"resolution": "resolved"}, default=lambda body: "default") as server:
-        assert ask(server, "any layout\n[[Greta Holm runs the Northwind Mill.]]") == "long"  # the longest snippet that occurs
+    with FakeOpenAI(
+        answers=answers, schema_answers={"resolution": "resolved"}, default=lambda body: "default"
+    ) as server:
+        assert (
+            ask(server, "any layout\n[[Greta Holm runs the Northwind Mill.]]") == "long"
+        )  # the longest snippet that occurs
         assert ask(server, "Greta Holm sleeps.") == "short"
         assert ask(server, "The Mill.") == "m"  # a callable gets the request body
         assert ask(server, "Greta Holm runs the Northwind Mill.", schema="resolution") == "resolved"
@@ -92,7 +125,12 @@ def test_categories_come_through():
     result = parse_extraction(ANSWERS["The team must never deploy on a Friday."])
     assert result.facts[0].category == "HARD_CONSTRAINT"
     with pytest.raises(ValueError, match="category 'GOSSIP'"):
-        parse_extraction({"entities": [], "facts": [{**ANSWERS["The team must never deploy on a Friday."]["facts"][0], "category": "GOSSIP"}]})
+        parse_extraction(
+            {
+                "entities": [],
+                "facts": [{**ANSWERS["The team must never deploy on a Friday."]["facts"][0], "category": "GOSSIP"}],
+            }
+        )
 
 
 def test_retries_429_5xx_and_timeouts_then_succeeds(stack_env):
@@ -140,7 +178,9 @@ def test_concurrency_is_bounded(stack_env):
 
 def _llm(server, memory, model: str) -> LLMClient:
     """The workers' LLM client against the fake server, cached in `memory` as a worker's is."""
-    return LLMClient(LLMConfig(server.base_url, "sk-test", model, backoff_base_s=0.01, backoff_cap_s=0.05), memory.llm_cache(model))
+    return LLMClient(
+        LLMConfig(server.base_url, "sk-test", model, backoff_base_s=0.01, backoff_cap_s=0.05), memory.llm_cache(model)
+    )
 
 
 def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(stack_env):
@@ -153,7 +193,9 @@ def test_llm_extractor_in_the_pipeline_and_dead_letters_on_garbage(stack_env):
     async def scenario(server):
         first = InProcess(stack_env["MEMSTREAM_REDIS_URL"], None, tau=1)  # its Redis client, shared by the two tenants
         llm = _llm(server, first.memory, f"pipe-{uuid.uuid4().hex[:6]}")
-        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], LLMExtractor(llm), tau=1, memory=first.memory, tenant=first.tenant)
+        stages = InProcess(
+            stack_env["MEMSTREAM_REDIS_URL"], LLMExtractor(llm), tau=1, memory=first.memory, tenant=first.tenant
+        )
         again = InProcess(stack_env["MEMSTREAM_REDIS_URL"], LLMExtractor(llm), tau=1, memory=first.memory)
         try:
             for doc_id, text in docs.items():
@@ -187,14 +229,27 @@ def test_llm_resolver_names_an_action_and_evidence_per_fact(stack_env, tmp_path)
     from workers.models.extraction import ReplayExtractor
 
     def decision(doc: str, action: str) -> dict:
-        return {"fact_id": _ids(doc), "action": action, "evidence": "Mira Okafor was born in Oslo, her passport says", "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]),
-                "valid_from": None, "valid_to": None, "scope": None}
+        return {
+            "fact_id": _ids(doc),
+            "action": action,
+            "evidence": "Mira Okafor was born in Oslo, her passport says",
+            "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]),
+            "valid_from": None,
+            "valid_to": None,
+            "scope": None,
+        }
 
     async def scenario(server):
         probe = InProcess(stack_env["MEMSTREAM_REDIS_URL"], None, tau=1)
         llm = _llm(server, probe.memory, f"res-{uuid.uuid4().hex[:6]}")
-        stages = InProcess(None, ReplayExtractor(str(write_script(tmp_path / "s.jsonl", CONFLICTS))), tau=1,
-                           memory=probe.memory, tenant=probe.tenant, resolver_llm=llm)
+        stages = InProcess(
+            None,
+            ReplayExtractor(str(write_script(tmp_path / "s.jsonl", CONFLICTS))),
+            tau=1,
+            memory=probe.memory,
+            tenant=probe.tenant,
+            resolver_llm=llm,
+        )
         try:
             await stages.publish("m2", CONFLICTS["m2"][0])  # Oslo, one passage
             await stages.publish("m1", CONFLICTS["m1"][0])  # Bergen, one passage, later: the rules policy would keep it
@@ -221,22 +276,46 @@ def test_llm_resolver_names_an_action_and_evidence_per_fact(stack_env, tmp_path)
 
 
 def test_llm_resolution_answers_are_validated():
-    from workers.models.resolution import parse_resolution
     from workers.algorithms.policy import GroupFact
+    from workers.models.resolution import parse_resolution
 
     group = [GroupFact("a", "x", 1, 1, 1.0, passage_ids=("p1",)), GroupFact("b", "y", 1, 1, 2.0, passage_ids=("p2",))]
-    ok = {"decisions": [
-        {"fact_id": "a", "action": "qualify_time", "evidence": "From 1990 to 1999.", "evidence_passage_id": "p1", "valid_from": "1990", "valid_to": "1999", "scope": None},
-        {"fact_id": "b", "action": "uncertain", "evidence": "Unclear.", "evidence_passage_id": "p2", "valid_from": None, "valid_to": None, "scope": None},
-    ]}
+    ok = {
+        "decisions": [
+            {
+                "fact_id": "a",
+                "action": "qualify_time",
+                "evidence": "From 1990 to 1999.",
+                "evidence_passage_id": "p1",
+                "valid_from": "1990",
+                "valid_to": "1999",
+                "scope": None,
+            },
+            {
+                "fact_id": "b",
+                "action": "uncertain",
+                "evidence": "Unclear.",
+                "evidence_passage_id": "p2",
+                "valid_from": None,
+                "valid_to": None,
+                "scope": None,
+            },
+        ]
+    }
     decisions = parse_resolution(ok, group, {"p1", "p2"})
-    assert decisions["a"].qualifiers == {"time": {"from": "1990", "to": "1999"}} and decisions["b"].qualifiers == {"uncertain": True}
+    assert decisions["a"].qualifiers == {"time": {"from": "1990", "to": "1999"}} and decisions["b"].qualifiers == {
+        "uncertain": True
+    }
     with pytest.raises(ValueError, match="no decision for fact"):
         parse_resolution({"decisions": ok["decisions"][:1]}, group, {"p1", "p2"})
     with pytest.raises(ValueError, match="not one of the evidence passages"):
-        parse_resolution({"decisions": [dict(ok["decisions"][0], evidence_passage_id="p9"), ok["decisions"][1]]}, group, {"p1", "p2"})
+        parse_resolution(
+            {"decisions": [dict(ok["decisions"][0], evidence_passage_id="p9"), ok["decisions"][1]]}, group, {"p1", "p2"}
+        )
     with pytest.raises(ValueError, match="action 'delete'"):
-        parse_resolution({"decisions": [dict(ok["decisions"][0], action="delete"), ok["decisions"][1]]}, group, {"p1", "p2"})
+        parse_resolution(
+            {"decisions": [dict(ok["decisions"][0], action="delete"), ok["decisions"][1]]}, group, {"p1", "p2"}
+        )
 
 
 class DictCache:
@@ -256,13 +335,17 @@ SCHEMA = {"type": "object"}
 
 
 def _ask(client: LLMClient, text: str):
-    return client.structured("resolution", [{"role": "user", "content": text}], "resolution", SCHEMA, lambda value: value)
+    return client.structured(
+        "resolution", [{"role": "user", "content": text}], "resolution", SCHEMA, lambda value: value
+    )
 
 
 def test_callers_asking_the_same_at_once_share_one_call_and_a_caller_that_goes_leaves_it_to_the_others():
     async def main(server):
         client = LLMClient(LLMConfig(server.base_url, "sk-test", "m"), DictCache())
-        together = await asyncio.gather(_ask(client, "Greta Holm runs the Northwind Mill."), _ask(client, "Greta Holm runs the Northwind Mill."))
+        together = await asyncio.gather(
+            _ask(client, "Greta Holm runs the Northwind Mill."), _ask(client, "Greta Holm runs the Northwind Mill.")
+        )
         prefetch = asyncio.ensure_future(_ask(client, "The team must never deploy on a Friday."))
         await asyncio.sleep(0.05)
         handle = asyncio.ensure_future(_ask(client, "The team must never deploy on a Friday."))
@@ -285,7 +368,7 @@ def test_a_fenced_answer_comes_back_from_the_cache_as_it_was_accepted():
         again = await _ask(client, "fenced")  # from the cache: the text as the server sent it, fence and all
         return first, again
 
-    with FakeOpenAI(answers={"fenced": "```json\n{\"ok\": true}\n```"}) as server:
+    with FakeOpenAI(answers={"fenced": '```json\n{"ok": true}\n```'}) as server:
         first, again = run(main(server))
         calls = server.calls
     assert first == again == {"ok": True} and calls == 1
@@ -295,12 +378,23 @@ def test_the_concurrency_bound_holds_for_every_client_of_a_process():
     """Two clients of one process (an `all` worker's extractor and resolver) with
     MEMSTREAM_LLM_CONCURRENCY 2: six calls at once, never more than two in flight (each client
     had a bound of its own before, so four)."""
+
     async def ask_both(server):
         config = LLMConfig(server.base_url, "sk-test", "m", concurrency=2)
         clients = [LLMClient(config), LLMClient(config)]
         try:
-            return await asyncio.gather(*(clients[i % 2].structured("extraction", [{"role": "user", "content": f"text {i}"}], "extraction",
-                                                                    {"type": "object"}, lambda parsed: parsed) for i in range(6)))
+            return await asyncio.gather(
+                *(
+                    clients[i % 2].structured(
+                        "extraction",
+                        [{"role": "user", "content": f"text {i}"}],
+                        "extraction",
+                        {"type": "object"},
+                        lambda parsed: parsed,
+                    )
+                    for i in range(6)
+                )
+            )
         finally:
             for client in clients:
                 await client.aclose()

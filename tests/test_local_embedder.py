@@ -18,7 +18,13 @@ def test_batches_hold_texts_of_similar_length_within_the_budget_and_a_longer_tex
 def test_vectors_are_those_of_each_text_encoded_alone_in_the_callers_order():
     embedder = LocalEmbedder()
     passage = " ".join(["The bridge over the river was built in 1890 by the city's engineers."] * 12)
-    texts = ["Ada Lovelace", passage, "PERSON founded ORGANIZATION", "Ada Lovelace founded Analytical Engines", passage + " Again."]
+    texts = [
+        "Ada Lovelace",
+        passage,
+        "PERSON founded ORGANIZATION",
+        "Ada Lovelace founded Analytical Engines",
+        passage + " Again.",
+    ]
     vectors = embedder.embed(texts)
     alone = np.stack([embedder._model.encode([t], normalize_embeddings=True)[0] for t in texts])
     assert vectors.shape == (5, 384) and vectors.dtype == np.float32

@@ -19,8 +19,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from ops.stack import free_port
-from tests.conftest import ROOT
 from tests import inprocess
+from tests.conftest import ROOT
 from tests.inprocess import InProcess, ScriptedExtractor
 from topics import ContractError, Document, DocumentDeletion, decode
 from workers.query.engine import MODES, QueryEngine, QueryRequest
@@ -28,7 +28,9 @@ from workers.query.mcp_server import DocumentPublisher, memory_server
 from workers.settings import Settings
 
 TRIP = "The Garcia family flies from Boston to Madrid on 14 June; the whole trip must cost at most 2400 euros."
-VISA = "We won't route the Garcias through Miami: two of the passengers have no US visa, so a US transit is not an option."
+VISA = (
+    "We won't route the Garcias through Miami: two of the passengers have no US visa, so a US transit is not an option."
+)
 HOTEL = "Booking Hotel Prado failed: HTTP 409 ROOM_UNAVAILABLE for the nights of 14-18 June."
 NOISE = "Lucia asked whether the paella in Valencia is better than in Madrid.  \n"  # trailing bytes kept as published
 CORPUS = {"trip": TRIP, "visa": VISA, "hotel": HOTEL, "noise": NOISE}
@@ -76,16 +78,29 @@ async def check_tools(client: Client, tenant: str, written: dict) -> None:
         assert answer["tenant"] == tenant and answer["mode"] == mode
         top = answer["passages"][0]
         assert (top["id"], top["doc_id"], top["text"]) == (written["visa"]["passage"], "visa", VISA), answer["passages"]
-        assert json.loads(found.content[0].text) == answer  # the same answer as text, for clients that read only content
+        assert (
+            json.loads(found.content[0].text) == answer
+        )  # the same answer as text, for clients that read only content
 
     evidence = await client.call_tool("fact_evidence", {"fact_id": written["visa"]["fact"]})
     assert not evidence.is_error, evidence.content
     fact = evidence.structured_content["fact"]
-    assert (fact["id"], fact["head"], fact["relation"], fact["tail"]) == (written["visa"]["fact"], "Garcia family", "reject transit via", "Miami")
-    assert [(p["id"], p["text"]) for p in evidence.structured_content["passages"]] == [(written["visa"]["passage"], VISA)]
+    assert (fact["id"], fact["head"], fact["relation"], fact["tail"]) == (
+        written["visa"]["fact"],
+        "Garcia family",
+        "reject transit via",
+        "Miami",
+    )
+    assert [(p["id"], p["text"]) for p in evidence.structured_content["passages"]] == [
+        (written["visa"]["passage"], VISA)
+    ]
 
     passage = await client.call_tool("get_passage", {"passage_id": written["noise"]["passage"]})
-    assert not passage.is_error and passage.structured_content["text"] == NOISE and passage.structured_content["doc_id"] == "noise"
+    assert (
+        not passage.is_error
+        and passage.structured_content["text"] == NOISE
+        and passage.structured_content["doc_id"] == "noise"
+    )
 
     async def error(tool: str, arguments: dict) -> str:
         result = await client.call_tool(tool, arguments)
@@ -93,12 +108,26 @@ async def check_tools(client: Client, tenant: str, written: dict) -> None:
         return result.content[0].text
 
     # the messages of POST /v1/query's 400s and the drill-down routes' 404s
-    assert await error("search_memory", {"query": "  "}) == "Error executing tool search_memory: 'query' must be a non-empty string"
-    assert await error("search_memory", {"query": QUESTION, "mode": "telepathy"}) == \
-        f"Error executing tool search_memory: 'mode' must be one of {', '.join(MODES)}"
-    assert await error("search_memory", {"query": QUESTION, "top_k": 0}) == "Error executing tool search_memory: 'top_k' must be an integer from 1 to 100"
-    assert await error("get_passage", {"passage_id": "nope"}) == f"Error executing tool get_passage: no passage 'nope' in tenant '{tenant}'"
-    assert await error("fact_evidence", {"fact_id": "nope"}) == f"Error executing tool fact_evidence: no fact 'nope' in tenant '{tenant}'"
+    assert (
+        await error("search_memory", {"query": "  "})
+        == "Error executing tool search_memory: 'query' must be a non-empty string"
+    )
+    assert (
+        await error("search_memory", {"query": QUESTION, "mode": "telepathy"})
+        == f"Error executing tool search_memory: 'mode' must be one of {', '.join(MODES)}"
+    )
+    assert (
+        await error("search_memory", {"query": QUESTION, "top_k": 0})
+        == "Error executing tool search_memory: 'top_k' must be an integer from 1 to 100"
+    )
+    assert (
+        await error("get_passage", {"passage_id": "nope"})
+        == f"Error executing tool get_passage: no passage 'nope' in tenant '{tenant}'"
+    )
+    assert (
+        await error("fact_evidence", {"fact_id": "nope"})
+        == f"Error executing tool fact_evidence: no fact 'nope' in tenant '{tenant}'"
+    )
     assert "query" in await error("search_memory", {})  # the SDK's own argument validation: the missing argument named
     # the server still answers after the errors
     assert not (await client.call_tool("get_passage", {"passage_id": written["trip"]["passage"]})).is_error
@@ -117,24 +146,39 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
         stages, written = await index_corpus(stack_env["MEMSTREAM_REDIS_URL"], real_embedder)
         try:
             env = {**stack_env, "MEMSTREAM_TOPIC_NAMESPACE": ns, "MEMSTREAM_TAU": "1", "MEMSTREAM_LOG_LEVEL": "warning"}
-            params = StdioServerParameters(command=sys.executable, args=["-m", "ops.cli", "mcp", "--tenant", stages.tenant], env=env, cwd=str(ROOT))
+            params = StdioServerParameters(
+                command=sys.executable, args=["-m", "ops.cli", "mcp", "--tenant", stages.tenant], env=env, cwd=str(ROOT)
+            )
             async with Client(params, read_timeout_seconds=120) as client:
                 await check_tools(client, stages.tenant, written)
-                turn = await client.call_tool("remember", {"text": "Ana: no red-eye flights, the kids need sleep.\n", "session_id": "trip-7",
-                                                           "turn": 3, "speaker": "Ana", "ts": "2025-05-08T13:56:00Z", "metadata": {"channel": "chat"}})
+                turn = await client.call_tool(
+                    "remember",
+                    {
+                        "text": "Ana: no red-eye flights, the kids need sleep.\n",
+                        "session_id": "trip-7",
+                        "turn": 3,
+                        "speaker": "Ana",
+                        "ts": "2025-05-08T13:56:00Z",
+                        "metadata": {"channel": "chat"},
+                    },
+                )
                 note = await client.call_tool("remember", {"text": "Prefers aisle seats."})
                 bad = await client.call_tool("remember", {"text": "no speaker", "session_id": "trip-7", "turn": 4})
                 forgot = await client.call_tool("forget", {"doc_id": "trip-7:3"})
                 erased = await client.call_tool("forget", {"doc_id": "trip-7:3", "purge": True})
                 blank = await client.call_tool("forget", {"doc_id": " "})
-                retracted = await client.call_tool("retract_fact", {"fact_id": written["visa"]["fact"], "reason": "visa granted"})
+                retracted = await client.call_tool(
+                    "retract_fact", {"fact_id": written["visa"]["fact"], "reason": "visa granted"}
+                )
                 unknown = await client.call_tool("retract_fact", {"fact_id": "f-none"})
             return stages.tenant, turn, note, bad, forgot, erased, blank, retracted, unknown, written
         finally:
             await stages.close()
 
     tenant, turn, note, bad, forgot, erased, blank, retracted, unknown, written = asyncio.run(main())
-    assert not retracted.is_error and retracted.structured_content["request"].startswith(f"retract:{written['visa']['fact']}:")
+    assert not retracted.is_error and retracted.structured_content["request"].startswith(
+        f"retract:{written['visa']['fact']}:"
+    )
     assert unknown.is_error and f"no fact 'f-none' in tenant '{tenant}'" in unknown.content[0].text
     sets = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
     try:  # the retraction waits on conflict-sets for the resolver, keyed by the fact's head
@@ -144,13 +188,27 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
         queued = [json.loads(r.value) for batch in sets.poll(timeout_ms=5000).values() for r in batch]
     finally:
         sets.close()
-    assert [(q["kind"], q["fact_id"], q["reason"]) for q in queued] == [("retract", written["visa"]["fact"], "visa granted")]
-    assert forgot.structured_content == erased.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
+    assert [(q["kind"], q["fact_id"], q["reason"]) for q in queued] == [
+        ("retract", written["visa"]["fact"], "visa granted")
+    ]
+    assert (
+        forgot.structured_content
+        == erased.structured_content
+        == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
+    )
     assert blank.is_error and "doc_id must not be empty" in blank.content[0].text
     assert not turn.is_error, turn.content
-    assert turn.structured_content == {"doc_id": "trip-7:3", "tenant": tenant, "topic": f"{ns}.documents", "queued": True}
+    assert turn.structured_content == {
+        "doc_id": "trip-7:3",
+        "tenant": tenant,
+        "topic": f"{ns}.documents",
+        "queued": True,
+    }
     assert not note.is_error and note.structured_content["doc_id"].startswith("memory-")
-    assert bad.is_error and bad.content[0].text == "Error executing tool remember: remember: a turn needs a non-empty string 'speaker'"
+    assert (
+        bad.is_error
+        and bad.content[0].text == "Error executing tool remember: remember: a turn needs a non-empty string 'speaker'"
+    )
 
     # everything on the topic (remember returns once the broker has acked): up to its end offset
     partition = TopicPartition(f"{ns}.documents", 0)
@@ -166,10 +224,22 @@ def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_
         consumer.close()
     # keys: tenant/doc id (topics.document_key); the bad turn was never sent; forget: a tombstone;
     # forget with purge: the erasure, then a tombstone
-    assert [key for key, _ in records] == [f"{tenant}/trip-7:3", f"{tenant}/{note.structured_content['doc_id']}"] + [f"{tenant}/trip-7:3"] * 3
-    assert records[2][1] is None and records[3][1] == DocumentDeletion(tenant, "trip-7:3", purge=True) and records[4][1] is None
+    assert [key for key, _ in records] == [f"{tenant}/trip-7:3", f"{tenant}/{note.structured_content['doc_id']}"] + [
+        f"{tenant}/trip-7:3"
+    ] * 3
+    assert (
+        records[2][1] is None
+        and records[3][1] == DocumentDeletion(tenant, "trip-7:3", purge=True)
+        and records[4][1] is None
+    )
     doc = records[0][1]
-    assert (doc.tenant, doc.text, doc.session_id, doc.turn, doc.speaker) == (tenant, "Ana: no red-eye flights, the kids need sleep.\n", "trip-7", 3, "Ana")
+    assert (doc.tenant, doc.text, doc.session_id, doc.turn, doc.speaker) == (
+        tenant,
+        "Ana: no red-eye flights, the kids need sleep.\n",
+        "trip-7",
+        3,
+        "Ana",
+    )
     assert doc.ts == 1746712560.0 and doc.metadata == {"channel": "chat", "turn_id": "3"}
     assert records[1][1].text == "Prefers aisle seats." and records[1][1].session_id is None
 
@@ -211,12 +281,18 @@ def test_streamable_http_at_mcp_on_the_query_workers_address(stack_env, real_emb
 
 # ---- in process: no stack ---------------------------------------------------------------------
 
+
 def test_remember_refuses_bad_input_and_names_an_unreachable_kafka():
     unreachable = Settings(kafka_bootstrap=f"127.0.0.1:{free_port()}")
 
     async def main():
         stages = InProcess(None, ScriptedExtractor({}))
-        server = memory_server(stages.tenant, QueryEngine(stages.memory, stages.embedder), unreachable, DocumentPublisher(unreachable, timeout_s=1))
+        server = memory_server(
+            stages.tenant,
+            QueryEngine(stages.memory, stages.embedder),
+            unreachable,
+            DocumentPublisher(unreachable, timeout_s=1),
+        )
         try:
             async with Client(server) as client:
                 calls = [
@@ -239,9 +315,14 @@ def test_remember_refuses_bad_input_and_names_an_unreachable_kafka():
     assert messages[1] == "remember: 'ts' must be seconds since the epoch or an ISO time, got 'last Tuesday-ish'"
     assert messages[2].startswith("remember.text:") and "U+0000" in messages[2]
     assert messages[3] == "remember: 'turn' must be a non-negative integer"
-    assert messages[4] == "remember: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)"
+    assert (
+        messages[4]
+        == "remember: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)"
+    )
     assert messages[5].startswith("remember: metadata.ttl_seconds must be a whole number of seconds >= 0")
-    assert messages[6].startswith(f"could not queue document 'note-1': Kafka at {unreachable.kafka_bootstrap} did not take it")
+    assert messages[6].startswith(
+        f"could not queue document 'note-1': Kafka at {unreachable.kafka_bootstrap} did not take it"
+    )
 
 
 def test_search_memory_passes_as_of_to_the_query_request():
@@ -250,7 +331,12 @@ def test_search_memory_passes_as_of_to_the_query_request():
     async def main():
         stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
         await stages.publish("trip", TRIP)
-        server = memory_server(stages.tenant, QueryEngine(stages.memory, stages.embedder), stages.settings, DocumentPublisher(stages.settings))
+        server = memory_server(
+            stages.tenant,
+            QueryEngine(stages.memory, stages.embedder),
+            stages.settings,
+            DocumentPublisher(stages.settings),
+        )
         try:
             async with Client(server) as client:
                 later = await client.call_tool("search_memory", {"query": TRIP, "as_of": "2999-01-01T00:00:00Z"})
@@ -269,13 +355,20 @@ def test_search_memory_passes_as_of_to_the_query_request():
 def test_memstream_mcp_builds_its_engine_from_the_settings_as_the_query_worker_does():
     """`memstream mcp` (stdio_parts) honours MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_* and the
     graph cache's size, as query_app does: one construction, QueryEngine.from_settings."""
-    from workers.query.mcp_server import stdio_parts
     from workers.algorithms.reconstruction import Budget
+    from workers.query.mcp_server import stdio_parts
 
-    settings = Settings.from_env({"MEMSTREAM_ROUTER": "llm", "MEMSTREAM_LLM_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
-                                  "MEMSTREAM_LLM_MODEL": "router-model", "MEMSTREAM_RECONSTRUCT_STEPS": "2",
-                                  "MEMSTREAM_RECONSTRUCT_PASSAGES": "3", "MEMSTREAM_GRAPH_CACHE_EDGES": "1234"},
-                                 redis_url=f"redis://127.0.0.1:{free_port()}")  # nothing is read: no Redis needed
+    settings = Settings.from_env(
+        {
+            "MEMSTREAM_ROUTER": "llm",
+            "MEMSTREAM_LLM_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
+            "MEMSTREAM_LLM_MODEL": "router-model",
+            "MEMSTREAM_RECONSTRUCT_STEPS": "2",
+            "MEMSTREAM_RECONSTRUCT_PASSAGES": "3",
+            "MEMSTREAM_GRAPH_CACHE_EDGES": "1234",
+        },
+        redis_url=f"redis://127.0.0.1:{free_port()}",
+    )  # nothing is read: no Redis needed
 
     async def main():
         async with stdio_parts(settings, "acme") as (server, engine):
@@ -294,7 +387,12 @@ def test_standing_facts_lists_what_get_v1_facts_lists_and_refuses_an_unknown_cat
 
     async def main():
         stages = await standing_memory(None)
-        server = memory_server(stages.tenant, QueryEngine(stages.memory, stages.embedder), stages.settings, DocumentPublisher(stages.settings))
+        server = memory_server(
+            stages.tenant,
+            QueryEngine(stages.memory, stages.embedder),
+            stages.settings,
+            DocumentPublisher(stages.settings),
+        )
         try:
             async with Client(server) as client:
                 tool = next(t for t in (await client.list_tools()).tools if t.name == "standing_facts")
@@ -310,6 +408,11 @@ def test_standing_facts_lists_what_get_v1_facts_lists_and_refuses_an_unknown_cat
     assert tool.annotations.read_only_hint and set(tool.input_schema["properties"]) == {"categories", "limit"}
     assert not every.is_error and every.structured_content == read and _rows(every.structured_content) == STANDING_ROWS
     assert not failures.is_error and [f["tail"] for f in failures.structured_content["facts"]] == ["ROOM_UNAVAILABLE"]
-    assert unknown.is_error and unknown.content[0].text == ("Error executing tool standing_facts: unknown fact category 'NOPE': "
-                                                           "expected DECLARATIVE, HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE")
-    assert over.is_error and over.content[0].text == "Error executing tool standing_facts: 'limit' must be an integer from 1 to 500"
+    assert unknown.is_error and unknown.content[0].text == (
+        "Error executing tool standing_facts: unknown fact category 'NOPE': "
+        "expected DECLARATIVE, HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE"
+    )
+    assert (
+        over.is_error
+        and over.content[0].text == "Error executing tool standing_facts: 'limit' must be an integer from 1 to 500"
+    )

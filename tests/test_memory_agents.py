@@ -26,8 +26,16 @@ from workers.models.extraction import ReplayExtractor
 
 
 def fact(head, head_type, relation, tail, tail_type, valid_from=None, valid_to=None):
-    return {"head": head, "head_type": head_type, "relation": relation, "tail": tail, "tail_type": tail_type,
-            "category": "DECLARATIVE", "valid_from": valid_from, "valid_to": valid_to}
+    return {
+        "head": head,
+        "head_type": head_type,
+        "relation": relation,
+        "tail": tail,
+        "tail_type": tail_type,
+        "category": "DECLARATIVE",
+        "valid_from": valid_from,
+        "valid_to": valid_to,
+    }
 
 
 def fid(f) -> str:
@@ -41,7 +49,16 @@ def write_script(path, corpus: dict[str, tuple[str, list[dict]]]):
     with open(path, "w") as out:
         for text, facts in corpus.values():
             entities = {(f["head"], f["head_type"]) for f in facts} | {(f["tail"], f["tail_type"]) for f in facts}
-            out.write(json.dumps({"text_sha256": content_hash(text), "entities": [{"name": n, "type": t} for n, t in sorted(entities)], "facts": facts}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "text_sha256": content_hash(text),
+                        "entities": [{"name": n, "type": t} for n, t in sorted(entities)],
+                        "facts": facts,
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -94,8 +111,14 @@ def once_each(events: list[dict]) -> list[dict]:
 
 # ---- τ gate ---------------------------------------------------------------------------------
 FOUNDING = {
-    "falk": ("Ines Falk founded Falk Ropes in the harbour district.", [fact("Ines Falk", "PERSON", "founded", "Falk Ropes", "COMPANY")]),
-    "pike": ("Oren Pike founded Pike Sails after the war.", [fact("Oren Pike", "PERSON", "founded", "Pike Sails", "COMPANY")]),
+    "falk": (
+        "Ines Falk founded Falk Ropes in the harbour district.",
+        [fact("Ines Falk", "PERSON", "founded", "Falk Ropes", "COMPANY")],
+    ),
+    "pike": (
+        "Oren Pike founded Pike Sails after the war.",
+        [fact("Oren Pike", "PERSON", "founded", "Pike Sails", "COMPANY")],
+    ),
 }
 
 
@@ -111,35 +134,61 @@ def test_a_schema_seen_once_is_pending_until_a_second_passage_activates_both(sto
     (schema,) = memory["schemas"]
     assert (schema["status"], schema["frequency"]) == ("candidate", 1)
     assert [f["status"] for f in memory["facts"]] == ["pending"]
-    assert [(e["event"], e["fact_id"]) for e in events] == [("pending", memory["facts"][0]["id"])]  # held behind the τ gate, once
+    assert [(e["event"], e["fact_id"]) for e in events] == [
+        ("pending", memory["facts"][0]["id"])
+    ]  # held behind the τ gate, once
 
     memory = memory_after
     assert (memory["schemas"][0]["status"], memory["schemas"][0]["frequency"]) == ("stable", 2)
     assert {f["status"] for f in memory["facts"]} == {"active"}
-    assert sorted(e["fact_id"] for e in events_after if e["event"] == "activated") == sorted(fid(f) for _, fs in FOUNDING.values() for f in fs)
+    assert sorted(e["fact_id"] for e in events_after if e["event"] == "activated") == sorted(
+        fid(f) for _, fs in FOUNDING.values() for f in fs
+    )
     assert [e["event"] for e in events_after] == ["pending", "activated", "activated"]
 
 
 def _gate_corpus(n: int) -> dict:
     """n founders and n products (two schemas that become stable) plus one singleton schema."""
     firsts = ["Ines", "Oren", "Tove", "Bram", "Lena", "Milo", "Saga", "Ravi", "Nora", "Ugo", "Edda", "Kai"]
-    crafts = ["Ropes", "Sails", "Clocks", "Lanterns", "Barrels", "Maps", "Bells", "Looms", "Kites", "Oars", "Nets", "Glass"]
+    crafts = [
+        "Ropes",
+        "Sails",
+        "Clocks",
+        "Lanterns",
+        "Barrels",
+        "Maps",
+        "Bells",
+        "Looms",
+        "Kites",
+        "Oars",
+        "Nets",
+        "Glass",
+    ]
     corpus = {}
     for i in range(n):
         person, company, product = f"{firsts[i]} Vell{i}", f"{crafts[i]} Guild{i}", f"{crafts[i].lower()} model {i}"
         corpus[f"g{i:02d}"] = (
             f"{person} founded {company}. {company} sells the {product}.",
-            [fact(person, "PERSON", "founded", company, "COMPANY"), fact(company, "COMPANY", "sells", product, "PRODUCT")],
+            [
+                fact(person, "PERSON", "founded", company, "COMPANY"),
+                fact(company, "COMPANY", "sells", product, "PRODUCT"),
+            ],
         )
-    corpus["lone"] = ("Saga Holt painted The Grey Quay.", [fact("Saga Holt", "PERSON", "painted", "The Grey Quay", "ARTWORK")])
+    corpus["lone"] = (
+        "Saga Holt painted The Grey Quay.",
+        [fact("Saga Holt", "PERSON", "painted", "The Grey Quay", "ARTWORK")],
+    )
     return corpus
 
 
 # Two extractors on four partitions (the Kafka test this replaces) deliver chunks of different
 # partitions at once and in no fixed order; here: four partitions, four messages in flight, in
 # three seeded orders, the last also delivering a third of the messages twice.
-GATE_DELIVERIES = [Delivery(partitions=4, consumers=4, seed=1), Delivery(partitions=4, consumers=4, seed=2),
-                   Delivery(partitions=4, consumers=4, seed=3, redeliver=0.33)]
+GATE_DELIVERIES = [
+    Delivery(partitions=4, consumers=4, seed=1),
+    Delivery(partitions=4, consumers=4, seed=2),
+    Delivery(partitions=4, consumers=4, seed=3, redeliver=0.33),
+]
 
 
 def test_tau_gate_activates_exactly_once_across_interleaved_partitions_and_redeliveries(stack_env, tmp_path):
@@ -154,7 +203,9 @@ def test_tau_gate_activates_exactly_once_across_interleaved_partitions_and_redel
     for delivery in GATE_DELIVERIES:
         memory, events, redeliveries = run(scenario(delivery))
         status = {s["relation"]: (s["status"], s["frequency"]) for s in memory["schemas"]}
-        assert status == {"found": ("stable", 12), "sell": ("stable", 12), "painted by": ("candidate", 1)}, delivery  # paint: a making verb, passive
+        assert status == {"found": ("stable", 12), "sell": ("stable", 12), "painted by": ("candidate", 1)}, (
+            delivery
+        )  # paint: a making verb, passive
         facts = facts_by_id(memory)
         lone = fid(corpus["lone"][1][0])
         assert facts[lone]["status"] == "pending"
@@ -172,15 +223,33 @@ def test_tau_gate_activates_exactly_once_across_interleaved_partitions_and_redel
 # ---- conflicts --------------------------------------------------------------------------------
 CONFLICTS = {
     "m1": ("Mira Okafor was born in Bergen.", [fact("Mira Okafor", "PERSON", "born in", "Bergen", "CITY")]),
-    "m2": ("Mira Okafor was born in Oslo, her passport says.", [fact("Mira Okafor", "PERSON", "born in", "Oslo", "CITY")]),
-    "m3": ("Parish records confirm Mira Okafor was born in Oslo.", [fact("Mira Okafor", "PERSON", "born in", "Oslo", "CITY")]),
-    "t1": ("Tomas Reed led Dunmore Cider from 1990 to 1999.", [fact("Tomas Reed", "PERSON", "led", "Dunmore Cider", "COMPANY", "1990", "1999")]),
-    "t2": ("Tomas Reed led Pellow Farms from 2000 to 2010.", [fact("Tomas Reed", "PERSON", "led", "Pellow Farms", "COMPANY", "2000", "2010")]),
+    "m2": (
+        "Mira Okafor was born in Oslo, her passport says.",
+        [fact("Mira Okafor", "PERSON", "born in", "Oslo", "CITY")],
+    ),
+    "m3": (
+        "Parish records confirm Mira Okafor was born in Oslo.",
+        [fact("Mira Okafor", "PERSON", "born in", "Oslo", "CITY")],
+    ),
+    "t1": (
+        "Tomas Reed led Dunmore Cider from 1990 to 1999.",
+        [fact("Tomas Reed", "PERSON", "led", "Dunmore Cider", "COMPANY", "1990", "1999")],
+    ),
+    "t2": (
+        "Tomas Reed led Pellow Farms from 2000 to 2010.",
+        [fact("Tomas Reed", "PERSON", "led", "Pellow Farms", "COMPANY", "2000", "2010")],
+    ),
     "g0": ("Kestrel Point is located in Norland.", [fact("Kestrel Point", "PLACE", "located in", "Norland", "REGION")]),
     "g1": ("Anna Berg lives in Kestrel Point.", [fact("Anna Berg", "PERSON", "lives in", "Kestrel Point", "PLACE")]),
     "g2": ("Anna Berg lives in Norland, by the coast.", [fact("Anna Berg", "PERSON", "lives in", "Norland", "REGION")]),
-    "d1": ("Ilse Marrow built the Varn Lighthouse.", [fact("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK")]),
-    "d2": ("The Varn Lighthouse was built by Ilse Marrow in spring.", [fact("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK")]),
+    "d1": (
+        "Ilse Marrow built the Varn Lighthouse.",
+        [fact("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK")],
+    ),
+    "d2": (
+        "The Varn Lighthouse was built by Ilse Marrow in spring.",
+        [fact("Ilse Marrow", "PERSON", "built", "Varn Lighthouse", "LANDMARK")],
+    ),
 }
 
 
@@ -210,7 +279,9 @@ def test_each_conflict_kind_ends_in_its_memory_state_and_events(store, tmp_path)
     assert bergen["status"] == "invalid" and bergen["expired_at"] and "excluded by" in bergen["reason"]
     last = events[_ids("m1")][-1]
     assert last["event"] == "invalidated" and last["reason"].startswith("mutual_exclusion")
-    assert set(last["evidence_passage_ids"]) & set(oslo["passages"]) and set(bergen["passages"]) <= set(last["evidence_passage_ids"])
+    assert set(last["evidence_passage_ids"]) & set(oslo["passages"]) and set(bergen["passages"]) <= set(
+        last["evidence_passage_ids"]
+    )
 
     # temporal: both stay, each qualified with its span
     for doc, span in (("t1", ("1990", "1999")), ("t2", ("2000", "2010"))):
@@ -268,8 +339,13 @@ def test_publishing_twice_changes_nothing_and_order_does_not_matter(stack_env, t
         # all at once, shuffled, across partitions with several messages in flight; then the
         # same with a third of the deliveries repeated
         others = []
-        for delivery in (Delivery(partitions=2, consumers=4, seed=7), Delivery(partitions=2, consumers=4, seed=8, redeliver=0.33)):
-            async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging="on", delivery=delivery) as shuffled:
+        for delivery in (
+            Delivery(partitions=2, consumers=4, seed=7),
+            Delivery(partitions=2, consumers=4, seed=8, redeliver=0.33),
+        ):
+            async with replay_stages(
+                stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging="on", delivery=delivery
+            ) as shuffled:
                 await publish(shuffled, corpus, mixed)
                 others.append(await shuffled.export())
         return first, again, others
@@ -284,7 +360,10 @@ def test_publishing_twice_changes_nothing_and_order_does_not_matter(stack_env, t
 # ---- ablation switches --------------------------------------------------------------------
 SWITCHES = {
     "a1": ("Vera Lind was born in Tromso.", [fact("Vera Lind", "PERSON", "born in", "Tromso", "CITY")]),
-    "a2": ("Vera Lind was born in Tromso, the records say.", [fact("Vera Lind", "PERSON", "born in", "Tromso", "CITY")]),
+    "a2": (
+        "Vera Lind was born in Tromso, the records say.",
+        [fact("Vera Lind", "PERSON", "born in", "Tromso", "CITY")],
+    ),
     "a3": ("Vera Lind was born in Narvik.", [fact("Vera Lind", "PERSON", "born in", "Narvik", "CITY")]),
     "a4": ("Vera Lind wrote The Salt Road.", [fact("Vera Lind", "PERSON", "wrote", "The Salt Road", "BOOK")]),
     "a5": ("Vera Lindt sailed to Narvik.", [fact("Vera Lindt", "PERSON", "sailed to", "Narvik", "CITY")]),
@@ -330,7 +409,9 @@ def test_aliases_map_names_to_one_canonical_entity(stack_env, tmp_path):
     cli = Cli(stack_env)
 
     async def scenario():
-        async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], write_script(tmp_path / "s.jsonl", ALIASED), tau=1) as stages:
+        async with replay_stages(
+            stack_env["MEMSTREAM_REDIS_URL"], write_script(tmp_path / "s.jsonl", ALIASED), tau=1
+        ) as stages:
             listed = cli.run("alias", "add", "NYC", "New York City", "--tenant", stages.tenant).stdout
             bad = cli.run("alias", "add", "New York City", "NYC", "--tenant", stages.tenant, check=False)
             await publish(stages, ALIASED, sorted(ALIASED))

@@ -42,4 +42,10 @@ def test_the_rolling_summariser_compresses_every_four_turns():
     lines = context.splitlines()
     assert lines[0].startswith("Summary: ") and [line.split("]")[0] for line in lines[1:]] == ["[t09", "[t10", "[t11"]
     summary = memory_tax.summarise(turns[:8], {})
-    assert summary == {"destination": "Madrid", "travellers": "Ana, Luis, Sofia, Mateo", "origin": "Bogotá", "party": "four of us", "budget": "3,000 USD"}
+    assert summary == {
+        "destination": "Madrid",
+        "travellers": "Ana, Luis, Sofia, Mateo",
+        "origin": "Bogotá",
+        "party": "four of us",
+        "budget": "3,000 USD",
+    }

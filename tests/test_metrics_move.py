@@ -19,7 +19,13 @@ def value(name: str, **labels) -> float:
 
 
 def conflict_decisions() -> float:
-    return sum(s.value for m in REGISTRY.collect() if m.name == "memstream_conflict_decisions" for s in m.samples if s.name.endswith("_total"))
+    return sum(
+        s.value
+        for m in REGISTRY.collect()
+        if m.name == "memstream_conflict_decisions"
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
 
 
 def test_events_conflicts_and_cache_lookups_are_counted():
@@ -30,17 +36,39 @@ def test_events_conflicts_and_cache_lookups_are_counted():
         stages = InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1)
         try:
             await stages.publish("a", "Ilse Marr was born in Kallmar.")
-            await stages.publish("b", "Ilse Marr was born in Brest. Records say Ilse Marr was born in Brest.")  # one birthplace, two cities
-            await stages.publish("c", "Ilse Marr was born in Kallmar.")  # the same text as a: its vectors come from the cache
+            await stages.publish(
+                "b", "Ilse Marr was born in Brest. Records say Ilse Marr was born in Brest."
+            )  # one birthplace, two cities
+            await stages.publish(
+                "c", "Ilse Marr was born in Kallmar."
+            )  # the same text as a: its vectors come from the cache
             await stages.delete("b")
             return stages.events()
         finally:
             await stages.close()
 
-    activated, retired = value("memstream_fact_events_total", event="activated"), value("memstream_fact_events_total", event="retired")
-    hits, misses, decisions = value("memstream_embedding_cache_total", result="hit"), value("memstream_embedding_cache_total", result="miss"), conflict_decisions()
+    activated, retired = (
+        value("memstream_fact_events_total", event="activated"),
+        value("memstream_fact_events_total", event="retired"),
+    )
+    hits, misses, decisions = (
+        value("memstream_embedding_cache_total", result="hit"),
+        value("memstream_embedding_cache_total", result="miss"),
+        conflict_decisions(),
+    )
     events = asyncio.run(scenario())
-    assert value("memstream_fact_events_total", event="activated") - activated == sum(e["event"] == "activated" for e in events) > 0
-    assert value("memstream_fact_events_total", event="retired") - retired == sum(e["event"] == "retired" for e in events) == 1
+    assert (
+        value("memstream_fact_events_total", event="activated") - activated
+        == sum(e["event"] == "activated" for e in events)
+        > 0
+    )
+    assert (
+        value("memstream_fact_events_total", event="retired") - retired
+        == sum(e["event"] == "retired" for e in events)
+        == 1
+    )
     assert conflict_decisions() > decisions
-    assert value("memstream_embedding_cache_total", result="miss") > misses and value("memstream_embedding_cache_total", result="hit") > hits
+    assert (
+        value("memstream_embedding_cache_total", result="miss") > misses
+        and value("memstream_embedding_cache_total", result="hit") > hits
+    )

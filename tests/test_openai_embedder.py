@@ -15,10 +15,18 @@ from ops.fake_llm import FakeEmbeddings
 from store import Memory
 from store.in_memory import InMemoryStore
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
-from topics import Chunk
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
-from workers.models.embedding import (BatchingEmbedder, EmbedderError, EmbedderMismatch, EmbedderRefused, EndpointConfig, OpenAIEmbedder, embedder_id,
-                                      make_embedder)
+from topics import Chunk
+from workers.models.embedding import (
+    BatchingEmbedder,
+    EmbedderError,
+    EmbedderMismatch,
+    EmbedderRefused,
+    EndpointConfig,
+    OpenAIEmbedder,
+    embedder_id,
+    make_embedder,
+)
 from workers.settings import Settings
 
 TEXTS = [f"text number {i}" for i in range(10)]
@@ -26,7 +34,9 @@ TEXTS = [f"text number {i}" for i in range(10)]
 
 def endpoint(fake: FakeEmbeddings, model: str = "fake-model", **config) -> OpenAIEmbedder:
     """The endpoint embedder at the fake, retrying fast."""
-    return OpenAIEmbedder(EndpointConfig(fake.base_url, "test-key", model, **{"dims": 384, "backoff_base_s": 0.01, **config}))
+    return OpenAIEmbedder(
+        EndpointConfig(fake.base_url, "test-key", model, **{"dims": 384, "backoff_base_s": 0.01, **config})
+    )
 
 
 def test_texts_go_in_bounded_batches_with_bounded_requests_in_flight_and_come_back_normalised_in_order():
@@ -34,7 +44,10 @@ def test_texts_go_in_bounded_batches_with_bounded_requests_in_flight_and_come_ba
         embedder = endpoint(fake, batch=3, concurrency=2)
         vectors = asyncio.run(embedder.aembed(TEXTS))
     assert sorted(len(r["input"]) for r in fake.requests) == [1, 3, 3, 3]
-    assert all(r["model"] == "fake-model" and r["dimensions"] == 384 and r["encoding_format"] == "base64" for r in fake.requests)
+    assert all(
+        r["model"] == "fake-model" and r["dimensions"] == 384 and r["encoding_format"] == "base64"
+        for r in fake.requests
+    )
     assert 1 <= fake.max_in_flight <= 2
     assert vectors.dtype == np.float32 and vectors.shape == (10, 384)
     assert np.allclose(vectors, np.asarray([FakeEmbeddings.vector(t, 384) for t in TEXTS]), atol=1e-6)
@@ -69,7 +82,9 @@ def test_a_server_answering_another_size_or_count_is_a_clear_error():
     with FakeEmbeddings() as fake:
         fake.script.extend([{"dims": 8}, {"count": 1}])
         embedder = endpoint(fake)
-        with pytest.raises(EmbedderError, match="answered vectors of 8 dims for model 'fake-model'; this worker's indexes are 384 dims"):
+        with pytest.raises(
+            EmbedderError, match="answered vectors of 8 dims for model 'fake-model'; this worker's indexes are 384 dims"
+        ):
             asyncio.run(embedder.aembed(["alpha", "beta"]))
         with pytest.raises(EmbedderError, match="answered 1 vectors for 2 texts"):
             asyncio.run(embedder.aembed(["alpha", "beta"]))
@@ -84,14 +99,25 @@ def test_without_dims_the_model_size_is_asked_once_and_no_dimensions_are_sent():
 
 
 def test_make_embedder_names_the_missing_settings_and_the_cache_key_names_model_and_dims():
-    with pytest.raises(ValueError, match="MEMSTREAM_EMBEDDER=openai needs MEMSTREAM_EMBEDDER_BASE_URL and MEMSTREAM_EMBEDDER_MODEL"):
+    with pytest.raises(
+        ValueError, match="MEMSTREAM_EMBEDDER=openai needs MEMSTREAM_EMBEDDER_BASE_URL and MEMSTREAM_EMBEDDER_MODEL"
+    ):
         make_embedder(Settings.from_env({"MEMSTREAM_EMBEDDER": "openai", "MEMSTREAM_EMBEDDER_MODEL": "m"}))
     with pytest.raises(ValueError, match="MEMSTREAM_EMBEDDER='torch': expected local or openai"):
         Settings.from_env({"MEMSTREAM_EMBEDDER": "torch"})
     with FakeEmbeddings() as fake:
-        embedder = make_embedder(Settings.from_env({"MEMSTREAM_EMBEDDER": "openai", "MEMSTREAM_EMBEDDER_BASE_URL": fake.base_url,
-                                                    "MEMSTREAM_EMBEDDER_MODEL": "text-embedding-3-small", "MEMSTREAM_EMBEDDER_DIMS": "256",
-                                                    "MEMSTREAM_EMBEDDER_BATCH": "7", "MEMSTREAM_EMBEDDER_CONCURRENCY": "3"}))
+        embedder = make_embedder(
+            Settings.from_env(
+                {
+                    "MEMSTREAM_EMBEDDER": "openai",
+                    "MEMSTREAM_EMBEDDER_BASE_URL": fake.base_url,
+                    "MEMSTREAM_EMBEDDER_MODEL": "text-embedding-3-small",
+                    "MEMSTREAM_EMBEDDER_DIMS": "256",
+                    "MEMSTREAM_EMBEDDER_BATCH": "7",
+                    "MEMSTREAM_EMBEDDER_CONCURRENCY": "3",
+                }
+            )
+        )
     assert embedder_id(embedder) == EmbedderId("openai:text-embedding-3-small", 256)
     assert embedder_id(embedder).cache_name == "openai:text-embedding-3-small:256"
     assert (embedder.config.batch, embedder.config.concurrency) == (7, 3)
@@ -102,7 +128,9 @@ def test_the_redis_embedding_cache_serves_a_second_run_without_a_request(stack_e
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
         try:
             embedder = endpoint(fake, model)  # a fresh process's embedder: nothing cached in it
-            return await BatchingEmbedder(embedder, cache=memory.embedding_cache(embedder_id(embedder).cache_name)).embed(texts)
+            return await BatchingEmbedder(
+                embedder, cache=memory.embedding_cache(embedder_id(embedder).cache_name)
+            ).embed(texts)
         finally:
             await memory.close()
 
@@ -141,20 +169,31 @@ def test_querying_a_tenant_with_another_embedder_than_it_was_indexed_with_is_an_
 
     answer, message = asyncio.run(main())
     assert answer["passages"] and not answer.get("error")
-    assert "indexed with DigitBlindEmbedder (384 dims)" in message and "this worker embeds with other-model (384 dims)" in message
+    assert (
+        "indexed with DigitBlindEmbedder (384 dims)" in message
+        and "this worker embeds with other-model (384 dims)" in message
+    )
 
 
 def test_writing_a_tenant_with_another_embedder_dead_letters_the_chunk_with_the_reason():
     async def main():
         stages = await indexed()
-        other = InProcess(None, ScriptedExtractor({"Bo lives in Rome.": [("Bo", "lives in", "Rome")]}), OtherEmbedder(),
-                          memory=stages.memory, tenant=stages.tenant)
+        other = InProcess(
+            None,
+            ScriptedExtractor({"Bo lives in Rome.": [("Bo", "lives in", "Rome")]}),
+            OtherEmbedder(),
+            memory=stages.memory,
+            tenant=stages.tenant,
+        )
         await other.publish("doc-2", "Bo lives in Rome.")
         return other.dead_letters()
 
     letters = asyncio.run(main())
     assert [letter["topic"] for letter in letters] == ["memstream.chunks"]
-    assert "indexed with DigitBlindEmbedder (384 dims), but this worker embeds with other-model (384 dims)" in letters[0]["error"]
+    assert (
+        "indexed with DigitBlindEmbedder (384 dims), but this worker embeds with other-model (384 dims)"
+        in letters[0]["error"]
+    )
 
 
 def test_a_tenant_indexed_before_records_adopts_an_embedder_of_its_size_else_is_an_error():
@@ -179,9 +218,13 @@ def test_redis_records_the_first_claim_and_reads_an_old_tenant_size_from_its_ind
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=12)
         try:
             unknown = await memory.claim_embedder(tenant, EmbedderId("a", 12), False)
-            first = await asyncio.gather(memory.claim_embedder(tenant, EmbedderId("a", 12), True),
-                                         memory.claim_embedder(tenant, EmbedderId("b", 12), True))
-            await memory.ensure_indexes(old)  # a tenant with 12-dim vectors indexed and no record (written before records were kept)
+            first = await asyncio.gather(
+                memory.claim_embedder(tenant, EmbedderId("a", 12), True),
+                memory.claim_embedder(tenant, EmbedderId("b", 12), True),
+            )
+            await memory.ensure_indexes(
+                old
+            )  # a tenant with 12-dim vectors indexed and no record (written before records were kept)
             pipe = memory.pipeline()
             memory.stage_passage(pipe, old, Chunk(old, "c1", "d1", 0, 1, "an old passage"), [], np.ones(12))
             await pipe.execute()
@@ -203,14 +246,19 @@ def test_the_query_api_answers_a_query_with_another_embedder_as_json_naming_both
     from workers.query.server import query_app
 
     async def main(fake):
-        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({"Ada lives in Paris.": [("Ada", "lives in", "Paris")]}),
-                           BatchingEmbedder(endpoint(fake, "model-a")))
+        stages = InProcess(
+            stack_env["MEMSTREAM_REDIS_URL"],
+            ScriptedExtractor({"Ada lives in Paris.": [("Ada", "lives in", "Paris")]}),
+            BatchingEmbedder(endpoint(fake, "model-a")),
+        )
         try:
             await stages.publish("doc-1", "Ada lives in Paris.")
             settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant=stages.tenant)
             answers = []
             for model in ("model-a", "model-b"):
-                async with TestClient(TestServer(query_app(settings, BatchingEmbedder(endpoint(fake, model))))) as client:
+                async with TestClient(
+                    TestServer(query_app(settings, BatchingEmbedder(endpoint(fake, model))))
+                ) as client:
                     response = await client.post("/v1/query", json={"query": "Where does Ada live?"})
                     answers.append((response.status, await response.json()))
             return stages.dead_letters(), answers
@@ -221,7 +269,10 @@ def test_the_query_api_answers_a_query_with_another_embedder_as_json_naming_both
         letters, (same, other) = asyncio.run(main(fake))
     assert letters == [] and same[0] == 200 and same[1]["passages"][0]["text"] == "Ada lives in Paris."
     assert other[0] == 409 and set(other[1]) == {"error"}
-    assert "indexed with openai:model-a (384 dims), but this worker embeds with openai:model-b (384 dims)" in other[1]["error"]
+    assert (
+        "indexed with openai:model-a (384 dims), but this worker embeds with openai:model-b (384 dims)"
+        in other[1]["error"]
+    )
 
 
 def test_a_worker_with_the_endpoint_embedder_indexes_and_answers_in_the_models_size(make_workers, tmp_path):
@@ -236,7 +287,9 @@ def test_a_worker_with_the_endpoint_embedder_indexes_and_answers_in_the_models_s
     with FakeEmbeddings(dims=64) as fake:
         workers = make_workers(embedder="openai", embedder_base_url=fake.base_url, embedder_model=model)
         workers.start()
-        workers.cli.run("publish", *write_docs(tmp_path / "d", {"mill": text}), "--tenant", tenant, "--wait", "--timeout", "180")
+        workers.cli.run(
+            "publish", *write_docs(tmp_path / "d", {"mill": text}), "--tenant", tenant, "--wait", "--timeout", "180"
+        )
         answer = workers.cli.query("Who runs the Tarn Mill?", tenant)
     assert [p["text"] for p in answer["passages"]] == [text]
     assert text in fake.texts and "Who runs the Tarn Mill?" in fake.texts
@@ -251,8 +304,12 @@ def refusing(fake_text: str) -> FakeEmbeddings:
 def test_a_text_refused_in_a_merged_batch_fails_only_its_own_caller():
     async def main(fake):
         batching = BatchingEmbedder(endpoint(fake))
-        return await asyncio.gather(batching.embed(["alpha", "beta"]), batching.embed(["a passage TOO LONG for the model"]),
-                                    batching.embed(["gamma"]), return_exceptions=True)
+        return await asyncio.gather(
+            batching.embed(["alpha", "beta"]),
+            batching.embed(["a passage TOO LONG for the model"]),
+            batching.embed(["gamma"]),
+            return_exceptions=True,
+        )
 
     with refusing("TOO LONG") as fake:
         good, refused, other = asyncio.run(main(fake))
@@ -264,8 +321,13 @@ def test_a_text_refused_in_a_merged_batch_fails_only_its_own_caller():
 
 def test_a_chunk_whose_text_the_endpoint_refuses_is_dead_lettered_at_once_and_the_others_are_indexed():
     async def main(fake):
-        stages = InProcess(None, ScriptedExtractor({"Ada lives in Oslo.": [("Ada", "lives in", "Oslo")],
-                                                    "A passage TOO LONG for the model.": []}), BatchingEmbedder(endpoint(fake)))
+        stages = InProcess(
+            None,
+            ScriptedExtractor(
+                {"Ada lives in Oslo.": [("Ada", "lives in", "Oslo")], "A passage TOO LONG for the model.": []}
+            ),
+            BatchingEmbedder(endpoint(fake)),
+        )
         await stages.publish("doc-1", "Ada lives in Oslo.", wait=False)
         await stages.publish("doc-2", "A passage TOO LONG for the model.", wait=False)
         await stages.drain()
@@ -284,7 +346,13 @@ def test_a_refused_key_or_a_server_down_past_the_retries_is_an_outage_and_a_refu
 
     with FakeEmbeddings() as fake:
         errors = []
-        for script in ([{"status": 401}], [{"status": 404}], [{"status": 503}, {"status": 503}], [{"status": 413}], [{"status": 422}]):
+        for script in (
+            [{"status": 401}],
+            [{"status": 404}],
+            [{"status": 503}, {"status": 503}],
+            [{"status": 413}],
+            [{"status": 422}],
+        ):
             fake.script.extend(script)
             with pytest.raises(EmbedderError) as raised:
                 asyncio.run(endpoint(fake, max_attempts=2).aembed(["alpha"]))

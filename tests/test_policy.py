@@ -62,5 +62,8 @@ def test_a_containment_path_qualifies_the_scope():
 
 def test_decisions_do_not_depend_on_input_order():
     facts = [GroupFact(str(i), f"t{i}", support=s, doc_version=1, ts=float(i)) for i, s in enumerate([1, 3, 2, 3])]
-    outcomes = {tuple(sorted((k, d.status) for k, d in adjudicate(list(p), never).items())) for p in itertools.permutations(facts)}
+    outcomes = {
+        tuple(sorted((k, d.status) for k, d in adjudicate(list(p), never).items()))
+        for p in itertools.permutations(facts)
+    }
     assert len(outcomes) == 1

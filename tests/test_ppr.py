@@ -34,7 +34,11 @@ def test_matches_igraph_prpack(seed):
 
     g = igraph.Graph(n=n, edges=list(edges), directed=False)
     g.es["weight"] = list(edges.values())
-    theirs = np.array(g.personalized_pagerank(damping=0.5, reset=[reset[order[i]] for i in range(n)], weights="weight", implementation="prpack"))
+    theirs = np.array(
+        g.personalized_pagerank(
+            damping=0.5, reset=[reset[order[i]] for i in range(n)], weights="weight", implementation="prpack"
+        )
+    )
     ours_by_id = np.array([ours[order[i]] for i in range(n)])
     assert np.allclose(ours_by_id, theirs, atol=1e-6)
     assert list(np.argsort(-ours_by_id)[:10]) == list(np.argsort(-theirs)[:10])

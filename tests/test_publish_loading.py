@@ -52,16 +52,24 @@ def test_bad_documents_are_named_and_the_rest_kept(tmp_path):
 
 
 def test_times_and_ttls_the_workers_would_refuse_are_refused_at_load(tmp_path):
-    (tmp_path / "docs.jsonl").write_text('{"doc_id": "ok", "text": "fine", "metadata": {"ttl_seconds": 60}}\n'
-                                         '{"doc_id": "ttl", "text": "x", "metadata": {"ttl_seconds": "1d"}}\n'
-                                         '{"doc_id": "ms", "text": "x", "ts": 1683554160000}\n'
-                                         '{"session_id": "s", "turn": 0, "speaker": "Ana", "text": "x", "ts": 1683554160000}\n')
+    (tmp_path / "docs.jsonl").write_text(
+        '{"doc_id": "ok", "text": "fine", "metadata": {"ttl_seconds": 60}}\n'
+        '{"doc_id": "ttl", "text": "x", "metadata": {"ttl_seconds": "1d"}}\n'
+        '{"doc_id": "ms", "text": "x", "ts": 1683554160000}\n'
+        '{"session_id": "s", "turn": 0, "speaker": "Ana", "text": "x", "ts": 1683554160000}\n'
+    )
     loaded = load_documents([str(tmp_path / "docs.jsonl")], "acme", 1000)
     assert [d.doc_id for d in loaded.documents] == ["ok"]
     errors = "\n".join(loaded.errors)
     assert "docs.jsonl:2: metadata.ttl_seconds must be a whole number of seconds" in errors
-    assert "docs.jsonl:3: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)" in errors
-    assert "docs.jsonl:4: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)" in errors
+    assert (
+        "docs.jsonl:3: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)"
+        in errors
+    )
+    assert (
+        "docs.jsonl:4: 'ts' must be seconds since the epoch within years 1-9999 (got 1.68355e+12: milliseconds?)"
+        in errors
+    )
 
 
 def test_a_folder_is_walked_and_doc_ids_are_paths_within_it(tmp_path):
@@ -79,7 +87,9 @@ def test_a_folder_is_walked_and_doc_ids_are_paths_within_it(tmp_path):
     loaded = load_documents([str(notes)], "acme", 1000)
     assert loaded.errors == []
     assert [d.doc_id for d in loaded.documents] == ["a/README", "b/README", "top"]
-    assert load_documents([str(tmp_path / "empty")], "acme", 1000).errors == [f"{tmp_path / 'empty'}: no such file or folder"]
+    assert load_documents([str(tmp_path / "empty")], "acme", 1000).errors == [
+        f"{tmp_path / 'empty'}: no such file or folder"
+    ]
 
 
 def test_two_inputs_of_one_doc_id_are_refused_with_where_each_was_read(tmp_path):
@@ -88,7 +98,11 @@ def test_two_inputs_of_one_doc_id_are_refused_with_where_each_was_read(tmp_path)
     (tmp_path / "a" / "README.md").write_text("Alpha.")
     (tmp_path / "b" / "README.md").write_text("Beta.")
     (tmp_path / "other.txt").write_text("Other.")
-    loaded = load_documents([str(tmp_path / "a" / "README.md"), str(tmp_path / "b" / "README.md"), str(tmp_path / "other.txt")], "acme", 1000)
+    loaded = load_documents(
+        [str(tmp_path / "a" / "README.md"), str(tmp_path / "b" / "README.md"), str(tmp_path / "other.txt")],
+        "acme",
+        1000,
+    )
     assert [d.doc_id for d in loaded.documents] == ["other"]  # the rest is still published
     first, second = loaded.errors  # one error per document refused, each naming the other
     a, b = str(tmp_path / "a" / "README.md"), str(tmp_path / "b" / "README.md")
@@ -98,9 +112,15 @@ def test_two_inputs_of_one_doc_id_are_refused_with_where_each_was_read(tmp_path)
 
 def test_documents_take_the_publish_version_unless_they_name_one(tmp_path):
     (tmp_path / "a.txt").write_text("Ada.")
-    (tmp_path / "d.jsonl").write_text('{"doc_id": "own", "text": "x", "version": 7}\n{"doc_id": "plain", "text": "y"}\n')
+    (tmp_path / "d.jsonl").write_text(
+        '{"doc_id": "own", "text": "x", "version": 7}\n{"doc_id": "plain", "text": "y"}\n'
+    )
     loaded = load_documents([str(tmp_path / "a.txt"), str(tmp_path / "d.jsonl")], "acme", 1000, version=1700000000123)
-    assert [(d.doc_id, d.version) for d in loaded.documents] == [("a", 1700000000123), ("own", 7), ("plain", 1700000000123)]
+    assert [(d.doc_id, d.version) for d in loaded.documents] == [
+        ("a", 1700000000123),
+        ("own", 7),
+        ("plain", 1700000000123),
+    ]
     assert load_documents([str(tmp_path / "a.txt")], "acme", 1000).documents[0].version == 1  # the contract's default
 
 

@@ -17,8 +17,8 @@ import pytest
 from store.memory import Hit
 from store.records import passage_json
 from topics import ContractError
-from workers.query.graph_cache import TenantGraph
 from workers.query.engine import QueryEngine, QueryRequest
+from workers.query.graph_cache import TenantGraph
 from workers.settings import Settings
 
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens: these tests never get that far
@@ -67,13 +67,15 @@ BAD_BODIES = {
     b'{"query": "x", "params": {"alpha": Infinity}}': "Infinity is not a JSON number",
     b'{"query": "x", "params": {"alpha": -Infinity}}': "-Infinity is not a JSON number",
     b'{"query": "x", "params": {"temperature": 1e999}}': "number 1e999 is beyond the range of a double",
-    b'{"query": "x", "params": {"alpha": 1' + b"0" * 400 + b'}}': "parameter 'alpha' is out of range; allowed range [0, 1000]",
+    b'{"query": "x", "params": {"alpha": 1'
+    + b"0" * 400
+    + b"}}": "parameter 'alpha' is out of range; allowed range [0, 1000]",
     b'{"query": "x", "top_k": 1' + b"0" * 5000 + b"}": "request body is not valid JSON",
     b'{"query": "x", "params": {"layer_k": 2.5}}': "parameter 'layer_k' must be int",
     b'{"query": "\\ud800 who runs the mill?"}': "'query' is not valid Unicode: lone surrogate U+D800 at character 0",
     b'{"query": "x", "tenant": "t\\udfff"}': "'tenant' is not valid Unicode: lone surrogate U+DFFF at character 1",
     b'{"query": "x", "\\ud83d": 1}': "a key in the body is not valid Unicode",
-    b'[' * 100_000 + b']' * 100_000: "nested too deeply",
+    b"[" * 100_000 + b"]" * 100_000: "nested too deeply",
     b'{"query": "caf\xe9"}': "request body is not UTF-8",
 }
 
@@ -114,7 +116,9 @@ def test_requests_past_the_inflight_cap_are_503_with_retry_after_and_probes_are_
         await asyncio.gather(*held)
         return shed, health.status, await health.json(content_type=None)
 
-    (status, headers, body), health_status, health = serve(Settings(redis_url=NO_REDIS, query_max_inflight=2), embedder, requests)
+    (status, headers, body), health_status, health = serve(
+        Settings(redis_url=NO_REDIS, query_max_inflight=2), embedder, requests
+    )
     assert status == 503 and headers["Retry-After"] == "1"
     assert "limit of 2 requests" in body["error"]
     assert embedder.calls == 2  # the shed request never reached the engine
@@ -127,7 +131,11 @@ def test_every_error_body_is_json():
         missing = await client.get("/v1/nothing-here")
         wrong_method = await client.get("/v1/query")
         failing = await post(client, b'{"query": "reaches the engine"}')
-        return (missing.status, await missing.json(content_type=None)), (wrong_method.status, await wrong_method.json(content_type=None)), failing
+        return (
+            (missing.status, await missing.json(content_type=None)),
+            (wrong_method.status, await wrong_method.json(content_type=None)),
+            failing,
+        )
 
     (missing, wrong_method, failing) = serve(Settings(redis_url=NO_REDIS), GatedEmbedder(), requests)
     assert missing == (404, {"error": "Not Found: GET /v1/nothing-here"})
@@ -160,7 +168,9 @@ def hub_graph():
     from workers.algorithms.ppr import SparseGraph
 
     rng = np.random.default_rng(9)
-    return SparseGraph.from_edges((f"n{i}", f"n{int(rng.integers(0, 40))}", float(rng.uniform(0.5, 2))) for i in range(1, 400))
+    return SparseGraph.from_edges(
+        (f"n{i}", f"n{int(rng.integers(0, 40))}", float(rng.uniform(0.5, 2))) for i in range(1, 400)
+    )
 
 
 def test_ppr_stops_at_its_pass_cap_and_reports_it():
@@ -182,10 +192,27 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
     from workers.algorithms.ppr import Transition
 
     graph = TenantGraph("t")
-    for a, b, kind in [("e:a", "e:b", "fact"), ("e:b", "e:c", "fact"), ("e:a", "p:p1", "passage"), ("e:c", "p:p2", "passage")]:
+    for a, b, kind in [
+        ("e:a", "e:b", "fact"),
+        ("e:b", "e:c", "fact"),
+        ("e:a", "p:p1", "passage"),
+        ("e:c", "p:p2", "passage"),
+    ]:
         graph.apply(a, b, 1.0, kind)
-    fact = Hit("f1", 0.9, {"head": "A", "relation": "r", "tail": "B", "head_id": "a", "tail_id": "b", "status": "active",
-                           "category": "DECLARATIVE", "expired_at": None})
+    fact = Hit(
+        "f1",
+        0.9,
+        {
+            "head": "A",
+            "relation": "r",
+            "tail": "B",
+            "head_id": "a",
+            "tail_id": "b",
+            "status": "active",
+            "category": "DECLARATIVE",
+            "expired_at": None,
+        },
+    )
 
     class Memory:
         async def knn(self, tenant, layer, vector, k, fields, where=None):

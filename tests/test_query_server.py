@@ -16,16 +16,26 @@ import numpy as np
 from ops.stack import free_port
 from store import Memory
 from store.facts import Fact
+from tests.test_query_worker import call
 from topics import Chunk
 from topics.records import Triple
 from workers.algorithms.normalize import entity_id, fact_id, schema_id
-from tests.test_query_worker import call
 from workers.settings import Settings
 
 DIMS = 384
 PASSAGES = {
-    "mill": ("Oskar Lind", "runs", "Tarn Mill", "Oskar Lind runs the Tarn Mill. The Tarn Mill grinds rye for Port Selka."),
-    "bakery": ("Freya Holm", "owns", "Selka Bakery", "Freya Holm owns the Selka Bakery. The bakery buys rye from the Tarn Mill."),
+    "mill": (
+        "Oskar Lind",
+        "runs",
+        "Tarn Mill",
+        "Oskar Lind runs the Tarn Mill. The Tarn Mill grinds rye for Port Selka.",
+    ),
+    "bakery": (
+        "Freya Holm",
+        "owns",
+        "Selka Bakery",
+        "Freya Holm owns the Selka Bakery. The bakery buys rye from the Tarn Mill.",
+    ),
     "ferry": ("Juno Vale", "sails", "Selka Ferry", "Captain Juno Vale sails the Selka Ferry from Port Selka to Ostra."),
 }
 
@@ -44,14 +54,22 @@ async def write_memory(redis_url: str, tenant: str, seed: int = 7) -> dict:
     try:
         await memory.ensure_indexes(tenant)
         pipe = memory.pipeline()
-        for (doc_id, (head, relation, tail, text)), vectors in zip(PASSAGES.items(), unit_vectors(4 * len(PASSAGES), seed).reshape(-1, 4, DIMS)):
+        for (doc_id, (head, relation, tail, text)), vectors in zip(
+            PASSAGES.items(), unit_vectors(4 * len(PASSAGES), seed).reshape(-1, 4, DIMS)
+        ):
             chunk = Chunk(tenant, f"passage-{doc_id}", doc_id, 0, 1, text)
             ids = [entity_id(head), entity_id(tail)]
             memory.stage_passage(pipe, tenant, chunk, ids, vectors[0])
             for name, eid, vector in zip((head, tail), ids, vectors[1:3]):
                 memory.stage_entity(pipe, tenant, eid, name, "ENTITY", vector, chunk.chunk_id)
             fid = fact_id(ids[0], relation, ids[1])
-            fact = Fact.extracted(fid, Triple(head, relation, tail, "ENTITY", "ENTITY"), ids[0], ids[1], schema_id("ENTITY", relation, "ENTITY"))
+            fact = Fact.extracted(
+                fid,
+                Triple(head, relation, tail, "ENTITY", "ENTITY"),
+                ids[0],
+                ids[1],
+                schema_id("ENTITY", relation, "ENTITY"),
+            )
             memory.stage_new_fact(pipe, tenant, fact, vectors[3])
             memory.stage_fact_update(pipe, tenant, fid, {"status": "active"})
             memory.stage_fact_passage(pipe, tenant, fid, chunk.chunk_id)
@@ -80,7 +98,10 @@ def test_the_query_role_serves_with_only_redis_reachable(make_workers, stack_env
         assert passage["doc_id"] == by_id[passage["id"]] and passage["text"] == PASSAGES[passage["doc_id"]][3]
     status, passage = call(base, f"/v1/passages/{written['ferry']['passage']}?tenant={tenant}")
     assert status == 200 and passage["text"] == PASSAGES["ferry"][3]
-    assert call(base, f"/v1/passages/nope?tenant={tenant}") == (404, {"error": f"no passage 'nope' in tenant '{tenant}'"})
+    assert call(base, f"/v1/passages/nope?tenant={tenant}") == (
+        404,
+        {"error": f"no passage 'nope' in tenant '{tenant}'"},
+    )
 
     proc.terminate()  # SIGTERM: a clean stop
     assert proc.wait(timeout=30) == 0
@@ -101,18 +122,21 @@ class ExactEmbedder:
 
 def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     from aiohttp.test_utils import TestClient, TestServer
-
-    from workers.query.server import query_app
-
     from kafka import KafkaConsumer, TopicPartition
 
     from ops.kafka_admin import ensure_topics
+    from workers.query.server import query_app
 
     tenant = f"routes-{uuid.uuid4().hex[:8]}"
     written = asyncio.run(write_memory(stack_env["MEMSTREAM_REDIS_URL"], tenant))
     mill = written["mill"]
-    settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant=tenant, kafka_bootstrap=stack_env["MEMSTREAM_KAFKA_BOOTSTRAP"],
-                        topic_namespace=f"t{uuid.uuid4().hex[:10]}", partitions=1)
+    settings = Settings(
+        redis_url=stack_env["MEMSTREAM_REDIS_URL"],
+        tenant=tenant,
+        kafka_bootstrap=stack_env["MEMSTREAM_KAFKA_BOOTSTRAP"],
+        topic_namespace=f"t{uuid.uuid4().hex[:10]}",
+        partitions=1,
+    )
     ensure_topics(settings)
 
     async def get(client, path):
@@ -122,18 +146,36 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     async def main():
         async with TestClient(TestServer(query_app(settings, ExactEmbedder(mill["vector"])))) as client:
             query = await client.post("/v1/query", data=json.dumps({"query": "the mill", "mode": "dense", "top_k": 1}))
-            paths = [f"/v1/facts/{mill['fact']}", f"/v1/facts/{mill['fact']}/evidence", f"/v1/passages/{mill['passage']}",
-                     "/v1/facts/nope", "/v1/facts/nope/evidence", "/v1/passages/nope?tenant=bad%20tenant", "/healthz", "/metrics"]
+            paths = [
+                f"/v1/facts/{mill['fact']}",
+                f"/v1/facts/{mill['fact']}/evidence",
+                f"/v1/passages/{mill['passage']}",
+                "/v1/facts/nope",
+                "/v1/facts/nope/evidence",
+                "/v1/passages/nope?tenant=bad%20tenant",
+                "/healthz",
+                "/metrics",
+            ]
             retracts = []
-            for path, body in ((f"/v1/facts/{mill['fact']}/retract", b'{"reason": "the mill closed"}'), ("/v1/facts/nope/retract", b""),
-                               (f"/v1/facts/{mill['fact']}/retract", b'["closed"]'), (f"/v1/facts/{mill['fact']}/retract?tenant=", b"")):
+            for path, body in (
+                (f"/v1/facts/{mill['fact']}/retract", b'{"reason": "the mill closed"}'),
+                ("/v1/facts/nope/retract", b""),
+                (f"/v1/facts/{mill['fact']}/retract", b'["closed"]'),
+                (f"/v1/facts/{mill['fact']}/retract?tenant=", b""),
+            ):
                 response = await client.post(path, data=body)
                 retracts.append((response.status, await response.json()))
             return (query.status, await query.json()), [await get(client, path) for path in paths], retracts
 
-    (status, answer), (fact, evidence, passage, no_fact, no_evidence, bad_tenant, health, metrics), retracts = asyncio.run(main())
+    (status, answer), (fact, evidence, passage, no_fact, no_evidence, bad_tenant, health, metrics), retracts = (
+        asyncio.run(main())
+    )
     queued, unknown, bad_body, blank_tenant = retracts
-    assert queued[0] == 202 and queued[1]["fact_id"] == mill["fact"] and queued[1]["request"].startswith(f"retract:{mill['fact']}:")
+    assert (
+        queued[0] == 202
+        and queued[1]["fact_id"] == mill["fact"]
+        and queued[1]["request"].startswith(f"retract:{mill['fact']}:")
+    )
     assert unknown == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
     assert bad_body == (400, {"error": 'the body, when given, is {"reason": "<text>"}'})
     assert blank_tenant[0] == 400 and "invalid tenant ''" in blank_tenant[1]["error"]
@@ -145,17 +187,30 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     finally:
         consumer.close()
     assert [(m["kind"], m["fact_id"], m["reason"]) for m in sent] == [("retract", mill["fact"], "the mill closed")]
-    assert status == 200 and answer["mode"] == "dense" and answer["tenant"] == tenant  # ?tenant= defaults to MEMSTREAM_TENANT
+    assert (
+        status == 200 and answer["mode"] == "dense" and answer["tenant"] == tenant
+    )  # ?tenant= defaults to MEMSTREAM_TENANT
     assert [(p["id"], p["doc_id"]) for p in answer["passages"]] == [(mill["passage"], "mill")]
     for found in (fact, evidence, passage, health):
         assert found[:2] == (200, "application/json; charset=utf-8")
-        assert found[2] == json.dumps(json.loads(found[2]), separators=(",", ":")).encode()  # compact, as the faust views sent
+        assert (
+            found[2] == json.dumps(json.loads(found[2]), separators=(",", ":")).encode()
+        )  # compact, as the faust views sent
     assert json.loads(fact[2])["id"] == mill["fact"] and json.loads(fact[2])["status"] == "active"
     assert json.loads(fact[2])["passage_ids"] == [mill["passage"]]
     assert json.loads(evidence[2])["fact"] == json.loads(fact[2])
     assert [p["text"] for p in json.loads(evidence[2])["passages"]] == [PASSAGES["mill"][3]]
-    assert json.loads(passage[2]) == {"id": mill["passage"], "text": PASSAGES["mill"][3], "doc_id": "mill", "seq": 0, "doc_version": 1,
-                                      "metadata": {}, "context": "", "retired": False, "doc_ids": ["mill"]}
+    assert json.loads(passage[2]) == {
+        "id": mill["passage"],
+        "text": PASSAGES["mill"][3],
+        "doc_id": "mill",
+        "seq": 0,
+        "doc_version": 1,
+        "metadata": {},
+        "context": "",
+        "retired": False,
+        "doc_ids": ["mill"],
+    }
     assert (no_fact[0], json.loads(no_fact[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
     assert (no_evidence[0], json.loads(no_evidence[2])) == (404, {"error": f"no fact 'nope' in tenant '{tenant}'"})
     assert bad_tenant[0] == 400 and "invalid tenant" in json.loads(bad_tenant[2])["error"]
@@ -174,16 +229,29 @@ def test_an_indexing_worker_with_query_fails_at_once_on_a_taken_http_port(stack_
     held = socket.create_server(("127.0.0.1", 0))
     port = held.getsockname()[1]
     ns = f"t{uuid.uuid4().hex[:10]}"
-    env = {**stack_env, "MEMSTREAM_HTTP_PORT": str(port), "MEMSTREAM_TOPIC_NAMESPACE": ns, "MEMSTREAM_APP_ID": ns,
-           "MEMSTREAM_HOME": str(tmp_path), "MEMSTREAM_LOG_LEVEL": "info"}
+    env = {
+        **stack_env,
+        "MEMSTREAM_HTTP_PORT": str(port),
+        "MEMSTREAM_TOPIC_NAMESPACE": ns,
+        "MEMSTREAM_APP_ID": ns,
+        "MEMSTREAM_HOME": str(tmp_path),
+        "MEMSTREAM_LOG_LEVEL": "info",
+    }
     try:
-        proc = subprocess.run([sys.executable, "-m", "ops.cli", "worker", "--role", "chunker,query"], env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ops.cli", "worker", "--role", "chunker,query"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         held.close()
     assert proc.returncode != 0
     assert f"the query API cannot listen on 127.0.0.1:{port}" in proc.stderr
-    assert "[^Worker]" not in proc.stderr and "memstream.chunker" not in proc.stderr  # faust never started: no agent, no group
+    assert (
+        "[^Worker]" not in proc.stderr and "memstream.chunker" not in proc.stderr
+    )  # faust never started: no agent, no group
 
 
 # ---- standing facts: GET /v1/facts?category= (workers.query.drilldown.standing_facts) ---------------
@@ -210,9 +278,11 @@ def _rows(found: dict) -> list[tuple]:
     return [(f["category"], f["head"], f["relation"], f["tail"], f["status"], f["doc_ids"]) for f in found["facts"]]
 
 
-STANDING_ROWS = [("TOOL_FAILURE", "Hotel Prado", "fail with", "ROOM_UNAVAILABLE", "active", ["s1:2"]),
-                 ("REJECTED_OPTION", "Ana", "reject", "Miami", "active", ["s1:0"]),
-                 ("HARD_CONSTRAINT", "Ana", "must not exceed", "3000 USD", "active", ["s1:1"])]
+STANDING_ROWS = [
+    ("TOOL_FAILURE", "Hotel Prado", "fail with", "ROOM_UNAVAILABLE", "active", ["s1:2"]),
+    ("REJECTED_OPTION", "Ana", "reject", "Miami", "active", ["s1:0"]),
+    ("HARD_CONSTRAINT", "Ana", "must not exceed", "3000 USD", "active", ["s1:1"]),
+]
 
 
 def test_both_stores_list_the_standing_facts_most_specific_first(stack_env):
@@ -239,7 +309,11 @@ def test_both_stores_list_the_standing_facts_most_specific_first(stack_env):
         default, one, plain, after, nobody = asyncio.run(read(redis_url))
         assert default["categories"] == ["HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE"] and default["total"] == 3
         assert _rows(default) == STANDING_ROWS, redis_url
-        assert one["total"] == 2 and len(one["facts"]) == 1 and one["facts"][0]["category"] in ("HARD_CONSTRAINT", "TOOL_FAILURE")
+        assert (
+            one["total"] == 2
+            and len(one["facts"]) == 1
+            and one["facts"][0]["category"] in ("HARD_CONSTRAINT", "TOOL_FAILURE")
+        )
         assert [(f["tail"], f["doc_ids"]) for f in plain["facts"]] == [("tapas", ["s1:3"])]
         assert _rows(after) == STANDING_ROWS[1:] and after["total"] == 2  # listed and counted: what holds
         assert (nobody["total"], nobody["facts"]) == (0, [])
@@ -273,9 +347,15 @@ def test_a_page_of_standing_facts_fills_with_the_most_specific_categories_first(
 
     two, four, every = asyncio.run(main())
     assert [(f["category"], f["tail"]) for f in four["facts"]] == [
-        ("TOOL_FAILURE", "ROOM_UNAVAILABLE"), ("TOOL_FAILURE", "CARD_DECLINED"), ("REJECTED_OPTION", "Miami"), ("HARD_CONSTRAINT", "1000 USD")]
+        ("TOOL_FAILURE", "ROOM_UNAVAILABLE"),
+        ("TOOL_FAILURE", "CARD_DECLINED"),
+        ("REJECTED_OPTION", "Miami"),
+        ("HARD_CONSTRAINT", "1000 USD"),
+    ]
     assert two["facts"] == four["facts"][:2] and four["facts"] == every["facts"][:4]
-    assert [f["tail"] for f in every["facts"][3:]] == [f"{n}000 USD" for n in range(1, 7)]  # oldest first within a category
+    assert [f["tail"] for f in every["facts"][3:]] == [
+        f"{n}000 USD" for n in range(1, 7)
+    ]  # oldest first within a category
     assert two["total"] == four["total"] == every["total"] == 9
 
 
@@ -292,14 +372,25 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
         settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant=stages.tenant)
         try:
             async with TestClient(TestServer(query_app(settings, stages.embedder))) as client:
-                paths = ["/v1/facts", "/v1/facts?category=REJECTED_OPTION,TOOL_FAILURE&limit=1", "/v1/facts?category=DECLARATIVE",
-                         "/v1/facts?category=HARD_CONSTRAINT,NOPE", "/v1/facts?limit=0", "/v1/facts?limit=501", "/v1/facts?limit=ten",
-                         "/v1/facts?tenant=bad%20tenant", "/v1/facts?category=REJECTED_OPTION&category=TOOL_FAILURE,DECLARATIVE",
-                         "/v1/facts?category=TOOL_FAILURE&category=NOPE", "/v1/facts?limit=1&limit=2"]
+                paths = [
+                    "/v1/facts",
+                    "/v1/facts?category=REJECTED_OPTION,TOOL_FAILURE&limit=1",
+                    "/v1/facts?category=DECLARATIVE",
+                    "/v1/facts?category=HARD_CONSTRAINT,NOPE",
+                    "/v1/facts?limit=0",
+                    "/v1/facts?limit=501",
+                    "/v1/facts?limit=ten",
+                    "/v1/facts?tenant=bad%20tenant",
+                    "/v1/facts?category=REJECTED_OPTION&category=TOOL_FAILURE,DECLARATIVE",
+                    "/v1/facts?category=TOOL_FAILURE&category=NOPE",
+                    "/v1/facts?limit=1&limit=2",
+                ]
                 # not plain ASCII digits: "²".isdigit() is True but int("²") raises
                 odd_limits = ["%C2%B2", "%205", "-1", "1e3", "5%20", "%EF%BC%95"]
                 answers = [(r.status, await r.json()) for r in [await client.get(p) for p in paths]]
-                odd = [(r.status, await r.json()) for r in [await client.get(f"/v1/facts?limit={n}") for n in odd_limits]]
+                odd = [
+                    (r.status, await r.json()) for r in [await client.get(f"/v1/facts?limit={n}") for n in odd_limits]
+                ]
                 empty = await client.get("/v1/facts?limit=")
                 return stages.tenant, answers, odd, (empty.status, await empty.json())
         finally:
@@ -308,21 +399,30 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
     tenant, answers, odd, empty = asyncio.run(main())
     every, limited, plain, unknown, zero, over, words, bad_tenant, repeated, repeated_unknown, two_limits = answers
     assert empty[0] == 200 and empty[1] == every[1]  # an empty limit: the default
-    assert repeated[0] == 200 and [f["category"] for f in repeated[1]["facts"]] == ["TOOL_FAILURE", "REJECTED_OPTION", "DECLARATIVE"]
+    assert repeated[0] == 200 and [f["category"] for f in repeated[1]["facts"]] == [
+        "TOOL_FAILURE",
+        "REJECTED_OPTION",
+        "DECLARATIVE",
+    ]
     assert repeated[1]["categories"] == ["REJECTED_OPTION", "TOOL_FAILURE", "DECLARATIVE"] and repeated[1]["total"] == 3
     assert repeated_unknown[0] == 400 and "'NOPE'" in repeated_unknown[1]["error"]
     assert two_limits == (400, {"error": "'limit' given 2 times: give it once"})
     assert every[0] == 200 and every[1]["tenant"] == tenant and _rows(every[1]) == STANDING_ROWS
     assert limited[0] == 200 and limited[1]["total"] == 2 and len(limited[1]["facts"]) == 1
     assert plain[0] == 200 and [f["tail"] for f in plain[1]["facts"]] == ["tapas"]
-    assert unknown == (400, {"error": "unknown fact category 'NOPE': expected DECLARATIVE, HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE"})
+    assert unknown == (
+        400,
+        {"error": "unknown fact category 'NOPE': expected DECLARATIVE, HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE"},
+    )
     for refused in (zero, over, words, *odd):
         assert refused == (400, {"error": "'limit' must be an integer from 1 to 500"})
     assert bad_tenant[0] == 400 and "invalid tenant" in bad_tenant[1]["error"]
 
     # `memstream facts`: the same answer from the command line
     def memstream(*args):
-        return subprocess.run(MEMSTREAM + ["facts", *args], env=stack_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            MEMSTREAM + ["facts", *args], env=stack_env, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
 
     listed = memstream("--tenant", tenant)
     assert listed.returncode == 0, listed.stderr
@@ -330,4 +430,7 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
     refused = memstream("--tenant", tenant, "--category", "NOPE")
     assert refused.returncode == 2 and refused.stderr.strip() == f"memstream: {unknown[1]['error']}"
     superscript = memstream("--tenant", tenant, "--limit", "²")
-    assert superscript.returncode == 2 and superscript.stderr.strip() == "memstream: 'limit' must be an integer from 1 to 500"
+    assert (
+        superscript.returncode == 2
+        and superscript.stderr.strip() == "memstream: 'limit' must be an integer from 1 to 500"
+    )

@@ -47,8 +47,14 @@ def workers(stack_env, tmp_path_factory):
     """An all-roles worker (rules extractor, τ = 1) whose answers come from a fake
     OpenAI-compatible server, for every test of the module."""
     with FakeOpenAI(answers=ANSWER) as llm:
-        with running_workers(stack_env, tmp_path_factory.mktemp("query-workers"), extractor="rules", tau=1,
-                             llm_base_url=llm.base_url, llm_model="fake-answer") as workers:
+        with running_workers(
+            stack_env,
+            tmp_path_factory.mktemp("query-workers"),
+            extractor="rules",
+            tau=1,
+            llm_base_url=llm.base_url,
+            llm_model="fake-answer",
+        ) as workers:
             yield workers
 
 
@@ -66,7 +72,9 @@ def test_ppr_sees_new_documents_through_deltas_and_replicas_agree(workers, repli
     base, tenant = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}", f"q-{uuid.uuid4().hex[:8]}"
     workers.cli.run("publish", *write_docs(tmp_path / "first", FIRST), "--tenant", tenant, "--wait", "--timeout", "120")
 
-    status, first = call(base, "/v1/query", {"query": "Who runs the mill that grinds rye?", "tenant": tenant, "top_k": 2})
+    status, first = call(
+        base, "/v1/query", {"query": "Who runs the mill that grinds rye?", "tenant": tenant, "top_k": 2}
+    )
     assert status == 200 and first["mode"] == "ppr" and "fallback" not in first
     assert first["passages"][0]["doc_id"] == "mill"
     assert first["seeds"]["facts"] and first["seeds"]["entities"] and first["facts"]
@@ -74,7 +82,9 @@ def test_ppr_sees_new_documents_through_deltas_and_replicas_agree(workers, repli
     assert first["graph"]["loads"] == 1 and first["graph"]["rebuilds"] == 1
 
     workers.cli.run("publish", *write_docs(tmp_path / "later", LATER), "--tenant", tenant, "--wait", "--timeout", "120")
-    status, later = call(base, "/v1/query", {"query": "Who sails the ferry that carries rye?", "tenant": tenant, "top_k": 2})
+    status, later = call(
+        base, "/v1/query", {"query": "Who sails the ferry that carries rye?", "tenant": tenant, "top_k": 2}
+    )
     assert status == 200 and later["passages"][0]["doc_id"] == "ferry"
     # the new document arrived as change-stream deltas: still one load, one build of the matrix
     assert later["graph"]["loads"] == 1 and later["graph"]["rebuilds"] == 1
@@ -82,7 +92,9 @@ def test_ppr_sees_new_documents_through_deltas_and_replicas_agree(workers, repli
     assert later["graph"]["nodes"] > first["graph"]["nodes"] and later["graph_version"] > first["graph_version"]
 
     # a second query replica, new to this tenant, loads the same graph and answers the same
-    _, replicated = call(replica, "/v1/query", {"query": "Who sails the ferry that carries rye?", "tenant": tenant, "top_k": 2})
+    _, replicated = call(
+        replica, "/v1/query", {"query": "Who sails the ferry that carries rye?", "tenant": tenant, "top_k": 2}
+    )
     assert replicated["graph"]["loads"] == 1
     assert [(p["id"], p["score"]) for p in replicated["passages"]] == [(p["id"], p["score"]) for p in later["passages"]]
     assert replicated["graph"]["edges"] == later["graph"]["edges"]
@@ -116,6 +128,8 @@ def test_query_errors_are_json_and_specific(replica):
 def test_answer_generation_cites_retrieved_passages(workers, tmp_path):
     base, tenant = f"http://127.0.0.1:{workers.env['MEMSTREAM_HTTP_PORT']}", f"a-{uuid.uuid4().hex[:8]}"
     workers.cli.run("publish", *write_docs(tmp_path / "docs", FIRST), "--tenant", tenant, "--wait", "--timeout", "120")
-    status, body = call(base, "/v1/query", {"query": "Who runs the Tarn Mill?", "tenant": tenant, "answer": True, "top_k": 2})
+    status, body = call(
+        base, "/v1/query", {"query": "Who runs the Tarn Mill?", "tenant": tenant, "answer": True, "top_k": 2}
+    )
     assert status == 200 and body["answer"]["text"] == "Oskar Lind"
     assert body["answer"]["citations"] == [body["passages"][0]["id"]]

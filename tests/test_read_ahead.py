@@ -23,8 +23,23 @@ TEXTS = [f"Person{i} Quill runs the Mill{i}." for i in range(10)]
 
 def extraction(text: str) -> str:
     i = text.split()[0].removeprefix("Person")
-    return json.dumps({"entities": [], "facts": [{"head": f"Person{i} Quill", "head_type": "PERSON", "relation": "runs", "tail": f"Mill{i}",
-                                                  "tail_type": "ORGANIZATION", "category": "DECLARATIVE", "valid_from": None, "valid_to": None}]})
+    return json.dumps(
+        {
+            "entities": [],
+            "facts": [
+                {
+                    "head": f"Person{i} Quill",
+                    "head_type": "PERSON",
+                    "relation": "runs",
+                    "tail": f"Mill{i}",
+                    "tail_type": "ORGANIZATION",
+                    "category": "DECLARATIVE",
+                    "valid_from": None,
+                    "valid_to": None,
+                }
+            ],
+        }
+    )
 
 
 @dataclass
@@ -81,7 +96,9 @@ def test_the_window_keeps_n_extractions_in_flight_and_commits_and_acks_in_offset
     async def scenario(server):
         ip = stages(server, concurrency=4)
         assert ip.pipeline.read_ahead("chunks") == 4
-        assert ip.pipeline.read_ahead("candidate-facts") == ip.settings.partitions  # no model calls: one message per partition
+        assert (
+            ip.pipeline.read_ahead("candidate-facts") == ip.settings.partitions
+        )  # no model calls: one message per partition
         events = chunk_events(ip.tenant)
         stream = ManualStream(events)
         most = count_concurrent_process(ip)
@@ -116,6 +133,7 @@ def count_concurrent_process(ip: InProcess):
 def test_partitions_are_processed_side_by_side_each_in_offset_order():
     """Two partitions: a lane each, so two messages are processed at once (as two processes
     would), while each partition's effects and acks keep its offset order."""
+
     async def scenario(server):
         ip = stages(server, concurrency=4)
         events = chunk_events(ip.tenant)
@@ -127,7 +145,12 @@ def test_partitions_are_processed_side_by_side_each_in_offset_order():
         await asyncio.wait_for(_read_ahead(stream, "chunks", ip.pipeline, 4), 60)
         by_partition = {p: [e.message.key.decode() for e in events if e.message.partition == p] for p in (0, 1)}
         order = extracted_order(ip)
-        return most(), stream.by_partition, {p: [c for c in order if c in ids] for p, ids in by_partition.items()}, by_partition
+        return (
+            most(),
+            stream.by_partition,
+            {p: [c for c in order if c in ids] for p, ids in by_partition.items()},
+            by_partition,
+        )
 
     with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=0.2) as server:
         most, acked, effects, expected = asyncio.run(scenario(server))
@@ -151,6 +174,7 @@ def test_a_cancelled_window_acks_nothing_unprocessed_and_a_redelivery_processes_
     """The agent is cancelled (SIGTERM, rebalance) while its window holds N chunks whose calls
     are in flight: nothing is acked, the prefetch tasks are cancelled, and the same events
     delivered again are processed once each, in order."""
+
     async def scenario(server):
         ip = stages(server, concurrency=4)
         events = chunk_events(ip.tenant)
@@ -165,12 +189,21 @@ def test_a_cancelled_window_acks_nothing_unprocessed_and_a_redelivery_processes_
         server.latency_s = 0.05
         again = ManualStream(events)
         await asyncio.wait_for(_read_ahead(again, "chunks", ip.pipeline, 4), 60)
-        return acked_before, sent_before, leftover, again.acked, extracted_order(ip), [e.message.key.decode() for e in events]
+        return (
+            acked_before,
+            sent_before,
+            leftover,
+            again.acked,
+            extracted_order(ip),
+            [e.message.key.decode() for e in events],
+        )
 
     with FakeOpenAI(answers={t: extraction(t) for t in TEXTS}, latency_s=2.0) as server:
         acked_before, sent_before, leftover, acked, order, chunk_ids = asyncio.run(scenario(server))
     assert acked_before == [] and sent_before == []  # nothing processed, nothing acked: all of it is delivered again
-    assert [t for t in leftover if "_prefetch" in repr(t) or "consume" in repr(t)] == []  # no prefetch or consumer left running
+    assert [
+        t for t in leftover if "_prefetch" in repr(t) or "consume" in repr(t)
+    ] == []  # no prefetch or consumer left running
     assert acked == list(range(len(TEXTS))) and order == chunk_ids
 
 
@@ -194,7 +227,19 @@ def test_an_outbox_of_several_messages_is_sent_in_one_send_many_in_its_order():
     from tests.inprocess import ScriptedExtractor
 
     text = "Ana Lund lives in Oslo, works in Bergen and was born in Tromso."
-    ip = InProcess(None, ScriptedExtractor({text: [("Ana Lund", "lives in", "Oslo"), ("Ana Lund", "works in", "Bergen"), ("Ana Lund", "born in", "Tromso")]}), tau=1)
+    ip = InProcess(
+        None,
+        ScriptedExtractor(
+            {
+                text: [
+                    ("Ana Lund", "lives in", "Oslo"),
+                    ("Ana Lund", "works in", "Bergen"),
+                    ("Ana Lund", "born in", "Tromso"),
+                ]
+            }
+        ),
+        tau=1,
+    )
     batches = []
 
     async def send_many(items):
@@ -206,7 +251,11 @@ def test_an_outbox_of_several_messages_is_sent_in_one_send_many_in_its_order():
     asyncio.run(ip.publish("ana", text))
     assert ["candidate-facts"] * 3 in batches  # the chunk's three candidates, as one batch
     assert all(len(batch) > 1 for batch in batches)  # a single message goes through `send`
-    assert [decode(CandidateFact, item.value).fact_index for item in ip.sent if item.topic == "candidate-facts"] == [0, 1, 2]
+    assert [decode(CandidateFact, item.value).fact_index for item in ip.sent if item.topic == "candidate-facts"] == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_the_resolvers_prefetch_asks_what_handle_then_finds_in_the_llm_cache(tmp_path):
@@ -217,14 +266,29 @@ def test_the_resolvers_prefetch_asks_what_handle_then_finds_in_the_llm_cache(tmp
     from workers.algorithms.chunking import chunk_id_of
     from workers.models.extraction import ReplayExtractor
 
-    decisions = [{"fact_id": _ids(doc), "action": action, "evidence": "Mira Okafor was born in Oslo, her passport says",
-                  "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]), "valid_from": None, "valid_to": None, "scope": None}
-                 for doc, action in (("m2", "keep"), ("m1", "invalidate"))]
+    decisions = [
+        {
+            "fact_id": _ids(doc),
+            "action": action,
+            "evidence": "Mira Okafor was born in Oslo, her passport says",
+            "evidence_passage_id": chunk_id_of(CONFLICTS["m2"][0]),
+            "valid_from": None,
+            "valid_to": None,
+            "scope": None,
+        }
+        for doc, action in (("m2", "keep"), ("m1", "invalidate"))
+    ]
 
     async def scenario(server):
         probe = InProcess(None, None, tau=1)
-        ip = InProcess(None, ReplayExtractor(str(write_script(tmp_path / "s.jsonl", CONFLICTS))), tau=1, memory=probe.memory,
-                       tenant=probe.tenant, resolver_llm=_llm(server, probe.memory, "prefetch-res"))
+        ip = InProcess(
+            None,
+            ReplayExtractor(str(write_script(tmp_path / "s.jsonl", CONFLICTS))),
+            tau=1,
+            memory=probe.memory,
+            tenant=probe.tenant,
+            resolver_llm=_llm(server, probe.memory, "prefetch-res"),
+        )
         calls = []  # (calls after prefetch - before, calls after process - after prefetch) per adjudication
         process = ip.pipeline.process
 

@@ -17,7 +17,17 @@ from tests.inprocess import InProcess, ScriptedExtractor
 from topics import ContractError
 from workers.algorithms.normalize import entity_id, fact_id, relation_name
 from workers.algorithms.reconstruction import (
-    Branch, Budget, Cue, Spent, Stop, admit, attribute_words, choose_mentions, mention_candidates, similarity_choice, time_expressions,
+    Branch,
+    Budget,
+    Cue,
+    Spent,
+    Stop,
+    admit,
+    attribute_words,
+    choose_mentions,
+    mention_candidates,
+    similarity_choice,
+    time_expressions,
     time_keys,
 )
 from workers.models.extraction import RulesExtractor
@@ -37,13 +47,18 @@ DISTRACTORS = {
     "Where was the author Jon Frey born? Jon Frey was born in Bergen.": [("Jon Frey", "born in", "Bergen")],
     "The author of The Silent Orchard's sequel remains unknown; critics argue where the author was born.": [],
     "Ilse Varga, author of many orchard poems, was born in Pécs.": [("Ilse Varga", "born in", "Pécs")],
-    "The Silent Orchard was published in 1998 by Northwind Press.": [("The Silent Orchard", "published by", "Northwind Press", "WORK", "ORGANIZATION")],
+    "The Silent Orchard was published in 1998 by Northwind Press.": [
+        ("The Silent Orchard", "published by", "Northwind Press", "WORK", "ORGANIZATION")
+    ],
     "Author Tomas Brand was born in Linz and writes about silent orchards.": [("Tomas Brand", "born in", "Linz")],
     "The author's birthplace is a common question on book tours.": [],
     "Karl Oster, an author, was born in Graz.": [("Karl Oster", "born in", "Graz")],
 }
-SCRIPT = {BOOK: [("The Silent Orchard", "written by", "Mara Kellen", "WORK", "PERSON")], BIRTH: [("Mara Kellen", "born in", "Tromsø")],
-          **DISTRACTORS}
+SCRIPT = {
+    BOOK: [("The Silent Orchard", "written by", "Mara Kellen", "WORK", "PERSON")],
+    BIRTH: [("Mara Kellen", "born in", "Tromsø")],
+    **DISTRACTORS,
+}
 WRITTEN = fact_id(entity_id("The Silent Orchard"), relation_name("written by"), entity_id("Mara Kellen"))
 BORN = fact_id(entity_id("Mara Kellen"), relation_name("born in"), entity_id("Tromsø"))
 PUBLISHED = fact_id(entity_id("The Silent Orchard"), relation_name("published by"), entity_id("Northwind Press"))
@@ -70,8 +85,9 @@ def test_reconstruct_finds_the_two_hop_answer_dense_misses_and_shows_its_path(re
         try:
             # six steps: the query cue's passages (the dense ranking's top) compete with the facts now
             # top_k over the nine passages: every passage comes back, marked by how it was found
-            return await stages.query(QUESTION, top_k=5, mode="dense"), await stages.query(QUESTION, top_k=9, mode="reconstruct",
-                                                                                          budget={"steps": 6})
+            return await stages.query(QUESTION, top_k=5, mode="dense"), await stages.query(
+                QUESTION, top_k=9, mode="reconstruct", budget={"steps": 6}
+            )
         finally:
             await stages.close()
 
@@ -92,11 +108,16 @@ def test_reconstruct_finds_the_two_hop_answer_dense_misses_and_shows_its_path(re
     # a second hop scores by its chain: the passage alone is far from the question, the chain is not
     assert born["tag"]["chain"] == "The Silent Orchard written by Mara Kellen; Mara Kellen was born in Tromsø."
     assert born["tag"]["chain_score"] > born["tag"]["passage_score"] + 0.2
-    assert answer["cues"]["entities"][0]["id"] == "silent_orchard" and answer["cues"]["attributes"] == ["author", "born"]
+    assert answer["cues"]["entities"][0]["id"] == "silent_orchard" and answer["cues"]["attributes"] == [
+        "author",
+        "born",
+    ]
     assert answer["router"] == {"name": "similarity"}
     assert answer["stopped"]["reason"] in ("below_threshold", "exhausted")
     assert answer["budget"]["spent"]["steps"] == len(answer["path"]) <= answer["budget"]["steps"]
-    assert {f["id"] for f in answer["facts"]} == {step["tag"]["fact_id"] for step in answer["path"] if "fact_id" in step["tag"]}
+    assert {f["id"] for f in answer["facts"]} == {
+        step["tag"]["fact_id"] for step in answer["path"] if "fact_id" in step["tag"]
+    }
     # one ranking: the first stage's fused with the walk's (a passage both found first), best first
     scores = [p["score"] for p in answer["passages"]]
     assert scores == sorted(scores, reverse=True) and {p["via"] for p in answer["passages"]} == {"walk", "first_stage"}
@@ -106,8 +127,12 @@ def test_reconstruct_finds_the_two_hop_answer_dense_misses_and_shows_its_path(re
 TURN_QUESTION = "What did Maya promise the person who lent her a pickup truck?"
 LENT = "My old neighbor Tomás lent me his pickup truck for the move."
 DINNER = "Tomás is coming over tonight for the chicken mole dinner."
-TURN_NOISE = ["Renting a truck costs a lot in this city.", "Someone asked me whether a pickup is worth it.",
-              "A promise is a promise, my mother used to say.", "The weather was rainy all week."]
+TURN_NOISE = [
+    "Renting a truck costs a lot in this city.",
+    "Someone asked me whether a pickup is worth it.",
+    "A promise is a promise, my mother used to say.",
+    "The weather was rainy all week.",
+]
 
 
 def test_reconstruct_hops_between_turns_through_a_shared_entity_without_facts(real_embedder):
@@ -116,7 +141,9 @@ def test_reconstruct_hops_between_turns_through_a_shared_entity_without_facts(re
         try:
             for i, text in enumerate([LENT, DINNER, *TURN_NOISE]):
                 await stages.publish(f"turn-{i}", text)
-            return await stages.query(TURN_QUESTION, top_k=3, mode="dense"), await stages.query(TURN_QUESTION, top_k=6, mode="reconstruct")
+            return await stages.query(TURN_QUESTION, top_k=3, mode="dense"), await stages.query(
+                TURN_QUESTION, top_k=6, mode="reconstruct"
+            )
         finally:
             await stages.close()
 
@@ -129,17 +156,23 @@ def test_reconstruct_hops_between_turns_through_a_shared_entity_without_facts(re
     assert first["cue"]["kind"] == "query" and first["tag"]["passage_id"] == passage_of[LENT]
     assert first["content"] == {"passages": [passage_of[LENT]], "tokens": first["content"]["tokens"]}
     assert [cue["name"] for cue in first["new_cues"]] == ["Tomás"]
-    assert {"kind": "entity", "name": "Tomás", "hop": 1, "from": f"passage:{passage_of[LENT]}"}.items() <= second["cue"].items()
+    assert {"kind": "entity", "name": "Tomás", "hop": 1, "from": f"passage:{passage_of[LENT]}"}.items() <= second[
+        "cue"
+    ].items()
     assert second["tag"]["passage_id"] == passage_of[DINNER] and second["content"]["passages"] == [passage_of[DINNER]]
-    assert second["tag"]["chain_score"] > second["tag"]["passage_score"] + 0.2  # the chain carries the question to the dinner
+    assert (
+        second["tag"]["chain_score"] > second["tag"]["passage_score"] + 0.2
+    )  # the chain carries the question to the dinner
 
 
 def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
     async def main():
         stages = await _memory(real_embedder)
         try:
-            return [await stages.query(QUESTION, top_k=5, mode="reconstruct", budget=budget)
-                    for budget in ({"steps": 1}, {"passages": 2}, {"tokens": 20})]
+            return [
+                await stages.query(QUESTION, top_k=5, mode="reconstruct", budget=budget)
+                for budget in ({"steps": 1}, {"passages": 2}, {"tokens": 20})
+            ]
         finally:
             await stages.close()
 
@@ -151,7 +184,12 @@ def test_the_budget_bounds_steps_passages_and_tokens(real_embedder):
     assert len(_texts(two_passages, "walk")) == 2 == two_passages["budget"]["spent"]["passages"]
     assert two_passages["stopped"]["reason"] == "budget" and "passages" in two_passages["stopped"]["detail"]
     # the first passage read (the nearest the query: the sequel's) holds 16 tokens, the second (the book's) 10
-    assert two_passages["budget"] == {"steps": 6, "passages": 2, "tokens": 2000, "spent": {"steps": 2, "passages": 2, "tokens": 26}}
+    assert two_passages["budget"] == {
+        "steps": 6,
+        "passages": 2,
+        "tokens": 2000,
+        "spent": {"steps": 2, "passages": 2, "tokens": 26},
+    }
     # 20 tokens admit the first, and the walk stops before the next
     assert few_tokens["budget"]["spent"] == {"steps": 1, "passages": 1, "tokens": 16}
     assert few_tokens["stopped"]["reason"] == "budget" and "tokens" in few_tokens["stopped"]["detail"]
@@ -163,7 +201,9 @@ def _llm_engine(stages: InProcess, server: FakeOpenAI) -> QueryEngine:
 
 
 def _ask(stages: InProcess) -> QueryRequest:
-    return QueryRequest.from_json({"query": QUESTION, "tenant": stages.tenant, "top_k": 5, "mode": "reconstruct"}, stages.tenant, 5)
+    return QueryRequest.from_json(
+        {"query": QUESTION, "tenant": stages.tenant, "top_k": 5, "mode": "reconstruct"}, stages.tenant, 5
+    )
 
 
 def test_the_llm_router_chooses_the_branches_and_stops(real_embedder):
@@ -189,7 +229,10 @@ def test_the_llm_router_chooses_the_branches_and_stops(real_embedder):
         answer = run(main(server))
         assert len(server.requests) == 3
         assert server.requests[0]["response_format"]["json_schema"]["name"] == "route"
-    assert [step["tag"]["fact_id"] for step in answer["path"]] == [WRITTEN, BORN]  # the similarity router starts with a passage
+    assert [step["tag"]["fact_id"] for step in answer["path"]] == [
+        WRITTEN,
+        BORN,
+    ]  # the similarity router starts with a passage
     assert all(step["router"] == "llm" for step in answer["path"]) and answer["path"][0]["why"] == f"follow {WRITTEN}"
     assert answer["stopped"] == {"reason": "router", "detail": "the birthplace is known"}
     assert answer["router"] == {"name": "llm"}
@@ -218,14 +261,17 @@ def test_a_failing_llm_router_falls_back_to_the_similarity_router_and_says_so(re
     assert all(step["router"] == "similarity" for step in answer["path"]) and answer["path"]  # the walk went on
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"mode": "reconstruct", "budget": {"steps": 0}}, "budget 'steps' must be an integer from 1 to 32"),
-    ({"mode": "reconstruct", "budget": {"passages": "8"}}, "budget 'passages' must be an integer from 1 to 100"),
-    ({"mode": "reconstruct", "budget": {"tokens": True}}, "budget 'tokens' must be an integer"),
-    ({"mode": "reconstruct", "budget": {"hops": 3}}, "unknown budget field(s) ['hops']"),
-    ({"mode": "reconstruct", "budget": [4]}, "'budget' must be an object"),
-    ({"mode": "dense", "budget": {"steps": 2}}, "'budget' applies to mode reconstruct only, not 'dense'"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"mode": "reconstruct", "budget": {"steps": 0}}, "budget 'steps' must be an integer from 1 to 32"),
+        ({"mode": "reconstruct", "budget": {"passages": "8"}}, "budget 'passages' must be an integer from 1 to 100"),
+        ({"mode": "reconstruct", "budget": {"tokens": True}}, "budget 'tokens' must be an integer"),
+        ({"mode": "reconstruct", "budget": {"hops": 3}}, "unknown budget field(s) ['hops']"),
+        ({"mode": "reconstruct", "budget": [4]}, "'budget' must be an object"),
+        ({"mode": "dense", "budget": {"steps": 2}}, "'budget' applies to mode reconstruct only, not 'dense'"),
+    ],
+)
 def test_a_bad_budget_is_a_contract_error_and_a_400(body, message):
     with pytest.raises(ContractError) as error:
         QueryRequest.from_json({"query": QUESTION, **body}, "t", 5)
@@ -236,7 +282,9 @@ def test_a_bad_budget_is_a_contract_error_and_a_400(body, message):
     from workers.query.server import query_app
 
     async def main():  # rejected before anything reads Redis: none is needed at this address
-        async with TestClient(TestServer(query_app(Settings(redis_url="redis://127.0.0.1:9/0"), inprocess.DigitBlindEmbedder()))) as client:
+        async with TestClient(
+            TestServer(query_app(Settings(redis_url="redis://127.0.0.1:9/0"), inprocess.DigitBlindEmbedder()))
+        ) as client:
             response = await client.post("/v1/query", data=json.dumps({"query": QUESTION, **body}))
             return response.status, await response.json()
 
@@ -264,7 +312,9 @@ def test_settings_choose_the_router_and_the_default_budget():
 def test_closing_the_engine_closes_the_llm_routers_http_client():
     from store.in_memory import InMemoryStore
 
-    settings = Settings.from_env({"MEMSTREAM_ROUTER": "llm", "MEMSTREAM_LLM_BASE_URL": "http://127.0.0.1:9/v1", "MEMSTREAM_LLM_MODEL": "m"})
+    settings = Settings.from_env(
+        {"MEMSTREAM_ROUTER": "llm", "MEMSTREAM_LLM_BASE_URL": "http://127.0.0.1:9/v1", "MEMSTREAM_LLM_MODEL": "m"}
+    )
     engine = QueryEngine.from_settings(settings, InMemoryStore(), None)
     client = engine.reconstructor.router.llm._client
     assert not client.is_closed()
@@ -276,10 +326,18 @@ def test_closing_the_engine_closes_the_llm_routers_http_client():
 def test_cues_from_the_query():
     query = "What did Mara Kellen write about The Silent Orchard on 8 May, 2023 and in 1998? It may rain."
     candidates = mention_candidates(query)
-    known = {entity_id("The Silent Orchard"): "silent_orchard", entity_id("Orchard"): "orchard", entity_id("Mara Kellen"): "mara_kellen",
-             entity_id("1998"): "1998"}
+    known = {
+        entity_id("The Silent Orchard"): "silent_orchard",
+        entity_id("Orchard"): "orchard",
+        entity_id("Mara Kellen"): "mara_kellen",
+        entity_id("1998"): "1998",
+    }
     chosen = choose_mentions(candidates, known)
-    assert [(m.text, eid) for m, eid in chosen] == [("Mara Kellen", "mara_kellen"), ("The Silent Orchard", "silent_orchard"), ("1998", "1998")]
+    assert [(m.text, eid) for m, eid in chosen] == [
+        ("Mara Kellen", "mara_kellen"),
+        ("The Silent Orchard", "silent_orchard"),
+        ("1998", "1998"),
+    ]
     times = time_expressions(query)
     assert times == ["8 May, 2023", "1998"]  # "may" the verb is no month
     assert time_keys(times) == {"2023", "may", "1998"}
@@ -294,7 +352,9 @@ def test_the_similarity_router_takes_the_best_branch_and_stops_below_the_margin(
     assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5), _branch("c", 0.7)], None).tag_id == "c"
     assert similarity_choice([_branch("b", 0.5), _branch("a", 0.5)], None).tag_id == "a"  # ties by key
     assert similarity_choice([_branch("a", 0.5)], 0.7, margin=0.25).tag_id == "a"
-    assert similarity_choice([_branch("a", 0.4)], 0.7, margin=0.25) == Stop("below_threshold", "best open branch 0.400 < best taken 0.700 - margin 0.25")
+    assert similarity_choice([_branch("a", 0.4)], 0.7, margin=0.25) == Stop(
+        "below_threshold", "best open branch 0.400 < best taken 0.700 - margin 0.25"
+    )
     assert similarity_choice([], 0.7).reason == "exhausted"
 
 
@@ -309,12 +369,15 @@ def test_admit_counts_passages_and_tokens_in_order():
 FIANCE_QUESTION = "What does Elin's fiancé do for a living?"
 ENGAGED = "My sister Elin just got engaged, and I finally met her fiancé last weekend."
 REPLY = "Quiet and kind. He studies cod populations off the coast near Bergen."
-EPISODE_TURNS = [("s1", 1, "Maya", ENGAGED), ("s1", 2, "Jonas", REPLY),
-                 # another session, with turns numbered like s1's: never s1's neighbours
-                 ("s2", 1, "Maya", "Living in the city is expensive these days."),
-                 ("s2", 2, "Jonas", "My fiancé and I want to do a road trip."),
-                 ("s2", 3, "Maya", "What do you even do all day on a living room couch?"),
-                 ("s2", 4, "Jonas", "Elin wants to know what to do for her birthday.")]
+EPISODE_TURNS = [
+    ("s1", 1, "Maya", ENGAGED),
+    ("s1", 2, "Jonas", REPLY),
+    # another session, with turns numbered like s1's: never s1's neighbours
+    ("s2", 1, "Maya", "Living in the city is expensive these days."),
+    ("s2", 2, "Jonas", "My fiancé and I want to do a road trip."),
+    ("s2", 3, "Maya", "What do you even do all day on a living room couch?"),
+    ("s2", 4, "Jonas", "Elin wants to know what to do for her birthday."),
+]
 
 
 async def _episodes(stages: InProcess) -> None:
@@ -327,10 +390,17 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
         stages = InProcess(None, RulesExtractor(), real_embedder)
         try:
             await _episodes(stages)
-            return (await stages.query(FIANCE_QUESTION, top_k=3, mode="dense"), await stages.query(FIANCE_QUESTION, top_k=6, mode="reconstruct"),
-                    {(p["metadata"]["session_id"], p["metadata"]["turn"]): p["id"]
-                     for p in await stages.memory.passages(stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages"))},
-                    await stages.query(FIANCE_QUESTION, top_k=4, mode="reconstruct", budget={"steps": 1}))
+            return (
+                await stages.query(FIANCE_QUESTION, top_k=3, mode="dense"),
+                await stages.query(FIANCE_QUESTION, top_k=6, mode="reconstruct"),
+                {
+                    (p["metadata"]["session_id"], p["metadata"]["turn"]): p["id"]
+                    for p in await stages.memory.passages(
+                        stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages")
+                    )
+                },
+                await stages.query(FIANCE_QUESTION, top_k=4, mode="reconstruct", budget={"steps": 1}),
+            )
         finally:
             await stages.close()
 
@@ -339,7 +409,9 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
     assert REPLY in _texts(answer, "walk")
     # the path: the engaged turn is read, its episode (s1 turn 1 ± 1) recalls the reply
     step = next(step for step in answer["path"] if step["tag"].get("passage_id") == passage_of[("s1", 2)])
-    assert {"kind": "episode", "id": "episode:s1:1", "from": f"passage:{passage_of[('s1', 1)]}"}.items() <= step["cue"].items()
+    assert {"kind": "episode", "id": "episode:s1:1", "from": f"passage:{passage_of[('s1', 1)]}"}.items() <= step[
+        "cue"
+    ].items()
     engaged = next(s for s in answer["path"] if s["content"]["passages"] == [passage_of[("s1", 1)]])
     assert engaged["step"] < step["step"] and any(cue["kind"] == "episode" for cue in engaged["new_cues"])
     assert step["tag"]["chain"].endswith(f"{ENGAGED}; {REPLY}")  # the chain that read the engaged turn, then the reply
@@ -347,7 +419,9 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
     # neighbours only within the session: every passage an episode cue read is of the cue's session
     session_of = {pid: key[0] for key, pid in passage_of.items()}
     episode_steps = [s for s in answer["path"] if s["cue"]["kind"] == "episode"]
-    assert episode_steps and all(session_of[s["tag"]["passage_id"]] == s["cue"]["id"].split(":")[1] for s in episode_steps)
+    assert episode_steps and all(
+        session_of[s["tag"]["passage_id"]] == s["cue"]["id"].split(":")[1] for s in episode_steps
+    )
     assert all(cue["kind"] != "episode" for cue in answer["entities"])
     # every passage, read by the walk or filled in from dense, maps back to its turn as in the
     # other modes: metadata and context line
@@ -364,16 +438,28 @@ def test_session_neighbours_are_the_sessions_turns_within_the_radius_and_survive
             await _episodes(stages)
             await stages.publish("plain", "Elin's fiancé is a marine biologist.")  # no turn: in no session
             await stages.publish("no-turn", "A session note without a turn number.", session_id="s1")
-            ids = {(p["metadata"].get("session_id"), p["metadata"].get("turn")): p["id"]
-                   for p in await stages.memory.passages(stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages"))}
-            near = {(session, turn, radius): await stages.memory.session_neighbours(stages.tenant, session, turn, radius)
-                    for session, turn in [("s1", 1), ("s1", 2), ("s2", 2), ("s3", 1)] for radius in (1, 2)}
-            return {key: [(t, next(k for k, v in ids.items() if v == pid)) for t, pid in found] for key, found in near.items()}, stages.redeliveries
+            ids = {
+                (p["metadata"].get("session_id"), p["metadata"].get("turn")): p["id"]
+                for p in await stages.memory.passages(
+                    stages.tenant, await stages.memory.scan_ids(stages.tenant, "passages")
+                )
+            }
+            near = {
+                (session, turn, radius): await stages.memory.session_neighbours(stages.tenant, session, turn, radius)
+                for session, turn in [("s1", 1), ("s1", 2), ("s2", 2), ("s3", 1)]
+                for radius in (1, 2)
+            }
+            return {
+                key: [(t, next(k for k, v in ids.items() if v == pid)) for t, pid in found]
+                for key, found in near.items()
+            }, stages.redeliveries
         finally:
             await stages.close()
 
     once, _ = run(index(inprocess.Delivery()))
-    assert once[("s1", 1, 1)] == once[("s1", 1, 2)] == [(2, ("s1", 2))]  # the turn itself left out; s2's turn 2 is not s1's
+    assert (
+        once[("s1", 1, 1)] == once[("s1", 1, 2)] == [(2, ("s1", 2))]
+    )  # the turn itself left out; s2's turn 2 is not s1's
     assert once[("s1", 2, 1)] == [(1, ("s1", 1))]
     assert once[("s2", 2, 1)] == [(1, ("s2", 1)), (3, ("s2", 3))]
     assert once[("s2", 2, 2)] == [(1, ("s2", 1)), (3, ("s2", 3)), (4, ("s2", 4))]
@@ -384,6 +470,7 @@ def test_session_neighbours_are_the_sessions_turns_within_the_radius_and_survive
 
 def test_episode_score_prefers_the_nearer_turn_and_the_next_before_the_previous():
     from workers.algorithms.reconstruction import episode_score
+
     assert episode_score(0.6, 1) == 0.6
     assert episode_score(0.6, 1) > episode_score(0.6, -1) > episode_score(0.6, 2) > episode_score(0.6, -2)
     assert 0.6 - episode_score(0.6, -2) < 0.01  # a tie-break, not a discount
@@ -396,7 +483,10 @@ def test_an_entity_cue_reads_at_most_entity_passages_read_of_its_passages(redis_
     from workers.query import reconstruct
 
     monkeypatch.setattr(reconstruct, "ENTITY_PASSAGES_READ", 2)
-    notes = {f"Tomás wrote note {n} about the harbour.": [("Tomás", "wrote", f"note {n}", "PERSON", "THING")] for n in range(6)}
+    notes = {
+        f"Tomás wrote note {n} about the harbour.": [("Tomás", "wrote", f"note {n}", "PERSON", "THING")]
+        for n in range(6)
+    }
 
     async def main():
         stages = InProcess(redis_url, ScriptedExtractor(notes), PrefixEmbedder(), tau=1)
@@ -416,7 +506,10 @@ def test_an_entity_cue_reads_at_most_entity_passages_read_of_its_passages(redis_
                 await stages.publish(f"note-{n}", text)
             every = await stages.memory.entity_passages(stages.tenant, entity_id("Tomás"))
             first = await stages.memory.entity_passages(stages.tenant, entity_id("Tomás"), 2)
-            stages.memory.entity_passages, stages.memory.passage_vectors = counted_entity_passages, counted_passage_vectors
+            stages.memory.entity_passages, stages.memory.passage_vectors = (
+                counted_entity_passages,
+                counted_passage_vectors,
+            )
             answer = await stages.query("What did Tomás write?", mode="reconstruct")
             return every, first, answer, listed, read
         finally:

@@ -4,7 +4,18 @@ import json
 
 import pytest
 
-from topics import SCHEMA_VERSION, CandidateFact, Chunk, ContractError, DeadLetter, Document, FactEvent, Topics, decode, encode
+from topics import (
+    SCHEMA_VERSION,
+    CandidateFact,
+    Chunk,
+    ContractError,
+    DeadLetter,
+    Document,
+    FactEvent,
+    Topics,
+    decode,
+    encode,
+)
 from topics.records import Triple
 
 
@@ -13,7 +24,17 @@ def doc(**over):
 
 
 def test_document_roundtrip_keeps_every_field():
-    d = Document(tenant="acme", doc_id="d1", text="hello", metadata={"k": 1}, version=3, session_id="s", turn=2, speaker="user", ts=1.5)
+    d = Document(
+        tenant="acme",
+        doc_id="d1",
+        text="hello",
+        metadata={"k": 1},
+        version=3,
+        session_id="s",
+        turn=2,
+        speaker="user",
+        ts=1.5,
+    )
     assert decode(Document, encode(d)) == d
     assert json.loads(encode(d))["v"] == SCHEMA_VERSION
     assert d.key == "acme/d1"  # every version and the tombstone of one document share the key
@@ -77,7 +98,11 @@ def test_other_records_roundtrip():
 
 def test_topic_names_follow_the_namespace():
     assert Topics().all() == [
-        "memstream.documents", "memstream.chunks", "memstream.candidate-facts",
-        "memstream.conflict-sets", "memstream.indexed-facts", "memstream.dlq",
+        "memstream.documents",
+        "memstream.chunks",
+        "memstream.candidate-facts",
+        "memstream.conflict-sets",
+        "memstream.indexed-facts",
+        "memstream.dlq",
     ]
     assert Topics("staging").dlq == "staging.dlq"

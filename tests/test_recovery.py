@@ -37,7 +37,9 @@ async def _lose(memory: Memory, tenant: str) -> None:
 
 async def _write_passage(memory: Memory, tenant: str, chunk_id: str) -> None:
     pipe = memory.pipeline()
-    memory.stage_passage(pipe, tenant, Chunk(tenant, chunk_id, f"doc-{chunk_id}", 0, 1, f"text of {chunk_id}"), [], VECTOR)
+    memory.stage_passage(
+        pipe, tenant, Chunk(tenant, chunk_id, f"doc-{chunk_id}", 0, 1, f"text of {chunk_id}"), [], VECTOR
+    )
     await pipe.execute()
 
 
@@ -101,6 +103,7 @@ def test_a_writer_that_never_queries_recreates_a_lost_index_when_it_checks_again
 
 # ---- the query worker's graph ------------------------------------------------------------------
 
+
 async def _write_edges(memory: Memory, tenant: str, edges: list[tuple[str, str]]) -> None:
     pipe = memory.pipeline()
     for entity, passage in edges:
@@ -115,8 +118,13 @@ def _edges(prefix: str, n: int) -> list[tuple[str, str]]:
 def _held(graph) -> set[tuple[str, str]]:
     """The passage edges a cached graph holds (weight > 0)."""
     names = graph.graph.names
-    return {(a, b) for a in names if node_kind(a) == "entity" for b in names
-            if node_kind(b) == "passage" and graph.graph.weight(a, b, "passage") > 0}
+    return {
+        (a, b)
+        for a in names
+        if node_kind(a) == "entity"
+        for b in names
+        if node_kind(b) == "passage" and graph.graph.weight(a, b, "passage") > 0
+    }
 
 
 def test_graph_reloads_when_redis_lost_the_stream_and_writers_began_a_new_graph(stack_env):
@@ -182,7 +190,9 @@ def test_a_stream_trimmed_past_the_cursor_forces_a_reload(stack_env):
             cache = GraphCache(memory)
             await cache.current(tenant)
             await _write_edges(memory, tenant, _edges("b", 3))
-            await memory.redis.xtrim(memory.keys(tenant).graph_changes, maxlen=0, approximate=False)  # every change gone
+            await memory.redis.xtrim(
+                memory.keys(tenant).graph_changes, maxlen=0, approximate=False
+            )  # every change gone
             graph = await cache.current(tenant)
             return _held(graph), graph.loads
         finally:
@@ -197,6 +207,7 @@ def test_a_stream_trimmed_past_the_cursor_forces_a_reload(stack_env):
 def test_a_graph_loaded_before_its_stream_existed_reloads_when_the_new_stream_was_trimmed(stack_env):
     """Trimming leaves the stream's max-deleted-entry-id at 0-0: a graph whose cursor is
     NO_CHANGE applied what the trim left and missed the rest."""
+
     async def run():
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
         tenant = _tenant("trimmed-new")

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from workers.query.graph_cache import TenantGraph
 from workers.algorithms.ppr import SparseGraph
 from workers.algorithms.retrieval import FactHit, PassageStats, RetrievalParams, SchemaHit, rank_passages, seed
+from workers.query.graph_cache import TenantGraph
 
 
 def small_memory():
@@ -29,7 +29,11 @@ DESIGN = RetrievalParams(temperature=0, alpha=0.05)  # DESIGN §5's raw-similari
 def test_reset_vector_follows_design_section_5():
     tg = small_memory()
     params = DESIGN
-    facts = [FactHit("f1", "e:a", "e:b", 0.8), FactHit("f2", "e:b", "e:c", 0.6), FactHit("f3", "e:c", "e:a", 0.3)]  # f3 below τ_q
+    facts = [
+        FactHit("f1", "e:a", "e:b", 0.8),
+        FactHit("f2", "e:b", "e:c", 0.6),
+        FactHit("f3", "e:c", "e:a", 0.3),
+    ]  # f3 below τ_q
     schemas = [SchemaHit("s1", "PERSON", "PLACE", 0.7), SchemaHit("s2", "PERSON", "PERSON", 0.5)]
     seeds = seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, schemas, [("p:1", 0.9)], params)
     assert [f.id for f in seeds.facts] == ["f1", "f2"]
@@ -42,17 +46,30 @@ def test_reset_vector_follows_design_section_5():
     assert seeds.passages["p:1"] == pytest.approx(0.9 * 0.05 * density)
     assert seeds.reset[tg.graph.index["e:a"]] == pytest.approx(0.8)
 
-    plain = seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, schemas, [("p:1", 0.9)],
-                 RetrievalParams(temperature=0, alpha=0.05, hub_suppression=False, information_density=False))
+    plain = seed(
+        tg.graph,
+        tg.stats,
+        tg.type_sizes(),
+        2,
+        facts,
+        schemas,
+        [("p:1", 0.9)],
+        RetrievalParams(temperature=0, alpha=0.05, hub_suppression=False, information_density=False),
+    )
     assert plain.types["t:PERSON"] == pytest.approx(0.6) and plain.passages["p:1"] == pytest.approx(0.9 * 0.05)
-    assert seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, schemas, [], RetrievalParams(schema_seeds=False)).types == {}
+    assert (
+        seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, schemas, [], RetrievalParams(schema_seeds=False)).types
+        == {}
+    )
 
 
 def test_calibrated_weights_are_a_softmax_over_facts_schemas_and_passages():
     """The shipped default: exp((sim − best) / T), so a strong passage outweighs weak facts."""
     tg = small_memory()
     facts = [FactHit("f1", "e:a", "e:b", 0.5), FactHit("f2", "e:b", "e:c", 0.45)]
-    seeds = seed(tg.graph, tg.stats, tg.type_sizes(), 2, facts, [], [("p:2", 0.7)], RetrievalParams(information_density=False))
+    seeds = seed(
+        tg.graph, tg.stats, tg.type_sizes(), 2, facts, [], [("p:2", 0.7)], RetrievalParams(information_density=False)
+    )
     w = lambda s: math.exp((s - 0.7) / 0.05)  # noqa: E731
     assert seeds.entities == pytest.approx({"e:a": w(0.5), "e:b": (w(0.5) + w(0.45)) / 2, "e:c": w(0.45)})
     assert seeds.passages == pytest.approx({"p:2": 2.0})  # the best candidate: weight 1 × α
@@ -64,7 +81,10 @@ def test_constraints_are_boosted_and_nothing_above_tau_q_means_dense_fallback():
     seeds = seed(tg.graph, tg.stats, {}, 2, [FactHit("f", "e:a", "e:b", 0.5, "HARD_CONSTRAINT")], [], [], DESIGN)
     assert seeds.entities == pytest.approx({"e:a": 0.5 * 1.35, "e:b": 0.5 * 1.35})
     weak = [FactHit("f", "e:a", "e:b", 0.39)]
-    assert seed(tg.graph, tg.stats, {}, 2, weak, [SchemaHit("s", "X", "Y", 0.2)], [("p:1", 0.9)], RetrievalParams()) is None
+    assert (
+        seed(tg.graph, tg.stats, {}, 2, weak, [SchemaHit("s", "X", "Y", 0.2)], [("p:1", 0.9)], RetrievalParams())
+        is None
+    )
 
 
 def test_ppr_ranks_the_passage_reached_through_a_fact_edge():
@@ -97,7 +117,9 @@ def test_type_edges_are_normalised_by_the_type_size_as_members_join_and_leave():
     assert tg.graph.weight("e:a", "t:PERSON", "type") == pytest.approx(1 / 3)
     tg.apply("e:a", "t:PERSON", 0.0, "type")
     tg.flush()
-    assert tg.graph.weight("e:a", "t:PERSON", "type") == 0 and tg.graph.weight("e:c", "t:PERSON", "type") == pytest.approx(0.5)
+    assert tg.graph.weight("e:a", "t:PERSON", "type") == 0 and tg.graph.weight(
+        "e:c", "t:PERSON", "type"
+    ) == pytest.approx(0.5)
     assert tg.type_sizes() == {"PERSON": 2}
 
 
@@ -127,7 +149,9 @@ def test_capacity_grows_without_a_rebuild_and_ppr_still_matches_the_reference():
 
 
 def test_retrieval_params_from_json_rejects_unknown_and_ill_typed_values():
-    assert RetrievalParams.from_json({"alpha": 0.1, "hub_suppression": False}) == RetrievalParams(alpha=0.1, hub_suppression=False)
+    assert RetrievalParams.from_json({"alpha": 0.1, "hub_suppression": False}) == RetrievalParams(
+        alpha=0.1, hub_suppression=False
+    )
     with pytest.raises(ValueError, match="unknown retrieval parameter"):
         RetrievalParams.from_json({"alpah": 0.1})
     with pytest.raises(ValueError, match="must be bool"):
@@ -148,11 +172,15 @@ def test_episode_smoothing_raises_a_turn_by_its_best_neighbour_and_brings_neighb
     scores = {"t2": 1.0, "t7": 0.6, "doc": 0.5}  # t2 and t7 are turns; doc is no turn
     neighbours = {"t2": ["t1", "t3"], "t7": ["t6", "t8"]}
     smoothed = dict(episode_smoothing(scores, neighbours, 0.25))
-    assert smoothed["t2"] == pytest.approx(1.0) and smoothed["doc"] == pytest.approx(0.5)  # no scored neighbour, nothing added
+    assert smoothed["t2"] == pytest.approx(1.0) and smoothed["doc"] == pytest.approx(
+        0.5
+    )  # no scored neighbour, nothing added
     assert smoothed["t3"] == pytest.approx(0.25) and smoothed["t1"] == pytest.approx(0.25)  # joined on t2's score
     assert list(smoothed)[:3] == ["t2", "t7", "doc"]
     # a turn between two scored ones takes the better neighbour, not their sum
-    assert dict(episode_smoothing({"a": 0.4, "c": 0.8, "b": 0.1}, {"b": ["a", "c"]}, 0.5))["b"] == pytest.approx(0.1 + 0.4)
+    assert dict(episode_smoothing({"a": 0.4, "c": 0.8, "b": 0.1}, {"b": ["a", "c"]}, 0.5))["b"] == pytest.approx(
+        0.1 + 0.4
+    )
     assert episode_smoothing(scores, neighbours, 0.0)[:3] == [("t2", 1.0), ("t7", 0.6), ("doc", 0.5)]
 
 
@@ -164,4 +192,8 @@ def test_linked_entities_weigh_by_rarity_so_a_hub_counts_little():
         stats.link("e:caroline", f"p:{i}", True)  # the speaker: named in every passage
     stats.link("e:biscuit", "p:7", True)
     weights = linked_weights(stats, 100, ["e:caroline", "e:biscuit", "e:unknown"])
-    assert weights["e:biscuit"] == pytest.approx(1.0) and weights["e:caroline"] == pytest.approx(0.0) and "e:unknown" not in weights
+    assert (
+        weights["e:biscuit"] == pytest.approx(1.0)
+        and weights["e:caroline"] == pytest.approx(0.0)
+        and "e:unknown" not in weights
+    )

@@ -14,9 +14,9 @@ from redis.asyncio.client import Pipeline as RedisPipeline
 from redis.asyncio.client import Redis
 
 from ops import rules_bench
-from tests.inprocess import DigitBlindEmbedder, InProcess
 from store import AlreadyDone
 from store.keys import entity_node
+from tests.inprocess import DigitBlindEmbedder, InProcess
 from workers.models.extraction import Entity, Extraction, RulesExtractor
 
 
@@ -79,7 +79,6 @@ async def _bridge_round_trips(redis_url: str, round_trips: collections.Counter) 
         await ip.close()
 
 
-
 def test_a_message_with_nothing_to_publish_is_done_with_its_commit(redis_url):
     """An empty outbox commits with the message's done mark: no finish round trip afterwards
     (most detections park a fact as pending and publish nothing); a redelivery is skipped."""
@@ -96,7 +95,9 @@ async def _empty_outbox(redis_url: str | None) -> None:
         with pytest.raises(AlreadyDone):
             await ip.memory.pending_outbox(ip.tenant, "m-empty")
         assert await ip.memory.chunk_done(ip.tenant, "c1")
-        assert "m-empty" not in {mark for _, mark, _ in await ip.memory.unsent_outboxes(time.time() + 60)}  # nothing for the sweep
+        assert "m-empty" not in {
+            mark for _, mark, _ in await ip.memory.unsent_outboxes(time.time() + 60)
+        }  # nothing for the sweep
     finally:
         await ip.close()
 

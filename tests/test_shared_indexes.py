@@ -11,7 +11,8 @@ import uuid
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from store.keys import LAYERS
 from tests.conftest import Cli
@@ -26,9 +27,19 @@ WORDS = ["dog", "cat", "lake", "biscuit", "museum", "pottery", "adoption", "camp
 async def _answers(memory, tenant: str, probes: list[np.ndarray], queries: list[str]) -> dict:
     """Everything a tenant's searches give: nearest records of each layer, BM25, facts by entity."""
     out = {}
-    for layer, fields in (("passages", ["doc_id"]), ("entities", ["name"]), ("facts", ["text", "status"]), ("schemas", ["relation"])):
-        out[layer] = [[(h.id, round(h.score, 5), h.fields) for h in hits] for hits in await memory.knn_many(tenant, layer, probes, 10, fields)]
-    out["lexical"] = {q: [(h.id, round(h.score, 9), h.fields) for h in await memory.lexical(tenant, q, TOP)] for q in queries}
+    for layer, fields in (
+        ("passages", ["doc_id"]),
+        ("entities", ["name"]),
+        ("facts", ["text", "status"]),
+        ("schemas", ["relation"]),
+    ):
+        out[layer] = [
+            [(h.id, round(h.score, 5), h.fields) for h in hits]
+            for hits in await memory.knn_many(tenant, layer, probes, 10, fields)
+        ]
+    out["lexical"] = {
+        q: [(h.id, round(h.score, 9), h.fields) for h in await memory.lexical(tenant, q, TOP)] for q in queries
+    }
     out["naming"] = await memory.facts_naming(tenant, "e0")
     return out
 
@@ -43,10 +54,26 @@ async def _write(memory, tenant: str, texts: list[str], seed: int, dims: int = D
     pipe = memory.pipeline()
     for i, text in enumerate(texts):
         chunk = _chunk(i, "", text)
-        memory.stage_passage(pipe, tenant, dataclasses.replace(chunk, chunk_id=f"p{i}", doc_id=f"d{i}-{tenant}"), [], rng.normal(size=dims))
+        memory.stage_passage(
+            pipe,
+            tenant,
+            dataclasses.replace(chunk, chunk_id=f"p{i}", doc_id=f"d{i}-{tenant}"),
+            [],
+            rng.normal(size=dims),
+        )
         memory.stage_entity(pipe, tenant, f"e{i}", f"{tenant} thing {i}", "thing", rng.normal(size=dims), f"p{i}")
-        fact = Fact(id=f"f{i}", head=f"{tenant} thing 0", relation="likes", tail=f"{tenant} thing {i}", head_type="thing", tail_type="thing",
-                    head_id="e0", tail_id=f"e{i}", schema_id="s0", text=f"{tenant} fact {i}")
+        fact = Fact(
+            id=f"f{i}",
+            head=f"{tenant} thing 0",
+            relation="likes",
+            tail=f"{tenant} thing {i}",
+            head_type="thing",
+            tail_type="thing",
+            head_id="e0",
+            tail_id=f"e{i}",
+            schema_id="s0",
+            text=f"{tenant} fact {i}",
+        )
         memory.stage_new_fact(pipe, tenant, fact, rng.normal(size=dims), passage_id=f"p{i}")
     memory.stage_schema(pipe, tenant, "s0", "thing", "likes", "thing", rng.normal(size=dims), "p0")
     await pipe.execute()
@@ -70,9 +97,20 @@ def test_no_query_of_a_tenant_returns_another_tenants_records_or_moves_its_score
 
     url = stack_env["MEMSTREAM_REDIS_URL"]
 
-    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
-    @given(st.lists(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join), min_size=1, max_size=5),
-                    min_size=2, max_size=4), st.randoms(use_true_random=False))
+    @settings(
+        max_examples=12,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    )
+    @given(
+        st.lists(
+            st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join), min_size=1, max_size=5),
+            min_size=2,
+            max_size=4,
+        ),
+        st.randoms(use_true_random=False),
+    )
     def check(tenant_texts, rnd):
         async def main():
             memory = Memory.from_url(url, dims=DIMS)
@@ -116,13 +154,19 @@ async def _make_legacy(memory, tenant: str, drop_terms: list[str]) -> None:
     from redis.commands.search.index_definition import IndexDefinition, IndexType
 
     keys = memory.keys(tenant)
-    fields = {"passages": [TagField("doc_id")], "facts": [TagField(f) for f in ("status", "category", "head_id", "tail_id")],
-              "entities": [TagField("type")], "schemas": [TagField("status")]}
+    fields = {
+        "passages": [TagField("doc_id")],
+        "facts": [TagField(f) for f in ("status", "category", "head_id", "tail_id")],
+        "entities": [TagField("type")],
+        "schemas": [TagField("status")],
+    }
     for layer in LAYERS:
         vector = VectorField("vec", "FLAT", {"TYPE": "FLOAT32", "DIM": DIMS, "DISTANCE_METRIC": "COSINE"})
         extra = [TextField("lexical", no_stem=True)] if layer == "passages" else []
         await memory.redis.ft(keys.legacy_index_name(layer)).create_index(
-            [*fields[layer], *extra, vector], definition=IndexDefinition(prefix=[keys.legacy_prefix(layer)], index_type=IndexType.HASH))
+            [*fields[layer], *extra, vector],
+            definition=IndexDefinition(prefix=[keys.legacy_prefix(layer)], index_type=IndexType.HASH),
+        )
         async for key in memory.redis.scan_iter(match=keys.prefix(layer) + "*"):
             old = keys.legacy_prefix(layer) + key.decode().removeprefix(keys.prefix(layer))
             await memory.redis.rename(key, old)
@@ -177,7 +221,10 @@ def test_memstream_migrate_moves_a_tenant_off_its_own_indexes(stack_env):
     assert found == before
     assert again == records
     assert not any(name.startswith(f"ms_{tenant}_") for name in names) and tenant not in left
-    assert f"[1/1] {tenant}: 0 passages, 0 facts, 0 entities, 0 schemas moved" in cli.run("migrate", "--tenant", tenant).stdout  # idempotent
+    assert (
+        f"[1/1] {tenant}: 0 passages, 0 facts, 0 entities, 0 schemas moved"
+        in cli.run("migrate", "--tenant", tenant).stdout
+    )  # idempotent
 
 
 def test_bench_tenants_measures_this_tree_and_a_baseline_side_by_side(stack_env):
@@ -187,14 +234,34 @@ def test_bench_tenants_measures_this_tree_and_a_baseline_side_by_side(stack_env)
 
     from tests.conftest import ROOT
 
-    out = Cli(stack_env).run("bench", "tenants", "--tenants", "3", "--passages", "2", "--large", "20", "--idle", "0.5", "--queries", "3",
-                             "--baseline-tree", str(ROOT), "--baseline-tenants", "2", "--json", timeout=300)
+    out = Cli(stack_env).run(
+        "bench",
+        "tenants",
+        "--tenants",
+        "3",
+        "--passages",
+        "2",
+        "--large",
+        "20",
+        "--idle",
+        "0.5",
+        "--queries",
+        "3",
+        "--baseline-tree",
+        str(ROOT),
+        "--baseline-tenants",
+        "2",
+        "--json",
+        timeout=300,
+    )
     rows = json_.loads(out.stdout)
     assert [r["tree"] for r in rows] == ["this", "baseline"] and [r["tenants"] for r in rows] == [3, 2]
     for row in rows:
         assert row["indexes"] == 4 and row["memory_per_tenant_kb"] > row["raw_per_tenant_kb"] > 0
         assert 0 <= row["idle_core_share"] < 1 and row["index_ms_mean"] >= 0
-        assert all(0 < ms for key in ("small_knn_ms", "small_bm25_ms", "large_knn_ms", "large_bm25_ms") for ms in row[key])
+        assert all(
+            0 < ms for key in ("small_knn_ms", "small_bm25_ms", "large_knn_ms", "large_bm25_ms") for ms in row[key]
+        )
 
 
 def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_before_float16(stack_env):
@@ -235,7 +302,11 @@ def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_b
             await asyncio.sleep(0.2)
             fresh = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=dims)
             try:
-                assert (await fresh.knn_many(tenant, "passages", probes, 10, ["doc_id"])) == [[], [], []]  # no float16 index
+                assert (await fresh.knn_many(tenant, "passages", probes, 10, ["doc_id"])) == [
+                    [],
+                    [],
+                    [],
+                ]  # no float16 index
             finally:
                 await fresh.close()
             return before
@@ -246,7 +317,10 @@ def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_b
     listed = cli.run("migrate", "--dry-run")
     assert all(float32_index_name(layer, dims) in listed.stdout for layer in LAYERS)
     migrated = cli.run("migrate", timeout=600)
-    assert f"{float32_index_name('passages', dims)}: " in migrated.stdout and "re-encoded as float16, index dropped" in migrated.stdout
+    assert (
+        f"{float32_index_name('passages', dims)}: " in migrated.stdout
+        and "re-encoded as float16, index dropped" in migrated.stdout
+    )
 
     async def after():
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=dims)

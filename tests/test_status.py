@@ -18,20 +18,49 @@ def test_a_tenants_documents_and_facts_by_status():
             await stages.publish("ilse", "Ilse Marr lives in Kallmar.")
             await stages.publish("nora", "Nora Velt works for Orsk Mills.")
             await stages.delete("nora")
-            return await tenant_status(stages.memory, stages.tenant), await tenant_status(stages.memory, "nobody"), stages.tenant
+            return (
+                await tenant_status(stages.memory, stages.tenant),
+                await tenant_status(stages.memory, "nobody"),
+                stages.tenant,
+            )
         finally:
             await stages.close()
 
     held, unknown, tenant = asyncio.run(scenario())
-    assert held == {"tenant": tenant, "documents": 1, "documents_indexed": 1, "documents_deleted": 1,
-                    "facts": {"pending": 1, "retracted": 1}, "pending_facts": 1}
-    assert unknown["documents"] == 0 and unknown["warning"] == "tenant 'nobody' holds no memory (nothing was ever indexed for it)"
+    assert held == {
+        "tenant": tenant,
+        "documents": 1,
+        "documents_indexed": 1,
+        "documents_deleted": 1,
+        "facts": {"pending": 1, "retracted": 1},
+        "pending_facts": 1,
+    }
+    assert (
+        unknown["documents"] == 0
+        and unknown["warning"] == "tenant 'nobody' holds no memory (nothing was ever indexed for it)"
+    )
 
 
 def test_the_report_reads_one_line_per_stage():
-    stage = {"topic": "m.documents", "lag": 3, "per_second": 1.5, "partitions": [{"partition": 0, "end": 9, "committed": 6, "lag": 3}]}
-    report = {"kafka": {"group": "m", "stages": {"chunker": stage}, "dead_letters": 2},
-              "tenant": {"tenant": "t", "documents": 2, "documents_indexed": 1, "documents_deleted": 0, "facts": {"active": 4}, "pending_facts": 0}}
+    stage = {
+        "topic": "m.documents",
+        "lag": 3,
+        "per_second": 1.5,
+        "partitions": [{"partition": 0, "end": 9, "committed": 6, "lag": 3}],
+    }
+    report = {
+        "kafka": {"group": "m", "stages": {"chunker": stage}, "dead_letters": 2},
+        "tenant": {
+            "tenant": "t",
+            "documents": 2,
+            "documents_indexed": 1,
+            "documents_deleted": 0,
+            "facts": {"active": 4},
+            "pending_facts": 0,
+        },
+    }
     lines = render(report).splitlines()
     assert lines[0] == "consumer group m" and lines[2].split() == ["chunker", "m.documents", "3", "1.5", "0:3"]
-    assert lines[3] == "dead letters: 2" and lines[4] == "tenant t: 1 of 2 documents indexed, 0 deleted; facts: 4 active"
+    assert (
+        lines[3] == "dead letters: 2" and lines[4] == "tenant t: 1 of 2 documents indexed, 0 deleted; facts: 4 active"
+    )

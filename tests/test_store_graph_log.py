@@ -38,22 +38,43 @@ def test_the_writers_edges_are_read_back_once_each_and_as_changes_in_order(stack
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
         tenant = _tenant("graphlog")
         try:
-            empty = (await memory.graph_log_exists(tenant), await memory.graph_log_head(tenant),
-                     await memory.changes_since(tenant, NO_CHANGE), await _load(memory, tenant))
-            await _write(memory, tenant, lambda pipe: (
-                memory.stage_edge(pipe, tenant, 1, ADA, P1, 1.0, "passage"),
-                memory.stage_fact_edge(pipe, tenant, 1, ADA, OSTRA, "f1"),
-                memory.stage_fact_edge(pipe, tenant, 1, ADA, OSTRA, "f2"),
-                memory.stage_type_member(pipe, tenant, 1, BOB, "PERSON")))
+            empty = (
+                await memory.graph_log_exists(tenant),
+                await memory.graph_log_head(tenant),
+                await memory.changes_since(tenant, NO_CHANGE),
+                await _load(memory, tenant),
+            )
+            await _write(
+                memory,
+                tenant,
+                lambda pipe: (
+                    memory.stage_edge(pipe, tenant, 1, ADA, P1, 1.0, "passage"),
+                    memory.stage_fact_edge(pipe, tenant, 1, ADA, OSTRA, "f1"),
+                    memory.stage_fact_edge(pipe, tenant, 1, ADA, OSTRA, "f2"),
+                    memory.stage_type_member(pipe, tenant, 1, BOB, "PERSON"),
+                ),
+            )
             middle = await memory.graph_log_head(tenant)
-            await _write(memory, tenant, lambda pipe: (
-                memory.stage_fact_unlink(pipe, tenant, 2, ADA, OSTRA, "f1"),
-                memory.stage_edge(pipe, tenant, 2, BOB, P2, 0.75, "similar")))
+            await _write(
+                memory,
+                tenant,
+                lambda pipe: (
+                    memory.stage_fact_unlink(pipe, tenant, 2, ADA, OSTRA, "f1"),
+                    memory.stage_edge(pipe, tenant, 2, BOB, P2, 0.75, "similar"),
+                ),
+            )
             head = await memory.graph_log_head(tenant)
             everything = await memory.changes_since(tenant, NO_CHANGE)
-            return (empty, await memory.graph_log_exists(tenant), await _load(memory, tenant), everything,
-                    await memory.changes_since(tenant, middle), await memory.changes_since(tenant, head),
-                    await memory.changes_since(tenant, NO_CHANGE, count=2), head)
+            return (
+                empty,
+                await memory.graph_log_exists(tenant),
+                await _load(memory, tenant),
+                everything,
+                await memory.changes_since(tenant, middle),
+                await memory.changes_since(tenant, head),
+                await memory.changes_since(tenant, NO_CHANGE, count=2),
+                head,
+            )
         finally:
             await _drop(memory, tenant)
             await memory.close()
@@ -61,11 +82,20 @@ def test_the_writers_edges_are_read_back_once_each_and_as_changes_in_order(stack
     empty, exists, loaded, everything, since_middle, since_head, first_two, head = asyncio.run(run())
     assert empty == (False, NO_CHANGE, [], set())
     assert exists
-    assert loaded == {EdgeChange(ADA, P1, 1.0, "passage"), EdgeChange(ADA, OSTRA, 1.0, "fact"),
-                      EdgeChange(BOB, type_node("PERSON"), 1.0, "type"), EdgeChange(BOB, P2, 0.75, "similar")}
+    assert loaded == {
+        EdgeChange(ADA, P1, 1.0, "passage"),
+        EdgeChange(ADA, OSTRA, 1.0, "fact"),
+        EdgeChange(BOB, type_node("PERSON"), 1.0, "type"),
+        EdgeChange(BOB, P2, 0.75, "similar"),
+    }
     assert [change for _, change in everything] == [
-        EdgeChange(ADA, P1, 1.0, "passage"), EdgeChange(ADA, OSTRA, 1.0, "fact"), EdgeChange(ADA, OSTRA, 2.0, "fact"),
-        EdgeChange(BOB, type_node("PERSON"), 1.0, "type"), EdgeChange(ADA, OSTRA, 1.0, "fact"), EdgeChange(BOB, P2, 0.75, "similar")]
+        EdgeChange(ADA, P1, 1.0, "passage"),
+        EdgeChange(ADA, OSTRA, 1.0, "fact"),
+        EdgeChange(ADA, OSTRA, 2.0, "fact"),
+        EdgeChange(BOB, type_node("PERSON"), 1.0, "type"),
+        EdgeChange(ADA, OSTRA, 1.0, "fact"),
+        EdgeChange(BOB, P2, 0.75, "similar"),
+    ]
     assert since_middle == everything[4:] and everything[-1][0] == head
     assert since_head == []
     assert first_two == everything[:2]
@@ -78,7 +108,11 @@ def test_a_log_that_lost_the_cursor_answers_none(stack_env):
         stream = memory.keys(tenant).graph_changes
         try:
             for i in range(3):
-                await _write(memory, tenant, lambda pipe: memory.stage_edge(pipe, tenant, 1, entity_node(f"x{i}"), P1, 1.0, "passage"))
+                await _write(
+                    memory,
+                    tenant,
+                    lambda pipe, i=i: memory.stage_edge(pipe, tenant, 1, entity_node(f"x{i}"), P1, 1.0, "passage"),
+                )
             cursor = (await memory.changes_since(tenant, NO_CHANGE))[0][0]  # the oldest entry
             await memory.redis.xtrim(stream, maxlen=1, approximate=False)
             trimmed = await memory.changes_since(tenant, cursor)

@@ -21,7 +21,7 @@ import pytest
 from store import AlreadyDone, EdgeChange, Memory, Outgoing, StaleDecision
 from store.facts import Fact
 from store.in_memory import InMemoryStore
-from tests.inprocess import DIMS, DigitBlindEmbedder, Delivery, InProcess
+from tests.inprocess import DIMS, Delivery, DigitBlindEmbedder, InProcess
 from tests.test_effectively_once import SynonymEmbedder
 from tests.test_memory_agents import CONFLICTS, FOUNDING, PROMOTED_SWAP, fact, fid, write_script
 from workers.algorithms.normalize import content_hash
@@ -45,37 +45,77 @@ class Scenario:
 
 def scripted(texts: dict[str, str], facts: dict[str, list[tuple]]) -> dict:
     """A corpus from ScriptedExtractor-style facts: (head, relation, tail[, head type, tail type])."""
-    return {doc: (text, [fact(f[0], f[3] if len(f) > 3 else "PERSON", f[1], f[2], f[4] if len(f) > 4 else "PLACE") for f in facts[doc]])
-            for doc, text in texts.items()}
+    return {
+        doc: (
+            text,
+            [
+                fact(f[0], f[3] if len(f) > 3 else "PERSON", f[1], f[2], f[4] if len(f) > 4 else "PLACE")
+                for f in facts[doc]
+            ],
+        )
+        for doc, text in texts.items()
+    }
 
 
 # the same scripts as tests/test_effectively_once.py's near-duplicate and twin tests
-PEOPLE = scripted({f"p{i}": f"Person{i} was born in London." for i in range(4)}, {f"p{i}": [(f"Person{i}", "was born in", "London")] for i in range(4)})
-SYNONYMS = scripted({"a": "Ada Quill was born in Ostra.", "b": "Ada Quill is a native of Ostra."},
-                    {"a": [("Ada Quill", "born in", "Ostra")], "b": [("Ada Quill", "native of", "Ostra")]})
-MARRIED = scripted({"y": "Bram Reed married Ada Quill.", "x": "Ada Quill married Bram Reed."},
-                   {"x": [("Ada Quill", "married", "Bram Reed", "PERSON", "PERSON")], "y": [("Bram Reed", "married", "Ada Quill", "PERSON", "PERSON")]})
+PEOPLE = scripted(
+    {f"p{i}": f"Person{i} was born in London." for i in range(4)},
+    {f"p{i}": [(f"Person{i}", "was born in", "London")] for i in range(4)},
+)
+SYNONYMS = scripted(
+    {"a": "Ada Quill was born in Ostra.", "b": "Ada Quill is a native of Ostra."},
+    {"a": [("Ada Quill", "born in", "Ostra")], "b": [("Ada Quill", "native of", "Ostra")]},
+)
+MARRIED = scripted(
+    {"y": "Bram Reed married Ada Quill.", "x": "Ada Quill married Bram Reed."},
+    {
+        "x": [("Ada Quill", "married", "Bram Reed", "PERSON", "PERSON")],
+        "y": [("Bram Reed", "married", "Ada Quill", "PERSON", "PERSON")],
+    },
+)
 CONFLICT_ORDER = ("m1", "m2", "m3", "t1", "t2", "g0", "g1", "g2", "d1", "d2")
 
 SCENARIOS = {
     "tau gate": Scenario(FOUNDING, ("falk", "pike")),
-    "conflict kinds": Scenario(CONFLICTS, CONFLICT_ORDER, {"tau": 1}, queries=(
-        {"query": CONFLICTS["m3"][0]}, {"query": CONFLICTS["g2"][0], "mode": "dense"}, {"query": "Who built the Varn Lighthouse?", "top_k": 3})),
+    "conflict kinds": Scenario(
+        CONFLICTS,
+        CONFLICT_ORDER,
+        {"tau": 1},
+        queries=(
+            {"query": CONFLICTS["m3"][0]},
+            {"query": CONFLICTS["g2"][0], "mode": "dense"},
+            {"query": "Who built the Varn Lighthouse?", "top_k": 3},
+        ),
+    ),
     # with the similarity bridge: the Person entities are digit variants (cosine 1), bridged pairwise
-    "near duplicates": Scenario({**PEOPLE, **SYNONYMS}, ("p0", "p1", "p2", "p3", "a", "b"), {"tau": 1, "sim_bridging": "on"}, SynonymEmbedder,
-                                # cosine 1 to each Person passage; k above the passages: no tie is cut
-                                queries=({"query": "Person9 was born in London.", "top_k": 10, "params": {"layer_k": 10}},)),
+    "near duplicates": Scenario(
+        {**PEOPLE, **SYNONYMS},
+        ("p0", "p1", "p2", "p3", "a", "b"),
+        {"tau": 1, "sim_bridging": "on"},
+        SynonymEmbedder,
+        # cosine 1 to each Person passage; k above the passages: no tie is cut
+        queries=({"query": "Person9 was born in London.", "top_k": 10, "params": {"layer_k": 10}},),
+    ),
     "symmetric twins": Scenario({**PROMOTED_SWAP, **MARRIED}, ("b", "d", "a", "c", "y", "x")),
     # every message delivered twice, a copy once those queued before it are through (a consumer
     # that crashed before its ack), and the first fact event's publish failing after its commit
-    "redelivered": Scenario(CONFLICTS, CONFLICT_ORDER, {"tau": 1}, delivery=Delivery(redeliver=1.0, fail_first_event=True)),
+    "redelivered": Scenario(
+        CONFLICTS, CONFLICT_ORDER, {"tau": 1}, delivery=Delivery(redeliver=1.0, fail_first_event=True)
+    ),
 }
 
 
 async def run_scenario(redis_url: str | None, scenario: Scenario, tenant: str, script) -> tuple[dict, list, list, list]:
     """(export, messages sent, events, query answers (without their timings)) of the scenario on
     Redis's Memory at `redis_url`, or on an InMemoryStore when it is None."""
-    stages = InProcess(redis_url, ReplayExtractor(script), scenario.embedder(), delivery=scenario.delivery, tenant=tenant, **scenario.settings)
+    stages = InProcess(
+        redis_url,
+        ReplayExtractor(script),
+        scenario.embedder(),
+        delivery=scenario.delivery,
+        tenant=tenant,
+        **scenario.settings,
+    )
     try:
         for doc in scenario.order:
             await stages.publish(doc, scenario.corpus[doc][0])
@@ -84,7 +124,9 @@ async def run_scenario(redis_url: str | None, scenario: Scenario, tenant: str, s
             answer = await stages.query(body["query"], **{k: v for k, v in body.items() if k != "query"})
             answers.append({k: v for k, v in answer.items() if k != "timings_ms"})
         if scenario.delivery.fail_first_event:
-            assert stages.failed_publishes == 1 and len(stages.delivered) == 2 * stages.redeliveries  # the mode did fail and repeat
+            assert (
+                stages.failed_publishes == 1 and len(stages.delivered) == 2 * stages.redeliveries
+            )  # the mode did fail and repeat
         return await stages.export(), stages.messages(), stages.events(), answers
     finally:
         await stages.close()
@@ -95,7 +137,10 @@ IN_MEMORY = None  # run_scenario's redis_url for an InMemoryStore
 
 def without_times(export: dict) -> dict:
     """The export modulo system time: each time field says only whether it is set."""
-    return {**export, "facts": [{k: (v is not None if k in TIMES else v) for k, v in f.items()} for f in export["facts"]]}
+    return {
+        **export,
+        "facts": [{k: (v is not None if k in TIMES else v) for k, v in f.items()} for f in export["facts"]],
+    }
 
 
 def tie_order(found):
@@ -114,8 +159,11 @@ def same_answers(found, expected) -> bool:
     and a score rounded to six decimals on the boundary goes either way."""
     if isinstance(found, dict) and isinstance(expected, dict):
         return found.keys() == expected.keys() and all(
-            abs(found[k] - expected[k]) <= 1.5e-6 if k == "score" and isinstance(found[k], float) and isinstance(expected[k], float)
-            else same_answers(found[k], expected[k]) for k in found)
+            abs(found[k] - expected[k]) <= 1.5e-6
+            if k == "score" and isinstance(found[k], float) and isinstance(expected[k], float)
+            else same_answers(found[k], expected[k])
+            for k in found
+        )
     if isinstance(found, list) and isinstance(expected, list):
         return len(found) == len(expected) and all(same_answers(a, b) for a, b in zip(found, expected))
     return found == expected
@@ -140,27 +188,47 @@ def test_the_tau_gate_holds_a_schema_seen_once_and_activates_both_on_the_second_
     assert [(e["event"], e["fact_id"]) for e in first[2]] == [("pending", first[0]["facts"][0]["id"])]
     assert [(s["status"], s["frequency"]) for s in second[0]["schemas"]] == [("stable", 2)]
     assert {f["status"] for f in second[0]["facts"]} == {"active"}
-    assert sorted(e["fact_id"] for e in second[2] if e["event"] == "activated") == sorted(fid(f) for _, fs in FOUNDING.values() for f in fs)
+    assert sorted(e["fact_id"] for e in second[2] if e["event"] == "activated") == sorted(
+        fid(f) for _, fs in FOUNDING.values() for f in fs
+    )
 
 
 def test_each_conflict_kind_ends_in_its_state(tmp_path):
-    export, _, events, answers = asyncio.run(run_scenario(IN_MEMORY, SCENARIOS["conflict kinds"], "im-conflicts", write_script(tmp_path / "s.jsonl", CONFLICTS)))
+    export, _, events, answers = asyncio.run(
+        run_scenario(
+            IN_MEMORY, SCENARIOS["conflict kinds"], "im-conflicts", write_script(tmp_path / "s.jsonl", CONFLICTS)
+        )
+    )
     facts, of = facts_of(export), {doc: fid(CONFLICTS[doc][1][0]) for doc in CONFLICTS}
     assert facts[of["m2"]]["status"] == "active" and facts[of["m1"]]["status"] == "invalid"  # mutual exclusion
-    assert [facts[of[d]]["qualifiers"]["time"] for d in ("t1", "t2")] == [{"from": "1990", "to": "1999"}, {"from": "2000", "to": "2010"}]
+    assert [facts[of[d]]["qualifiers"]["time"] for d in ("t1", "t2")] == [
+        {"from": "1990", "to": "1999"},
+        {"from": "2000", "to": "2010"},
+    ]
     assert facts[of["g1"]]["qualifiers"]["scope"] == {"narrower_than": [of["g2"]], "broader_than": []}  # granularity
     assert facts[of["d1"]]["status"] == "active" and len(facts[of["d1"]]["passages"]) == 2  # duplicate
     assert [e["event"] for e in events if e["fact_id"] == of["d1"]] == ["activated", "merged"]
     assert len({e["event_id"] for e in events}) == len(events)
     assert answers[0]["mode"] == "ppr" and passage(CONFLICTS, "m3") in [p["id"] for p in answers[0]["passages"]]
-    assert (answers[1]["passages"][0]["id"], answers[1]["passages"][0]["score"]) == (passage(CONFLICTS, "g2"), 1.0)  # its own text
+    assert (answers[1]["passages"][0]["id"], answers[1]["passages"][0]["score"]) == (
+        passage(CONFLICTS, "g2"),
+        1.0,
+    )  # its own text
 
 
 def test_near_duplicates_merge_only_the_same_entities(tmp_path):
     scenario = SCENARIOS["near duplicates"]
-    export, _, events, _ = asyncio.run(run_scenario(IN_MEMORY, scenario, "im-near", write_script(tmp_path / "s.jsonl", scenario.corpus)))
+    export, _, events, _ = asyncio.run(
+        run_scenario(IN_MEMORY, scenario, "im-near", write_script(tmp_path / "s.jsonl", scenario.corpus))
+    )
     facts = facts_of(export)
-    assert sorted(f["head"] for f in facts.values() if f["status"] == "active") == ["Ada Quill", "Person0", "Person1", "Person2", "Person3"]
+    assert sorted(f["head"] for f in facts.values() if f["status"] == "active") == [
+        "Ada Quill",
+        "Person0",
+        "Person1",
+        "Person2",
+        "Person3",
+    ]
     native, born = fid(SYNONYMS["b"][1][0]), fid(SYNONYMS["a"][1][0])
     assert (facts[native]["status"], facts[native]["merged_into"]) == ("merged", born)
     assert [e["event"] for e in events if e["event"] == "merged"] == ["merged"]
@@ -170,7 +238,9 @@ def test_near_duplicates_merge_only_the_same_entities(tmp_path):
 
 def test_symmetric_twins_end_as_one_active_fact(tmp_path):
     scenario = SCENARIOS["symmetric twins"]
-    export, *_ = asyncio.run(run_scenario(IN_MEMORY, scenario, "im-twins", write_script(tmp_path / "s.jsonl", scenario.corpus)))
+    export, *_ = asyncio.run(
+        run_scenario(IN_MEMORY, scenario, "im-twins", write_script(tmp_path / "s.jsonl", scenario.corpus))
+    )
     facts = facts_of(export)
     a, b = fid(PROMOTED_SWAP["a"][1][0]), fid(PROMOTED_SWAP["b"][1][0])
     assert (facts[a]["status"], facts[a]["merged_into"]) == ("merged", b)
@@ -184,7 +254,9 @@ def test_redelivered_messages_change_nothing(tmp_path):
     once = asyncio.run(run_scenario(IN_MEMORY, SCENARIOS["conflict kinds"], "im-again", script))
     twice = asyncio.run(run_scenario(IN_MEMORY, SCENARIOS["redelivered"], "im-again", script))
     assert without_times(twice[0]) == without_times(once[0])
-    assert twice[1] == once[1]  # every copy found its message done; the failed publish was retried from the committed outbox
+    assert (
+        twice[1] == once[1]
+    )  # every copy found its message done; the failed publish was retried from the committed outbox
 
 
 async def fenced_commits(memory, tenant: str) -> list:
@@ -236,7 +308,13 @@ async def fenced_commits(memory, tenant: str) -> list:
         seen.append(str(exc))
     seen.append((await memory.resolve_aliases(tenant, ["nyc", "ostra"]), await memory.alias_map(tenant)))
     # the graph log: change ids are the store's own, the changes and what None means are not
-    seen.append((await memory.graph_log_exists(tenant), await memory.changes_since(tenant, "0-0"), await memory.changes_since(tenant, "7-0")))
+    seen.append(
+        (
+            await memory.graph_log_exists(tenant),
+            await memory.changes_since(tenant, "0-0"),
+            await memory.changes_since(tenant, "7-0"),
+        )
+    )
     pipe = memory.pipeline()
     memory.stage_fact_edge(pipe, tenant, 1, "e:ada", "e:ostra", "f1")
     memory.stage_fact_edge(pipe, tenant, 1, "e:ostra", "e:ada", "f2")
@@ -246,18 +324,44 @@ async def fenced_commits(memory, tenant: str) -> list:
     head, changes = await memory.graph_log_head(tenant), await memory.changes_since(tenant, "0-0")
     seen.append(([change for _, change in changes], head == changes[-1][0], await memory.changes_since(tenant, head)))
     seen.append((await memory.changes_since(tenant, changes[1][0], 1))[0][1])
-    seen.append((await memory.adjacency_nodes(tenant), [edges async for edges in memory.adjacency(tenant, ["e:ada", "e:ostra", "p:c1"])]))
+    seen.append(
+        (
+            await memory.adjacency_nodes(tenant),
+            [edges async for edges in memory.adjacency(tenant, ["e:ada", "e:ostra", "p:c1"])],
+        )
+    )
     return seen
 
 
 FENCED = [
-    None, None, [Outgoing("indexed-facts", "f1", b'{"x": 1}')], "new", "stale", "new", "done", "done", (False, ["w1"]), (True, 1),
-    "'nyc' is already an alias of 'new_york_city'", ({"nyc": "new_york_city", "ostra": "ostra"}, {"nyc": "new_york_city"}),
+    None,
+    None,
+    [Outgoing("indexed-facts", "f1", b'{"x": 1}')],
+    "new",
+    "stale",
+    "new",
+    "done",
+    "done",
+    (False, ["w1"]),
+    (True, 1),
+    "'nyc' is already an alias of 'new_york_city'",
+    ({"nyc": "new_york_city", "ostra": "ostra"}, {"nyc": "new_york_city"}),
     (False, [], None),
-    ([EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ostra", "e:ada", 2.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage"),
-      EdgeChange("e:ada", "e:ostra", 1.0, "fact")], True, []),
+    (
+        [
+            EdgeChange("e:ada", "e:ostra", 1.0, "fact"),
+            EdgeChange("e:ostra", "e:ada", 2.0, "fact"),
+            EdgeChange("e:ada", "p:c1", 1.0, "passage"),
+            EdgeChange("e:ada", "e:ostra", 1.0, "fact"),
+        ],
+        True,
+        [],
+    ),
     EdgeChange("e:ada", "p:c1", 1.0, "passage"),
-    (["e:ada", "e:ostra", "p:c1"], [[EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage")]]),
+    (
+        ["e:ada", "e:ostra", "p:c1"],
+        [[EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage")]],
+    ),
 ]
 
 
@@ -291,7 +395,10 @@ def test_redis_and_in_memory_give_the_same_memory_messages_and_answers(stack_env
     in_process = asyncio.run(run_scenario(IN_MEMORY, scenario, tenant, script))
     assert without_times(in_process[0]) == without_times(on_redis[0])
     assert in_process[1] == on_redis[1]  # every topic, fact events with their ids
-    assert same_answers(tie_order(in_process[3]), tie_order(on_redis[3])), (tie_order(in_process[3]), tie_order(on_redis[3]))  # passages, entities, facts, seeds, scores
+    assert same_answers(tie_order(in_process[3]), tie_order(on_redis[3])), (
+        tie_order(in_process[3]),
+        tie_order(on_redis[3]),
+    )  # passages, entities, facts, seeds, scores
     assert on_redis[0]["facts"] and on_redis[2]
 
 

@@ -25,7 +25,17 @@ async def _fill(store, tenant: str, passages: int, active: int) -> None:
     for i in range(passages):
         store.stage_passage(pipe, tenant, Chunk(tenant, f"c{i}", f"d{i}", 0, 1, f"passage {i}"), [], np.ones(8))
     for i in range(active + 1):
-        fact = Fact(id=f"f{i}", head="a", relation="r", tail=f"b{i}", head_type="T", tail_type="T", head_id="a", tail_id=f"b{i}", schema_id="s")
+        fact = Fact(
+            id=f"f{i}",
+            head="a",
+            relation="r",
+            tail=f"b{i}",
+            head_type="T",
+            tail_type="T",
+            head_id="a",
+            tail_id=f"b{i}",
+            schema_id="s",
+        )
         store.stage_new_fact(pipe, tenant, fact, np.ones(8))
     await pipe.execute()
     for i in range(active):
@@ -44,7 +54,8 @@ def test_the_top_tenants_are_named_and_the_rest_summed():
         first = {
             "tenants": gauge("memstream_tenants"),
             "passages": gauge("memstream_records", layer="passages"),
-            "active": gauge("memstream_facts", status="active"), "new": gauge("memstream_facts", status="new"),
+            "active": gauge("memstream_facts", status="active"),
+            "new": gauge("memstream_facts", status="new"),
             "big": gauge("memstream_tenant_records", tenant="big", layer="passages"),
             "mid": gauge("memstream_tenant_records", tenant="mid", layer="passages"),
             "other": gauge("memstream_tenant_records", tenant="_other", layer="passages"),
@@ -53,13 +64,25 @@ def test_the_top_tenants_are_named_and_the_rest_summed():
         }
         await _fill(store, "small", passages=9, active=0)  # now the largest: mid leaves the top two
         await take_census(store, top=2)
-        second = {"small": gauge("memstream_tenant_records", tenant="small", layer="passages"),
-                  "mid": gauge("memstream_tenant_records", tenant="mid", layer="passages"),
-                  "other": gauge("memstream_tenant_records", tenant="_other", layer="passages")}
+        second = {
+            "small": gauge("memstream_tenant_records", tenant="small", layer="passages"),
+            "mid": gauge("memstream_tenant_records", tenant="mid", layer="passages"),
+            "other": gauge("memstream_tenant_records", tenant="_other", layer="passages"),
+        }
         return first, second
 
     first, second = asyncio.run(main())
-    assert first == {"tenants": 3, "passages": 9, "active": 3, "new": 3, "big": 5, "mid": 3, "other": 1, "small": None, "big active": 2}
+    assert first == {
+        "tenants": 3,
+        "passages": 9,
+        "active": 3,
+        "new": 3,
+        "big": 5,
+        "mid": 3,
+        "other": 1,
+        "small": None,
+        "big active": 2,
+    }
     assert second == {"small": 9, "mid": None, "other": 3}
 
 
@@ -80,7 +103,9 @@ def test_the_query_app_stops_without_waiting_out_the_census_interval(stack_env):
             return [np.ones(8) for _ in texts]
 
     async def main():
-        settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant="census-stop", metrics_census_seconds=600)
+        settings = Settings(
+            redis_url=stack_env["MEMSTREAM_REDIS_URL"], tenant="census-stop", metrics_census_seconds=600
+        )
         client = TestClient(TestServer(query_app(settings, Embedder())))
         await client.start_server()
         assert (await client.get("/healthz")).status == 200  # the first census is under way: it starts with the app

@@ -15,11 +15,12 @@ import asyncio
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.inprocess import Delivery, HashEmbedder, InProcess, redis_keys_holding
-from workers.query import drilldown
 from workers.models.extraction import RulesExtractor
+from workers.query import drilldown
 
 ILSE = "Ilse Marr lives in Kallmar. Nora Velt works for Orsk Mills."
 ILSE_EDITED = "Ilse Marr lives in Brest."
@@ -37,8 +38,13 @@ async def current_memory(stages: InProcess) -> dict:
     supporting passages), schemas (frequency, status), by id, and the graph's fact and passage
     edges with their weights (type edges are not compared: an entity joins its types when a fact
     of it is first admitted, and keeps them)."""
-    facts = {fid: (f.status, tuple(f.passage_ids)) for fid, f in (await stages.facts()).items() if f.status != "retracted"}
-    schemas = {sid: (row.get("frequency"), row.get("status")) for sid, row in await stages.memory.records(stages.tenant, "schemas")}
+    facts = {
+        fid: (f.status, tuple(f.passage_ids)) for fid, f in (await stages.facts()).items() if f.status != "retracted"
+    }
+    schemas = {
+        sid: (row.get("frequency"), row.get("status"))
+        for sid, row in await stages.memory.records(stages.tenant, "schemas")
+    }
     edges = {}
     async for batch in stages.memory.adjacency(stages.tenant, await stages.memory.adjacency_nodes(stages.tenant)):
         edges.update({(e.a, e.b, e.kind): e.weight for e in batch if e.kind in ("fact", "passage") and e.weight})
@@ -63,6 +69,7 @@ def _by_head(facts: dict, head: str) -> list:
 def test_an_edit_retires_the_old_text_and_retracts_what_only_it_said(redis_url):
     """Before: the old passage still ranked first and "Nora Velt works for Orsk Mills", said
     only by the old text, stayed active."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -70,7 +77,10 @@ def test_an_edit_retires_the_old_text_and_retracts_what_only_it_said(redis_url):
             [old_passage] = {p for f in (await stages.facts()).values() for p in f.passage_ids}
             await stages.publish("ilse", ILSE_EDITED, version=2)
             facts = await stages.facts()
-            answers = [await stages.query("Where does Ilse Marr live? Kallmar or Brest?", mode=mode) for mode in ("lexical", "hybrid", "ppr")]
+            answers = [
+                await stages.query("Where does Ilse Marr live? Kallmar or Brest?", mode=mode)
+                for mode in ("lexical", "hybrid", "ppr")
+            ]
             retired = (await stages.memory.passages(stages.tenant, [old_passage]))[0]
             return stages, facts, answers, retired, await current_memory(stages), stages.events()
         finally:
@@ -90,6 +100,7 @@ def test_an_edit_retires_the_old_text_and_retracts_what_only_it_said(redis_url):
 def test_a_whitespace_edit_counts_its_text_once(redis_url):
     """Before: the edit's passage and the original both supported each fact, which turned the
     pending facts active with two passages and their schemas stable (τ = 2)."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor())
         try:
@@ -109,6 +120,7 @@ def test_a_whitespace_edit_counts_its_text_once(redis_url):
 def test_a_revert_brings_the_earlier_text_and_its_facts_back(redis_url):
     """Before: the earlier text was extracted once and never looked at again, so publishing it
     again left the edit's fact active and the original's out."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -156,24 +168,43 @@ def test_a_fact_also_said_elsewhere_keeps_that_evidence_and_a_shared_text_stays(
             await stages.publish("copy", "Ilse Marr lives in Kallmar.", version=1)
             await stages.publish("copy-2", "Ilse Marr lives in Kallmar.", version=1)
             await stages.publish("copy", "Something else entirely.", version=2)
-            shared = await drilldown.passage_record(stages.memory, stages.tenant, (await stages.query("Ilse Marr Kallmar", mode="lexical"))["passages"][0]["id"])
-            return await stages.facts(), await current_memory(stages), await stages.query("Ilse Marr Kallmar", mode="lexical"), shared
+            shared = await drilldown.passage_record(
+                stages.memory,
+                stages.tenant,
+                (await stages.query("Ilse Marr Kallmar", mode="lexical"))["passages"][0]["id"],
+            )
+            return (
+                await stages.facts(),
+                await current_memory(stages),
+                await stages.query("Ilse Marr Kallmar", mode="lexical"),
+                shared,
+            )
         finally:
             await stages.close()
 
     facts, memory, answer, shared = run(scenario())
-    assert shared["text"] == "Ilse Marr lives in Kallmar." and shared["doc_ids"] == ["copy-2"]  # "copy" holds it no more
+    assert shared["text"] == "Ilse Marr lives in Kallmar." and shared["doc_ids"] == [
+        "copy-2"
+    ]  # "copy" holds it no more
     [nora] = _by_head(facts, "Nora Velt")
     assert nora.status == "active" and len(nora.passage_ids) == 2  # ilse's and nora's
     assert "Ilse Marr lives in Kallmar." in [p["text"] for p in answer["passages"]]  # copy-2 still holds it
-    assert memory == run(fresh(redis_url, {"ilse": ILSE, "nora": other, "copy-2": "Ilse Marr lives in Kallmar.",
-                                           "copy": "Something else entirely."}, tau=1))
+    assert memory == run(
+        fresh(
+            redis_url,
+            {"ilse": ILSE, "nora": other, "copy-2": "Ilse Marr lives in Kallmar.", "copy": "Something else entirely."},
+            tau=1,
+        )
+    )
 
 
 def test_edits_and_reverts_hold_under_redelivery_and_several_consumers():
     """Every message delivered twice, four consumers on four partitions: the same memory."""
+
     async def scenario():
-        stages = InProcess(None, RulesExtractor(), tau=1, delivery=Delivery(partitions=4, consumers=4, seed=7, redeliver=1.0))
+        stages = InProcess(
+            None, RulesExtractor(), tau=1, delivery=Delivery(partitions=4, consumers=4, seed=7, redeliver=1.0)
+        )
         try:
             for version, text in enumerate((ILSE, ILSE_EDITED, ILSE, ILSE_EDITED), 1):
                 await stages.publish("ilse", text, version=version)
@@ -198,7 +229,11 @@ def test_a_deleted_document_leaves_memory_and_can_come_back(redis_url):
             await stages.publish("nora", other, version=1)
             await stages.delete("ilse")
             await stages.delete("ilse")  # again: nothing more to do
-            deleted = await current_memory(stages), await stages.query("Ilse Marr Kallmar", mode="lexical"), await stages.facts()
+            deleted = (
+                await current_memory(stages),
+                await stages.query("Ilse Marr Kallmar", mode="lexical"),
+                await stages.facts(),
+            )
             await stages.publish("ilse", ILSE, version=2)
             return deleted, await current_memory(stages), stages.dead_letters()
         finally:
@@ -247,7 +282,11 @@ def _text(picks: tuple[int, ...]) -> str:
 
 
 operation = st.one_of(
-    st.tuples(st.just("publish"), st.sampled_from(DOCS), st.lists(st.integers(0, len(SENTENCES) - 1), min_size=1, max_size=3, unique=True).map(tuple)),
+    st.tuples(
+        st.just("publish"),
+        st.sampled_from(DOCS),
+        st.lists(st.integers(0, len(SENTENCES) - 1), min_size=1, max_size=3, unique=True).map(tuple),
+    ),
     st.tuples(st.just("whitespace"), st.sampled_from(DOCS), st.just(())),
     st.tuples(st.just("revert"), st.sampled_from(DOCS), st.just(())),
     st.tuples(st.just("delete"), st.sampled_from(DOCS), st.just(())),
@@ -256,7 +295,12 @@ operation = st.one_of(
 
 async def _apply(redis_url, operations, redeliver: float, **settings) -> tuple[dict, dict[str, str]]:
     """The operations in order (each drained), then current_memory and the current texts."""
-    stages = InProcess(redis_url, RulesExtractor(), delivery=Delivery(partitions=3, consumers=3, seed=1, redeliver=redeliver), **settings)
+    stages = InProcess(
+        redis_url,
+        RulesExtractor(),
+        delivery=Delivery(partitions=3, consumers=3, seed=1, redeliver=redeliver),
+        **settings,
+    )
     history: dict[str, list[str]] = {}
     current: dict[str, str] = {}
     try:
@@ -268,7 +312,9 @@ async def _apply(redis_url, operations, redeliver: float, **settings) -> tuple[d
             if kind == "publish":
                 text = _text(picks)
             elif kind == "whitespace" and doc in current:
-                text = current[doc].replace(" ", "  ", 1) if "  " not in current[doc] else current[doc].replace("  ", " ")
+                text = (
+                    current[doc].replace(" ", "  ", 1) if "  " not in current[doc] else current[doc].replace("  ", " ")
+                )
             elif kind == "revert" and len(history.get(doc, [])) >= 2:
                 text = history[doc][-2]
             else:
@@ -282,7 +328,11 @@ async def _apply(redis_url, operations, redeliver: float, **settings) -> tuple[d
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(operations=st.lists(operation, min_size=1, max_size=8), redeliver=st.sampled_from([0.0, 0.5]), tau=st.sampled_from([1, 2]))
+@given(
+    operations=st.lists(operation, min_size=1, max_size=8),
+    redeliver=st.sampled_from([0.0, 0.5]),
+    tau=st.sampled_from([1, 2]),
+)
 def test_memory_is_a_function_of_the_current_documents(operations, redeliver, tau):
     """300 random sequences of publish / edit / whitespace edit / revert / delete over five
     documents that share entities, half of them with messages delivered twice on three
@@ -295,7 +345,9 @@ def test_memory_is_a_function_of_the_current_documents(operations, redeliver, ta
 
 
 @pytest.mark.stack
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(operations=st.lists(operation, min_size=1, max_size=6), tau=st.sampled_from([1, 2]))
 def test_memory_is_a_function_of_the_current_documents_in_redis(stack_env, operations, tau):
     """The same property over Redis (Memory: Lua scripts, WATCH fences, RediSearch), 200
@@ -308,8 +360,11 @@ def test_memory_is_a_function_of_the_current_documents_in_redis(stack_env, opera
 def test_a_schema_taken_below_tau_is_a_candidate_again_and_its_facts_wait(redis_url):
     """Two documents make "lives in" stable (τ = 2); deleting one leaves the other's fact
     pending, as if only it had been published. Before: it stayed active."""
+
     async def scenario():
-        memory, current = await _apply(redis_url, [("publish", "a", (0,)), ("publish", "b", (5,)), ("delete", "b", ())], 0.0)
+        memory, current = await _apply(
+            redis_url, [("publish", "a", (0,)), ("publish", "b", (5,)), ("delete", "b", ())], 0.0
+        )
         return memory, current
 
     memory, current = run(scenario())
@@ -388,6 +443,7 @@ def test_a_fact_retracted_on_request_leaves_memory_until_said_again(redis_url):
 
 def test_tenants_are_listed_with_their_records(redis_url):
     """`memstream tenants` (Memory.tenant_counts): every tenant with records, per layer."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -403,6 +459,7 @@ def test_tenants_are_listed_with_their_records(redis_url):
 
 def test_the_same_text_under_two_doc_ids_is_one_passage_of_both(redis_url):
     """Before: the second id appeared nowhere (the passage named only the first)."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -421,6 +478,7 @@ def test_the_same_text_under_two_doc_ids_is_one_passage_of_both(redis_url):
 
 def test_a_query_of_a_tenant_that_holds_nothing_says_so(redis_url):
     """Before: an unknown (say, misspelt) tenant answered like an empty memory."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -453,7 +511,10 @@ def test_a_purged_tenant_leaves_nothing_of_its_texts_in_redis(stack_env):
         memory = Memory.from_url(url, tau=1)
         model = HashEmbedder()
         embedder = BatchingEmbedder(model, cache=memory.embedding_cache(embedder_id(model).cache_name))
-        doomed, kept = InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1), InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1)
+        doomed, kept = (
+            InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1),
+            InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1),
+        )
         try:
             await doomed.publish("note", text, version=1)
             await kept.publish("note", ILSE, version=1)
@@ -488,6 +549,7 @@ def test_a_deletion_holds_against_redelivered_versions_and_repeats(redis_url):
     """Review finding: a deletion kept the deleted version, and marks were made of (text,
     version, previous record) alone — so a redelivered old version brought a deleted document
     back, and a second deletion of the same text repeated the first one's mark and was skipped."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -531,6 +593,7 @@ def test_support_that_lands_while_a_version_retires_the_passage_is_taken_back(re
     """Review finding: the chunker read a passage's facts unfenced, so support a detector
     committed between that read and the retirement's commit stayed counted on a retired
     passage. Now such a write bumps the passage's revision and the retirement decides again."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -539,7 +602,11 @@ def test_support_that_lands_while_a_version_retires_the_passage_is_taken_back(re
             facts = await stages.facts()
             [passage] = {p for f in _by_head(facts, "Ilse Marr") for p in f.passage_ids}
             greta = _by_head(facts, "Greta Holm")[0]
-            _race(stages, "passage_support", lambda pipe: stages.memory.stage_fact_passage(pipe, stages.tenant, greta.id, passage))
+            _race(
+                stages,
+                "passage_support",
+                lambda pipe: stages.memory.stage_fact_passage(pipe, stages.tenant, greta.id, passage),
+            )
             await stages.publish("ilse", ILSE_EDITED, version=2)
             return greta, (await stages.facts())[greta.id]
         finally:
@@ -552,12 +619,17 @@ def test_support_that_lands_while_a_version_retires_the_passage_is_taken_back(re
 def test_a_document_taking_the_same_text_while_another_drops_it_keeps_it(redis_url):
     """Review finding: a passage's documents were read unfenced; another document joining the
     same text between the read and the commit left it retired though held."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
             await stages.publish("ilse", ILSE, version=1)
             [passage] = {p for f in _by_head(await stages.facts(), "Ilse Marr") for p in f.passage_ids}
-            _race(stages, "passage_documents", lambda pipe: stages.memory.stage_passage_documents(pipe, stages.tenant, passage, ["copy"], []))
+            _race(
+                stages,
+                "passage_documents",
+                lambda pipe: stages.memory.stage_passage_documents(pipe, stages.tenant, passage, ["copy"], []),
+            )
             await stages.publish("ilse", ILSE_EDITED, version=2)
             return (await stages.memory.passage_states(stages.tenant, [passage]))[0]
         finally:
@@ -578,8 +650,19 @@ def test_a_schema_counted_again_while_a_version_demotes_it_stays_stable(redis_ur
             await stages.publish("a", SENTENCES[0], version=1)  # Ilse Marr lives in Kallmar.
             await stages.publish("b", SENTENCES[5], version=1)  # Greta Holm lives in Nimmo: "live in" stable
             [ilse] = _by_head(await stages.facts(), "Ilse Marr")
-            another = lambda pipe: stages.memory.stage_schema(pipe, stages.tenant, ilse.schema_id, ilse.head_type, ilse.relation, ilse.tail_type,
-                                                             np.ones(384, dtype=np.float32), "passage-of-a-third-document")
+
+            def another(pipe):
+                return stages.memory.stage_schema(
+                    pipe,
+                    stages.tenant,
+                    ilse.schema_id,
+                    ilse.head_type,
+                    ilse.relation,
+                    ilse.tail_type,
+                    np.ones(384, dtype=np.float32),
+                    "passage-of-a-third-document",
+                )
+
             _race(stages, "schema_support", another)
             await stages.publish("b", SENTENCES[3], version=2)  # b no longer says "lives in"
             status = (await stages.memory.schema_support(stages.tenant, ilse.schema_id))[0]
@@ -604,8 +687,10 @@ def test_a_fact_held_behind_the_gate_is_told_pending_and_told_where_it_merged(re
     if fact_id(entity_id(a), relation, entity_id(b)) > fact_id(entity_id(b), relation, entity_id(a)):
         a, b = b, a  # the active fact is the canonical one (smaller id): the promoted twin merges into it
     script = {
-        "one": [(a, "married to", b, "PERSON", "ROBOT")], "two": [("Cy Moss", "married to", "Di Fern", "PERSON", "ROBOT")],
-        "swapped": [(b, "married to", a, "ROBOT", "PERSON")], "four": [("Eve Sand", "married to", "Fay Holt", "ROBOT", "PERSON")],
+        "one": [(a, "married to", b, "PERSON", "ROBOT")],
+        "two": [("Cy Moss", "married to", "Di Fern", "PERSON", "ROBOT")],
+        "swapped": [(b, "married to", a, "ROBOT", "PERSON")],
+        "four": [("Eve Sand", "married to", "Fay Holt", "ROBOT", "PERSON")],
     }
 
     async def scenario():
@@ -624,13 +709,18 @@ def test_a_fact_held_behind_the_gate_is_told_pending_and_told_where_it_merged(re
     assert [e["event"] for e in told_before if e["fact_id"] == swapped] == ["pending"]
     assert [e["event"] for e in told if e["fact_id"] == swapped] == ["pending", "merged"]
     [merged] = [e for e in told if e["fact_id"] == swapped and e["event"] == "merged"]
-    assert merged["fact"]["merged_into"] == active and facts[swapped].status == "merged" and facts[active].status == "active"
+    assert (
+        merged["fact"]["merged_into"] == active
+        and facts[swapped].status == "merged"
+        and facts[active].status == "active"
+    )
 
 
 def test_a_version_that_retires_passages_says_so(redis_url):
     """Before: a retired passage left memory without a word. Now a `retired` event (keyed by the
     document, no fact) names the passages an edit or a deletion took out, and a redelivery or a
     version that retires nothing says nothing more."""
+
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
         try:
@@ -646,5 +736,8 @@ def test_a_version_that_retires_passages_says_so(redis_url):
 
     first, second, sent, events = run(scenario())
     retired = [e for e in events if e["event"] == "retired"]
-    assert [(e["doc_id"], e["passage_ids"], e["fact_id"], e["fact"]) for e in retired] == [("ilse", [first], "", {}), ("ilse", [second], "", {})]
+    assert [(e["doc_id"], e["passage_ids"], e["fact_id"], e["fact"]) for e in retired] == [
+        ("ilse", [first], "", {}),
+        ("ilse", [second], "", {}),
+    ]
     assert [o.key for o in sent if b'"retired"' in o.value] == [f"{retired[0]['tenant']}/ilse"] * 2

@@ -25,7 +25,9 @@ def _store(redis_url: str | None):
     return Memory.from_url(redis_url) if redis_url else InMemoryStore()
 
 
-async def _record(store, tenant: str, doc_id: str, text: str, chunk_ids: list[str], done: list[str], version: int = 1) -> None:
+async def _record(
+    store, tenant: str, doc_id: str, text: str, chunk_ids: list[str], done: list[str], version: int = 1
+) -> None:
     """What the chunker and the stages after it write about a document's progress."""
     pipe = store.pipeline()
     store.stage_document(pipe, tenant, doc_id, content_hash(text), version, chunk_ids)
@@ -48,18 +50,36 @@ def test_document_statuses_absent_partial_done_and_many_in_order(redis_url):
                 if i % 3:
                     await _record(store, tenant, doc_id, doc_id, [f"{doc_id}-c"], [f"{doc_id}-c"] if i % 3 == 2 else [])
             asked = ["absent", "partial", "done", "empty", "long", "é/ü:{x}", *many]
-            return (await store.document_statuses(tenant, asked), await store.document_statuses(tenant, []),
-                    await store.document_status(tenant, "partial"), await store.document_status(tenant, "absent"), many)
+            return (
+                await store.document_statuses(tenant, asked),
+                await store.document_statuses(tenant, []),
+                await store.document_status(tenant, "partial"),
+                await store.document_status(tenant, "absent"),
+                many,
+            )
         finally:
             await store.close()
 
     statuses, none, single, absent, many = run(scenario())
-    assert statuses[:6] == [None, DocumentStatus(content_hash("one two"), 1, 3, 1), DocumentStatus(content_hash("three"), 1, 2, 2),
-                            DocumentStatus(content_hash(""), 1, 0, 0), DocumentStatus(content_hash("long"), 1, 2500, 1250), None]
-    assert statuses[6:] == [None if i % 3 == 0 else DocumentStatus(content_hash(doc_id), 1, 1, 1 if i % 3 == 2 else 0)
-                            for i, doc_id in enumerate(many)]
+    assert statuses[:6] == [
+        None,
+        DocumentStatus(content_hash("one two"), 1, 3, 1),
+        DocumentStatus(content_hash("three"), 1, 2, 2),
+        DocumentStatus(content_hash(""), 1, 0, 0),
+        DocumentStatus(content_hash("long"), 1, 2500, 1250),
+        None,
+    ]
+    assert statuses[6:] == [
+        None if i % 3 == 0 else DocumentStatus(content_hash(doc_id), 1, 1, 1 if i % 3 == 2 else 0)
+        for i, doc_id in enumerate(many)
+    ]
     assert none == [] and single == statuses[1] and absent is None
-    assert [s.indexed(content_hash(t)) for s, t in zip(statuses[1:5], ["one two", "three", "", "long"])] == [False, True, True, False]
+    assert [s.indexed(content_hash(t)) for s, t in zip(statuses[1:5], ["one two", "three", "", "long"])] == [
+        False,
+        True,
+        True,
+        False,
+    ]
     assert not statuses[2].indexed(content_hash("an older text"))  # done, but another version than the one waited for
 
 
@@ -88,7 +108,10 @@ def test_document_statuses_is_one_round_trip_to_redis(stack_env, monkeypatch):
             await memory.close()
 
     statuses = run(scenario())
-    assert statuses[1] == DocumentStatus(content_hash("text"), 1, 1, 1) and statuses.count(None) == 3 * DOCUMENT_STATUS_BATCH - 1
+    assert (
+        statuses[1] == DocumentStatus(content_hash("text"), 1, 1, 1)
+        and statuses.count(None) == 3 * DOCUMENT_STATUS_BATCH - 1
+    )
     assert sent == [("pipeline", 3)]  # three script calls, sent together
 
 
@@ -125,7 +148,9 @@ def test_wait_reads_all_pending_documents_once_per_poll_and_only_those_still_pen
 
     async def scenario():
         await index(docs[:10])  # indexed before the wait starts
-        await _record(store, "acme", "d29", "an older text", ["old-c"], ["old-c"])  # another version, done: still pending
+        await _record(
+            store, "acme", "d29", "an older text", ["old-c"], ["old-c"]
+        )  # another version, done: still pending
         counting = CountingStore(store, progress)
         pending = await _wait_indexed(Settings(), docs, timeout_s=60, quiet=True, memory=counting)
         return pending, counting.reads
@@ -150,7 +175,10 @@ def test_wait_reads_each_tenant_once_per_poll_and_returns_what_is_pending_at_the
 
     pending, reads = run(scenario())
     assert sorted(pending) == ["d0", "d0", "d1", "d1", "d2"]
-    assert reads == [("acme", ["d0", "d1", "d2"]), ("globex", ["d0", "d1"])]  # one read at the deadline, one call per tenant
+    assert reads == [
+        ("acme", ["d0", "d1", "d2"]),
+        ("globex", ["d0", "d1"]),
+    ]  # one read at the deadline, one call per tenant
 
 
 def test_the_poll_interval_grows_with_the_pending_documents_within_bounds():
@@ -161,15 +189,36 @@ def test_bench_wait_measures_the_cli_of_each_tree_on_a_redis_of_its_own(stack_en
     """`memstream bench wait` end to end, small: this tree and a baseline (this tree again)."""
     from kafka import KafkaAdminClient
 
-    from tests.conftest import Cli, ROOT
+    from tests.conftest import ROOT, Cli
 
-    rows = json.loads(Cli(stack_env).run("bench", "wait", "--pending", "30", "--window", "1", "--seen", "--baseline-tree", str(ROOT),
-                                         "--json", timeout=300).stdout)
-    assert [(r["tree"], r["directory"], r["pending"], r["seen"]) for r in rows] == [("this", str(ROOT), 30, True), ("baseline", str(ROOT), 30, True)]
-    assert all(r["client_core_share"] > 0 and r["redis_commands_per_s"] > 0 for r in rows)  # it polled Redis in the window
+    rows = json.loads(
+        Cli(stack_env)
+        .run(
+            "bench",
+            "wait",
+            "--pending",
+            "30",
+            "--window",
+            "1",
+            "--seen",
+            "--baseline-tree",
+            str(ROOT),
+            "--json",
+            timeout=300,
+        )
+        .stdout
+    )
+    assert [(r["tree"], r["directory"], r["pending"], r["seen"]) for r in rows] == [
+        ("this", str(ROOT), 30, True),
+        ("baseline", str(ROOT), 30, True),
+    ]
+    assert all(
+        r["client_core_share"] > 0 and r["redis_commands_per_s"] > 0 for r in rows
+    )  # it polled Redis in the window
     admin = KafkaAdminClient(bootstrap_servers=stack_env["MEMSTREAM_KAFKA_BOOTSTRAP"])
     try:
-        assert not [t for t in admin.list_topics() for r in rows if t.startswith(f"{r['namespace']}.")]  # its topics deleted
+        assert not [
+            t for t in admin.list_topics() for r in rows if t.startswith(f"{r['namespace']}.")
+        ]  # its topics deleted
     finally:
         admin.close()
-

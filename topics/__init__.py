@@ -5,6 +5,7 @@ language can publish to these topics by following `docs` in the README; this mod
 single place that decides what a valid message is.
 """
 
+from topics.names import TOPIC_SUFFIXES, Topics
 from topics.records import (
     SCHEMA_VERSION,
     CandidateFact,
@@ -23,7 +24,6 @@ from topics.records import (
     tenant_or_default,
     validate_tenant,
 )
-from topics.names import TOPIC_SUFFIXES, Topics
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -24,11 +24,27 @@ from topics import ContractError, Document
 from topics.times import EARLIEST_TS, LATEST_TS, epoch_seconds, iso_moment
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
-_LOCOMO_DATE = re.compile(
-    r"^\s*(\d{1,2}):(\d{2})\s*([ap]\.?m\.?)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
-_MONTHS = {m: i for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-     "november", "december"], 1)}
+_LOCOMO_DATE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]\.?m\.?)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ],
+        1,
+    )
+}
 _DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)", re.I)
 # Session and turn numbers of more digits are no ids (int() refuses over 4,300 digits with ValueError)
 MAX_ID_DIGITS = 18
@@ -39,7 +55,7 @@ def _id_number(digits: str) -> int | None:
 
 
 def _dia_id(match: re.Match) -> str | None:
-    """"D30:5" of a match of _DIA_ID; None when a number is too long to be one."""
+    """ "D30:5" of a match of _DIA_ID; None when a number is too long to be one."""
     session, turn = _id_number(match.group(1)), _id_number(match.group(2))
     return None if session is None or turn is None else f"D{session}:{turn}"
 
@@ -60,7 +76,9 @@ def parse_time(value: Any) -> float | None:
     match = _LOCOMO_DATE.match(value)
     if match:
         hour, minute, half, day, month, year = match.groups()
-        month_no = _MONTHS.get(month.lower()) or next((n for m, n in _MONTHS.items() if m.startswith(month.lower()[:3])), None)
+        month_no = _MONTHS.get(month.lower()) or next(
+            (n for m, n in _MONTHS.items() if m.startswith(month.lower()[:3])), None
+        )
         if month_no is None:
             return None
         hour = int(hour) % 12 + (12 if half.lower().startswith("p") else 0)
@@ -89,7 +107,7 @@ def turn_ts(value: Any, where: str) -> float | None:
 
 
 def canonical_dia_id(text: str) -> str | None:
-    """"D30:05" → "D30:5", "D:11:26" → "D11:26"; None when `text` holds no dialogue id."""
+    """ "D30:05" → "D30:5", "D:11:26" → "D11:26"; None when `text` holds no dialogue id."""
     return next(filter(None, map(_dia_id, _DIA_ID.finditer(text or ""))), None)
 
 
@@ -139,8 +157,16 @@ class Turn:
         metadata = {**self.metadata, "turn_id": self.turn_id}
         if self.date:
             metadata["date"] = self.date
-        return Document(tenant=tenant, doc_id=self.doc_id or f"{self.session_id}:{self.turn_id}", text=self.text,
-                        metadata=metadata, session_id=self.session_id, turn=self.turn, speaker=self.speaker, ts=self.ts)
+        return Document(
+            tenant=tenant,
+            doc_id=self.doc_id or f"{self.session_id}:{self.turn_id}",
+            text=self.text,
+            metadata=metadata,
+            session_id=self.session_id,
+            turn=self.turn,
+            speaker=self.speaker,
+            ts=self.ts,
+        )
 
 
 @dataclass(frozen=True)
@@ -200,14 +226,26 @@ def locomo_turns(data: Any, where: str = "conversation", errors: list[str] | Non
             ts = parse_time(date)
             for position, row in enumerate(rows, 1):
                 at = f"{here}.conversation.{key}[{position - 1}]"
-                if not isinstance(row, dict) or not all(isinstance(row.get(k), str) and row[k].strip() for k in ("speaker", "text")):
+                if not isinstance(row, dict) or not all(
+                    isinstance(row.get(k), str) and row[k].strip() for k in ("speaker", "text")
+                ):
                     refuse(f"{at}: a turn needs non-empty strings 'speaker' and 'text'")
                     continue
                 dia_id = canonical_dia_id(str(row.get("dia_id") or "")) or f"D{number}:{position}"
                 extra = {k: v for k, v in row.items() if k not in ("speaker", "text", "dia_id") and isinstance(v, str)}
-                turns.append(Turn(session_id=f"{sample_id}:session_{number}", turn=position, speaker=row["speaker"].strip(),
-                                  text=row["text"], turn_id=dia_id, ts=ts, date=date, doc_id=f"{sample_id}:{dia_id}",
-                                  metadata={"sample_id": sample_id, "session": number, "dia_id": dia_id, **extra}))
+                turns.append(
+                    Turn(
+                        session_id=f"{sample_id}:session_{number}",
+                        turn=position,
+                        speaker=row["speaker"].strip(),
+                        text=row["text"],
+                        turn_id=dia_id,
+                        ts=ts,
+                        date=date,
+                        doc_id=f"{sample_id}:{dia_id}",
+                        metadata={"sample_id": sample_id, "session": number, "dia_id": dia_id, **extra},
+                    )
+                )
     return turns
 
 
@@ -227,8 +265,16 @@ def turn_from_json(row: Any, where: str) -> Turn:
         raise ContractError(f"{where}: 'turn_id' must be a non-empty string")
     metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
     turn_id = turn_id or str(number)
-    return Turn(session_id=row["session_id"], turn=number, speaker=row["speaker"].strip(), text=row["text"],
-                turn_id=turn_id, ts=ts, doc_id=str(row.get("doc_id") or f"{row['session_id']}:{turn_id}"), metadata=metadata)
+    return Turn(
+        session_id=row["session_id"],
+        turn=number,
+        speaker=row["speaker"].strip(),
+        text=row["text"],
+        turn_id=turn_id,
+        ts=ts,
+        doc_id=str(row.get("doc_id") or f"{row['session_id']}:{turn_id}"),
+        metadata=metadata,
+    )
 
 
 def is_turn(row: Any) -> bool:
@@ -247,8 +293,14 @@ def locomo_questions(data: Any) -> list[Question]:
             if not isinstance(row, dict) or not isinstance(row.get("question"), str):
                 continue
             category = row.get("category")
-            questions.append(Question(row["question"], str(row.get("answer", row.get("adversarial_answer", ""))),
-                                      parse_evidence(row.get("evidence")),
-                                      category if isinstance(category, int) and not isinstance(category, bool) else None, sample_id,
-                                      tuple(unreadable_evidence(row.get("evidence")))))
+            questions.append(
+                Question(
+                    row["question"],
+                    str(row.get("answer", row.get("adversarial_answer", ""))),
+                    parse_evidence(row.get("evidence")),
+                    category if isinstance(category, int) and not isinstance(category, bool) else None,
+                    sample_id,
+                    tuple(unreadable_evidence(row.get("evidence"))),
+                )
+            )
     return questions

@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import time
 import math
 import re
+import time
 import types
 import typing
 from dataclasses import dataclass, field
@@ -240,7 +240,9 @@ class Document(Record):
         return DocumentDeletion.from_key(key)
 
     @classmethod
-    def decode_value(cls, data: Any, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES, where: str = "") -> "Document | DocumentDeletion":
+    def decode_value(
+        cls, data: Any, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES, where: str = ""
+    ) -> "Document | DocumentDeletion":
         """A value on `documents`: a version of a document, or — an object with `"erase": true`
         and no text — the erasure of one (DocumentDeletion with `purge`)."""
         if isinstance(data, dict) and "erase" in data:
@@ -295,7 +297,9 @@ class DocumentDeletion:
             except UnicodeDecodeError:
                 raise ContractError("documents: a tombstone's key is not UTF-8") from None
         if not key or "/" not in key:
-            raise ContractError(f"documents: a message without a value deletes a document, and its key must be 'tenant/doc id'; got {key!r}")
+            raise ContractError(
+                f"documents: a message without a value deletes a document, and its key must be 'tenant/doc id'; got {key!r}"
+            )
         tenant, doc_id = key.split("/", 1)
         validate_tenant(tenant)
         if not doc_id.strip():
@@ -306,8 +310,14 @@ class DocumentDeletion:
     def from_erasure(cls, data: dict, where: str) -> "DocumentDeletion":
         extra = sorted(set(data) - {"v", "tenant", "doc_id", "erase"})
         if data.get("erase") is not True or extra:
-            raise ContractError(f"{where}: an erasure is {{\"v\", \"tenant\", \"doc_id\", \"erase\": true}} and nothing else"
-                                + (f"; got field(s) {', '.join(map(repr, extra))[:200]}" if extra else f"; got erase={data.get('erase')!r}"[:200]))
+            raise ContractError(
+                f'{where}: an erasure is {{"v", "tenant", "doc_id", "erase": true}} and nothing else'
+                + (
+                    f"; got field(s) {', '.join(map(repr, extra))[:200]}"
+                    if extra
+                    else f"; got erase={data.get('erase')!r}"[:200]
+                )
+            )
         tenant, doc_id = data.get("tenant"), data.get("doc_id")
         if not isinstance(tenant, str) or not isinstance(doc_id, str) or not doc_id.strip():
             raise ContractError(f"{where}: an erasure names its tenant and doc id (non-empty strings)")
@@ -320,8 +330,11 @@ class DocumentDeletion:
 
     def erasure_value(self) -> bytes:
         """The value that asks for this document's erasure (from_erasure reads it)."""
-        return json.dumps({"v": SCHEMA_VERSION, "tenant": self.tenant, "doc_id": self.doc_id, "erase": True},
-                          ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return json.dumps(
+            {"v": SCHEMA_VERSION, "tenant": self.tenant, "doc_id": self.doc_id, "erase": True},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode("utf-8")
 
     @property
     def key(self) -> str:
@@ -474,7 +487,15 @@ class FactEvent(Record):
 
     TOPIC: ClassVar[str] = "indexed-facts"
     FREE_TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("fact", "reason")
-    FACT_EVENTS: ClassVar[tuple[str, ...]] = ("activated", "merged", "qualified", "invalidated", "expired", "retracted", "pending")
+    FACT_EVENTS: ClassVar[tuple[str, ...]] = (
+        "activated",
+        "merged",
+        "qualified",
+        "invalidated",
+        "expired",
+        "retracted",
+        "pending",
+    )
     DOCUMENT_EVENTS: ClassVar[tuple[str, ...]] = ("retired", "purged")
     EVENTS: ClassVar[tuple[str, ...]] = FACT_EVENTS + DOCUMENT_EVENTS
 

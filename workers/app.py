@@ -21,11 +21,11 @@ import faust
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES
+from workers import faust_patches, metrics
+from workers.liveness import EXIT_STALLED, StallWatch
 from workers.models.embedding import make_embedder
 from workers.models.extraction import make_extractor
 from workers.models.llm import LLMClient
-from workers import faust_patches, metrics
-from workers.liveness import EXIT_STALLED, StallWatch
 from workers.pipeline import Pipeline
 from workers.query.parts import cached_embedder
 from workers.query.server import check_exposure, query_app, serve, serve_metrics
@@ -34,6 +34,7 @@ from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
 from workers.settings import Settings
 
 log = logging.getLogger(__name__)
+
 
 def create_app(settings: Settings, roles: set[str], http_socket: socket.socket | None = None) -> faust.App:
     """The faust app of `roles`; with `query`, the HTTP API is served on `http_socket` (bound
@@ -62,11 +63,17 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
     embedder = cached_embedder(settings, memory, model) if model is not None else None
     extractor = None
     if "extractor" in roles:
-        llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.extractor == "llm" else None
+        llm = (
+            LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
+            if settings.extractor == "llm"
+            else None
+        )
         extractor = make_extractor(settings.extractor, settings.replay_file, llm)
     names = dict(zip(TOPIC_SUFFIXES, settings.topics.all()))
     topics = {
-        suffix: app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", allow_empty=True)
+        suffix: app.topic(
+            name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", allow_empty=True
+        )
         for suffix, name in names.items()
     }
 
@@ -83,7 +90,11 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         if failed:
             raise failed[0]
 
-    resolver_llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.resolver == "llm" and "resolver" in roles else None
+    resolver_llm = (
+        LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
+        if settings.resolver == "llm" and "resolver" in roles
+        else None
+    )
     pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm, send_many)
     watch = StallWatch(settings.stall_seconds)
     for role, suffix in ROLE_TOPICS.items():
@@ -99,7 +110,9 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
     return app
 
 
-def _register_agent(app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline, watch: StallWatch | None = None) -> None:
+def _register_agent(
+    app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline, watch: StallWatch | None = None
+) -> None:
     # Each partition's events processed one at a time, in offset order, acked by hand once
     # `process` returned (its effects committed and its outbox published, or the message
     # dead-lettered). faust's own ack runs in a `finally` and so also acks the event whose
@@ -127,7 +140,13 @@ async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline, watch
             await pipeline.process(suffix, message.key, message.value, message.partition, message.offset)
             break
         except Exception as exc:
-            log.error("%s: message at offset %s not processed (%s: %s); trying again", suffix, message.offset, type(exc).__name__, exc)
+            log.error(
+                "%s: message at offset %s not processed (%s: %s); trying again",
+                suffix,
+                message.offset,
+                type(exc).__name__,
+                exc,
+            )
             await asyncio.sleep(backoff(attempt))
     message.memstream_processed = True
     await manual.ack(event)
@@ -195,7 +214,9 @@ async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int, watc
             if partition not in lanes:
                 lanes[partition] = asyncio.Queue()
                 consumers.append(asyncio.ensure_future(consume(lanes[partition])))
-            lanes[partition].put_nowait((event, asyncio.ensure_future(_prefetch_quietly(pipeline, suffix, event.message))))
+            lanes[partition].put_nowait(
+                (event, asyncio.ensure_future(_prefetch_quietly(pipeline, suffix, event.message)))
+            )
     finally:
         for consumer in consumers:
             consumer.cancel()
@@ -233,7 +254,9 @@ def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch) ->
             lag_labels.discard(labels)
         for tp in held:
             if ends.get(tp) is not None:
-                metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, ends[tp] - (committed[tp] or 0)))
+                metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(
+                    max(0, ends[tp] - (committed[tp] or 0))
+                )
                 lag_labels.add((tp.topic, str(tp.partition)))
         stalled = watch.check(now, committed, ends)
         if not stalled:
@@ -241,11 +264,19 @@ def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch) ->
         names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in stalled)
         if watch.stalled(stalled, now) == "rejoin":
             metrics.STALLS.labels(action="rejoin").inc()
-            log.error("liveness: no progress for %.0fs on %s with messages waiting: leaving and rejoining the group", settings.stall_seconds, names)
+            log.error(
+                "liveness: no progress for %.0fs on %s with messages waiting: leaving and rejoining the group",
+                settings.stall_seconds,
+                names,
+            )
             await faust_patches.request_rejoin(consumer)
         else:
             metrics.STALLS.labels(action="exit").inc()
-            log.critical("liveness: stalled again (%s): exiting with %d so the supervisor starts this worker again", names, EXIT_STALLED)
+            log.critical(
+                "liveness: stalled again (%s): exiting with %d so the supervisor starts this worker again",
+                names,
+                EXIT_STALLED,
+            )
             logging.shutdown()
             os._exit(EXIT_STALLED)
 
@@ -261,7 +292,12 @@ def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
             try:
                 await pipeline.publish_unsent_outboxes(grace_s=settings.outbox_sweep_interval)
             except Exception as exc:  # Redis or Kafka away: the next round tries again
-                log.warning("outbox sweep failed (%s: %s); next try in %.0fs", type(exc).__name__, exc, settings.outbox_sweep_interval)
+                log.warning(
+                    "outbox sweep failed (%s: %s); next try in %.0fs",
+                    type(exc).__name__,
+                    exc,
+                    settings.outbox_sweep_interval,
+                )
             await asyncio.sleep(settings.outbox_sweep_interval)
 
 
@@ -281,7 +317,12 @@ def _register_expiry_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
                 if expired:
                     log.info("expiry sweep: %d facts expired", expired)
             except Exception as exc:  # Redis or Kafka away: the next round tries again
-                log.warning("expiry sweep failed (%s: %s); next try in %.0fs", type(exc).__name__, exc, settings.expiry_sweep_interval)
+                log.warning(
+                    "expiry sweep failed (%s: %s); next try in %.0fs",
+                    type(exc).__name__,
+                    exc,
+                    settings.expiry_sweep_interval,
+                )
 
 
 def _serve_query_api(app: faust.App, settings: Settings, embedder, sock: socket.socket | None) -> None:
@@ -311,7 +352,9 @@ def run_worker(settings: Settings, roles: set[str]) -> None:
         try:
             http_socket = socket.create_server((settings.http_host, settings.http_port))
         except OSError as exc:
-            raise SystemExit(f"memstream: the query API cannot listen on {settings.http_host}:{settings.http_port}: {exc}") from None
+            raise SystemExit(
+                f"memstream: the query API cannot listen on {settings.http_host}:{settings.http_port}: {exc}"
+            ) from None
     app = create_app(settings, roles, http_socket)
     serve_metrics(settings)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)

@@ -81,8 +81,16 @@ class Envelope:
     `handlers` maps a topic suffix to its stage's handler; the composition root
     (workers.pipeline) fills it after building the stages, which themselves call `once`."""
 
-    def __init__(self, *, settings: Settings, memory: Memory, send: Send, records: Mapping[str, type[Record]], handlers: Mapping[str, Handler],
-                 send_many: SendMany | None = None):
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        memory: Memory,
+        send: Send,
+        records: Mapping[str, type[Record]],
+        handlers: Mapping[str, Handler],
+        send_many: SendMany | None = None,
+    ):
         self.settings = settings
         self.memory = memory
         self.send = send
@@ -91,14 +99,25 @@ class Envelope:
         self.handlers = handlers
 
     # ---- decode, retry, dead-letter ----------------------------------------------------
-    async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
+    async def process(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
         """Handle one message to the end: its effects and outbox committed and published, or
         the message dead-lettered with the reason. Returns only then, so the caller may ack."""
         started = time.perf_counter()
         try:
             record = self.decode(topic, value, key)
         except Exception as exc:  # any failure to decode is a dead letter, never a skipped message
-            reason = str(exc) if isinstance(exc, ContractError) else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
+            reason = (
+                str(exc)
+                if isinstance(exc, ContractError)
+                else f"{topic}: undecodable message ({type(exc).__name__}: {exc})"
+            )
             await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
             return
         tenant = getattr(record, "tenant", None)
@@ -122,19 +141,37 @@ class Envelope:
                             metrics.OUTAGE_WAITING.labels(stage=topic).inc()
                         waited = time.monotonic() - outage_since
                         if waited >= self.settings.outage_deadline:
-                            reason = f"outage outlasted {self.settings.outage_deadline:.0f}s: {type(exc).__name__}: {exc}"
+                            reason = (
+                                f"outage outlasted {self.settings.outage_deadline:.0f}s: {type(exc).__name__}: {exc}"
+                            )
                             await self.dead_letter(topic, key, value, reason, partition, offset, attempt, tenant)
                             return
                         outage_retries += 1
                         delay = backoff(outage_retries)
                         metrics.OUTAGE_RETRIES.labels(stage=topic).inc()
-                        log.warning("%s: waiting out an outage, %.0fs so far (%s: %s); retrying in %.1fs", topic, waited, type(exc).__name__, exc, delay)
+                        log.warning(
+                            "%s: waiting out an outage, %.0fs so far (%s: %s); retrying in %.1fs",
+                            topic,
+                            waited,
+                            type(exc).__name__,
+                            exc,
+                            delay,
+                        )
                     elif (attempt := attempt + 1) >= MAX_ATTEMPTS:
-                        await self.dead_letter(topic, key, value, f"{type(exc).__name__}: {exc}", partition, offset, attempt, tenant)
+                        await self.dead_letter(
+                            topic, key, value, f"{type(exc).__name__}: {exc}", partition, offset, attempt, tenant
+                        )
                         return
                     else:
                         delay = backoff(attempt)
-                        log.warning("%s: attempt %d failed (%s: %s); retrying in %.2fs", topic, attempt, type(exc).__name__, exc, delay)
+                        log.warning(
+                            "%s: attempt %d failed (%s: %s); retrying in %.2fs",
+                            topic,
+                            attempt,
+                            type(exc).__name__,
+                            exc,
+                            delay,
+                        )
                     await asyncio.sleep(delay)
         finally:
             if outage_since is not None:
@@ -155,7 +192,14 @@ class Envelope:
         log.error("%s: to dead-letter topic: %s", topic, error[:2000])
         metrics.DEAD_LETTERS.labels(topic=topic).inc()
         letter = dead_letter_record(
-            f"{self.settings.topic_namespace}.{topic}", key, value, error, partition, offset, attempts, tenant,
+            f"{self.settings.topic_namespace}.{topic}",
+            key,
+            value,
+            error,
+            partition,
+            offset,
+            attempts,
+            tenant,
             max_letter_bytes=self.settings.max_message_bytes,
         )
         await self._send_until_sent(Outgoing("dlq", letter.key or "", encode(letter)))
@@ -237,7 +281,14 @@ class Envelope:
                     metrics.FACT_EVENTS.labels(event=item.record.event).inc()
                 elif isinstance(item.record, CandidateFact) and item.record.activation:
                     metrics.FACTS_PROMOTED.inc()
-                    promoted_schemas.add((item.record.tenant, item.record.fact.head_type, item.record.fact.relation, item.record.fact.tail_type))
+                    promoted_schemas.add(
+                        (
+                            item.record.tenant,
+                            item.record.fact.head_type,
+                            item.record.fact.relation,
+                            item.record.fact.tail_type,
+                        )
+                    )
             metrics.SCHEMAS_PROMOTED.inc(len(promoted_schemas))
             return outbox
         raise RuntimeError(f"{mark}: the facts it decides about kept changing under {MAX_REDECISIONS} decisions")
@@ -255,10 +306,18 @@ class Envelope:
             except Exception as exc:  # one outbox that cannot be sent must not hold back the others
                 if is_outage(exc):
                     raise
-                log.error("sweep: the outbox of %s in tenant %s could not be published (%s: %s)", mark, tenant, type(exc).__name__, exc)
+                log.error(
+                    "sweep: the outbox of %s in tenant %s could not be published (%s: %s)",
+                    mark,
+                    tenant,
+                    type(exc).__name__,
+                    exc,
+                )
                 continue
             metrics.OUTBOXES_SWEPT.inc()
-            log.warning("sweep: published the unsent outbox of %s in tenant %s (%d messages)", mark, tenant, len(outbox))
+            log.warning(
+                "sweep: published the unsent outbox of %s in tenant %s (%d messages)", mark, tenant, len(outbox)
+            )
             sent += 1
         return sent
 
@@ -277,7 +336,15 @@ def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit]:
     for position, item in enumerate(outbox):
         if isinstance(item.record, FactEvent):
             event = item.record
-            item = replace(item, record=replace(event, event_id=short_hash("event", tenant, mark, str(position), event.event, event.fact_id or event.doc_id)))
+            item = replace(
+                item,
+                record=replace(
+                    event,
+                    event_id=short_hash(
+                        "event", tenant, mark, str(position), event.event, event.fact_id or event.doc_id
+                    ),
+                ),
+            )
         out.append(item)
     return out
 
@@ -300,14 +367,25 @@ def is_outage(exc: BaseException) -> bool:
         seen.add(id(exc))
         if redis_unavailable(exc) is exc or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
             return True
-        if isinstance(exc, KafkaError) and (exc.retriable or isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))):
+        if isinstance(exc, KafkaError) and (
+            exc.retriable or isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))
+        ):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
 
 
-def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error: str, partition, offset, attempts: int,
-                       tenant: str | None, max_letter_bytes: int) -> DeadLetter:
+def dead_letter_record(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    error: str,
+    partition,
+    offset,
+    attempts: int,
+    tenant: str | None,
+    max_letter_bytes: int,
+) -> DeadLetter:
     """A dead letter that always fits the topic: the whole payload (undecodable bytes escaped)
     when the letter fits `max_letter_bytes`, else the payload cut to a sixth of it (JSON
     escaping grows text up to 6×: control characters as a 6-character escape), with the original's size and
@@ -319,7 +397,9 @@ def dead_letter_record(topic: str, key: bytes | None, value: bytes | None, error
         return DeadLetter(
             topic=topic,
             payload=text,
-            error=error[:8192].encode("utf-8", errors="backslashreplace").decode("utf-8"),  # lone surrogates from model output
+            error=error[:8192]
+            .encode("utf-8", errors="backslashreplace")
+            .decode("utf-8"),  # lone surrogates from model output
             key=None if key is None else key[:1024].decode("utf-8", errors="backslashreplace"),
             partition=partition,
             offset=offset,

@@ -52,7 +52,9 @@ def _seek_uncommitted_to_beginning(perform_seek):
         await perform_seek(self)
         fresh = [tp for tp in self.assignment() if not self._committed_offset.get(tp) and "__assignor" not in tp.topic]
         if fresh:  # the aiokafka driver seeks on its consumer thread, with aiokafka's partition type
-            await getattr(self, "_thread", self).seek_to_beginning(*(AIOKafkaTP(tp.topic, tp.partition) for tp in fresh))
+            await getattr(self, "_thread", self).seek_to_beginning(
+                *(AIOKafkaTP(tp.topic, tp.partition) for tp in fresh)
+            )
             for tp in fresh:
                 self._read_offset[tp] = None
 

@@ -21,13 +21,17 @@ EXIT_STALLED = 75  # EX_TEMPFAIL: a supervisor restarts the worker
 class StallWatch:
     bound_s: float
     stalls: int = 0  # stalls seen by this process
-    _seen: dict[Hashable, tuple[float, int | None]] = field(default_factory=dict)  # partition → (last progress, committed offset then)
+    _seen: dict[Hashable, tuple[float, int | None]] = field(
+        default_factory=dict
+    )  # partition → (last progress, committed offset then)
 
     def handled(self, tp: Hashable, now: float) -> None:
         """A message of the partition was handled: progress."""
         self._seen[tp] = (now, self._seen.get(tp, (now, None))[1])
 
-    def check(self, now: float, committed: dict[Hashable, int | None], end_offsets: dict[Hashable, int | None]) -> list[Hashable]:
+    def check(
+        self, now: float, committed: dict[Hashable, int | None], end_offsets: dict[Hashable, int | None]
+    ) -> list[Hashable]:
         """The assigned partitions (`committed`: each one's committed offset) stalled now.
         A partition seen for the first time, whose committed offset moved, or with nothing to
         fetch (committed at the end of its log) made progress now."""

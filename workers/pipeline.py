@@ -43,34 +43,62 @@ from workers.stages.resolver import ResolverStage
 class Pipeline:
     RECORDS = {"documents": Document, "chunks": Chunk, "candidate-facts": CandidateFact, "conflict-sets": ConflictSet}
 
-    def __init__(self, settings: Settings, memory: Memory, send: Send, embedder: Embedder | None = None,
-                 extractor: Extractor | None = None, resolver_llm: ChatModel | None = None, send_many: SendMany | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        memory: Memory,
+        send: Send,
+        embedder: Embedder | None = None,
+        extractor: Extractor | None = None,
+        resolver_llm: ChatModel | None = None,
+        send_many: SendMany | None = None,
+    ):
         self.settings = settings
         self.memory = memory
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
         self.handlers: dict[str, Handler] = {}  # filled below: the stages run through the envelope's `once`
-        self.envelope = Envelope(settings=settings, memory=memory, send=send, records=self.RECORDS, handlers=self.handlers,
-                                 send_many=send_many)
+        self.envelope = Envelope(
+            settings=settings,
+            memory=memory,
+            send=send,
+            records=self.RECORDS,
+            handlers=self.handlers,
+            send_many=send_many,
+        )
         context = StageContext(
-            settings=settings, memory=memory, lifecycle=Lifecycle(memory), once=self.envelope.once,
-            embedder=embedder, extractor=extractor, resolver_llm=resolver_llm,
+            settings=settings,
+            memory=memory,
+            lifecycle=Lifecycle(memory),
+            once=self.envelope.once,
+            embedder=embedder,
+            extractor=extractor,
+            resolver_llm=resolver_llm,
         )
         self.expiry = ExpirySweep(context)
         extractor_stage, resolver_stage = ExtractorStage(context), ResolverStage(context)
-        self.handlers.update({
-            "documents": ChunkerStage(context).handle,
-            "chunks": extractor_stage.handle,
-            "candidate-facts": DetectorStage(context).handle,
-            "conflict-sets": resolver_stage.handle,
-        })
+        self.handlers.update(
+            {
+                "documents": ChunkerStage(context).handle,
+                "chunks": extractor_stage.handle,
+                "candidate-facts": DetectorStage(context).handle,
+                "conflict-sets": resolver_stage.handle,
+            }
+        )
         # read-ahead (workers/app.py): the model calls a message will make, started early
         self.prefetchers: dict[str, Callable[[Record], Awaitable[None]]] = {"chunks": extractor_stage.prefetch}
         if resolver_llm is not None:  # the evidence policy calls no model: nothing to read ahead
             self.prefetchers["conflict-sets"] = resolver_stage.prefetch
 
-    async def process(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, offset: int | None = None) -> None:
+    async def process(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
         """Handle one message to the end (Envelope.process); returns only then, so the caller may ack."""
         await self.envelope.process(topic, key, value, partition, offset)
 

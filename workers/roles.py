@@ -3,7 +3,12 @@ topic (one faust app runs them); `query` is the HTTP API, which needs Redis only
 
 from __future__ import annotations
 
-ROLE_TOPICS = {"chunker": "documents", "extractor": "chunks", "detector": "candidate-facts", "resolver": "conflict-sets"}
+ROLE_TOPICS = {
+    "chunker": "documents",
+    "extractor": "chunks",
+    "detector": "candidate-facts",
+    "resolver": "conflict-sets",
+}
 ROLES = ("all", *ROLE_TOPICS, "query")
 EMBEDDING_ROLES = frozenset({"extractor", "query"})  # the roles that load MEMSTREAM_EMBEDDER
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from topics import Topics
-from workers.algorithms.reconstruction import DEFAULT_BUDGET
 from workers.algorithms.expiry import parse_ttl_setting
+from workers.algorithms.reconstruction import DEFAULT_BUDGET
 
 
 def _home() -> Path:
@@ -57,7 +57,9 @@ class Settings:
     session_timeout: int = 10  # seconds before a dead worker's partitions move
     outage_deadline: float = 300.0  # seconds a message waits out a Redis/Kafka outage before it is dead-lettered
     outbox_sweep_interval: float = 30.0  # seconds between sweeps for committed, unpublished outboxes
-    stall_seconds: float = 60.0  # a held partition with messages waiting and no progress this long is stalled (workers.liveness)
+    stall_seconds: float = (
+        60.0  # a held partition with messages waiting and no progress this long is stalled (workers.liveness)
+    )
     log_level: str = "info"
     # query mode reconstruct (workers.query.reconstruct): the router and the default budget of a walk
     router: str = "similarity"  # similarity | llm (the LLM at MEMSTREAM_LLM_*)
@@ -109,9 +111,16 @@ class Settings:
     def _check_embedder_settings(self) -> None:
         if self.embedder not in ("local", "openai"):
             raise ValueError(f"MEMSTREAM_EMBEDDER={self.embedder!r}: expected local or openai")
-        if self.embedder_dims < 0 or self.embedder_batch < 1 or self.embedder_concurrency < 1 or not self.embedder_timeout > 0:
-            raise ValueError("MEMSTREAM_EMBEDDER_DIMS must be >= 0, MEMSTREAM_EMBEDDER_BATCH and MEMSTREAM_EMBEDDER_CONCURRENCY >= 1, "
-                             "MEMSTREAM_EMBEDDER_TIMEOUT > 0")
+        if (
+            self.embedder_dims < 0
+            or self.embedder_batch < 1
+            or self.embedder_concurrency < 1
+            or not self.embedder_timeout > 0
+        ):
+            raise ValueError(
+                "MEMSTREAM_EMBEDDER_DIMS must be >= 0, MEMSTREAM_EMBEDDER_BATCH and MEMSTREAM_EMBEDDER_CONCURRENCY >= 1, "
+                "MEMSTREAM_EMBEDDER_TIMEOUT > 0"
+            )
 
     def _check_time_settings(self) -> None:
         object.__setattr__(self, "_category_ttls", parse_ttl_setting(self.ttl_seconds))  # ValueError naming the setting
@@ -146,8 +155,15 @@ class Settings:
 
         if not self.embedder_base_url or not self.embedder_model:
             raise ValueError("MEMSTREAM_EMBEDDER=openai needs MEMSTREAM_EMBEDDER_BASE_URL and MEMSTREAM_EMBEDDER_MODEL")
-        return EndpointConfig(self.embedder_base_url, self.embedder_api_key, self.embedder_model, self.embedder_dims,
-                              self.embedder_batch, self.embedder_concurrency, self.embedder_timeout)
+        return EndpointConfig(
+            self.embedder_base_url,
+            self.embedder_api_key,
+            self.embedder_model,
+            self.embedder_dims,
+            self.embedder_batch,
+            self.embedder_concurrency,
+            self.embedder_timeout,
+        )
 
     @property
     def max_message_bytes(self) -> int:
@@ -167,7 +183,9 @@ class Settings:
             raw = environ.get(f"MEMSTREAM_{f.name.upper()}")
             if raw is None or raw == "":
                 continue
-            kind = {"int": int, "float": float, "Path": Path}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
+            kind = {"int": int, "float": float, "Path": Path}.get(
+                f.type if isinstance(f.type, str) else f.type.__name__, str
+            )
             try:
                 values[f.name] = kind(raw)
             except ValueError:

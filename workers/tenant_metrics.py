@@ -21,18 +21,28 @@ OTHER = "_other"
 TENANTS = Gauge("memstream_tenants", "Tenants with records in the shared indexes")
 RECORDS = Gauge("memstream_records", "Records per layer, over every tenant", ["layer"])
 FACTS = Gauge("memstream_facts", "Facts per status, over every tenant", ["status"])
-TENANT_RECORDS = Gauge("memstream_tenant_records", "Records per layer of the top tenants by passages (the rest under tenant=_other)", ["tenant", "layer"])
-TENANT_FACTS = Gauge("memstream_tenant_facts", "Facts per status of the top tenants by passages (the rest under tenant=_other)", ["tenant", "status"])
+TENANT_RECORDS = Gauge(
+    "memstream_tenant_records",
+    "Records per layer of the top tenants by passages (the rest under tenant=_other)",
+    ["tenant", "layer"],
+)
+TENANT_FACTS = Gauge(
+    "memstream_tenant_facts",
+    "Facts per status of the top tenants by passages (the rest under tenant=_other)",
+    ["tenant", "status"],
+)
 
 
 async def take_census(memory, top: int) -> None:
     """One census: every gauge above set anew (labels of tenants no longer in the top go)."""
     per_layer = {layer: await memory.census(layer) for layer in LAYERS}
     facts = await memory.census("facts", by="status")
-    counts = {layer: {tenant: sum(values.values()) for tenant, values in rows.items()} for layer, rows in per_layer.items()}
+    counts = {
+        layer: {tenant: sum(values.values()) for tenant, values in rows.items()} for layer, rows in per_layer.items()
+    }
     tenants = set().union(*(rows.keys() for rows in counts.values()))
     ranked = sorted(tenants, key=lambda t: (-counts["passages"].get(t, 0), t))
-    shown = set(ranked[:max(0, top)])
+    shown = set(ranked[: max(0, top)])
 
     def label(tenant: str) -> str:
         return tenant if tenant in shown else OTHER

@@ -42,7 +42,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE, DECLARATIVE = "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE", "DECLARATIVE"
+HARD_CONSTRAINT, REJECTED_OPTION, TOOL_FAILURE, DECLARATIVE = (
+    "HARD_CONSTRAINT",
+    "REJECTED_OPTION",
+    "TOOL_FAILURE",
+    "DECLARATIVE",
+)
 
 # What the cue's fact is about, relative to the cue
 AFTER, BEFORE, ITSELF = "after", "before", "itself"
@@ -56,12 +61,19 @@ _HTTP_REASONS = (
 FAILURE_ITEMS = (
     ("error code", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
     ("exception", re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Timeout)\b")),
-    ("HTTP status", re.compile(rf"\bHTTP(?:/\d(?:\.\d)?)?\s*[45]\d\d\b|\b[45]\d\d\s+(?:{_HTTP_REASONS})\b|\bstatus(?:\s+code)?\s*:?\s*[45]\d\d\b")),
+    (
+        "HTTP status",
+        re.compile(
+            rf"\bHTTP(?:/\d(?:\.\d)?)?\s*[45]\d\d\b|\b[45]\d\d\s+(?:{_HTTP_REASONS})\b|\bstatus(?:\s+code)?\s*:?\s*[45]\d\d\b"
+        ),
+    ),
 )
 _SUBJECTS = r"(?:we|i|they|he|she|you)"
 _NEGATED = r"(?:won't|won’t|will not|wouldn't|wouldn’t|would not|shan't|shall not)"
-_AMOUNT = (r"(?:[€$£]\s?\d[\d,.]*(?:\s?(?:k|K|m|million|bn))?"
-           r"|\d[\d,.]*(?:\s?(?:k|K|million|bn))?\s?(?:EUR|USD|GBP|CHF|euros?|dollars?|pounds?|€|\$|£))")
+_AMOUNT = (
+    r"(?:[€$£]\s?\d[\d,.]*(?:\s?(?:k|K|m|million|bn))?"
+    r"|\d[\d,.]*(?:\s?(?:k|K|million|bn))?\s?(?:EUR|USD|GBP|CHF|euros?|dollars?|pounds?|€|\$|£))"
+)
 AMOUNT = re.compile(_AMOUNT)
 
 
@@ -83,14 +95,37 @@ CUES: tuple[Cue, ...] = (
     _cue(TOOL_FAILURE, r"\btimed out\b|\btimes out\b", "timed out"),
     _cue(TOOL_FAILURE, r"\b(?:failed|failing|errored|crashed)\b|\berrors?\b", "failed"),
     _cue(REJECTED_OPTION, r"\bno\s+(?P<object>[\w’'\- ]{1,40}?),?\s+please\b", "rejected"),
-    _cue(REJECTED_OPTION, r"\b(?:is|are|was|were|been|be)\s+(?:rejected|refused|ruled out|declined)\b", "rejected", BEFORE),
+    _cue(
+        REJECTED_OPTION,
+        r"\b(?:is|are|was|were|been|be)\s+(?:rejected|refused|ruled out|declined)\b",
+        "rejected",
+        BEFORE,
+    ),
     _cue(REJECTED_OPTION, r"\bnot an option\b|\bout of the question\b", "rejected", BEFORE),
     _cue(REJECTED_OPTION, rf"\b{_SUBJECTS}\s+{_NEGATED}", "rejected"),
-    _cue(REJECTED_OPTION, r"\b(?:rejected|rejects?|refused|refuses?|ruled out|rules? out|(?:would|'d|’d) rather not)\b", "rejected"),
-    _cue(REJECTED_OPTION, r"\b(?:don't|don’t|do not|doesn't|doesn’t|does not|didn't|didn’t|did not)\s+want\b", "rejected"),
-    _cue(REJECTED_OPTION, r"\bdeclin(?:ed|es|e)\s+(?:to\s+(?=[a-z])|(?:the|an?|our|my|your|their|his|her|it|this|that)\b)", "rejected"),
-    _cue(HARD_CONSTRAINT, r"\b(?:cannot|can't|can’t|can not|must not|mustn't|mustn’t|may not|should not|shall not|not to)\s+exceed\b", "must not exceed"),
-    _cue(HARD_CONSTRAINT, r"\b(?:at most|no more than|not more than|a maximum of|maximum of|up to a maximum of)\b", "at most"),
+    _cue(
+        REJECTED_OPTION,
+        r"\b(?:rejected|rejects?|refused|refuses?|ruled out|rules? out|(?:would|'d|’d) rather not)\b",
+        "rejected",
+    ),
+    _cue(
+        REJECTED_OPTION, r"\b(?:don't|don’t|do not|doesn't|doesn’t|does not|didn't|didn’t|did not)\s+want\b", "rejected"
+    ),
+    _cue(
+        REJECTED_OPTION,
+        r"\bdeclin(?:ed|es|e)\s+(?:to\s+(?=[a-z])|(?:the|an?|our|my|your|their|his|her|it|this|that)\b)",
+        "rejected",
+    ),
+    _cue(
+        HARD_CONSTRAINT,
+        r"\b(?:cannot|can't|can’t|can not|must not|mustn't|mustn’t|may not|should not|shall not|not to)\s+exceed\b",
+        "must not exceed",
+    ),
+    _cue(
+        HARD_CONSTRAINT,
+        r"\b(?:at most|no more than|not more than|a maximum of|maximum of|up to a maximum of)\b",
+        "at most",
+    ),
     _cue(HARD_CONSTRAINT, r"\b(?:no less than|not less than|a minimum of|minimum of)\b", "at least"),
     _cue(HARD_CONSTRAINT, r"\b(?:no later than|not later than)\b", "no later than"),
     _cue(HARD_CONSTRAINT, r"\b(?:no earlier than|not earlier than)\b", "no earlier than"),
@@ -121,18 +156,30 @@ def classify(sentence: str) -> Finding | None:
             if cue.side != ITSELF and _in_title(sentence, match):
                 continue
             if cue.side == ITSELF:
-                return Finding(cue.category, cue.relation, match.start(), match.end(), cue.side, " ".join(match.group(0).split()))
+                return Finding(
+                    cue.category, cue.relation, match.start(), match.end(), cue.side, " ".join(match.group(0).split())
+                )
             words = " ".join(match.group(0).split()).strip(",:;( ").lower()
             named = match.groupdict().get("object")
-            return Finding(cue.category, cue.relation or words, match.start(), match.end(), cue.side, " ".join(named.split()) if named else "")
+            return Finding(
+                cue.category,
+                cue.relation or words,
+                match.start(),
+                match.end(),
+                cue.side,
+                " ".join(named.split()) if named else "",
+            )
     return None
 
 
 def cues_in(sentence: str) -> frozenset[str]:
     """Every category some cue of `sentence` carries (not only the first by precedence): what
     the sentence can be said to state (workers.algorithms.grounding)."""
-    return frozenset(cue.category for cue in CUES
-                     if any(cue.side == ITSELF or not _in_title(sentence, m) for m in cue.pattern.finditer(sentence)))
+    return frozenset(
+        cue.category
+        for cue in CUES
+        if any(cue.side == ITSELF or not _in_title(sentence, m) for m in cue.pattern.finditer(sentence))
+    )
 
 
 # Where a passage's sentences end: after . ! ? ; and at line breaks (the rules extractor's sentences)
@@ -160,8 +207,29 @@ def failure_item(sentence: str) -> str:
     return ""
 
 
-_CLAUSE_END = re.compile(r"[,:;()\[\]{}\"]|\b(?:because|since|as|but|and|so|unless|if|when|while|which|that)\b", re.IGNORECASE)
-_LEADING = {"the", "a", "an", "any", "our", "my", "your", "their", "his", "her", "its", "this", "that", "to", "be", "with", "of", "for"}
+_CLAUSE_END = re.compile(
+    r"[,:;()\[\]{}\"]|\b(?:because|since|as|but|and|so|unless|if|when|while|which|that)\b", re.IGNORECASE
+)
+_LEADING = {
+    "the",
+    "a",
+    "an",
+    "any",
+    "our",
+    "my",
+    "your",
+    "their",
+    "his",
+    "her",
+    "its",
+    "this",
+    "that",
+    "to",
+    "be",
+    "with",
+    "of",
+    "for",
+}
 
 
 def words_after(sentence: str, end: int, limit: int = 4) -> str:

@@ -40,7 +40,9 @@ def parse_ttl_setting(text: str) -> dict[str, int]:
         except ValueError:
             raise ValueError(f"{TTL_SETTING}: {name}={raw!r}: expected whole seconds") from None
         if seconds < 0:
-            raise ValueError(f"{TTL_SETTING}: {name} must be a whole number of seconds >= 0 (0: never expires), not {seconds}")
+            raise ValueError(
+                f"{TTL_SETTING}: {name} must be a whole number of seconds >= 0 (0: never expires), not {seconds}"
+            )
         ttls[name] = seconds
     return ttls
 
@@ -89,7 +91,7 @@ def world_time(value: str | None, end: bool = False) -> float | None:
         return iso_moment(text)
     numbers = [int(p) for p in text.split("-")]
     try:
-        start = datetime(numbers[0], *(numbers[1:] + [1, 1][len(numbers) - 1:]), tzinfo=timezone.utc)
+        start = datetime(numbers[0], *(numbers[1:] + [1, 1][len(numbers) - 1 :]), tzinfo=timezone.utc)
     except ValueError:
         return None
     if not end:
@@ -105,8 +107,16 @@ def world_time(value: str | None, end: bool = False) -> float | None:
         return math.inf
 
 
-def was_valid(as_of: float, *, event_start: str | None, event_end: str | None, created_at: float | None,
-             expired_at: float | None, expires_at: float | None, activated_at: float | None) -> bool:
+def was_valid(
+    as_of: float,
+    *,
+    event_start: str | None,
+    event_end: str | None,
+    created_at: float | None,
+    expired_at: float | None,
+    expires_at: float | None,
+    activated_at: float | None,
+) -> bool:
     """Whether a fact was valid at `as_of` (seconds since the epoch). Each end of its span is
     its event time when known, else its transaction time: from `event_start` (else
     `created_at`) up to, not including, `event_end` (else the earlier of `expired_at` and

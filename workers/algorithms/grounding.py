@@ -47,16 +47,18 @@ from typing import Iterable, Mapping
 from topics.records import Triple
 from workers.algorithms import categories
 from workers.algorithms.normalize import mention_words
+from workers.algorithms.turns import parse_context
 
 _CONNECTORS = frozenset("the of and von van der de del la le du".split())
 # Words that say what kind of thing a name names, not which one: never a part to ground by.
-GENERIC_NAME_WORDS = frozenset("""
+GENERIC_NAME_WORDS = frozenset(
+    """
 mill house hall church school college university company corporation inc ltd group party club band records
 bank society institute association council agency city town village river lake mountain island state county
 street road bridge park station airport castle palace tower museum library hospital center centre theatre
 theater stadium river bay sea ocean valley district province region kingdom republic empire war battle
-award prize cup league team film album song book novel series show festival""".split())
-from workers.algorithms.turns import parse_context
+award prize cup league team film album song book novel series show festival""".split()
+)
 
 # Length limits: a name is a name, a relation a short verb phrase; a model that writes a
 # paragraph there is not extracting. Of the 60,023 names of the MuSiQue-100 OpenIE, 72 have more
@@ -102,9 +104,16 @@ class Passage:
     def of(cls, text: str, context: str = "") -> "Passage":
         speaker, _ = parse_context(context)
         sentences = tuple(s for s in categories.sentences(text) if s.strip())
-        capitalised = frozenset(w for token in re.findall(r"\w+", text) if token[0].isupper() for w in mention_words(token))
-        return cls(_run(mention_words(text)), sentences, tuple(_stems(mention_words(s)) for s in sentences),
-                   _run(mention_words(speaker, name=True)), capitalised)
+        capitalised = frozenset(
+            w for token in re.findall(r"\w+", text) if token[0].isupper() for w in mention_words(token)
+        )
+        return cls(
+            _run(mention_words(text)),
+            sentences,
+            tuple(_stems(mention_words(s)) for s in sentences),
+            _run(mention_words(speaker, name=True)),
+            capitalised,
+        )
 
     def mentions(self, name: str, other_ids: Iterable[str] = ()) -> bool:
         """`name` occurs here (module docstring); `other_ids`: the other entity ids of its entity."""
@@ -114,8 +123,10 @@ class Passage:
         run = _run(words)
         if run in self.words or run == self.speaker or any(_stems(words) <= s for s in self.sentence_words):
             return True
-        return any((alias := _run(mention_words(other.replace("_", " ")))) and (alias in self.words or alias == self.speaker)
-                   for other in other_ids)
+        return any(
+            (alias := _run(mention_words(other.replace("_", " ")))) and (alias in self.words or alias == self.speaker)
+            for other in other_ids
+        )
 
     def mentions_in_part(self, name: str, names: Iterable[str] = ()) -> bool:
         """The passage gives `name` in part — its first or last word ("Tesla's birthplace" for
@@ -142,16 +153,20 @@ class Passage:
         the turn's speaker, any sentence of the turn does (the speaker states all of it)."""
         forms = [mention_words(n, name=True) for n in names]
         spoken = any(_run(f) == self.speaker for f in forms if f)
-        return any(category in categories.cues_in(sentence)
-                   for sentence, words in zip(self.sentences, self.sentence_words)
-                   if spoken or any(f and _stems(f) <= words for f in forms))
+        return any(
+            category in categories.cues_in(sentence)
+            for sentence, words in zip(self.sentences, self.sentence_words)
+            if spoken or any(f and _stems(f) <= words for f in forms)
+        )
 
 
 def name_problem(name: str) -> str:
     return NAME_TOO_LONG if len(name) > MAX_NAME_CHARS or len(name.split()) > MAX_NAME_WORDS else ""
 
 
-def fact_problem(triple: Triple, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}, names: Iterable[str] = ()) -> str:
+def fact_problem(
+    triple: Triple, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}, names: Iterable[str] = ()
+) -> str:
     """Why `triple` is not admitted from `passage`; '' when it is. `other_ids`: name → the
     other entity ids of its entity (aliases); `names`: every name of the extraction (a name
     given in part must point to one of them, Passage.mentions_in_part)."""
@@ -171,7 +186,9 @@ def _occurs(name: str, passage: Passage, other_ids: Mapping[str, Iterable[str]],
     return passage.mentions(name, other_ids.get(name, ())) or passage.mentions_in_part(name, names)
 
 
-def entity_problem(name: str, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}, names: Iterable[str] = ()) -> str:
+def entity_problem(
+    name: str, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}, names: Iterable[str] = ()
+) -> str:
     return name_problem(name) or ("" if _occurs(name, passage, other_ids, names) else NOT_IN_PASSAGE)
 
 
@@ -186,7 +203,9 @@ class Grounded:
     demoted: list[Triple] = field(default_factory=list)  # as extracted, before the demotion
 
 
-def ground(facts: list[Triple], entities: list, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}) -> Grounded:
+def ground(
+    facts: list[Triple], entities: list, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}
+) -> Grounded:
     """Split an extraction (facts; entities with a `.name`) into what `passage` supports and
     what it does not; a trace fact whose category it does not state comes back DECLARATIVE."""
     out = Grounded()
@@ -196,7 +215,9 @@ def ground(facts: list[Triple], entities: list, passage: Passage, other_ids: Map
         if problem:
             out.dropped.append((triple, problem))
             continue
-        if triple.category != categories.DECLARATIVE and not passage.states(triple.category, (triple.head, triple.tail)):
+        if triple.category != categories.DECLARATIVE and not passage.states(
+            triple.category, (triple.head, triple.tail)
+        ):
             out.demoted.append(triple)
             triple = replace(triple, category=categories.DECLARATIVE, stated=False)
         out.facts.append(triple)
@@ -213,7 +234,9 @@ def unmentioned(facts: list[Triple], entities: list, passage: Passage) -> set[st
     """The names of an extraction that do not occur by themselves, wholly or in part: the ones
     whose aliases the caller needs to look up (most chunks have none, and need no lookup)."""
     names = {n for t in facts for n in (t.head, t.tail)} | {e.name for e in entities}
-    return {n for n in names if not name_problem(n) and not passage.mentions(n) and not passage.mentions_in_part(n, names)}
+    return {
+        n for n in names if not name_problem(n) and not passage.mentions(n) and not passage.mentions_in_part(n, names)
+    }
 
 
 def quoted(quote: str, text: str) -> bool:

@@ -23,8 +23,28 @@ _TRAILING = {"the", "a", "an"}
 _BE = {"is", "are", "was", "were", "be", "been", "being"}
 _AUXILIARIES = _BE | {"has", "have", "had", "does", "did", "do"}
 # participles that usually state a property rather than an action ('born in', 'located in')
-_STATIVE_PARTICIPLES = {"born", "located", "based", "situated", "named", "called", "known", "married", "buried", "educated",
-                        "headquartered", "listed", "set", "composed", "made", "raised", "released", "published", "owned", "used"}
+_STATIVE_PARTICIPLES = {
+    "born",
+    "located",
+    "based",
+    "situated",
+    "named",
+    "called",
+    "known",
+    "married",
+    "buried",
+    "educated",
+    "headquartered",
+    "listed",
+    "set",
+    "composed",
+    "made",
+    "raised",
+    "released",
+    "published",
+    "owned",
+    "used",
+}
 
 
 class UnnamedEntity(ValueError):
@@ -81,7 +101,9 @@ def relation_name(relation: str) -> str:
     lemma = _verb_lemma(words[0])
     if lemma and lemma != words[0]:
         following = words[1] if len(words) > 1 else ""
-        kept = words[0] in _participles(lemma) and (passive or following == "by" or (words[0] in _STATIVE_PARTICIPLES and following))
+        kept = words[0] in _participles(lemma) and (
+            passive or following == "by" or (words[0] in _STATIVE_PARTICIPLES and following)
+        )
         if not kept:
             words[0] = lemma
     return " ".join(words)
@@ -91,8 +113,10 @@ def relation_name(relation: str) -> str:
 # head ("designed by" of a building) and its conflicts can be detected; the active form ("Ada
 # designed the lighthouse") is turned into it: both voices are one relation (canonical_fact).
 # Not "found": its lemma is also the past of "find" ("I found my keys").
-MAKING_VERBS = frozenset("""design build construct write author compose paint sculpt draw direct produce
-establish invent create discover develop publish photograph""".split())
+MAKING_VERBS = frozenset(
+    """design build construct write author compose paint sculpt draw direct produce
+establish invent create discover develop publish photograph""".split()
+)
 
 
 def passive_of(relation: str) -> str | None:
@@ -112,7 +136,14 @@ def canonical_fact(triple):
     passive = passive_of(relation)
     if passive is None:
         return triple if relation == triple.relation else _replace(triple, relation=relation)
-    return _replace(triple, head=triple.tail, tail=triple.head, head_type=triple.tail_type, tail_type=triple.head_type, relation=passive)
+    return _replace(
+        triple,
+        head=triple.tail,
+        tail=triple.head,
+        head_type=triple.tail_type,
+        tail_type=triple.head_type,
+        relation=passive,
+    )
 
 
 @functools.lru_cache(maxsize=50_000)

@@ -12,12 +12,26 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 # Relations whose head and tail may be swapped without changing the fact.
-SYMMETRIC_RELATIONS = frozenset({  # as normalised by workers.algorithms.normalize.relation_name
-    "marry", "married to", "spouse of", "spouse", "sibling of", "sibling", "twin of", "cousin of",
-    "partner of", "related to", "neighbour of", "neighbor of",
-})
+SYMMETRIC_RELATIONS = frozenset(
+    {  # as normalised by workers.algorithms.normalize.relation_name
+        "marry",
+        "married to",
+        "spouse of",
+        "spouse",
+        "sibling of",
+        "sibling",
+        "twin of",
+        "cousin of",
+        "partner of",
+        "related to",
+        "neighbour of",
+        "neighbor of",
+    }
+)
 # Relations that put one place or thing inside another (granularity).
-CONTAINMENT_RELATIONS = frozenset({"part of", "located in", "situated in", "lie in", "in", "within", "subdivision of", "district of", "borough of"})
+CONTAINMENT_RELATIONS = frozenset(
+    {"part of", "located in", "situated in", "lie in", "in", "within", "subdivision of", "district of", "borough of"}
+)
 
 MIN_MULTI_HEADS = 2
 MULTI_HEAD_SHARE = 0.25
@@ -109,7 +123,11 @@ def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> d
     from entity b up to entity a (a is broader than b)."""
 
     def temporal(f: GroupFact, g: GroupFact) -> bool:
-        return has_span(f.valid_from, f.valid_to) and has_span(g.valid_from, g.valid_to) and not spans_overlap(f.valid_from, f.valid_to, g.valid_from, g.valid_to)
+        return (
+            has_span(f.valid_from, f.valid_to)
+            and has_span(g.valid_from, g.valid_to)
+            and not spans_overlap(f.valid_from, f.valid_to, g.valid_from, g.valid_to)
+        )
 
     def granular(f: GroupFact, g: GroupFact) -> bool:
         return broader(f.tail_id, g.tail_id) or broader(g.tail_id, f.tail_id)
@@ -120,10 +138,12 @@ def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> d
         blocker = next((k for k in kept if not (temporal(f, k) or granular(f, k))), None)
         if blocker is not None:
             decisions[f.id] = Decision(
-                "invalid", "mutual_exclusion",
+                "invalid",
+                "mutual_exclusion",
                 f"excluded by {blocker.id} ({blocker.support} vs {f.support} supporting passages"
                 f"{', newer document' if blocker.support == f.support and blocker.doc_version > f.doc_version else ''})",
-                evidence=blocker.passage_ids + f.passage_ids, excluded_by=blocker.id,
+                evidence=blocker.passage_ids + f.passage_ids,
+                excluded_by=blocker.id,
             )
         else:
             kept.append(f)
@@ -141,6 +161,10 @@ def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> d
         for k in others:
             evidence.extend(k.passage_ids)
         kind = "+".join(kinds)
-        reason = {"": "no conflict", "temporal": "non-overlapping time spans", "granularity": "one tail contains the other"}.get(kind, kind)
+        reason = {
+            "": "no conflict",
+            "temporal": "non-overlapping time spans",
+            "granularity": "one tail contains the other",
+        }.get(kind, kind)
         decisions[f.id] = Decision("active", kind, reason, qualifiers, tuple(dict.fromkeys(evidence)) if kinds else ())
     return decisions

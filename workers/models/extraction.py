@@ -22,14 +22,14 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+from lemminflect import getAllLemmas
+
 from topics import ContractError
 from topics.records import Triple
 from workers.algorithms import categories
 from workers.algorithms.categories import Finding
 from workers.algorithms.normalize import content_hash, has_entity_id, relation_name
 from workers.algorithms.turns import parse_context
-from lemminflect import getAllLemmas
-
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
 from workers.models.protocols import Entity, Extraction, Extractor  # noqa: F401  (Entity re-exported)
 
@@ -50,7 +50,9 @@ def drop_unnamed(extraction: Extraction, where: str) -> Extraction:
         if has_entity_id(f.head) and has_entity_id(f.tail):
             kept.facts.append(f)
         else:
-            log.warning("%s: fact (%r, %r, %r) dropped: a name has no letters or digits", where, f.head, f.relation, f.tail)
+            log.warning(
+                "%s: fact (%r, %r, %r) dropped: a name has no letters or digits", where, f.head, f.relation, f.tail
+            )
     return kept
 
 
@@ -59,28 +61,167 @@ def drop_unnamed(extraction: Extraction, where: str) -> Extraction:
 _WORD = re.compile(r"[\w][\w'’\-\.&]*[\w][+#]*|[\w][+#]*", re.U)
 _CONNECTORS = {"of", "de", "du", "la", "le", "von", "van", "der", "del", "the", "and", "for", "on", "upon"}
 _SENTENCE_STARTERS = {
-    "the", "a", "an", "in", "on", "at", "it", "its", "he", "she", "his", "her", "they", "their", "this",
-    "these", "that", "those", "there", "after", "before", "during", "when", "while", "as", "since", "from",
-    "by", "with", "for", "of", "to", "but", "and", "or", "however", "also", "although", "i", "we", "you",
-    "my", "our", "your", "if", "then", "today", "yesterday", "tomorrow", "following", "later", "some",
+    "the",
+    "a",
+    "an",
+    "in",
+    "on",
+    "at",
+    "it",
+    "its",
+    "he",
+    "she",
+    "his",
+    "her",
+    "they",
+    "their",
+    "this",
+    "these",
+    "that",
+    "those",
+    "there",
+    "after",
+    "before",
+    "during",
+    "when",
+    "while",
+    "as",
+    "since",
+    "from",
+    "by",
+    "with",
+    "for",
+    "of",
+    "to",
+    "but",
+    "and",
+    "or",
+    "however",
+    "also",
+    "although",
+    "i",
+    "we",
+    "you",
+    "my",
+    "our",
+    "your",
+    "if",
+    "then",
+    "today",
+    "yesterday",
+    "tomorrow",
+    "following",
+    "later",
+    "some",
 }
 _MONTHS = {
-    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-    "november", "december",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
 }
 _ORG_WORDS = {
-    "university", "college", "school", "company", "corporation", "corp", "inc", "ltd", "llc", "institute",
-    "party", "club", "records", "band", "group", "association", "council", "society", "agency", "bank",
-    "church", "army", "navy", "ministry", "department", "foundation", "academy", "museum", "press",
-    "journal", "league", "team", "fc", "union", "committee", "organization", "organisation", "network",
+    "university",
+    "college",
+    "school",
+    "company",
+    "corporation",
+    "corp",
+    "inc",
+    "ltd",
+    "llc",
+    "institute",
+    "party",
+    "club",
+    "records",
+    "band",
+    "group",
+    "association",
+    "council",
+    "society",
+    "agency",
+    "bank",
+    "church",
+    "army",
+    "navy",
+    "ministry",
+    "department",
+    "foundation",
+    "academy",
+    "museum",
+    "press",
+    "journal",
+    "league",
+    "team",
+    "fc",
+    "union",
+    "committee",
+    "organization",
+    "organisation",
+    "network",
 }
 _LOC_WORDS = {
-    "city", "river", "mountain", "mountains", "lake", "county", "island", "islands", "state", "kingdom",
-    "republic", "ocean", "sea", "park", "street", "bridge", "province", "district", "valley", "bay", "coast",
-    "region", "town", "village", "airport", "station", "road", "square", "castle", "forest", "desert",
+    "city",
+    "river",
+    "mountain",
+    "mountains",
+    "lake",
+    "county",
+    "island",
+    "islands",
+    "state",
+    "kingdom",
+    "republic",
+    "ocean",
+    "sea",
+    "park",
+    "street",
+    "bridge",
+    "province",
+    "district",
+    "valley",
+    "bay",
+    "coast",
+    "region",
+    "town",
+    "village",
+    "airport",
+    "station",
+    "road",
+    "square",
+    "castle",
+    "forest",
+    "desert",
 }
-_PERSON_TITLES = {"mr", "mrs", "ms", "dr", "sir", "lord", "lady", "king", "queen", "prince", "princess",
-                  "president", "saint", "st", "pope", "general", "captain", "professor", "prof"}
+_PERSON_TITLES = {
+    "mr",
+    "mrs",
+    "ms",
+    "dr",
+    "sir",
+    "lord",
+    "lady",
+    "king",
+    "queen",
+    "prince",
+    "princess",
+    "president",
+    "saint",
+    "st",
+    "pope",
+    "general",
+    "captain",
+    "professor",
+    "prof",
+}
 
 
 def type_of(name: str) -> str:
@@ -142,7 +283,9 @@ def _mentions(sentence: str) -> list[tuple[int, int, str]]:
 # the first LoCoMo dev conversation (419 turns): 18 of its 20 entities of most passages were
 # such words ("It's" in 70 turns, "I'm" 66, "What" 46, "Wow Caroline" 34) — hubs joining turns
 # by how they begin, which PPR spread along.
-_INTERJECTIONS = frozenset("yeah yep yup hey hi hello oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split())
+_INTERJECTIONS = frozenset(
+    "yeah yep yup hey hi hello oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split()
+)
 _FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'll", "i'd", "i’m", "i’ve", "i’ll", "i’d"})
 
 
@@ -161,20 +304,22 @@ def _common_word(word: str) -> bool:
 # Greetings and reactions a turn opens with before a name ("Thanks, Caroline", "Wow Mel"):
 # dropped from the front of a longer mention; any other common first word stays in one ("New
 # York", "Grace Hopper", "United States" open Wikipedia sentences).
-_OPENERS = _INTERJECTIONS | frozenset("thanks thank congratulations glad sorry yes no well so great awesome nice good love "
-                                      "what how why where who when cool sure right okay".split())
+_OPENERS = _INTERJECTIONS | frozenset(
+    "thanks thank congratulations glad sorry yes no well so great awesome nice good love "
+    "what how why where who when cool sure right okay".split()
+)
 
 
 def _opening_word(sentence: str, words: list[tuple[int, int]]) -> bool:
     """Whether the first of a sentence-opening mention's words is no part of a name: the
     mention's only word and a common one ("It's", "What", "Glad"), an opener ("Thanks"), or a
     common word set off by punctuation ("Wow, Caroline")."""
-    word = sentence[words[0][0]:words[0][1]]
+    word = sentence[words[0][0] : words[0][1]]
     if not _common_word(word):
         return False
     if len(words) == 1:
         return True
-    return _base(word) in _OPENERS or bool(re.search(r"[^\w\s]", sentence[words[0][1]:words[1][0]]))
+    return _base(word) in _OPENERS or bool(re.search(r"[^\w\s]", sentence[words[0][1] : words[1][0]]))
 
 
 def _names(sentence: str, mentions: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -187,8 +332,9 @@ def _names(sentence: str, mentions: list[tuple[int, int, str]]) -> list[tuple[in
     for start, end, surface in mentions:
         words = [(start + m.start(), start + m.end()) for m in _WORD.finditer(surface)]
         at_start = start == first
-        while words and (sentence[words[0][0]:words[0][1]].lower() in _FIRST_PERSON
-                         or at_start and _opening_word(sentence, words)):
+        while words and (
+            sentence[words[0][0] : words[0][1]].lower() in _FIRST_PERSON or at_start and _opening_word(sentence, words)
+        ):
             words = words[1:]
         if words:
             new_start = words[0][0]
@@ -201,15 +347,23 @@ def _names(sentence: str, mentions: list[tuple[int, int, str]]) -> list[tuple[in
 # A speaker's first person: "I adopted a dog" said by Caroline is (Caroline, adopt, dog). The
 # subject, the words that may stand between it and its verb, the words before the object that
 # are no part of it, and the words that end the object.
-_FIRST_PERSON_SUBJECTS = frozenset({"i", "we", "i've", "we've", "i'd", "we'd", "i'll", "we'll", "i’ve", "we’ve", "i’d", "we’d", "i’ll", "we’ll"})
-_BEFORE_VERB = frozenset("""just also recently finally really actually already even still ever never always often
-have has had did do does will would could can might should must got gotten been""".split())
-_BEFORE_OBJECT = frozenset("""a an the my our some this that these those her his their its your new few couple of
-two three four five several many lots lot bunch""".split())
-_OBJECT_ENDS = frozenset("""to for with at in on into onto from by about after before during since until and or but so because
+_FIRST_PERSON_SUBJECTS = frozenset(
+    {"i", "we", "i've", "we've", "i'd", "we'd", "i'll", "we'll", "i’ve", "we’ve", "i’d", "we’d", "i’ll", "we’ll"}
+)
+_BEFORE_VERB = frozenset(
+    """just also recently finally really actually already even still ever never always often
+have has had did do does will would could can might should must got gotten been""".split()
+)
+_BEFORE_OBJECT = frozenset(
+    """a an the my our some this that these those her his their its your new few couple of
+two three four five several many lots lot bunch""".split()
+)
+_OBJECT_ENDS = frozenset(
+    """to for with at in on into onto from by about after before during since until and or but so because
 when while if that which who whom whose where last next this yesterday today tonight tomorrow week weekend month year ago
 it them you him her me us myself ourselves one something anything everything nothing some all out up down off over
-again too very really so back there here now then just""".split())
+again too very really so back there here now then just""".split()
+)
 MAX_OBJECT_WORDS = 3
 
 
@@ -226,13 +380,21 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
         j = i + 1
         while j < len(words) and words[j].lower() in _BEFORE_VERB:
             j += 1
-        if j >= len(words) or "VERB" not in getAllLemmas(words[j].lower()) or words[j].lower() in _BEFORE_OBJECT | _OBJECT_ENDS:
+        if (
+            j >= len(words)
+            or "VERB" not in getAllLemmas(words[j].lower())
+            or words[j].lower() in _BEFORE_OBJECT | _OBJECT_ENDS
+        ):
             continue
         k = j + 1
         while k < len(words) and words[k].lower() in _BEFORE_OBJECT:
             k += 1
         obj = []
-        while k < len(words) and len(obj) < MAX_OBJECT_WORDS and words[k].lower() not in _OBJECT_ENDS | _FIRST_PERSON_SUBJECTS:
+        while (
+            k < len(words)
+            and len(obj) < MAX_OBJECT_WORDS
+            and words[k].lower() not in _OBJECT_ENDS | _FIRST_PERSON_SUBJECTS
+        ):
             obj.append(words[k])
             k += 1
         while obj and not (obj[-1][0].isupper() or "NOUN" in getAllLemmas(obj[-1].lower())):
@@ -315,18 +477,29 @@ def _trigger_fact(sentence: str, mentions: list[tuple[int, int, str]], finding: 
         tail = finding.object
     if not tail and finding.category == categories.HARD_CONSTRAINT:
         amounts = list(categories.AMOUNT.finditer(sentence))
-        nearest = [m for m in amounts if m.start() >= finding.end] or [m for m in reversed(amounts) if m.end() <= finding.start]
+        nearest = [m for m in amounts if m.start() >= finding.end] or [
+            m for m in reversed(amounts) if m.end() <= finding.start
+        ]
         if nearest:
             tail, tail_type = " ".join(nearest[0].group(0).split()), MONEY
     if not tail:
         side, other = (before, after) if finding.side == categories.BEFORE else (after, before)
-        tail = (side[0] if side else "") or (categories.words_after(sentence, finding.end) if finding.side != categories.BEFORE else "")
+        tail = (side[0] if side else "") or (
+            categories.words_after(sentence, finding.end) if finding.side != categories.BEFORE else ""
+        )
         tail = tail or (other[0] if other else "")
     head = speaker or next((m[2] for m in mentions if m[2] != tail), "")
     if not tail or not head or not has_entity_id(head) or not has_entity_id(tail):
         return None
-    return Triple(head=head, relation=finding.relation, tail=tail, head_type=SPEAKER if speaker else type_of(head),
-                  tail_type=tail_type or type_of(tail), category=finding.category, stated=True)
+    return Triple(
+        head=head,
+        relation=finding.relation,
+        tail=tail,
+        head_type=SPEAKER if speaker else type_of(head),
+        tail_type=tail_type or type_of(tail),
+        category=finding.category,
+        stated=True,
+    )
 
 
 # ---- replay -----------------------------------------------------------------------------
@@ -334,7 +507,9 @@ class ReplayExtractor:
     """Scripted extraction: exactly the recorded entities and facts for each chunk text."""
 
     name = "replay"
-    grounded = False  # recorded from a model: 3.5% of HippoRAG's OpenIE facts of MuSiQue-100 name what their passage does not
+    grounded = (
+        False  # recorded from a model: 3.5% of HippoRAG's OpenIE facts of MuSiQue-100 name what their passage does not
+    )
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -368,17 +543,25 @@ class ReplayExtractor:
             passage = doc.get("passage")
             if not passage:
                 continue
-            entities = {name: Entity(name, type_of(name)) for name in doc.get("extracted_entities", []) if isinstance(name, str) and name.strip()}
+            entities = {
+                name: Entity(name, type_of(name))
+                for name in doc.get("extracted_entities", [])
+                if isinstance(name, str) and name.strip()
+            }
             facts = []
             for triple in doc.get("extracted_triples", []):
                 # OpenIE output has some malformed triples (not 3 strings): skip them
                 if len(triple) != 3 or not all(isinstance(x, str) and x.strip() for x in triple):
                     continue
                 head, relation, tail = (x.strip() for x in triple)
-                facts.append(Triple(head=head, relation=relation, tail=tail, head_type=type_of(head), tail_type=type_of(tail)))
+                facts.append(
+                    Triple(head=head, relation=relation, tail=tail, head_type=type_of(head), tail_type=type_of(tail))
+                )
                 for name in (head, tail):
                     entities.setdefault(name, Entity(name, type_of(name)))
-            self.by_sha[content_hash(passage)] = drop_unnamed(Extraction(list(entities.values()), facts), f"{self.path} passage {passage[:40]!r}")
+            self.by_sha[content_hash(passage)] = drop_unnamed(
+                Extraction(list(entities.values()), facts), f"{self.path} passage {passage[:40]!r}"
+            )
         return True
 
     async def extract(self, text: str, context: str = "") -> Extraction:
@@ -393,11 +576,20 @@ class ReplayExtractor:
 # ---- llm ----------------------------------------------------------------------------------
 def parse_extraction(data) -> Extraction:
     """Validate a model's answer against EXTRACTION_SCHEMA (ValueError names the problem)."""
-    if not isinstance(data, dict) or not isinstance(data.get("entities"), list) or not isinstance(data.get("facts"), list):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("entities"), list)
+        or not isinstance(data.get("facts"), list)
+    ):
         raise ValueError("expected an object with arrays 'entities' and 'facts'")
     entities = []
     for i, e in enumerate(data["entities"]):
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not e["name"].strip() or not isinstance(e.get("type"), str):
+        if (
+            not isinstance(e, dict)
+            or not isinstance(e.get("name"), str)
+            or not e["name"].strip()
+            or not isinstance(e.get("type"), str)
+        ):
             raise ValueError(f"entities[{i}] needs a non-empty string 'name' and a string 'type'")
         entities.append(Entity(e["name"].strip(), e["type"].strip().upper() or "ENTITY"))
     facts = [Triple.from_dict(f, where=f"facts[{i}]") for i, f in enumerate(data["facts"])]
@@ -416,7 +608,9 @@ class LLMExtractor:
         self.client = client
 
     async def extract(self, text: str, context: str = "") -> Extraction:
-        return await self.client.structured("extract", extraction_messages(text, context), "extraction", EXTRACTION_SCHEMA, parse_extraction)
+        return await self.client.structured(
+            "extract", extraction_messages(text, context), "extraction", EXTRACTION_SCHEMA, parse_extraction
+        )
 
 
 def make_extractor(kind: str, replay_file: str = "", llm=None) -> Extractor:
@@ -428,6 +622,8 @@ def make_extractor(kind: str, replay_file: str = "", llm=None) -> Extractor:
         return ReplayExtractor(replay_file)
     if kind == "llm":
         if llm is None:
-            raise ValueError("MEMSTREAM_EXTRACTOR=llm needs an LLM client (MEMSTREAM_LLM_BASE_URL, MEMSTREAM_LLM_MODEL)")
+            raise ValueError(
+                "MEMSTREAM_EXTRACTOR=llm needs an LLM client (MEMSTREAM_LLM_BASE_URL, MEMSTREAM_LLM_MODEL)"
+            )
         return LLMExtractor(llm)
     raise ValueError(f"unknown extractor {kind!r}")

@@ -24,12 +24,19 @@ log = logging.getLogger(__name__)
 
 LLM_CALLS = Counter("memstream_llm_calls_total", "LLM calls per stage and outcome", ["stage", "outcome"])
 LLM_TOKENS = Counter("memstream_llm_tokens_total", "LLM tokens per stage", ["stage", "kind"])
-LLM_SECONDS = Histogram("memstream_llm_seconds", "Time of one answered LLM request per stage (its wait for a slot excluded)", ["stage"])
+LLM_SECONDS = Histogram(
+    "memstream_llm_seconds", "Time of one answered LLM request per stage (its wait for a slot excluded)", ["stage"]
+)
 
 
 # Worth retrying after a backoff (also the embeddings endpoint's: workers.models.embedding);
 # any other HTTP status below 500 is refused for good.
-RETRYABLE_ERRORS = (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError)
+RETRYABLE_ERRORS = (
+    openai.RateLimitError,
+    openai.APITimeoutError,
+    openai.APIConnectionError,
+    openai.InternalServerError,
+)
 
 
 class LLMError(Exception):
@@ -59,7 +66,9 @@ class LLMConfig:
 # MEMSTREAM_LLM_CONCURRENCY bounds a process's calls, not a client's: an `all` worker has an
 # extractor's, a resolver's, an answerer's and a router's client, and with a semaphore each it
 # held up to four times the bound in flight. One per event loop (a semaphore serves one loop).
-_SLOTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]]" = weakref.WeakKeyDictionary()
+_SLOTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def process_slots(concurrency: int) -> asyncio.Semaphore:
@@ -73,19 +82,25 @@ class LLMClient:
         """`cache`: a store.caches.LLMCache (get/put by prompt), or None."""
         self.config = config
         self.cache = cache
-        self._client = openai.AsyncOpenAI(base_url=config.base_url, api_key=config.api_key or "none", timeout=config.timeout_s, max_retries=0)
+        self._client = openai.AsyncOpenAI(
+            base_url=config.base_url, api_key=config.api_key or "none", timeout=config.timeout_s, max_retries=0
+        )
         self._calls: dict[str, asyncio.Task] = {}  # prompt hash → the call answering it now
 
     async def aclose(self) -> None:
         """Close the HTTP client's connection pool (its owner's shutdown)."""
         await self._client.close()
 
-    async def structured(self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]) -> Any:
+    async def structured(
+        self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]
+    ) -> Any:
         """Ask for JSON following `schema`; `validate(parsed)` returns the value or raises
         ValueError. One repair round on malformed output, then MalformedOutput. Callers asking
         the same while it is being answered share one call: the read-ahead's prefetch and the
         handler of the same conflict set would otherwise both miss the cache and pay twice."""
-        key = hashlib.sha256(json.dumps({"messages": messages, "schema": schema}, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        key = hashlib.sha256(
+            json.dumps({"messages": messages, "schema": schema}, sort_keys=True, ensure_ascii=False).encode()
+        ).hexdigest()
         loop = asyncio.get_running_loop()
         call = self._calls.get(key)
         if call is None or call.get_loop() is not loop:
@@ -102,7 +117,9 @@ class LLMClient:
         if not call.cancelled():
             call.exception()  # retrieved: every caller may have gone
 
-    async def _answer(self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]) -> str:
+    async def _answer(
+        self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]
+    ) -> str:
         """The answer's text that validates: from the cache, else asked (and repaired once), then cached."""
         cached = await self.cache.get(messages, schema) if self.cache is not None else None
         if cached is not None:
@@ -115,7 +132,10 @@ class LLMClient:
             log.warning("%s: malformed LLM output (%s); asking once to repair it", stage, first_error)
             repair = messages + [
                 {"role": "assistant", "content": raw},
-                {"role": "user", "content": f"That answer is invalid: {first_error}. Answer again with only the JSON object that follows the schema."},
+                {
+                    "role": "user",
+                    "content": f"That answer is invalid: {first_error}. Answer again with only the JSON object that follows the schema.",
+                },
             ]
             raw = await self._complete(stage, repair, schema_name, schema)
             try:
@@ -135,7 +155,10 @@ class LLMClient:
                     model=self.config.model,
                     messages=messages,
                     temperature=0,
-                    response_format={"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema, "strict": True}},
+                    response_format={
+                        "type": "json_schema",
+                        "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+                    },
                 )
                 LLM_SECONDS.labels(stage=stage).observe(time.perf_counter() - started)
             LLM_CALLS.labels(stage=stage, outcome="ok").inc()
@@ -145,7 +168,12 @@ class LLMClient:
             return response.choices[0].message.content or ""
 
         try:
-            return await with_retries(ask, self.config, f"{stage}: LLM call", lambda outcome: LLM_CALLS.labels(stage=stage, outcome=outcome).inc())
+            return await with_retries(
+                ask,
+                self.config,
+                f"{stage}: LLM call",
+                lambda outcome: LLM_CALLS.labels(stage=stage, outcome=outcome).inc(),
+            )
         except openai.APIStatusError as exc:
             LLM_CALLS.labels(stage=stage, outcome=f"http_{exc.status_code}").inc()
             raise LLMError(f"LLM endpoint refused the request: HTTP {exc.status_code}: {exc.message}") from None
@@ -161,7 +189,9 @@ class StillFailing(Exception):
         self.outcome, self.attempts = outcome, attempts
 
 
-async def with_retries(call: Callable[[], Awaitable[Any]], config, what: str, failed: Callable[[str], None] | None = None) -> Any:
+async def with_retries(
+    call: Callable[[], Awaitable[Any]], config, what: str, failed: Callable[[str], None] | None = None
+) -> Any:
     """`call()`'s answer, asked again on 429s, 5xx, timeouts and refused connections with capped
     exponential backoff and jitter (`config`'s max_attempts, backoff_base_s, backoff_cap_s),
     then StillFailing; any other HTTP status (openai.APIStatusError) is raised as it came, for

@@ -31,15 +31,42 @@ EXTRACTION_SCHEMA = {
     "additionalProperties": False,
     "required": ["entities", "facts"],
     "properties": {
-        "entities": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name", "type"],
-                                                 "properties": {"name": _STRING, "type": _STRING}}},
-        "facts": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False,
-            "required": ["head", "head_type", "relation", "tail", "tail_type", "category", "valid_from", "valid_to"],
-            "properties": {"head": _STRING, "head_type": _STRING, "relation": _STRING, "tail": _STRING, "tail_type": _STRING,
-                           "category": {"type": "string", "enum": list(FACT_CATEGORIES)},
-                           "valid_from": _NULLABLE_STRING, "valid_to": _NULLABLE_STRING},
-        }},
+        "entities": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "type"],
+                "properties": {"name": _STRING, "type": _STRING},
+            },
+        },
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": [
+                    "head",
+                    "head_type",
+                    "relation",
+                    "tail",
+                    "tail_type",
+                    "category",
+                    "valid_from",
+                    "valid_to",
+                ],
+                "properties": {
+                    "head": _STRING,
+                    "head_type": _STRING,
+                    "relation": _STRING,
+                    "tail": _STRING,
+                    "tail_type": _STRING,
+                    "category": {"type": "string", "enum": list(FACT_CATEGORIES)},
+                    "valid_from": _NULLABLE_STRING,
+                    "valid_to": _NULLABLE_STRING,
+                },
+            },
+        },
     },
 }
 
@@ -92,23 +119,31 @@ RESOLUTION_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["decisions"],
-    "properties": {"decisions": {"type": "array", "items": {
-        "type": "object", "additionalProperties": False,
-        "required": ["fact_id", "action", "evidence", "evidence_passage_id", "valid_from", "valid_to", "scope"],
-        "properties": {
-            "fact_id": {"type": "string"},
-            "action": {"type": "string", "enum": list(RESOLUTION_ACTIONS)},
-            "evidence": {"type": "string"},
-            "evidence_passage_id": {"type": "string"},
-            "valid_from": {"type": ["string", "null"]},
-            "valid_to": {"type": ["string", "null"]},
-            "scope": {"type": ["string", "null"], "enum": ["broader", "narrower", None]},
-        },
-    }}},
+    "properties": {
+        "decisions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["fact_id", "action", "evidence", "evidence_passage_id", "valid_from", "valid_to", "scope"],
+                "properties": {
+                    "fact_id": {"type": "string"},
+                    "action": {"type": "string", "enum": list(RESOLUTION_ACTIONS)},
+                    "evidence": {"type": "string"},
+                    "evidence_passage_id": {"type": "string"},
+                    "valid_from": {"type": ["string", "null"]},
+                    "valid_to": {"type": ["string", "null"]},
+                    "scope": {"type": ["string", "null"], "enum": ["broader", "narrower", None]},
+                },
+            },
+        }
+    },
 }
 
 
-def resolution_messages(head: str, relation: str, facts: list[tuple[GroupFact, str]], passages: dict[str, str]) -> list[dict]:
+def resolution_messages(
+    head: str, relation: str, facts: list[tuple[GroupFact, str]], passages: dict[str, str]
+) -> list[dict]:
     """facts: (group fact, 'head relation tail' text); passages: id → text."""
     lines = [f"Relation: {head} — {relation}", "Facts:"]
     for fact, text in sorted(facts, key=lambda pair: pair[0].id):
@@ -121,8 +156,10 @@ def resolution_messages(head: str, relation: str, facts: list[tuple[GroupFact, s
 
 
 # ---- answer generation (query) -------------------------------------------------------------
-ANSWER_PROMPT = ("Answer the question from the numbered passages only. Cite the ids of the passages the answer rests on. "
-                 "If the passages do not contain the answer, say so and cite nothing.")
+ANSWER_PROMPT = (
+    "Answer the question from the numbered passages only. Cite the ids of the passages the answer rests on. "
+    "If the passages do not contain the answer, say so and cite nothing."
+)
 ANSWER_SCHEMA = {
     "type": "object",
     "properties": {"answer": {"type": "string"}, "citations": {"type": "array", "items": {"type": "string"}}},
@@ -133,19 +170,24 @@ ANSWER_SCHEMA = {
 
 def answer_messages(question: str, passages: list[dict]) -> Messages:
     context = "\n\n".join(f"[{p['id']}] {p['text']}" for p in passages)
-    return [{"role": "system", "content": ANSWER_PROMPT}, {"role": "user", "content": f"{context}\n\nQuestion: {question}"}]
+    return [
+        {"role": "system", "content": ANSWER_PROMPT},
+        {"role": "user", "content": f"{context}\n\nQuestion: {question}"},
+    ]
 
 
 # ---- the reconstruction router (query, mode "reconstruct") ----------------------------------
-ROUTE_PROMPT = ("You guide a step-by-step recall over a memory of facts and passages. Each open branch follows a cue (an "
-                "entity, the question itself, or an episode: \"s2 turn 5 ±1\" is the turns next to turn 5 of session s2, a "
-                "turn read, as one moment of a conversation brings back the ones around it) to a tag: a fact (branch fact:<id>; "
-                "taking it reads the fact's evidence passages and makes the fact's other entity a new cue) or a passage "
-                "(branch passage:<id>: one naming the cue's entity, near the question, or a neighbouring turn; taking it reads "
-                "the passage and makes the entities it names new cues). Every conversation turn read also becomes an episode "
-                "cue. Choose the one branch most likely to lead to the answer, "
-                "by its branch id, or stop when the evidence read so far answers the question or no branch can help. Give a "
-                "short reason.")
+ROUTE_PROMPT = (
+    "You guide a step-by-step recall over a memory of facts and passages. Each open branch follows a cue (an "
+    'entity, the question itself, or an episode: "s2 turn 5 ±1" is the turns next to turn 5 of session s2, a '
+    "turn read, as one moment of a conversation brings back the ones around it) to a tag: a fact (branch fact:<id>; "
+    "taking it reads the fact's evidence passages and makes the fact's other entity a new cue) or a passage "
+    "(branch passage:<id>: one naming the cue's entity, near the question, or a neighbouring turn; taking it reads "
+    "the passage and makes the entities it names new cues). Every conversation turn read also becomes an episode "
+    "cue. Choose the one branch most likely to lead to the answer, "
+    "by its branch id, or stop when the evidence read so far answers the question or no branch can help. Give a "
+    "short reason."
+)
 ROUTE_SCHEMA = {
     "type": "object",
     "properties": {"branch": {"type": ["string", "null"]}, "stop": {"type": "boolean"}, "reason": {"type": "string"}},
@@ -155,7 +197,9 @@ ROUTE_SCHEMA = {
 ROUTE_PASSAGE_CHARS = 400  # of each passage read so far, in the router's prompt
 
 
-def route_messages(question: str, facts: list[str], passages: list[str], branches: list[tuple[str, str, str]]) -> Messages:
+def route_messages(
+    question: str, facts: list[str], passages: list[str], branches: list[tuple[str, str, str]]
+) -> Messages:
     """facts: the facts taken so far; passages: the texts read; branches: (branch id, cue name, chain text)."""
     lines = [f"Question: {question}", "Evidence so far:"]
     lines += [f"- fact: {text}" for text in facts] + [f"- passage: {text[:ROUTE_PASSAGE_CHARS]}" for text in passages]

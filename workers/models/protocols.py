@@ -42,8 +42,9 @@ class ChatModel(Protocol):
     workers.models.llm.LLMError when the endpoint keeps failing, MalformedOutput when the answer
     stays invalid."""
 
-    async def structured(self, stage: str, messages: list[dict], schema_name: str, schema: dict,
-                         validate: Callable[[Any], Any]) -> Any: ...
+    async def structured(
+        self, stage: str, messages: list[dict], schema_name: str, schema: dict, validate: Callable[[Any], Any]
+    ) -> Any: ...
 
 
 class Extractor(Protocol):

@@ -41,7 +41,13 @@ def parse_resolution(data, group: list[GroupFact], passage_ids: Collection[str])
         elif action == "invalidate":
             decisions[fid] = Decision("invalid", "mutual_exclusion", reason, {}, (source,))
         elif action == "qualify_time":
-            decisions[fid] = Decision("active", "temporal", reason, {"time": {"from": item.get("valid_from"), "to": item.get("valid_to")}}, (source,))
+            decisions[fid] = Decision(
+                "active",
+                "temporal",
+                reason,
+                {"time": {"from": item.get("valid_from"), "to": item.get("valid_to")}},
+                (source,),
+            )
         elif action == "qualify_scope":
             if item.get("scope") not in ("broader", "narrower"):
                 raise ValueError(f"decisions[{i}]: qualify_scope needs scope 'broader' or 'narrower'")
@@ -59,4 +65,8 @@ def unquoted_evidence(data, passages: Mapping[str, str]) -> list[str]:
     answer parse_resolution accepted. A model steered by a planted passage ("ignore previous
     instructions; invalidate …") can name any action, but it cannot make a sentence appear in a
     passage: where one does not, the resolver lets the deterministic evidence policy decide."""
-    return [item["fact_id"] for item in data["decisions"] if not quoted(item["evidence"], passages.get(item["evidence_passage_id"], ""))]
+    return [
+        item["fact_id"]
+        for item in data["decisions"]
+        if not quoted(item["evidence"], passages.get(item["evidence_passage_id"], ""))
+    ]

@@ -19,14 +19,25 @@ async def generate_answer(llm: ChatModel, question: str, passages: list[dict]) -
     ids = {p["id"] for p in passages}
 
     def validate(parsed):
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("answer"), str) or not isinstance(parsed.get("citations"), list) \
-                or not all(isinstance(c, str) for c in parsed["citations"]):
+        if (
+            not isinstance(parsed, dict)
+            or not isinstance(parsed.get("answer"), str)
+            or not isinstance(parsed.get("citations"), list)
+            or not all(isinstance(c, str) for c in parsed["citations"])
+        ):
             raise ValueError("expected an object with 'answer' (string) and 'citations' (list of passage ids)")
         cited = list(dict.fromkeys(parsed["citations"]))
-        return {"text": parsed["answer"], "citations": [c for c in cited if c in ids], "dropped_citations": [c for c in cited if c not in ids]}
+        return {
+            "text": parsed["answer"],
+            "citations": [c for c in cited if c in ids],
+            "dropped_citations": [c for c in cited if c not in ids],
+        }
 
     answer = await llm.structured("answer", answer_messages(question, passages), "answer", ANSWER_SCHEMA, validate)
     if answer["dropped_citations"]:
         metrics.DROPPED_CITATIONS.inc(len(answer["dropped_citations"]))
-        log.warning("answer: citations %s are not passages of its context; dropped", [c[:40] for c in answer["dropped_citations"]])
+        log.warning(
+            "answer: citations %s are not passages of its context; dropped",
+            [c[:40] for c in answer["dropped_citations"]],
+        )
     return answer

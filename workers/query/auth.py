@@ -31,7 +31,7 @@ SCOPES = ("read", "write", "answer", "admin")
 SCOPE_MEANINGS = {  # for error messages and `memstream keys new --help`
     "read": "query a tenant's memory and read its facts and passages (POST /v1/query, GET /v1/facts, /v1/passages, MCP search tools)",
     "write": "publish into a tenant's memory, or take out of it (the MCP tools `remember`, `forget`, `retract_fact`; POST /v1/facts/{id}/retract)",
-    "answer": "have the query worker's LLM generate an answer (\"answer\": true)",
+    "answer": 'have the query worker\'s LLM generate an answer ("answer": true)',
     "admin": "read /metrics on the API's address",
 }
 ALL_TENANTS = "*"
@@ -58,8 +58,12 @@ class ApiKey:
 
     def entry(self) -> dict:
         """The key as it is configured (ENTRY_FIELDS)."""
-        return {"name": self.name, "key_sha256": self.digest.hex(), "tenants": sorted(self.tenants),
-                "scopes": [s for s in SCOPES if s in self.scopes]}
+        return {
+            "name": self.name,
+            "key_sha256": self.digest.hex(),
+            "tenants": sorted(self.tenants),
+            "scopes": [s for s in SCOPES if s in self.scopes],
+        }
 
 
 # A request's key when no keys are configured (loopback only): every tenant, every scope
@@ -99,11 +103,15 @@ def parse_keys(text: str, source: str) -> KeyRing:
     except ValueError as exc:
         raise KeyConfigError(f"{source}: not valid JSON ({exc})") from None
     if not isinstance(entries, list) or not entries:
-        raise KeyConfigError(f"{source}: expected a non-empty JSON list of keys "
-                             f"({{\"name\", \"key_sha256\", \"tenants\", \"scopes\"}} each; `memstream keys new` makes one)")
+        raise KeyConfigError(
+            f"{source}: expected a non-empty JSON list of keys "
+            f'({{"name", "key_sha256", "tenants", "scopes"}} each; `memstream keys new` makes one)'
+        )
     keys: list[ApiKey] = []
     for index, entry in enumerate(entries):
-        where = f"{source}: key {index}" + (f" ({entry['name']!r})" if isinstance(entry, dict) and isinstance(entry.get("name"), str) else "")
+        where = f"{source}: key {index}" + (
+            f" ({entry['name']!r})" if isinstance(entry, dict) and isinstance(entry.get("name"), str) else ""
+        )
         keys.append(_parse_entry(entry, where))
     for field, value_of in (("name", lambda k: k.name), ("key_sha256", lambda k: k.digest)):
         seen: set = set()
@@ -119,18 +127,26 @@ def _parse_entry(entry, where: str) -> ApiKey:
         raise KeyConfigError(f"{where}: expected an object, got {type(entry).__name__}")
     unknown = sorted(set(entry) - set(ENTRY_FIELDS))
     if unknown:
-        raise KeyConfigError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; expected {', '.join(ENTRY_FIELDS)}"
-                             + ("; store the key's sha256 as key_sha256, never the key" if "key" in unknown else ""))
+        raise KeyConfigError(
+            f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; expected {', '.join(ENTRY_FIELDS)}"
+            + ("; store the key's sha256 as key_sha256, never the key" if "key" in unknown else "")
+        )
     missing = [f for f in ENTRY_FIELDS if f not in entry]
     if missing:
         raise KeyConfigError(f"{where}: missing field(s) {', '.join(map(repr, missing))}")
     name, hexdigest, tenants, scopes = (entry[f] for f in ENTRY_FIELDS)
     if not isinstance(name, str) or not name.strip():
         raise KeyConfigError(f"{where}: 'name' must be a non-empty string")
-    if not isinstance(hexdigest, str) or len(hexdigest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in hexdigest):
+    if (
+        not isinstance(hexdigest, str)
+        or len(hexdigest) != 64
+        or any(c not in "0123456789abcdefABCDEF" for c in hexdigest)
+    ):
         raise KeyConfigError(f"{where}: 'key_sha256' must be 64 hex digits (the SHA-256 of the key)")
     if not isinstance(tenants, list) or not tenants or not all(isinstance(t, str) for t in tenants):
-        raise KeyConfigError(f"{where}: 'tenants' must be a non-empty list of tenant names, or [\"*\"] for every tenant")
+        raise KeyConfigError(
+            f"{where}: 'tenants' must be a non-empty list of tenant names, or [\"*\"] for every tenant"
+        )
     for tenant in tenants:
         if tenant != ALL_TENANTS:
             try:
@@ -149,7 +165,9 @@ def load_keys(keys_file: str, inline: str) -> KeyRing | None:
     """The keys of MEMSTREAM_API_KEYS_FILE or MEMSTREAM_API_KEYS (not both); None when neither
     is set. KeyConfigError for an unreadable file or a malformed list."""
     if keys_file and inline:
-        raise KeyConfigError("both MEMSTREAM_API_KEYS_FILE and MEMSTREAM_API_KEYS are set: configure the keys in one place")
+        raise KeyConfigError(
+            "both MEMSTREAM_API_KEYS_FILE and MEMSTREAM_API_KEYS are set: configure the keys in one place"
+        )
     if keys_file:
         try:
             text = Path(keys_file).read_text(encoding="utf-8")
@@ -181,9 +199,12 @@ def check_listener(host: str, port: int, keys: KeyRing | None) -> str:
         raise KeyConfigError(
             f"MEMSTREAM_HTTP_HOST={host} is not a loopback address and no API keys are configured: anyone reaching "
             f"{host}:{port} could read and query every tenant. Configure keys (MEMSTREAM_API_KEYS_FILE or MEMSTREAM_API_KEYS; "
-            f"`memstream keys new --tenant T --scope read` makes one) or bind 127.0.0.1")
-    return (f"query API on {host}:{port}: no API keys configured (MEMSTREAM_API_KEYS_FILE, MEMSTREAM_API_KEYS), so it serves "
-            f"every tenant without a key and listens on loopback only")
+            f"`memstream keys new --tenant T --scope read` makes one) or bind 127.0.0.1"
+        )
+    return (
+        f"query API on {host}:{port}: no API keys configured (MEMSTREAM_API_KEYS_FILE, MEMSTREAM_API_KEYS), so it serves "
+        f"every tenant without a key and listens on loopback only"
+    )
 
 
 def new_key(name: str | None, tenants: list[str], scopes: list[str]) -> tuple[str, dict]:

@@ -66,7 +66,9 @@ def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, .
         chosen = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
         unknown = [n for n in chosen if n not in FACT_CATEGORIES]
         if unknown or not chosen:
-            raise ContractError(f"unknown fact category {', '.join(map(repr, unknown)) or repr(categories)}: expected {', '.join(FACT_CATEGORIES)}")
+            raise ContractError(
+                f"unknown fact category {', '.join(map(repr, unknown)) or repr(categories)}: expected {', '.join(FACT_CATEGORIES)}"
+            )
     if limit is None or limit == "":
         return chosen, DEFAULT_FACTS_LIMIT
     if isinstance(limit, str) and limit.isascii() and limit.isdigit():
@@ -76,8 +78,13 @@ def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, .
     return chosen, limit
 
 
-async def standing_facts(memory: MemoryStore, tenant: str, categories: tuple[str, ...] = STANDING_CATEGORIES,
-                         limit: int = DEFAULT_FACTS_LIMIT, now: float | None = None) -> dict:
+async def standing_facts(
+    memory: MemoryStore,
+    tenant: str,
+    categories: tuple[str, ...] = STANDING_CATEGORIES,
+    limit: int = DEFAULT_FACTS_LIMIT,
+    now: float | None = None,
+) -> dict:
     """The tenant's facts of `categories` that hold now (active, TTL not lapsed), most specific
     category first (CATEGORY_PRECEDENCE), then oldest first (created_at, then id): {"tenant",
     "categories", "total" (the facts of those categories that hold; more than listed when over
@@ -91,13 +98,24 @@ async def standing_facts(memory: MemoryStore, tenant: str, categories: tuple[str
     facts = [f for f in facts if f.holds(now)]
     passage_ids = sorted({p for f in facts for p in f.passage_ids})
     doc_of = {p["id"]: p["doc_id"] for p in await memory.passages(tenant, passage_ids) if p is not None}
-    return {"tenant": tenant, "categories": list(categories), "total": total,
-            "facts": [{**f.to_json(), "doc_ids": sorted({doc_of[p] for p in f.passage_ids if p in doc_of})} for f in facts]}
+    return {
+        "tenant": tenant,
+        "categories": list(categories),
+        "total": total,
+        "facts": [{**f.to_json(), "doc_ids": sorted({doc_of[p] for p in f.passage_ids if p in doc_of})} for f in facts],
+    }
 
 
 def ranked_passage(row: dict, score: float, **extra) -> dict:
     """A ranked passage in a query answer (every mode): the stored passage (text as published,
     doc_id, metadata with turn_id/dia_id, context line) with its score, and `extra` (reconstruct:
     the step that read it, how it was found)."""
-    return {"id": row["id"], "doc_id": row["doc_id"], "text": row["text"], "metadata": row["metadata"], "context": row["context"],
-            "score": score, **extra}
+    return {
+        "id": row["id"],
+        "doc_id": row["doc_id"],
+        "text": row["text"],
+        "metadata": row["metadata"],
+        "context": row["context"],
+        "score": score,
+        **extra,
+    }

@@ -35,21 +35,34 @@ from store.keys import entity_node, node_id, passage_node
 from store.records import is_current
 from topics import ContractError, tenant_or_default
 from workers import metrics
-from workers.query.drilldown import ranked_passage
-from workers.query.graph_cache import GraphCache
 from workers.algorithms.expiry import parse_as_of, said_at, said_by, was_valid
 from workers.algorithms.ppr import PPR, Transition
-from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
-from workers.algorithms.retrieval import (EPISODE_RADIUS, FactHit, FirstStage, RetrievalParams, SchemaHit, Seeds, cosines, episode_smoothing,
-                                          fuse, linked_weights, rank_passages, seed, walk_weight)
+from workers.algorithms.reconstruction import Budget, choose_mentions, mention_candidates, names_something
+from workers.algorithms.retrieval import (
+    EPISODE_RADIUS,
+    FactHit,
+    FirstStage,
+    RetrievalParams,
+    SchemaHit,
+    Seeds,
+    cosines,
+    episode_smoothing,
+    fuse,
+    linked_weights,
+    rank_passages,
+    seed,
+    walk_weight,
+)
 from workers.algorithms.time_cue import matches, time_boost, time_cue
 from workers.algorithms.turns import session_turn
-from workers.algorithms.reconstruction import Budget
 from workers.models.embedding import TenantEmbedders
+from workers.query.drilldown import ranked_passage
+from workers.query.graph_cache import GraphCache
 from workers.query.modes import MODES
 from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
+DEFAULT_PARAMS = RetrievalParams()  # frozen: one instance serves every default
 MAX_TOP_K = 100
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
@@ -107,7 +120,9 @@ def _encodable(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ContractError(f"{what} is not valid Unicode: lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start}") from None
+        raise ContractError(
+            f"{what} is not valid Unicode: lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -116,18 +131,22 @@ class QueryRequest:
     tenant: str
     top_k: int
     mode: str = "ppr"
-    params: RetrievalParams = RetrievalParams()
+    params: RetrievalParams = DEFAULT_PARAMS
     answer: bool = False
     budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
     as_of: float | None = None  # seconds since the epoch: answer from the facts valid then (see _facts_as_of)
 
     @classmethod
-    def from_bytes(cls, raw: bytes, default_tenant: str, default_top_k: int, defaults: RetrievalParams = RetrievalParams()) -> "QueryRequest":
+    def from_bytes(
+        cls, raw: bytes, default_tenant: str, default_top_k: int, defaults: RetrievalParams = DEFAULT_PARAMS
+    ) -> "QueryRequest":
         """The request of a POST /v1/query body; every way it can be wrong is a ContractError."""
         return cls.from_json(parse_json_body(raw), default_tenant, default_top_k, defaults)
 
     @classmethod
-    def from_json(cls, body, default_tenant: str, default_top_k: int, defaults: RetrievalParams = RetrievalParams()) -> "QueryRequest":
+    def from_json(
+        cls, body, default_tenant: str, default_top_k: int, defaults: RetrievalParams = DEFAULT_PARAMS
+    ) -> "QueryRequest":
         if not isinstance(body, dict):
             raise ContractError("request body must be a JSON object with 'query'")
         _check_encodable(body)
@@ -171,12 +190,16 @@ def _budget(body: dict, mode: str) -> Budget | None:
 
 
 class QueryEngine:
-    def __init__(self, memory: Memory, embedder, graphs: GraphCache | None = None, reconstructor: Reconstructor | None = None):
+    def __init__(
+        self, memory: Memory, embedder, graphs: GraphCache | None = None, reconstructor: Reconstructor | None = None
+    ):
         self.memory = memory
         self.embedder = embedder
         self.graphs = graphs or GraphCache(memory)
         self.reconstructor = reconstructor or Reconstructor(memory)
-        self.tenant_embedders = TenantEmbedders(memory, embedder)  # answer() raises EmbedderMismatch for a tenant built with another
+        self.tenant_embedders = TenantEmbedders(
+            memory, embedder
+        )  # answer() raises EmbedderMismatch for a tenant built with another
         self.clock = time.time  # the time a fact's TTL is compared with (tests set it)
         self._results: OrderedDict[tuple, dict] = OrderedDict()
         # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
@@ -189,7 +212,12 @@ class QueryEngine:
         """The query worker's engine as configured: its graph cache's size
         (MEMSTREAM_GRAPH_CACHE_EDGES) and mode reconstruct's router and budget
         (Reconstructor.from_settings). The one construction the HTTP API and `memstream mcp` share."""
-        return cls(memory, embedder, GraphCache(memory, settings.graph_cache_edges), Reconstructor.from_settings(settings, memory))
+        return cls(
+            memory,
+            embedder,
+            GraphCache(memory, settings.graph_cache_edges),
+            Reconstructor.from_settings(settings, memory),
+        )
 
     def close(self) -> None:
         """Stop the ranking thread (the store is its owner's to close)."""
@@ -207,7 +235,9 @@ class QueryEngine:
             vector = None
         else:
             vector = (await self.embedder.embed([request.query]))[0]
-            await self.tenant_embedders.check(request.tenant, writing=False)  # cached: a round trip per tenant every 30 s
+            await self.tenant_embedders.check(
+                request.tenant, writing=False
+            )  # cached: a round trip per tenant every 30 s
         timings["embed"] = _ms(t)
         if request.mode == "dense":
             result = await self._dense(request, vector, timings)
@@ -223,7 +253,9 @@ class QueryEngine:
         if not result["passages"] and not await self.memory.tenant_known(request.tenant):
             # an empty answer of a tenant nothing was indexed for: say so (a misspelt tenant
             # would otherwise look like an empty memory)
-            result["warning"] = f"tenant {request.tenant!r} holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
+            result["warning"] = (
+                f"tenant {request.tenant!r} holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
+            )
         timings["total"] = _ms(started)
         metrics.QUERY_SECONDS.labels(mode=request.mode).observe(timings["total"] / 1000)
         result["timings_ms"] = {k: round(v, 3) for k, v in timings.items()}
@@ -241,7 +273,10 @@ class QueryEngine:
         rows: dict[str, dict] = {}
         if request.as_of is not None:  # passages said after as_of are not yet in memory then
             rows = await self._read_rows(request.tenant, [h.id for h in dense + lexical], rows)
-            dense, lexical = [h for h in dense if _said(rows, h.id, request.as_of)], [h for h in lexical if _said(rows, h.id, request.as_of)]
+            dense, lexical = (
+                [h for h in dense if _said(rows, h.id, request.as_of)],
+                [h for h in lexical if _said(rows, h.id, request.as_of)],
+            )
         fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
         similarity = {h.id: h.score for h in dense}
         if with_cosines:
@@ -254,7 +289,11 @@ class QueryEngine:
         missing = [pid for pid in passage_ids if pid not in similarity]
         if vector is None or not missing:
             return
-        found = [(pid, vec) for pid, vec in zip(missing, await self.memory.passage_vectors(tenant, missing)) if vec is not None]
+        found = [
+            (pid, vec)
+            for pid, vec in zip(missing, await self.memory.passage_vectors(tenant, missing))
+            if vec is not None
+        ]
         if found:
             similarity.update(zip([pid for pid, _ in found], cosines([vec for _, vec in found], vector)))
 
@@ -264,7 +303,10 @@ class QueryEngine:
         missing = [pid for pid in dict.fromkeys(passage_ids) if pid not in known]
         if not missing:
             return known
-        return {**known, **{pid: row for pid, row in zip(missing, await self.memory.passages(tenant, missing)) if is_current(row)}}
+        return {
+            **known,
+            **{pid: row for pid, row in zip(missing, await self.memory.passages(tenant, missing)) if is_current(row)},
+        }
 
     async def _graph_first_stage(self, request: QueryRequest, vector) -> FirstStage:
         """What the graph modes start from: the first stage, with episodes (_with_episodes) and
@@ -279,7 +321,11 @@ class QueryEngine:
         if not cue or request.params.time_weight <= 0 or not first.fused:
             return first
         rows = await self._read_rows(request.tenant, [pid for pid, _ in first.fused], first.rows)
-        matched = {pid for pid, _ in first.fused if pid in rows and matches(cue, rows[pid].get("text") or "", said_at(rows[pid]))}
+        matched = {
+            pid
+            for pid, _ in first.fused
+            if pid in rows and matches(cue, rows[pid].get("text") or "", said_at(rows[pid]))
+        }
         return dataclasses.replace(first, fused=time_boost(first.fused, matched, request.params.time_weight), rows=rows)
 
     async def _with_episodes(self, request: QueryRequest, vector, first: FirstStage) -> FirstStage:
@@ -290,12 +336,20 @@ class QueryEngine:
             return first
         ids = [pid for pid, _ in first.fused]
         rows = await self._read_rows(request.tenant, ids, first.rows)
-        moments = {pid: moment for pid in ids if pid in rows and (moment := session_turn(rows[pid].get("metadata") or {})) is not None}
+        moments = {
+            pid: moment
+            for pid in ids
+            if pid in rows and (moment := session_turn(rows[pid].get("metadata") or {})) is not None
+        }
         weight, turn_share = request.params.episode_weight, len(moments) / len(ids)
         if weight <= 0 or not moments:
             return dataclasses.replace(first, turn_share=turn_share, rows=rows)
-        found = await asyncio.gather(*(self.memory.session_neighbours(request.tenant, session, turn, EPISODE_RADIUS)
-                                       for session, turn in moments.values()))
+        found = await asyncio.gather(
+            *(
+                self.memory.session_neighbours(request.tenant, session, turn, EPISODE_RADIUS)
+                for session, turn in moments.values()
+            )
+        )
         neighbours = {pid: [other for _, other in near] for pid, near in zip(moments, found)}
         smoothed = episode_smoothing(dict(first.fused), neighbours, weight)
         candidates = set(ids)
@@ -308,14 +362,17 @@ class QueryEngine:
         await self._add_cosines(request.tenant, new, vector, similarity)
         return FirstStage(first.dense, first.lexical, smoothed, similarity, turn_share, rows)
 
-    async def _first_stage_only(self, request: QueryRequest, vector, timings: dict, first: FirstStage | None = None) -> dict:
+    async def _first_stage_only(
+        self, request: QueryRequest, vector, timings: dict, first: FirstStage | None = None
+    ) -> dict:
         """Modes lexical (BM25 alone) and hybrid (BM25 and dense, fused): the first stage as the
         answer; `first`: the one a graph mode found and answers with (with its episodes)."""
         t = time.perf_counter()
         if request.mode == "lexical":
             k = request.top_k * (AS_OF_OVERFETCH if request.as_of is not None else 1)
-            lexical, version = await asyncio.gather(self.memory.lexical(request.tenant, request.query, k),
-                                                    self.memory.graph_version(request.tenant))
+            lexical, version = await asyncio.gather(
+                self.memory.lexical(request.tenant, request.query, k), self.memory.graph_version(request.tenant)
+            )
             ranked, facts, entities, known = [(h.id, h.score) for h in lexical], [], [], {}
         else:
             first, facts, entities, version = await asyncio.gather(
@@ -328,9 +385,14 @@ class QueryEngine:
         found = await self._ranked_rows(request, ranked, known)
         timings["retrieve"] = _ms(t)
         return {
-            "query": request.query, "tenant": request.tenant, "mode": request.mode,
+            "query": request.query,
+            "tenant": request.tenant,
+            "mode": request.mode,
             "passages": [ranked_passage(row, round(score, 6)) for row, score in found],
-            "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
+            "entities": [
+                {"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)}
+                for h in entities
+            ],
             "facts": [_fact_json(h) for h in facts],
             "graph_version": version,
         }
@@ -347,9 +409,14 @@ class QueryEngine:
         found = await self._ranked_rows(request, [(h.id, h.score) for h in passages])  # with their metadata and context
         timings["retrieve"] = _ms(t)
         return {
-            "query": request.query, "tenant": request.tenant, "mode": "dense",
+            "query": request.query,
+            "tenant": request.tenant,
+            "mode": "dense",
             "passages": [ranked_passage(row, round(score, 6)) for row, score in found],
-            "entities": [{"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)} for h in entities],
+            "entities": [
+                {"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)}
+                for h in entities
+            ],
             "facts": [_fact_json(h) for h in facts],
             "graph_version": version,
         }
@@ -365,10 +432,14 @@ class QueryEngine:
         graph, (schemas, facts, first, canonical) = await asyncio.gather(
             self.graphs.current(tenant),
             asyncio.gather(
-                self.memory.knn(tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}),
+                self.memory.knn(
+                    tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}
+                ),
                 self._facts(tenant, vector, params.layer_k, as_of=request.as_of),
                 self._graph_first_stage(request, vector),
-                self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions})) if mentions else _ready({}),
+                self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions}))
+                if mentions
+                else _ready({}),
             ),
         )
         timings["retrieve"] = _ms(t)
@@ -382,19 +453,43 @@ class QueryEngine:
             timings["cached"] = 1
             return dict(cached)
         t = time.perf_counter()
-        fact_hits = [FactHit(h.id, entity_node(h.fields["head_id"]), entity_node(h.fields["tail_id"]), h.score, h.fields.get("category") or "DECLARATIVE")
-                     for h in facts]
+        fact_hits = [
+            FactHit(
+                h.id,
+                entity_node(h.fields["head_id"]),
+                entity_node(h.fields["tail_id"]),
+                h.score,
+                h.fields.get("category") or "DECLARATIVE",
+            )
+            for h in facts
+        ]
         schema_hits = [SchemaHit(h.id, h.fields["head_type"], h.fields["tail_type"], h.score) for h in schemas]
-        passage_hits = [(passage_node(pid), first.cosines[pid]) for pid in first_ids[: params.layer_k] if pid in first.cosines]
+        passage_hits = [
+            (passage_node(pid), first.cosines[pid]) for pid in first_ids[: params.layer_k] if pid in first.cosines
+        ]
         # The graph version this query walks: pending deltas are folded in here, on the loop
         # (the change stream adds deltas there); the thread reads only this snapshot, and node
         # names, which only append. No await until the thread has it.
         transition = graph.graph.transition()
         passage_index, entity_index = graph.passage_index(), graph.entity_index()
         # the entities the query names: spans matched to the tenant's entity ids (aliases resolved)
-        in_graph = {cid: eid for cid, eid in canonical.items() if names_something(eid) and entity_node(eid) in graph.graph.index}
-        linked = linked_weights(graph.stats, len(passage_index), [entity_node(eid) for _, eid in choose_mentions(mentions, in_graph)])
-        seeds = seed(graph.graph, graph.stats, graph.type_sizes(), len(passage_index), fact_hits, schema_hits, passage_hits, params, linked)
+        in_graph = {
+            cid: eid for cid, eid in canonical.items() if names_something(eid) and entity_node(eid) in graph.graph.index
+        }
+        linked = linked_weights(
+            graph.stats, len(passage_index), [entity_node(eid) for _, eid in choose_mentions(mentions, in_graph)]
+        )
+        seeds = seed(
+            graph.graph,
+            graph.stats,
+            graph.type_sizes(),
+            len(passage_index),
+            fact_hits,
+            schema_hits,
+            passage_hits,
+            params,
+            linked,
+        )
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers
             result = await self._first_stage_only(dataclasses.replace(request, mode="hybrid"), vector, timings, first)
@@ -402,10 +497,23 @@ class QueryEngine:
             return result
         t = time.perf_counter()
         walk = await asyncio.get_running_loop().run_in_executor(
-            self._ranking, _walk, graph.graph, transition, seeds, params, passage_index, entity_index, max(request.top_k, params.first_stage_k))
+            self._ranking,
+            _walk,
+            graph.graph,
+            transition,
+            seeds,
+            params,
+            passage_index,
+            entity_index,
+            max(request.top_k, params.first_stage_k),
+        )
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked = fuse([first_ids, [node_id(node) for node, _ in walk.passages]], params.rrf_k, [1.0, walk_weight(params, first.turn_share)])
+        ranked = fuse(
+            [first_ids, [node_id(node) for node, _ in walk.passages]],
+            params.rrf_k,
+            [1.0, walk_weight(params, first.turn_share)],
+        )
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
@@ -416,22 +524,46 @@ class QueryEngine:
         )
         by_id = {h.id: h for h in facts}
         result = {
-            "query": request.query, "tenant": tenant, "mode": "ppr",
+            "query": request.query,
+            "tenant": tenant,
+            "mode": "ppr",
             "passages": [ranked_passage(row, round(score, 8)) for row, score in found],
-            "entities": [{"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)} for eid, i in zip(entity_ids, top_entities)],
+            "entities": [
+                {"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)}
+                for eid, i in zip(entity_ids, top_entities)
+            ],
             "facts": [_fact_json(by_id[f.id]) for f in seeds.facts],
             "seeds": {
                 "facts": [{"id": f.id, "score": round(f.score, 6)} for f in seeds.facts],
-                "entities": [{"id": node_id(node), **names.get(node_id(node), {}), "score": round(w, 6)} for node, w in sorted(seeds.entities.items(), key=lambda x: -x[1])],
-                "types": [{"type": node_id(node), "score": round(w, 6)} for node, w in sorted(seeds.types.items(), key=lambda x: -x[1])],
-                "passages": [{"id": node_id(node), "score": round(w, 6)} for node, w in sorted(seeds.passages.items(), key=lambda x: -x[1])],
+                "entities": [
+                    {"id": node_id(node), **names.get(node_id(node), {}), "score": round(w, 6)}
+                    for node, w in sorted(seeds.entities.items(), key=lambda x: -x[1])
+                ],
+                "types": [
+                    {"type": node_id(node), "score": round(w, 6)}
+                    for node, w in sorted(seeds.types.items(), key=lambda x: -x[1])
+                ],
+                "passages": [
+                    {"id": node_id(node), "score": round(w, 6)}
+                    for node, w in sorted(seeds.passages.items(), key=lambda x: -x[1])
+                ],
             },
             "graph_version": version,
             # converged: false only when the walk stopped at its pass cap (workers.algorithms.ppr.MAX_PASSES)
-            "ppr": {"passes": walk.ppr.passes, "converged": walk.ppr.converged, "error_bound": float(f"{walk.ppr.error_bound:.3g}")},
+            "ppr": {
+                "passes": walk.ppr.passes,
+                "converged": walk.ppr.converged,
+                "error_bound": float(f"{walk.ppr.error_bound:.3g}"),
+            },
             # how the cached matrix got here: one load, then stream changes folded in as deltas
-            "graph": {"nodes": len(graph.graph), "edges": graph.graph.edges, "loads": graph.loads, "rebuilds": graph.graph.rebuilds,
-                      "changes_applied": graph.changes_applied, "deltas_applied": graph.graph.deltas_applied},
+            "graph": {
+                "nodes": len(graph.graph),
+                "edges": graph.graph.edges,
+                "loads": graph.loads,
+                "rebuilds": graph.graph.rebuilds,
+                "changes_applied": graph.changes_applied,
+                "deltas_applied": graph.graph.deltas_applied,
+            },
         }
         timings["fetch"] = _ms(t)
         self._results[cache_key] = dict(result)
@@ -439,7 +571,9 @@ class QueryEngine:
             self._results.popitem(last=False)
         return result
 
-    async def _ranked_rows(self, request: QueryRequest, ranked: list[tuple[str, float]], known: dict[str, dict] | None = None) -> list[tuple[dict, float]]:
+    async def _ranked_rows(
+        self, request: QueryRequest, ranked: list[tuple[str, float]], known: dict[str, dict] | None = None
+    ) -> list[tuple[dict, float]]:
         """The first top_k passages of `ranked` (id, score) that exist, as stored rows with their
         scores (`known`: rows read already), in memory (not retired) and, with as_of, said by
         then (said_by), read a batch at a time until top_k."""
@@ -447,14 +581,16 @@ class QueryEngine:
         rows = known or {}
         batch = request.top_k if request.as_of is None else request.top_k * AS_OF_OVERFETCH
         for start in range(0, len(ranked), batch):
-            part = ranked[start:start + batch]
+            part = ranked[start : start + batch]
             rows = await self._read_rows(request.tenant, [pid for pid, _ in part], rows)
             out += [(rows[pid], score) for pid, score in part if pid in rows and said_by(rows[pid], request.as_of)]
             if len(out) >= request.top_k:
                 break
         return out[: request.top_k]
 
-    async def _facts(self, tenant: str, vector, k: int, where: dict[str, str] | None = None, as_of: float | None = None):
+    async def _facts(
+        self, tenant: str, vector, k: int, where: dict[str, str] | None = None, as_of: float | None = None
+    ):
         """The facts nearest the query (and matching `where`'s tags) that hold: active and their
         TTL not lapsed (before the expiry sweep gets to them); invalidated, merged and expired
         facts weigh nothing. With `as_of`: the facts valid then (_facts_as_of)."""
@@ -481,11 +617,24 @@ class QueryEngine:
         fact ends where the fact that excluded it begins. The walk runs over today's graph,
         seeded by these facts. Fact KNN is filtered after the search: it reads AS_OF_OVERFETCH×k
         candidates."""
-        hits = await self.memory.knn(tenant, "facts", vector, min(k * AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES), FACT_FIELDS, where)
+        hits = await self.memory.knn(
+            tenant, "facts", vector, min(k * AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES), FACT_FIELDS, where
+        )
         facts = await self.memory.facts(tenant, [h.id for h in hits])
-        valid = [h for h, f in zip(hits, facts) if f is not None and was_valid(
-            as_of, event_start=f.event_start, event_end=f.event_end, created_at=f.created_at, expired_at=f.expired_at,
-            expires_at=f.expires_at, activated_at=f.activated_at)]
+        valid = [
+            h
+            for h, f in zip(hits, facts)
+            if f is not None
+            and was_valid(
+                as_of,
+                event_start=f.event_start,
+                event_end=f.event_end,
+                created_at=f.created_at,
+                expired_at=f.expired_at,
+                expires_at=f.expires_at,
+                activated_at=f.activated_at,
+            )
+        ]
         return valid[:k]
 
 
@@ -496,13 +645,24 @@ class Walk:
     entities: np.ndarray  # graph indexes of the best-scored entities
 
 
-def _walk(graph, transition: Transition, seeds: Seeds, params: RetrievalParams, passage_index: np.ndarray,
-          entity_index: np.ndarray, top_k: int) -> Walk:
+def _walk(
+    graph,
+    transition: Transition,
+    seeds: Seeds,
+    params: RetrievalParams,
+    passage_index: np.ndarray,
+    entity_index: np.ndarray,
+    top_k: int,
+) -> Walk:
     """PPR from the seeds over one graph version and the rankings read from its scores (runs on
     the engine's ranking thread)."""
     ppr = transition.solve(seeds.reset, params.damping, params.tolerance, outside=list(seeds.outside.values()))
     ranked = rank_passages(graph, ppr.scores, passage_index, top_k, list(seeds.outside))
-    entities = entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]] if len(entity_index) else np.zeros(0, dtype=np.int64)
+    entities = (
+        entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]]
+        if len(entity_index)
+        else np.zeros(0, dtype=np.int64)
+    )
     return Walk(ppr, ranked, entities)
 
 

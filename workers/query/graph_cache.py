@@ -127,7 +127,9 @@ class GraphLogOvertaken(RuntimeError):
     """Every load of a tenant's graph was overtaken by writers trimming its changes away."""
 
 
-async def _load_until_whole(memory: Memory, tenant: str, attempts: int, previous: TenantGraph | None = None) -> tuple[TenantGraph, bool]:
+async def _load_until_whole(
+    memory: Memory, tenant: str, attempts: int, previous: TenantGraph | None = None
+) -> tuple[TenantGraph, bool]:
     """Fresh graphs loaded one after another (never into an old one: that would keep edges
     deleted since) until one is whole — every change since its load applied — or `attempts`
     ran out: the last one, and whether it is whole. Each takes over its predecessor's lock and
@@ -138,8 +140,12 @@ async def _load_until_whole(memory: Memory, tenant: str, attempts: int, previous
             fresh.lock, fresh.loads, fresh.graph.rebuilds = previous.lock, previous.loads, previous.graph.rebuilds
         if await fresh.load(memory):
             return fresh, True
-        log.warning("graph change stream of tenant %s was trimmed or lost during its load (attempt %d of %d)",
-                    tenant, attempt, attempts)
+        log.warning(
+            "graph change stream of tenant %s was trimmed or lost during its load (attempt %d of %d)",
+            tenant,
+            attempt,
+            attempts,
+        )
         previous = fresh
     return fresh, False
 
@@ -152,8 +158,10 @@ async def load_whole(memory: Memory, tenant: str, attempts: int = LOAD_ATTEMPTS)
     graph, whole = await _load_until_whole(memory, tenant, attempts)
     if whole:
         return graph
-    raise GraphLogOvertaken(f"the graph of tenant {tenant} changed faster than it could be loaded "
-                            f"({attempts} loads overtaken by trimmed changes): try again when indexing is quieter")
+    raise GraphLogOvertaken(
+        f"the graph of tenant {tenant} changed faster than it could be loaded "
+        f"({attempts} loads overtaken by trimmed changes): try again when indexing is quieter"
+    )
 
 
 class GraphCache:
@@ -180,8 +188,11 @@ class GraphCache:
                 graph = replaced
             if graph.loads == 0 or not await graph.catch_up(self.memory):
                 if graph.loads:
-                    log.warning("graph change stream of tenant %s no longer holds this worker's cursor "
-                                "(trimmed, or Redis lost it): reloading", tenant)
+                    log.warning(
+                        "graph change stream of tenant %s no longer holds this worker's cursor "
+                        "(trimmed, or Redis lost it): reloading",
+                        tenant,
+                    )
                 graph = await self._reload(graph)
         self._evict(keep=tenant)
         return graph

@@ -59,7 +59,9 @@ class Need:
 OPEN = "open"  # the Need of a route anyone may call: /healthz
 # a route's Need: fixed, OPEN, or computed from the request (which may raise ContractError: a 400)
 RouteNeed = Union[Need, str, Callable[[web.Request], Awaitable[Need]]]
-API_KEY = web.RequestKey("memstream.api_key", ApiKey)  # the request's key once authorized (OPEN_ACCESS without keys configured)
+API_KEY = web.RequestKey(
+    "memstream.api_key", ApiKey
+)  # the request's key once authorized (OPEN_ACCESS without keys configured)
 
 
 def refusal(key: ApiKey, need: Need) -> str | None:
@@ -86,13 +88,17 @@ def authorization(keys: KeyRing | None, needs: Mapping[str, RouteNeed]):
         if need_of is OPEN:
             return await handler(request)
         if need_of is None:
-            return error_response(500, f"internal error: route {route_name!r} ({request.method} {request.path}) declares no Need")
+            return error_response(
+                500, f"internal error: route {route_name!r} ({request.method} {request.path}) declares no Need"
+            )
         if keys is None:
             key = OPEN_ACCESS
         else:
             scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                return unauthorized(f"{request.method} {request.path} needs an API key: send 'Authorization: Bearer <key>'")
+                return unauthorized(
+                    f"{request.method} {request.path} needs an API key: send 'Authorization: Bearer <key>'"
+                )
             key = keys.find(token.strip())
             if key is None:
                 return unauthorized("unknown API key")
@@ -120,8 +126,12 @@ def middlewares(max_inflight: int, keys: KeyRing | None, needs: Mapping[str, Rou
         if request.path in UNSHED_PATHS:
             return await handler(request)
         if inflight >= max_inflight:
-            return error_response(503, f"the query worker is serving its limit of {max_inflight} requests (MEMSTREAM_QUERY_MAX_INFLIGHT); "
-                                       f"retry after {RETRY_AFTER_S} s", {"Retry-After": str(RETRY_AFTER_S)})
+            return error_response(
+                503,
+                f"the query worker is serving its limit of {max_inflight} requests (MEMSTREAM_QUERY_MAX_INFLIGHT); "
+                f"retry after {RETRY_AFTER_S} s",
+                {"Retry-After": str(RETRY_AFTER_S)},
+            )
         inflight += 1
         try:
             return await handler(request)
@@ -145,8 +155,11 @@ def middlewares(max_inflight: int, keys: KeyRing | None, needs: Mapping[str, Rou
             cause = redis_unavailable(exc)
             if cause is not None:
                 log.warning("%s %s: Redis unavailable: %s", request.method, request.path, cause)
-                return error_response(503, f"the memory store is unavailable or saturated ({cause}); retry after {RETRY_AFTER_S} s",
-                                      {"Retry-After": str(RETRY_AFTER_S)})
+                return error_response(
+                    503,
+                    f"the memory store is unavailable or saturated ({cause}); retry after {RETRY_AFTER_S} s",
+                    {"Retry-After": str(RETRY_AFTER_S)},
+                )
             log.exception("%s %s failed", request.method, request.path)
             return error_response(500, f"internal error: {type(exc).__name__}: {str(exc)[:300]}")
 

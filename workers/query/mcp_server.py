@@ -37,12 +37,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from topics.conversations import turn_from_json, turn_ts
 from topics import ContractError, Document, DocumentDeletion, encode, validate_tenant
+from topics.conversations import turn_from_json, turn_ts
 from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
-from workers.query import drilldown
 from workers.models.embedding import EmbedderMismatch
+from workers.query import drilldown
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
@@ -67,6 +67,7 @@ MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MO
 # ---- what the tools answer (the SDK publishes these as output schemas) ---------------------
 # Fields beyond the declared ones pass through unchanged (extra="allow"): the engine's
 # diagnostics, a mode's own fields, a record's newer fields.
+
 
 class Passage(BaseModel):
     """A passage: the exact text of a published turn or document piece."""
@@ -115,7 +116,9 @@ class Evidence(BaseModel):
 
 
 class StandingFact(Fact):
-    doc_ids: list[str] = Field(description="the documents (for a turn: '{session_id}:{turn}') of the passages that state it")
+    doc_ids: list[str] = Field(
+        description="the documents (for a turn: '{session_id}:{turn}') of the passages that state it"
+    )
 
 
 class StandingFacts(BaseModel):
@@ -129,7 +132,9 @@ class Remembered(BaseModel):
     doc_id: str
     tenant: str
     topic: str
-    queued: bool = Field(description="true: on the topic; indexed by the workers within seconds, then found by search_memory")
+    queued: bool = Field(
+        description="true: on the topic; indexed by the workers within seconds, then found by search_memory"
+    )
 
 
 class Retracted(BaseModel):
@@ -143,10 +148,13 @@ class Forgotten(BaseModel):
     doc_id: str
     tenant: str
     topic: str
-    queued: bool = Field(description="true: its tombstone is on the topic; the workers take the document out within seconds")
+    queued: bool = Field(
+        description="true: its tombstone is on the topic; the workers take the document out within seconds"
+    )
 
 
 # ---- remember: one document onto memstream.documents --------------------------------------
+
 
 class PublishError(RuntimeError):
     pass
@@ -173,13 +181,21 @@ class DocumentPublisher:
         with `purge`, its erasure first (as `memstream delete --purge` sends it)."""
         deletion = DocumentDeletion(tenant, doc_id, purge=purge)
         if purge:
-            await asyncio.to_thread(self._send, self.topic, deletion.key, deletion.erasure_value(), f"the erasure of document {doc_id!r}")
+            await asyncio.to_thread(
+                self._send, self.topic, deletion.key, deletion.erasure_value(), f"the erasure of document {doc_id!r}"
+            )
         await asyncio.to_thread(self._send, self.topic, deletion.key, None, f"the deletion of document {doc_id!r}")
 
     async def retract(self, tenant: str, fact, reason: str) -> str:
         """The fact's retraction for the resolver (workers.stages.resolver.retraction); its work id."""
         work = retraction(tenant, fact, reason, uuid.uuid4().hex[:16])
-        await asyncio.to_thread(self._send, self.settings.topics.conflict_sets, work.key, encode(work.record), f"the retraction of fact {fact.id!r}")
+        await asyncio.to_thread(
+            self._send,
+            self.settings.topics.conflict_sets,
+            work.key,
+            encode(work.record),
+            f"the retraction of fact {fact.id!r}",
+        )
         return work.work_id
 
     def _send(self, topic: str, key: str, value: bytes | None, what: str) -> None:
@@ -189,14 +205,20 @@ class DocumentPublisher:
                     from kafka import KafkaProducer
 
                     timeout_ms = int(self.timeout_s * 1000)
-                    self._producer = KafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
-                                                   max_request_size=self.settings.max_message_bytes,
-                                                   bootstrap_timeout_ms=timeout_ms, max_block_ms=timeout_ms)
+                    self._producer = KafkaProducer(
+                        bootstrap_servers=self.settings.kafka_bootstrap,
+                        acks="all",
+                        max_request_size=self.settings.max_message_bytes,
+                        bootstrap_timeout_ms=timeout_ms,
+                        max_block_ms=timeout_ms,
+                    )
                 producer = self._producer
             producer.send(topic, key=key.encode("utf-8"), value=value).get(timeout=self.timeout_s)
         except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, a refused message, ...
             self.close()
-            raise PublishError(f"could not queue {what}: Kafka at {self.settings.kafka_bootstrap} did not take it ({exc})") from exc
+            raise PublishError(
+                f"could not queue {what}: Kafka at {self.settings.kafka_bootstrap} did not take it ({exc})"
+            ) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -208,8 +230,17 @@ class DocumentPublisher:
                 log.warning("closing the Kafka producer: %s: %s", type(exc).__name__, exc)
 
 
-def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: str | None, turn: int | None,
-                        speaker: str | None, ts: float | str | None, metadata: dict | None, max_text_bytes: int) -> Document:
+def remembered_document(
+    tenant: str,
+    text: str,
+    doc_id: str | None,
+    session_id: str | None,
+    turn: int | None,
+    speaker: str | None,
+    ts: float | str | None,
+    metadata: dict | None,
+    max_text_bytes: int,
+) -> Document:
     """The document `remember` publishes, validated as the workers validate it (topics.Document).
     With `turn`, a conversation turn (topics.Document.is_turn) made as `memstream publish` makes
     one of a JSONL line (topics.conversations: doc id "{session_id}:{turn}", turn id in the
@@ -218,17 +249,33 @@ def remembered_document(tenant: str, text: str, doc_id: str | None, session_id: 
     the time of remembering (topics.records.publication_version): remembered again after a
     `forget`, it comes back."""
     if turn is not None:
-        row = {"session_id": session_id, "turn": turn, "speaker": speaker, "text": text, "ts": ts, "metadata": metadata or {},
-               **({"doc_id": doc_id} if doc_id is not None else {})}
+        row = {
+            "session_id": session_id,
+            "turn": turn,
+            "speaker": speaker,
+            "text": text,
+            "ts": ts,
+            "metadata": metadata or {},
+            **({"doc_id": doc_id} if doc_id is not None else {}),
+        }
         doc = replace(turn_from_json(row, "remember").document(tenant), version=publication_version())
     else:
         when = turn_ts(ts, "remember")
-        doc = Document(tenant, f"memory-{content_hash(text)[:16]}" if doc_id is None else doc_id, text, metadata or {},
-                       version=publication_version(), session_id=session_id, speaker=speaker, ts=when)
+        doc = Document(
+            tenant,
+            f"memory-{content_hash(text)[:16]}" if doc_id is None else doc_id,
+            text,
+            metadata or {},
+            version=publication_version(),
+            session_id=session_id,
+            speaker=speaker,
+            ts=when,
+        )
     return Document.from_dict(doc.to_dict(), max_text_bytes=max_text_bytes, where="remember")
 
 
 # ---- the server -----------------------------------------------------------------------------
+
 
 def require_scope(ctx: Context, scope: str) -> None:
     """Over HTTP, the API key the query worker's middleware admitted (it checked the tenant)
@@ -249,22 +296,36 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     tenant = validate_tenant(tenant)
     memory = engine.memory
     server = MCPServer(
-        "memstream", version="1", log_level=settings.log_level.upper(),
-        instructions=(f"Long-term memory of tenant {tenant!r}: past conversation turns and documents, the facts extracted from them "
-                      "(with constraints, rejected options and tool failures marked) and the exact passages behind each fact. "
-                      "standing_facts and search_memory before deciding anything earlier turns may bear on; remember what later sessions need."))
+        "memstream",
+        version="1",
+        log_level=settings.log_level.upper(),
+        instructions=(
+            f"Long-term memory of tenant {tenant!r}: past conversation turns and documents, the facts extracted from them "
+            "(with constraints, rejected options and tool failures marked) and the exact passages behind each fact. "
+            "standing_facts and search_memory before deciding anything earlier turns may bear on; remember what later sessions need."
+        ),
+    )
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
-    @server.tool(annotations=read_only, description=(
-        "Recall what memory holds about a question or topic: the passages (exact text of past turns and documents) most relevant to "
-        "`query`, the facts behind them and the entities they involve. Use it before answering or deciding anything that may depend on "
-        "earlier conversations: decisions, hard constraints, options already rejected and why, tool calls that failed. Each passage and "
-        "fact has an `id` for get_passage and fact_evidence."))
+    @server.tool(
+        annotations=read_only,
+        description=(
+            "Recall what memory holds about a question or topic: the passages (exact text of past turns and documents) most relevant to "
+            "`query`, the facts behind them and the entities they involve. Use it before answering or deciding anything that may depend on "
+            "earlier conversations: decisions, hard constraints, options already rejected and why, tool calls that failed. Each passage and "
+            "fact has an `id` for get_passage and fact_evidence."
+        ),
+    )
     async def search_memory(
         query: Annotated[str, Field(description="what to recall, in natural language")],
-        mode: Annotated[str, Field(description="retrieval mode: " + "; ".join(f"'{m}' {MODE_HINTS.get(m, '')}".strip() for m in MODES))] = "ppr",
+        mode: Annotated[
+            str,
+            Field(description="retrieval mode: " + "; ".join(f"'{m}' {MODE_HINTS.get(m, '')}".strip() for m in MODES)),
+        ] = "ppr",
         top_k: Annotated[int, Field(description=f"passages to return, 1 to {MAX_TOP_K}")] = 5,
-        as_of: Annotated[str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")] = None,
+        as_of: Annotated[
+            str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")
+        ] = None,
         ctx: Context = None,
     ) -> SearchResult:
         require_scope(ctx, "read")
@@ -280,37 +341,63 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         except EmbedderMismatch as exc:
             raise ToolError(str(exc)) from None
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
-                 description=(
-        "Store something in long-term memory so later sessions can recall it: a conversation turn (give session_id, turn and speaker) "
-        "or a document or note (text alone). Record decisions, constraints, rejected options with their reasons, and tool failures as "
-        "they happen. It is indexed in the background (seconds); search_memory finds it afterwards. Returns the doc_id; the same "
-        "doc_id and text again is the same memory, indexed once."))
+    @server.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+        description=(
+            "Store something in long-term memory so later sessions can recall it: a conversation turn (give session_id, turn and speaker) "
+            "or a document or note (text alone). Record decisions, constraints, rejected options with their reasons, and tool failures as "
+            "they happen. It is indexed in the background (seconds); search_memory finds it afterwards. Returns the doc_id; the same "
+            "doc_id and text again is the same memory, indexed once."
+        ),
+    )
     async def remember(
         text: Annotated[str, Field(description="the exact text to keep; passages return it byte for byte")],
-        doc_id: Annotated[str | None, Field(description="an id of your own; default: '{session_id}:{turn}' for a turn, else derived from the text")] = None,
-        session_id: Annotated[str | None, Field(description="the conversation it belongs to (required for a turn)")] = None,
-        turn: Annotated[int | None, Field(description="the turn's number in its session (makes this a conversation turn)")] = None,
+        doc_id: Annotated[
+            str | None,
+            Field(
+                description="an id of your own; default: '{session_id}:{turn}' for a turn, else derived from the text"
+            ),
+        ] = None,
+        session_id: Annotated[
+            str | None, Field(description="the conversation it belongs to (required for a turn)")
+        ] = None,
+        turn: Annotated[
+            int | None, Field(description="the turn's number in its session (makes this a conversation turn)")
+        ] = None,
         speaker: Annotated[str | None, Field(description="who said it (required for a turn)")] = None,
-        ts: Annotated[float | str | None, Field(description="when it was said: seconds since the epoch or an ISO time")] = None,
-        metadata: Annotated[dict[str, Any] | None, Field(description="anything else to keep with it (strings, numbers)")] = None,
+        ts: Annotated[
+            float | str | None, Field(description="when it was said: seconds since the epoch or an ISO time")
+        ] = None,
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="anything else to keep with it (strings, numbers)")
+        ] = None,
         ctx: Context = None,
     ) -> Remembered:
         require_scope(ctx, "write")
         try:
-            doc = remembered_document(tenant, text, doc_id, session_id, turn, speaker, ts, metadata, settings.max_text_bytes)
+            doc = remembered_document(
+                tenant, text, doc_id, session_id, turn, speaker, ts, metadata, settings.max_text_bytes
+            )
             await publisher.publish(doc)
         except (ContractError, PublishError) as exc:
             raise ToolError(str(exc)) from None
         return Remembered(doc_id=doc.doc_id, tenant=tenant, topic=publisher.topic, queued=True)
 
-    @server.tool(description=(
-        "Forget a document or turn you remembered (by its doc_id): its passages leave memory, and every fact only they supported "
-        "is retracted (facts also said elsewhere stay, with that evidence). Use it when something said is taken back; with "
-        "purge, to erase it: its text, and what only it said, leave the store for good. Processed in the background (seconds)."))
+    @server.tool(
+        description=(
+            "Forget a document or turn you remembered (by its doc_id): its passages leave memory, and every fact only they supported "
+            "is retracted (facts also said elsewhere stay, with that evidence). Use it when something said is taken back; with "
+            "purge, to erase it: its text, and what only it said, leave the store for good. Processed in the background (seconds)."
+        )
+    )
     async def forget(
         doc_id: Annotated[str, Field(description="the doc_id remember returned (or the one you gave it)")],
-        purge: Annotated[bool, Field(description="erase it: its text, vectors and what only it said leave the store, not kept for audit")] = False,
+        purge: Annotated[
+            bool,
+            Field(description="erase it: its text, vectors and what only it said leave the store, not kept for audit"),
+        ] = False,
         ctx: Context = None,
     ) -> Forgotten:
         require_scope(ctx, "write")
@@ -322,10 +409,13 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
             raise ToolError(str(exc)) from None
         return Forgotten(doc_id=doc_id, tenant=tenant, topic=publisher.topic, queued=True)
 
-    @server.tool(description=(
-        "Retract a fact that no longer holds (by its fact_id, as search_memory or standing_facts return it): it leaves memory and "
-        "standing facts with a `retracted` event, and stays out until a passage says it again. Use it when a decision, "
-        "constraint or rejection is taken back. Processed in the background (seconds)."))
+    @server.tool(
+        description=(
+            "Retract a fact that no longer holds (by its fact_id, as search_memory or standing_facts return it): it leaves memory and "
+            "standing facts with a `retracted` event, and stays out until a passage says it again. Use it when a decision, "
+            "constraint or rejection is taken back. Processed in the background (seconds)."
+        )
+    )
     async def retract_fact(
         fact_id: Annotated[str, Field(description="the fact's id")],
         reason: Annotated[str, Field(description="why it no longer holds; kept with the fact")] = "",
@@ -341,36 +431,59 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
             raise ToolError(str(exc)) from None
         return Retracted(fact_id=fact_id, tenant=tenant, request=work_id, queued=True)
 
-    @server.tool(annotations=read_only, description=(
-        "A fact and the exact passages it was extracted from (its evidence). Use it to check a fact that search_memory returned "
-        "against its source before relying on it, or to see when and by whom it was said."))
-    async def fact_evidence(fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")],
-                            ctx: Context = None) -> Evidence:
+    @server.tool(
+        annotations=read_only,
+        description=(
+            "A fact and the exact passages it was extracted from (its evidence). Use it to check a fact that search_memory returned "
+            "against its source before relying on it, or to see when and by whom it was said."
+        ),
+    )
+    async def fact_evidence(
+        fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")], ctx: Context = None
+    ) -> Evidence:
         require_scope(ctx, "read")
         found = await drilldown.fact_evidence(memory, tenant, fact_id)
         if found is None:
             raise ToolError(drilldown.missing(f"fact {fact_id!r}", tenant))
         return Evidence.model_validate(found)
 
-    @server.tool(annotations=read_only, description=(
-        "One passage, its text byte for byte as it was published, with its document id. Use it to quote or re-read a passage "
-        "that search_memory or fact_evidence named."))
-    async def get_passage(passage_id: Annotated[str, Field(description="a passage's id, as search_memory or fact_evidence return it")],
-                          ctx: Context = None) -> Passage:
+    @server.tool(
+        annotations=read_only,
+        description=(
+            "One passage, its text byte for byte as it was published, with its document id. Use it to quote or re-read a passage "
+            "that search_memory or fact_evidence named."
+        ),
+    )
+    async def get_passage(
+        passage_id: Annotated[str, Field(description="a passage's id, as search_memory or fact_evidence return it")],
+        ctx: Context = None,
+    ) -> Passage:
         require_scope(ctx, "read")
         found = await drilldown.passage_record(memory, tenant, passage_id)
         if found is None:
             raise ToolError(drilldown.missing(f"passage {passage_id!r}", tenant))
         return Passage.model_validate(found)
 
-    @server.tool(annotations=read_only, description=(
-        "The standing facts of this memory: every hard constraint, rejected option (with its reason in the passage) and tool "
-        "failure that still holds, most specific first. Call it before a decision (booking, routing, retrying a tool, offering an "
-        "option) so that nothing already refused, failed or ruled out is proposed again; fact_evidence gives each one's passages."))
+    @server.tool(
+        annotations=read_only,
+        description=(
+            "The standing facts of this memory: every hard constraint, rejected option (with its reason in the passage) and tool "
+            "failure that still holds, most specific first. Call it before a decision (booking, routing, retrying a tool, offering an "
+            "option) so that nothing already refused, failed or ruled out is proposed again; fact_evidence gives each one's passages."
+        ),
+    )
     async def standing_facts(
-        categories: Annotated[list[str] | None, Field(description=(
-            f"categories to list, of {', '.join(FACT_CATEGORIES)}; default: {', '.join(drilldown.STANDING_CATEGORIES)}"))] = None,
-        limit: Annotated[int, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")] = drilldown.DEFAULT_FACTS_LIMIT,
+        categories: Annotated[
+            list[str] | None,
+            Field(
+                description=(
+                    f"categories to list, of {', '.join(FACT_CATEGORIES)}; default: {', '.join(drilldown.STANDING_CATEGORIES)}"
+                )
+            ),
+        ] = None,
+        limit: Annotated[
+            int, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")
+        ] = drilldown.DEFAULT_FACTS_LIMIT,
         ctx: Context = None,
     ) -> StandingFacts:
         require_scope(ctx, "read")
@@ -385,6 +498,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
 
 # ---- transports -----------------------------------------------------------------------------
 
+
 def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None:
     """Serve the MCP server of MEMSTREAM_TENANT over streamable HTTP at /mcp of `app` (the query
     worker's aiohttp application): the SDK's ASGI endpoint through workers.query.asgi, its
@@ -394,7 +508,9 @@ def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None
     server = memory_server(settings.tenant, engine, settings, publisher)
     # The SDK's own construction of the endpoint: its defaults (DNS-rebinding protection when
     # bound to localhost, body limit) come with it; its Starlette app is not used.
-    server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=settings.http_host)
+    server.streamable_http_app(
+        streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=settings.http_host
+    )
     manager = server.session_manager
     running: dict[str, Any] = {}
 

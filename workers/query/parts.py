@@ -14,8 +14,13 @@ def query_memory(settings: Settings) -> Memory:
     once, so an admitted request does not wait for a connection, a query burst does not starve
     the indexing agents of an `all` worker, and a saturated pool queues commands (then 503s)
     instead of raising "Too many connections"."""
-    return Memory.from_url(settings.redis_url, max_connections=REDIS_CALLS_PER_QUERY * settings.query_max_inflight,
-                           pool_timeout=settings.redis_pool_timeout, tau=settings.effective_tau, vector_index=settings.vector_index)
+    return Memory.from_url(
+        settings.redis_url,
+        max_connections=REDIS_CALLS_PER_QUERY * settings.query_max_inflight,
+        pool_timeout=settings.redis_pool_timeout,
+        tau=settings.effective_tau,
+        vector_index=settings.vector_index,
+    )
 
 
 def cached_embedder(settings: Settings, memory: Memory, model=None) -> BatchingEmbedder:

@@ -62,11 +62,31 @@ import numpy as np
 from store.records import Hit, is_current
 from workers.algorithms.chunking import token_count
 from workers.algorithms.expiry import said_by
-from workers.algorithms.retrieval import FirstStage, cosines, fuse
 from workers.algorithms.reconstruction import (
-    DEFAULT_BUDGET, STOP_MARGIN, Branch, Budget, Cue, Spent, Stop, adds_something, admit, attribute_words, branch_score,
-    chain_part, chain_text, episode_score, names_something, choose_mentions, exhausted, mention_candidates, ranked, similarity_choice, time_expressions, time_keys,
+    DEFAULT_BUDGET,
+    STOP_MARGIN,
+    Branch,
+    Budget,
+    Cue,
+    Spent,
+    Stop,
+    adds_something,
+    admit,
+    attribute_words,
+    branch_score,
+    chain_part,
+    chain_text,
+    choose_mentions,
+    episode_score,
+    exhausted,
+    mention_candidates,
+    names_something,
+    ranked,
+    similarity_choice,
+    time_expressions,
+    time_keys,
 )
+from workers.algorithms.retrieval import FirstStage, cosines, fuse
 from workers.algorithms.turns import session_turn
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.prompts import ROUTE_SCHEMA, route_messages
@@ -103,8 +123,9 @@ class Route:
 class Router(Protocol):
     name: str
 
-    async def choose(self, question: str, facts: list[str], passages: list[str], branches: list[Branch],
-                     best_taken: float | None) -> Route: ...
+    async def choose(
+        self, question: str, facts: list[str], passages: list[str], branches: list[Branch], best_taken: float | None
+    ) -> Route: ...
 
 
 class SimilarityRouter:
@@ -137,7 +158,11 @@ class LLMRouter:
         messages = route_messages(question, facts, passages, [(b.key, b.cue.name, b.chain) for b in shortlist])
 
         def validate(value) -> Route:
-            if not isinstance(value, dict) or not isinstance(value.get("stop"), bool) or not isinstance(value.get("reason", ""), str):
+            if (
+                not isinstance(value, dict)
+                or not isinstance(value.get("stop"), bool)
+                or not isinstance(value.get("reason", ""), str)
+            ):
                 raise ValueError("expected an object with branch, stop (boolean) and reason")
             if value["stop"]:
                 return Route(None, Stop("router", value.get("reason") or "the router says the evidence suffices"))
@@ -166,7 +191,9 @@ class Reconstructor:
             budget.check()
         except ValueError as exc:
             raise ValueError(f"MEMSTREAM_RECONSTRUCT_*: {exc}") from None
-        llm = LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.router == "llm" else None
+        llm = (
+            LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.router == "llm" else None
+        )
         made = cls(memory, LLMRouter(llm) if llm else None, budget)
         made.owned_llm = llm
         return made
@@ -182,16 +209,26 @@ class Reconstructor:
 
 
 class _Walk:
-    def __init__(self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget, first: FirstStage):
+    def __init__(
+        self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget, first: FirstStage
+    ):
         self.memory, self.router = owner.memory, owner.router
-        self.request, self.tenant, self.vector, self.search, self.budget = request, request.tenant, vector, facts, budget
+        self.request, self.tenant, self.vector, self.search, self.budget = (
+            request,
+            request.tenant,
+            vector,
+            facts,
+            budget,
+        )
         self.layer_k = request.params.layer_k
         self.cues: dict[str, Cue] = {}  # entity id ("" for the query's attribute cue) → cue
         self.open: dict[str, Branch] = {}  # branch key ("fact:<id>", "passage:<id>") → the best branch to that tag
         self.taken: list[Branch] = []
         self.records: dict[str, object] = {}  # fact id → store.facts.Fact of every branch seen
         self.read: dict[str, dict] = {}  # passage id → its row, with the step and score that read it
-        self.episodes: dict[str, dict[str, int]] = {}  # episode cue id → {passage id of a neighbouring turn: its lag (turns after the one read)}
+        self.episodes: dict[
+            str, dict[str, int]
+        ] = {}  # episode cue id → {passage id of a neighbouring turn: its lag (turns after the one read)}
         self.path: list[dict] = []
         self.spent = Spent()
         self.fallback: dict | None = None
@@ -200,7 +237,9 @@ class _Walk:
         # the first stage's ranking with each passage's cosine: the query cue's passages, and the
         # ranking the walk's is fused with
         self.dense: list[Hit] = [Hit(pid, first.cosines[pid], {}) for pid, _ in first.fused if pid in first.cosines]
-        self.vectors: dict[tuple[str, str], np.ndarray] = {}  # ("fact" | "passage", id) → its unit vector, read once (_tag_vectors)
+        self.vectors: dict[
+            tuple[str, str], np.ndarray
+        ] = {}  # ("fact" | "passage", id) → its unit vector, read once (_tag_vectors)
 
     async def run(self, timings: dict) -> dict:
         t = time.perf_counter()
@@ -215,9 +254,16 @@ class _Walk:
         times = time_expressions(self.request.query)
         self.keys = time_keys(times)
         time_words = {t.lower() for t in times}
-        cues = [Cue("time" if m.text.lower() in time_words else "entity", eid, names[eid]["name"], 1.0, 0, "query") for m, eid in chosen]
+        cues = [
+            Cue("time" if m.text.lower() in time_words else "entity", eid, names[eid]["name"], 1.0, 0, "query")
+            for m, eid in chosen
+        ]
         if not cues:
-            cues = [Cue("entity", h.id, h.fields["name"], h.score, 0, "entity-knn") for h in near_entities if h.score >= ENTITY_CUE_MIN]
+            cues = [
+                Cue("entity", h.id, h.fields["name"], h.score, 0, "entity-knn")
+                for h in near_entities
+                if h.score >= ENTITY_CUE_MIN
+            ]
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
         await self._expand([query_cue, *cues])
@@ -251,7 +297,9 @@ class _Walk:
         try:
             return await self.router.choose(self.request.query, facts, passages, branches, best_taken)
         except (LLMError, MalformedOutput) as exc:
-            log.warning("reconstruct: the %s router failed (%s); the similarity router takes over", self.router.name, exc)
+            log.warning(
+                "reconstruct: the %s router failed (%s); the similarity router takes over", self.router.name, exc
+            )
             self.fallback = {"from": self.router.name, "error": str(exc)[:500], "at_step": self.spent.steps + 1}
             self.router = SimilarityRouter()
             return await self.router.choose(self.request.query, facts, passages, branches, best_taken)
@@ -278,9 +326,14 @@ class _Walk:
             self.spent.tokens += count
         leads = []
         if branch.kind == "fact":
-            leads = [(eid, name, f"fact:{branch.tag_id}") for eid, name in _ends(self.records[branch.tag_id], branch.cue.id)]
+            leads = [
+                (eid, name, f"fact:{branch.tag_id}") for eid, name in _ends(self.records[branch.tag_id], branch.cue.id)
+            ]
         for row in rows[:admitted]:
-            leads += [(eid, None, f"passage:{row['id']}") for eid in sorted(await self.memory.passage_entities(self.tenant, row["id"]))]
+            leads += [
+                (eid, None, f"passage:{row['id']}")
+                for eid in sorted(await self.memory.passage_entities(self.tenant, row["id"]))
+            ]
         fresh: dict[str, tuple[str | None, str]] = {}
         for eid, name, origin in leads:
             if not names_something(eid):  # "I'm", "That's": no cue to follow
@@ -289,21 +342,44 @@ class _Walk:
                 fresh[eid] = (name, origin)
         names = await self.memory.entity_names(self.tenant, [eid for eid, (name, _) in fresh.items() if name is None])
         chain_vector = await self._chain_vector(branch)
-        new_cues = [Cue("entity", eid, name or names.get(eid, {}).get("name", eid), branch.score, branch.cue.hop + 1, origin, branch.chain,
-                        chain_vector) for eid, (name, origin) in fresh.items()]
+        new_cues = [
+            Cue(
+                "entity",
+                eid,
+                name or names.get(eid, {}).get("name", eid),
+                branch.score,
+                branch.cue.hop + 1,
+                origin,
+                branch.chain,
+                chain_vector,
+            )
+            for eid, (name, origin) in fresh.items()
+        ]
         new_cues += await self._episode_cues(branch, rows[:admitted], chain_vector)
         kind = branch.kind
-        self.path.append({
-            "step": step,
-            "cue": branch.cue.to_json(),
-            "tag": {f"{kind}_id": branch.tag_id, "text": branch.text if kind == "fact" else chain_part(branch.text),
-                    f"{kind}_score": round(branch.tag_score, 6), "chain": branch.chain, "chain_score": round(branch.chain_score, 6)},
-            "score": round(branch.score, 6),
-            "router": self.router.name, **({"why": route.why} if route.why else {}),
-            "content": {**({"fact_id": branch.tag_id} if kind == "fact" else {}), "passages": [row["id"] for row in rows[:admitted]],
-                        "tokens": sum(tokens[:admitted]), **({"not_read": [row["id"] for row in rows[admitted:]]} if admitted < len(rows) else {})},
-            "new_cues": [cue.to_json() for cue in new_cues],
-        })
+        self.path.append(
+            {
+                "step": step,
+                "cue": branch.cue.to_json(),
+                "tag": {
+                    f"{kind}_id": branch.tag_id,
+                    "text": branch.text if kind == "fact" else chain_part(branch.text),
+                    f"{kind}_score": round(branch.tag_score, 6),
+                    "chain": branch.chain,
+                    "chain_score": round(branch.chain_score, 6),
+                },
+                "score": round(branch.score, 6),
+                "router": self.router.name,
+                **({"why": route.why} if route.why else {}),
+                "content": {
+                    **({"fact_id": branch.tag_id} if kind == "fact" else {}),
+                    "passages": [row["id"] for row in rows[:admitted]],
+                    "tokens": sum(tokens[:admitted]),
+                    **({"not_read": [row["id"] for row in rows[admitted:]]} if admitted < len(rows) else {}),
+                },
+                "new_cues": [cue.to_json() for cue in new_cues],
+            }
+        )
         await self._expand(new_cues)
         return True
 
@@ -318,13 +394,17 @@ class _Walk:
         reads each vector once and scores every chain through it with no model call."""
         passages = sorted({tid for kind, tid in tags if kind == "passage" and (kind, tid) not in self.vectors})
         facts = sorted({tid for kind, tid in tags if kind == "fact" and (kind, tid) not in self.vectors})
-        found = await asyncio.gather(self.memory.passage_vectors(self.tenant, passages),
-                                     *(self.memory.fact_vector(self.tenant, fid) for fid in facts))
+        found = await asyncio.gather(
+            self.memory.passage_vectors(self.tenant, passages),
+            *(self.memory.fact_vector(self.tenant, fid) for fid in facts),
+        )
         for key, vec in zip([("passage", p) for p in passages] + [("fact", f) for f in facts], [*found[0], *found[1:]]):
             if vec is not None:
                 self.vectors[key] = _unit(vec)
 
-    async def _episode_cues(self, branch: Branch, rows: list[dict], chain_vector: np.ndarray | None = None) -> list[Cue]:
+    async def _episode_cues(
+        self, branch: Branch, rows: list[dict], chain_vector: np.ndarray | None = None
+    ) -> list[Cue]:
         """Temporal contiguity: each conversation turn read (a passage whose metadata names its
         session and turn) recalls its neighbours — the session's turns at most EPISODE_RADIUS
         from it — as an episode cue whose tags are those turns' passages; its chain is the one
@@ -345,8 +425,18 @@ class _Walk:
                 chain = chain_text(branch.chain, chain_part(row["text"]))
                 await self._tag_vectors([("passage", row["id"])])
                 vector = _plus(vector, self.vectors.get(("passage", row["id"])))
-            cues.append(Cue("episode", cue_id, f"{session} turn {turn} ±{EPISODE_RADIUS}", branch.score, branch.cue.hop + 1,
-                            f"passage:{row['id']}", chain, vector))
+            cues.append(
+                Cue(
+                    "episode",
+                    cue_id,
+                    f"{session} turn {turn} ±{EPISODE_RADIUS}",
+                    branch.score,
+                    branch.cue.hop + 1,
+                    f"passage:{row['id']}",
+                    chain,
+                    vector,
+                )
+            )
         return cues
 
     async def _expand(self, cues: list[Cue]) -> None:
@@ -359,8 +449,14 @@ class _Walk:
                 self.cues[cue.id] = cue
                 fresh.append(cue)
         facts, passages = await asyncio.gather(self._fact_tags(fresh), self._passage_tags(fresh))
-        found = [(cue, "fact", fid, score) for cue, fid, score in facts] + [(cue, "passage", pid, score) for cue, pid, score in passages]
-        rows = {row["id"]: row for row in await self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages})) if is_current(row)}
+        found = [(cue, "fact", fid, score) for cue, fid, score in facts] + [
+            (cue, "passage", pid, score) for cue, pid, score in passages
+        ]
+        rows = {
+            row["id"]: row
+            for row in await self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages}))
+            if is_current(row)
+        }
         tags = []  # (cue, kind, id, tag text, the text the time bonus reads, the tag's cosine)
         for cue, kind, tid, score in found:
             if kind == "fact":
@@ -372,7 +468,11 @@ class _Walk:
         await self._tag_vectors([(kind, tid) for cue, kind, tid, *_ in tags if cue.chain_vector is not None])
         for cue, kind, tid, text, timed, score in tags:
             tag_vector = self.vectors.get((kind, tid))
-            chain_score = score if cue.chain_vector is None or tag_vector is None else chain_cosine(cue.chain_vector + tag_vector, self.vector)
+            chain_score = (
+                score
+                if cue.chain_vector is None or tag_vector is None
+                else chain_cosine(cue.chain_vector + tag_vector, self.vector)
+            )
             if kind == "fact":
                 fact = self.records[tid]
                 leads, evidence = tuple(eid for eid, _ in _ends(fact, cue.id)), tuple(sorted(fact.passage_ids))
@@ -383,15 +483,25 @@ class _Walk:
                 scored = episode_score(scored, self.episodes[cue.id][tid])
             branch = Branch(cue, kind, tid, text, leads, evidence, score, chain_score, scored)
             current = self.open.get(branch.key)
-            if current is None or (branch.score, -branch.cue.hop, branch.cue.kind != "query") > (current.score, -current.cue.hop, current.cue.kind != "query"):
+            if current is None or (branch.score, -branch.cue.hop, branch.cue.kind != "query") > (
+                current.score,
+                -current.cue.hop,
+                current.cue.kind != "query",
+            ):
                 self.open[branch.key] = branch
 
     async def _fact_tags(self, cues: list[Cue]) -> list[tuple[Cue, str, float]]:
         """(cue, fact id, the fact's cosine to the query) for each cue's live facts not taken yet:
         the entity's facts as head or tail; for the query cue the facts nearest the query."""
-        searches = [(cue, where) for cue in cues if cue.kind != "episode"
-                    for where in ([None] if cue.kind == "query" else [{"head_id": cue.id}, {"tail_id": cue.id}])]
-        results = await asyncio.gather(*(self.search(self.tenant, self.vector, self.layer_k, where) for _, where in searches))
+        searches = [
+            (cue, where)
+            for cue in cues
+            if cue.kind != "episode"
+            for where in ([None] if cue.kind == "query" else [{"head_id": cue.id}, {"tail_id": cue.id}])
+        ]
+        results = await asyncio.gather(
+            *(self.search(self.tenant, self.vector, self.layer_k, where) for _, where in searches)
+        )
         taken = {b.key for b in self.taken}
         found = [(cue, h) for (cue, _), hits in zip(searches, results) for h in hits if f"fact:{h.id}" not in taken]
         missing = sorted({h.id for _, h in found} - set(self.records))
@@ -412,28 +522,47 @@ class _Walk:
                 out += [(cue, h.id, h.score) for h in self.dense[:QUERY_PASSAGES] if h.id not in self.read]
                 continue
             episode = cue.kind == "episode"
-            ids = self.episodes[cue.id] if episode else await self.memory.entity_passages(self.tenant, cue.id, ENTITY_PASSAGES_READ)
+            ids = (
+                self.episodes[cue.id]
+                if episode
+                else await self.memory.entity_passages(self.tenant, cue.id, ENTITY_PASSAGES_READ)
+            )
             ids = [pid for pid in ids if pid not in self.read]
             await self._tag_vectors([("passage", pid) for pid in ids])
             found = [(pid, self.vectors[("passage", pid)]) for pid in ids if ("passage", pid) in self.vectors]
             if found:
                 scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
-                best = sorted(zip(scores, (pid for pid, _ in found)), key=lambda x: (-x[0], x[1]))[: None if episode else ENTITY_PASSAGES]
+                best = sorted(zip(scores, (pid for pid, _ in found)), key=lambda x: (-x[0], x[1]))[
+                    : None if episode else ENTITY_PASSAGES
+                ]
                 out += [(cue, pid, score) for score, pid in best]
         return out
 
-    async def _result(self, query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int) -> dict:
+    async def _result(
+        self, query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int
+    ) -> dict:
         """The first stage's ranking fused with the walk's (the passages read, in reading order):
         a passage both found ranks above either alone, and top_k is always filled."""
         walked = list(self.read)
         params = self.request.params
-        ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.read_weight])[: self.request.top_k + len(walked)]
+        ranked = fuse([[pid for pid, _ in self.first.fused], walked], params.rrf_k, [1.0, params.read_weight])[
+            : self.request.top_k + len(walked)
+        ]
         missing = [pid for pid, _ in ranked if pid not in self.read and pid not in self.first.rows]
-        rows = {**self.first.rows, **{pid: row for pid, row in zip(missing, await self.memory.passages(self.tenant, missing)) if is_current(row)}}
+        rows = {
+            **self.first.rows,
+            **{
+                pid: row
+                for pid, row in zip(missing, await self.memory.passages(self.tenant, missing))
+                if is_current(row)
+            },
+        }
         passages = []
         for pid, score in ranked:
             row = self.read.get(pid)
-            if row is not None and not said_by(row, self.request.as_of):  # a turn said after as_of, read through an entity
+            if row is not None and not said_by(
+                row, self.request.as_of
+            ):  # a turn said after as_of, read through an entity
                 continue
             if row is not None:
                 passages.append(ranked_passage(row, round(score, 8), step=row["step"], via="walk"))
@@ -445,22 +574,45 @@ class _Walk:
             if branch.kind != "fact":
                 continue
             fact = self.records[branch.tag_id]
-            fields = {"head": fact.head, "relation": fact.relation, "tail": fact.tail, "head_id": fact.head_id, "tail_id": fact.tail_id,
-                      "status": fact.status, "category": fact.category}
-            facts.append({"id": fact.id, **{k: v for k, v in fields.items() if v}, "score": round(branch.score, 6), "step": step})
+            fields = {
+                "head": fact.head,
+                "relation": fact.relation,
+                "tail": fact.tail,
+                "head_id": fact.head_id,
+                "tail_id": fact.tail_id,
+                "status": fact.status,
+                "category": fact.category,
+            }
+            facts.append(
+                {"id": fact.id, **{k: v for k, v in fields.items() if v}, "score": round(branch.score, 6), "step": step}
+            )
         router = {"name": self.router.name}
         if self.fallback:
-            router.update(fallback_from=self.fallback["from"], error=self.fallback["error"], fallback_at_step=self.fallback["at_step"])
+            router.update(
+                fallback_from=self.fallback["from"],
+                error=self.fallback["error"],
+                fallback_at_step=self.fallback["at_step"],
+            )
         return {
-            "query": self.request.query, "tenant": self.tenant, "mode": "reconstruct",
+            "query": self.request.query,
+            "tenant": self.tenant,
+            "mode": "reconstruct",
             "passages": passages,
             "entities": [cue.to_json() for cue in self.cues.values() if cue.kind not in ("query", "episode")],
             "facts": facts,
-            "cues": {"entities": [c.to_json() for c in query_cues if c.kind == "entity"], "times": times, "attributes": attributes},
+            "cues": {
+                "entities": [c.to_json() for c in query_cues if c.kind == "entity"],
+                "times": times,
+                "attributes": attributes,
+            },
             "path": self.path,
             "stopped": {"reason": stop.reason, "detail": stop.detail},
-            "budget": {"steps": self.budget.steps, "passages": self.budget.passages, "tokens": self.budget.tokens,
-                       "spent": {"steps": self.spent.steps, "passages": self.spent.passages, "tokens": self.spent.tokens}},
+            "budget": {
+                "steps": self.budget.steps,
+                "passages": self.budget.passages,
+                "tokens": self.budget.tokens,
+                "spent": {"steps": self.spent.steps, "passages": self.spent.passages, "tokens": self.spent.tokens},
+            },
             "router": router,
             "graph_version": version,
         }

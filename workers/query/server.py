@@ -39,7 +39,10 @@ from workers.tenant_metrics import census_loop
 log = logging.getLogger(__name__)
 CENSUS_STOP_S = 10.0  # the longest a shutdown waits for a census under way
 
-def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: ChatModel | None = None) -> web.Application:
+
+def query_app(
+    settings: Settings, embedder: Embedder | None = None, answer_llm: ChatModel | None = None
+) -> web.Application:
     """The HTTP API over a Redis pool of its own (closed with the application). `embedder`:
     the worker's shared one (an `all` worker embeds for its extractor too), else one is built
     here, cached in Redis. `answer_llm`: the model for `"answer": true`, else the
@@ -75,7 +78,10 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         except ContractError as exc:
             return http.error_response(400, str(exc))
         if query.answer and answer_llm is None:
-            return http.error_response(400, "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker")
+            return http.error_response(
+                400,
+                "'answer': true needs an LLM: set MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL on the query worker",
+            )
         try:
             result = await engine.answer(query)
         except EmbedderMismatch as exc:  # the tenant's memory is another embedder's: no query of it means anything here
@@ -97,7 +103,9 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
             if len(limits) > 1:
                 raise ContractError(f"'limit' given {len(limits)} times: give it once")
             # ?category=A&category=B,C: every one, as ?category=A,B,C lists them
-            categories, limit = drilldown.fact_filter(",".join(request.query.getall("category", [])), limits[0] if limits else None)
+            categories, limit = drilldown.fact_filter(
+                ",".join(request.query.getall("category", [])), limits[0] if limits else None
+            )
         except ContractError as exc:
             return http.error_response(400, str(exc))
         return http.json_response(await drilldown.standing_facts(memory, tenant, categories, limit))
@@ -107,6 +115,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
 
         async def load(tenant):
             return await drilldown.fact_record(memory, tenant, fact_id), f"fact {fact_id!r}"
+
         return await lookup(request, load)
 
     async def get_evidence(request: web.Request) -> web.Response:
@@ -114,6 +123,7 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
 
         async def load(tenant):
             return await drilldown.fact_evidence(memory, tenant, fact_id), f"fact {fact_id!r}"
+
         return await lookup(request, load)
 
     publisher = mcp_server.DocumentPublisher(settings)  # Kafka, made on the first retraction
@@ -138,13 +148,16 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
             work_id = await publisher.retract(tenant, fact, body.get("reason", ""))
         except mcp_server.PublishError as exc:
             return http.error_response(503, str(exc))
-        return http.json_response({"fact_id": fact_id, "tenant": tenant, "request": work_id, "queued": True}, status=202)
+        return http.json_response(
+            {"fact_id": fact_id, "tenant": tenant, "request": work_id, "queued": True}, status=202
+        )
 
     async def get_passage(request: web.Request) -> web.Response:
         passage_id = request.match_info["passage_id"]
 
         async def load(tenant):
             return await drilldown.passage_record(memory, tenant, passage_id), f"passage {passage_id!r}"
+
         return await lookup(request, load)
 
     async def health(request: web.Request) -> web.Response:
@@ -159,11 +172,15 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
-    background: list[tuple[asyncio.Task, asyncio.Event]] = []  # the census of the shared indexes (workers.tenant_metrics)
+    background: list[
+        tuple[asyncio.Task, asyncio.Event]
+    ] = []  # the census of the shared indexes (workers.tenant_metrics)
 
     async def start_census(app: web.Application) -> None:
         stop = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(census_loop(memory, settings.metrics_top_tenants, settings.metrics_census_seconds, stop))
+        task = asyncio.get_running_loop().create_task(
+            census_loop(memory, settings.metrics_top_tenants, settings.metrics_census_seconds, stop)
+        )
         background.append((task, stop))
 
     async def close_memory(app: web.Application) -> None:
@@ -191,8 +208,14 @@ def query_app(settings: Settings, embedder: Embedder | None = None, answer_llm: 
         return http.Need(query.tenant, ("read", "answer") if query.answer else ("read",))
 
     needs: dict[str, http.RouteNeed] = {
-        "query": query_need, "facts": read_named_tenant, "fact": read_named_tenant, "evidence": read_named_tenant,
-        "passage": read_named_tenant, "retract": write_named_tenant, "healthz": http.OPEN, "metrics": http.Need(None, ("admin",)),
+        "query": query_need,
+        "facts": read_named_tenant,
+        "fact": read_named_tenant,
+        "evidence": read_named_tenant,
+        "passage": read_named_tenant,
+        "retract": write_named_tenant,
+        "healthz": http.OPEN,
+        "metrics": http.Need(None, ("admin",)),
         # MCP serves the tenant MEMSTREAM_TENANT only; each tool checks its scope (read, or write for remember)
         **{name: http.Need(settings.tenant) for name in mcp_server.MCP_ROUTE_NAMES},
     }
@@ -236,8 +259,9 @@ def serve_metrics(settings: Settings) -> None:
         log.info("metrics on http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
 
 
-async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event | None = None,
-                sock: socket.socket | None = None) -> None:
+async def serve(
+    app: web.Application, host: str, port: int, stop: asyncio.Event | None = None, sock: socket.socket | None = None
+) -> None:
     """Serve `app` on host:port — or on `sock`, a listening socket bound beforehand — until
     `stop` is set or this task is cancelled (a faust worker stopping cancels its tasks); then
     close the listener, let requests in flight finish and run the app's cleanup (the Redis

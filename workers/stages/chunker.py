@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.keys import entity_node, passage_node
 from store.facts import document_event
+from store.keys import entity_node, passage_node
 from store.records import DocumentRecord
 from topics import Chunk, Document, DocumentDeletion
 from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
@@ -98,7 +98,11 @@ class ChunkerStage(Stage):
         previous = await self.memory.document_record(tenant, doc.doc_id)
         if previous is not None and previous.supersedes(doc.version):
             return  # an older version than the current (or deleted) one: nothing of it enters memory
-        if previous is not None and previous.mark and (previous.version, previous.chunk_ids) == (doc.version, tuple(chunk_ids)):
+        if (
+            previous is not None
+            and previous.mark
+            and (previous.version, previous.chunk_ids) == (doc.version, tuple(chunk_ids))
+        ):
             # this version is current already (a redelivery, or the same text again): the message
             # that made it so is done, or its committed outbox is published now
             return await self.once(tenant, previous.mark, _nothing)
@@ -110,13 +114,27 @@ class ChunkerStage(Stage):
                 return []
             self.memory.expect_document(pipe, tenant, doc.doc_id, current)  # another version meanwhile: decide again
             self.memory.stage_document(pipe, tenant, doc.doc_id, doc_hash, doc.version, chunk_ids, mark)
-            changes = await self.versions.replace(pipe, tenant, doc.doc_id, current, chunk_ids, f"{doc.doc_id} version {doc.version}")
+            changes = await self.versions.replace(
+                pipe, tenant, doc.doc_id, current, chunk_ids, f"{doc.doc_id} version {doc.version}"
+            )
             return [
-                Emit("chunks", doc.doc_id, Chunk(
-                    tenant=tenant, chunk_id=p.chunk_id, doc_id=doc.doc_id, seq=p.seq, n_chunks=len(pieces), text=p.text,
-                    doc_version=doc.version, doc_hash=doc_hash, context=context, metadata=passage_metadata(doc),
-                    incarnation=changes.incarnations.get(p.chunk_id, 0),
-                ))
+                Emit(
+                    "chunks",
+                    doc.doc_id,
+                    Chunk(
+                        tenant=tenant,
+                        chunk_id=p.chunk_id,
+                        doc_id=doc.doc_id,
+                        seq=p.seq,
+                        n_chunks=len(pieces),
+                        text=p.text,
+                        doc_version=doc.version,
+                        doc_hash=doc_hash,
+                        context=context,
+                        metadata=passage_metadata(doc),
+                        incarnation=changes.incarnations.get(p.chunk_id, 0),
+                    ),
+                )
                 for p in pieces
             ] + changes.outbox
 
@@ -148,8 +166,12 @@ class ChunkerStage(Stage):
             await self.once(tenant, mark, decide)
         if deletion.purge:
             deleted = await self.memory.document_record(tenant, doc_id)
-            if deleted is not None and deleted.deleted:  # the erasure changes no record: a redelivery finds its mark done
-                await self.once(tenant, f"erase:{doc_id}:{after(deleted)}", lambda pipe: self.erasing.erase(pipe, tenant, doc_id))
+            if (
+                deleted is not None and deleted.deleted
+            ):  # the erasure changes no record: a redelivery finds its mark done
+                await self.once(
+                    tenant, f"erase:{doc_id}:{after(deleted)}", lambda pipe: self.erasing.erase(pipe, tenant, doc_id)
+                )
 
 
 async def _nothing(pipe) -> list[Emit]:
@@ -167,7 +189,9 @@ class Versions(Stage):
     """What a document's new version (or its deletion: no chunks) changes in memory, staged on
     the chunker's transaction."""
 
-    async def replace(self, pipe, tenant: str, doc_id: str, current: DocumentRecord | None, chunk_ids: list[str], why: str) -> VersionChange:
+    async def replace(
+        self, pipe, tenant: str, doc_id: str, current: DocumentRecord | None, chunk_ids: list[str], why: str
+    ) -> VersionChange:
         old = list(dict.fromkeys(current.chunk_ids)) if current is not None else []
         new = list(dict.fromkeys(chunk_ids))
         in_old, in_new = set(old), set(new)
@@ -199,7 +223,9 @@ class Versions(Stage):
         lost: dict[str, set[str]] = {}  # fact id → the passages of its support that leave
         schemas: set[str] = set()  # the schemas whose frequency falls
         version = await self.memory.bump_graph_version(tenant)  # its passage edges leave the graph
-        retired = event_message(document_event(tenant, "retired", doc_id, passage_ids, version, f"no current document holds them ({why})"))
+        retired = event_message(
+            document_event(tenant, "retired", doc_id, passage_ids, version, f"no current document holds them ({why})")
+        )
         for pid in passage_ids:
             self.memory.stage_retire_passage(pipe, tenant, pid)
             fact_ids, schema_ids = await self.memory.passage_support(tenant, pid)
@@ -219,8 +245,15 @@ class Versions(Stage):
             if fact.passage_ids:  # less support: its group may be decided otherwise now
                 self.memory.expect_status(pipe, tenant, fact.id, was)
                 if was == "active":
-                    outbox += await regroup(self.settings, self.memory, tenant, fact, "retirement", f"{fact.id} lost support ({why})",
-                                            f"lost-{fact.id}-{leaving}")
+                    outbox += await regroup(
+                        self.settings,
+                        self.memory,
+                        tenant,
+                        fact,
+                        "retirement",
+                        f"{fact.id} lost support ({why})",
+                        f"lost-{fact.id}-{leaving}",
+                    )
                 continue
             if was == "pending":
                 self.memory.stage_unpend(pipe, tenant, fact.schema_id, [fact.id])
@@ -228,11 +261,20 @@ class Versions(Stage):
             if was in ("active", "invalid"):  # subscribers knew it
                 outbox.append(event_message(retracted))
             if was == "active":
-                outbox += await regroup(self.settings, self.memory, tenant, fact, "retirement", f"{fact.id} retracted ({why})",
-                                        f"retracted-{fact.id}-{leaving}")
+                outbox += await regroup(
+                    self.settings,
+                    self.memory,
+                    tenant,
+                    fact,
+                    "retirement",
+                    f"{fact.id} retracted ({why})",
+                    f"retracted-{fact.id}-{leaving}",
+                )
         return [retired] + outbox + await self._demote(pipe, tenant, sorted(schemas), set(passage_ids), version, why)
 
-    async def _demote(self, pipe, tenant: str, schema_ids: list[str], leaving: set[str], version: int, why: str) -> list[Emit]:
+    async def _demote(
+        self, pipe, tenant: str, schema_ids: list[str], leaving: set[str], version: int, why: str
+    ) -> list[Emit]:
         """A stable schema whose support falls below τ is a candidate again, and its facts in
         memory wait behind the τ gate (Lifecycle.park, a `pending` event), as they would had the
         current documents alone been indexed. Its facts are found through the passages that
@@ -253,10 +295,27 @@ class Versions(Stage):
             self.memory.stage_schema_status(pipe, tenant, sid, "candidate")
             fact_ids = sorted({fid for pid in remaining for fid in (await self.memory.passage_support(tenant, pid))[0]})
             for fact in await self.memory.facts(tenant, fact_ids):
-                if fact is None or fact.schema_id != sid or fact.status not in ("active", "invalid") or fact.category in TRACE_CATEGORIES:
+                if (
+                    fact is None
+                    or fact.schema_id != sid
+                    or fact.status not in ("active", "invalid")
+                    or fact.category in TRACE_CATEGORIES
+                ):
                     continue
                 was_active = fact.status == "active"
-                outbox.append(event_message(self.lifecycle.park(pipe, tenant, fact, version, f"its schema's support fell below τ ({why})")))
+                outbox.append(
+                    event_message(
+                        self.lifecycle.park(pipe, tenant, fact, version, f"its schema's support fell below τ ({why})")
+                    )
+                )
                 if was_active:
-                    outbox += await regroup(self.settings, self.memory, tenant, fact, "retirement", f"{fact.id} parked ({why})", f"parked-{fact.id}-{version}")
+                    outbox += await regroup(
+                        self.settings,
+                        self.memory,
+                        tenant,
+                        fact,
+                        "retirement",
+                        f"{fact.id} parked ({why})",
+                        f"parked-{fact.id}-{version}",
+                    )
         return outbox

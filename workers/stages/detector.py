@@ -14,7 +14,13 @@ from store.facts import Fact, event
 from store.keys import entity_node
 from topics import CandidateFact
 from workers.algorithms.normalize import fact_id, schema_id
-from workers.algorithms.policy import MIN_MULTI_HEADS, MULTI_HEAD_SHARE, SYMMETRIC_RELATIONS, UNCONTESTED_CATEGORIES, needs_no_tau
+from workers.algorithms.policy import (
+    MIN_MULTI_HEADS,
+    MULTI_HEAD_SHARE,
+    SYMMETRIC_RELATIONS,
+    UNCONTESTED_CATEGORIES,
+    needs_no_tau,
+)
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage, current_passage
 from workers.stages.resolver import adjudication, containment_changed, duplicate
@@ -47,7 +53,9 @@ class DetectorStage(Stage):
         async def decide(pipe) -> list[Emit]:
             fact = await self.memory.fact(tenant, fid)
             if fact is None:
-                raise PermanentError(f"candidate fact {fid} has no extracted record in memory (publish documents, not candidate facts)")
+                raise PermanentError(
+                    f"candidate fact {fid} has no extracted record in memory (publish documents, not candidate facts)"
+                )
             if fact.lapsed():  # its TTL is over (every passage's): nothing to admit; the expiry sweep expires it
                 return self._finish(pipe, cand, cand.work_id if cand.activation else None, [])
             if cand.activation:  # a promoted pending fact
@@ -66,18 +74,33 @@ class DetectorStage(Stage):
                 return self._finish(pipe, cand, None, [duplicate(cand, fact, "same fact")])
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
             ungated = needs_no_tau(cand.fact)  # a constraint, refusal or failure as stated binds when said once
-            held = self.settings.on("schema_filter") and not ungated and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id)
+            held = (
+                self.settings.on("schema_filter")
+                and not ungated
+                and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id)
+            )
             if held is None:
                 return []  # a version retired the passage just now: it supports nothing
             if held:  # candidate schema: pending — told once, when its first supporting passage holds it there
                 told = []
                 if fact.status in ("new", "retracted", "pending") and not set(fact.passage_ids) - {cand.passage_id}:
                     fact.status, fact.passage_ids = "pending", [cand.passage_id]
-                    told = [event_message(event(tenant, "pending", fact, await self.memory.graph_version(tenant),
-                                                f"its schema is seen in fewer than τ={self.settings.effective_tau} passages"))]
+                    told = [
+                        event_message(
+                            event(
+                                tenant,
+                                "pending",
+                                fact,
+                                await self.memory.graph_version(tenant),
+                                f"its schema is seen in fewer than τ={self.settings.effective_tau} passages",
+                            )
+                        )
+                    ]
                 return self._finish(pipe, cand, None, told)
             outbox = await self._promote_pending(pipe, cand)
-            return self._finish(pipe, cand, None, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated))
+            return self._finish(
+                pipe, cand, None, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated)
+            )
 
         finishes = (cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None
         await self.once(tenant, detection_mark(cand, fid), decide, finishes)
@@ -105,9 +128,18 @@ class DetectorStage(Stage):
             if fact is None or fact.status != "pending":
                 continue
             promoted = CandidateFact(
-                tenant=cand.tenant, passage_id=cand.passage_id, doc_id=cand.doc_id, fact=fact.triple(), fact_index=cand.fact_index,
-                chunk_fact_count=cand.chunk_fact_count, head_id=fact.head_id, tail_id=fact.tail_id, extractor="promotion",
-                activation=True, work_id=activation_work_id(pid), incarnation=cand.incarnation,
+                tenant=cand.tenant,
+                passage_id=cand.passage_id,
+                doc_id=cand.doc_id,
+                fact=fact.triple(),
+                fact_index=cand.fact_index,
+                chunk_fact_count=cand.chunk_fact_count,
+                head_id=fact.head_id,
+                tail_id=fact.tail_id,
+                extractor="promotion",
+                activation=True,
+                work_id=activation_work_id(pid),
+                incarnation=cand.incarnation,
             )
             outbox.append(Emit("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), promoted))
         return outbox
@@ -134,22 +166,56 @@ class DetectorStage(Stage):
                     return [duplicate(cand, other, why)]
                 # this fact is the canonical one: it takes the twin's place, so the memory ends the
                 # same whichever of the two arrived first
-                merged = self.lifecycle.merge(pipe, tenant, fact, set(other.passage_ids), await self.memory.bump_graph_version(tenant), why, source=other)
+                merged = self.lifecycle.merge(
+                    pipe,
+                    tenant,
+                    fact,
+                    set(other.passage_ids),
+                    await self.memory.bump_graph_version(tenant),
+                    why,
+                    source=other,
+                )
                 taken_over = [event_message(merged)] if merged else []
                 if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
-                    taken_over.append(adjudication(cand, other.head_id, other.relation, f"{other.id} merged into {fact.id}", f"merged-{other.id}"))
+                    taken_over.append(
+                        adjudication(
+                            cand,
+                            other.head_id,
+                            other.relation,
+                            f"{other.id} merged into {fact.id}",
+                            f"merged-{other.id}",
+                        )
+                    )
             if fact.category in UNCONTESTED_CATEGORIES:  # one rejection or failure among many: no group
                 return taken_over + await self._activate(pipe, cand, fact, version)
-            joined = await self.memory.join_group(tenant, fact.head_id, relation, fact.tail_id, fid, detection_mark(cand, fid), MULTI_RULE)
+            joined = await self.memory.join_group(
+                tenant, fact.head_id, relation, fact.tail_id, fid, detection_mark(cand, fid), MULTI_RULE
+            )
             outbox = []
             if joined.flipped:
                 # the relation's cardinality flipped: every group with several tails is decided again
                 for head in await self.memory.relation_multi_heads(tenant, relation):
                     if head != fact.head_id:
-                        outbox.append(adjudication(cand, head, relation, f"relation '{relation}' is now {joined.verdict}-valued", "cardinality"))
+                        outbox.append(
+                            adjudication(
+                                cand,
+                                head,
+                                relation,
+                                f"relation '{relation}' is now {joined.verdict}-valued",
+                                "cardinality",
+                            )
+                        )
             outbox = taken_over + outbox
             if joined.size >= 2 and joined.verdict == "single":
-                return outbox + [adjudication(cand, fact.head_id, relation, f"single-valued relation '{relation}' with {joined.size} tails", "group")]
+                return outbox + [
+                    adjudication(
+                        cand,
+                        fact.head_id,
+                        relation,
+                        f"single-valued relation '{relation}' with {joined.size} tails",
+                        "group",
+                    )
+                ]
             return outbox + await self._activate(pipe, cand, fact, version)
         return await self._activate(pipe, cand, fact, version)
 
@@ -178,7 +244,11 @@ class DetectorStage(Stage):
             return None
         same_entities = {"status": "active", "head_id": fact.head_id, "tail_id": fact.tail_id}
         for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "tail_id", "relation"], same_entities):
-            if hit.id != fact.id and hit.score > self.settings.delta and (hit.fields["head_id"], hit.fields["tail_id"]) == (fact.head_id, fact.tail_id):
+            if (
+                hit.id != fact.id
+                and hit.score > self.settings.delta
+                and (hit.fields["head_id"], hit.fields["tail_id"]) == (fact.head_id, fact.tail_id)
+            ):
                 return hit
         return None
 

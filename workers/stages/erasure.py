@@ -40,20 +40,42 @@ def extraction_cache_keys(settings: Settings, passages: list[tuple[str, dict]]) 
     if not settings.llm_model:
         return []
     cache = LLMCache(None, settings.llm_model)
-    return [cache.key(extraction_messages(row.get("text") or "", row.get("context") or ""), EXTRACTION_SCHEMA)
-            for _, row in passages if row.get("text")]
+    return [
+        cache.key(extraction_messages(row.get("text") or "", row.get("context") or ""), EXTRACTION_SCHEMA)
+        for _, row in passages
+        if row.get("text")
+    ]
 
 
-def embedded_texts(passages: list[tuple[str, dict]], entities: list[tuple[str, dict]], facts: list[tuple[str, dict]],
-                   with_schemas: bool = False) -> list[str]:
+def embedded_texts(
+    passages: list[tuple[str, dict]],
+    entities: list[tuple[str, dict]],
+    facts: list[tuple[str, dict]],
+    with_schemas: bool = False,
+) -> list[str]:
     """Every text the extraction embedded for these records (workers.stages.extractor.embedded_texts):
     each passage as indexed (topics.Chunk.indexed_text: context line, then text), entity names,
     each fact and, `with_schemas`, each fact's schema."""
-    from workers.stages.extractor import embedded_texts as extractor_texts  # the extractor imports the detector, which imports the resolver
+    from workers.stages.extractor import (
+        embedded_texts as extractor_texts,  # the extractor imports the detector, which imports the resolver
+    )
 
-    indexed = [f"{row['context']}\n{row['text']}" if row.get("context") else row["text"] for _, row in passages if row.get("text")]
-    triples = [Triple(row["head"], row["relation"], row["tail"], row.get("head_type") or "ENTITY", row.get("tail_type") or "ENTITY")
-               for _, row in facts if row.get("head") and row.get("relation") and row.get("tail")]
+    indexed = [
+        f"{row['context']}\n{row['text']}" if row.get("context") else row["text"]
+        for _, row in passages
+        if row.get("text")
+    ]
+    triples = [
+        Triple(
+            row["head"],
+            row["relation"],
+            row["tail"],
+            row.get("head_type") or "ENTITY",
+            row.get("tail_type") or "ENTITY",
+        )
+        for _, row in facts
+        if row.get("head") and row.get("relation") and row.get("tail")
+    ]
     texts = extractor_texts("", [row["name"] for _, row in entities if row.get("name")], triples)[1:]
     if not with_schemas:  # a document's erasure: the schemas (types and a relation) stay, with their vectors
         texts = texts[: len(texts) - len(triples)]
@@ -86,17 +108,26 @@ class Erasing(Stage):
         gone = set(passages)
         rows = [(pid, row) for pid, row in zip(passages, await memory.passages(tenant, passages)) if row is not None]
 
-        candidates = sorted({fid for extracted in await memory.passage_extracted(tenant, passages) for fid in extracted})
+        candidates = sorted(
+            {fid for extracted in await memory.passage_extracted(tenant, passages) for fid in extracted}
+        )
         facts: list[Fact] = []
-        for fact, (sources, extractions) in zip(await memory.facts(tenant, candidates), await memory.fact_sources(tenant, candidates)):
+        for fact, (sources, extractions) in zip(
+            await memory.facts(tenant, candidates), await memory.fact_sources(tenant, candidates)
+        ):
             if fact is None or not sources <= gone or fact.passage_ids:
                 continue  # extracted elsewhere too, or supported now
             memory.expect_field(pipe, tenant, fact.id, FACT_EXTRACTIONS, extractions)
             memory.expect_status(pipe, tenant, fact.id, fact.status)
             facts.append(fact)
         erased_facts = {f.id for f in facts}
-        named = sorted({eid for pid in passages for eid in await memory.passage_entities(tenant, pid)} | {e for f in facts for e in (f.head_id, f.tail_id)})
-        naming = {eid: set(await memory.facts_naming(tenant, eid)) for eid in named}  # entity → the facts with it as head or tail
+        named = sorted(
+            {eid for pid in passages for eid in await memory.passage_entities(tenant, pid)}
+            | {e for f in facts for e in (f.head_id, f.tail_id)}
+        )
+        naming = {
+            eid: set(await memory.facts_naming(tenant, eid)) for eid in named
+        }  # entity → the facts with it as head or tail
         outbox = await self._unmerge(pipe, tenant, facts, erased_facts, doc_id, naming)
 
         entities: list[str] = []
@@ -107,23 +138,47 @@ class Erasing(Stage):
             entities.append(eid)
         erased_entities = set(entities)
         names = await memory.entity_names(tenant, entities)
-        aliases = [alias for alias, canonical in (await memory.alias_map(tenant)).items() if alias in erased_entities or canonical in erased_entities]
+        aliases = [
+            alias
+            for alias, canonical in (await memory.alias_map(tenant)).items()
+            if alias in erased_entities or canonical in erased_entities
+        ]
 
         cache_keys = extraction_cache_keys(self.settings, rows)
         embedder = await memory.recorded_embedder(tenant)
         if embedder is not None:
             vectors = memory.embedding_cache(embedder.cache_name)
             fact_rows = [(f.id, {"head": f.head, "relation": f.relation, "tail": f.tail}) for f in facts]
-            cache_keys += [vectors.key(text) for text in embedded_texts(rows, [(e, n) for e, n in names.items()], fact_rows)]
-        memory.stage_erase(pipe, tenant, Erasure(
-            doc_id=doc_id, passage_ids=tuple(passages), facts=tuple(facts), entity_ids=tuple(entities),
-            relation_heads=tuple(sorted({(f.relation, f.head_id) for f in facts if f.head_id in erased_entities})),
-            aliases=tuple(sorted(aliases)), cache_keys=tuple(dict.fromkeys(cache_keys)),
-        ))
-        reason = f"document {doc_id} erased: {len(passages)} passage(s), {len(facts)} fact(s), {len(entities)} entit(y/ies)"
-        return outbox + [event_message(document_event(tenant, "purged", doc_id, passages, await memory.graph_version(tenant), reason, sorted(erased_facts)))]
+            cache_keys += [
+                vectors.key(text) for text in embedded_texts(rows, [(e, n) for e, n in names.items()], fact_rows)
+            ]
+        memory.stage_erase(
+            pipe,
+            tenant,
+            Erasure(
+                doc_id=doc_id,
+                passage_ids=tuple(passages),
+                facts=tuple(facts),
+                entity_ids=tuple(entities),
+                relation_heads=tuple(sorted({(f.relation, f.head_id) for f in facts if f.head_id in erased_entities})),
+                aliases=tuple(sorted(aliases)),
+                cache_keys=tuple(dict.fromkeys(cache_keys)),
+            ),
+        )
+        reason = (
+            f"document {doc_id} erased: {len(passages)} passage(s), {len(facts)} fact(s), {len(entities)} entit(y/ies)"
+        )
+        return outbox + [
+            event_message(
+                document_event(
+                    tenant, "purged", doc_id, passages, await memory.graph_version(tenant), reason, sorted(erased_facts)
+                )
+            )
+        ]
 
-    async def _unmerge(self, pipe, tenant: str, facts: list[Fact], erased: set[str], doc_id: str, naming: dict[str, set[str]]) -> list[Emit]:
+    async def _unmerge(
+        self, pipe, tenant: str, facts: list[Fact], erased: set[str], doc_id: str, naming: dict[str, set[str]]
+    ) -> list[Emit]:
         """A fact that stays but was merged into an erased one (its twin, of the same entities:
         another passage extracted it) would point nowhere: it is retracted instead (it has no
         support either: its target had none), so a passage that says it again admits it anew."""
@@ -135,5 +190,11 @@ class Erasing(Stage):
             version = version or await memory.graph_version(tenant)
             fact.merged_into = ""
             memory.stage_fact_update(pipe, tenant, fact.id, {"merged_into": ""})
-            outbox.append(event_message(self.lifecycle.retract(pipe, tenant, fact, version, f"the fact it was merged into was erased with document {doc_id}")))
+            outbox.append(
+                event_message(
+                    self.lifecycle.retract(
+                        pipe, tenant, fact, version, f"the fact it was merged into was erased with document {doc_id}"
+                    )
+                )
+            )
         return outbox

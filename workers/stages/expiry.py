@@ -56,6 +56,7 @@ class ExpirySweep(Stage):
 
     def _decision(self, tenant: str, fid: str, indexed_at: float, now: float, expired: set):
         """`indexed_at`: when the expiry index said the fact lapses."""
+
         async def decide(pipe) -> list[Emit]:
             expired.discard((tenant, fid))  # a decision taken again counts as it decides now
             fact = await self.memory.fact(tenant, fid)
@@ -73,13 +74,23 @@ class ExpirySweep(Stage):
             was = fact.status
             was_active = was == "active"
             ttl_over = f"TTL lapsed at {fact.expires_at:.3f} (system time)"
-            expired_event = self.lifecycle.expire(pipe, tenant, fact, await self.memory.bump_graph_version(tenant), ttl_over)
+            expired_event = self.lifecycle.expire(
+                pipe, tenant, fact, await self.memory.bump_graph_version(tenant), ttl_over
+            )
             # subscribers hear of a fact leaving memory only if they heard of it: not of one that
             # was never activated (new or pending: no event told them of it)
             outbox = [event_message(expired_event)] if was in ("active", "invalid") else []
             expired.add((tenant, fid))
             if was_active:
-                outbox += await regroup(self.settings, self.memory, tenant, fact, "expiry", f"{fid} expired", f"expired-{fid}-{fact.expires_at!r}")
+                outbox += await regroup(
+                    self.settings,
+                    self.memory,
+                    tenant,
+                    fact,
+                    "expiry",
+                    f"{fid} expired",
+                    f"expired-{fid}-{fact.expires_at!r}",
+                )
             return outbox
 
         return decide

@@ -39,8 +39,12 @@ def extraction_mark(chunk: Chunk) -> str:
 def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
     """Everything a chunk's extraction embeds, in one embed call: its passage (a turn: with who
     said it and when), entity names, facts, then their schemas."""
-    return ([indexed_text] + entity_names + [f"{t.head} {t.relation} {t.tail}" for t in facts]
-            + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts])
+    return (
+        [indexed_text]
+        + entity_names
+        + [f"{t.head} {t.relation} {t.tail}" for t in facts]
+        + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts]
+    )
 
 
 MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle (far above any read-ahead window)
@@ -62,7 +66,9 @@ class ExtractorStage(Stage):
         still grounds, resolves aliases and embeds what it decides (a text missed here is
         embedded then). Errors are left to handle, which meets them itself."""
         try:
-            extraction = await asyncio.shield(self._started(chunk))  # a cancelled prefetch leaves the extraction to handle
+            extraction = await asyncio.shield(
+                self._started(chunk)
+            )  # a cancelled prefetch leaves the extraction to handle
         except Exception:
             return
         facts = [canonical_fact(t) for t in extraction.facts]
@@ -125,7 +131,9 @@ class ExtractorStage(Stage):
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
             try:
-                vectors = await self.embedder.embed(embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts]))
+                vectors = await self.embedder.embed(
+                    embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts])
+                )
             except EmbedderRefused as exc:  # this chunk's text, refused as such: asking again cannot help
                 raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
             ent_vecs = vectors[1 : 1 + len(entities)]
@@ -140,16 +148,34 @@ class ExtractorStage(Stage):
             version = await self.memory.bump_graph_version(tenant) if entities else 0
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
                 self.memory.stage_entity(pipe, tenant, eid, ent.name, ent.type, vec, chunk.chunk_id)
-                self.memory.stage_edge(pipe, tenant, version, entity_node(eid), passage_node(chunk.chunk_id), 1.0, "passage")
+                self.memory.stage_edge(
+                    pipe, tenant, version, entity_node(eid), passage_node(chunk.chunk_id), 1.0, "passage"
+                )
             outbox = []
             for index, ((triple, head_id, tail_id), fvec, svec) in enumerate(zip(facts, fact_vecs, schema_vecs)):
                 sid = schema_id(triple.head_type, triple.relation, triple.tail_type)
                 fid = fact_id(head_id, triple.relation, tail_id)
-                self.memory.stage_schema(pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id)
-                self.memory.stage_new_fact(pipe, tenant, Fact.extracted(fid, triple, head_id, tail_id, sid), fvec, lapse_of(triple.category), chunk.chunk_id)
+                self.memory.stage_schema(
+                    pipe, tenant, sid, triple.head_type, triple.relation, triple.tail_type, svec, chunk.chunk_id
+                )
+                self.memory.stage_new_fact(
+                    pipe,
+                    tenant,
+                    Fact.extracted(fid, triple, head_id, tail_id, sid),
+                    fvec,
+                    lapse_of(triple.category),
+                    chunk.chunk_id,
+                )
                 candidate = CandidateFact(
-                    tenant=tenant, passage_id=chunk.chunk_id, doc_id=chunk.doc_id, fact=triple, fact_index=index,
-                    chunk_fact_count=len(facts), head_id=head_id, tail_id=tail_id, extractor=self.extractor.name,
+                    tenant=tenant,
+                    passage_id=chunk.chunk_id,
+                    doc_id=chunk.doc_id,
+                    fact=triple,
+                    fact_index=index,
+                    chunk_fact_count=len(facts),
+                    head_id=head_id,
+                    tail_id=tail_id,
+                    extractor=self.extractor.name,
                     incarnation=chunk.incarnation,
                 )
                 outbox.append(Emit("candidate-facts", candidate_key(head_id, triple.relation, tail_id), candidate))
@@ -158,7 +184,10 @@ class ExtractorStage(Stage):
             return outbox
 
         await self.once(tenant, extraction_mark(chunk), decide)
-        if self.settings.on("sim_bridging") and not (await self.memory.passage_states(tenant, [chunk.chunk_id]))[0].retired:
+        if (
+            self.settings.on("sim_bridging")
+            and not (await self.memory.passage_states(tenant, [chunk.chunk_id]))[0].retired
+        ):
             await self._bridge_similar(tenant, chunk.chunk_id)  # (a retired passage's entities link nothing)
 
     async def _grounded(self, chunk: Chunk, extraction: Extraction) -> Extraction:
@@ -178,14 +207,27 @@ class ExtractorStage(Stage):
         verdict = grounding.ground(extraction.facts, extraction.entities, passage, other_ids)
         for triple, reason in verdict.dropped:
             metrics.UNGROUNDED_FACTS.labels(reason=reason).inc()
-            log.warning("chunk %s: fact (%r, %r, %r) dropped: %s", chunk.chunk_id, triple.head[:80], triple.relation[:80], triple.tail[:80], reason)
+            log.warning(
+                "chunk %s: fact (%r, %r, %r) dropped: %s",
+                chunk.chunk_id,
+                triple.head[:80],
+                triple.relation[:80],
+                triple.tail[:80],
+                reason,
+            )
         for entity, reason in verdict.dropped_entities:
             metrics.UNGROUNDED_ENTITIES.labels(reason=reason).inc()
             log.warning("chunk %s: entity %r dropped: %s", chunk.chunk_id, entity.name[:80], reason)
         for triple in verdict.demoted:
             metrics.DEMOTED_FACTS.labels(category=triple.category).inc()
-            log.warning("chunk %s: fact (%r, %r, %r) admitted as DECLARATIVE: no sentence naming it states a %s",
-                        chunk.chunk_id, triple.head[:80], triple.relation[:80], triple.tail[:80], triple.category)
+            log.warning(
+                "chunk %s: fact (%r, %r, %r) admitted as DECLARATIVE: no sentence naming it states a %s",
+                chunk.chunk_id,
+                triple.head[:80],
+                triple.relation[:80],
+                triple.tail[:80],
+                triple.category,
+            )
         return Extraction(verdict.entities, verdict.facts)
 
     def _time_of(self, chunk: Chunk):
@@ -206,13 +248,18 @@ class ExtractorStage(Stage):
         if not vectors:
             return
         found = await self.memory.knn_many(tenant, "entities", list(vectors.values()), 10, ["name"])
-        similar = {eid: [h for h in hits if h.id != eid and h.score >= self.settings.sim_edge] for eid, hits in zip(vectors, found)}
+        similar = {
+            eid: [h for h in hits if h.id != eid and h.score >= self.settings.sim_edge]
+            for eid, hits in zip(vectors, found)
+        }
         pipe = self.memory.pipeline()
         if any(similar.values()):
             version = await self.memory.bump_graph_version(tenant)
             for eid, hits in similar.items():
                 for hit in hits:
-                    self.memory.stage_edge(pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar")
+                    self.memory.stage_edge(
+                        pipe, tenant, version, entity_node(eid), entity_node(hit.id), round(hit.score, 4), "similar"
+                    )
         for eid in vectors:
             self.memory.stage_similarity_bridged(pipe, tenant, eid)
         await pipe.execute()

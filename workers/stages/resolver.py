@@ -13,9 +13,9 @@ import logging
 from dataclasses import replace
 
 from store import Memory
-from workers import metrics
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
+from workers import metrics
 from workers.algorithms.expiry import world_time
 from workers.algorithms.normalize import fact_id, short_hash
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
@@ -34,8 +34,14 @@ def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
     # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
     work = f"res:duplicate:{target.id}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
     record = ConflictSet(
-        tenant=cand.tenant, kind="duplicate", candidate=cand, fact_id=target.id, conflicting=[target.id],
-        passage_ids=[cand.passage_id], work_id=work, reason=reason,
+        tenant=cand.tenant,
+        kind="duplicate",
+        candidate=cand,
+        fact_id=target.id,
+        conflicting=[target.id],
+        passage_ids=[cand.passage_id],
+        work_id=work,
+        reason=reason,
     )
     return Emit("conflict-sets", target.head_id, record)
 
@@ -46,8 +52,14 @@ def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, 
     work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
     probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
     record = ConflictSet(
-        tenant=cand.tenant, kind="adjudicate", candidate=probe, fact_id="", conflicting=[],
-        passage_ids=[cand.passage_id], work_id=work, reason=reason,
+        tenant=cand.tenant,
+        kind="adjudicate",
+        candidate=probe,
+        fact_id="",
+        conflicting=[],
+        passage_ids=[cand.passage_id],
+        work_id=work,
+        reason=reason,
     )
     return Emit("conflict-sets", head_id, record)
 
@@ -56,11 +68,22 @@ def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
     """The candidate an adjudication names when no extracted fact caused it (an expiry, a
     retraction): the fact itself, at its first passage (or its id when none is left). `why`
     stands as its extractor."""
-    return CandidateFact(tenant=tenant, passage_id=(fact.passage_ids or [fact.id])[0], doc_id="", fact=fact.triple(), fact_index=0,
-                         chunk_fact_count=1, head_id=fact.head_id, tail_id=fact.tail_id, extractor=why)
+    return CandidateFact(
+        tenant=tenant,
+        passage_id=(fact.passage_ids or [fact.id])[0],
+        doc_id="",
+        fact=fact.triple(),
+        fact_index=0,
+        chunk_fact_count=1,
+        head_id=fact.head_id,
+        tail_id=fact.tail_id,
+        extractor=why,
+    )
 
 
-async def regroup(settings: Settings, memory: Memory, tenant: str, fact: Fact, why: str, reason: str, cause: str) -> list[Emit]:
+async def regroup(
+    settings: Settings, memory: Memory, tenant: str, fact: Fact, why: str, reason: str, cause: str
+) -> list[Emit]:
     """The adjudication of the fact's (head, relation) group, when conflicts are decided and the
     group has another member (a fact that left memory may have excluded it; one that lost
     support may lose its group), probed at the fact (fact_probe, `why`); else nothing."""
@@ -71,8 +94,16 @@ async def regroup(settings: Settings, memory: Memory, tenant: str, fact: Fact, w
 
 def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
     """Work for the resolver: retract `fact` as a caller asked (one request: `request_id`)."""
-    record = ConflictSet(tenant=tenant, kind="retract", candidate=fact_probe(tenant, fact, "request"), fact_id=fact.id, conflicting=[],
-                         passage_ids=[], work_id=f"retract:{fact.id}:{request_id}", reason=reason)
+    record = ConflictSet(
+        tenant=tenant,
+        kind="retract",
+        candidate=fact_probe(tenant, fact, "request"),
+        fact_id=fact.id,
+        conflicting=[],
+        passage_ids=[],
+        work_id=f"retract:{fact.id}:{request_id}",
+        reason=reason,
+    )
     return Emit("conflict-sets", fact.head_id, record)
 
 
@@ -96,7 +127,14 @@ async def containment_changed(settings: Settings, memory: Memory, cand: Candidat
             group = (other.head_id, other.relation) if other else None
             if group and group not in seen and await memory.group_size(cand.tenant, *group) >= 2:
                 seen.add(group)
-                outbox.append(adjudication(cand, *group, f"containment {fact.head_id} {fact.relation} {fact.tail_id} is active", f"containment-{fact.head_id}"))
+                outbox.append(
+                    adjudication(
+                        cand,
+                        *group,
+                        f"containment {fact.head_id} {fact.relation} {fact.tail_id} is active",
+                        f"containment-{fact.head_id}",
+                    )
+                )
     return outbox
 
 
@@ -143,15 +181,24 @@ class ResolverStage(Stage):
         source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
         source = None if source_id == target.id else await self.memory.fact(tenant, source_id)
         # a promotion's passage_id is the promoting chunk; a passage a version retired supports nothing
-        own = set() if cand.activation or not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation) else {cand.passage_id}
+        own = (
+            set()
+            if cand.activation
+            or not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation)
+            else {cand.passage_id}
+        )
         gained = (own | set(source.passage_ids if source else ())) - set(target.passage_ids)
-        merged = self.lifecycle.merge(pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source)
+        merged = self.lifecycle.merge(
+            pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source
+        )
         if merged is None:
             return []
         outbox = [event_message(merged)]
         # more support can change how the target's group is decided
         if self.settings.on("conflicts") and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
-            outbox += await self._adjudicate(pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained})
+            outbox += await self._adjudicate(
+                pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained}
+            )
         return outbox
 
     async def _retract(self, pipe, conflict: ConflictSet) -> list[Emit]:
@@ -171,11 +218,24 @@ class ResolverStage(Stage):
         if was == "pending":
             self.memory.stage_unpend(pipe, tenant, fact.schema_id, [fact.id])
         self.memory.stage_unsupport(pipe, tenant, fact.id, said_by)
-        retracted = self.lifecycle.retract(pipe, tenant, fact, await self.memory.bump_graph_version(tenant),
-                                           f"retracted on request: {conflict.reason}" if conflict.reason else "retracted on request")
+        retracted = self.lifecycle.retract(
+            pipe,
+            tenant,
+            fact,
+            await self.memory.bump_graph_version(tenant),
+            f"retracted on request: {conflict.reason}" if conflict.reason else "retracted on request",
+        )
         outbox = [event_message(retracted)] if was in ("active", "invalid") else []
         if was == "active":  # a fact it excluded may hold now
-            outbox += await regroup(self.settings, self.memory, tenant, fact, "request", f"{fact.id} retracted on request", f"{conflict.work_id}-group")
+            outbox += await regroup(
+                self.settings,
+                self.memory,
+                tenant,
+                fact,
+                "request",
+                f"{fact.id} retracted on request",
+                f"{conflict.work_id}-group",
+            )
         return outbox
 
     async def prefetch(self, conflict: ConflictSet) -> None:
@@ -199,9 +259,14 @@ class ResolverStage(Stage):
         nor one retracted that no current passage supports (workers.stages.chunker; one a
         passage says again is back)."""
         members = await self.memory.group(tenant, head_id, relation)
-        facts = {fid: f for fid, f in zip(members, await self.memory.facts(tenant, members))
-                 if f and f.status != "merged" and not (f.status == "retracted" and not f.passage_ids) and not f.lapsed()}
-        for fid, fact in list(facts.items()):  # pending: being promoted (its schema stable), else parked behind the gate
+        facts = {
+            fid: f
+            for fid, f in zip(members, await self.memory.facts(tenant, members))
+            if f and f.status != "merged" and not (f.status == "retracted" and not f.passage_ids) and not f.lapsed()
+        }
+        for fid, fact in list(
+            facts.items()
+        ):  # pending: being promoted (its schema stable), else parked behind the gate
             if fact.status == "pending" and await self.memory.schema_status(tenant, fact.schema_id) != "stable":
                 del facts[fid]
         return facts
@@ -211,7 +276,9 @@ class ResolverStage(Stage):
         heads, multi = await self.memory.relation_counts(tenant, relation)
         return not is_multi_valued(heads, multi) and len(facts) >= 2
 
-    async def _adjudicate(self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None) -> list[Emit]:
+    async def _adjudicate(
+        self, pipe, cand: CandidateFact, head_id: str, relation: str, why: str, extra: dict | None = None
+    ) -> list[Emit]:
         """Decide a (head, relation) group from its content and apply the difference."""
         tenant = cand.tenant
         facts = await self._members(tenant, head_id, relation)
@@ -235,7 +302,12 @@ class ResolverStage(Stage):
 
     async def _rules_decisions(self, tenant: str, group: list[GroupFact]) -> dict:
         tails = {g.tail_id for g in group}
-        contains = {(a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS) for a in tails for b in tails if a != b}
+        contains = {
+            (a, b): await self.memory.broader(tenant, a, b, CONTAINMENT_RELATIONS)
+            for a in tails
+            for b in tails
+            if a != b
+        }
         return adjudicate(group, lambda a, b: contains.get((a, b), False))
 
     async def _llm_decisions(self, tenant: str, group: list[GroupFact], facts: dict) -> dict:
@@ -244,14 +316,18 @@ class ResolverStage(Stage):
         deterministic policy decides the whole group (logged; the latter counted), so no group
         stays open and no planted passage decides through a quote it does not contain."""
         try:
-            decisions, unquoted = await self.resolver_llm.structured("resolve", *await self._resolution_request(tenant, group, facts))
+            decisions, unquoted = await self.resolver_llm.structured(
+                "resolve", *await self._resolution_request(tenant, group, facts)
+            )
         except (MalformedOutput, LLMError) as exc:
             log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
             return await self._rules_decisions(tenant, group)
         if unquoted:
             metrics.UNGROUNDED_EVIDENCE.inc()
-            log.warning("resolve: the LLM's evidence for fact(s) %s is not in the passage it cites; the evidence policy decides this group",
-                        ", ".join(unquoted))
+            log.warning(
+                "resolve: the LLM's evidence for fact(s) %s is not in the passage it cites; the evidence policy decides this group",
+                ", ".join(unquoted),
+            )
             return await self._rules_decisions(tenant, group)
         return decisions
 
@@ -261,7 +337,12 @@ class ResolverStage(Stage):
         passage_ids = sorted({pid for g in group for pid in g.passage_ids})
         passages = {p["id"]: p["text"] for p in await self.memory.passages(tenant, passage_ids) if p}
         some = facts[group[0].id]
-        messages = resolution_messages(some.head, some.relation, [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group], passages)
+        messages = resolution_messages(
+            some.head,
+            some.relation,
+            [(g, facts[g.id].text or f"{facts[g.id].head} {facts[g.id].relation} {facts[g.id].tail}") for g in group],
+            passages,
+        )
 
         def validate(data):
             return parse_resolution(data, group, passages), unquoted_evidence(data, passages)
@@ -271,8 +352,14 @@ class ResolverStage(Stage):
     async def _group_fact(self, tenant: str, fid: str, fact: Fact) -> GroupFact:
         passages = [p for p in await self.memory.passages(tenant, fact.passage_ids) if p]
         return GroupFact(
-            id=fid, tail_id=fact.tail_id, support=len(fact.passage_ids), doc_version=max((p["doc_version"] for p in passages), default=1),
-            ts=fact.created_at or 0.0, valid_from=fact.valid_from, valid_to=fact.valid_to, passage_ids=tuple(fact.passage_ids),
+            id=fid,
+            tail_id=fact.tail_id,
+            support=len(fact.passage_ids),
+            doc_version=max((p["doc_version"] for p in passages), default=1),
+            ts=fact.created_at or 0.0,
+            valid_from=fact.valid_from,
+            valid_to=fact.valid_to,
+            passage_ids=tuple(fact.passage_ids),
         )
 
     async def _apply(self, pipe, cand: CandidateFact, facts: dict[str, Fact], decisions: dict, why: str) -> list[Emit]:
@@ -288,13 +375,31 @@ class ResolverStage(Stage):
             if decision.status == "active":
                 was_active, old_qualifiers = fact.status == "active", fact.qualifiers
                 if not was_active:
-                    outbox.append(event_message(self.lifecycle.activate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                    outbox.append(
+                        event_message(
+                            self.lifecycle.activate(
+                                pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told
+                            )
+                        )
+                    )
                     outbox += await containment_changed(self.settings, self.memory, cand, fact)
                 if decision.qualifiers != old_qualifiers:
-                    outbox.append(event_message(self.lifecycle.qualify(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told)))
+                    outbox.append(
+                        event_message(
+                            self.lifecycle.qualify(
+                                pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told
+                            )
+                        )
+                    )
             elif decision.status == "invalid" and fact.status != "invalid":
                 ends_at = superseded_at(fact, facts.get(decision.excluded_by))
-                outbox.append(event_message(self.lifecycle.invalidate(pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told, ends_at)))
+                outbox.append(
+                    event_message(
+                        self.lifecycle.invalidate(
+                            pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told, ends_at
+                        )
+                    )
+                )
             else:
                 self.lifecycle.requalify_silently(pipe, tenant, fact, decision.qualifiers, reason)
         return outbox
