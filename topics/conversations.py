@@ -21,30 +21,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from topics import ContractError, Document
-from topics.times import EARLIEST_TS, LATEST_TS, epoch_seconds, iso_moment
+from topics.times import EARLIEST_TS, LATEST_TS, MONTHS, epoch_seconds, iso_moment
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _LOCOMO_DATE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]\.?m\.?)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        [
-            "january",
-            "february",
-            "march",
-            "april",
-            "may",
-            "june",
-            "july",
-            "august",
-            "september",
-            "october",
-            "november",
-            "december",
-        ],
-        1,
-    )
-}
+_MONTHS = {m: i for i, m in enumerate(MONTHS, 1)}
 _DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)", re.I)
 # Session and turn numbers of more digits are no ids (int() refuses over 4,300 digits with ValueError)
 MAX_ID_DIGITS = 18

@@ -21,6 +21,23 @@ from topics.contract import FACT_CATEGORIES, ContractError
 # the seconds since the epoch a datetime can represent: years 1 to 9999
 EARLIEST_TS = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()
 LATEST_TS = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+# The months' English names, and a regex of any of them or its abbreviation: what the
+# conversation loader, the time cue and reconstruct's tags all read dates with.
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+MONTH_PATTERN = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 
 TTL_METADATA = "ttl_seconds"  # the document metadata field
 

@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from topics.times import MONTH_PATTERN, MONTHS
 from workers.algorithms.normalize import UnnamedEntity, entity_id
 
 # ---- the budget ------------------------------------------------------------------------------
@@ -113,30 +114,15 @@ STOPWORDS = frozenset(
     "these they this those through to too under until up very was we were what when where which while who whom why will "
     "with would you your yours yourself yourselves did does tell know said say says ever also".split()
 )
-MONTHS = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-)
-_MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 # the longest first: "8 May, 2023" before "May 2023" before "2023"
 _TIME = re.compile(
     r"\b(?:\d{4}-\d{2}(?:-\d{2})?"
-    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}\.?,?\s+\d{{4}}"
-    rf"|{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}"
-    rf"|{_MONTH}\.?,?\s+\d{{4}}"
-    rf"|{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+{MONTH_PATTERN}\.?,?\s+\d{{4}}"
+    rf"|{MONTH_PATTERN}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}"
+    rf"|{MONTH_PATTERN}\.?,?\s+\d{{4}}"
+    rf"|{MONTH_PATTERN}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?"
     r"|(?:1[0-9]|20)\d{2}s?"
-    rf"|{_MONTH})\b",
+    rf"|{MONTH_PATTERN})\b",
     re.I,
 )
 _MONTH_WORDS = frozenset(MONTHS) | {m[:3] for m in MONTHS} | {"sept"}

@@ -17,21 +17,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-MONTHS = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-)
-_MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+from topics.times import MONTH_PATTERN, MONTHS
+
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 _YEAR = r"(?:1[89]\d\d|20\d\d)"
 _NUMBER = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several|couple of|a couple of)"
@@ -48,16 +35,16 @@ _WHEN_QUESTION = re.compile(
 # A turn that says when something happened or will.
 _SAYS_WHEN = re.compile(
     rf"\b(?:yesterday|today|tonight|tomorrow|recently|ago|"
-    rf"(?:last|next|this|past|coming|previous) (?:{_UNIT}|{_WEEKDAY}|{_MONTH})|"
+    rf"(?:last|next|this|past|coming|previous) (?:{_UNIT}|{_WEEKDAY}|{MONTH_PATTERN})|"
     rf"{_NUMBER} {_UNIT} (?:ago|back|later|before|from now)|"
-    rf"the other (?:day|week|night)|(?:on|in|since|until|by|during) (?:{_WEEKDAY}|{_MONTH}|{_YEAR})|"
-    rf"{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTH}|{_YEAR})\b",
+    rf"the other (?:day|week|night)|(?:on|in|since|until|by|during) (?:{_WEEKDAY}|{MONTH_PATTERN}|{_YEAR})|"
+    rf"{MONTH_PATTERN} \d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{MONTH_PATTERN}|{_YEAR})\b",
     re.I,
 )
 
 # A period a question names: "in May 2023", "May 2023", "in June", "in 2022".
-_MONTH_YEAR = re.compile(rf"\b({_MONTH})\.?,? ({_YEAR})\b", re.I)
-_IN_MONTH = re.compile(rf"\b(?:in|during|of|last|this) ({_MONTH})\b", re.I)
+_MONTH_YEAR = re.compile(rf"\b({MONTH_PATTERN})\.?,? ({_YEAR})\b", re.I)
+_IN_MONTH = re.compile(rf"\b(?:in|during|of|last|this) ({MONTH_PATTERN})\b", re.I)
 _IN_YEAR = re.compile(rf"\b(?:in|during|of) ({_YEAR})\b", re.I)
 
 

@@ -26,6 +26,7 @@ from lemminflect import getAllLemmas
 
 from topics import ContractError
 from topics.records import Triple
+from topics.times import MONTHS
 from workers.algorithms import categories
 from workers.algorithms.categories import Finding
 from workers.algorithms.normalize import content_hash, has_entity_id, relation_name
@@ -113,20 +114,6 @@ _SENTENCE_STARTERS = {
     "following",
     "later",
     "some",
-}
-_MONTHS = {
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
 }
 _ORG_WORDS = {
     "university",
@@ -229,7 +216,7 @@ def type_of(name: str) -> str:
     words = name.replace(".", " ").lower().split()
     if not words:
         return "ENTITY"
-    if re.fullmatch(r"(1[0-9]|20)\d\d", name.strip()) or words[0] in _MONTHS and len(words) <= 3:
+    if re.fullmatch(r"(1[0-9]|20)\d\d", name.strip()) or words[0] in MONTHS and len(words) <= 3:
         return "DATE"
     if re.fullmatch(r"[\d.,]+%?", name.strip()):
         return "NUMBER"
