@@ -32,7 +32,7 @@ from store.server_stats import server_usage
 from workers.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-ACCEPTABLE_SHARE = 0.05  # of one core, with 5,000 documents pending (issue 13)
+ACCEPTABLE_SHARE = 0.05  # of one core, with 5,000 documents pending
 
 
 @dataclass

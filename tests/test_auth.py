@@ -1,4 +1,4 @@
-"""API keys and tenants on the query worker (issue 12, items 1 and 2 over HTTP): keys configured
+"""API keys and tenants on the query worker over HTTP: keys configured
 hashed in MEMSTREAM_API_KEYS(_FILE) (workers.query.auth), enforced before any handler runs by
 the middleware workers.query.http.authorization — 401 JSON without a known key, 403 JSON for a
 tenant or scope the key lacks, on every endpoint but /healthz, MCP included; a worker without

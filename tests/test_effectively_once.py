@@ -1,4 +1,4 @@
-"""Nothing lost, nothing wrong (issue 9): poison messages, fenced commits, outboxes that drain,
+"""Nothing lost, nothing wrong: poison messages, fenced commits, outboxes that drain,
 merges only of the same fact, re-activation, event ids per transition — the stages in this
 process over the test stack's Redis (tests/inprocess.py), and a SIGTERM through real Kafka."""
 

@@ -1,4 +1,4 @@
-"""Two timelines and expiry (issue 11 item 3): TTLs per category (settings) and per document
+"""Two timelines and expiry: TTLs per category (settings) and per document
 (metadata), the expiry sweep (one `expired` event per fact and lapse, the graph edge dropped,
 the fact gone from retrieval — before the sweep too), invalidation dropping a fact likewise,
 `as_of` answering from the facts valid then, and bad TTLs and as_of refused by name.

@@ -26,3 +26,21 @@ def test_ruff_finds_nothing_to_report():
 def test_the_code_is_as_ruff_formats_it():
     found = _ruff("format", "--no-cache", "--check")
     assert found.returncode == 0, "run `ruff format`:\n" + found.stdout + found.stderr
+
+
+def test_no_code_or_doc_sends_the_reader_to_an_issue_number():
+    """Code and docs say what and why themselves: an issue tracker's number means nothing in a clone."""
+    import re
+
+    cite = re.compile(r"\bissues? \d+\b|\bissue #\d+", re.I)
+    files = [p for d in CHECKED for p in (ROOT / d).rglob("*.py")] + [
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+    ]
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in files
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if cite.search(line)
+    ]
+    assert found == []

@@ -1,4 +1,4 @@
-"""Input hygiene (issue 9): poison values are refused with ContractError and a reason, names that
+"""Input hygiene: poison values are refused with ContractError and a reason, names that
 differ only by a symbol keep distinct entity ids, `publish` refuses control characters, GraphML
 is always valid XML, and text without spaces is chunked within the window. All pure."""
 

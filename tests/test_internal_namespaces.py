@@ -1,6 +1,6 @@
 """memstream's own shared keys (the LLM and embedding caches) live in namespaces no tenant can be
 named: a tenant called "llm-cache" or "embedding-cache" used to share the caches' hash tag, so its
-keys, scans and deletions reached the caches (issue 12: internal namespaces cannot collide with
+keys, scans and deletions reached the caches (internal namespaces cannot collide with
 tenant names)."""
 
 import re

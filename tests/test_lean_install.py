@@ -1,4 +1,4 @@
-"""The lean install (issue 13): torch, sentence-transformers and the bundled model are the
+"""The lean install: torch, sentence-transformers and the bundled model are the
 optional `local` extra. With an embeddings endpoint (MEMSTREAM_EMBEDDER=openai) nothing imports
 them; MEMSTREAM_EMBEDDER=local without the extra is a clear configuration error; the Dockerfile
 builds the lean image unless told otherwise."""

@@ -1,4 +1,4 @@
-"""The embeddings endpoint (MEMSTREAM_EMBEDDER=openai, issue 13): the real `openai` client
+"""The embeddings endpoint (MEMSTREAM_EMBEDDER=openai): the real `openai` client
 against ops.fake_llm.FakeEmbeddings (a test double) — bounded batches and requests in flight,
 retries, clear errors, checked vectors, the shared Redis cache — and a tenant's record of the
 embedder its indexes were built with: writing or querying it with another is a clear error."""

@@ -1,4 +1,4 @@
-"""Bounded queries and load that is queued or shed (issue 9, items 7 and 8): out-of-range
+"""Bounded queries and load that is queued or shed: out-of-range
 retrieval parameters, NaN/Infinity and lone surrogates are 400s with a JSON body; requests past
 the in-flight cap are 503 + Retry-After; every error body is JSON; PPR stops at its pass cap and
 says so, and runs off the event loop; a saturated Redis pool queues commands.

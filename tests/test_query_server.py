@@ -1,4 +1,4 @@
-"""The query worker as a plain aiohttp server needing only Redis (issue 10): `memstream worker
+"""The query worker as a plain aiohttp server needing only Redis: `memstream worker
 --role query` answers `POST /v1/query` and /healthz with no Kafka broker reachable and stops
 cleanly on SIGTERM; in process, `workers.query.server.query_app` over real Redis answers the
 drill-down routes, /healthz and /metrics. (Bad input, load shedding and error bodies:

@@ -1,4 +1,4 @@
-"""Redis round trips of the indexing stages that do not grow with the work in a chunk (issue 13:
+"""Redis round trips of the indexing stages that do not grow with the work in a chunk (before:
 the rules pipeline made several round trips per entity and per fact). Commands are counted
 through a wrapper of the Redis client: each command sent alone and each pipeline sent is one."""
 

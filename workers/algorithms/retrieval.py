@@ -3,7 +3,7 @@ facts above τ_q, build the structure-aware reset vector, run PPR over the cache
 passages. The query worker fetches the layers and keeps the graph; everything here is math on
 what it hands over, so the benchmark and the tests run the very same code.
 
-One departure from DESIGN §5, measured (issue 4): every similarity becomes a seed weight through
+One departure from DESIGN §5, measured: every similarity becomes a seed weight through
 exp((sim − best) / T) before the DESIGN terms apply, and passages weigh α = 2 instead of 0.05.
 With raw all-MiniLM-L6-v2 cosines a fact at 0.5 seeds almost as heavily as a passage at 0.65,
 and PPR ranked below dense on MuSiQue (R@2 41.7 vs 47.2); calibrated, 48.6 / 70.5 vs 47.2 / 62.2.

@@ -1,4 +1,4 @@
-"""Query mode "reconstruct": recall step by step, as a person does (issue 11, item 5).
+"""Query mode "reconstruct": recall step by step, as a person does.
 
 1. Cues from the query: the entities it names (spans whose entity id, aliases resolved, the
    memory holds; else the entities nearest the query vector), its times and its remaining
