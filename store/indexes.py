@@ -18,7 +18,7 @@ twice, in its record and in the index's copy, and a float32 pair was most of a t
 `memstream migrate` re-encodes the records of the float32 indexes from before and drops them.
 
 FLAT by default: below ~50k vectors per tenant it loads far faster than HNSW at the same query
-latency (DESIGN §4); HNSW keeps KNN time flat for larger memories. The algorithm is fixed when
+latency (docs/architecture.md §4); HNSW keeps KNN time flat for larger memories. The algorithm is fixed when
 the shared index is created."""
 
 from __future__ import annotations

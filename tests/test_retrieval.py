@@ -1,4 +1,4 @@
-"""The retrieval core without I/O: the reset vector of DESIGN §5 term by term, parameter
+"""The retrieval core without I/O: the reset vector of docs/architecture.md §5 term by term, parameter
 validation, and the query worker's graph applying change-stream entries as deltas."""
 
 import math
@@ -23,7 +23,7 @@ def small_memory():
     return tg
 
 
-DESIGN = RetrievalParams(temperature=0, alpha=0.05)  # DESIGN §5's raw-similarity form
+DESIGN = RetrievalParams(temperature=0, alpha=0.05)  # docs/architecture.md §5's raw-similarity form
 
 
 def test_reset_vector_follows_design_section_5():

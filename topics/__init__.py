@@ -1,7 +1,7 @@
 """The message contract: topic names, versioned JSON records, validation, keys.
 
 Every record is a JSON object carrying `v` (schema version) and `tenant`. Producers in any
-language can publish to these topics by following `docs` in the README; this module is the
+language can publish to these topics by following docs/usage.md ("Publishing from your own producer"); this module is the
 single place that decides what a valid message is.
 """
 

@@ -1,4 +1,4 @@
-"""The envelope every indexing stage shares: one message handled effectively once (DESIGN §6).
+"""The envelope every indexing stage shares: one message handled effectively once (docs/architecture.md §6).
 
 A stage decides its Redis writes and its outgoing messages; the envelope commits both in one
 MULTI (writes + outbox), publishes the outbox, then sets the message's done mark. A redelivery

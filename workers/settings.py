@@ -1,4 +1,4 @@
-"""Settings from `MEMSTREAM_*` environment variables (the README lists them all)."""
+"""Settings from `MEMSTREAM_*` environment variables (docs/configuration.md lists them all)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ derives the `Transition` the iteration uses — float32, hubs first, column-norm
 until the next delta: never a rebuild from the edges per query or per document. Node capacity
 grows by doubling, so new nodes rarely resize the matrix.
 
-`SparseGraph.pagerank` is the PPR of DESIGN §5, x = (1 − λ)·r + λ·(Pᵀx + dangling mass · r),
+`SparseGraph.pagerank` is the PPR of docs/architecture.md §5, x = (1 − λ)·r + λ·(Pᵀx + dangling mass · r),
 P the row-normalised adjacency, λ = 0.5 (igraph's "damping 0.5", HippoRAG's call), solved by
 Chebyshev semi-iteration to a guaranteed L1 error below the tolerance (`_chebyshev`), in at
 most MAX_PASSES matrix passes: one query's work is bounded whatever its damping and tolerance.

@@ -1,9 +1,9 @@
-"""Memory-guided retrieval (pure: no I/O). DESIGN §5 steps 1–3: keep the retrieved schemas and
+"""Memory-guided retrieval (pure: no I/O). docs/architecture.md §5 steps 1–3: keep the retrieved schemas and
 facts above τ_q, build the structure-aware reset vector, run PPR over the cached graph and rank
 passages. The query worker fetches the layers and keeps the graph; everything here is math on
 what it hands over, so the benchmark and the tests run the very same code.
 
-One departure from DESIGN §5, measured: every similarity becomes a seed weight through
+One departure from docs/architecture.md §5, measured: every similarity becomes a seed weight through
 exp((sim − best) / T) before the DESIGN terms apply, and passages weigh α = 2 instead of 0.05.
 With raw all-MiniLM-L6-v2 cosines a fact at 0.5 seeds almost as heavily as a passage at 0.65,
 and PPR ranked below dense on MuSiQue (R@2 41.7 vs 47.2); calibrated, 48.6 / 70.5 vs 47.2 / 62.2.
@@ -224,7 +224,7 @@ def seed(
     params: RetrievalParams,
     linked: dict[str, float] | None = None,
 ) -> Seeds | None:
-    """The structure-aware reset vector (DESIGN §5 step 2), or None when no schema or fact
+    """The structure-aware reset vector (docs/architecture.md §5 step 2), or None when no schema or fact
     survives τ_q and the query names no entity of the memory (`linked`: entity node → weight,
     linked_weights) — the caller answers the first stage then. `facts` must already exclude
     invalid, merged and expired facts: they contribute nothing."""

@@ -8,7 +8,7 @@
   a sentence also states its "trigger fact" (speaker, relation of the cue, the thing
   constrained / rejected / failed on) — in a conversation turn always, in a plain document
   only when the neighbour rule found no fact in it.
-- `replay`: recorded extractions, keyed by the sha256 of the chunk text (JSONL, see README), or
+- `replay`: recorded extractions, keyed by the sha256 of the chunk text (JSONL, see docs/configuration.md), or
   HippoRAG's OpenIE output keyed by passage text.
 - `llm`: one structured call per chunk to a `ChatModel` (workers/models/llm.py), prompt in
   workers/models/prompts.py.

@@ -4,7 +4,7 @@ The first stage (modes hybrid, ppr, reconstruct): the passages nearest the query
 and those best matching its words (lexical: the store's BM25, store.lexical), fused by
 reciprocal rank. `dense` and `lexical` are each leg alone, `hybrid` the first stage alone.
 
-PPR mode (DESIGN §5): KNN over stable schemas and active facts, and the first stage, in
+PPR mode (docs/architecture.md §5): KNN over stable schemas and active facts, and the first stage, in
 parallel with the graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`),
 PPR over the cached graph (`workers.query.graph_cache`), then the first stage's ranking fused with
 the walk's, so the walk re-ranks the first stage and top_k is always filled. When no schema or
