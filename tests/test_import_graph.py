@@ -91,6 +91,15 @@ def test_a_cycle_is_found_where_there_is_one():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+STAGES = {f"workers.stages.{name}" for name in ("chunker", "extractor", "detector", "resolver", "expiry")}
+
+
+def test_no_stage_imports_another():
+    """A stage hands others work through workers.stages.work, never by importing their module."""
+    graph = import_graph()
+    assert sorted((stage, other) for stage in STAGES for other in graph[stage] & STAGES) == []
+
+
 def test_the_layers_import_downwards_only():
     upward = sorted(
         (m, d)

@@ -432,9 +432,8 @@ class CandidateFact(Record):
     work_id: str = ""
     incarnation: int = 0  # the passage's (Chunk.incarnation)
 
-    @property
-    def key(self) -> str:
-        return self.head_id
+    # Its partition key is workers.stages.work.candidate_key (the head, or the smaller end of a
+    # symmetric pair): not a property here, since which relations are symmetric is the policy's.
 
     @property
     def passage_mark(self) -> str:
@@ -446,8 +445,9 @@ class ConflictSet(Record):
     """Work for the resolver. kind `duplicate`: merge the candidate into fact_id (the same
     fact, a swapped symmetric one, or a near-duplicate); kind `adjudicate`: decide the group
     (candidate's head, relation) again; kind `retract`: take fact_id out of memory as a caller
-    asked (`memstream retract`, POST /v1/facts/{id}/retract, the MCP tool retract_fact). Key: the head entity id, so one head's conflicts are
-    resolved in order. `candidate.passage_id` is the chunk whose progress waits for work_id."""
+    asked (`memstream retract`, POST /v1/facts/{id}/retract, the MCP tool retract_fact). Key: the
+    head entity whose group is decided (set in workers.stages.work: a duplicate's is its target's
+    head, which the record does not hold), so one head's conflicts are resolved in order. `candidate.passage_id` is the chunk whose progress waits for work_id."""
 
     TOPIC: ClassVar[str] = "conflict-sets"
     KINDS: ClassVar[tuple[str, ...]] = ("duplicate", "adjudicate", "retract")
@@ -468,10 +468,6 @@ class ConflictSet(Record):
         if record.kind not in cls.KINDS:
             raise ContractError(f"{where or cls.TOPIC}: kind {record.kind!r} is not one of {', '.join(cls.KINDS)}")
         return record
-
-    @property
-    def key(self) -> str:
-        return self.candidate.head_id
 
 
 @dataclass

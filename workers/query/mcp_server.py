@@ -48,7 +48,7 @@ from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
 from workers.query.parts import cached_embedder, query_memory
 from workers.settings import Settings
-from workers.stages.resolver import retraction
+from workers.stages.work import retraction
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class DocumentPublisher:
         await asyncio.to_thread(self._send, self.topic, deletion.key, None, f"the deletion of document {doc_id!r}")
 
     async def retract(self, tenant: str, fact, reason: str) -> str:
-        """The fact's retraction for the resolver (workers.stages.resolver.retraction); its work id."""
+        """The fact's retraction for the resolver (workers.stages.work.retraction); its work id."""
         work = retraction(tenant, fact, reason, uuid.uuid4().hex[:16])
         await asyncio.to_thread(
             self._send,

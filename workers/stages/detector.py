@@ -23,16 +23,9 @@ from workers.algorithms.policy import (
 )
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage, current_passage
-from workers.stages.resolver import adjudication, containment_changed, duplicate
+from workers.stages.work import adjudication, candidate_key, containment_changed, duplicate
 
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
-
-
-def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
-    """The partition key of a candidate fact: its head, so one head's facts are detected in
-    order — but the smaller entity of a symmetric pair, so "A married B" and "B married A" are
-    detected one after the other, never both activated at once on two partitions."""
-    return min(head_id, tail_id) if relation in SYMMETRIC_RELATIONS else head_id
 
 
 def detection_mark(cand: CandidateFact, fid: str) -> str:

@@ -32,6 +32,7 @@ from workers.envelope import Emit, event_message
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
 from workers.settings import Settings
 from workers.stages.context import Stage
+from workers.stages.work import embedded_texts as extractor_texts
 
 
 def extraction_cache_keys(settings: Settings, passages: list[tuple[str, dict]]) -> list[str]:
@@ -53,12 +54,9 @@ def embedded_texts(
     facts: list[tuple[str, dict]],
     with_schemas: bool = False,
 ) -> list[str]:
-    """Every text the extraction embedded for these records (workers.stages.extractor.embedded_texts):
+    """Every text the extraction embedded for these records (workers.stages.work.embedded_texts):
     each passage as indexed (topics.Chunk.indexed_text: context line, then text), entity names,
     each fact and, `with_schemas`, each fact's schema."""
-    from workers.stages.extractor import (
-        embedded_texts as extractor_texts,  # the extractor imports the detector, which imports the resolver
-    )
 
     indexed = [
         f"{row['context']}\n{row['text']}" if row.get("context") else row["text"]

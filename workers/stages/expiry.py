@@ -23,7 +23,7 @@ import time
 
 from workers.envelope import Emit, event_message
 from workers.stages.context import Stage
-from workers.stages.resolver import regroup
+from workers.stages.work import regroup
 
 SWEEP_BATCH = 500  # lapsed facts read from the index at once
 GONE = ("merged", "expired", "retracted")  # no longer in memory: nothing to expire

@@ -1,5 +1,5 @@
 """A_ext: a chunk → its passage, entities, schemas and new facts in memory, and one candidate
-fact per extracted fact on `candidate-facts` (keyed for the detector: detector.candidate_key)."""
+fact per extracted fact on `candidate-facts` (keyed for the detector: work.candidate_key)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import replace
 from store.facts import Fact
 from store.keys import entity_node, passage_node
 from topics import CandidateFact, Chunk
-from topics.records import Triple, passage_mark
+from topics.records import passage_mark
 from workers import metrics
 from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
@@ -23,7 +23,7 @@ from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEm
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.stages.context import Stage, StageContext, current_passage
-from workers.stages.detector import candidate_key
+from workers.stages.work import candidate_key, embedded_texts
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +34,6 @@ def extraction_mark(chunk: Chunk) -> str:
     the same content is extracted once — and once more each time a revert brings it back
     (Chunk.incarnation)."""
     return f"ext:{passage_mark(chunk.chunk_id, chunk.incarnation)}"
-
-
-def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
-    """Everything a chunk's extraction embeds, in one embed call: its passage (a turn: with who
-    said it and when), entity names, facts, then their schemas."""
-    return (
-        [indexed_text]
-        + entity_names
-        + [f"{t.head} {t.relation} {t.tail}" for t in facts]
-        + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts]
-    )
 
 
 MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle (far above any read-ahead window)

@@ -2,17 +2,14 @@
 the fact it repeats; fact events on `indexed-facts`, and further groups to decide on
 `conflict-sets`.
 
-This module owns the resolver's input: the conflict sets other stages send it (`duplicate`,
-`adjudication`), whose work ids give its done marks, and `containment_changed`, which names the
-groups a new containment fact makes worth deciding again (the detector calls it too).
+Its input, the conflict sets other stages send it, is built in workers.stages.work (`duplicate`,
+`adjudication`, `retraction`, `containment_changed`); their work ids give its done marks here.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
-from store import Memory
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
 from workers import metrics
@@ -22,89 +19,10 @@ from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
-from workers.settings import Settings
 from workers.stages.context import Stage, StageContext, current_passage
+from workers.stages.work import containment_changed, regroup
 
 log = logging.getLogger(__name__)
-
-
-def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
-    """Work for the resolver: merge the candidate into `target`, the fact it repeats."""
-    # keyed by the target's head: the resolver decides the target's group, and one head's
-    # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
-    work = f"res:duplicate:{target.id}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
-    record = ConflictSet(
-        tenant=cand.tenant,
-        kind="duplicate",
-        candidate=cand,
-        fact_id=target.id,
-        conflicting=[target.id],
-        passage_ids=[cand.passage_id],
-        work_id=work,
-        reason=reason,
-    )
-    return Emit("conflict-sets", target.head_id, record)
-
-
-def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
-    """Work for the resolver: decide the group (head_id, relation) again, because of `cand`."""
-    # the cause keeps work ids apart when one fact triggers a group for several reasons
-    work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
-    probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
-    record = ConflictSet(
-        tenant=cand.tenant,
-        kind="adjudicate",
-        candidate=probe,
-        fact_id="",
-        conflicting=[],
-        passage_ids=[cand.passage_id],
-        work_id=work,
-        reason=reason,
-    )
-    return Emit("conflict-sets", head_id, record)
-
-
-def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
-    """The candidate an adjudication names when no extracted fact caused it (an expiry, a
-    retraction): the fact itself, at its first passage (or its id when none is left). `why`
-    stands as its extractor."""
-    return CandidateFact(
-        tenant=tenant,
-        passage_id=(fact.passage_ids or [fact.id])[0],
-        doc_id="",
-        fact=fact.triple(),
-        fact_index=0,
-        chunk_fact_count=1,
-        head_id=fact.head_id,
-        tail_id=fact.tail_id,
-        extractor=why,
-    )
-
-
-async def regroup(
-    settings: Settings, memory: Memory, tenant: str, fact: Fact, why: str, reason: str, cause: str
-) -> list[Emit]:
-    """The adjudication of the fact's (head, relation) group, when conflicts are decided and the
-    group has another member (a fact that left memory may have excluded it; one that lost
-    support may lose its group), probed at the fact (fact_probe, `why`); else nothing."""
-    if settings.on("conflicts") and await memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
-        return [adjudication(fact_probe(tenant, fact, why), fact.head_id, fact.relation, reason, cause)]
-    return []
-
-
-def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
-    """Work for the resolver: retract `fact` as a caller asked (one request: `request_id`)."""
-    record = ConflictSet(
-        tenant=tenant,
-        kind="retract",
-        candidate=fact_probe(tenant, fact, "request"),
-        fact_id=fact.id,
-        conflicting=[],
-        passage_ids=[],
-        work_id=f"retract:{fact.id}:{request_id}",
-        reason=reason,
-    )
-    return Emit("conflict-sets", fact.head_id, record)
 
 
 def resolution_mark(conflict: ConflictSet) -> str:
@@ -114,28 +32,6 @@ def resolution_mark(conflict: ConflictSet) -> str:
     if conflict.work_id:
         return f"work:{short_hash(conflict.work_id, size=32)}"
     return f"res:{conflict.candidate.passage_mark}:{conflict.candidate.fact_index}"
-
-
-async def containment_changed(settings: Settings, memory: Memory, cand: CandidateFact, fact: Fact) -> list[Emit]:
-    """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
-    and Y into a granularity qualification: decide the groups with those tails again."""
-    if not settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
-        return []
-    outbox, seen = [], set()
-    for entity in (fact.head_id, fact.tail_id):
-        for other in await memory.facts(cand.tenant, await memory.facts_with_tail(cand.tenant, entity)):
-            group = (other.head_id, other.relation) if other else None
-            if group and group not in seen and await memory.group_size(cand.tenant, *group) >= 2:
-                seen.add(group)
-                outbox.append(
-                    adjudication(
-                        cand,
-                        *group,
-                        f"containment {fact.head_id} {fact.relation} {fact.tail_id} is active",
-                        f"containment-{fact.head_id}",
-                    )
-                )
-    return outbox
 
 
 def superseded_at(fact: Fact, winner: Fact | None) -> str:

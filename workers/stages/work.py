@@ -1,0 +1,135 @@
+"""What one stage hands another: a candidate fact's partition key, the work the resolver is sent
+(a duplicate to merge, a group to decide again, a retraction) with the probes and work ids that
+make its done marks, and the texts an extraction embeds (what an erasure must purge). Stages
+import this module, never each other (tests/test_import_graph.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from store import Memory
+from store.facts import Fact
+from topics import CandidateFact, ConflictSet
+from topics.records import Triple
+from workers.algorithms.policy import CONTAINMENT_RELATIONS, SYMMETRIC_RELATIONS
+from workers.envelope import Emit
+from workers.settings import Settings
+
+
+def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
+    """The partition key of a candidate fact: its head, so one head's facts are detected in
+    order — but the smaller entity of a symmetric pair, so "A married B" and "B married A" are
+    detected one after the other, never both activated at once on two partitions."""
+    return min(head_id, tail_id) if relation in SYMMETRIC_RELATIONS else head_id
+
+
+def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
+    """Work for the resolver: merge the candidate into `target`, the fact it repeats."""
+    # keyed by the target's head: the resolver decides the target's group, and one head's
+    # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
+    work = f"res:duplicate:{target.id}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
+    record = ConflictSet(
+        tenant=cand.tenant,
+        kind="duplicate",
+        candidate=cand,
+        fact_id=target.id,
+        conflicting=[target.id],
+        passage_ids=[cand.passage_id],
+        work_id=work,
+        reason=reason,
+    )
+    return Emit("conflict-sets", target.head_id, record)
+
+
+def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
+    """Work for the resolver: decide the group (head_id, relation) again, because of `cand`."""
+    # the cause keeps work ids apart when one fact triggers a group for several reasons
+    work = f"adj:{cause}:{head_id}|{relation}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
+    probe = replace(cand, head_id=head_id, fact=replace(cand.fact, relation=relation))
+    record = ConflictSet(
+        tenant=cand.tenant,
+        kind="adjudicate",
+        candidate=probe,
+        fact_id="",
+        conflicting=[],
+        passage_ids=[cand.passage_id],
+        work_id=work,
+        reason=reason,
+    )
+    return Emit("conflict-sets", head_id, record)
+
+
+def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
+    """The candidate an adjudication names when no extracted fact caused it (an expiry, a
+    retraction): the fact itself, at its first passage (or its id when none is left). `why`
+    stands as its extractor."""
+    return CandidateFact(
+        tenant=tenant,
+        passage_id=(fact.passage_ids or [fact.id])[0],
+        doc_id="",
+        fact=fact.triple(),
+        fact_index=0,
+        chunk_fact_count=1,
+        head_id=fact.head_id,
+        tail_id=fact.tail_id,
+        extractor=why,
+    )
+
+
+async def regroup(
+    settings: Settings, memory: Memory, tenant: str, fact: Fact, why: str, reason: str, cause: str
+) -> list[Emit]:
+    """The adjudication of the fact's (head, relation) group, when conflicts are decided and the
+    group has another member (a fact that left memory may have excluded it; one that lost
+    support may lose its group), probed at the fact (fact_probe, `why`); else nothing."""
+    if settings.on("conflicts") and await memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
+        return [adjudication(fact_probe(tenant, fact, why), fact.head_id, fact.relation, reason, cause)]
+    return []
+
+
+def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
+    """Work for the resolver: retract `fact` as a caller asked (one request: `request_id`)."""
+    record = ConflictSet(
+        tenant=tenant,
+        kind="retract",
+        candidate=fact_probe(tenant, fact, "request"),
+        fact_id=fact.id,
+        conflicting=[],
+        passage_ids=[],
+        work_id=f"retract:{fact.id}:{request_id}",
+        reason=reason,
+    )
+    return Emit("conflict-sets", fact.head_id, record)
+
+
+async def containment_changed(settings: Settings, memory: Memory, cand: CandidateFact, fact: Fact) -> list[Emit]:
+    """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
+    and Y into a granularity qualification: decide the groups with those tails again."""
+    if not settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
+        return []
+    outbox, seen = [], set()
+    for entity in (fact.head_id, fact.tail_id):
+        for other in await memory.facts(cand.tenant, await memory.facts_with_tail(cand.tenant, entity)):
+            group = (other.head_id, other.relation) if other else None
+            if group and group not in seen and await memory.group_size(cand.tenant, *group) >= 2:
+                seen.add(group)
+                outbox.append(
+                    adjudication(
+                        cand,
+                        *group,
+                        f"containment {fact.head_id} {fact.relation} {fact.tail_id} is active",
+                        f"containment-{fact.head_id}",
+                    )
+                )
+    return outbox
+
+
+def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
+    """Everything a chunk's extraction embeds, in one embed call: its passage (a turn: with who
+    said it and when), entity names, facts, then their schemas."""
+    return (
+        [indexed_text]
+        + entity_names
+        + [f"{t.head} {t.relation} {t.tail}" for t in facts]
+        + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts]
+    )
