@@ -83,6 +83,14 @@ def term_count(terms: str | None) -> int:
     return len((terms or "").split())
 
 
+def bm25_idf(query_terms: list[str], document_frequency: dict[str, int], count: int) -> dict[str, float]:
+    """Each query term's BM25 idf in a collection of `count` documents; terms no document holds
+    are left out (they score nothing)."""
+    return {
+        t: math.log(1.0 + (count - n + 0.5) / (n + 0.5)) for t in query_terms if (n := document_frequency.get(t, 0)) > 0
+    }
+
+
 def bm25(
     query_terms: list[str],
     documents: dict[str, list[str]],
@@ -93,9 +101,7 @@ def bm25(
     """Each document's BM25 score for `query_terms` (the formula above, k1 and b above), given
     the collection's statistics: how many of its documents hold each term, how many documents
     it has, their average length. Documents holding no query term score 0 and are left out."""
-    idf = {
-        t: math.log(1.0 + (count - n + 0.5) / (n + 0.5)) for t in query_terms if (n := document_frequency.get(t, 0)) > 0
-    }
+    idf = bm25_idf(query_terms, document_frequency, count)
     scores: dict[str, float] = {}
     for doc_id, terms in documents.items():
         held = [

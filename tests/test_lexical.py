@@ -138,42 +138,46 @@ async def _wait_indexed(memory, tenant: str, count: int) -> None:
 
 
 @pytest.mark.stack
-def test_past_the_candidate_limit_each_passage_found_scores_as_in_the_in_memory_store(stack_env, monkeypatch):
-    """More passages match than Memory.lexical scores: the index's best are scored with the
-    tenant's exact statistics (each term's count asked of the index), so every score returned
-    is the in-memory store's for that passage."""
+@pytest.mark.parametrize("cap", [2, 3, 5])
+def test_past_the_candidate_limit_the_ranking_is_the_in_memory_stores(stack_env, monkeypatch, cap):
+    """More passages match than one search reads (LEXICAL_CANDIDATES made tiny), and another
+    tenant's passages skew the shared index's BM25STD: the top k is still the in-memory store's,
+    ids and scores — the passages of the rarest terms read, the rest bounded, or every page read."""
     import store.memory
     from store import Memory
 
-    monkeypatch.setattr(store.memory, "LEXICAL_CANDIDATES", 3)
+    monkeypatch.setattr(store.memory, "LEXICAL_CANDIDATES", cap)
+    queries = ("caroline melanie lake", "adoption agencies", "caroline", "melanie painted the lake sunrise", "lake")
 
     async def main():
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=8)
-        tenant = f"lexcap-{uuid.uuid4().hex[:8]}"
+        tenant, other = f"lexcap-{uuid.uuid4().hex[:8]}", f"lexskew-{uuid.uuid4().hex[:8]}"
         try:
             await _fill(memory, tenant)
-            await _wait_indexed(memory, tenant, 3)
+            await memory.ensure_indexes(other)  # another tenant saying "lake" often: the shared idf of "lake" falls
+            pipe = memory.pipeline()
+            for i in range(12):
+                memory.stage_passage(
+                    pipe, other, _chunk(i, "", "lake lake lake caroline " + "word " * i), [], np.ones(8)
+                )
+            await pipe.execute()
+            await _wait_indexed(memory, tenant, len(CORPUS))
             await asyncio.sleep(0.5)
-            return {
-                q: [(h.id, h.score) for h in await memory.lexical(tenant, q, TOP)]
-                for q in ("caroline melanie lake", "adoption agencies")
-            }
+            return {q: [(h.id, round(h.score, 9)) for h in await memory.lexical(tenant, q, TOP)] for q in queries}
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            for name in (tenant, other):
+                await memory.purge_tenant(name, lambda p: [], lambda *a: [])
             await memory.close()
 
     async def reference():
         store_ = InMemoryStore(dims=8)
         await _fill(store_, "t")
-        return {
-            q: dict((h.id, h.score) for h in await store_.lexical("t", q, 50))
-            for q in ("caroline melanie lake", "adoption agencies")
-        }
+        return {q: [(h.id, round(h.score, 9)) for h in await store_.lexical("t", q, TOP)] for q in queries}
 
     found, expected = asyncio.run(main()), asyncio.run(reference())
-    assert len(found["caroline melanie lake"]) == 3  # capped: 9 passages match
-    for query, hits in found.items():
-        assert hits and all(score == pytest.approx(expected[query][pid], rel=1e-6) for pid, score in hits), query
+    for query in queries:
+        assert [i for i, _ in found[query]] == [i for i, _ in expected[query]], query
+        assert [s for _, s in found[query]] == pytest.approx([s for _, s in expected[query]], rel=1e-6), query
 
 
 def test_search_replies_read_the_same_in_either_protocol():
