@@ -36,9 +36,9 @@ def float32_index_name(layer: str, dims: int) -> str:
 def parse_index_name(name: str) -> tuple[str, int, bool] | None:
     """(layer, dims, float16) of a shared index's name (this version's or a float32 one), None
     for any other name."""
-    layer, _, rest = (
-        name.removeprefix(SHARED_INDEX_PREFIX).partition(":") if name.startswith(SHARED_INDEX_PREFIX) else ("", "", "")
-    )
+    if not name.startswith(SHARED_INDEX_PREFIX):
+        return None
+    layer, _, rest = name.removeprefix(SHARED_INDEX_PREFIX).partition(":")
     dims, _, tag = rest.partition(":")
     if layer not in LAYERS or not dims.isdigit() or tag not in ("", VECTOR_TYPE_TAG):
         return None

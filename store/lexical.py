@@ -91,6 +91,11 @@ def bm25_idf(query_terms: list[str], document_frequency: dict[str, int], count: 
     }
 
 
+def document_frequency(query_terms: list[str], documents: dict[str, list[str]]) -> dict[str, int]:
+    """How many of `documents` (id → terms) hold each query term."""
+    return {t: sum(1 for held in documents.values() if t in held) for t in query_terms}
+
+
 def bm25(
     query_terms: list[str],
     documents: dict[str, list[str]],

@@ -43,6 +43,7 @@ from store.lexical import (
     LEXICAL_LENGTH_FIELD,
     bm25,
     bm25_idf,
+    document_frequency,
     passage_terms,
     redis_query,
     search_terms,
@@ -678,11 +679,12 @@ class Memory:
         rows = await pipe.execute()
         writes, done = self.redis.pipeline(transaction=False), 0
         for key, (tenant, *vectors) in zip(keys, rows):
-            if tenant is not None and tenant.decode() not in recorded:
-                size = await self.redis.hget(self.keys(tenant.decode()).embedder, "dims")
-                recorded[tenant.decode()] = int(size) if size else None
-            if recorded.get(tenant.decode() if tenant else "", None) not in (None, dims):
-                continue
+            name = tenant.decode() if tenant is not None else None
+            if name is not None and name not in recorded:
+                embedder = await self.recorded_embedder(name)
+                recorded[name] = embedder.dims if embedder is not None else None
+            if name is not None and recorded[name] not in (None, dims):
+                continue  # another embedder's float16 vectors, as long as float32 ones of `dims`
             fields = {
                 field: float32_vector_bytes(raw)
                 for field, raw in zip(("vec", RETIRED_FIELDS["vec"]), vectors)
@@ -764,16 +766,14 @@ class Memory:
             if read is not None:  # every passage of the tenant, in one search
                 count, passages, doc_ids = read
                 average = sum(len(held) for held in passages.values()) / count if count else 0.0
-                documents = {pid: held for pid, held in passages.items() if any(t in held for t in terms)}
-                frequency = {t: sum(1 for held in documents.values() if t in held) for t in terms}
+                scores = bm25(terms, passages, document_frequency(terms, passages), count, average)
             else:
-                count, average, documents, doc_ids, frequency = await self._lexical_candidates(searchable, terms, k)
+                scores, doc_ids = await self._lexical_candidates(searchable, terms, k)
         except Exception as exc:
             if not index_missing(exc):
                 raise
             self._lost_indexes()
             return []
-        scores = bm25(terms, documents, frequency, count, average)
         # equal scores by id, as in the in-memory store
         ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
         return [Hit(pid, score, {"doc_id": doc_ids[pid]}) for pid, score in ranked]
@@ -804,10 +804,10 @@ class Memory:
 
     async def _lexical_candidates(
         self, searchable: TenantIndex, terms: list[str], k: int
-    ) -> tuple[int, float, dict[str, list[str]], dict[str, str | None], dict[str, int]]:
+    ) -> tuple[dict[str, float], dict[str, str | None]]:
         """A larger tenant's statistics (its passage count and average length: one aggregate)
-        beside the passages holding a query term, as many as make its top k exact: the count,
-        the average length, the passages' terms and doc ids, each term's document frequency."""
+        beside the passages holding a query term, as many as make its top k exact: their BM25
+        scores, and their doc ids."""
         # two commands sent at once cost less than a pipeline of two (1.1 -> 0.8 ms p50)
         statistics = searchable.command(
             "FT.AGGREGATE",
@@ -836,11 +836,10 @@ class Memory:
         total, rows = reply_rows(found)
         documents, doc_ids = _lexical_rows(searchable, rows)
         if total <= len(documents):  # every matching passage is here: count the terms in them
-            frequency = {t: sum(1 for held in documents.values() if t in held) for t in terms}
-        else:
-            frequency = await self._term_counts(searchable, terms)
-            await self._lexical_past_the_cap(searchable, terms, frequency, count, average, k, documents, doc_ids)
-        return count, average, documents, doc_ids, frequency
+            return bm25(terms, documents, document_frequency(terms, documents), count, average), doc_ids
+        frequency = await self._term_counts(searchable, terms)
+        scores = await self._lexical_past_the_cap(searchable, terms, frequency, count, average, k, documents, doc_ids)
+        return scores, doc_ids
 
     async def _term_counts(self, searchable: TenantIndex, terms: list[str]) -> dict[str, int]:
         """How many of the tenant's passages hold each term (one count each, sent at once)."""
@@ -864,9 +863,10 @@ class Memory:
         k: int,
         documents: dict[str, list[str]],
         doc_ids: dict[str, str | None],
-    ) -> None:
+    ) -> dict[str, float]:
         """More passages match than one search returns: add to `documents` (the index's BM25STD
-        best, already read) enough of them that the top k by the tenant's own BM25 is exact.
+        best, already read) enough of them that the top k by the tenant's own BM25 is exact, and
+        give their scores.
         Every passage holding one of the rarest terms (as many terms as fit LEXICAL_CANDIDATES
         passages) is read; a passage holding none of them scores below what the other terms
         can give at most (idf × (k1 + 1) each), so when the k-th score read reaches that bound
@@ -884,15 +884,17 @@ class Memory:
         bound = sum(idf[t] * (K1 + 1.0) for t in idf if t not in rarest)
         if rarest:
             await self._read_lexical(searchable, rarest, 0, held, documents, doc_ids)
-            best = sorted(bm25(terms, documents, frequency, count, average).values(), reverse=True)
+            scores = bm25(terms, documents, frequency, count, average)
+            best = sorted(scores.values(), reverse=True)
             if len(best) >= k and best[k - 1] >= bound:
-                return
+                return scores
         # an upper bound on the passages matching any term; a search pages up to the query
         # engine's MAXSEARCHRESULTS (10,000 by default): past it, its BM25STD best are scored
         total = min(sum(frequency.values()), LEXICAL_MAX_READ)
         for offset in range(0, total, LEXICAL_CANDIDATES):
             if not await self._read_lexical(searchable, terms, offset, LEXICAL_CANDIDATES, documents, doc_ids):
                 break
+        return bm25(terms, documents, frequency, count, average)
 
     async def _read_lexical(
         self,

@@ -79,9 +79,9 @@ async def _write(memory, tenant: str, texts: list[str], seed: int, dims: int = D
     await pipe.execute()
 
 
-async def _settled(memory, tenants: list[str], counts: list[int]) -> None:
+async def _settled(memory, tenants: list[str], counts: list[int], dims: int = DIMS) -> None:
     for _ in range(200):
-        seen = [len((await memory.knn_many(t, "passages", [np.ones(DIMS)], 100, ["doc_id"]))[0]) for t in tenants]
+        seen = [len((await memory.knn_many(t, "passages", [np.ones(dims)], 100, ["doc_id"]))[0]) for t in tenants]
         if seen == counts:
             return
         await asyncio.sleep(0.02)
@@ -285,7 +285,7 @@ def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_b
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=dims)
         try:
             await _write(memory, tenant, texts, seed=7, dims=dims)
-            await _settled_dims(memory, tenant, len(texts), dims)
+            await _settled(memory, [tenant], [len(texts)], dims)
             before = await _answers(memory, tenant, probes, ["dog lake", "pottery"])
             # as the version before wrote it: _write's vectors, drawn again, as float32
             rng, keys = np.random.default_rng(7), memory.keys(tenant)
@@ -325,7 +325,7 @@ def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_b
     async def after():
         memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=dims)
         try:
-            await _settled_dims(memory, tenant, len(texts), dims)
+            await _settled(memory, [tenant], [len(texts)], dims)
             found = await _answers(memory, tenant, probes, ["dog lake", "pottery"])
             names = await memory._index_names()
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
@@ -337,11 +337,3 @@ def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_b
     assert found == before
     assert not any(float32_index_name(layer, dims) == name for layer in LAYERS for name in names)
     assert "0 shared index(es) of float32 vectors" in cli.run("migrate", "--dry-run").stdout
-
-
-async def _settled_dims(memory, tenant: str, count: int, dims: int) -> None:
-    for _ in range(200):
-        if len((await memory.knn_many(tenant, "passages", [np.ones(dims)], 100, ["doc_id"]))[0]) == count:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{tenant}: {count} passages not indexed")

@@ -74,7 +74,10 @@ _SLOTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.
 def process_slots(concurrency: int) -> asyncio.Semaphore:
     """The calls in flight of this process (its running loop) under a bound of `concurrency`."""
     per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
-    return per_loop.setdefault(concurrency, asyncio.Semaphore(concurrency))
+    slots = per_loop.get(concurrency)
+    if slots is None:  # made once, not on every call
+        slots = per_loop[concurrency] = asyncio.Semaphore(concurrency)
+    return slots
 
 
 class LLMClient:
