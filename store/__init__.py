@@ -33,3 +33,13 @@ def __getattr__(name: str):
 
         return Memory
     raise AttributeError(f"module 'store' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    # mypy checks both stores against every role's signatures here (the suite's
+    # tests/test_store_interface.py checks the names and parameters at run time).
+    from store.base import MemoryStore
+    from store.in_memory import InMemoryStore
+
+    _redis_store: type[MemoryStore] = Memory
+    _in_process_store: type[MemoryStore] = InMemoryStore

@@ -1,7 +1,9 @@
 """The store's interface: what the indexing stages, the envelope and the query side ask of the
 memory (store.memory.Memory is the Redis implementation). Written down so that a second
-implementation — one in process memory for fast tests — can be checked against it
-(`isinstance(x, MemoryStore)` checks only the names; the signatures are the contract).
+implementation — one in process memory for fast tests — can be checked against it. It is cut
+into roles (Outbox, Layers, Gate, GraphReads, …), one Protocol each, so that a stage or a query
+part names what it uses; MemoryStore is all of them. `isinstance(x, MemoryStore)` checks the
+names (tests/test_store_interface.py), mypy the signatures (`store/__init__.py`).
 
 Writes are staged: a stage takes `pipeline()`, stages every write of its decision on it, and
 `commit_once` executes them with the message's outbox, all or nothing."""
@@ -27,20 +29,29 @@ from store.records import (
     PassageState,
 )
 
-StagedWrites = Any  # what pipeline() returns: the batch of writes one decision stages
+
+class StagedWrites(Protocol):
+    """What pipeline() returns: the batch of writes one decision stages (on Redis a MULTI
+    pipeline). Only the store writes on it; a caller passes it to `stage_*`/`expect_*` and hands
+    it to `commit_once` (or executes it, for writes outside the envelope)."""
+
+    async def execute(self) -> Any: ...
 
 
 @runtime_checkable
-class MemoryStore(Protocol):
-    """A memory's configuration (vector dims, τ) is its constructor's business, not the interface's."""
+class Lifetime(Protocol):
+    """Lifetime, health and model caches: every role."""
 
-    # ---- lifetime, health, model caches: every role ----------------------------------------
     async def close(self) -> None: ...
     async def ping(self) -> None: ...
     def llm_cache(self, model: str) -> LLMCache: ...
     def embedding_cache(self, embedder: str) -> EmbeddingCache: ...
 
-    # ---- effectively once: the envelope's done marks and outbox (AlreadyDone, StaleDecision) ---
+
+@runtime_checkable
+class Outbox(Protocol):
+    """Effectively once: the envelope's done marks and outbox (AlreadyDone, StaleDecision)."""
+
     def pipeline(self) -> StagedWrites: ...
     async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None: ...
     def stage_outbox(self, pipe: StagedWrites, tenant: str, mark: str, outbox: list[Outgoing]) -> None: ...
@@ -54,7 +65,11 @@ class MemoryStore(Protocol):
         self, committed_before: float, limit: int = 500
     ) -> list[tuple[str, str, list[Outgoing]]]: ...
 
-    # ---- document progress: the chunker and every stage after it; `publish --wait` reads it ---
+
+@runtime_checkable
+class Progress(Protocol):
+    """Document progress: the chunker and every stage after it; `publish --wait` reads it."""
+
     def stage_document(
         self,
         pipe: StagedWrites,
@@ -83,9 +98,11 @@ class MemoryStore(Protocol):
     async def document_statuses(self, tenant: str, doc_ids: list[str]) -> list[DocumentStatus | None]: ...
     async def document_ids(self, tenant: str) -> list[str]: ...  # every document recorded (`memstream status`)
 
-    # ---- document versions: the chunker retires the passages a version no longer holds (out of
-    # retrieval and of every count, kept for audit) and restores those a revert brings back;
-    # the extractor and detector read a passage's state, fenced, before counting it ----------
+
+@runtime_checkable
+class Versions(Protocol):
+    """Document versions: the chunker retires the passages a version no longer holds (out of retrieval and of every count, kept for audit) and restores those a revert brings back; the extractor and detector read a passage's state, fenced, before counting it."""
+
     async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None: ...
     def expect_document(self, pipe: StagedWrites, tenant: str, doc_id: str, record: DocumentRecord | None) -> None: ...
     def stage_passage_documents(
@@ -111,9 +128,11 @@ class MemoryStore(Protocol):
         entity_ids: list[str],
     ) -> None: ...
 
-    # ---- erasure (workers.stages.erasure): what a document's passages extracted, each fact's
-    # source passages and each entity's current passages with the write counter the decision is
-    # fenced on, and the removal itself (store.records.Erasure) ----------------------------------
+
+@runtime_checkable
+class Erasing(Protocol):
+    """Erasure (workers.stages.erasure): what a document's passages extracted, each fact's source passages and each entity's current passages with the write counter the decision is fenced on, and the removal itself (store.records.Erasure)."""
+
     async def document_passages(self, tenant: str, doc_id: str) -> list[str]: ...
     async def passage_extracted(self, tenant: str, passage_ids: list[str]) -> list[set[str]]: ...
     async def fact_sources(self, tenant: str, fact_ids: list[str]) -> list[tuple[set[str], str | None]]: ...
@@ -122,7 +141,11 @@ class MemoryStore(Protocol):
     def expect_entity(self, pipe: StagedWrites, tenant: str, entity_id: str, mentions: str | None) -> None: ...
     def stage_erase(self, pipe: StagedWrites, tenant: str, erasure: Erasure) -> None: ...
 
-    # ---- memory layers: the extractor writes them, the detector, resolver and queries read ----
+
+@runtime_checkable
+class Layers(Protocol):
+    """Memory layers: the extractor writes them, the detector, resolver and queries read."""
+
     async def ensure_indexes(self, tenant: str) -> None: ...
     def stage_passage(self, pipe: StagedWrites, tenant: str, chunk, entity_ids: list[str], vector) -> None: ...
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None: ...
@@ -177,12 +200,16 @@ class MemoryStore(Protocol):
     # the lexical leg: the k passages best matching a query by BM25 (store.lexical), best first
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]: ...
 
-    # ---- reconstruct (workers.query.reconstruct): an entity's passages, sorted; passage vectors ----
+
+@runtime_checkable
+class Episodes(Protocol):
+    """What reconstruct (workers.query.reconstruct) walks: an entity's passages, sorted; passage
+    vectors; and episodes — the extractor indexes each turn passage under its session, reconstruct
+    reads a turn's neighbours (turn ± radius, the turn itself left out) as (turn, passage id), sorted."""
+
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]: ...
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]: ...
 
-    # ---- episodes: the extractor indexes each turn passage under its session; reconstruct reads
-    # a turn's neighbours (turn ± radius, the turn itself left out) as (turn, passage id), sorted
     def stage_session_turn(
         self, pipe: StagedWrites, tenant: str, session_id: str, turn: int, passage_id: str
     ) -> None: ...
@@ -190,12 +217,20 @@ class MemoryStore(Protocol):
         self, tenant: str, session_id: str, turn: int, radius: int
     ) -> list[tuple[int, str]]: ...
 
-    # ---- entity aliases: applied by the extractor, managed by `memstream alias` ----------------
+
+@runtime_checkable
+class Aliases(Protocol):
+    """Entity aliases: applied by the extractor, managed by `memstream alias`."""
+
     async def resolve_aliases(self, tenant: str, entity_ids: list[str]) -> dict[str, str]: ...
     async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None: ...
     async def alias_map(self, tenant: str) -> dict[str, str]: ...
 
-    # ---- the τ gate: the detector parks facts of unstable schemas, the promoting one drains ---
+
+@runtime_checkable
+class Gate(Protocol):
+    """The τ gate: the detector parks facts of unstable schemas, the promoting one drains them."""
+
     async def hold_pending(
         self, tenant: str, schema_id: str, fact_id: str, passage_id: str
     ) -> bool | None: ...  # None: passage retired
@@ -212,7 +247,11 @@ class MemoryStore(Protocol):
         self, pipe: StagedWrites, tenant: str, schema_id: str, status: str | None, frequency: str | None
     ) -> None: ...
 
-    # ---- conflict groups and relation cardinality: the detector and the resolver -------------
+
+@runtime_checkable
+class ConflictGroups(Protocol):
+    """Conflict groups and relation cardinality: the detector and the resolver."""
+
     async def join_group(
         self,
         tenant: str,
@@ -230,7 +269,11 @@ class MemoryStore(Protocol):
     async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]: ...
     async def broader(self, tenant: str, a: str, b: str, containment: frozenset[str], max_depth: int = 4) -> bool: ...
 
-    # ---- the graph, written: edges staged with the decision that made them, versioned ---------
+
+@runtime_checkable
+class GraphWrites(Protocol):
+    """The graph, written: edges staged with the decision that made them, versioned."""
+
     async def bump_graph_version(self, tenant: str) -> int: ...
     async def graph_version(self, tenant: str) -> int: ...
     def stage_fact_edge(
@@ -249,7 +292,11 @@ class MemoryStore(Protocol):
     def stage_similarity_bridged(self, pipe: StagedWrites, tenant: str, entity_id: str) -> None: ...
     async def unbridged_entity_vectors(self, tenant: str, passage_id: str) -> dict[str, np.ndarray]: ...
 
-    # ---- the graph, read: the query worker's graph cache (store.graph_log says what None means)
+
+@runtime_checkable
+class GraphReads(Protocol):
+    """The graph, read: the query worker's graph cache (store.graph_log says what None means)."""
+
     async def graph_log_exists(self, tenant: str) -> bool: ...
     async def graph_log_head(self, tenant: str) -> str: ...
     async def adjacency_nodes(self, tenant: str) -> list[str]: ...
@@ -258,16 +305,31 @@ class MemoryStore(Protocol):
         self, tenant: str, cursor: str, count: int = READ_BATCH
     ) -> list[tuple[str, EdgeChange]] | None: ...
 
-    # ---- standing facts: GET /v1/facts, the MCP tool standing_facts (workers.query.drilldown) ----
+
+@runtime_checkable
+class StandingFacts(Protocol):
+    """Standing facts: GET /v1/facts, the MCP tool standing_facts (workers.query.drilldown)."""
+
     async def active_facts(
         self, tenant: str, categories: tuple[str, ...], limit: int, now: float | None = None
     ) -> tuple[list[Fact], int]: ...
 
-    # ---- time in memory: the extractor records TTLs, the expiry sweep reads and clears them ----
+
+@runtime_checkable
+class Expiry(Protocol):
+    """Time in memory: the extractor records TTLs, the expiry sweep reads and clears them."""
+
     async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]: ...
     def stage_expiry_done(self, pipe: StagedWrites, tenant: str, fact_id: str, expires_at: float) -> None: ...
     def stage_merged_lapse(self, pipe: StagedWrites, tenant: str, source_id: str, target_id: str) -> None: ...
     def stage_lapse_indexed(self, pipe: StagedWrites, tenant: str, fact_id: str) -> None: ...
+
+
+@runtime_checkable
+class Tenants(Protocol):
+    """Tenants as a whole: listing, counting, erasing, migrating (`memstream tenants`, `purge`,
+    `migrate`; the metrics census)."""
+
     async def tenants(self) -> list[str]: ...
     async def tenant_known(self, tenant: str) -> bool: ...  # anything ever committed for it
     # erase a tenant: its model-cache entries (keys of its extractions, texts it embedded), indexes and keys
@@ -282,11 +344,40 @@ class MemoryStore(Protocol):
     async def float32_indexes(self) -> list[str]: ...
     async def migrate_vectors(self, name: str, batch: int = 500) -> int: ...
 
-    # ---- whole layers: `memstream export` ---------------------------------------------------
+
+@runtime_checkable
+class Export(Protocol):
+    """Whole layers: `memstream export`."""
+
     async def scan_ids(self, tenant: str, layer: str) -> list[str]: ...
     async def records(
         self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS
     ) -> list[tuple[str, dict[str, str]]]: ...
+
+
+@runtime_checkable
+class MemoryStore(
+    Lifetime,
+    Outbox,
+    Progress,
+    Versions,
+    Erasing,
+    Layers,
+    Episodes,
+    Aliases,
+    Gate,
+    ConflictGroups,
+    GraphWrites,
+    GraphReads,
+    StandingFacts,
+    Expiry,
+    Tenants,
+    Export,
+    Protocol,
+):
+    """Every role: what a memory is (store.memory.Memory on Redis, store.in_memory.InMemoryStore
+    in process). A stage or query part names the roles it uses; a memory's configuration (vector
+    dims, τ) is its constructor's business, not the interface's."""
 
 
 async def broader_by_containment(

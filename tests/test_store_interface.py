@@ -6,6 +6,7 @@ call on their memory must be in it."""
 import inspect
 import re
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -17,7 +18,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _members(cls) -> list[str]:
-    return sorted(name for name, value in vars(cls).items() if not name.startswith("_") and callable(value))
+    """Every public method of a class and its bases (MemoryStore's are in its role Protocols)."""
+    own = {
+        name
+        for klass in cls.__mro__
+        if klass is not object
+        for name, value in vars(klass).items()
+        if not name.startswith("_") and callable(value)
+    }
+    return sorted(own)
 
 
 def _shape(function) -> tuple:
@@ -30,6 +39,22 @@ def test_each_store_implements_every_member_of_the_interface_with_the_same_signa
     for name in _members(MemoryStore):
         assert hasattr(store, name), name
         assert _shape(getattr(store, name)) == _shape(getattr(MemoryStore, name)), name
+
+
+def test_every_role_is_part_of_the_interface_and_no_method_is_in_two_roles():
+    roles = [
+        klass for klass in MemoryStore.__mro__[1:] if getattr(klass, "_is_protocol", False) and klass is not Protocol
+    ]
+    assert len(roles) >= 10, roles
+    seen: dict[str, str] = {}
+    for role in roles:
+        for name in (n for n, v in vars(role).items() if not n.startswith("_") and callable(v)):
+            assert name not in seen, f"{name} is in {seen[name]} and {role.__name__}"
+            seen[name] = role.__name__
+    assert sorted(seen) == _members(MemoryStore)
+    assert not [n for n, v in vars(MemoryStore).items() if not n.startswith("_") and callable(v)], (
+        "MemoryStore adds no method of its own"
+    )
 
 
 def test_every_memory_method_the_workers_and_ops_call_is_in_the_interface():

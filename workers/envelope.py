@@ -21,11 +21,12 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Mapping, Sequence
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from store import AlreadyDone, Memory, Outgoing, StaleDecision
+from store import AlreadyDone, Outgoing, StaleDecision
+from store.base import Outbox, Progress
 from store.errors import redis_unavailable
 from topics import CandidateFact, ContractError, DeadLetter, FactEvent, decode, encode
 from topics.records import Record
@@ -43,6 +44,10 @@ SendMany = Callable[[list[Outgoing]], Awaitable[None]]
 Handler = Callable[[Record], Awaitable[None]]
 MAX_ATTEMPTS = 5
 MAX_REDECISIONS = 8
+
+
+class EnvelopeStore(Outbox, Progress, Protocol):
+    """What the envelope asks of the memory: the outbox and done marks, and work progress."""
 
 
 class PermanentError(Exception):
@@ -85,7 +90,7 @@ class Envelope:
         self,
         *,
         settings: Settings,
-        memory: Memory,
+        memory: EnvelopeStore,
         send: Send,
         records: Mapping[str, type[Record]],
         handlers: Mapping[str, Handler],

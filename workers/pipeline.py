@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from store import Memory
+from store.base import MemoryStore
 from store.facts import Lifecycle
 from topics import CandidateFact, Chunk, ConflictSet, Document
 from topics.records import Record
@@ -46,7 +46,7 @@ class Pipeline:
     def __init__(
         self,
         settings: Settings,
-        memory: Memory,
+        memory: MemoryStore,
         send: Send,
         embedder: Embedder | None = None,
         extractor: Extractor | None = None,

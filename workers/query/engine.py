@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from store import Memory
+from store.base import MemoryStore
 from store.keys import entity_node, node_id, passage_node
 from store.records import is_current
 from topics import ContractError, tenant_or_default
@@ -191,7 +191,11 @@ def _budget(body: dict, mode: str) -> Budget | None:
 
 class QueryEngine:
     def __init__(
-        self, memory: Memory, embedder, graphs: GraphCache | None = None, reconstructor: Reconstructor | None = None
+        self,
+        memory: MemoryStore,
+        embedder,
+        graphs: GraphCache | None = None,
+        reconstructor: Reconstructor | None = None,
     ):
         self.memory = memory
         self.embedder = embedder
@@ -208,7 +212,7 @@ class QueryEngine:
         self._ranking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstream-ppr")
 
     @classmethod
-    def from_settings(cls, settings, memory: Memory, embedder) -> "QueryEngine":
+    def from_settings(cls, settings, memory: MemoryStore, embedder) -> "QueryEngine":
         """The query worker's engine as configured: its graph cache's size
         (MEMSTREAM_GRAPH_CACHE_EDGES) and mode reconstruct's router and budget
         (Reconstructor.from_settings). The one construction the HTTP API and `memstream mcp` share."""

@@ -12,7 +12,7 @@ from collections import OrderedDict, defaultdict
 
 import numpy as np
 
-from store import Memory
+from store.base import GraphReads
 from store.graph_log import NO_CHANGE, READ_BATCH
 from store.keys import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
 from workers.algorithms.ppr import SparseGraph
@@ -86,7 +86,7 @@ class TenantGraph:
         return self._index_arrays[prefix]
 
     # ---- reading the graph log --------------------------------------------------------------
-    async def load(self, memory: Memory) -> bool:
+    async def load(self, memory: GraphReads) -> bool:
         """Every edge the adjacency holds, then the changes since (idempotent: changes carry
         absolute weights, applied in log order). The log's head is read first, so what is
         written during a long load is applied after it. False when the changes since were
@@ -102,7 +102,7 @@ class TenantGraph:
         self.cursor = cursor
         return await self.catch_up(memory)
 
-    async def catch_up(self, memory: Memory) -> bool:
+    async def catch_up(self, memory: GraphReads) -> bool:
         """Apply the changes after the cursor, READ_BATCH per read. False when the log no longer
         holds the cursor's own entry — trimmed past it, deleted (Redis restarted empty), or
         begun again with other ids — and the caller reloads. One read when nothing changed."""
@@ -128,7 +128,7 @@ class GraphLogOvertaken(RuntimeError):
 
 
 async def _load_until_whole(
-    memory: Memory, tenant: str, attempts: int, previous: TenantGraph | None = None
+    memory: GraphReads, tenant: str, attempts: int, previous: TenantGraph | None = None
 ) -> tuple[TenantGraph, bool]:
     """Fresh graphs loaded one after another (never into an old one: that would keep edges
     deleted since) until one is whole — every change since its load applied — or `attempts`
@@ -150,7 +150,7 @@ async def _load_until_whole(
     return fresh, False
 
 
-async def load_whole(memory: Memory, tenant: str, attempts: int = LOAD_ATTEMPTS) -> TenantGraph:
+async def load_whole(memory: GraphReads, tenant: str, attempts: int = LOAD_ATTEMPTS) -> TenantGraph:
     """A tenant's graph loaded with every change since its load applied, for a one-off reader
     (export, benchmarks): loaded again while writers trim the changes away during the load, and
     GraphLogOvertaken after `attempts` such loads rather than a graph missing changes (the
@@ -169,7 +169,7 @@ class GraphCache:
     Holds at most `max_edges` edges over all tenants: past that, the least recently queried
     tenants are dropped and load again from Redis on their next query."""
 
-    def __init__(self, memory: Memory, max_edges: int = 5_000_000):
+    def __init__(self, memory: GraphReads, max_edges: int = 5_000_000):
         self.memory = memory
         self.max_edges = max_edges
         self.tenants: OrderedDict[str, TenantGraph] = OrderedDict()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from store import Memory
+from store.base import Lifetime
 from workers.models.embedding import BatchingEmbedder, embedder_id, make_embedder
 from workers.query.engine import REDIS_CALLS_PER_QUERY
 from workers.settings import Settings
@@ -23,7 +24,7 @@ def query_memory(settings: Settings) -> Memory:
     )
 
 
-def cached_embedder(settings: Settings, memory: Memory, model=None) -> BatchingEmbedder:
+def cached_embedder(settings: Settings, memory: Lifetime, model=None) -> BatchingEmbedder:
     """The configured embedder (or `model`, made from it already) behind a BatchingEmbedder whose
     vectors are cached in `memory` (shared by every worker) under its name and dims; one per
     process, for the extractor and the query side alike."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store import Memory
+from store.base import MemoryStore
 from store.facts import Lifecycle
 from workers.envelope import Once
 from workers.models.protocols import ChatModel, Embedder, Extractor
@@ -14,7 +14,7 @@ from workers.settings import Settings
 @dataclass(frozen=True, kw_only=True)
 class StageContext:
     settings: Settings
-    memory: Memory
+    memory: MemoryStore
     lifecycle: Lifecycle
     once: Once  # the envelope's effectively-once commit (workers.envelope.Envelope.once)
     embedder: Embedder | None = None  # A_ext

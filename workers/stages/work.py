@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from store import Memory
+from store.base import MemoryStore
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
 from topics.records import Triple
@@ -77,7 +77,7 @@ def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
 
 
 async def regroup(
-    settings: Settings, memory: Memory, tenant: str, fact: Fact, why: str, reason: str, cause: str
+    settings: Settings, memory: MemoryStore, tenant: str, fact: Fact, why: str, reason: str, cause: str
 ) -> list[Emit]:
     """The adjudication of the fact's (head, relation) group, when conflicts are decided and the
     group has another member (a fact that left memory may have excluded it; one that lost
@@ -102,7 +102,7 @@ def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
     return Emit("conflict-sets", fact.head_id, record)
 
 
-async def containment_changed(settings: Settings, memory: Memory, cand: CandidateFact, fact: Fact) -> list[Emit]:
+async def containment_changed(settings: Settings, memory: MemoryStore, cand: CandidateFact, fact: Fact) -> list[Emit]:
     """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
     and Y into a granularity qualification: decide the groups with those tails again."""
     if not settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
