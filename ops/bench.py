@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -211,7 +211,7 @@ def run_index_bench(
     latency_ms: int,
     concurrency: int,
     as_json: bool,
-    extractors: list[int] = (1,),
+    extractors: Sequence[int] = (1,),
     partitions: int = 4,
     embedder: str = "local",
 ) -> int:

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ops.answers import format_answer, query_endpoint
+from ops.answers import format_answer, query_endpoint, read_answer
 from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.query.modes import MODES
 from workers.retry import backoff
@@ -321,7 +321,7 @@ def cmd_topics(settings: Settings, args) -> int:
 
 
 def cmd_worker(settings: Settings, args) -> int:
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=settings.log_level_name, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     roles = parse_roles(args.role)
     if (
         roles & EMBEDDING_ROLES and settings.embedder == "local"
@@ -616,9 +616,9 @@ def cmd_query(settings: Settings, args) -> int:
             file=sys.stderr,
         )
         return 1
-    result = json.loads(raw)
-    if result.get("warning"):
-        print(f"memstream query: warning: {result['warning']}", file=sys.stderr)
+    result = read_answer(raw)
+    if result.warning:
+        print(f"memstream query: warning: {result.warning}", file=sys.stderr)
     if args.json:
         sys.stdout.write(raw.decode("utf-8"))
         return 0
@@ -777,7 +777,11 @@ def cmd_fact(settings: Settings, args) -> int:
 
     load = drilldown.fact_evidence if args.evidence else drilldown.fact_record
     return _drill(
-        settings, args, "fact", lambda memory, tenant: load(memory, tenant, args.id), lambda found: _json_bytes(found)
+        settings,
+        args,
+        "fact",
+        lambda memory, tenant: load(memory, tenant, args.id),
+        lambda found: _json_bytes(found.to_json()),
     )
 
 
@@ -790,7 +794,7 @@ def cmd_facts(settings: Settings, args) -> int:
         args,
         "facts",
         lambda memory, tenant: drilldown.standing_facts(memory, tenant, categories, limit),
-        _json_bytes,
+        lambda found: _json_bytes(found.to_json()),
     )
 
 
@@ -802,13 +806,14 @@ def cmd_passage(settings: Settings, args) -> int:
         args,
         "passage",
         lambda memory, tenant: drilldown.passage_record(memory, tenant, args.id),
-        lambda found: found["text"].encode("utf-8") if args.text else _json_bytes(found),
+        lambda found: found.text.encode("utf-8") if args.text else _json_bytes(found.to_json()),
     )
 
 
 def _drill(settings: Settings, args, what: str, load, render) -> int:
-    """Load a record from Redis (`load(memory, tenant)`) and write `render(record)` to stdout as
-    bytes; a missing record or an unreachable Redis: a message on stderr, exit 1."""
+    """Load a record from Redis (`load(memory, tenant)`: a workers.query.drilldown record) and
+    write `render(record)` to stdout as bytes; a missing record or an unreachable Redis: a
+    message on stderr, exit 1."""
     import asyncio
 
     from store import Memory
@@ -883,7 +888,7 @@ def cmd_keys(settings: Settings, args) -> int:
 def cmd_mcp(settings: Settings, args) -> int:
     # stdout carries the protocol: every log line goes to stderr, configured before the SDK's own
     logging.basicConfig(
-        level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level_name, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     from workers.query.mcp_server import run_stdio
 

@@ -25,7 +25,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from workers.algorithms.retrieval import RetrievalParams
 from workers.models.extraction import RulesExtractor
 from workers.query.engine import MODES, QueryEngine, QueryRequest
 from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from store.base import MemoryStore
 
 SAMPLE_CONVERSATION = Path(__file__).parent / "sample_conversation" / "maya-jonas.json"
 # The category numbers as in the public LoCoMo file; papers disagree on this map, so the
@@ -146,7 +149,7 @@ class Answer:
 
 # What each mechanism of the graph modes contributes, asked of the same memory (`--ablations`):
 # row → (mode, retrieval parameters that differ from the defaults).
-ABLATIONS = {
+ABLATIONS: dict[str, tuple[str, dict[str, float | bool]]] = {
     "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0}),
     "ppr, no episodes": ("ppr", {"episode_weight": 0.0}),
     "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0}),
@@ -185,9 +188,7 @@ async def ask(
             started = time.perf_counter()
             result = await engine.answer(QueryRequest(probe.question.question, probe.tenant, max(KS), mode, params))
             ms = 1000 * (time.perf_counter() - started)
-            answers.append(
-                Answer(probe, name, [p["doc_id"] for p in result["passages"]], ms, bool(result.get("fallback")))
-            )
+            answers.append(Answer(probe, name, [p.doc_id for p in result.passages], ms, bool(result.fallback)))
             done += 1
             if progress:
                 progress(done)
@@ -195,7 +196,7 @@ async def ask(
 
 
 def _recall(answers: list[Answer]) -> dict:
-    row = {"n": len(answers)}
+    row: dict[str, float | None] = {"n": len(answers)}  # the count, then R@k (None: no answers)
     for k in KS:
         row[f"R@{k}"] = (
             round(100 * sum(recall_at(a.ranked, a.probe.gold, k) for a in answers) / len(answers), 1)
@@ -283,6 +284,7 @@ async def run(
         from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 
         embedder = BatchingEmbedder(LocalEmbedder())
+    memory: MemoryStore
     if redis_url:
         from store import Memory
 

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ops.answers import format_answer, query_endpoint
+from ops.answers import format_answer, query_endpoint, read_answer
 from ops.kafka_admin import ensure_topics
 from ops.processes import WorkerProcess
 from ops.publish import load_documents, publish, wait_indexed
@@ -90,7 +90,7 @@ def run_demo(settings: Settings) -> int:
                 query_endpoint(settings), data=body, headers={"Content-Type": "application/json"}
             )
             with urllib.request.urlopen(request, timeout=60) as response:
-                print(format_answer(json.loads(response.read())), flush=True)
+                print(format_answer(read_answer(response.read())), flush=True)
             print(flush=True)
         stderr(
             'done. Try: memstream query "Who founded Brightwater?" --tenant demo (with `memstream worker` running);'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import overload
 from xml.etree import ElementTree as ET
 
 from store import Memory
@@ -17,7 +18,8 @@ from workers.settings import Settings
 # surrogates; U+FFFE, U+FFFF): one of them anywhere makes the whole document unreadable.
 _NOT_XML = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
-_NODE_TYPES = {"entity": "ENTITY", "passage": "PASSAGE", "type": "TYPE"}  # GraphML node type by node kind
+# GraphML node type by node kind; looked up with node_kind(), None for a name of no known kind
+_NODE_TYPES: dict[str | None, str] = {"entity": "ENTITY", "passage": "PASSAGE", "type": "TYPE"}
 
 FACT_FIELDS = (
     "head",
@@ -102,6 +104,12 @@ async def export_memory(memory: MemoryStore, tenant: str) -> dict:
     }
 
 
+@overload
+def xml_text(value: str) -> str: ...
+@overload
+def xml_text(value: None) -> None: ...
+@overload
+def xml_text(value: str | None) -> str | None: ...
 def xml_text(value: str | None) -> str | None:
     """Text XML 1.0 can hold: each disallowed character becomes U+FFFD. Records refuse them on
     the way in, but a memory written before that (or by hand) may still hold one."""
@@ -120,7 +128,8 @@ def to_graphml(export: dict) -> str:
         ("d2", "edge", "kind", "string"),
         ("d3", "edge", "weight", "double"),
     ):
-        ET.SubElement(root, f"{{{ns}}}key", id=key_id, **{"for": target, "attr.name": name, "attr.type": kind})
+        # one attrib dict: "for" and "attr.name" cannot be keyword arguments
+        ET.SubElement(root, f"{{{ns}}}key", {"id": key_id, "for": target, "attr.name": name, "attr.type": kind})
     graph = ET.SubElement(root, f"{{{ns}}}graph", id=xml_text(export["tenant"]), edgedefault="undirected")
     nodes = {entity_node(e["id"]): (e["name"], e["type"]) for e in export["entities"]}
     for edge in export["edges"]:

@@ -143,7 +143,11 @@ def memory_mb(pid: int | None) -> tuple[float | None, float | None]:
     except OSError:
         return None, None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return tuple(round(int(fields[k].split()[0]) / 1024, 1) if k in fields else None for k in ("VmRSS", "VmHWM"))
+
+    def mib(key: str) -> float | None:
+        return round(int(fields[key].split()[0]) / 1024, 1) if key in fields else None
+
+    return mib("VmRSS"), mib("VmHWM")
 
 
 def run_load_bench(
@@ -207,8 +211,8 @@ def run_load_bench(
             f"{r.clients:>7} {r.requests:>9} {r.throughput:>7} {_cell(r.p50_ms):>8} {_cell(r.p99_ms):>8} {r.errors:>7} {r.shed:>6} "
             f"{r.cache_hits:>7} {_cell(r.rss_mb):>8} {_cell(r.peak_rss_mb):>9}"
         )
-        for sample in r.error_samples:
-            print(f"        error: {sample}")
+        for error in r.error_samples:
+            print(f"        error: {error}")
     return 0
 
 

@@ -13,6 +13,7 @@ from collections import deque
 from typing import Callable, Iterable
 
 from store import Outgoing
+from store.base import MemoryStore
 from topics import Document, FactEvent, decode, encode
 from workers.models.protocols import ChatModel, Embedder, Extractor
 from workers.pipeline import Pipeline
@@ -23,7 +24,7 @@ class LocalIndexer:
     def __init__(
         self,
         settings: Settings,
-        memory,
+        memory: MemoryStore,
         embedder: Embedder,
         extractor: Extractor,
         resolver_llm: ChatModel | None = None,

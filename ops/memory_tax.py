@@ -263,7 +263,7 @@ async def memstream_context(history: list[Turn], decision: Turn, embedder) -> Me
     answer = await engine.answer(
         QueryRequest.from_json({"query": decision.text, "tenant": TENANT, "top_k": TOP_K}, TENANT, TOP_K)
     )
-    retrieved = [turn_of_doc[p["doc_id"]] for p in answer["passages"]]
+    retrieved = [turn_of_doc[p.doc_id] for p in answer.passages]
 
     standing = await standing_facts(memory, turn_of_doc)
     lines = [render_turn(t) for t in retrieved]
@@ -272,7 +272,7 @@ async def memstream_context(history: list[Turn], decision: Turn, embedder) -> Me
         "\n".join(lines),
         [t.turn_id for t in retrieved],
         standing,
-        answer["mode"] + (f" ({answer['fallback']})" if answer.get("fallback") else ""),
+        answer.mode + (f" ({answer.fallback})" if answer.fallback else ""),
     )
 
 
@@ -285,22 +285,22 @@ async def standing_facts(memory, turn_of_doc: dict[str, Turn]) -> list[dict]:
     from workers.query.drilldown import standing_facts as read_standing
 
     found = await read_standing(memory, TENANT, STANDING_CATEGORIES, MAX_FACTS_LIMIT)
-    if found["total"] > len(found["facts"]) and found["total"] > MAX_FACTS_LIMIT:
-        raise RuntimeError(f"memory-tax: {found['total']} standing facts, more than one read lists ({MAX_FACTS_LIMIT})")
+    if found.total > len(found.facts) and found.total > MAX_FACTS_LIMIT:
+        raise RuntimeError(f"memory-tax: {found.total} standing facts, more than one read lists ({MAX_FACTS_LIMIT})")
     grouped: dict[tuple[str, str, str], dict] = {}
-    for fact in found["facts"]:
+    for fact in found.facts:
         entry = grouped.setdefault(
-            (fact["category"], fact["relation"], fact["tail"]),
+            (fact.category, fact.relation, fact.tail),
             {
-                "category": fact["category"],
-                "relation": fact["relation"],
-                "tail": fact["tail"],
+                "category": fact.category,
+                "relation": fact.relation,
+                "tail": fact.tail,
                 "heads": [],
                 "turns": [],
             },
         )
-        entry["heads"] = sorted({*entry["heads"], fact["head"]})
-        entry["turns"] = sorted({*entry["turns"], *(turn_of_doc[doc_id].turn_id for doc_id in fact["doc_ids"])})
+        entry["heads"] = sorted({*entry["heads"], fact.head})
+        entry["turns"] = sorted({*entry["turns"], *(turn_of_doc[doc_id].turn_id for doc_id in fact.doc_ids)})
     return sorted(grouped.values(), key=lambda e: (e["turns"], e["category"], e["relation"], e["tail"]))
 
 

@@ -130,7 +130,7 @@ def http_latency(settings: Settings, tenant: str, questions: list[str], home: Pa
         ask("warm-up", "ppr")  # model, graph load, index handles
         for text in questions:  # every question's embedding cached, so both modes pay the same for it
             ask(text, "dense")
-        times = {"ppr": [], "dense": []}
+        times: dict[str, list[float]] = {"ppr": [], "dense": []}
         for text in questions:  # each text once per mode: no PPR result-cache hits
             for mode in ("ppr", "dense"):
                 times[mode].append(ask(text, mode))

@@ -396,7 +396,8 @@ async def _wait_for(
     """Poll until each (tenant, doc id) holds the text of its content hash, fully indexed ('':
     nothing: deleted)."""
     own = memory is None
-    memory = Memory.from_url(settings.redis_url) if own else memory
+    if memory is None:
+        memory = Memory.from_url(settings.redis_url)
     total = len(pending)
     progress = Progress(what, total, quiet=quiet)
     deadline = time.monotonic() + timeout_s

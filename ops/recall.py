@@ -91,7 +91,8 @@ def index_corpus(
 
 MODE_ROWS = ("lexical", "dense", "hybrid", "ppr", "reconstruct")  # every mode, side by side in one run
 
-ABLATIONS = {  # name → (retrieval overrides, indexing overrides)
+# name → (RetrievalParams overrides, worker environment overrides for indexing)
+ABLATIONS: dict[str, tuple[dict[str, float | bool], dict[str, str]]] = {
     "no_schema_filter": ({}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
     "no_conflict_resolution": ({}, {"MEMSTREAM_CONFLICTS": "off"}),
     "no_walk": ({"walk_weight": 0.0}, {}),  # the first stage alone: what the walk adds
@@ -115,8 +116,8 @@ async def evaluate(
             r2, r5, fallbacks = [], [], 0
             for question in dataset.questions:
                 result = await engine.answer(QueryRequest(question.text, tenant, 5, mode, params))
-                fallbacks += bool(result.get("fallback"))
-                ranked = [passage_index(p["doc_id"]) for p in result["passages"]]
+                fallbacks += bool(result.fallback)
+                ranked = [passage_index(p.doc_id) for p in result.passages]
                 r2.append(recall_at(ranked, question.gold, 2))
                 r5.append(recall_at(ranked, question.gold, 5))
             out[name] = {"R@2": round(100 * sum(r2) / len(r2), 1), "R@5": round(100 * sum(r5) / len(r5), 1)}
@@ -155,7 +156,8 @@ def run_recall_bench(
         if indexing:
             ablation_tenant = f"{tenant}-{name.replace('_', '')}"
             stderr(f"recall: ablation {name}: indexing again as tenant {ablation_tenant}")
-            index_corpus(settings, dataset, ablation_tenant, extractor, **indexing)
+            # workers named: else mypy matches **indexing (str values) to it
+            index_corpus(settings, dataset, ablation_tenant, extractor, workers=1, **indexing)
         params = RetrievalParams(**{**asdict(defaults), **retrieval})
         ablations[name] = asyncio.run(evaluate(settings, dataset, ablation_tenant, {name: ("ppr", params)}, embedder))[
             name

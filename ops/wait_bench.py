@@ -143,6 +143,7 @@ def _measure(
     lines, published = [], threading.Event()
 
     def drain() -> None:  # all of its stderr, so a full pipe never stalls it
+        assert proc.stderr is not None  # Popen(stderr=PIPE)
         for line in proc.stderr:
             lines.append(line)
             if " published" in line:  # not a terminal: one line once all are published (ops.publish.Progress)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from store.keys import entity_node
 from topics import FactEvent
@@ -119,14 +120,16 @@ class Fact:
     @classmethod
     def from_hash(cls, fact_id: str, row: dict[str, str], passage_ids: list[str]) -> "Fact":
         """From the fact's Redis hash (decoded, without the vector)."""
-        values = {
+        # field → value for cls(**): str, str | None (valid_from/valid_to), float | None (the times).
+        # mypy checks a ** mapping's value type against every field it may fill: only Any fits all
+        values: dict[str, Any] = {
             f.name: row[f.name]
             for f in fields(cls)
             if f.name in row and f.name not in ("id", "passage_ids", "qualifiers", *_TIMES)
         }
         for name in ("valid_from", "valid_to"):
             values[name] = values.get(name) or None
-        times = {name: float(row[name]) if row.get(name) else None for name in _TIMES}
+        times: dict[str, Any] = {name: float(row[name]) if row.get(name) else None for name in _TIMES}
         return cls(
             fact_id,
             **{
@@ -347,6 +350,7 @@ class Lifecycle:
             self.memory.stage_fact_passage(pipe, tenant, target.id, passage_id)
         target.passage_ids = sorted(set(target.passage_ids) | new)
         if source_left:  # subscribers knew the source: tell them it is now the target
+            assert source is not None  # source_left says it is given
             return event(tenant, "merged", source, version, reason)
         return event(tenant, "merged", target, version, reason) if new else None
 

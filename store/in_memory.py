@@ -17,7 +17,7 @@ import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping, overload
 
 import numpy as np
 
@@ -140,7 +140,7 @@ class InMemoryStore:
 
     def _set_if_smaller(self, tenant: str, layer: str, record_id: str, rank: str, fields: Mapping[str, Any]) -> None:
         """Memory's _SET_IF_SMALLER: the smallest description seen wins (Lua compares bytes, as str does)."""
-        current = self._tenant(tenant).records[layer].get(record_id, {}).get("_rank")
+        current = _text(self._tenant(tenant).records[layer].get(record_id, {}).get("_rank"))
         if current is None or rank < current:
             self._hset(tenant, layer, record_id, {"_rank": rank, **fields})
 
@@ -214,8 +214,7 @@ class InMemoryStore:
             return None if value in (None, "") else str(value)
         if layer == "passage_revisions":
             return str(t.revisions[record_id]) if record_id in t.revisions else None
-        value = t.records[layer].get(record_id, {}).get(name)
-        return value or None
+        return _text(t.records[layer].get(record_id, {}).get(name)) or None
 
     async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
         """Memory.commit_once with nothing between its checks and its writes (no await), so no
@@ -620,7 +619,7 @@ class InMemoryStore:
                 if not row
                 else Fact.from_hash(
                     fid,
-                    {k: v for k, v in row.items() if k not in ("vec", "_rank")},
+                    {k: _text(v) for k, v in row.items() if k not in ("vec", "_rank")},
                     list(self._set(tenant, "fact_passages", fid)),
                 )
             )
@@ -635,11 +634,11 @@ class InMemoryStore:
                 if row.get("text") is None
                 else passage_json(
                     pid,
-                    row["text"],
-                    row["doc_id"],
+                    _text(row["text"]),
+                    _text(row["doc_id"]),
                     row["seq"],
                     row.get("doc_version"),
-                    *(row.get(f) for f in PASSAGE_EXTRAS),
+                    *(_text(row.get(f)) for f in PASSAGE_EXTRAS),
                 )
             )
         return out
@@ -658,7 +657,7 @@ class InMemoryStore:
 
     def _vector(self, tenant: str, layer: str, record_id: str) -> np.ndarray | None:
         raw = self._tenant(tenant).records[layer].get(record_id, {}).get("vec")
-        return None if raw is None else vector_from_bytes(raw)
+        return None if raw is None else vector_from_bytes(_vec(raw))
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return self._vector(tenant, "facts", fact_id)
@@ -700,7 +699,7 @@ class InMemoryStore:
         ]
         if not rows:
             return []
-        matrix = np.vstack([_unit(vector_from_bytes(row["vec"])) for _, row in rows])
+        matrix = np.vstack([_unit(vector_from_bytes(_vec(row["vec"]))) for _, row in rows])
         distances = np.float32(1.0) - matrix @ _unit(vector_from_bytes(vector_bytes(vector)))
         ranked = sorted(zip(distances.tolist(), rows), key=lambda x: (x[0], x[1][0]))[:k]
         return [
@@ -784,13 +783,13 @@ class InMemoryStore:
             self._stage(pipe, lambda: self._set(tenant, "schema_pending", schema_id).update(pended))
 
     async def schema_status(self, tenant: str, schema_id: str) -> str | None:
-        return self._tenant(tenant).records["schemas"].get(schema_id, {}).get("status")
+        return _text(self._tenant(tenant).records["schemas"].get(schema_id, {}).get("status"))
 
     async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
         record = self._tenant(tenant).records["schemas"].get(schema_id, {})
         frequency = record.get("frequency")
         return (
-            record.get("status"),
+            _text(record.get("status")),
             sorted(self._tenant(tenant).sets.get(("schema_passages", schema_id), ())),
             None if frequency in (None, "") else str(frequency),
         )
@@ -1004,6 +1003,7 @@ class InMemoryStore:
         current = (record or {}).get("expires_at") or None
         if lapses_at is None:
             if current is not None:
+                assert record is not None  # current was read from it
                 del record["expires_at"]
                 t.expiry.pop(fact_id, None)
         elif record is None or (current is not None and lapses_at > float(current)):
@@ -1189,8 +1189,19 @@ def _stored(value: Any) -> str | bytes:
     raise TypeError(f"invalid value for a Redis field: {value!r} ({type(value).__name__})")
 
 
+@overload
+def _text(value: str | bytes) -> str: ...
+@overload
+def _text(value: str | bytes | None) -> str | None: ...
 def _text(value: str | bytes | None) -> str | None:
+    """A field as text: every field but the vector is held as str, as Memory reads them decoded."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _vec(value: str | bytes) -> bytes:
+    """A record's vector: the one field held as bytes (only vector_bytes writes it)."""
+    assert isinstance(value, bytes)
+    return value
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ the shared index is created."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
@@ -37,8 +37,8 @@ from store.records import TENANT_FIELD, VECTOR_TYPE
 
 LEXICAL_TEXT_FIELD = {"name": LEXICAL_FIELD, "type": "text", "attrs": {"no_stem": True}}
 
-# layer → its filterable fields besides the tenant and the vector
-_LAYER_FIELDS = {
+# layer → its filterable fields besides the tenant and the vector (redisvl field specs, JSON-like)
+_LAYER_FIELDS: dict[str, list[dict[str, Any]]] = {
     # the lexical leg: BM25 over the passage's terms, stemmed and stopped already (store.lexical);
     # their count sortable, so a tenant's average length is summed from the index alone
     "passages": [
@@ -207,8 +207,11 @@ class TenantIndex:
             replies = await pipe.execute()
         out = []
         for reply in replies:
-            rows = reply_rows(reply)[1]
-            out.append([(self.record_id(key), float(fields.pop(DISTANCE)), fields) for key, fields in rows])
+            hits = []
+            for key, fields in reply_rows(reply)[1]:
+                assert key is not None  # an FT.SEARCH row has its key (only an aggregate's has none)
+                hits.append((self.record_id(key), float(fields.pop(DISTANCE)), fields))
+            out.append(hits)
         return out
 
     def command(self, verb: str, query: str, *arguments) -> list:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, cast
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -18,6 +18,7 @@ from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest, Asc
 from redis.commands.search.query import Query
 from redis.exceptions import ResponseError, WatchError
+from redis.typing import EncodableT, FieldT
 from redisvl.index import AsyncSearchIndex
 from redisvl.query.filter import Tag
 
@@ -383,6 +384,12 @@ def _expected(pipe) -> dict[tuple[str, str], str | None]:
     return pipe.__dict__.setdefault("memstream_expected", {})
 
 
+def _text(value: bytes | str) -> str:
+    """A reply value as text. redis-py types replies bytes | str whatever the client; Memory's
+    are bytes (decode_responses=False: from_url)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class Memory:
     def __init__(self, client: aioredis.Redis, dims: int = 384, tau: int = 2, vector_index: str = "flat"):
         self.redis = client
@@ -498,7 +505,10 @@ class Memory:
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None:
         """The embedder recorded for the tenant's indexes (None: none recorded)."""
         name, dims = await self.redis.hmget(self.keys(tenant).embedder, "name", "dims")
-        return None if name is None else EmbedderId(name.decode("utf-8"), int(dims))
+        if name is None:
+            return None
+        assert dims is not None  # _CLAIM_EMBEDDER records name and dims together
+        return EmbedderId(_text(name), int(dims))
 
     async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None:
         """The embedder the tenant's indexes were built with. None recorded: a tenant with
@@ -515,7 +525,9 @@ class Memory:
             if dims is None and not create:
                 return None
             recorded = await self.redis.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
-        return EmbedderId(recorded[0].decode("utf-8"), int(recorded[1]))
+        name, size = recorded[0], recorded[1]
+        assert name is not None and size is not None  # recorded before, or by the claim: both fields at once
+        return EmbedderId(_text(name), int(size))
 
     async def _indexed_dims(self, tenant: str) -> int | None:
         """The vector size the tenant's passages are indexed with, None when none are: its own
@@ -654,7 +666,8 @@ class Memory:
             raise ValueError(f"{name!r} is not a float32 shared index")
         layer, dims, _ = parsed
         await self.index(layer, dims=dims)
-        done, pending, recorded = 0, [], {}
+        done, pending = 0, []
+        recorded: dict[str, int | None] = {}  # tenant → its recorded embedder's size (_float16_vectors)
         async for key in self.redis.scan_iter(match=layer_prefix(layer) + "*", count=1000):
             pending.append(key.decode())
             if len(pending) >= batch:
@@ -685,7 +698,7 @@ class Memory:
                 recorded[name] = embedder.dims if embedder is not None else None
             if name is not None and recorded[name] not in (None, dims):
                 continue  # another embedder's float16 vectors, as long as float32 ones of `dims`
-            fields = {
+            fields: dict[FieldT, EncodableT] = {  # hset's own types: its mapping's keys are invariant
                 field: float32_vector_bytes(raw)
                 for field, raw in zip(("vec", RETIRED_FIELDS["vec"]), vectors)
                 if raw is not None and len(raw) == 4 * dims
@@ -999,9 +1012,11 @@ class Memory:
         worker sweeps it (a lock that expires, so a dead sweeper holds nothing for long)."""
         found = []
         for raw in sorted(await self.redis.smembers(TENANTS_WITH_OUTBOXES)):
-            tenant = raw.decode()
+            tenant = _text(raw)
             keys = self.keys(tenant)
-            marks = await self.redis.zrangebyscore(keys.outboxes, "-inf", committed_before, start=0, num=limit)
+            marks = cast(  # without WITHSCORES: the members alone
+                list[bytes], await self.redis.zrangebyscore(keys.outboxes, "-inf", committed_before, start=0, num=limit)
+            )
             if not marks or not await self.redis.set(keys.outbox_sweep_lock, b"1", nx=True, ex=OUTBOX_SWEEP_LOCK_S):
                 continue
             for mark in (m.decode() for m in marks):
@@ -1064,7 +1079,7 @@ class Memory:
 
     async def outstanding_work(self, tenant: str, chunk_id: str) -> list[str]:
         """Ids of the work a chunk's facts spawned that has not finished yet."""
-        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).chunk_outstanding(chunk_id)))
+        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).chunk_outstanding(chunk_id)))
 
     async def document_status(self, tenant: str, doc_id: str) -> DocumentStatus | None:
         """None if the chunker has not seen the document."""
@@ -1092,10 +1107,10 @@ class Memory:
         if version is None:
             return None
         return DocumentRecord(
-            (doc_hash or b"").decode(),
+            _text(doc_hash or b""),
             int(version),
             tuple(json.loads(chunk_ids or b"[]")),
-            (mark or b"").decode(),
+            _text(mark or b""),
             int(seq or 0),
         )
 
@@ -1179,7 +1194,7 @@ class Memory:
         facts, schemas = await asyncio.gather(
             self.redis.smembers(keys.passage_facts(passage_id)), self.redis.smembers(keys.passage_schemas(passage_id))
         )
-        return sorted(m.decode() for m in facts), sorted(m.decode() for m in schemas)
+        return sorted(_text(m) for m in facts), sorted(_text(m) for m in schemas)
 
     def stage_drop_support(
         self, pipe, tenant: str, passage_id: str, fact_ids: list[str], schema_ids: list[str], entity_ids: list[str]
@@ -1204,7 +1219,7 @@ class Memory:
 
     # ---- erasure: a document's passages and what only they said, gone (workers.stages.erasure) --
     async def document_passages(self, tenant: str, doc_id: str) -> list[str]:
-        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).document_passages(doc_id)))
+        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).document_passages(doc_id)))
 
     async def passage_extracted(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
         keys = self.keys(tenant)
@@ -1366,7 +1381,7 @@ class Memory:
             pipe.hgetall(keys.fact(fid))
             pipe.smembers(keys.fact_passages(fid))
         replies = await pipe.execute() if fact_ids else []
-        out = []
+        out: list[Fact | None] = []
         for fid, row, passages in zip(fact_ids, replies[0::2], replies[1::2]):
             if not row:
                 out.append(None)
@@ -1436,7 +1451,7 @@ class Memory:
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
-        return None if raw is None else vector_from_bytes(raw)
+        return None if raw is None else vector_from_bytes(cast(bytes, raw))  # this client replies bytes (_text)
 
     # ---- reconstruct: an entity's passages, passage vectors ------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
@@ -1444,8 +1459,9 @@ class Memory:
         them (SORT ... ALPHA LIMIT: a partial sort in Redis, only `limit` ids come back)."""
         key = self.keys(tenant).entity_passages(entity_id)
         if limit is None:
-            return sorted(p.decode() for p in await self.redis.smembers(key))
-        return [p.decode() for p in await self.redis.sort(key, start=0, num=limit, alpha=True)]
+            return sorted(_text(p) for p in await self.redis.smembers(key))
+        # without GET or groups: the members alone
+        return [p.decode() for p in cast(list[bytes], await self.redis.sort(key, start=0, num=limit, alpha=True))]
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         """Each passage's stored vector (of its indexed text), in one round trip; None for a missing id."""
@@ -1465,8 +1481,11 @@ class Memory:
     async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:
         """(turn, passage id) of the session's turns at most `radius` from `turn`, the turn
         itself left out; by turn, then passage id."""
-        rows = await self.redis.zrangebyscore(
-            self.keys(tenant).session_turns(session_id), turn - radius, turn + radius, withscores=True
+        rows = cast(  # WITHSCORES: (member, score) pairs
+            list[tuple[bytes, float]],
+            await self.redis.zrangebyscore(
+                self.keys(tenant).session_turns(session_id), turn - radius, turn + radius, withscores=True
+            ),
         )
         return sorted((int(score), pid.decode()) for pid, score in rows if int(score) != turn)
 
@@ -1561,7 +1580,7 @@ class Memory:
         if not entity_ids:
             return {}
         found = await self.redis.hmget(self.keys(tenant).aliases, entity_ids)
-        return {eid: (c.decode() if c else eid) for eid, c in zip(entity_ids, found)}
+        return {eid: (_text(c) if c else eid) for eid, c in zip(entity_ids, found)}
 
     async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
         await self.redis.hset(
@@ -1569,10 +1588,10 @@ class Memory:
         )
 
     async def alias_map(self, tenant: str) -> dict[str, str]:
-        return {k.decode(): v.decode() for k, v in (await self.redis.hgetall(self.keys(tenant).aliases)).items()}
+        return {_text(k): _text(v) for k, v in (await self.redis.hgetall(self.keys(tenant).aliases)).items()}
 
     # ---- τ gate ------------------------------------------------------------------------
-    async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool:
+    async def hold_pending(self, tenant: str, schema_id: str, fact_id: str, passage_id: str) -> bool | None:
         """Atomically: if the schema is not stable, park the fact as pending (True); if it is,
         do nothing (False); if a version retired the passage meanwhile, nothing either (None). Checking and parking in one step is what lets the promoting
         detector's drain see every fact parked before the promotion."""
@@ -1593,7 +1612,7 @@ class Memory:
         return None if held == -1 else bool(held)
 
     async def pending_facts(self, tenant: str, schema_id: str) -> list[str]:
-        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).schema_pending(schema_id)))
+        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).schema_pending(schema_id)))
 
     def stage_unpend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
         if fact_ids:
@@ -1607,7 +1626,7 @@ class Memory:
     async def schema_status(self, tenant: str, schema_id: str) -> str | None:
         """The schema's status alone (None: no such schema): one HGET, not its passage set."""
         status = await self.redis.hget(self.keys(tenant).schema(schema_id), "status")
-        return status.decode() if status else None
+        return _text(status) if status else None
 
     async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
         """(the schema's status, None: no such schema; its supporting passages; its frequency as stored)."""
@@ -1617,9 +1636,9 @@ class Memory:
             self.redis.smembers(keys.schema_passages(schema_id)),
         )
         return (
-            (status.decode() if status else None),
-            sorted(m.decode() for m in passages),
-            (frequency.decode() if frequency else None),
+            (_text(status) if status else None),
+            sorted(_text(m) for m in passages),
+            (_text(frequency) if frequency else None),
         )
 
     def expect_schema(self, pipe, tenant: str, schema_id: str, status: str | None, frequency: str | None) -> None:
@@ -1668,16 +1687,16 @@ class Memory:
         return GroupJoin(int(heads), int(multi), int(size), verdict.decode(), bool(flipped))
 
     async def facts_with_tail(self, tenant: str, tail_id: str) -> list[str]:
-        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).facts_with_tail(tail_id)))
+        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).facts_with_tail(tail_id)))
 
     async def group(self, tenant: str, head_id: str, relation: str) -> list[str]:
-        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).group(head_id, relation)))
+        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).group(head_id, relation)))
 
     async def group_size(self, tenant: str, head_id: str, relation: str) -> int:
         return await self.redis.scard(self.keys(tenant).group(head_id, relation))
 
     async def relation_multi_heads(self, tenant: str, relation: str) -> list[str]:
-        return sorted(m.decode() for m in await self.redis.smembers(self.keys(tenant).relation_multi_heads(relation)))
+        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).relation_multi_heads(relation)))
 
     async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]:
         """(heads seen with the relation, heads with two or more tails)."""
@@ -1736,7 +1755,7 @@ class Memory:
                 pipe.sadd(keys.graph_nodes, *legacy[start : start + 1000])
             pipe.set(keys.graph_nodes_complete, 1)
             await pipe.execute()
-        return sorted(m.decode() for m in await self.redis.smembers(keys.graph_nodes))
+        return sorted(_text(m) for m in await self.redis.smembers(keys.graph_nodes))
 
     # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) -------------
     async def active_facts(
@@ -1770,7 +1789,12 @@ class Memory:
                 left = limit - len(ids)
                 page = await searchable.aggregate(
                     active((category,)),
-                    lambda r, left=left: loaded(r).sort_by(Asc("@created_at"), Asc("@__key"), max=left),
+                    # redis-py types sort_by's fields str; it takes Asc/Desc as well (its docstring and code)
+                    lambda r, left=left: loaded(r).sort_by(
+                        Asc("@created_at"),  # type: ignore[arg-type]
+                        Asc("@__key"),  # type: ignore[arg-type]
+                        max=left,
+                    ),
                 )
                 ids += [searchable.record_id(dict(zip(row[::2], row[1::2]))[b"__key"]) for row in page.rows]
         except Exception as exc:
@@ -1783,8 +1807,9 @@ class Memory:
     # ---- time in memory: the expiry index (stage_new_fact fills it, workers.stages.expiry sweeps it) --
     async def lapsed_facts(self, tenant: str, now: float, limit: int = 500) -> list[tuple[str, float]]:
         """(fact id, expires_at) of the tenant's facts whose TTL lapsed by `now`, earliest first."""
-        rows = await self.redis.zrangebyscore(
-            self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True
+        rows = cast(  # WITHSCORES: (member, score) pairs
+            list[tuple[bytes, float]],
+            await self.redis.zrangebyscore(self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True),
         )
         return [(fid.decode(), float(at)) for fid, at in rows]
 
@@ -1806,7 +1831,7 @@ class Memory:
 
     async def tenants(self) -> list[str]:
         """Every tenant that committed a message (commit_once registers it): where to sweep."""
-        return sorted(raw.decode() for raw in await self.redis.smembers(TENANTS_WITH_OUTBOXES))
+        return sorted(_text(raw) for raw in await self.redis.smembers(TENANTS_WITH_OUTBOXES))
 
     async def purge_tenant(self, tenant: str, llm_cache_keys, embedded_texts) -> dict[str, int]:
         """Erase a tenant: the model-cache entries of its texts (`llm_cache_keys(passages)`: the

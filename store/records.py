@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 import numpy as np
 
@@ -223,7 +223,7 @@ def passage_json(
     }
 
 
-def is_current(row: dict | None) -> bool:
+def is_current(row: dict | None) -> TypeGuard[dict]:
     """A passage (passage_json) that queries may answer with: stored, and not retired by a
     later version of its document (kept for audit and drill-down only)."""
     return row is not None and not row.get("retired")

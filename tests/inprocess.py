@@ -328,7 +328,7 @@ class InProcess:
         request = QueryRequest.from_json(
             {"query": text, "tenant": self.tenant, "top_k": top_k, **body}, self.tenant, top_k
         )
-        return await self.query_engine().answer(request)
+        return (await self.query_engine().answer(request)).to_json()
 
     def query_engine(self) -> QueryEngine:
         """The query worker's QueryEngine over this memory, with this harness's embedder (made once)."""

@@ -139,7 +139,7 @@ def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp
 
         dead, answers, exported, standing, expired = asyncio.run(pipeline_over_the_acl())
         assert dead == [] and all(answer["passages"] for answer in answers)
-        assert exported["facts"] and standing["total"] == 1 and expired == 1
+        assert exported["facts"] and standing.total == 1 and expired == 1
         with pytest.raises(redis.AuthenticationError):
             redis.Redis(host="127.0.0.1", port=port).ping()  # the default user is off
         with pytest.raises(redis.exceptions.NoPermissionError):

@@ -235,7 +235,7 @@ def test_passages_map_back_to_their_dia_ids(tmp_path):
             await index(stages, load_documents([str(path)], stages.tenant, 10_000).documents)
             answer = await stages.query("pottery bowl", top_k=4, mode="dense")
             facts = await stages.facts()
-            evidence = [await drilldown.fact_evidence(stages.memory, stages.tenant, fid) for fid in facts]
+            evidence = [(await drilldown.fact_evidence(stages.memory, stages.tenant, fid)).to_json() for fid in facts]
             return await stored_passages(stages), answer, evidence
         finally:
             await stages.close()

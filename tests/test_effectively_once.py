@@ -274,7 +274,7 @@ def test_a_re_activated_fact_seeds_queries_again(stack_env):
 
     invalidated, fact, answer = run(scenario())
     assert invalidated == "invalid" and fact.status == "active" and fact.expired_at is None
-    assert ostra in [f["id"] for f in answer["facts"]]
+    assert ostra in [f.id for f in answer.facts]
 
 
 def test_event_ids_of_a_flip_flop_differ(stack_env):

@@ -1,9 +1,10 @@
 """The code's gates, run with the suite (so in `make test-unit` and in CI): ruff's lint rules
-and its formatter, configured in pyproject.toml, over every package and the tests. A new
-violation fails here with ruff's own report."""
+and its formatter over every package and the tests, and mypy over the packages, configured in
+pyproject.toml. A new violation fails here with the tool's own report."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,20 @@ def test_ruff_finds_nothing_to_report():
 def test_the_code_is_as_ruff_formats_it():
     found = _ruff("format", "--no-cache", "--check")
     assert found.returncode == 0, "run `ruff format`:\n" + found.stdout + found.stderr
+
+
+def test_mypy_finds_nothing_to_report():
+    """mypy over the four packages as pyproject.toml configures it (check_untyped_defs, the
+    pydantic plugin). Its cache lives outside the work tree; mypy invalidates it itself."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memstream" / "mypy"
+    found = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(cache)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert found.returncode == 0, found.stdout + found.stderr
 
 
 def test_no_code_or_doc_sends_the_reader_to_an_issue_number():

@@ -33,6 +33,8 @@ from workers.models.llm import LLMClient, LLMConfig
 from workers.models.prompts import extraction_messages, passage_fence
 from workers.models.resolution import unquoted_evidence
 from workers.query.answering import generate_answer
+from workers.query.answers import Answer
+from workers.query.answers import Passage as QueryPassage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -227,14 +229,17 @@ class ScriptedChat:
 
 
 def test_answer_citations_outside_the_context_are_dropped_and_named():
-    passages = [{"id": "p1", "text": "Oskar Lind runs the mill."}, {"id": "p2", "text": "The mill is old."}]
+    passages = [
+        QueryPassage(id="p1", doc_id="d", text="Oskar Lind runs the mill."),
+        QueryPassage(id="p2", doc_id="d", text="The mill is old."),
+    ]
     before = count("memstream_dropped_citations_total")
     answer = asyncio.run(
         generate_answer(
             ScriptedChat({"answer": "Oskar Lind", "citations": ["p1", "evil", "p1", "p9"]}), "Who?", passages
         )
     )
-    assert answer == {"text": "Oskar Lind", "citations": ["p1"], "dropped_citations": ["evil", "p9"]}
+    assert answer == Answer(text="Oskar Lind", citations=["p1"], dropped_citations=["evil", "p9"])
     assert count("memstream_dropped_citations_total") == before + 2
     with pytest.raises(ValueError):
         asyncio.run(generate_answer(ScriptedChat({"answer": "x", "citations": [{"id": "p1"}]}), "Who?", passages))

@@ -318,6 +318,23 @@ def test_llm_resolution_answers_are_validated():
         )
 
 
+def test_llm_resolution_ids_that_are_not_strings_are_malformed_not_a_crash():
+    """A list or an object as fact_id or evidence_passage_id (a server that does not hold to the
+    schema) is a ValueError, which earns the repair round and then the evidence policy; it was a
+    TypeError (unhashable, tested `in` a set or dict), which skipped both and failed the message."""
+    from workers.algorithms.policy import GroupFact
+    from workers.models.resolution import parse_resolution
+
+    group = [GroupFact("a", "x", 1, 1, 1.0, passage_ids=("p1",))]
+    good = {"fact_id": "a", "action": "keep", "evidence": "So it is.", "evidence_passage_id": "p1"}
+    passages = {"p1": "So it is."}  # as the resolver passes them: a dict by passage id
+    assert parse_resolution({"decisions": [good]}, group, passages)["a"].evidence == ("p1",)
+    for field in ("fact_id", "evidence_passage_id"):
+        for bad in (["p1"], {"id": "p1"}):
+            with pytest.raises(ValueError, match=field):
+                parse_resolution({"decisions": [dict(good, **{field: bad})]}, group, passages)
+
+
 class DictCache:
     """A test double of store.caches.LLMCache: answers kept in a dict by prompt."""
 

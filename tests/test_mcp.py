@@ -400,7 +400,14 @@ def test_standing_facts_lists_what_get_v1_facts_lists_and_refuses_an_unknown_cat
                 failures = await client.call_tool("standing_facts", {"categories": ["TOOL_FAILURE"], "limit": 1})
                 unknown = await client.call_tool("standing_facts", {"categories": ["HARD_CONSTRAINT", "NOPE"]})
                 over = await client.call_tool("standing_facts", {"limit": 501})
-            return tool, every, failures, unknown, over, await drilldown.standing_facts(stages.memory, stages.tenant)
+            return (
+                tool,
+                every,
+                failures,
+                unknown,
+                over,
+                (await drilldown.standing_facts(stages.memory, stages.tenant)).to_json(),
+            )
         finally:
             await stages.close()
 

@@ -254,7 +254,7 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
 
     async def main():
         engine = QueryEngine(Memory(), Embedder(), Graphs())
-        return await engine.answer(QueryRequest("who?", "t", 2)), threading.get_ident()
+        return (await engine.answer(QueryRequest("who?", "t", 2))).to_json(), threading.get_ident()
 
     result, loop_thread = asyncio.run(main())
     assert solved_on and loop_thread not in solved_on

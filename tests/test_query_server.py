@@ -292,16 +292,16 @@ def test_both_stores_list_the_standing_facts_most_specific_first(stack_env):
         stages = await standing_memory(redis_url)
         try:
             memory, tenant = stages.memory, stages.tenant
-            default = await drilldown.standing_facts(memory, tenant)
-            one = await drilldown.standing_facts(memory, tenant, ("HARD_CONSTRAINT", "TOOL_FAILURE"), 1)
-            plain = await drilldown.standing_facts(memory, tenant, ("DECLARATIVE",))
+            default = (await drilldown.standing_facts(memory, tenant)).to_json()
+            one = (await drilldown.standing_facts(memory, tenant, ("HARD_CONSTRAINT", "TOOL_FAILURE"), 1)).to_json()
+            plain = (await drilldown.standing_facts(memory, tenant, ("DECLARATIVE",))).to_json()
             lapsed, later = default["facts"][0]["id"], default["facts"][1]["id"]
             pipe = memory.pipeline()
             memory.stage_fact_update(pipe, tenant, lapsed, {"expires_at": 1.0})  # its TTL over, not yet swept
             memory.stage_fact_update(pipe, tenant, later, {"expires_at": time.time() + 1e6})  # lapses, but not yet
             await pipe.execute()
-            after = await drilldown.standing_facts(memory, tenant)
-            return default, one, plain, after, await drilldown.standing_facts(memory, "nobody-here")
+            after = (await drilldown.standing_facts(memory, tenant)).to_json()
+            return default, one, plain, after, (await drilldown.standing_facts(memory, "nobody-here")).to_json()
         finally:
             await stages.close()
 
@@ -341,7 +341,10 @@ def test_a_page_of_standing_facts_fills_with_the_most_specific_categories_first(
         try:
             for n, text in enumerate(CROWDED_SCRIPT):
                 await stages.publish(f"s1:{n}", text, session_id="s1", turn=n, speaker="Ana")
-            return [await drilldown.standing_facts(stages.memory, stages.tenant, limit=limit) for limit in (2, 4, 50)]
+            return [
+                (await drilldown.standing_facts(stages.memory, stages.tenant, limit=limit)).to_json()
+                for limit in (2, 4, 50)
+            ]
         finally:
             await stages.close()
 

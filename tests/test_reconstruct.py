@@ -220,7 +220,7 @@ def test_the_llm_router_chooses_the_branches_and_stops(real_embedder):
         stages = await _memory(real_embedder)
         engine = _llm_engine(stages, server)
         try:
-            return await engine.answer(_ask(stages))
+            return (await engine.answer(_ask(stages))).to_json()
         finally:
             engine.close()
             await stages.close()
@@ -245,7 +245,7 @@ def test_a_failing_llm_router_falls_back_to_the_similarity_router_and_says_so(re
         stages = await _memory(real_embedder)
         engine = _llm_engine(stages, server)
         try:
-            return await engine.answer(_ask(stages))
+            return (await engine.answer(_ask(stages))).to_json()
         finally:
             engine.close()
             await stages.close()

@@ -183,9 +183,7 @@ def test_a_fact_also_said_elsewhere_keeps_that_evidence_and_a_shared_text_stays(
             await stages.close()
 
     facts, memory, answer, shared = run(scenario())
-    assert shared["text"] == "Ilse Marr lives in Kallmar." and shared["doc_ids"] == [
-        "copy-2"
-    ]  # "copy" holds it no more
+    assert shared.text == "Ilse Marr lives in Kallmar." and shared.doc_ids == ["copy-2"]  # "copy" holds it no more
     [nora] = _by_head(facts, "Nora Velt")
     assert nora.status == "active" and len(nora.passage_ids) == 2  # ilse's and nora's
     assert "Ilse Marr lives in Kallmar." in [p["text"] for p in answer["passages"]]  # copy-2 still holds it
@@ -472,7 +470,7 @@ def test_the_same_text_under_two_doc_ids_is_one_passage_of_both(redis_url):
             await stages.close()
 
     record, statuses = run(scenario())
-    assert record["doc_ids"] == ["first", "second"]
+    assert record.doc_ids == ["first", "second"]
     assert all(s.chunks == s.chunks_done == 1 for s in statuses)  # `publish --wait` sees both indexed
 
 

@@ -244,7 +244,9 @@ def turn_from_json(row: Any, where: str) -> Turn:
     turn_id = row.get("turn_id")
     if turn_id is not None and (not isinstance(turn_id, str) or not turn_id.strip()):
         raise ContractError(f"{where}: 'turn_id' must be a non-empty string")
-    metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+    metadata = row.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     turn_id = turn_id or str(number)
     return Turn(
         session_id=row["session_id"],

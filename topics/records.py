@@ -91,7 +91,8 @@ class Record:
         where = where or cls.TOPIC
         if not isinstance(data, dict):
             raise ContractError(f"{where}: expected a JSON object, got {_json_type(data)}")
-        hints = _type_hints(cls)
+        # a class is hashable: mypy checks type[X] against Hashable by X's own __hash__ (python/mypy#11470)
+        hints = _type_hints(cls)  # type: ignore[arg-type]
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name in data:

@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import faust
+from faust.types import TP
 
 from store import Memory, Outgoing
 from topics import TOPIC_SUFFIXES
@@ -96,7 +97,7 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         else None
     )
     pipeline = Pipeline(settings, memory, send, embedder, extractor, resolver_llm, send_many)
-    watch = StallWatch(settings.stall_seconds)
+    watch: StallWatch[TP] = StallWatch(settings.stall_seconds)
     for role, suffix in ROLE_TOPICS.items():
         if role in roles:
             _register_agent(app, role, topics[suffix], suffix, pipeline, watch)
@@ -111,7 +112,7 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
 
 
 def _register_agent(
-    app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline, watch: StallWatch | None = None
+    app: faust.App, role: str, topic, suffix: str, pipeline: Pipeline, watch: StallWatch[TP] | None = None
 ) -> None:
     # Each partition's events processed one at a time, in offset order, acked by hand once
     # `process` returned (its effects committed and its outbox published, or the message
@@ -131,7 +132,7 @@ def _register_agent(
     app.agent(topic, name=f"memstream.{role}", concurrency=1)(agent)
 
 
-async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline, watch: StallWatch | None = None) -> None:
+async def _process_and_ack(manual, event, suffix: str, pipeline: Pipeline, watch: StallWatch[TP] | None = None) -> None:
     message = event.message
     attempt = 0
     while True:  # `process` only raises when even dead-lettering failed (e.g. Kafka down past
@@ -161,7 +162,9 @@ async def _prefetch_quietly(pipeline: Pipeline, suffix: str, message) -> None:
         log.debug("%s: read-ahead of offset %s failed (%s: %s)", suffix, message.offset, type(exc).__name__, exc)
 
 
-async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int, watch: StallWatch | None = None) -> None:
+async def _read_ahead(
+    manual, suffix: str, pipeline: Pipeline, window: int, watch: StallWatch[TP] | None = None
+) -> None:
     """Up to `window` events held at once (Pipeline.read_ahead). Each event's model calls start
     as soon as it is read (`Pipeline.prefetch`, a task per event: answers land in the LLM cache,
     the extractor's memo and the embedding cache), while one consumer per partition (a lane)
@@ -226,7 +229,7 @@ async def _read_ahead(manual, suffix: str, pipeline: Pipeline, window: int, watc
         await asyncio.gather(*consumers, return_exceptions=True)
 
 
-def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch) -> None:
+def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch[TP]) -> None:
     """Every quarter of MEMSTREAM_STALL_SECONDS: the held partitions' committed offsets against
     the ends of their logs (workers.liveness); a stall makes the worker rejoin its group, a
     second one exits it (EXIT_STALLED). MEMSTREAM_TEST_PAUSE_FETCH=1 (tests only) pauses the

@@ -21,14 +21,14 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from store import AlreadyDone, Outgoing, StaleDecision
 from store.base import Outbox, Progress
 from store.errors import redis_unavailable
-from topics import CandidateFact, ContractError, DeadLetter, FactEvent, decode, encode
+from topics import CandidateFact, ContractError, DeadLetter, Document, DocumentDeletion, FactEvent, decode, encode
 from topics.records import Record
 from workers import metrics
 from workers.algorithms.normalize import short_hash
@@ -41,7 +41,6 @@ Send = Callable[[Outgoing], Awaitable[None]]
 # Sends several messages in their order and returns once the broker acknowledged them all: the
 # acknowledgements are awaited together, not one round trip after the other (workers/app.py)
 SendMany = Callable[[list[Outgoing]], Awaitable[None]]
-Handler = Callable[[Record], Awaitable[None]]
 MAX_ATTEMPTS = 5
 MAX_REDECISIONS = 8
 
@@ -71,7 +70,46 @@ class Emit:
 Decided = Sequence["Emit"]  # what a decision returns: the messages to publish once it is committed
 Decide = Callable[[object], Awaitable[Decided]]  # staged on the pipe it is given
 Finishes = tuple[str, str, int]  # (chunk id, work id, chunk fact count)
-Once = Callable[[str, str, Decide, "Finishes | None"], Awaitable[None]]  # Envelope.once
+
+
+class Once(Protocol):
+    """Envelope.once; a Protocol, not a Callable, so `finishes` keeps its default."""
+
+    def __call__(self, tenant: str, mark: str, decide: Decide, finishes: Finishes | None = None) -> Awaitable[None]: ...
+
+
+M = TypeVar("M")  # what one topic's messages decode to
+R = TypeVar("R", bound=Record)
+# (value, key, max_text_bytes) → the message; raises ContractError (or any decoding error) on bad input
+Decoder = Callable[[bytes | None, bytes | None, int], M]
+
+
+@dataclass(frozen=True)
+class Route(Generic[M]):
+    """An input topic: how its messages decode, and the stage handler that takes what they
+    decode to. Built together, so mypy checks that a handler takes its topic's messages."""
+
+    decode: Decoder[M]
+    handle: Callable[[M], Awaitable[None]]
+
+
+def record_decoder(cls: type[R]) -> Decoder[R]:
+    """A topic of one record type (`topics.decode`); a message of no value is an error."""
+
+    def decode_record(value: bytes | None, key: bytes | None, max_text_bytes: int) -> R:
+        if value is None:
+            raise ContractError(f"{cls.TOPIC}: empty message (no value)")
+        return decode(cls, value, max_text_bytes=max_text_bytes)
+
+    return decode_record
+
+
+def decode_document(value: bytes | None, key: bytes | None, max_text_bytes: int) -> Document | DocumentDeletion:
+    """A message on `documents`: a version or an erasure (Document.decode_value), or with no
+    value a tombstone — the deletion its key names."""
+    if value is None:
+        return Document.tombstone(key)
+    return decode(Document, value, max_text_bytes=max_text_bytes)
 
 
 def spawned_work_ids(outbox: Decided) -> list[str]:
@@ -83,7 +121,7 @@ class Envelope:
     """Decode → the stage's handler → retry or wait out an outage → dead letter; and the
     effectively-once commit (`once`) the handlers run their decisions through.
 
-    `handlers` maps a topic suffix to its stage's handler; the composition root
+    `routes` maps a topic suffix to its decoder and stage handler; the composition root
     (workers.pipeline) fills it after building the stages, which themselves call `once`."""
 
     def __init__(
@@ -92,16 +130,14 @@ class Envelope:
         settings: Settings,
         memory: EnvelopeStore,
         send: Send,
-        records: Mapping[str, type[Record]],
-        handlers: Mapping[str, Handler],
+        routes: Mapping[str, Route[Any]],  # Any: each route's handler is checked against its decoder
         send_many: SendMany | None = None,
     ):
         self.settings = settings
         self.memory = memory
         self.send = send
         self.send_many = send_many  # None: one send after the other
-        self.records = records
-        self.handlers = handlers
+        self.routes = routes
 
     # ---- decode, retry, dead-letter ----------------------------------------------------
     async def process(
@@ -130,7 +166,7 @@ class Envelope:
         try:
             while True:
                 try:
-                    await self.handlers[topic](record)
+                    await self.routes[topic].handle(record)
                     metrics.MESSAGES.labels(stage=topic).inc()
                     metrics.STAGE_SECONDS.labels(stage=topic).observe(time.perf_counter() - started)
                     return
@@ -182,16 +218,11 @@ class Envelope:
             if outage_since is not None:
                 metrics.OUTAGE_WAITING.labels(stage=topic).dec()
 
-    def decode(self, topic: str, value: bytes | None, key: bytes | None = None) -> Record:
+    def decode(self, topic: str, value: bytes | None, key: bytes | None = None) -> object:
         """The message's record — for a message of no value on a topic whose records have
         tombstones (documents), the deletion its key names; raises (ContractError or any
         decoding error) on bad input."""
-        if value is None:
-            tombstone = getattr(self.records[topic], "tombstone", None)
-            if tombstone is not None:
-                return tombstone(key)
-            raise ContractError(f"{topic}: empty message (no value)")
-        return decode(self.records[topic], value, max_text_bytes=self.settings.max_text_bytes)
+        return self.routes[topic].decode(value, key, self.settings.max_text_bytes)
 
     async def dead_letter(self, topic, key, value, error, partition, offset, attempts, tenant=None) -> None:
         log.error("%s: to dead-letter topic: %s", topic, error[:2000])
@@ -368,15 +399,16 @@ def is_outage(exc: BaseException) -> bool:
     """Redis or Kafka could not be reached (here or in anything it was raised from): a
     retry after a wait can succeed, whatever the message is."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if redis_unavailable(exc) is exc or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+    link: BaseException | None = exc  # the chain walked: exc, then what each was raised from
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if redis_unavailable(link) is link or isinstance(link, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
             return True
-        if isinstance(exc, KafkaError) and (
-            exc.retriable or isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))
+        if isinstance(link, KafkaError) and (
+            link.retriable or isinstance(link, (KafkaConnectionError, KafkaTimeoutError))
         ):
             return True
-        exc = exc.__cause__ or exc.__context__
+        link = link.__cause__ or link.__context__
     return False
 
 

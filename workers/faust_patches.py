@@ -16,8 +16,12 @@ faust-streaming is pinned to the minor version these were written and tested aga
 
 from __future__ import annotations
 
+from typing import Hashable, Iterable, TypeVar
+
 import faust.transport.consumer
 from aiokafka.structs import TopicPartition as AIOKafkaTP
+
+P = TypeVar("P", bound=Hashable)  # a partition (faust's TP)
 
 TESTED_MINOR = (0, 15)  # faust-streaming's version these patches are tested against (pyproject pins it)
 
@@ -34,7 +38,7 @@ def _ack_only_processed(ack):
             return False
         return ack(self, message)
 
-    ack_processed.memstream_patched = True
+    ack_processed.memstream_patched = True  # type: ignore[attr-defined]  # our mark, read by installed()
     return ack_processed
 
 
@@ -58,11 +62,11 @@ def _seek_uncommitted_to_beginning(perform_seek):
             for tp in fresh:
                 self._read_offset[tp] = None
 
-    perform_seek_and_rewind.memstream_patched = True
+    perform_seek_and_rewind.memstream_patched = True  # type: ignore[attr-defined]  # our mark, read by installed()
     return perform_seek_and_rewind
 
 
-def committed_offsets(consumer, tps) -> dict:
+def committed_offsets(consumer, tps: Iterable[P]) -> dict[P, int | None]:
     """Each partition's committed offset as the consumer knows it (None: none committed)."""
     return {tp: consumer._committed_offset.get(tp) for tp in tps}
 
@@ -80,10 +84,11 @@ async def _rejoin(thread) -> None:
 def install() -> None:
     """Patch faust's Consumer (idempotent: a second call changes nothing)."""
     consumer = faust.transport.consumer.Consumer
+    # method-assign ignored: replacing faust's methods is what this module is for
     if not installed("ack"):
-        consumer.ack = _ack_only_processed(consumer.ack)
+        consumer.ack = _ack_only_processed(consumer.ack)  # type: ignore[method-assign]
     if not installed("perform_seek"):
-        consumer.perform_seek = _seek_uncommitted_to_beginning(consumer.perform_seek)
+        consumer.perform_seek = _seek_uncommitted_to_beginning(consumer.perform_seek)  # type: ignore[method-assign]
 
 
 def installed(method: str) -> bool:

@@ -12,26 +12,25 @@ starts it again. Effectively-once makes both safe: what was not committed is del
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Generic, Hashable, Mapping, TypeVar
 
 EXIT_STALLED = 75  # EX_TEMPFAIL: a supervisor restarts the worker
+P = TypeVar("P", bound=Hashable)  # a partition (faust's TP in workers.app)
 
 
 @dataclass
-class StallWatch:
+class StallWatch(Generic[P]):
     bound_s: float
     stalls: int = 0  # stalls seen by this process
-    _seen: dict[Hashable, tuple[float, int | None]] = field(
+    _seen: dict[P, tuple[float, int | None]] = field(
         default_factory=dict
     )  # partition → (last progress, committed offset then)
 
-    def handled(self, tp: Hashable, now: float) -> None:
+    def handled(self, tp: P, now: float) -> None:
         """A message of the partition was handled: progress."""
         self._seen[tp] = (now, self._seen.get(tp, (now, None))[1])
 
-    def check(
-        self, now: float, committed: dict[Hashable, int | None], end_offsets: dict[Hashable, int | None]
-    ) -> list[Hashable]:
+    def check(self, now: float, committed: Mapping[P, int | None], end_offsets: Mapping[P, int | None]) -> list[P]:
         """The assigned partitions (`committed`: each one's committed offset) stalled now.
         A partition seen for the first time, whose committed offset moved, or with nothing to
         fetch (committed at the end of its log) made progress now."""
@@ -47,7 +46,7 @@ class StallWatch:
                 stalled.append(tp)
         return sorted(stalled, key=repr)
 
-    def stalled(self, tps: list[Hashable], now: float) -> str:
+    def stalled(self, tps: list[P], now: float) -> str:
         """What to do about a stall: 'rejoin' the first time, 'exit' after; the partitions'
         clocks start again (a rejoin gets its bound before the next verdict)."""
         self.stalls += 1

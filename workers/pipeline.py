@@ -23,13 +23,12 @@ outgoing messages to the next stage itself.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from typing import Any
 
 from store.base import MemoryStore
 from store.facts import Lifecycle
 from topics import CandidateFact, Chunk, ConflictSet, Document
-from topics.records import Record
-from workers.envelope import Envelope, Handler, Send, SendMany
+from workers.envelope import Envelope, Route, Send, SendMany, decode_document, record_decoder
 from workers.models.protocols import ChatModel, Embedder, Extractor
 from workers.settings import Settings
 from workers.stages.chunker import ChunkerStage
@@ -58,15 +57,9 @@ class Pipeline:
         self.embedder = embedder
         self.extractor = extractor
         self.resolver_llm = resolver_llm  # None: the deterministic evidence policy
-        self.handlers: dict[str, Handler] = {}  # filled below: the stages run through the envelope's `once`
-        self.envelope = Envelope(
-            settings=settings,
-            memory=memory,
-            send=send,
-            records=self.RECORDS,
-            handlers=self.handlers,
-            send_many=send_many,
-        )
+        # filled below: the stages run through the envelope's `once`. Any: each Route is checked as it is built
+        self.routes: dict[str, Route[Any]] = {}
+        self.envelope = Envelope(settings=settings, memory=memory, send=send, routes=self.routes, send_many=send_many)
         context = StageContext(
             settings=settings,
             memory=memory,
@@ -78,18 +71,19 @@ class Pipeline:
         )
         self.expiry = ExpirySweep(context)
         extractor_stage, resolver_stage = ExtractorStage(context), ResolverStage(context)
-        self.handlers.update(
+        chunks, conflict_sets = record_decoder(Chunk), record_decoder(ConflictSet)
+        self.routes.update(
             {
-                "documents": ChunkerStage(context).handle,
-                "chunks": extractor_stage.handle,
-                "candidate-facts": DetectorStage(context).handle,
-                "conflict-sets": resolver_stage.handle,
+                "documents": Route(decode_document, ChunkerStage(context).handle),
+                "chunks": Route(chunks, extractor_stage.handle),
+                "candidate-facts": Route(record_decoder(CandidateFact), DetectorStage(context).handle),
+                "conflict-sets": Route(conflict_sets, resolver_stage.handle),
             }
         )
         # read-ahead (workers/app.py): the model calls a message will make, started early
-        self.prefetchers: dict[str, Callable[[Record], Awaitable[None]]] = {"chunks": extractor_stage.prefetch}
+        self.prefetchers: dict[str, Route[Any]] = {"chunks": Route(chunks, extractor_stage.prefetch)}
         if resolver_llm is not None:  # the evidence policy calls no model: nothing to read ahead
-            self.prefetchers["conflict-sets"] = resolver_stage.prefetch
+            self.prefetchers["conflict-sets"] = Route(conflict_sets, resolver_stage.prefetch)
 
     async def process(
         self,
@@ -116,10 +110,10 @@ class Pipeline:
         if prefetch is None:
             return
         try:
-            record = self.envelope.decode(topic, value)
+            record = prefetch.decode(value, None, self.settings.max_text_bytes)
         except Exception:
             return
-        await prefetch(record)
+        await prefetch.handle(record)
 
     async def expire_lapsed(self, now: float | None = None, tenants: list[str] | None = None) -> int:
         """Expire the facts whose TTL lapsed by `now` (workers.stages.expiry) in `tenants`

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
+from typing import Literal, cast
 
 from topics import Topics
 from workers.algorithms.expiry import parse_ttl_setting
-from workers.algorithms.reconstruction import DEFAULT_BUDGET
+from workers.algorithms.reconstruction import DEFAULT_PASSAGES, DEFAULT_STEPS, DEFAULT_TOKENS
 
 
 def _home() -> Path:
     return Path(os.environ.get("MEMSTREAM_HOME", Path.home() / ".memstream"))
+
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+LOG_LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,9 @@ class Settings:
     log_level: str = "info"
     # query mode reconstruct (workers.query.reconstruct): the router and the default budget of a walk
     router: str = "similarity"  # similarity | llm (the LLM at MEMSTREAM_LLM_*)
-    reconstruct_steps: int = DEFAULT_BUDGET.steps
-    reconstruct_passages: int = DEFAULT_BUDGET.passages
-    reconstruct_tokens: int = DEFAULT_BUDGET.tokens
+    reconstruct_steps: int = DEFAULT_STEPS
+    reconstruct_passages: int = DEFAULT_PASSAGES
+    reconstruct_tokens: int = DEFAULT_TOKENS
     # ---- the embeddings endpoint (MEMSTREAM_EMBEDDER=openai; workers.models.embedding.OpenAIEmbedder) ----
     embedder_base_url: str = ""  # any OpenAI-compatible /v1 (OpenAI, vLLM, TEI)
     embedder_model: str = ""
@@ -85,6 +91,11 @@ class Settings:
     metrics_top_tenants: int = 10  # tenants with labels of their own in the per-tenant gauges (workers.tenant_metrics)
     metrics_census_seconds: float = 60.0  # how often the query worker counts every tenant's records for them
 
+    @property
+    def log_level_name(self) -> LogLevel:
+        """MEMSTREAM_LOG_LEVEL as logging and the MCP server name it ("INFO"), checked at start."""
+        return cast(LogLevel, self.log_level.upper())
+
     def __post_init__(self):
         if not self.kafka_bootstrap:
             object.__setattr__(self, "kafka_bootstrap", f"127.0.0.1:{self.kafka_port}")
@@ -95,6 +106,8 @@ class Settings:
         for switch in ("schema_filter", "conflicts", "sim_bridging", "type_bridging"):
             if getattr(self, switch) not in ("on", "off"):
                 raise ValueError(f"MEMSTREAM_{switch.upper()}={getattr(self, switch)!r}: expected on or off")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ValueError(f"MEMSTREAM_LOG_LEVEL={self.log_level!r}: expected one of {', '.join(LOG_LEVELS).lower()}")
         if self.vector_index not in ("flat", "hnsw"):
             raise ValueError(f"MEMSTREAM_VECTOR_INDEX={self.vector_index!r}: expected flat or hnsw")
         if self.resolver not in ("rules", "llm"):
@@ -123,13 +136,17 @@ class Settings:
             )
 
     def _check_time_settings(self) -> None:
-        object.__setattr__(self, "_category_ttls", parse_ttl_setting(self.ttl_seconds))  # ValueError naming the setting
+        parse_ttl_setting(self.ttl_seconds)  # ValueError naming the setting, at start (kept by _category_ttls)
         if not self.stall_seconds > 0:
             raise ValueError("MEMSTREAM_STALL_SECONDS must be > 0")
         if self.metrics_top_tenants < 0 or not self.metrics_census_seconds > 0:
             raise ValueError("MEMSTREAM_METRICS_TOP_TENANTS must be >= 0 and MEMSTREAM_METRICS_CENSUS_SECONDS > 0")
         if not self.expiry_sweep_interval > 0:
             raise ValueError("MEMSTREAM_EXPIRY_SWEEP_INTERVAL must be > 0")
+
+    @cached_property  # not a field: from_env and the settings docs read every field as a MEMSTREAM_* variable
+    def _category_ttls(self) -> dict[str, int]:
+        return parse_ttl_setting(self.ttl_seconds)
 
     @property
     def category_ttls(self) -> dict[str, int]:

@@ -66,7 +66,8 @@ def chunk_text(text: str, window: int = 200, overlap: int = 40) -> list[TextChun
     max_chars = window * MAX_TOKEN_CHARS
     if len(spans) <= window and len(text) <= max_chars:
         return [TextChunk(chunk_id_of(text), 0, text)]
-    chunks, start = [], 0
+    chunks: list[TextChunk] = []
+    start = 0
     while True:
         end = min(start + window, len(spans))
         while end - start > 1 and spans[end - 1][1] - spans[start][0] > max_chars:

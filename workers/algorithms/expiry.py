@@ -89,14 +89,16 @@ def world_time(value: str | None, end: bool = False) -> float | None:
     text = str(value).strip()
     if not _PERIOD.match(text):  # a full ISO time: a moment, no period
         return iso_moment(text)
-    numbers = [int(p) for p in text.split("-")]
+    numbers = [int(p) for p in text.split("-")]  # 1 to 3 of them (_PERIOD)
+    year = numbers[0]
+    month = numbers[1] if len(numbers) > 1 else None
+    day = numbers[2] if len(numbers) > 2 else None
     try:
-        start = datetime(numbers[0], *(numbers[1:] + [1, 1][len(numbers) - 1 :]), tzinfo=timezone.utc)
+        start = datetime(year, 1 if month is None else month, 1 if day is None else day, tzinfo=timezone.utc)
     except ValueError:
         return None
     if not end:
         return start.timestamp()
-    year, month, day = (numbers + [None, None])[:3]
     if day is not None:
         return start.timestamp() + 86400
     try:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from typing import Generic, Iterable, Mapping, Protocol, TypeVar
 
 from topics.records import Triple
 from workers.algorithms import categories
@@ -192,23 +192,33 @@ def entity_problem(
     return name_problem(name) or ("" if _occurs(name, passage, other_ids, names) else NOT_IN_PASSAGE)
 
 
+class Named(Protocol):
+    """An extracted entity as grounding reads it (workers.models.protocols.Entity)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+E = TypeVar("E", bound=Named)
+
+
 @dataclass
-class Grounded:
+class Grounded(Generic[E]):
     """What a passage supports of an extraction, and what it does not."""
 
     facts: list[Triple] = field(default_factory=list)  # admitted (demoted ones as DECLARATIVE)
-    entities: list = field(default_factory=list)
+    entities: list[E] = field(default_factory=list)
     dropped: list[tuple[Triple, str]] = field(default_factory=list)  # (fact, reason)
-    dropped_entities: list[tuple[object, str]] = field(default_factory=list)  # (entity, reason)
+    dropped_entities: list[tuple[E, str]] = field(default_factory=list)  # (entity, reason)
     demoted: list[Triple] = field(default_factory=list)  # as extracted, before the demotion
 
 
 def ground(
-    facts: list[Triple], entities: list, passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}
-) -> Grounded:
+    facts: list[Triple], entities: list[E], passage: Passage, other_ids: Mapping[str, Iterable[str]] = {}
+) -> Grounded[E]:
     """Split an extraction (facts; entities with a `.name`) into what `passage` supports and
     what it does not; a trace fact whose category it does not state comes back DECLARATIVE."""
-    out = Grounded()
+    out: Grounded[E] = Grounded()
     names = {n for t in facts for n in (t.head, t.tail)} | {e.name for e in entities}
     for triple in facts:
         problem = fact_problem(triple, passage, other_ids, names)
@@ -230,7 +240,7 @@ def ground(
     return out
 
 
-def unmentioned(facts: list[Triple], entities: list, passage: Passage) -> set[str]:
+def unmentioned(facts: list[Triple], entities: Iterable[Named], passage: Passage) -> set[str]:
     """The names of an extraction that do not occur by themselves, wholly or in part: the ones
     whose aliases the caller needs to look up (most chunks have none, and need no lookup)."""
     names = {n for t in facts for n in (t.head, t.tail)} | {e.name for e in entities}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 # Relations whose head and tail may be swapped without changing the fact.
 SYMMETRIC_RELATIONS = frozenset(
@@ -149,7 +149,8 @@ def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> d
             kept.append(f)
     for f in kept:
         others = [k for k in kept if k.id != f.id]
-        qualifiers, kinds, evidence = {}, [], list(f.passage_ids)
+        qualifiers: dict[str, dict[str, Any]] = {}  # "time": its span; "scope": the facts it is narrower/broader than
+        kinds, evidence = [], list(f.passage_ids)
         if any(temporal(f, k) for k in others):
             qualifiers["time"] = {"from": f.valid_from, "to": f.valid_to}
             kinds.append("temporal")

@@ -67,13 +67,21 @@ class Budget:
         Budget.from_json(asdict(self))
         return self
 
+    def limits(self) -> tuple[int, int, int]:
+        """(steps, passages, tokens) of a complete budget — a walk's, taken over its defaults — else ValueError."""
+        steps, passages, tokens = self.steps, self.passages, self.tokens
+        if steps is None or passages is None or tokens is None:
+            raise ValueError(f"{self} is incomplete: a walk's budget is taken over its defaults (Budget.over)")
+        return steps, passages, tokens
+
 
 # Six steps: with temporal contiguity (episode cues) the walk needs the steps to read a turn and
 # then its reply — on the conversation benchmark R@5 / R@10 overall 66.9 / 76.9 and multi-hop
 # 64.4 / 83.3 at 4 steps, 69.2 / 77.5 and 67.4 / 81.1 at 5, 69.2 / 81.0 and 67.4 / 83.3 at 6,
 # 69.2 / 80.8 and 67.4 / 82.6 at 7 (dense: 64.1 / 75.5, multi-hop 64.4 / 87.9). Without episode
 # cues more steps gain nothing (6 steps: 64.1 / 74.8, multi-hop 64.4 / 81.1).
-DEFAULT_BUDGET = Budget(steps=6, passages=8, tokens=2000)
+DEFAULT_STEPS, DEFAULT_PASSAGES, DEFAULT_TOKENS = 6, 8, 2000
+DEFAULT_BUDGET = Budget(steps=DEFAULT_STEPS, passages=DEFAULT_PASSAGES, tokens=DEFAULT_TOKENS)
 
 
 @dataclass
@@ -86,9 +94,10 @@ class Spent:
 def admit(budget: Budget, spent: Spent, passage_tokens: list[int]) -> int:
     """How many of these passages, in order, the budget still has room for (their count and
     tokens); a passage that does not fit ends the admission (the order is the evidence's)."""
+    _, max_passages, max_tokens = budget.limits()
     passages, tokens, n = spent.passages, spent.tokens, 0
     for count in passage_tokens:
-        if passages + 1 > budget.passages or tokens + count > budget.tokens:
+        if passages + 1 > max_passages or tokens + count > max_tokens:
             break
         passages, tokens, n = passages + 1, tokens + count, n + 1
     return n
@@ -96,11 +105,12 @@ def admit(budget: Budget, spent: Spent, passage_tokens: list[int]) -> int:
 
 def exhausted(budget: Budget, spent: Spent) -> str | None:
     """The budget a walk has spent ('steps', 'passages', 'tokens'), or None."""
-    if spent.steps >= budget.steps:
+    max_steps, max_passages, max_tokens = budget.limits()
+    if spent.steps >= max_steps:
         return "steps"
-    if spent.passages >= budget.passages:
+    if spent.passages >= max_passages:
         return "passages"
-    if spent.tokens >= budget.tokens:
+    if spent.tokens >= max_tokens:
         return "tokens"
     return None
 
@@ -242,17 +252,6 @@ class Cue:
     # the chain as a vector: the sum of its links' unit vectors (None for a query cue), so the
     # next link's chain is scored without the model (workers.query.reconstruct: chain_cosine)
     chain_vector: Any = field(default=None, compare=False, repr=False)
-
-    def to_json(self) -> dict:
-        out = {
-            "kind": self.kind,
-            "id": self.id,
-            "name": self.name,
-            "score": round(self.score, 6),
-            "hop": self.hop,
-            "from": self.origin,
-        }
-        return {k: v for k, v in out.items() if v != ""}
 
 
 @dataclass(frozen=True)

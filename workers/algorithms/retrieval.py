@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
+from typing import Sequence
 
 import numpy as np
 
@@ -121,7 +122,7 @@ class RetrievalParams:
             return cls()
         if not isinstance(body, dict):
             raise ValueError("'params' must be an object")
-        known = {f.name: f.type for f in fields(cls)}
+        known = {f.name: str(f.type) for f in fields(cls)}  # "int", "float", "bool": annotations are postponed
         unknown = sorted(set(body) - set(known))
         if unknown:
             raise ValueError(f"unknown retrieval parameter(s) {unknown}; known: {sorted(known)}")
@@ -358,7 +359,7 @@ def walk_weight(params: RetrievalParams, turn_share: float) -> float:
 
 
 def rank_passages(
-    graph: SparseGraph, scores: np.ndarray, passage_index: np.ndarray, top_k: int, outside: list[str] = ()
+    graph: SparseGraph, scores: np.ndarray, passage_index: np.ndarray, top_k: int, outside: Sequence[str] = ()
 ) -> list[tuple[str, float]]:
     """The top passages by PPR score: the graph's passage nodes (`passage_index`) and the
     `outside` passages scored after the graph's nodes (`SparseGraph.pagerank(..., outside=...)`).

@@ -376,7 +376,7 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
         k = j + 1
         while k < len(words) and words[k].lower() in _BEFORE_OBJECT:
             k += 1
-        obj = []
+        obj: list[str] = []
         while (
             k < len(words)
             and len(obj) < MAX_OBJECT_WORDS

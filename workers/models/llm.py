@@ -13,12 +13,16 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
 
 import openai
 from prometheus_client import Counter, Histogram
 
 from workers.retry import backoff
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.shared_params import ResponseFormatJSONSchema
 
 log = logging.getLogger(__name__)
 
@@ -151,17 +155,18 @@ class LLMClient:
         return raw
 
     async def _complete(self, stage: str, messages: list[dict], schema_name: str, schema: dict) -> str:
+        # the prompts (workers.models.prompts, the query worker's) build plain {"role", "content"} dicts
+        chat = cast("list[ChatCompletionMessageParam]", messages)
+        response_format: ResponseFormatJSONSchema = {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+        }
+
         async def ask() -> str:
             async with process_slots(self.config.concurrency):
                 started = time.perf_counter()
                 response = await self._client.chat.completions.create(
-                    model=self.config.model,
-                    messages=messages,
-                    temperature=0,
-                    response_format={
-                        "type": "json_schema",
-                        "json_schema": {"name": schema_name, "schema": schema, "strict": True},
-                    },
+                    model=self.config.model, messages=chat, temperature=0, response_format=response_format
                 )
                 LLM_SECONDS.labels(stage=stage).observe(time.perf_counter() - started)
             LLM_CALLS.labels(stage=stage, outcome="ok").inc()

@@ -26,14 +26,15 @@ def parse_resolution(data, group: list[GroupFact], passage_ids: Collection[str])
         if not isinstance(item, dict):
             raise ValueError(f"decisions[{i}] is not an object")
         fid, action = item.get("fact_id"), item.get("action")
-        if fid not in wanted or fid in decisions:
+        # a string first: `in` a set or dict raises TypeError on a list or an object (no repair round)
+        if not isinstance(fid, str) or fid not in wanted or fid in decisions:
             raise ValueError(f"decisions[{i}].fact_id {fid!r} is not a fact of this group, or is decided twice")
         if action not in ACTIONS:
             raise ValueError(f"decisions[{i}].action {action!r} is not one of {', '.join(ACTIONS)}")
         evidence, source = item.get("evidence"), item.get("evidence_passage_id")
         if not isinstance(evidence, str) or not evidence.strip():
             raise ValueError(f"decisions[{i}] has no evidence sentence")
-        if source not in passage_ids:
+        if not isinstance(source, str) or source not in passage_ids:
             raise ValueError(f"decisions[{i}].evidence_passage_id {source!r} is not one of the evidence passages")
         reason = f"LLM: {evidence.strip()}"
         if action == "keep":

@@ -6,19 +6,21 @@ dropped, counted, and named in the answer's `dropped_citations`."""
 from __future__ import annotations
 
 import logging
+from typing import Sequence
 
 from workers import metrics
 from workers.models.prompts import ANSWER_SCHEMA, answer_messages
 from workers.models.protocols import ChatModel
+from workers.query.answers import Answer, Passage
 
 log = logging.getLogger(__name__)
 
 
-async def generate_answer(llm: ChatModel, question: str, passages: list[dict]) -> dict:
-    """{"text", "citations": ids of given passages, "dropped_citations": the other ids cited}."""
-    ids = {p["id"] for p in passages}
+async def generate_answer(llm: ChatModel, question: str, passages: Sequence[Passage]) -> Answer:
+    """The answer, its citations (ids of given passages) and the other ids the model cited."""
+    ids = {p.id for p in passages}
 
-    def validate(parsed):
+    def validate(parsed) -> Answer:
         if (
             not isinstance(parsed, dict)
             or not isinstance(parsed.get("answer"), str)
@@ -27,17 +29,20 @@ async def generate_answer(llm: ChatModel, question: str, passages: list[dict]) -
         ):
             raise ValueError("expected an object with 'answer' (string) and 'citations' (list of passage ids)")
         cited = list(dict.fromkeys(parsed["citations"]))
-        return {
-            "text": parsed["answer"],
-            "citations": [c for c in cited if c in ids],
-            "dropped_citations": [c for c in cited if c not in ids],
-        }
+        return Answer(
+            text=parsed["answer"],
+            citations=[c for c in cited if c in ids],
+            dropped_citations=[c for c in cited if c not in ids],
+        )
 
-    answer = await llm.structured("answer", answer_messages(question, passages), "answer", ANSWER_SCHEMA, validate)
-    if answer["dropped_citations"]:
-        metrics.DROPPED_CITATIONS.inc(len(answer["dropped_citations"]))
+    context = [{"id": p.id, "text": p.text} for p in passages]
+    answer: Answer = await llm.structured(
+        "answer", answer_messages(question, context), "answer", ANSWER_SCHEMA, validate
+    )
+    if answer.dropped_citations:
+        metrics.DROPPED_CITATIONS.inc(len(answer.dropped_citations))
         log.warning(
             "answer: citations %s are not passages of its context; dropped",
-            [c[:40] for c in answer["dropped_citations"]],
+            [c[:40] for c in answer.dropped_citations],
         )
     return answer

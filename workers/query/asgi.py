@@ -6,13 +6,15 @@ owner runs the app's lifespan itself), the body streamed in, the response stream
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, MutableMapping
 
 from aiohttp import web
 
 from workers.query import http
 
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+# as Starlette types them (Scope and Message are MutableMapping[str, Any])
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Message, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 BODY_CHUNK = 1 << 16
 ASGI_API_KEY = "memstream_api_key"  # scope["state"] entry: the request's auth.ApiKey (None: not authorized)
 
@@ -26,7 +28,7 @@ def asgi_handler(app: ASGIApp) -> Callable[[web.Request], Awaitable[web.StreamRe
         response: web.StreamResponse | None = None
         body_read = False
 
-        async def receive() -> dict:
+        async def receive() -> Message:
             nonlocal body_read
             if not body_read:
                 chunk = await request.content.read(BODY_CHUNK)
@@ -35,7 +37,7 @@ def asgi_handler(app: ASGIApp) -> Callable[[web.Request], Awaitable[web.StreamRe
             await answered.wait()  # an app that listens for a disconnect hears one once the response ends
             return {"type": "http.disconnect"}
 
-        async def send(message: dict) -> None:
+        async def send(message: Message) -> None:
             nonlocal response
             if message["type"] == "http.response.start":
                 response = web.StreamResponse(status=message["status"])

@@ -11,8 +11,10 @@ import time
 from typing import Any
 
 from store.base import MemoryStore
+from store.facts import Fact
 from topics import ContractError
 from topics.records import CATEGORY_PRECEDENCE, FACT_CATEGORIES
+from workers.query.answers import Evidence, PassageRecord, StandingFact, StandingFacts, StoredPassage
 
 # What an agent checks before a decision: everything but plain statements
 STANDING_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
@@ -25,22 +27,21 @@ def missing(what: str, tenant: str) -> str:
     return f"no {what} in tenant {tenant!r}"
 
 
-async def fact_record(memory: MemoryStore, tenant: str, fact_id: str) -> dict | None:
-    """The fact (store.facts.Fact.to_json)."""
-    fact = await memory.fact(tenant, fact_id)
-    return None if fact is None else fact.to_json()
+async def fact_record(memory: MemoryStore, tenant: str, fact_id: str) -> Fact | None:
+    """The fact, every field (Fact.to_json on the wire)."""
+    return await memory.fact(tenant, fact_id)
 
 
-async def fact_evidence(memory: MemoryStore, tenant: str, fact_id: str) -> dict | None:
-    """{"fact": the fact, "passages": the passages it was extracted from, as published}."""
+async def fact_evidence(memory: MemoryStore, tenant: str, fact_id: str) -> Evidence | None:
+    """The fact and the passages it was extracted from, as published."""
     fact = await memory.fact(tenant, fact_id)
     if fact is None:
         return None
-    passages = [p for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
-    return {"fact": fact.to_json(), "passages": passages}
+    passages = [StoredPassage(**p) for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
+    return Evidence(fact=fact, passages=passages)
 
 
-async def passage_record(memory: MemoryStore, tenant: str, passage_id: str) -> dict | None:
+async def passage_record(memory: MemoryStore, tenant: str, passage_id: str) -> PassageRecord | None:
     """The passage (store.records.passage_json): its text byte for byte as published, its
     document, metadata (turn_id, dia_id, session_id, speaker, ts, ...) and context line, and
     `doc_ids`: every document whose current version holds the same text (one passage of all;
@@ -49,7 +50,7 @@ async def passage_record(memory: MemoryStore, tenant: str, passage_id: str) -> d
     if found is None:
         return None
     [held_by] = await memory.passage_documents(tenant, [passage_id])
-    return {**found, "doc_ids": sorted(held_by) or ([] if found["retired"] else [found["doc_id"]])}
+    return PassageRecord(**found, doc_ids=sorted(held_by) or ([] if found["retired"] else [found["doc_id"]]))
 
 
 def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, ...], int]:
@@ -57,6 +58,7 @@ def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, .
     and the limit (1 to MAX_FACTS_LIMIT; None: DEFAULT_FACTS_LIMIT; a string of ASCII digits is
     read, nothing else: not " 5", "1e3", "-1" nor "²", which str.isdigit accepts and int() refuses)
     of a standing-facts request; ContractError names what is wrong."""
+    chosen: tuple[str, ...]
     if categories is None or categories == "" or categories == []:
         chosen = STANDING_CATEGORIES
     else:
@@ -84,7 +86,7 @@ async def standing_facts(
     categories: tuple[str, ...] = STANDING_CATEGORIES,
     limit: int = DEFAULT_FACTS_LIMIT,
     now: float | None = None,
-) -> dict:
+) -> StandingFacts:
     """The tenant's facts of `categories` that hold now (active, TTL not lapsed), most specific
     category first (CATEGORY_PRECEDENCE), then oldest first (created_at, then id): {"tenant",
     "categories", "total" (the facts of those categories that hold; more than listed when over
@@ -98,24 +100,9 @@ async def standing_facts(
     facts = [f for f in facts if f.holds(now)]
     passage_ids = sorted({p for f in facts for p in f.passage_ids})
     doc_of = {p["id"]: p["doc_id"] for p in await memory.passages(tenant, passage_ids) if p is not None}
-    return {
-        "tenant": tenant,
-        "categories": list(categories),
-        "total": total,
-        "facts": [{**f.to_json(), "doc_ids": sorted({doc_of[p] for p in f.passage_ids if p in doc_of})} for f in facts],
-    }
-
-
-def ranked_passage(row: dict, score: float, **extra) -> dict:
-    """A ranked passage in a query answer (every mode): the stored passage (text as published,
-    doc_id, metadata with turn_id/dia_id, context line) with its score, and `extra` (reconstruct:
-    the step that read it, how it was found)."""
-    return {
-        "id": row["id"],
-        "doc_id": row["doc_id"],
-        "text": row["text"],
-        "metadata": row["metadata"],
-        "context": row["context"],
-        "score": score,
-        **extra,
-    }
+    return StandingFacts(
+        tenant=tenant,
+        categories=list(categories),
+        total=total,
+        facts=[StandingFact.of(f, sorted({doc_of[p] for p in f.passage_ids if p in doc_of})) for f in facts],
+    )

@@ -32,7 +32,7 @@ import numpy as np
 
 from store.base import MemoryStore
 from store.keys import entity_node, node_id, passage_node
-from store.records import is_current
+from store.records import Hit, is_current
 from topics import ContractError, tenant_or_default
 from workers import metrics
 from workers.algorithms.expiry import parse_as_of, said_at, said_by, was_valid
@@ -56,7 +56,17 @@ from workers.algorithms.retrieval import (
 from workers.algorithms.time_cue import matches, time_boost, time_cue
 from workers.algorithms.turns import session_turn
 from workers.models.embedding import TenantEmbedders
-from workers.query.drilldown import ranked_passage
+from workers.query.answers import (
+    EntityView,
+    FactView,
+    GraphStats,
+    QueryResult,
+    RankedPassage,
+    Scored,
+    TypeSeed,
+    WalkSeeds,
+    WalkStats,
+)
 from workers.query.graph_cache import GraphCache
 from workers.query.modes import MODES
 from workers.query.reconstruct import Reconstructor
@@ -205,7 +215,7 @@ class QueryEngine:
             memory, embedder
         )  # answer() raises EmbedderMismatch for a tenant built with another
         self.clock = time.time  # the time a fact's TTL is compared with (tests set it)
-        self._results: OrderedDict[tuple, dict] = OrderedDict()
+        self._results: OrderedDict[tuple, QueryResult] = OrderedDict()
         # PPR and the ranking over its scores, off the event loop. One thread: a solve rescales
         # the graph's cached matrix in place (`Transition.scale`), and more threads would only
         # share the same cores.
@@ -232,8 +242,8 @@ class QueryEngine:
         self.close()
         await self.reconstructor.aclose()
 
-    async def answer(self, request: QueryRequest) -> dict:
-        timings = {}
+    async def answer(self, request: QueryRequest) -> QueryResult:
+        timings: dict[str, float] = {}
         started = t = time.perf_counter()
         if request.mode == "lexical":  # no model: the store's BM25 alone
             vector = None
@@ -251,18 +261,17 @@ class QueryEngine:
             t = time.perf_counter()
             first = await self._graph_first_stage(request, vector)
             timings["first_stage"] = _ms(t)
+            assert vector is not None  # every mode but lexical embeds the query
             result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings, first)
         else:
             result = await self._ppr(request, vector, timings)
-        if not result["passages"] and not await self.memory.tenant_known(request.tenant):
+        if not result.passages and not await self.memory.tenant_known(request.tenant):
             # an empty answer of a tenant nothing was indexed for: say so (a misspelt tenant
             # would otherwise look like an empty memory)
-            result["warning"] = (
-                f"tenant {request.tenant!r} holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
-            )
+            result.warning = f"tenant {request.tenant!r} holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
         timings["total"] = _ms(started)
         metrics.QUERY_SECONDS.labels(mode=request.mode).observe(timings["total"] / 1000)
-        result["timings_ms"] = {k: round(v, 3) for k, v in timings.items()}
+        result.timings_ms = {k: round(v, 3) for k, v in timings.items()}
         return result
 
     async def _first_stage(self, request: QueryRequest, vector, with_cosines: bool = True) -> FirstStage:
@@ -367,41 +376,42 @@ class QueryEngine:
         return FirstStage(first.dense, first.lexical, smoothed, similarity, turn_share, rows)
 
     async def _first_stage_only(
-        self, request: QueryRequest, vector, timings: dict, first: FirstStage | None = None
-    ) -> dict:
+        self, request: QueryRequest, vector, timings: dict[str, float], first: FirstStage | None = None
+    ) -> QueryResult:
         """Modes lexical (BM25 alone) and hybrid (BM25 and dense, fused): the first stage as the
         answer; `first`: the one a graph mode found and answers with (with its episodes)."""
         t = time.perf_counter()
+        facts: list[Hit] = []
+        entities: list[Hit] = []
+        known: dict[str, dict] = {}
+        stage: FirstStage
         if request.mode == "lexical":
             k = request.top_k * (AS_OF_OVERFETCH if request.as_of is not None else 1)
             lexical, version = await asyncio.gather(
                 self.memory.lexical(request.tenant, request.query, k), self.memory.graph_version(request.tenant)
             )
-            ranked, facts, entities, known = [(h.id, h.score) for h in lexical], [], [], {}
+            ranked = [(h.id, h.score) for h in lexical]
         else:
-            first, facts, entities, version = await asyncio.gather(
+            stage, facts, entities, version = await asyncio.gather(
                 _ready(first) if first is not None else self._first_stage(request, vector, with_cosines=False),
                 self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
                 self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
                 self.memory.graph_version(request.tenant),
             )
-            ranked, known = first.fused, first.rows
+            ranked, known = stage.fused, stage.rows
         found = await self._ranked_rows(request, ranked, known)
         timings["retrieve"] = _ms(t)
-        return {
-            "query": request.query,
-            "tenant": request.tenant,
-            "mode": request.mode,
-            "passages": [ranked_passage(row, round(score, 6)) for row, score in found],
-            "entities": [
-                {"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)}
-                for h in entities
-            ],
-            "facts": [_fact_json(h) for h in facts],
-            "graph_version": version,
-        }
+        return QueryResult(
+            query=request.query,
+            tenant=request.tenant,
+            mode=request.mode,
+            passages=[RankedPassage.of(row, round(score, 6)) for row, score in found],
+            entities=[_entity(h) for h in entities],
+            facts=[_fact(h) for h in facts],
+            graph_version=version,
+        )
 
-    async def _dense(self, request: QueryRequest, vector, timings: dict) -> dict:
+    async def _dense(self, request: QueryRequest, vector, timings: dict[str, float]) -> QueryResult:
         t = time.perf_counter()
         k = request.top_k * (AS_OF_OVERFETCH if request.as_of is not None else 1)
         passages, facts, entities, version = await asyncio.gather(
@@ -412,20 +422,17 @@ class QueryEngine:
         )
         found = await self._ranked_rows(request, [(h.id, h.score) for h in passages])  # with their metadata and context
         timings["retrieve"] = _ms(t)
-        return {
-            "query": request.query,
-            "tenant": request.tenant,
-            "mode": "dense",
-            "passages": [ranked_passage(row, round(score, 6)) for row, score in found],
-            "entities": [
-                {"id": h.id, "name": h.fields["name"], "type": h.fields["type"], "score": round(h.score, 6)}
-                for h in entities
-            ],
-            "facts": [_fact_json(h) for h in facts],
-            "graph_version": version,
-        }
+        return QueryResult(
+            query=request.query,
+            tenant=request.tenant,
+            mode="dense",
+            passages=[RankedPassage.of(row, round(score, 6)) for row, score in found],
+            entities=[_entity(h) for h in entities],
+            facts=[_fact(h) for h in facts],
+            graph_version=version,
+        )
 
-    async def _ppr(self, request: QueryRequest, vector, timings: dict) -> dict:
+    async def _ppr(self, request: QueryRequest, vector, timings: dict[str, float]) -> QueryResult:
         """The first stage re-ranked by the walk: PPR seeded by the facts and schemas near the
         query and the first stage's passages; the answer is the fusion of the first stage's
         ranking with the walk's (fuse), the first stage filling top_k. When nothing seeds the
@@ -455,7 +462,7 @@ class QueryEngine:
         if cached is not None:
             self._results.move_to_end(cache_key)
             timings["cached"] = 1
-            return dict(cached)
+            return cached.model_copy()
         t = time.perf_counter()
         fact_hits = [
             FactHit(
@@ -497,7 +504,7 @@ class QueryEngine:
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers
             result = await self._first_stage_only(dataclasses.replace(request, mode="hybrid"), vector, timings, first)
-            result.update(mode="ppr", fallback="first_stage")
+            result.mode, result.fallback = "ppr", "first_stage"
             return result
         t = time.perf_counter()
         walk = await asyncio.get_running_loop().run_in_executor(
@@ -527,50 +534,49 @@ class QueryEngine:
             self.memory.graph_version(tenant),
         )
         by_id = {h.id: h for h in facts}
-        result = {
-            "query": request.query,
-            "tenant": tenant,
-            "mode": "ppr",
-            "passages": [ranked_passage(row, round(score, 8)) for row, score in found],
-            "entities": [
-                {"id": eid, **names.get(eid, {}), "score": round(float(scores[i]), 8)}
+        result = QueryResult(
+            query=request.query,
+            tenant=tenant,
+            mode="ppr",
+            passages=[RankedPassage.of(row, round(score, 8)) for row, score in found],
+            entities=[
+                EntityView(id=eid, **names.get(eid, {}), score=round(float(scores[i]), 8))
                 for eid, i in zip(entity_ids, top_entities)
             ],
-            "facts": [_fact_json(by_id[f.id]) for f in seeds.facts],
-            "seeds": {
-                "facts": [{"id": f.id, "score": round(f.score, 6)} for f in seeds.facts],
-                "entities": [
-                    {"id": node_id(node), **names.get(node_id(node), {}), "score": round(w, 6)}
+            facts=[_fact(by_id[f.id]) for f in seeds.facts],
+            seeds=WalkSeeds(
+                facts=[Scored(id=f.id, score=round(f.score, 6)) for f in seeds.facts],
+                entities=[
+                    EntityView(id=node_id(node), **names.get(node_id(node), {}), score=round(w, 6))
                     for node, w in sorted(seeds.entities.items(), key=lambda x: -x[1])
                 ],
-                "types": [
-                    {"type": node_id(node), "score": round(w, 6)}
+                types=[
+                    TypeSeed(type=node_id(node), score=round(w, 6))
                     for node, w in sorted(seeds.types.items(), key=lambda x: -x[1])
                 ],
-                "passages": [
-                    {"id": node_id(node), "score": round(w, 6)}
+                passages=[
+                    Scored(id=node_id(node), score=round(w, 6))
                     for node, w in sorted(seeds.passages.items(), key=lambda x: -x[1])
                 ],
-            },
-            "graph_version": version,
+            ),
+            graph_version=version,
             # converged: false only when the walk stopped at its pass cap (workers.algorithms.ppr.MAX_PASSES)
-            "ppr": {
-                "passes": walk.ppr.passes,
-                "converged": walk.ppr.converged,
-                "error_bound": float(f"{walk.ppr.error_bound:.3g}"),
-            },
-            # how the cached matrix got here: one load, then stream changes folded in as deltas
-            "graph": {
-                "nodes": len(graph.graph),
-                "edges": graph.graph.edges,
-                "loads": graph.loads,
-                "rebuilds": graph.graph.rebuilds,
-                "changes_applied": graph.changes_applied,
-                "deltas_applied": graph.graph.deltas_applied,
-            },
-        }
+            ppr=WalkStats(
+                passes=walk.ppr.passes,
+                converged=walk.ppr.converged,
+                error_bound=float(f"{walk.ppr.error_bound:.3g}"),
+            ),
+            graph=GraphStats(
+                nodes=len(graph.graph),
+                edges=graph.graph.edges,
+                loads=graph.loads,
+                rebuilds=graph.graph.rebuilds,
+                changes_applied=graph.changes_applied,
+                deltas_applied=graph.graph.deltas_applied,
+            ),
+        )
         timings["fetch"] = _ms(t)
-        self._results[cache_key] = dict(result)
+        self._results[cache_key] = result.model_copy()
         while len(self._results) > RESULT_CACHE_SIZE:
             self._results.popitem(last=False)
         return result
@@ -660,7 +666,9 @@ def _walk(
 ) -> Walk:
     """PPR from the seeds over one graph version and the rankings read from its scores (runs on
     the engine's ranking thread)."""
-    ppr = transition.solve(seeds.reset, params.damping, params.tolerance, outside=list(seeds.outside.values()))
+    ppr = transition.solve(
+        seeds.reset, params.damping, params.tolerance, outside=np.fromiter(seeds.outside.values(), np.float64)
+    )
     ranked = rank_passages(graph, ppr.scores, passage_index, top_k, list(seeds.outside))
     entities = (
         entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]]
@@ -680,9 +688,13 @@ def _as_of(body: dict) -> float | None:
         raise ContractError(str(exc)) from None
 
 
-def _fact_json(hit) -> dict:
-    fields = {k: v for k, v in hit.fields.items() if v not in (None, "") and k != "expired_at"}
-    return {"id": hit.id, **fields, "score": round(hit.score, 6)}
+def _fact(hit: Hit) -> FactView:
+    fields = {k: v for k, v in hit.fields.items() if k != "expired_at"}
+    return FactView.of_fields(hit.id, fields, round(hit.score, 6))
+
+
+def _entity(hit: Hit) -> EntityView:
+    return EntityView(id=hit.id, name=hit.fields["name"], type=hit.fields["type"], score=round(hit.score, 6))
 
 
 async def _ready(value):

@@ -16,6 +16,7 @@ route without one is refused (500), so a new route cannot be served unprotected 
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import json
 import logging
@@ -56,9 +57,13 @@ class Need:
     scopes: tuple[str, ...] = ()
 
 
-OPEN = "open"  # the Need of a route anyone may call: /healthz
+class Access(enum.Enum):
+    OPEN = "open"
+
+
+OPEN = Access.OPEN  # the Need of a route anyone may call: /healthz
 # a route's Need: fixed, OPEN, or computed from the request (which may raise ContractError: a 400)
-RouteNeed = Union[Need, str, Callable[[web.Request], Awaitable[Need]]]
+RouteNeed = Union[Need, Access, Callable[[web.Request], Awaitable[Need]]]
 API_KEY = web.RequestKey(
     "memstream.api_key", ApiKey
 )  # the request's key once authorized (OPEN_ACCESS without keys configured)
@@ -99,9 +104,10 @@ def authorization(keys: KeyRing | None, needs: Mapping[str, RouteNeed]):
                 return unauthorized(
                     f"{request.method} {request.path} needs an API key: send 'Authorization: Bearer <key>'"
                 )
-            key = keys.find(token.strip())
-            if key is None:
+            found = keys.find(token.strip())
+            if found is None:
                 return unauthorized("unknown API key")
+            key = found
         try:
             need = need_of if isinstance(need_of, Need) else await need_of(request)
         except ContractError as exc:
@@ -146,8 +152,9 @@ def middlewares(max_inflight: int, keys: KeyRing | None, needs: Mapping[str, Rou
             if exc.status < 400:
                 raise
             headers = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
-            generic = not exc.text or exc.text == f"{exc.status}: {exc.reason}"  # aiohttp's default body
-            message = f"{exc.reason}: {request.method} {request.path}" if generic else exc.text
+            text = exc.text or ""
+            generic = not text or text == f"{exc.status}: {exc.reason}"  # aiohttp's default body
+            message = f"{exc.reason}: {request.method} {request.path}" if generic else text
             return error_response(exc.status, message, headers)
         except asyncio.CancelledError:
             raise

@@ -29,13 +29,13 @@ import logging
 import threading
 import uuid
 from dataclasses import replace
-from typing import Annotated, Any, AsyncIterator
+from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator
 
 from aiohttp import web
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from topics import ContractError, Document, DocumentDeletion, encode, validate_tenant
 from topics.conversations import turn_from_json, turn_ts
@@ -43,12 +43,16 @@ from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
 from workers.models.embedding import EmbedderMismatch
 from workers.query import drilldown
+from workers.query.answers import Evidence, PassageRecord, QueryResult, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
 from workers.query.parts import cached_embedder, query_memory
 from workers.settings import Settings
 from workers.stages.work import retraction
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
 
 log = logging.getLogger(__name__)
 
@@ -64,68 +68,8 @@ MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MO
 }
 
 
-# ---- what the tools answer (the SDK publishes these as output schemas) ---------------------
-# Fields beyond the declared ones pass through unchanged (extra="allow"): the engine's
-# diagnostics, a mode's own fields, a record's newer fields.
-
-
-class Passage(BaseModel):
-    """A passage: the exact text of a published turn or document piece."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    doc_id: str
-    text: str
-
-
-class RankedPassage(Passage):
-    score: float | None = None
-
-
-class Fact(BaseModel):
-    """A fact (head, relation, tail) extracted from passages; `category` says whether it is a
-    plain statement (DECLARATIVE), a HARD_CONSTRAINT, a REJECTED_OPTION or a TOOL_FAILURE."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    head: str
-    relation: str
-    tail: str
-    category: str | None = None
-    status: str | None = None
-
-
-class RankedFact(Fact):
-    score: float | None = None
-
-
-class SearchResult(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    query: str
-    tenant: str
-    mode: str
-    passages: list[RankedPassage]
-    facts: list[RankedFact] = []
-    entities: list[dict[str, Any]] = []
-    graph_version: int | None = None
-
-
-class Evidence(BaseModel):
-    fact: Fact
-    passages: list[Passage]
-
-
-class StandingFact(Fact):
-    doc_ids: list[str] = Field(
-        description="the documents (for a turn: '{session_id}:{turn}') of the passages that state it"
-    )
-
-
-class StandingFacts(BaseModel):
-    tenant: str
-    categories: list[str]
-    total: int = Field(description="active facts of these categories; more than listed when over `limit`")
-    facts: list[StandingFact]
+# ---- what the tools answer (the SDK publishes these as output schemas): the query side's
+# typed answers (workers.query.answers), and the write tools' receipts below -----------------
 
 
 class Remembered(BaseModel):
@@ -170,7 +114,7 @@ class DocumentPublisher:
         self.settings = settings
         self.timeout_s = timeout_s
         self.topic = settings.topics.documents
-        self._producer = None
+        self._producer: KafkaProducer | None = None
         self._lock = threading.Lock()
 
     async def publish(self, doc: Document) -> None:
@@ -277,10 +221,12 @@ def remembered_document(
 # ---- the server -----------------------------------------------------------------------------
 
 
-def require_scope(ctx: Context, scope: str) -> None:
+def require_scope(ctx: Context | None, scope: str) -> None:
     """Over HTTP, the API key the query worker's middleware admitted (it checked the tenant)
     must have `scope`, else a ToolError; over stdio (no HTTP request) whoever runs the process
     has its memory."""
+    if ctx is None:  # the SDK hands every tool its context; without one nothing is known of the caller
+        raise ToolError("no request context: the tool cannot check the caller's scopes")
     request = ctx.request_context.request
     if request is None:
         return
@@ -298,7 +244,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     server = MCPServer(
         "memstream",
         version="1",
-        log_level=settings.log_level.upper(),
+        log_level=settings.log_level_name,
         instructions=(
             f"Long-term memory of tenant {tenant!r}: past conversation turns and documents, the facts extracted from them "
             "(with constraints, rejected options and tool failures marked) and the exact passages behind each fact. "
@@ -326,8 +272,8 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         as_of: Annotated[
             str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")
         ] = None,
-        ctx: Context = None,
-    ) -> SearchResult:
+        ctx: Context | None = None,
+    ) -> QueryResult:
         require_scope(ctx, "read")
         body: dict[str, Any] = {"query": query, "mode": mode, "top_k": top_k, "tenant": tenant}
         if as_of is not None:
@@ -337,7 +283,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         except ContractError as exc:
             raise ToolError(str(exc)) from None
         try:
-            return SearchResult.model_validate(await engine.answer(request))
+            return await engine.answer(request)
         except EmbedderMismatch as exc:
             raise ToolError(str(exc)) from None
 
@@ -373,7 +319,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         metadata: Annotated[
             dict[str, Any] | None, Field(description="anything else to keep with it (strings, numbers)")
         ] = None,
-        ctx: Context = None,
+        ctx: Context | None = None,
     ) -> Remembered:
         require_scope(ctx, "write")
         try:
@@ -398,7 +344,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
             bool,
             Field(description="erase it: its text, vectors and what only it said leave the store, not kept for audit"),
         ] = False,
-        ctx: Context = None,
+        ctx: Context | None = None,
     ) -> Forgotten:
         require_scope(ctx, "write")
         if not doc_id.strip():
@@ -419,7 +365,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     async def retract_fact(
         fact_id: Annotated[str, Field(description="the fact's id")],
         reason: Annotated[str, Field(description="why it no longer holds; kept with the fact")] = "",
-        ctx: Context = None,
+        ctx: Context | None = None,
     ) -> Retracted:
         require_scope(ctx, "write")
         fact = await engine.memory.fact(tenant, fact_id)
@@ -439,13 +385,14 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         ),
     )
     async def fact_evidence(
-        fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")], ctx: Context = None
+        fact_id: Annotated[str, Field(description="a fact's id, as search_memory returns it")],
+        ctx: Context | None = None,
     ) -> Evidence:
         require_scope(ctx, "read")
         found = await drilldown.fact_evidence(memory, tenant, fact_id)
         if found is None:
             raise ToolError(drilldown.missing(f"fact {fact_id!r}", tenant))
-        return Evidence.model_validate(found)
+        return found
 
     @server.tool(
         annotations=read_only,
@@ -456,13 +403,13 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
     )
     async def get_passage(
         passage_id: Annotated[str, Field(description="a passage's id, as search_memory or fact_evidence return it")],
-        ctx: Context = None,
-    ) -> Passage:
+        ctx: Context | None = None,
+    ) -> PassageRecord:
         require_scope(ctx, "read")
         found = await drilldown.passage_record(memory, tenant, passage_id)
         if found is None:
             raise ToolError(drilldown.missing(f"passage {passage_id!r}", tenant))
-        return Passage.model_validate(found)
+        return found
 
     @server.tool(
         annotations=read_only,
@@ -484,14 +431,14 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         limit: Annotated[
             int, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")
         ] = drilldown.DEFAULT_FACTS_LIMIT,
-        ctx: Context = None,
+        ctx: Context | None = None,
     ) -> StandingFacts:
         require_scope(ctx, "read")
         try:
             chosen, bounded = drilldown.fact_filter(categories, limit)
         except ContractError as exc:
             raise ToolError(str(exc)) from None
-        return StandingFacts.model_validate(await drilldown.standing_facts(memory, tenant, chosen, bounded))
+        return await drilldown.standing_facts(memory, tenant, chosen, bounded)
 
     return server
 

@@ -59,6 +59,7 @@ from typing import Awaitable, Callable, Mapping, Protocol
 
 import numpy as np
 
+from store.facts import Fact
 from store.records import Hit, is_current
 from workers.algorithms.chunking import token_count
 from workers.algorithms.expiry import said_by
@@ -90,7 +91,20 @@ from workers.algorithms.retrieval import FirstStage, cosines, fuse
 from workers.algorithms.turns import session_turn
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.prompts import ROUTE_SCHEMA, route_messages
-from workers.query.drilldown import ranked_passage
+from workers.query.answers import (
+    BudgetView,
+    Content,
+    CueView,
+    FactView,
+    QueryCues,
+    QueryResult,
+    RankedPassage,
+    RouterView,
+    SpentView,
+    Step,
+    Stopped,
+    Tag,
+)
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +216,9 @@ class Reconstructor:
         if self.owned_llm is not None:
             await self.owned_llm.aclose()
 
-    async def answer(self, request, vector: np.ndarray, facts: FactSearch, timings: dict, first: FirstStage) -> dict:
+    async def answer(
+        self, request, vector: np.ndarray, facts: FactSearch, timings: dict[str, float], first: FirstStage
+    ) -> QueryResult:
         budget = (request.budget or Budget()).over(self.budget)
         walk = _Walk(self, request, np.asarray(vector, dtype=np.float32), facts, budget, first)
         return await walk.run(timings)
@@ -224,15 +240,15 @@ class _Walk:
         self.cues: dict[str, Cue] = {}  # entity id ("" for the query's attribute cue) → cue
         self.open: dict[str, Branch] = {}  # branch key ("fact:<id>", "passage:<id>") → the best branch to that tag
         self.taken: list[Branch] = []
-        self.records: dict[str, object] = {}  # fact id → store.facts.Fact of every branch seen
+        self.records: dict[str, Fact] = {}  # fact id → store.facts.Fact of every branch seen
         self.read: dict[str, dict] = {}  # passage id → its row, with the step and score that read it
         self.episodes: dict[
             str, dict[str, int]
         ] = {}  # episode cue id → {passage id of a neighbouring turn: its lag (turns after the one read)}
-        self.path: list[dict] = []
+        self.path: list[Step] = []
         self.spent = Spent()
         self.fallback: dict | None = None
-        self.keys = frozenset()
+        self.keys: frozenset[str] = frozenset()
         self.first = first
         # the first stage's ranking with each passage's cosine: the query cue's passages, and the
         # ranking the walk's is fused with
@@ -241,7 +257,7 @@ class _Walk:
             tuple[str, str], np.ndarray
         ] = {}  # ("fact" | "passage", id) → its unit vector, read once (_tag_vectors)
 
-    async def run(self, timings: dict) -> dict:
+    async def run(self, timings: dict[str, float]) -> QueryResult:
         t = time.perf_counter()
         candidates = mention_candidates(self.request.query)
         near_entities, canonical, version = await asyncio.gather(
@@ -285,8 +301,9 @@ class _Walk:
                 return Stop("budget", f"{spent} budget of {getattr(self.budget, spent)} spent")
             route = await self._route()
             if route.branch is None:
+                assert route.stop is not None, "a router that takes no branch says why it stops"
                 return route.stop
-            if not await self._take(route):
+            if not await self._take(route.branch, route.why):
                 return Stop("budget", "no room left in the passages or tokens budget for the next evidence passage")
 
     async def _route(self) -> Route:
@@ -304,12 +321,11 @@ class _Walk:
             self.router = SimilarityRouter()
             return await self.router.choose(self.request.query, facts, passages, branches, best_taken)
 
-    async def _take(self, route: Route) -> bool:
+    async def _take(self, branch: Branch, why: str) -> bool:
         """Take the branch: read its new passages (as the budget admits) — a fact's evidence, or
         the passage itself — and make new cues of a fact's other end and of the entities the
         passages read name; fetch their branches. False: the branch has passages to read and the
         budget admits none of them (the step is not taken)."""
-        branch = route.branch
         new_ids = [p for p in branch.passage_ids if p not in self.read]
         rows = [row for row in await self.memory.passages(self.tenant, new_ids) if is_current(row)]
         tokens = [token_count(row["text"]) for row in rows]
@@ -324,7 +340,7 @@ class _Walk:
             self.read[row["id"]] = {**row, "step": step, "score": branch.score}
             self.spent.passages += 1
             self.spent.tokens += count
-        leads = []
+        leads: list[tuple[str, str | None, str]] = []  # (entity id, name if known, where it came from)
         if branch.kind == "fact":
             leads = [
                 (eid, name, f"fact:{branch.tag_id}") for eid, name in _ends(self.records[branch.tag_id], branch.cue.id)
@@ -357,28 +373,31 @@ class _Walk:
         ]
         new_cues += await self._episode_cues(branch, rows[:admitted], chain_vector)
         kind = branch.kind
+        is_fact, tag_score = kind == "fact", round(branch.tag_score, 6)
         self.path.append(
-            {
-                "step": step,
-                "cue": branch.cue.to_json(),
-                "tag": {
-                    f"{kind}_id": branch.tag_id,
-                    "text": branch.text if kind == "fact" else chain_part(branch.text),
-                    f"{kind}_score": round(branch.tag_score, 6),
-                    "chain": branch.chain,
-                    "chain_score": round(branch.chain_score, 6),
-                },
-                "score": round(branch.score, 6),
-                "router": self.router.name,
-                **({"why": route.why} if route.why else {}),
-                "content": {
-                    **({"fact_id": branch.tag_id} if kind == "fact" else {}),
-                    "passages": [row["id"] for row in rows[:admitted]],
-                    "tokens": sum(tokens[:admitted]),
-                    **({"not_read": [row["id"] for row in rows[admitted:]]} if admitted < len(rows) else {}),
-                },
-                "new_cues": [cue.to_json() for cue in new_cues],
-            }
+            Step(
+                step=step,
+                cue=cue_view(branch.cue),
+                tag=Tag(
+                    fact_id=branch.tag_id if is_fact else None,
+                    passage_id=None if is_fact else branch.tag_id,
+                    text=branch.text if is_fact else chain_part(branch.text),
+                    fact_score=tag_score if is_fact else None,
+                    passage_score=None if is_fact else tag_score,
+                    chain=branch.chain,
+                    chain_score=round(branch.chain_score, 6),
+                ),
+                score=round(branch.score, 6),
+                router=self.router.name,
+                why=why or None,
+                content=Content(
+                    fact_id=branch.tag_id if is_fact else None,
+                    passages=[row["id"] for row in rows[:admitted]],
+                    tokens=sum(tokens[:admitted]),
+                    not_read=[row["id"] for row in rows[admitted:]] if admitted < len(rows) else None,
+                ),
+                new_cues=[cue_view(cue) for cue in new_cues],
+            )
         )
         await self._expand(new_cues)
         return True
@@ -540,7 +559,7 @@ class _Walk:
 
     async def _result(
         self, query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int
-    ) -> dict:
+    ) -> QueryResult:
         """The first stage's ranking fused with the walk's (the passages read, in reading order):
         a passage both found ranks above either alone, and top_k is always filled."""
         walked = list(self.read)
@@ -557,7 +576,7 @@ class _Walk:
                 if is_current(row)
             },
         }
-        passages = []
+        passages: list[RankedPassage] = []
         for pid, score in ranked:
             row = self.read.get(pid)
             if row is not None and not said_by(
@@ -565,11 +584,11 @@ class _Walk:
             ):  # a turn said after as_of, read through an entity
                 continue
             if row is not None:
-                passages.append(ranked_passage(row, round(score, 8), step=row["step"], via="walk"))
+                passages.append(RankedPassage.of(row, round(score, 8), step=row["step"], via="walk"))
             elif rows.get(pid) is not None:
-                passages.append(ranked_passage(rows[pid], round(score, 8), via="first_stage"))
+                passages.append(RankedPassage.of(rows[pid], round(score, 8), via="first_stage"))
         passages = passages[: self.request.top_k]
-        facts = []
+        facts: list[FactView] = []
         for step, branch in enumerate(self.taken, 1):
             if branch.kind != "fact":
                 continue
@@ -583,39 +602,48 @@ class _Walk:
                 "status": fact.status,
                 "category": fact.category,
             }
-            facts.append(
-                {"id": fact.id, **{k: v for k, v in fields.items() if v}, "score": round(branch.score, 6), "step": step}
-            )
-        router = {"name": self.router.name}
+            facts.append(FactView.of_fields(fact.id, fields, round(branch.score, 6), step=step))
+        steps, passages_budget, tokens = self.budget.limits()
+        router = RouterView(name=self.router.name)
         if self.fallback:
-            router.update(
-                fallback_from=self.fallback["from"],
-                error=self.fallback["error"],
-                fallback_at_step=self.fallback["at_step"],
-            )
-        return {
-            "query": self.request.query,
-            "tenant": self.tenant,
-            "mode": "reconstruct",
-            "passages": passages,
-            "entities": [cue.to_json() for cue in self.cues.values() if cue.kind not in ("query", "episode")],
-            "facts": facts,
-            "cues": {
-                "entities": [c.to_json() for c in query_cues if c.kind == "entity"],
-                "times": times,
-                "attributes": attributes,
-            },
-            "path": self.path,
-            "stopped": {"reason": stop.reason, "detail": stop.detail},
-            "budget": {
-                "steps": self.budget.steps,
-                "passages": self.budget.passages,
-                "tokens": self.budget.tokens,
-                "spent": {"steps": self.spent.steps, "passages": self.spent.passages, "tokens": self.spent.tokens},
-            },
-            "router": router,
-            "graph_version": version,
-        }
+            router.fallback_from = self.fallback["from"]
+            router.error = self.fallback["error"]
+            router.fallback_at_step = self.fallback["at_step"]
+        return QueryResult(
+            query=self.request.query,
+            tenant=self.tenant,
+            mode="reconstruct",
+            passages=passages,
+            entities=[cue_view(cue) for cue in self.cues.values() if cue.kind not in ("query", "episode")],
+            facts=facts,
+            cues=QueryCues(
+                entities=[cue_view(c) for c in query_cues if c.kind == "entity"],
+                times=times,
+                attributes=attributes,
+            ),
+            path=self.path,
+            stopped=Stopped(reason=stop.reason, detail=stop.detail),
+            budget=BudgetView(
+                steps=steps,
+                passages=passages_budget,
+                tokens=tokens,
+                spent=SpentView(steps=self.spent.steps, passages=self.spent.passages, tokens=self.spent.tokens),
+            ),
+            router=router,
+            graph_version=version,
+        )
+
+
+def cue_view(cue: Cue) -> CueView:
+    """A cue as answers show it (an empty id or name: none, as for the query's own cue)."""
+    return CueView(
+        kind=cue.kind,
+        id=cue.id or None,
+        name=cue.name or None,
+        score=round(cue.score, 6),
+        hop=cue.hop,
+        origin=cue.origin or None,
+    )
 
 
 def _ends(fact, cue_id: str) -> list[tuple[str, str]]:

@@ -70,7 +70,7 @@ def query_app(
         found, what = await load(tenant)
         if found is None:
             return http.error_response(404, drilldown.missing(what, tenant))
-        return http.json_response(found)
+        return http.json_response(found.to_json())
 
     async def post_query(request: web.Request) -> web.Response:
         try:
@@ -86,12 +86,12 @@ def query_app(
             result = await engine.answer(query)
         except EmbedderMismatch as exc:  # the tenant's memory is another embedder's: no query of it means anything here
             return http.error_response(409, str(exc))
-        if query.answer:
+        if query.answer and answer_llm is not None:  # (without one the request was refused above)
             try:
-                result["answer"] = await generate_answer(answer_llm, query.query, result["passages"])
+                result.answer = await generate_answer(answer_llm, query.query, result.passages)
             except (LLMError, MalformedOutput) as exc:
                 return http.error_response(502, f"answer generation failed: {exc}")
-        return http.json_response(result)
+        return http.json_response(result.to_json())
 
     async def list_facts(request: web.Request) -> web.Response:
         """GET /v1/facts?tenant=&category=A,B&limit=N: the tenant's standing facts
@@ -108,7 +108,7 @@ def query_app(
             )
         except ContractError as exc:
             return http.error_response(400, str(exc))
-        return http.json_response(await drilldown.standing_facts(memory, tenant, categories, limit))
+        return http.json_response((await drilldown.standing_facts(memory, tenant, categories, limit)).to_json())
 
     async def get_fact(request: web.Request) -> web.Response:
         fact_id = request.match_info["fact_id"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from store.base import MemoryStore
 from store.facts import Lifecycle
@@ -20,6 +21,17 @@ class StageContext:
     embedder: Embedder | None = None  # A_ext
     extractor: Extractor | None = None  # A_ext
     resolver_llm: ChatModel | None = None  # A_res; None: the deterministic evidence policy
+
+
+T = TypeVar("T")
+
+
+def needed(part: T | None, what: str) -> T:
+    """A part of the context a stage cannot run without (a worker whose roles do not run the
+    stage may be built without it: the stage is built, never handed a message)."""
+    if part is None:
+        raise RuntimeError(f"this stage needs {what}; the pipeline was built without one")
+    return part
 
 
 class Stage:

@@ -66,9 +66,10 @@ class ExpirySweep(Stage):
             # anything that changes them meanwhile: decide again
             self.memory.expect_status(pipe, tenant, fid, fact.status)
             self.memory.expect_field(pipe, tenant, fid, "expires_at", fact.expires_at)
-            if not fact.lapsed(now):
+            expires_at = fact.expires_at
+            if expires_at is None or not fact.lapsed(now):  # (a lapsed fact has an expires_at)
                 return []  # a passage supports it longer now (the index already says until when)
-            self.memory.stage_expiry_done(pipe, tenant, fid, fact.expires_at)
+            self.memory.stage_expiry_done(pipe, tenant, fid, expires_at)
             if fact.status in GONE:
                 return []
             was = fact.status

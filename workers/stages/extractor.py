@@ -22,7 +22,8 @@ from workers.envelope import Emit, PermanentError
 from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
-from workers.stages.context import Stage, StageContext, current_passage
+from workers.models.protocols import Embedder, Extractor
+from workers.stages.context import Stage, StageContext, current_passage, needed
 from workers.stages.work import candidate_key, embedded_texts
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,24 @@ MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle 
 class ExtractorStage(Stage):
     def __init__(self, context: StageContext):
         super().__init__(context)
-        self.embedder = context.embedder
-        self.extractor = context.extractor
-        self._memo: OrderedDict[tuple[str, str], asyncio.Task] = OrderedDict()  # (chunk id, context) → extraction
-        self.tenant_embedders = TenantEmbedders(self.memory, self.embedder) if self.embedder is not None else None
+        self._embedder, self._extractor = context.embedder, context.extractor
+        # (chunk id, context) → its extraction
+        self._memo: OrderedDict[tuple[str, str], asyncio.Task[Extraction]] = OrderedDict()
+        self._tenant_embedders = (
+            TenantEmbedders(self.memory, context.embedder) if context.embedder is not None else None
+        )
+
+    @property
+    def embedder(self) -> Embedder:
+        return needed(self._embedder, "an embedder")
+
+    @property
+    def extractor(self) -> Extractor:
+        return needed(self._extractor, "an extractor")
+
+    @property
+    def tenant_embedders(self) -> TenantEmbedders:
+        return needed(self._tenant_embedders, "an embedder")
 
     # ---- read-ahead (workers/app.py): the model calls of a chunk, started before its turn ----
     async def prefetch(self, chunk: Chunk) -> None:
@@ -64,7 +79,7 @@ class ExtractorStage(Stage):
         names = [e.name for e in extraction.entities] + [n for t in facts for n in (t.head, t.tail)]
         await self.embedder.embed(list(dict.fromkeys(embedded_texts(chunk.indexed_text, names, facts))))
 
-    def _started(self, chunk: Chunk) -> asyncio.Task:
+    def _started(self, chunk: Chunk) -> asyncio.Task[Extraction]:
         """The chunk's extraction in the memo — started now unless it is there, running or done
         well (a failed or cancelled one is asked again)."""
         key = (chunk.chunk_id, chunk.context)

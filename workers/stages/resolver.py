@@ -18,6 +18,7 @@ from workers.algorithms.normalize import fact_id, short_hash
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.models.llm import LLMError, MalformedOutput
+from workers.models.protocols import ChatModel
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
 from workers.stages.context import Stage, StageContext, current_passage
 from workers.stages.work import containment_changed, regroup
@@ -191,7 +192,7 @@ class ResolverStage(Stage):
             return await self._apply(pipe, cand, facts, decisions, why)
         group = [await self._group_fact(tenant, fid, f) for fid, f in facts.items()]
         if self.resolver_llm is not None:
-            decisions = await self._llm_decisions(tenant, group, facts)
+            decisions = await self._llm_decisions(self.resolver_llm, tenant, group, facts)
         else:
             decisions = await self._rules_decisions(tenant, group)
         return await self._apply(pipe, cand, facts, decisions, why)
@@ -206,15 +207,13 @@ class ResolverStage(Stage):
         }
         return adjudicate(group, lambda a, b: contains.get((a, b), False))
 
-    async def _llm_decisions(self, tenant: str, group: list[GroupFact], facts: dict) -> dict:
+    async def _llm_decisions(self, llm: ChatModel, tenant: str, group: list[GroupFact], facts: dict) -> dict:
         """The LLM reads every fact's evidence passages and names an action per fact. If it
         keeps failing, or quotes an evidence sentence that is not in the passage it cites, the
         deterministic policy decides the whole group (logged; the latter counted), so no group
         stays open and no planted passage decides through a quote it does not contain."""
         try:
-            decisions, unquoted = await self.resolver_llm.structured(
-                "resolve", *await self._resolution_request(tenant, group, facts)
-            )
+            decisions, unquoted = await llm.structured("resolve", *await self._resolution_request(tenant, group, facts))
         except (MalformedOutput, LLMError) as exc:
             log.error("resolve: LLM resolver failed (%s); the evidence policy decides this group", exc)
             return await self._rules_decisions(tenant, group)

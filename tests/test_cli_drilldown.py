@@ -1,0 +1,61 @@
+"""`memstream fact / facts / passage`: the drill-downs (workers.query.drilldown) return typed
+records, and the CLI writes their JSON (`to_json`, as GET /v1/facts... answers) or a passage's
+text. Over the in-memory store: Memory.from_url hands the command the harness's store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+import store
+from ops.cli import main
+from tests.inprocess import InProcess, ScriptedExtractor
+
+TEXT = "Ada refuses ferries."
+
+
+class _Unclosed:
+    """The harness's store as the command's Memory: the command closes it, the harness keeps it."""
+
+    def __init__(self, memory):
+        self._memory = memory
+
+    def __getattr__(self, name):
+        return getattr(self._memory, name)
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def indexed(monkeypatch):
+    stages = InProcess(None, ScriptedExtractor({TEXT: [("Ada", "refuses", "ferries")]}), tau=1)
+
+    async def index() -> tuple[str, str]:
+        await stages.publish("d1", TEXT)
+        [fact] = (await stages.facts()).values()
+        return fact.id, fact.passage_ids[0]
+
+    fact_id, passage_id = asyncio.run(index())
+    monkeypatch.setattr(store.Memory, "from_url", staticmethod(lambda url, **kw: _Unclosed(stages.memory)))
+    return stages.tenant, fact_id, passage_id
+
+
+def _run(capsysbinary, *argv: str) -> bytes:
+    assert main(list(argv)) == 0
+    return capsysbinary.readouterr().out
+
+
+def test_the_drilldown_commands_write_each_record(indexed, capsysbinary):
+    tenant, fact_id, passage_id = indexed
+    fact = json.loads(_run(capsysbinary, "fact", fact_id, "--tenant", tenant))
+    assert (fact["id"], fact["head"], fact["tail"]) == (fact_id, "Ada", "ferries")
+    evidence = json.loads(_run(capsysbinary, "fact", fact_id, "--evidence", "--tenant", tenant))
+    assert evidence["fact"]["id"] == fact_id and [p["text"] for p in evidence["passages"]] == [TEXT]
+    listed = json.loads(_run(capsysbinary, "facts", "--category", "DECLARATIVE", "--tenant", tenant))
+    assert listed["total"] == 1 and listed["facts"][0]["doc_ids"] == ["d1"]
+    passage = json.loads(_run(capsysbinary, "passage", passage_id, "--tenant", tenant))
+    assert (passage["text"], passage["doc_ids"]) == (TEXT, ["d1"])
+    assert _run(capsysbinary, "passage", passage_id, "--text", "--tenant", tenant) == TEXT.encode()
