@@ -271,6 +271,17 @@ def main(argv: list[str] | None = None) -> int:
         help="new: the key's name in logs and 403 messages (default: key-<first hex of its hash>)",
     )
 
+    table = sub.add_parser(
+        "settings-table",
+        help="the MEMSTREAM_* settings as markdown tables, from workers/settings.py (docs/configuration.md holds them)",
+    )
+    table.add_argument(
+        "--write",
+        metavar="PATH",
+        default=None,
+        help="rewrite the generated table in this markdown file (docs/configuration.md) instead of printing it",
+    )
+
     mcp = sub.add_parser(
         "mcp",
         help="an MCP server of one tenant's memory on stdio, for agent frameworks (HTTP: /mcp of the query worker)",
@@ -885,6 +896,21 @@ def cmd_keys(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_settings_table(settings: Settings, args) -> int:
+    from workers.settings import settings_table, with_settings_table
+
+    if args.write is None:
+        print(settings_table(), end="")
+        return 0
+    path = Path(args.write)
+    document = path.read_text(encoding="utf-8")
+    updated = with_settings_table(document)
+    if updated != document:
+        path.write_text(updated, encoding="utf-8")
+    print(f"memstream: {path}: the settings table {'rewritten' if updated != document else 'was up to date'}")
+    return 0
+
+
 def cmd_mcp(settings: Settings, args) -> int:
     # stdout carries the protocol: every log line goes to stderr, configured before the SDK's own
     logging.basicConfig(
@@ -917,6 +943,7 @@ COMMANDS = {
     "facts": cmd_facts,
     "passage": cmd_passage,
     "mcp": cmd_mcp,
+    "settings-table": cmd_settings_table,
     "keys": cmd_keys,
 }
 

@@ -25,7 +25,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -36,7 +36,8 @@ from topics import ContractError
 from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
 from workers.algorithms.retrieval import RetrievalParams
 from workers.models.extraction import RulesExtractor
-from workers.query.engine import MODES, QueryEngine, QueryRequest
+from workers.query.engine import QueryEngine, QueryRequest
+from workers.query.modes import MODES, QueryMode, query_mode
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class Answer:
 
 # What each mechanism of the graph modes contributes, asked of the same memory (`--ablations`):
 # row → (mode, retrieval parameters that differ from the defaults).
-ABLATIONS: dict[str, tuple[str, dict[str, float | bool]]] = {
+ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0}),
     "ppr, no episodes": ("ppr", {"episode_weight": 0.0}),
     "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0}),
@@ -166,13 +167,13 @@ ABLATIONS: dict[str, tuple[str, dict[str, float | bool]]] = {
 async def ask(
     engine: QueryEngine,
     probes: list[Probe],
-    modes: list[str],
+    modes: list[QueryMode],
     progress: Callable[[int], None] | None = None,
-    ablations: dict[str, tuple[str, dict]] | None = None,
+    ablations: dict[str, tuple[QueryMode, dict]] | None = None,
 ) -> list[Answer]:
     """Every probe in every mode, top max(KS) passages each; then in each ablation's mode with its
     parameters (its Answer.mode is the ablation's name)."""
-    runs = [(mode, mode, RetrievalParams()) for mode in modes]
+    runs: list[tuple[str, QueryMode, RetrievalParams]] = [(mode, mode, RetrievalParams()) for mode in modes]
     runs += [
         (name, mode, RetrievalParams.from_json(overrides)) for name, (mode, overrides) in (ablations or {}).items()
     ]
@@ -206,7 +207,7 @@ def _recall(answers: list[Answer]) -> dict:
     return row
 
 
-def summarize(answers: list[Answer], modes: list[str]) -> dict:
+def summarize(answers: list[Answer], modes: Sequence[str]) -> dict:
     """Per mode: recall overall and per category (the file's numbers; "none" without one),
     latency p50/p99 in ms, and how many PPR answers fell back to the first stage."""
     out = {}
@@ -272,10 +273,10 @@ def _cell(value) -> str:
 async def run(
     settings: Settings,
     path: Path,
-    modes: list[str],
+    modes: list[QueryMode],
     redis_url: str | None,
     embedder=None,
-    ablations: dict[str, tuple[str, dict]] | None = None,
+    ablations: dict[str, tuple[QueryMode, dict]] | None = None,
 ) -> dict:
     turns, questions = load_conversations(path)
     prefix = f"convbench-{uuid.uuid4().hex[:8]}"
@@ -366,15 +367,18 @@ def per_question(answers: list[Answer]) -> list[dict]:
     return list(rows.values())
 
 
-def parse_modes(text: str | None) -> list[str]:
+def parse_modes(text: str | None) -> list[QueryMode]:
     """ "dense,ppr" → the modes, each one the query engine has; None → all of them."""
+    names: list[str]
     if text is None:
-        return [m for m in TABLE_ORDER if m in MODES] + [m for m in MODES if m not in TABLE_ORDER]
-    modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
-    unknown = [m for m in modes if m not in MODES]
-    if not modes or unknown:
+        names = [m for m in TABLE_ORDER if m in MODES] + [str(m) for m in MODES if m not in TABLE_ORDER]
+    else:
+        names = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    modes = [query_mode(name) for name in names]
+    unknown = [name for name, mode in zip(names, modes) if mode is None]
+    if not names or unknown:
         raise ValueError(f"--modes: {', '.join(unknown) or 'none given'}; the query engine has {', '.join(MODES)}")
-    return modes
+    return [mode for mode in modes if mode is not None]
 
 
 def run_conversation_bench(

@@ -24,6 +24,7 @@ from topics import Document
 from workers.algorithms.retrieval import RetrievalParams
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 from workers.query.engine import QueryEngine, QueryRequest
+from workers.query.modes import QueryMode
 from workers.settings import Settings
 
 # Every passage of these sets fits one chunk (≤ 300 words): the replay extractor is keyed by
@@ -89,7 +90,13 @@ def index_corpus(
         stop_all(processes)
 
 
-MODE_ROWS = ("lexical", "dense", "hybrid", "ppr", "reconstruct")  # every mode, side by side in one run
+MODE_ROWS: tuple[QueryMode, ...] = (
+    "lexical",
+    "dense",
+    "hybrid",
+    "ppr",
+    "reconstruct",
+)  # every mode, side by side in one run
 
 # name → (RetrievalParams overrides, worker environment overrides for indexing)
 ABLATIONS: dict[str, tuple[dict[str, float | bool], dict[str, str]]] = {
@@ -105,7 +112,7 @@ ABLATIONS: dict[str, tuple[dict[str, float | bool], dict[str, str]]] = {
 
 
 async def evaluate(
-    settings: Settings, dataset: Dataset, tenant: str, runs: dict[str, tuple[str, RetrievalParams]], embedder=None
+    settings: Settings, dataset: Dataset, tenant: str, runs: dict[str, tuple[QueryMode, RetrievalParams]], embedder=None
 ) -> dict:
     """R@2 and R@5 (percent) of each named (mode, params) run, with the query worker's engine."""
     memory = Memory.from_url(settings.redis_url)

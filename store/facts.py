@@ -25,13 +25,17 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 from store.keys import entity_node
 from topics import FactEvent
+from topics.contract import FactCategory, fact_category
 from topics.records import CATEGORY_PRECEDENCE, Triple
 
-STATUSES = ("new", "pending", "active", "invalid", "merged", "expired", "retracted")
+# A fact's lifecycle (docs/architecture.md, "How it works"); mypy checks every status named in code
+# against it (strict_equality: comparing with a name not in it is an error).
+FactStatus = Literal["new", "pending", "active", "invalid", "merged", "expired", "retracted"]
+STATUSES: tuple[FactStatus, ...] = get_args(FactStatus)
 
 # What extraction says of a fact; of the descriptions seen, the one of the most specific category
 # (CATEGORY_PRECEDENCE), then the smallest, wins (order-independent): Fact.description_rank.
@@ -80,11 +84,11 @@ class Fact:
     head_id: str
     tail_id: str
     schema_id: str
-    category: str = "DECLARATIVE"
+    category: FactCategory = "DECLARATIVE"
     valid_from: str | None = None
     valid_to: str | None = None
     text: str = ""
-    status: str = "new"
+    status: FactStatus = "new"
     passage_ids: list[str] = field(default_factory=list)
     qualifiers: dict = field(default_factory=dict)
     reason: str = ""
@@ -111,7 +115,7 @@ class Fact:
             head_id,
             tail_id,
             schema_id,
-            triple.category,
+            fact_category(triple.category),
             triple.valid_from,
             triple.valid_to,
             f"{triple.head} {triple.relation} {triple.tail}",

@@ -180,8 +180,8 @@ class Delivery:
 class InProcess:
     """The four stages for one fresh tenant over `memory` — else Redis's Memory at `redis_url`,
     else a fresh InMemoryStore — with `settings` as Settings fields (the `MEMSTREAM_*`
-    variables of a worker); a store the test gives must have the settings' τ. The similarity
-    bridge is off unless asked for (`sim_bridging="on"`): with the digit-blind embedder it would
+    variables of a worker, as Python values: a switch is a bool); a store the test gives must have the settings' τ. The similarity
+    bridge is off unless asked for (`sim_bridging=True`): with the digit-blind embedder it would
     only bridge digit variants."""
 
     def __init__(
@@ -197,7 +197,7 @@ class InProcess:
         **settings,
     ):
         self.settings = Settings.from_env(
-            {}, **({"redis_url": redis_url} if redis_url else {}), **{"sim_bridging": "off", **settings}
+            {}, **({"redis_url": redis_url} if redis_url else {}), **{"sim_bridging": False, **settings}
         )
         tau = self.settings.effective_tau
         if memory is None:

@@ -111,7 +111,7 @@ TURNS = [
 
 
 async def _index_turns(turns):
-    ip = InProcess(None, RulesExtractor(), schema_filter="off")
+    ip = InProcess(None, RulesExtractor(), schema_filter=False)
     try:
         for number, (turn_id, speaker, text) in enumerate(turns, 1):
             await ip.publish(

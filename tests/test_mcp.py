@@ -23,6 +23,7 @@ from tests import inprocess
 from tests.conftest import ROOT
 from tests.inprocess import InProcess, ScriptedExtractor
 from topics import ContractError, Document, DocumentDeletion, decode
+from workers.query.answers import Evidence, PassageRecord, QueryResult, StandingFacts
 from workers.query.engine import MODES, QueryEngine, QueryRequest
 from workers.query.mcp_server import DocumentPublisher, memory_server
 from workers.settings import Settings
@@ -69,6 +70,14 @@ async def check_tools(client: Client, tenant: str, written: dict) -> None:
     assert tools["search_memory"].input_schema["required"] == ["query"]
     assert set(tools["search_memory"].input_schema["properties"]) == {"query", "mode", "top_k", "as_of"}
     assert tools["search_memory"].output_schema["properties"]["passages"]["type"] == "array"
+    # the output schemas are the query side's typed answers' own (workers.query.answers)
+    for tool, answer_type in [
+        ("search_memory", QueryResult),
+        ("fact_evidence", Evidence),
+        ("get_passage", PassageRecord),
+        ("standing_facts", StandingFacts),
+    ]:
+        assert set(tools[tool].output_schema["properties"]) == set(answer_type.model_json_schema()["properties"]), tool
     assert tools["fact_evidence"].annotations.read_only_hint and not tools["remember"].annotations.read_only_hint
 
     for mode in MODES:
@@ -76,6 +85,7 @@ async def check_tools(client: Client, tenant: str, written: dict) -> None:
         assert not found.is_error, found.content
         answer = found.structured_content
         assert answer["tenant"] == tenant and answer["mode"] == mode
+        assert QueryResult.model_validate(answer).mode == mode  # the structured content reads back as the type
         top = answer["passages"][0]
         assert (top["id"], top["doc_id"], top["text"]) == (written["visa"]["passage"], "visa", VISA), answer["passages"]
         assert (

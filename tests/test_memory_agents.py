@@ -330,7 +330,7 @@ def test_publishing_twice_changes_nothing_and_order_does_not_matter(stack_env, t
     random.Random(7).shuffle(mixed)
 
     async def scenario():
-        async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging="on") as ordered:
+        async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging=True) as ordered:
             for doc in docs:  # one at a time: the most sequential order
                 await publish(ordered, corpus, [doc])
             first = await ordered.export()
@@ -344,7 +344,7 @@ def test_publishing_twice_changes_nothing_and_order_does_not_matter(stack_env, t
             Delivery(partitions=2, consumers=4, seed=8, redeliver=0.33),
         ):
             async with replay_stages(
-                stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging="on", delivery=delivery
+                stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, sim_bridging=True, delivery=delivery
             ) as shuffled:
                 await publish(shuffled, corpus, mixed)
                 others.append(await shuffled.export())
@@ -378,7 +378,7 @@ def test_each_ablation_switch_changes_behaviour(stack_env, tmp_path, real_embedd
     async def scenario():
         results = {}
         for switch in ("defaults", "schema_filter", "conflicts", "sim_bridging", "type_bridging"):
-            settings = {"sim_bridging": "on", **({} if switch == "defaults" else {switch: "off"})}
+            settings = {"sim_bridging": True, **({} if switch == "defaults" else {switch: False})}
             async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, real_embedder, **settings) as stages:
                 await publish(stages, SWITCHES, sorted(SWITCHES))
                 results[switch] = await stages.export()

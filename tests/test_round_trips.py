@@ -64,7 +64,7 @@ def test_similarity_bridge_round_trips_do_not_grow_with_entities(stack_env, roun
 
 
 async def _bridge_round_trips(redis_url: str, round_trips: collections.Counter) -> None:
-    ip = InProcess(redis_url, NamesOnly(), sim_bridging="on")
+    ip = InProcess(redis_url, NamesOnly(), sim_bridging=True)
     try:
         await ip.publish("warm", "Warm Up One, Warm Up Two")  # the tenant's indexes exist
         few = await _round_trips_of(ip, round_trips, "few", "Dag Person1, Dag Person2")

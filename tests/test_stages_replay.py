@@ -73,7 +73,7 @@ def test_replay_pipeline_publish_events_query(stack_env, tmp_path, real_embedder
             ReplayExtractor(write_replay(tmp_path / "replay.jsonl")),
             real_embedder,
             tau=1,
-            sim_bridging="on",
+            sim_bridging=True,
         )
         try:
             for doc_id, text in CORPUS.items():

@@ -91,7 +91,7 @@ SCENARIOS = {
     "near duplicates": Scenario(
         {**PEOPLE, **SYNONYMS},
         ("p0", "p1", "p2", "p3", "a", "b"),
-        {"tau": 1, "sim_bridging": "on"},
+        {"tau": 1, "sim_bridging": True},
         SynonymEmbedder,
         # cosine 1 to each Person passage; k above the passages: no tie is cut
         queries=({"query": "Person9 was born in London.", "top_k": 10, "params": {"layer_k": 10}},),

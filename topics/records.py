@@ -24,7 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from topics.contract import CATEGORY_PRECEDENCE, FACT_CATEGORIES, ContractError  # noqa: F401  (re-exported)
+from topics.contract import CATEGORY_PRECEDENCE, FACT_CATEGORIES, SYMMETRIC_RELATIONS, ContractError  # noqa: F401  (re-exported)
 from topics.times import document_ttls, epoch_seconds
 
 SCHEMA_VERSION = 1
@@ -211,7 +211,7 @@ def _describe(char: str, index: int, refused: re.Pattern) -> str:
 
 @dataclass
 class Document(Record):
-    """A document (or an agent/conversation turn) to index. Key: doc_id."""
+    """A document (or an agent/conversation turn) to index. Key: tenant/doc id (document_key)."""
 
     TOPIC: ClassVar[str] = "documents"
     TEXT_FIELDS: ClassVar[tuple[str, ...]] = ("text",)
@@ -412,9 +412,10 @@ class Triple(Record):
 
 @dataclass
 class CandidateFact(Record):
-    """One extracted fact of one passage. Key: normalised head entity id, so all facts about
-    a head are detected in order on one partition. `fact_index`/`chunk_fact_count` let the
-    pipeline tell when every fact of a chunk is through."""
+    """One extracted fact of one passage. Key: normalised head entity id (the smaller end of a
+    symmetric pair: candidate_key), so all facts about a head are detected in order on one
+    partition. `fact_index`/`chunk_fact_count` let the pipeline tell when every fact of a chunk
+    is through."""
 
     TOPIC: ClassVar[str] = "candidate-facts"
 
@@ -433,12 +434,21 @@ class CandidateFact(Record):
     work_id: str = ""
     incarnation: int = 0  # the passage's (Chunk.incarnation)
 
-    # Its partition key is workers.stages.work.candidate_key (the head, or the smaller end of a
-    # symmetric pair): not a property here, since which relations are symmetric is the policy's.
+    @property
+    def key(self) -> str:
+        """Its partition key (candidate_key): the head, or the smaller end of a symmetric pair."""
+        return candidate_key(self.head_id, self.fact.relation, self.tail_id)
 
     @property
     def passage_mark(self) -> str:
         return passage_mark(self.passage_id, self.incarnation)
+
+
+def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
+    """The partition key of a candidate fact: its head, so one head's facts are detected in
+    order — but the smaller entity of a symmetric pair, so "A married B" and "B married A" are
+    detected one after the other, never both activated at once on two partitions."""
+    return min(head_id, tail_id) if relation in SYMMETRIC_RELATIONS else head_id
 
 
 @dataclass
@@ -447,8 +457,8 @@ class ConflictSet(Record):
     fact, a swapped symmetric one, or a near-duplicate); kind `adjudicate`: decide the group
     (candidate's head, relation) again; kind `retract`: take fact_id out of memory as a caller
     asked (`memstream retract`, POST /v1/facts/{id}/retract, the MCP tool retract_fact). Key: the
-    head entity whose group is decided (set in workers.stages.work: a duplicate's is its target's
-    head, which the record does not hold), so one head's conflicts are resolved in order. `candidate.passage_id` is the chunk whose progress waits for work_id."""
+    head entity whose group is decided — `candidate.head_id`, except a duplicate's: its target's
+    head, which the record does not hold (topics.graph) — so one head's conflicts are resolved in order. `candidate.passage_id` is the chunk whose progress waits for work_id."""
 
     TOPIC: ClassVar[str] = "conflict-sets"
     KINDS: ClassVar[tuple[str, ...]] = ("duplicate", "adjudicate", "retract")

@@ -9,7 +9,8 @@ Undecodable or invalid messages go to the dead-letter topic with the reason; tra
 retry with capped exponential backoff and jitter, then go to the dead-letter topic too. Nothing
 blocks a partition and nothing is dropped silently.
 
-Stages return typed messages (`Emit`: topic, key, record); the envelope gives fact events their
+Stages return typed messages (`Emit`: topic, key, record — `Emit.of(record)`, both read from the
+stage graph, topics.graph); the envelope gives fact events their
 ids and encodes each record with `topics.encode` only when the outbox is committed, so the bytes
 on the topics and in the Redis outboxes are what `topics.encode` gives.
 """
@@ -29,6 +30,7 @@ from store import AlreadyDone, Outgoing, StaleDecision
 from store.base import Outbox, Progress
 from store.errors import redis_unavailable
 from topics import CandidateFact, ContractError, DeadLetter, Document, DocumentDeletion, FactEvent, decode, encode
+from topics.graph import spec_of
 from topics.records import Record
 from workers import metrics
 from workers.algorithms.normalize import short_hash
@@ -60,6 +62,21 @@ class Emit:
     topic: str
     key: str
     record: Record
+
+    @classmethod
+    def of(cls, record: Record, key: str | None = None) -> "Emit":
+        """The message of `record`: its topic and partition key as the stage graph derives them
+        (topics.graph). `key` only where the record cannot give its key (a duplicate on
+        conflict-sets: its target's head); naming one the record gives is an error, so each key
+        is decided in one place."""
+        spec = spec_of(record)
+        derived = spec.key(record)
+        if derived is not None and key is not None:
+            raise ValueError(f"{spec.topic}: the key of {record!r:.200} is derived from the record; name none")
+        chosen = derived if derived is not None else key
+        if chosen is None:
+            raise ValueError(f"{spec.topic}: {type(record).__name__} {record!r:.200} cannot give its key; name it")
+        return cls(spec.topic, chosen, record)
 
     @property
     def work_id(self) -> str:
@@ -238,7 +255,8 @@ class Envelope:
             tenant,
             max_letter_bytes=self.settings.max_message_bytes,
         )
-        await self._send_until_sent(Outgoing("dlq", letter.key or "", encode(letter)))
+        message = Emit.of(letter)
+        await self._send_until_sent(Outgoing(message.topic, message.key, encode(letter)))
 
     async def _send_until_sent(self, item: Outgoing) -> None:
         """Publish, waiting out a broker outage up to the deadline (then raise: the message
@@ -387,7 +405,7 @@ def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit]:
 
 def event_message(event: FactEvent) -> Emit:
     """An event on `indexed-facts`, keyed by its fact or document (FactEvent.key; its id is given at commit)."""
-    return Emit("indexed-facts", event.key, event)
+    return Emit.of(event)
 
 
 def encode_outbox(outbox: Decided) -> list[Outgoing]:

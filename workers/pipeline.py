@@ -1,6 +1,8 @@
 """The composition root of the indexing stages, independent of faust: the envelope
 (workers.envelope: decode, retry, dead-letter, once-marks, outbox) wired to one stage per input
-topic, each a module of workers/stages built from one StageContext.
+topic, each a module of workers/stages built from one StageContext. Which stage consumes which
+topic, and what each produces, is the stage graph's (topics.graph.STAGE_GRAPH; tests/test_stage_graph.py
+checks this module against it); with their done marks:
 
     topic in         stage module            done mark                             topics out
     ---------------  ----------------------  ------------------------------------  ----------------------------
@@ -27,7 +29,9 @@ from typing import Any
 
 from store.base import MemoryStore
 from store.facts import Lifecycle
-from topics import CandidateFact, Chunk, ConflictSet, Document
+from topics import CandidateFact, Chunk, ConflictSet
+from topics.graph import CONSUMES, STAGE_GRAPH
+from topics.records import Record
 from workers.envelope import Envelope, Route, Send, SendMany, decode_document, record_decoder
 from workers.models.protocols import ChatModel, Embedder, Extractor
 from workers.settings import Settings
@@ -40,7 +44,8 @@ from workers.stages.resolver import ResolverStage
 
 
 class Pipeline:
-    RECORDS = {"documents": Document, "chunks": Chunk, "candidate-facts": CandidateFact, "conflict-sets": ConflictSet}
+    # the records of the topics a stage consumes
+    RECORDS: dict[str, type[Record]] = {spec.topic: spec.record for spec in STAGE_GRAPH if spec.consumers}
 
     def __init__(
         self,
@@ -72,18 +77,17 @@ class Pipeline:
         self.expiry = ExpirySweep(context)
         extractor_stage, resolver_stage = ExtractorStage(context), ResolverStage(context)
         chunks, conflict_sets = record_decoder(Chunk), record_decoder(ConflictSet)
-        self.routes.update(
-            {
-                "documents": Route(decode_document, ChunkerStage(context).handle),
-                "chunks": Route(chunks, extractor_stage.handle),
-                "candidate-facts": Route(record_decoder(CandidateFact), DetectorStage(context).handle),
-                "conflict-sets": Route(conflict_sets, resolver_stage.handle),
-            }
-        )
+        stages: dict[str, Route[Any]] = {  # by stage: the topic each consumes is the stage graph's
+            "chunker": Route(decode_document, ChunkerStage(context).handle),
+            "extractor": Route(chunks, extractor_stage.handle),
+            "detector": Route(record_decoder(CandidateFact), DetectorStage(context).handle),
+            "resolver": Route(conflict_sets, resolver_stage.handle),
+        }
+        self.routes.update({CONSUMES[stage]: route for stage, route in stages.items()})
         # read-ahead (workers/app.py): the model calls a message will make, started early
-        self.prefetchers: dict[str, Route[Any]] = {"chunks": Route(chunks, extractor_stage.prefetch)}
+        self.prefetchers: dict[str, Route[Any]] = {CONSUMES["extractor"]: Route(chunks, extractor_stage.prefetch)}
         if resolver_llm is not None:  # the evidence policy calls no model: nothing to read ahead
-            self.prefetchers["conflict-sets"] = Route(conflict_sets, resolver_stage.prefetch)
+            self.prefetchers[CONSUMES["resolver"]] = Route(conflict_sets, resolver_stage.prefetch)
 
     async def process(
         self,

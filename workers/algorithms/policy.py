@@ -11,23 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-# Relations whose head and tail may be swapped without changing the fact.
-SYMMETRIC_RELATIONS = frozenset(
-    {  # as normalised by workers.algorithms.normalize.relation_name
-        "marry",
-        "married to",
-        "spouse of",
-        "spouse",
-        "sibling of",
-        "sibling",
-        "twin of",
-        "cousin of",
-        "partner of",
-        "related to",
-        "neighbour of",
-        "neighbor of",
-    }
-)
+# Relations whose head and tail may be swapped without changing the fact: the contract's, since a
+# candidate fact's partition key depends on them (topics.records.candidate_key)
+from topics.contract import SYMMETRIC_RELATIONS  # noqa: F401  (re-exported)
+
 # Relations that put one place or thing inside another (granularity).
 CONTAINMENT_RELATIONS = frozenset(
     {"part of", "located in", "situated in", "lie in", "in", "within", "subdivision of", "district of", "borough of"}

@@ -15,13 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from store.facts import Fact
-from topics.contract import FACT_CATEGORIES
-
-FactCategory = Literal["DECLARATIVE", "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE"]
-FactStatus = Literal["new", "pending", "active", "invalid", "merged", "expired", "retracted"]
-QueryMode = Literal["ppr", "dense", "lexical", "hybrid", "reconstruct"]
-assert set(FactCategory.__args__) == set(FACT_CATEGORIES)  # type: ignore[attr-defined]  # one list, checked at import
+from store.facts import Fact, FactStatus
+from topics.contract import FactCategory
+from workers.query.modes import QueryMode
 
 
 class Answer(BaseModel):
@@ -305,3 +301,49 @@ class QueryResult(_Wire):
     stopped: Stopped | None = None
     budget: BudgetView | None = None
     router: RouterView | None = None
+
+
+# ---- receipts of the writes: what was queued, and where -------------------------------------
+
+
+class _Receipt(BaseModel):
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class Remembered(_Receipt):
+    """A document or turn queued for indexing (the MCP tool remember)."""
+
+    doc_id: str
+    tenant: str
+    topic: str
+    queued: bool = Field(
+        description="true: on the topic; indexed by the workers within seconds, then found by search_memory"
+    )
+
+
+class Retracted(_Receipt):
+    """A fact's retraction queued for the resolver (POST /v1/facts/{id}/retract, the MCP tool retract_fact)."""
+
+    fact_id: str
+    tenant: str
+    request: str = Field(description="the retraction's work id")
+    queued: bool = Field(description="true: on memstream.conflict-sets; the resolver retracts it within seconds")
+
+
+class Forgotten(_Receipt):
+    """A document's deletion queued (the MCP tool forget)."""
+
+    doc_id: str
+    tenant: str
+    topic: str
+    queued: bool = Field(
+        description="true: its tombstone is on the topic; the workers take the document out within seconds"
+    )
+
+
+class Health(_Wire):
+    """GET /healthz: ok, or unhealthy with the part that does not answer."""
+
+    status: Literal["ok", "unhealthy"]
+    redis: Literal["unavailable"] | None = None

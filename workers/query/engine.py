@@ -68,7 +68,7 @@ from workers.query.answers import (
     WalkStats,
 )
 from workers.query.graph_cache import GraphCache
-from workers.query.modes import MODES
+from workers.query.modes import MODES, QueryMode, query_mode
 from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
@@ -140,7 +140,7 @@ class QueryRequest:
     query: str
     tenant: str
     top_k: int
-    mode: str = "ppr"
+    mode: QueryMode = "ppr"
     params: RetrievalParams = DEFAULT_PARAMS
     answer: bool = False
     budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
@@ -171,8 +171,8 @@ class QueryRequest:
         top_k = body.get("top_k", default_top_k)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
             raise ContractError(f"'top_k' must be an integer from 1 to {MAX_TOP_K}")
-        mode = body.get("mode", "ppr")
-        if mode not in MODES:
+        mode = query_mode(body.get("mode", "ppr"))
+        if mode is None:
             raise ContractError(f"'mode' must be one of {', '.join(MODES)}")
         generate = body.get("answer", False)
         if not isinstance(generate, bool):

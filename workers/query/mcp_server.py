@@ -35,7 +35,7 @@ from aiohttp import web
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from topics import ContractError, Document, DocumentDeletion, encode, validate_tenant
 from topics.conversations import turn_from_json, turn_ts
@@ -43,7 +43,7 @@ from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
 from workers.models.embedding import EmbedderMismatch
 from workers.query import drilldown
-from workers.query.answers import Evidence, PassageRecord, QueryResult, StandingFacts
+from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
 from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
@@ -70,31 +70,6 @@ MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MO
 
 # ---- what the tools answer (the SDK publishes these as output schemas): the query side's
 # typed answers (workers.query.answers), and the write tools' receipts below -----------------
-
-
-class Remembered(BaseModel):
-    doc_id: str
-    tenant: str
-    topic: str
-    queued: bool = Field(
-        description="true: on the topic; indexed by the workers within seconds, then found by search_memory"
-    )
-
-
-class Retracted(BaseModel):
-    fact_id: str
-    tenant: str
-    request: str = Field(description="the retraction's work id")
-    queued: bool = Field(description="true: on memstream.conflict-sets; the resolver retracts it within seconds")
-
-
-class Forgotten(BaseModel):
-    doc_id: str
-    tenant: str
-    topic: str
-    queued: bool = Field(
-        description="true: its tombstone is on the topic; the workers take the document out within seconds"
-    )
 
 
 # ---- remember: one document onto memstream.documents --------------------------------------

@@ -1,4 +1,12 @@
 """The query modes, in one light module: the engine answers them, and the CLI and MCP offer
 them without importing the engine (numpy, scipy, the store)."""
 
-MODES = ("ppr", "dense", "lexical", "hybrid", "reconstruct")
+from typing import Literal, get_args
+
+QueryMode = Literal["ppr", "dense", "lexical", "hybrid", "reconstruct"]
+MODES: tuple[QueryMode, ...] = get_args(QueryMode)
+
+
+def query_mode(value: object) -> QueryMode | None:
+    """`value` as a query mode, None when it is none."""
+    return next((mode for mode in MODES if value == mode), None)

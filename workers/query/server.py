@@ -31,6 +31,7 @@ from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
 from workers.query import auth, drilldown, http, mcp_server
 from workers.query.answering import generate_answer
+from workers.query.answers import Health, Retracted
 from workers.query.engine import QueryEngine, QueryRequest, parse_json_body
 from workers.query.parts import cached_embedder, query_memory
 from workers.settings import Settings
@@ -149,7 +150,7 @@ def query_app(
         except mcp_server.PublishError as exc:
             return http.error_response(503, str(exc))
         return http.json_response(
-            {"fact_id": fact_id, "tenant": tenant, "request": work_id, "queued": True}, status=202
+            Retracted(fact_id=fact_id, tenant=tenant, request=work_id, queued=True).to_json(), status=202
         )
 
     async def get_passage(request: web.Request) -> web.Response:
@@ -166,8 +167,8 @@ def query_app(
         except Exception as exc:
             # /healthz needs no key: the error (hosts, ports) goes to the log, not to the caller
             log.warning("healthz: Redis does not answer: %s: %s", type(exc).__name__, exc)
-            return http.json_response({"status": "unhealthy", "redis": "unavailable"}, status=503)
-        return http.json_response({"status": "ok"})
+            return http.json_response(Health(status="unhealthy", redis="unavailable").to_json(), status=503)
+        return http.json_response(Health(status="ok").to_json())
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])

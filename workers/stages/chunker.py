@@ -118,9 +118,7 @@ class ChunkerStage(Stage):
                 pipe, tenant, doc.doc_id, current, chunk_ids, f"{doc.doc_id} version {doc.version}"
             )
             return [
-                Emit(
-                    "chunks",
-                    doc.doc_id,
+                Emit.of(  # keyed by its doc id (Chunk.key)
                     Chunk(
                         tenant=tenant,
                         chunk_id=p.chunk_id,
@@ -281,7 +279,7 @@ class Versions(Stage):
         support it (each passage a fact of it came from counted the schema). Facts of the
         decision trace's categories are left alone: a stated one needs no τ, and which were
         stated is not recorded."""
-        if not self.settings.on("schema_filter"):
+        if not self.settings.schema_filter:
             return []
         outbox: list[Emit] = []
         for sid in schema_ids:

@@ -3,8 +3,8 @@ conflict detection: activated (event on `indexed-facts`), merged with its active
 to the resolver on `conflict-sets`. A schema that becomes stable sends the facts parked under it
 back onto `candidate-facts` as activations.
 
-This module owns its input's partition key (`candidate_key`, used by the extractor too) and
-done marks (`detection_mark`, `activation_work_id`).
+This module owns its input's done marks (`detection_mark`, `activation_work_id`); its partition
+key is the contract's (topics.records.candidate_key, through the stage graph: Emit.of).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from workers.algorithms.policy import (
 )
 from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage, current_passage
-from workers.stages.work import adjudication, candidate_key, containment_changed, duplicate
+from workers.stages.work import adjudication, containment_changed, duplicate
 
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
 
@@ -68,7 +68,7 @@ class DetectorStage(Stage):
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
             ungated = needs_no_tau(cand.fact)  # a constraint, refusal or failure as stated binds when said once
             held = (
-                self.settings.on("schema_filter")
+                self.settings.schema_filter
                 and not ungated
                 and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id)
             )
@@ -134,7 +134,7 @@ class DetectorStage(Stage):
                 work_id=activation_work_id(pid),
                 incarnation=cand.incarnation,
             )
-            outbox.append(Emit("candidate-facts", candidate_key(fact.head_id, fact.relation, fact.tail_id), promoted))
+            outbox.append(Emit.of(promoted))  # keyed by candidate_key(fact.head_id, fact.relation, fact.tail_id)
         return outbox
 
     async def _admit(self, pipe, cand: CandidateFact, fact: Fact, schema_stable: bool = True) -> list[Emit]:
@@ -142,7 +142,7 @@ class DetectorStage(Stage):
         candidate): detect conflicts, then activate it or hand it to A_res."""
         tenant, relation, fid = cand.tenant, fact.relation, fact.id
         version = None  # the graph version of this fact's edges: one bump for its type and fact edges
-        if self.settings.on("type_bridging") and schema_stable:  # its entities join their types
+        if self.settings.type_bridging and schema_stable:  # its entities join their types
             version = await self.memory.bump_graph_version(tenant)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.tail_id), fact.tail_type)
@@ -150,7 +150,7 @@ class DetectorStage(Stage):
         if support:
             self.memory.stage_fact_passage(pipe, tenant, fid, support)
             fact.passage_ids = sorted(set(fact.passage_ids) | {support})
-        if self.settings.on("conflicts"):
+        if self.settings.conflicts:
             taken_over = []
             twin = await self._active_twin(tenant, fact)
             if twin is not None:

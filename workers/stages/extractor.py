@@ -1,5 +1,5 @@
 """A_ext: a chunk → its passage, entities, schemas and new facts in memory, and one candidate
-fact per extracted fact on `candidate-facts` (keyed for the detector: work.candidate_key)."""
+fact per extracted fact on `candidate-facts` (keyed for the detector: CandidateFact.key)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import Embedder, Extractor
 from workers.stages.context import Stage, StageContext, current_passage, needed
-from workers.stages.work import candidate_key, embedded_texts
+from workers.stages.work import embedded_texts
 
 log = logging.getLogger(__name__)
 
@@ -182,16 +182,13 @@ class ExtractorStage(Stage):
                     extractor=self.extractor.name,
                     incarnation=chunk.incarnation,
                 )
-                outbox.append(Emit("candidate-facts", candidate_key(head_id, triple.relation, tail_id), candidate))
+                outbox.append(Emit.of(candidate))  # keyed by candidate_key(head_id, triple.relation, tail_id)
             if not facts:
                 self.memory.stage_chunk_done(pipe, tenant, chunk.chunk_id)
             return outbox
 
         await self.once(tenant, extraction_mark(chunk), decide)
-        if (
-            self.settings.on("sim_bridging")
-            and not (await self.memory.passage_states(tenant, [chunk.chunk_id]))[0].retired
-        ):
+        if self.settings.sim_bridging and not (await self.memory.passage_states(tenant, [chunk.chunk_id]))[0].retired:
             await self._bridge_similar(tenant, chunk.chunk_id)  # (a retired passage's entities link nothing)
 
     async def _grounded(self, chunk: Chunk, extraction: Extraction) -> Extraction:

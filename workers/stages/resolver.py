@@ -92,7 +92,7 @@ class ResolverStage(Stage):
             return []
         outbox = [event_message(merged)]
         # more support can change how the target's group is decided
-        if self.settings.on("conflicts") and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
+        if self.settings.conflicts and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
             outbox += await self._adjudicate(
                 pipe, cand, target.head_id, target.relation, f"{target.id} gained support", extra={target.id: gained}
             )

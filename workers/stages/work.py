@@ -1,7 +1,8 @@
-"""What one stage hands another: a candidate fact's partition key, the work the resolver is sent
-(a duplicate to merge, a group to decide again, a retraction) with the probes and work ids that
-make its done marks, and the texts an extraction embeds (what an erasure must purge). Stages
-import this module, never each other (tests/test_import_graph.py)."""
+"""What one stage hands another: the work the resolver is sent (a duplicate to merge, a group to
+decide again, a retraction) with the probes and work ids that make its done marks, and the texts
+an extraction embeds (what an erasure must purge). Topics and partition keys are the stage
+graph's (topics.graph, through Emit.of). Stages import this module, never each other
+(tests/test_import_graph.py)."""
 
 from __future__ import annotations
 
@@ -11,22 +12,16 @@ from store.base import MemoryStore
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
 from topics.records import Triple
-from workers.algorithms.policy import CONTAINMENT_RELATIONS, SYMMETRIC_RELATIONS
+from workers.algorithms.policy import CONTAINMENT_RELATIONS
 from workers.envelope import Emit
 from workers.settings import Settings
-
-
-def candidate_key(head_id: str, relation: str, tail_id: str) -> str:
-    """The partition key of a candidate fact: its head, so one head's facts are detected in
-    order — but the smaller entity of a symmetric pair, so "A married B" and "B married A" are
-    detected one after the other, never both activated at once on two partitions."""
-    return min(head_id, tail_id) if relation in SYMMETRIC_RELATIONS else head_id
 
 
 def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
     """Work for the resolver: merge the candidate into `target`, the fact it repeats."""
     # keyed by the target's head: the resolver decides the target's group, and one head's
-    # groups are decided on one partition (a symmetric twin's head is the candidate's tail)
+    # groups are decided on one partition (a symmetric twin's head is the candidate's tail) —
+    # a key the record does not hold, so it is named here (topics.graph.conflict_key)
     work = f"res:duplicate:{target.id}:{cand.passage_mark}:{cand.fact_index}:{int(cand.activation)}"
     record = ConflictSet(
         tenant=cand.tenant,
@@ -38,7 +33,7 @@ def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
         work_id=work,
         reason=reason,
     )
-    return Emit("conflict-sets", target.head_id, record)
+    return Emit.of(record, key=target.head_id)
 
 
 def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
@@ -56,7 +51,7 @@ def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, 
         work_id=work,
         reason=reason,
     )
-    return Emit("conflict-sets", head_id, record)
+    return Emit.of(record)  # keyed by the group's head: the probe's head_id
 
 
 def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
@@ -82,7 +77,7 @@ async def regroup(
     """The adjudication of the fact's (head, relation) group, when conflicts are decided and the
     group has another member (a fact that left memory may have excluded it; one that lost
     support may lose its group), probed at the fact (fact_probe, `why`); else nothing."""
-    if settings.on("conflicts") and await memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
+    if settings.conflicts and await memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
         return [adjudication(fact_probe(tenant, fact, why), fact.head_id, fact.relation, reason, cause)]
     return []
 
@@ -99,13 +94,13 @@ def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
         work_id=f"retract:{fact.id}:{request_id}",
         reason=reason,
     )
-    return Emit("conflict-sets", fact.head_id, record)
+    return Emit.of(record)  # keyed by the fact's head: its probe's head_id
 
 
 async def containment_changed(settings: Settings, memory: MemoryStore, cand: CandidateFact, fact: Fact) -> list[Emit]:
     """A new containment fact (X located in Y) can turn a mutual exclusion between tails X
     and Y into a granularity qualification: decide the groups with those tails again."""
-    if not settings.on("conflicts") or fact.relation not in CONTAINMENT_RELATIONS:
+    if not settings.conflicts or fact.relation not in CONTAINMENT_RELATIONS:
         return []
     outbox, seen = [], set()
     for entity in (fact.head_id, fact.tail_id):

@@ -1,0 +1,99 @@
+"""Settings read from MEMSTREAM_* variables by their fields' types: an enumerated setting is one
+of its Literal's values, a switch `on`/`off` into a bool; every field has a group and help text,
+from which docs/configuration.md's table is generated (tests/test_gates.py checks the file)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from ops.cli import main
+from workers.settings import GROUPS, TABLE_BEGIN, TABLE_END, Settings, settings_table, variable
+
+SWITCHES = ("schema_filter", "conflicts", "sim_bridging", "type_bridging")
+
+
+def test_the_switches_read_on_and_off_into_bools():
+    defaults = Settings.from_env({})
+    assert all(getattr(defaults, switch) is True for switch in SWITCHES)
+    off = Settings.from_env({variable(switch): "off" for switch in SWITCHES})
+    assert all(getattr(off, switch) is False for switch in SWITCHES)
+    on = Settings.from_env({variable(switch): "on" for switch in SWITCHES})
+    assert all(getattr(on, switch) is True for switch in SWITCHES)
+    assert Settings.from_env({"MEMSTREAM_SCHEMA_FILTER": "off", "MEMSTREAM_TAU": "3"}).effective_tau == 1
+    assert Settings.from_env({"MEMSTREAM_TAU": "3"}).effective_tau == 3
+
+
+@pytest.mark.parametrize("raw", ["yes", "true", "1", "ON", "Off", " on"])
+def test_a_bad_switch_value_names_the_variable_and_on_or_off(raw):
+    with pytest.raises(ValueError) as raised:
+        Settings.from_env({"MEMSTREAM_CONFLICTS": raw})
+    assert str(raised.value) == f"MEMSTREAM_CONFLICTS={raw!r}: expected on or off"
+
+
+@pytest.mark.parametrize(
+    "name, raw, expected",
+    [
+        ("EXTRACTOR", "rule", "rules, replay or llm"),
+        ("RESOLVER", "policy", "rules or llm"),
+        ("EMBEDDER", "torch", "local or openai"),
+        ("VECTOR_INDEX", "ivf", "flat or hnsw"),
+        ("ROUTER", "oracle", "similarity or llm"),
+        ("LOG_LEVEL", "verbose", "debug, info, warning, error or critical"),
+    ],
+)
+def test_a_bad_enumerated_value_names_the_variable_and_its_values(name, raw, expected):
+    with pytest.raises(ValueError) as raised:
+        Settings.from_env({f"MEMSTREAM_{name}": raw})
+    assert str(raised.value) == f"MEMSTREAM_{name}={raw!r}: expected {expected}"
+
+
+def test_the_checks_hold_for_settings_made_in_python_too():
+    """The same check, from the types, for Settings(...) and dataclasses.replace: a switch given
+    as the string "off" (truthy) must not pass for on."""
+    with pytest.raises(ValueError, match=r"MEMSTREAM_CONFLICTS='off': expected True or False"):
+        Settings(conflicts="off")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"MEMSTREAM_ROUTER='oracle': expected similarity or llm"):
+        dataclasses.replace(Settings(), router="oracle")  # type: ignore[arg-type]
+    assert dataclasses.replace(Settings(), conflicts=False).conflicts is False
+    assert Settings.from_env({}, sim_bridging=False).sim_bridging is False
+
+
+def test_the_log_level_is_read_in_any_case():
+    settings = Settings.from_env({"MEMSTREAM_LOG_LEVEL": "WARNING"})
+    assert settings.log_level == "warning" and settings.log_level_name == "WARNING"
+    assert Settings(log_level="Debug").log_level == "debug"  # type: ignore[arg-type]
+
+
+def test_numbers_still_parse_by_type():
+    settings = Settings.from_env({"MEMSTREAM_TOP_K": "7", "MEMSTREAM_DELTA": "0.5", "MEMSTREAM_HOME": "/tmp/m"})
+    assert (settings.top_k, settings.delta, str(settings.home)) == (7, 0.5, "/tmp/m")
+    with pytest.raises(ValueError, match=r"MEMSTREAM_TOP_K='many': expected int"):
+        Settings.from_env({"MEMSTREAM_TOP_K": "many"})
+
+
+def test_every_setting_has_a_group_and_help():
+    for f in dataclasses.fields(Settings):
+        assert f.metadata.get("group") in GROUPS, f.name
+        assert f.metadata.get("help", "").strip(), f.name
+    table = settings_table()
+    assert all(f"| `{variable(f.name)}` |" in table for f in dataclasses.fields(Settings))
+    assert "| `MEMSTREAM_CONFLICTS` | `on` | `on` or `off` — " in table
+    assert "| `MEMSTREAM_EXTRACTOR` | `rules` | `rules`, `replay` or `llm` — " in table
+
+
+def test_the_cli_prints_and_rewrites_the_table(tmp_path, capsys, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("MEMSTREAM_"):
+            monkeypatch.delenv(name)
+    assert main(["settings-table"]) == 0
+    assert capsys.readouterr().out == settings_table()
+    doc = tmp_path / "configuration.md"
+    doc.write_text(f"# prose\n\n{TABLE_BEGIN}\n| `MEMSTREAM_GONE` | | stale |\n{TABLE_END}\n\nmore prose\n")
+    assert main(["settings-table", "--write", str(doc)]) == 0
+    assert doc.read_text() == f"# prose\n\n{TABLE_BEGIN}\n\n{settings_table()}\n{TABLE_END}\n\nmore prose\n"
+    (tmp_path / "bare.md").write_text("no markers\n")
+    assert main(["settings-table", "--write", str(tmp_path / "bare.md")]) == 2
+    assert "no settings table to replace" in capsys.readouterr().err
