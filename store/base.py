@@ -405,7 +405,7 @@ async def broader_by_containment(
     return False
 
 
-async def alias_target(store: MemoryStore, tenant: str, alias_id: str, canonical_id: str) -> str:
+async def alias_target(store: Aliases, tenant: str, alias_id: str, canonical_id: str) -> str:
     """The canonical entity `alias_id` is to point to (an alias of an alias points to the end of
     the chain); ValueError for an alias of itself or a cycle. Both stores' add_alias use it."""
     if alias_id == canonical_id:

@@ -1,19 +1,14 @@
 """The indexing stages in the test's own process, over any store (store.base.MemoryStore): the
 real Redis of the test stack (store.memory.Memory) or the memory of this process
-(store.in_memory.InMemoryStore, no stack needed), with Kafka replaced by an in-memory broker — a
-test double, for tests of the stages' logic: no torch unless a test asks for the real embedder,
-no worker processes, no Kafka round trips.
+(store.in_memory.InMemoryStore, no stack needed), with Kafka replaced by the in-memory broker of
+ops.local_run (`InProcessBroker`) — a test double, for tests of the stages' logic: no torch
+unless a test asks for the real embedder, no worker processes, no Kafka round trips.
 
-The broker routes every message a stage sends to the next stage's handler (`Pipeline.process`),
-as the topics do. By default it delivers one message at a time, oldest first: the most
-sequential order, and the one that does not depend on the store's round-trip times. `Delivery`
-makes it behave like several partitions and consumers: a message's partition follows from its
-key, each partition is delivered in order, up to `consumers` messages are in flight at once
-(interleaving at every Redis round trip, as several extractors or detectors would), the next
-partition is chosen by a seeded random generator, and a share of the messages can be delivered a
-second time (what a crash before the ack or a rebalance does), possibly while the first delivery
-is still running. It can also fail the first publish of a fact event after its commit (a broker
-hiccup the envelope must retry from the committed outbox).
+`InProcess` is one fresh tenant's stages over that broker: it publishes and deletes as the CLI
+does and keeps everything the stages sent (`sent`). By default the broker delivers one message
+at a time, oldest first; `Delivery` (re-exported here) makes it behave like several partitions
+and consumers, with seeded orders, redeliveries and a failed first publish of a fact event (see
+ops/local_run.py); its counters are the broker's (`InProcess.broker`).
 
 Reading the memory goes through the same code as the CLI: `export()` is `memstream export`'s
 function, `events()` decodes the indexed-facts events like `memstream tail`, `query()` runs the
@@ -21,24 +16,21 @@ query worker's QueryEngine."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import json
-import random
 import re
 import uuid
-from dataclasses import dataclass
-from itertools import count
 
 import numpy as np
 import pytest
 
 from ops.export import export_memory
+from ops.local_run import Delivery, InProcessBroker  # Delivery: the tests import it from here
 from store import Memory, Outgoing
 from store.base import MemoryStore
 from store.in_memory import InMemoryStore
-from topics import Document, DocumentDeletion, FactEvent, decode, document_key, encode
+from topics import DeadLetter, Document, DocumentDeletion, FactEvent, decode, document_key, encode
 from topics.records import Triple
 from workers.models.extraction import Entity, Extraction
 from workers.pipeline import Pipeline
@@ -156,33 +148,13 @@ def real_embedder():
     return BatchingEmbedder(_local_model())
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """How the in-memory broker hands messages to the stages (see the module docstring).
-
-    The default — one partition, one consumer, oldest first, no redelivery — is the most
-    sequential order. `seed` None delivers the oldest waiting message first; a seed picks the
-    next partition at random: reproducibly with one consumer, while with several the order
-    also follows which delivery in flight finishes first (Redis round trips)."""
-
-    partitions: int = 1  # per topic; a message's partition is a hash of its key
-    consumers: int = 1  # messages in flight at once, each on its own partition
-    seed: int | None = None
-    # share of messages delivered a second time (1.0: every one), at a random later moment; without
-    # a seed, once the messages queued before the copy are through (a consumer that crashed before its ack)
-    redeliver: float = 0.0
-    fail_first_event: bool = False  # the first publish of a fact event raises, after its decision committed
-
-    def partition(self, key: str) -> int:
-        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little") % self.partitions
-
-
 class InProcess:
     """The four stages for one fresh tenant over `memory` — else Redis's Memory at `redis_url`,
     else a fresh InMemoryStore — with `settings` as Settings fields (the `MEMSTREAM_*`
     variables of a worker, as Python values: a switch is a bool); a store the test gives must have the settings' τ. The similarity
     bridge is off unless asked for (`sim_bridging=True`): with the digit-blind embedder it would
-    only bridge digit variants."""
+    only bridge digit variants. `delivery`: how the broker delivers (default: one message at a
+    time, oldest first)."""
 
     def __init__(
         self,
@@ -191,7 +163,7 @@ class InProcess:
         embedder=None,
         *,
         memory: MemoryStore | None = None,
-        delivery: Delivery = Delivery(),
+        delivery: Delivery | None = None,
         tenant: str | None = None,
         resolver_llm=None,
         **settings,
@@ -211,42 +183,41 @@ class InProcess:
         self.memory: MemoryStore = memory
         self.tenant = tenant or f"ip-{uuid.uuid4().hex[:10]}"
         self.embedder = embedder or DigitBlindEmbedder()
-        self.delivery = delivery
-        self.sent: list[Outgoing] = []  # everything the stages sent, in order: the topics' contents
-        self.delivered: list[tuple[str, str]] = []  # (topic, key) of each delivery started, redeliveries included
-        self.redeliveries = 0  # of those, second deliveries of a message
-        self.failed_publishes = 0  # publishes the broker failed (Delivery.fail_first_event)
-        self._rng = random.Random(delivery.seed)
-        self._arrival = count()
-        self._lanes: dict[tuple, list[tuple[int, str, bytes | None, bytes | None]]] = {}
         self._engine: QueryEngine | None = None
-        self.pipeline = Pipeline(self.settings, self.memory, self._send, self.embedder, extractor, resolver_llm)
+        # the pipeline's `process` looked up at each delivery: a test may wrap it
+        self.broker = InProcessBroker(
+            lambda topic, key, value: self.pipeline.process(topic, key, value),
+            delivery or Delivery(),
+            key_prefix=f"{self.tenant}/",
+        )
+        self.pipeline = Pipeline(self.settings, self.memory, self.broker.send, self.embedder, extractor, resolver_llm)
 
-    # ---- the broker -------------------------------------------------------------------------
-    async def _send(self, item: Outgoing) -> None:
-        if self.delivery.fail_first_event and not self.failed_publishes and item.topic == "indexed-facts":
-            self.failed_publishes += 1
-            raise RuntimeError("broker hiccup after the commit")
-        self.sent.append(item)
-        if item.topic in Pipeline.RECORDS:
-            self.put(item.topic, item.key.encode(), item.value)
+    # ---- the broker (ops.local_run.InProcessBroker) -----------------------------------------
+    @property
+    def sent(self) -> list[Outgoing]:
+        """Everything the stages sent, in order: the topics' contents."""
+        return self.broker.sent
 
     def put(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """Queue a message on `topic` (delivered by the next drain). Its partition follows from
         its key without this harness's tenant (documents are keyed tenant/doc id), so a seed
         gives the same order whatever the test's tenant is called."""
-        lane = (topic, self.delivery.partition((key or b"").decode(errors="replace").removeprefix(f"{self.tenant}/")))
-        self._lanes.setdefault(lane, []).append((next(self._arrival), topic, key, value))
+        self.broker.put(topic, key, value)
 
-    @property
-    def waiting(self) -> int:
-        return sum(len(messages) for messages in self._lanes.values())
+    async def deliver(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Queue one raw message (bytes as a producer sends them) and drain."""
+        await self.broker.deliver(topic, key, value)
 
+    async def drain(self) -> None:
+        """Deliver until no message waits and none is in flight."""
+        await self.broker.drain()
+
+    # ---- publishing, as the CLI does ----------------------------------------------------------
     async def publish(self, doc_id: str, text: str, *, wait: bool = True, **fields) -> None:
         """Publish a document as `memstream publish` does (key: tenant/doc id); with `wait`,
         return once everything it caused has been delivered (`publish --wait`)."""
         doc = Document(self.tenant, doc_id, text, **fields)
-        self.put("documents", doc.key.encode(), encode(doc))
+        self.put(Document.TOPIC, doc.key.encode(), encode(doc))
         if wait:
             await self.drain()
 
@@ -255,64 +226,23 @@ class InProcess:
         with `purge` (`delete --purge`), its erasure first."""
         key = document_key(self.tenant, doc_id).encode()
         if purge:
-            self.put("documents", key, DocumentDeletion(self.tenant, doc_id, purge=True).erasure_value())
-        self.put("documents", key, None)
+            self.put(Document.TOPIC, key, DocumentDeletion(self.tenant, doc_id, purge=True).erasure_value())
+        self.put(Document.TOPIC, key, None)
         if wait:
             await self.drain()
-
-    async def deliver(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        """Queue one raw message (bytes as a producer sends them) and drain."""
-        self.put(topic, key, value)
-        await self.drain()
-
-    async def drain(self) -> None:
-        """Deliver until no message waits and none is in flight."""
-        running: dict[asyncio.Task, tuple] = {}
-        try:
-            while True:
-                busy = set(running.values())
-                ready = [lane for lane, messages in self._lanes.items() if messages and lane not in busy]
-                while ready and len(running) < self.delivery.consumers:
-                    if self.delivery.seed is None:
-                        lane = min(ready, key=lambda lane: self._lanes[lane][0][0])
-                    else:
-                        lane = self._rng.choice(sorted(ready, key=repr))
-                    ready.remove(lane)
-                    _, topic, key, value = self._lanes[lane].pop(0)
-                    if not self._lanes[lane]:
-                        del self._lanes[lane]
-                    if (
-                        self.delivery.redeliver
-                        and lane[0] != "redelivered"
-                        and self._rng.random() < self.delivery.redeliver
-                    ):
-                        # a lane of its own: the copy does not wait behind its partition
-                        self._lanes[("redelivered", next(self._arrival))] = [(next(self._arrival), topic, key, value)]
-                        self.redeliveries += 1
-                    self.delivered.append((topic, (key or b"").decode(errors="replace")))
-                    running[asyncio.ensure_future(self.pipeline.process(topic, key, value))] = lane
-                if not running:
-                    return
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    del running[task]
-                    task.result()
-        finally:
-            for task in running:
-                task.cancel()
 
     # ---- reading it back, as the CLI does ---------------------------------------------------
     def events(self) -> list[dict]:
         """The tenant's indexed-facts events in the order sent, as `memstream tail` prints them
         (each decoded against the FactEvent contract)."""
-        return [decode(FactEvent, o.value).to_dict() for o in self.sent if o.topic == "indexed-facts"]
+        return [decode(FactEvent, o.value).to_dict() for o in self.sent if o.topic == FactEvent.TOPIC]
 
     def messages(self) -> list[tuple[str, str, dict]]:
         """Everything the stages sent, in order, as (topic, key, decoded value) without system time."""
         return [(o.topic, o.key, {k: v for k, v in json.loads(o.value).items() if k != "ts"}) for o in self.sent]
 
     def dead_letters(self) -> list[dict]:
-        return [json.loads(o.value) for o in self.sent if o.topic == "dlq"]
+        return [json.loads(o.value) for o in self.sent if o.topic == DeadLetter.TOPIC]
 
     async def export(self) -> dict:
         """`memstream export --tenant T`: its function, over this harness's store."""

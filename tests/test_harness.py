@@ -61,7 +61,7 @@ def index(redis_url: str | None, delivery: Delivery):
 def test_default_delivery_is_sequential_and_in_order(stack_env):
     extractor, stages, memory, events = index(stack_env["MEMSTREAM_REDIS_URL"], Delivery())
     assert extractor.most == 1 and extractor.order == list(TEXTS.values())
-    assert stages.redeliveries == 0 and stages.waiting == 0
+    assert stages.broker.redeliveries == 0 and stages.broker.waiting == 0
     assert {f["status"] for f in memory["facts"]} == {"active"} and len(memory["facts"]) == len(TEXTS)
     assert sorted(e["fact_id"] for e in events) == sorted(f["id"] for f in memory["facts"])
 
@@ -80,7 +80,7 @@ def test_partitions_interleave_in_seeded_orders_and_redeliveries_repeat(stack_en
     _, stages, repeated, events = index(
         stack_env["MEMSTREAM_REDIS_URL"], Delivery(partitions=4, consumers=4, seed=3, redeliver=1.0)
     )
-    assert len(stages.delivered) == 2 * stages.redeliveries  # every message twice
+    assert len(stages.broker.delivered) == 2 * stages.broker.redeliveries  # every message twice
     strip = lambda m: [{k: v for k, v in f.items() if k not in ("created_at", "activated_at")} for f in m["facts"]]  # noqa: E731
     assert strip(repeated) == strip(memory)
     assert len({e["event_id"] for e in events}) == len(TEXTS)
@@ -90,7 +90,7 @@ def test_on_the_in_memory_store_every_message_twice_and_a_failed_event_publish_c
     _, once, memory, events = index(None, Delivery())
     assert isinstance(once.memory, InMemoryStore)
     _, stages, repeated, repeated_events = index(None, Delivery(redeliver=1.0, fail_first_event=True))
-    assert len(stages.delivered) == 2 * stages.redeliveries and stages.failed_publishes == 1
+    assert len(stages.broker.delivered) == 2 * stages.broker.redeliveries and stages.broker.failed_publishes == 1
     strip = lambda m: [{k: v for k, v in f.items() if k not in ("created_at", "activated_at")} for f in m["facts"]]  # noqa: E731
     assert strip(repeated) == strip(memory)
     # each event once, the failed one published from the committed outbox

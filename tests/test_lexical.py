@@ -143,10 +143,10 @@ def test_past_the_candidate_limit_the_ranking_is_the_in_memory_stores(stack_env,
     """More passages match than one search reads (LEXICAL_CANDIDATES made tiny), and another
     tenant's passages skew the shared index's BM25STD: the top k is still the in-memory store's,
     ids and scores — the passages of the rarest terms read, the rest bounded, or every page read."""
-    import store.memory
+    import store.redis.search
     from store import Memory
 
-    monkeypatch.setattr(store.memory, "LEXICAL_CANDIDATES", cap)
+    monkeypatch.setattr(store.redis.search, "LEXICAL_CANDIDATES", cap)  # read where it is defined
     queries = ("caroline melanie lake", "adoption agencies", "caroline", "melanie painted the lake sunrise", "lake")
 
     async def main():

@@ -198,7 +198,7 @@ def test_tau_gate_activates_exactly_once_across_interleaved_partitions_and_redel
     async def scenario(delivery):
         async with replay_stages(stack_env["MEMSTREAM_REDIS_URL"], script, delivery=delivery) as stages:
             await publish(stages, corpus, sorted(corpus))
-            return await stages.export(), stages.events(), stages.redeliveries
+            return await stages.export(), stages.events(), stages.broker.redeliveries
 
     for delivery in GATE_DELIVERIES:
         memory, events, redeliveries = run(scenario(delivery))

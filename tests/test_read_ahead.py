@@ -245,7 +245,7 @@ def test_an_outbox_of_several_messages_is_sent_in_one_send_many_in_its_order():
     async def send_many(items):
         batches.append([item.topic for item in items])
         for item in items:
-            await ip._send(item)
+            await ip.broker.send(item)
 
     ip.pipeline.envelope.send_many = send_many
     asyncio.run(ip.publish("ana", text))

@@ -452,7 +452,7 @@ def test_session_neighbours_are_the_sessions_turns_within_the_radius_and_survive
             return {
                 key: [(t, next(k for k, v in ids.items() if v == pid)) for t, pid in found]
                 for key, found in near.items()
-            }, stages.redeliveries
+            }, stages.broker.redeliveries
         finally:
             await stages.close()
 

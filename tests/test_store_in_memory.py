@@ -125,7 +125,7 @@ async def run_scenario(redis_url: str | None, scenario: Scenario, tenant: str, s
             answers.append({k: v for k, v in answer.items() if k != "timings_ms"})
         if scenario.delivery.fail_first_event:
             assert (
-                stages.failed_publishes == 1 and len(stages.delivered) == 2 * stages.redeliveries
+                stages.broker.failed_publishes == 1 and len(stages.broker.delivered) == 2 * stages.broker.redeliveries
             )  # the mode did fail and repeat
         return await stages.export(), stages.messages(), stages.events(), answers
     finally:

@@ -41,6 +41,19 @@ def test_each_store_implements_every_member_of_the_interface_with_the_same_signa
         assert _shape(getattr(store, name)) == _shape(getattr(MemoryStore, name)), name
 
 
+def test_no_memory_mixin_defines_what_another_does():
+    """Memory is one mixin per role over RedisBase (store/redis/): a name defined in two of its
+    classes would be settled by the order of its bases, silently."""
+    defined: dict[str, list[str]] = {}
+    for klass in Memory.__mro__:
+        for name in vars(klass) if klass is not object else ():
+            if not (name.startswith("__") and name.endswith("__")) or name == "__init__":
+                defined.setdefault(name, []).append(klass.__name__)
+    assert len(Memory.__mro__) > 10, Memory.__mro__
+    assert {name: classes for name, classes in defined.items() if len(classes) > 1} == {}
+    assert set(_members(MemoryStore)) <= set(defined)
+
+
 def test_every_role_is_part_of_the_interface_and_no_method_is_in_two_roles():
     roles = [
         klass for klass in MemoryStore.__mro__[1:] if getattr(klass, "_is_protocol", False) and klass is not Protocol

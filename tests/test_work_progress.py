@@ -7,6 +7,7 @@ import uuid
 from store import Memory
 from topics import CandidateFact, ConflictSet
 from topics.records import Triple
+from workers.envelope import Finishes
 from workers.pipeline import Pipeline
 from workers.settings import Settings
 
@@ -32,13 +33,13 @@ def test_a_work_item_spawned_again_after_it_finished_does_not_hold_its_chunk(sta
             memory.stage_spawn(pipe, tenant, chunk_id, [work])
             memory.stage_fact_done(pipe, tenant, chunk_id, 0, 1)
             await pipe.execute()
-            await pipeline.envelope.once(tenant, work, decide, (chunk_id, work, 1))
+            await pipeline.envelope.once(tenant, work, decide, Finishes(chunk_id, work, 1))
             first = await memory.chunk_done(tenant, chunk_id)
             pipe = memory.pipeline()  # spawned again by another message, after it finished
             memory.stage_spawn(pipe, tenant, chunk_id, [work])
             await pipe.execute()
             await memory.redis.srem(memory.keys(tenant).chunks_done, chunk_id)  # as if not yet done
-            await pipeline.envelope.once(tenant, work, decide, (chunk_id, conflict.work_id, 1))
+            await pipeline.envelope.once(tenant, work, decide, Finishes(chunk_id, conflict.work_id, 1))
             outstanding = await memory.outstanding_work(tenant, chunk_id)
             again = await memory.chunk_done(tenant, chunk_id)
             return decided, first, outstanding, again

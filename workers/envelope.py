@@ -22,7 +22,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
@@ -86,7 +86,14 @@ class Emit:
 
 Decided = Sequence["Emit"]  # what a decision returns: the messages to publish once it is committed
 Decide = Callable[[object], Awaitable[Decided]]  # staged on the pipe it is given
-Finishes = tuple[str, str, int]  # (chunk id, work id, chunk fact count)
+
+
+class Finishes(NamedTuple):
+    """The chunk-progress work item a message is: its chunk, its id and the chunk's fact count."""
+
+    chunk_id: str
+    work_id: str
+    chunk_fact_count: int
 
 
 class Once(Protocol):
@@ -278,7 +285,7 @@ class Envelope:
     async def once(self, tenant: str, mark: str, decide: Decide, finishes: Finishes | None = None) -> None:
         """Decide, commit (writes + outbox in one MULTI), publish, mark done.
 
-        `finishes` = (chunk id, work id, chunk fact count) of the work item this message is.
+        `finishes`: the work item this message is.
         The same work can be spawned twice (two promotions of one pending fact, a group
         re-adjudicated for the same cause); the copy that finds it done must still mark it
         finished, or the chunk it belongs to would wait for it forever.
@@ -298,7 +305,9 @@ class Envelope:
             metrics.REDELIVERIES.labels(stage=stage, found="done").inc()
             if finishes:
                 pipe = self.memory.pipeline()
-                self.memory.stage_work_done(pipe, tenant, *finishes)
+                self.memory.stage_work_done(
+                    pipe, tenant, finishes.chunk_id, finishes.work_id, finishes.chunk_fact_count
+                )
                 await pipe.execute()
             return
         await self._publish(outbox)

@@ -21,7 +21,7 @@ from workers.algorithms.policy import (
     UNCONTESTED_CATEGORIES,
     needs_no_tau,
 )
-from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
+from workers.envelope import Emit, Finishes, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage, current_passage
 from workers.stages.work import adjudication, containment_changed, duplicate
 
@@ -95,7 +95,9 @@ class DetectorStage(Stage):
                 pipe, cand, None, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated)
             )
 
-        finishes = (cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None
+        finishes = (
+            Finishes(cand.passage_id, cand.work_id, cand.chunk_fact_count) if cand.activation and cand.work_id else None
+        )
         await self.once(tenant, detection_mark(cand, fid), decide, finishes)
 
     def _finish(self, pipe, cand: CandidateFact, finished_work: str | None, outbox: list[Emit]) -> list[Emit]:

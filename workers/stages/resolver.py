@@ -16,7 +16,7 @@ from workers import metrics
 from workers.algorithms.expiry import world_time
 from workers.algorithms.normalize import fact_id, short_hash
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
-from workers.envelope import Emit, PermanentError, event_message, spawned_work_ids
+from workers.envelope import Emit, Finishes, PermanentError, event_message, spawned_work_ids
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import ChatModel
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
@@ -65,7 +65,7 @@ class ResolverStage(Stage):
             self.memory.stage_work_done(pipe, tenant, cand.passage_id, conflict.work_id, cand.chunk_fact_count)
             return outbox
 
-        finishes = (cand.passage_id, conflict.work_id, cand.chunk_fact_count) if conflict.work_id else None
+        finishes = Finishes(cand.passage_id, conflict.work_id, cand.chunk_fact_count) if conflict.work_id else None
         await self.once(tenant, resolution_mark(conflict), decide, finishes)
 
     async def _merge(self, pipe, conflict: ConflictSet) -> list[Emit]:

@@ -1,0 +1,233 @@
+"""What every role of Redis's store shares: the client and its lifetime (store.base.Lifetime),
+the tenant's keys, the shared vector indexes (one per layer and vector size: a writer creates
+them, a reader sees them through store.indexes.TenantIndex) and the embedder a tenant's indexes
+were built with (_CLAIM_EMBEDDER) — store.base.Layers' ensure_indexes, recorded_embedder and
+claim_embedder, here because every search and the migrations read them; the reads of more than
+one role (_set_members, _index_names, _scan_suffixes); and how every role stages a script
+(_eval) and fences a decision on what it read (_expected: store.redis.outbox's commit_once
+checks them)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis.asyncio as aioredis
+from redis.commands.search.query import Query
+from redisvl.index import AsyncSearchIndex
+
+from store.caches import EmbeddingCache, LLMCache
+from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, tenant_filter
+from store.keys import LAYERS, TenantKeys, parse_index_name
+from store.records import UNRECORDED_EMBEDDER, EmbedderId
+
+TENANT_DIMS_RECHECK_S = 30.0  # as workers.models.embedding.EMBEDDER_RECHECK_S
+INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
+DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
+
+# The tenant's embedder, recorded unless one is: the first claim wins. KEYS: the record. ARGV: name, dims.
+_CLAIM_EMBEDDER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'name', ARGV[1], 'dims', ARGV[2]) end
+return redis.call('HMGET', KEYS[1], 'name', 'dims')
+"""
+
+
+def _eval(pipe, script: str, keys: list, args: list) -> None:
+    # EVAL (not EVALSHA) inside MULTI: a missing script cache cannot fail the transaction
+    pipe.eval(script, len(keys), *keys, *args)
+
+
+def _expected(pipe) -> dict[tuple[str, str], str | None]:
+    """The (key, hash field) → value a decision staged on `pipe` read; commit_once checks them."""
+    return pipe.__dict__.setdefault("memstream_expected", {})
+
+
+def _text(value: bytes | str) -> str:
+    """A reply value as text. redis-py types replies bytes | str whatever the client; Memory's
+    are bytes (decode_responses=False: from_url)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisBase:
+    """The client, the keys and the shared indexes: the base of every role's mixin
+    (store.memory.Memory composes them). A role reaches another's methods only through a base
+    class it names: GraphOps and StandingOps read records through LayersOps, TenantsOps
+    through ExportOps."""
+
+    def __init__(self, client: aioredis.Redis, dims: int = 384, tau: int = 2, vector_index: str = "flat"):
+        self.redis = client
+        self.dims = dims
+        self.tau = tau
+        self.vector_index = vector_index
+        self._indexes: dict[tuple[str, int], AsyncSearchIndex] = {}  # (layer, dims) → its shared index
+        self._tenant_dims_read: dict[str, tuple[int, float]] = {}  # tenant → (its vectors' size, when read)
+        self._tenant_large: dict[str, float] = {}  # tenant → when it had over LEXICAL_READ_ALL passages
+        self.index_recheck_s = INDEX_RECHECK_S
+        self._indexes_checked: float | None = None  # when a writer last checked them
+        self._sweep_registered: dict[str, float] = {}  # tenant → when it was last registered for the sweep
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def ping(self) -> None:
+        """Raises when Redis cannot be reached (health checks)."""
+        await self.redis.ping()
+
+    def llm_cache(self, model: str) -> LLMCache:
+        return LLMCache(self.redis, model)
+
+    def embedding_cache(self, embedder: str) -> EmbeddingCache:
+        return EmbeddingCache(self.redis, embedder)
+
+    @staticmethod
+    def keys(tenant: str) -> TenantKeys:
+        return TenantKeys(tenant)
+
+    # ---- vector indexes: one per layer, shared by every tenant (store.indexes) ---------------
+    async def index(self, layer: str, create: bool = True, dims: int | None = None) -> AsyncSearchIndex | None:
+        """The shared index of a layer for vectors of `dims` (default: this store's embedder's);
+        created on first write. Readers pass create=False: a query creates nothing."""
+        dims = dims or self.dims
+        found = self._indexes.get((layer, dims))
+        if found is None:
+            found = AsyncSearchIndex(layer_schema(layer, dims, self.vector_index), redis_client=self.redis)
+            if not await found.exists():
+                if not create:
+                    return None
+                try:
+                    await found.create(overwrite=False)
+                except Exception as exc:  # another worker created it first
+                    if "already exists" not in str(exc).lower():
+                        raise
+                await self._initial_scan_done(found.name)
+            self._indexes[(layer, dims)] = found
+        return found
+
+    async def searchable(self, tenant: str, layer: str, dims: int | None = None) -> TenantIndex | None:
+        """The layer's index as the tenant sees it (every query filtered on the tenant); None
+        when there is no index yet. Every search of the store goes through it. The index is the
+        one of `dims` (a query vector's size), else of the tenant's recorded embedder: a process
+        that embeds nothing (a detector, an ops command) reads a tenant of any embedder."""
+        index = await self.index(layer, create=False, dims=dims or await self._tenant_dims(tenant))
+        return None if index is None else TenantIndex(self.redis, index, tenant, layer)
+
+    async def _tenant_dims(self, tenant: str) -> int:
+        """The vector size of the tenant's recorded embedder (this store's when none is), read
+        once per TENANT_DIMS_RECHECK_S (a tenant erased and indexed anew by another embedder)."""
+        now, known = time.monotonic(), self._tenant_dims_read.get(tenant)
+        if known is None or now - known[1] >= TENANT_DIMS_RECHECK_S:
+            recorded = await self.redis.hget(self.keys(tenant).embedder, "dims")
+            known = (int(recorded) if recorded else self.dims, now)
+            if len(self._tenant_dims_read) >= 100_000:
+                self._tenant_dims_read.clear()
+            self._tenant_dims_read[tenant] = known
+        return known[0]
+
+    async def _initial_scan_done(self, name: str) -> None:
+        """Wait (at most INITIAL_SCAN_WAIT_S) for a new index's scan of the keys it covers: a key
+        written while that scan runs is indexed twice — measured: every term's document
+        frequency and the average length doubled for good (FT.DEBUG GC_FORCEINVOKE leaves them),
+        so BM25's idf halved and its ranks drifted. Over an empty keyspace the scan takes
+        milliseconds; a writer waits for it once per index."""
+        deadline = time.monotonic() + INITIAL_SCAN_WAIT_S
+        while time.monotonic() < deadline:
+            info = await self.redis.ft(name).info()
+            indexing = info.get("indexing", info.get(b"indexing", 0))
+            if float(indexing.decode() if isinstance(indexing, bytes) else indexing) == 0:
+                return
+            await asyncio.sleep(0.01)
+
+    def _lost_indexes(self) -> None:
+        """A search found no index (Redis restarted empty, or it was dropped): forget them, and
+        let the next write check and create them again (readers create nothing)."""
+        self._indexes.clear()
+        self._indexes_checked = None
+
+    async def ensure_indexes(self, tenant: str) -> None:
+        """Every layer's shared index, created where missing. Known indexes cost no round trip;
+        every index_recheck_s they are checked again, since Redis may have restarted empty under
+        a writer that never queries (its records are indexed when the index is created)."""
+        now = time.monotonic()
+        if self._indexes_checked is None or now - self._indexes_checked >= self.index_recheck_s:
+            self._indexes.clear()
+            self._indexes_checked = now
+        for layer in LAYERS:
+            await self.index(layer)
+
+    # ---- the embedder a tenant's indexes were built with -------------------------------------
+    async def recorded_embedder(self, tenant: str) -> EmbedderId | None:
+        """The embedder recorded for the tenant's indexes (None: none recorded)."""
+        name, dims = await self.redis.hmget(self.keys(tenant).embedder, "name", "dims")
+        if name is None:
+            return None
+        assert dims is not None  # _CLAIM_EMBEDDER records name and dims together
+        return EmbedderId(_text(name), int(dims))
+
+    async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None:
+        """The embedder the tenant's indexes were built with. None recorded: a tenant with
+        indexes (built before records were kept) adopts `embedder` when they are of its dims,
+        else is EmbedderId(UNRECORDED_EMBEDDER, their dims); a tenant without indexes adopts it
+        when `create` (a writer, about to create them), else None (a reader records nothing).
+        Adopting is one atomic claim: of two writers, the first wins and both get its record."""
+        key = self.keys(tenant).embedder
+        recorded = await self.redis.hmget(key, "name", "dims")
+        if recorded[0] is None:
+            dims = await self._indexed_dims(tenant)
+            if dims is not None and dims != embedder.dims:
+                return EmbedderId(UNRECORDED_EMBEDDER, dims)
+            if dims is None and not create:
+                return None
+            recorded = await self.redis.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
+        name, size = recorded[0], recorded[1]
+        assert name is not None and size is not None  # recorded before, or by the claim: both fields at once
+        return EmbedderId(_text(name), int(size))
+
+    async def _indexed_dims(self, tenant: str) -> int | None:
+        """The vector size the tenant's passages are indexed with, None when none are: its own
+        index's from before shared indexes, else that of the shared passages index holding any
+        of its passages (one count per vector size in use)."""
+        legacy = await self._legacy_index_dims(tenant)
+        if legacy is not None:
+            return legacy
+        for name in await self._index_names():
+            parsed = parse_index_name(name)
+            if parsed is not None and parsed[0] == "passages":
+                found = await self.redis.ft(name).search(
+                    Query(str(tenant_filter(tenant))).no_content().paging(0, 0).dialect(2)
+                )
+                if found.total:
+                    return parsed[1]
+        return None
+
+    async def _index_names(self) -> list[str]:
+        return sorted(n.decode() if isinstance(n, bytes) else n for n in await self.redis.execute_command("FT._LIST"))
+
+    async def _legacy_index_dims(self, tenant: str) -> int | None:
+        """The vector size of the tenant's own passages index from before shared indexes
+        (FT.INFO), None when it has none (never had, or migrated)."""
+        try:
+            info = await self.redis.ft(self.keys(tenant).legacy_index_name("passages")).info()
+        except Exception as exc:
+            if index_missing(exc):
+                return None
+            raise
+        for attribute in info.get("attributes") or info.get(b"attributes") or []:
+            words = [w.decode() if isinstance(w, bytes) else str(w) for w in attribute]
+            lowered = [w.lower() for w in words]
+            if "VECTOR" in words and "dim" in lowered:
+                return int(words[lowered.index("dim") + 1])
+        return None
+
+    # ---- reads of more than one role ------------------------------------------------------
+    async def _set_members(self, set_keys: list[str]) -> list[set[str]]:
+        """Each set's members, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in set_keys:
+            pipe.smembers(key)
+        return [{m.decode() for m in members} for members in (await pipe.execute() if set_keys else [])]
+
+    async def _scan_suffixes(self, prefix: str) -> list[str]:
+        out = []
+        async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
+            out.append(key.decode()[len(prefix) :])
+        return sorted(out)

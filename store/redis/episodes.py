@@ -1,0 +1,51 @@
+"""What reconstruct walks (store.base.Episodes): an entity's passages, passage vectors, and a
+session's turns in order."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+
+from store.records import vector_from_bytes
+from store.redis.base import RedisBase, _text
+
+
+class EpisodesOps(RedisBase):
+    """store.base.Episodes on Redis."""
+
+    # ---- reconstruct: an entity's passages, passage vectors ------------------------------
+    async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
+        """The ids of the passages the entity was extracted from, sorted; the first `limit` of
+        them (SORT ... ALPHA LIMIT: a partial sort in Redis, only `limit` ids come back)."""
+        key = self.keys(tenant).entity_passages(entity_id)
+        if limit is None:
+            return sorted(_text(p) for p in await self.redis.smembers(key))
+        # without GET or groups: the members alone
+        return [p.decode() for p in cast(list[bytes], await self.redis.sort(key, start=0, num=limit, alpha=True))]
+
+    async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
+        """Each passage's stored vector (of its indexed text), in one round trip; None for a missing id."""
+        pipe = self.redis.pipeline(transaction=False)
+        for pid in passage_ids:
+            pipe.hget(self.keys(tenant).passage(pid), "vec")
+        replies = await pipe.execute() if passage_ids else []
+        return [None if raw is None else vector_from_bytes(raw) for raw in replies]
+
+    # ---- episodes: a session's turns in order (reconstruct's temporal contiguity) -----------
+    def stage_session_turn(self, pipe, tenant: str, session_id: str, turn: int, passage_id: str) -> None:
+        """Index a turn's passage under its session, scored by its turn number: ZADD, so a
+        redelivered chunk changes nothing (a turn published again with a corrected speaker is a
+        new passage beside the first: both are that turn)."""
+        pipe.zadd(self.keys(tenant).session_turns(session_id), {passage_id: turn})
+
+    async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:
+        """(turn, passage id) of the session's turns at most `radius` from `turn`, the turn
+        itself left out; by turn, then passage id."""
+        rows = cast(  # WITHSCORES: (member, score) pairs
+            list[tuple[bytes, float]],
+            await self.redis.zrangebyscore(
+                self.keys(tenant).session_turns(session_id), turn - radius, turn + radius, withscores=True
+            ),
+        )
+        return sorted((int(score), pid.decode()) for pid, score in rows if int(score) != turn)

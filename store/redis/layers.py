@@ -1,0 +1,195 @@
+"""The memory layers' records (store.base.Layers; its searches are store.redis.search's):
+passages, entities, schemas (their support counted and promoted at τ: _SUPPORT_SCHEMA) and
+facts (the smallest description seen: _SET_IF_SMALLER; their lapse: store.redis.expiry's
+_RECORD_LAPSE), staged, and read in one round trip."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, cast
+
+import numpy as np
+
+from store.facts import Fact
+from store.records import (
+    ENTITY_MENTIONS,
+    FACT_EXTRACTIONS,
+    PASSAGE_EXTRAS,
+    TENANT_FIELD,
+    passage_extras,
+    passage_json,
+    vector_bytes,
+    vector_from_bytes,
+)
+from store.redis.base import RedisBase, _eval
+from store.redis.expiry import _RECORD_LAPSE
+
+# Count a schema's distinct supporting passages and promote it at tau.
+_SUPPORT_SCHEMA = """
+redis.call('SADD', KEYS[1], ARGV[1])
+local n = redis.call('SCARD', KEYS[1])
+redis.call('HSET', KEYS[2], 'frequency', n)
+if n >= tonumber(ARGV[2]) then redis.call('HSET', KEYS[2], 'status', 'stable') end
+return n
+"""
+
+# Keep the smallest of competing descriptions of one record (surface forms and types seen in
+# different passages), so the record does not depend on the order passages arrive in.
+# KEYS[1]: hash. ARGV: rank, then field/value pairs.
+_SET_IF_SMALLER = """
+local current = redis.call('HGET', KEYS[1], '_rank')
+if current and current <= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], '_rank', ARGV[1], unpack(ARGV, 2))
+return 1
+"""
+
+
+class LayersOps(RedisBase):
+    """store.base.Layers on Redis: the records (ensure_indexes and the embedder record are
+    RedisBase's, the searches SearchOps')."""
+
+    # ---- memory layers -------------------------------------------------------------------
+    def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
+        pipe.hset(
+            self.keys(tenant).passage(chunk.chunk_id),
+            mapping={
+                TENANT_FIELD: tenant,
+                "text": chunk.text,
+                "doc_id": chunk.doc_id,
+                "seq": chunk.seq,
+                "doc_version": chunk.doc_version,
+                "entities": json.dumps(entity_ids),
+                "vec": vector_bytes(vector),
+                **passage_extras(chunk),
+            },
+        )
+
+    def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
+        keys = self.keys(tenant)
+        _eval(
+            pipe,
+            _SET_IF_SMALLER,
+            [keys.entity(entity_id)],
+            [f"{name}\x1f{type_}", TENANT_FIELD, tenant, "name", name, "type", type_, "vec", vector_bytes(vector)],
+        )
+        pipe.sadd(keys.entity_passages(entity_id), passage_id)
+        pipe.hincrby(keys.entity(entity_id), ENTITY_MENTIONS, 1)
+
+    def stage_schema(
+        self, pipe, tenant: str, schema_id: str, head_type: str, relation: str, tail_type: str, vector, passage_id: str
+    ) -> None:
+        keys = self.keys(tenant)
+        schema_key = keys.schema(schema_id)
+        pipe.hsetnx(schema_key, TENANT_FIELD, tenant)
+        pipe.hsetnx(schema_key, "head_type", head_type)
+        pipe.hsetnx(schema_key, "relation", relation)
+        pipe.hsetnx(schema_key, "tail_type", tail_type)
+        pipe.hsetnx(schema_key, "status", "candidate")
+        pipe.hsetnx(schema_key, "vec", vector_bytes(vector))
+        _eval(pipe, _SUPPORT_SCHEMA, [keys.schema_passages(schema_id), schema_key], [passage_id, self.tau])
+        pipe.sadd(keys.passage_schemas(passage_id), schema_id)
+
+    def stage_new_fact(
+        self, pipe, tenant: str, fact: Fact, vector, lapses_at: float | None = None, passage_id: str = ""
+    ) -> None:
+        """An extracted fact, status 'new' until the detector decides. Status and first-seen
+        time are set once; the description is the one of the smallest Fact.description_rank
+        seen: the most specific category, then the smallest (order-independent). The passage's
+        support lapses at `lapses_at` (None: never): the fact's `expires_at` and its place in the
+        expiry index follow (_RECORD_LAPSE)."""
+        keys = self.keys(tenant)
+        key = keys.fact(fact.id)
+        _eval(pipe, _RECORD_LAPSE, [key, keys.expiry], [fact.id, "" if lapses_at is None else repr(float(lapses_at))])
+        pairs = [x for kv in fact.description().items() for x in kv]
+        _eval(
+            pipe,
+            _SET_IF_SMALLER,
+            [key],
+            [fact.description_rank(), TENANT_FIELD, tenant, *pairs, "vec", vector_bytes(vector)],
+        )
+        pipe.hsetnx(key, "status", "new")
+        pipe.hsetnx(key, "created_at", time.time())
+        if passage_id:  # its source, for an erasure
+            pipe.sadd(keys.fact_sources(fact.id), passage_id)
+            pipe.sadd(keys.passage_extracted(passage_id), fact.id)
+            pipe.hincrby(key, FACT_EXTRACTIONS, 1)
+
+    def stage_fact_passage(self, pipe, tenant: str, fact_id: str, passage_id: str) -> None:
+        keys = self.keys(tenant)
+        pipe.sadd(keys.fact_passages(fact_id), passage_id)
+        pipe.sadd(keys.passage_facts(passage_id), fact_id)
+        pipe.hincrby(keys.passage_revision(passage_id), "n", 1)
+
+    async def fact(self, tenant: str, fact_id: str) -> Fact | None:
+        return (await self.facts(tenant, [fact_id]))[0]
+
+    async def facts(self, tenant: str, fact_ids: list[str]) -> list[Fact | None]:
+        """The facts (with their passage ids) in one round trip; None for a missing id."""
+        keys = self.keys(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        for fid in fact_ids:
+            pipe.hgetall(keys.fact(fid))
+            pipe.smembers(keys.fact_passages(fid))
+        replies = await pipe.execute() if fact_ids else []
+        out: list[Fact | None] = []
+        for fid, row, passages in zip(fact_ids, replies[0::2], replies[1::2]):
+            if not row:
+                out.append(None)
+                continue
+            fields = {k.decode(): v.decode() for k, v in row.items() if k not in (b"vec", b"_rank")}
+            out.append(Fact.from_hash(fid, fields, [p.decode() for p in passages]))
+        return out
+
+    async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
+        keys = self.keys(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        for pid in passage_ids:
+            pipe.hmget(keys.passage(pid), ["text", "doc_id", "seq", "doc_version", *PASSAGE_EXTRAS])
+        out = []
+        for pid, (text, doc_id, seq, version, *extras) in zip(passage_ids, await pipe.execute()):
+            out.append(
+                None
+                if text is None
+                else passage_json(
+                    pid,
+                    text.decode(),
+                    doc_id.decode(),
+                    seq,
+                    version,
+                    *(None if e is None else e.decode() for e in extras),
+                )
+            )
+        return out
+
+    async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:
+        """entity id → {"name", "type"} for the ids that exist."""
+        keys = self.keys(tenant)
+        unique = list(dict.fromkeys(entity_ids))
+        pipe = self.redis.pipeline(transaction=False)
+        for eid in unique:
+            pipe.hmget(keys.entity(eid), ["name", "type"])
+        return {
+            eid: {"name": name.decode(), "type": (type_ or b"").decode()}
+            for eid, (name, type_) in zip(unique, await pipe.execute())
+            if name is not None
+        }
+
+    async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
+        raw = await self.redis.hget(self.keys(tenant).passage(passage_id), "entities")
+        return json.loads(raw) if raw else []
+
+    async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
+        raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
+        return None if raw is None else vector_from_bytes(cast(bytes, raw))  # this client replies bytes (_text)
+
+    def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
+        """The fact's supporting passages set aside (a retraction on request): a passage that
+        says it again, extracted later, supports it anew."""
+        keys = self.keys(tenant)
+        pipe.delete(keys.fact_passages(fact_id))
+        for pid in passage_ids:
+            pipe.srem(keys.passage_facts(pid), fact_id)
+
+    def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
+        pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})

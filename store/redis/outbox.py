@@ -1,0 +1,133 @@
+"""Effectively once (store.base.Outbox): a message's done mark and outbox, committed with its
+writes by commit_once, fenced on the message's other deliveries and on what the decision read
+(expect_status, expect_field, and every role's expect_*: store.redis.base._expected, checked
+here by _FIELDS); the tenants the outbox sweep looks at, and the outboxes it finds unsent."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import cast
+
+from redis.exceptions import WatchError
+
+from store.keys import TENANTS_WITH_OUTBOXES
+from store.records import OUTBOX_SWEEP_LOCK_S, AlreadyDone, Outgoing, StaleDecision
+from store.redis.base import DONE_MARK_TTL_S, RedisBase, _expected, _text
+
+SWEEP_REGISTRATION_S = 60
+
+# The status field of each fact hash in KEYS (one round trip for a decision's checks).
+# KEYS: fact hashes; ARGV: the field of each to read
+_FIELDS = """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = redis.call('HGET', key, ARGV[i]) or false end  -- false: nil, keeps the list whole
+return out
+"""
+
+
+class OutboxOps(RedisBase):
+    """store.base.Outbox on Redis."""
+
+    # ---- effectively once: done marks and outbox ---------------------------------------
+    async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
+        """None: the message was never committed. A list: its committed, maybe unsent output.
+        Raises AlreadyDone when the message was fully processed before."""
+        keys = self.keys(tenant)
+        done, outbox = await self.redis.mget(keys.done_mark(mark), keys.outbox(mark))
+        if done is not None:
+            raise AlreadyDone(mark)
+        if outbox is None:
+            return None
+        return [Outgoing.from_json(item) for item in json.loads(outbox)]
+
+    def pipeline(self):
+        return self.redis.pipeline(transaction=True)
+
+    def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing]) -> None:
+        """The message's outbox, published after the commit and then `finish`ed. An empty one
+        has nothing to publish: the message is done with its commit (its done mark staged here),
+        which saves the finish round trip of most detections (a fact parked as pending)."""
+        keys = self.keys(tenant)
+        if not outbox:
+            pipe.set(keys.done_mark(mark), b"1", ex=DONE_MARK_TTL_S)
+            return
+        pipe.set(keys.outbox(mark), json.dumps([o.to_json() for o in outbox]), ex=DONE_MARK_TTL_S)
+        pipe.zadd(keys.outboxes, {mark: time.time()})
+
+    def expect_status(self, pipe, tenant: str, fact_id: str, status: str) -> None:
+        """The decision staged on `pipe` read this fact with this status: its commit fails with
+        StaleDecision if the status changed meanwhile (another stage decided about the fact)."""
+        self.expect_field(pipe, tenant, fact_id, "status", status)
+
+    def expect_field(self, pipe, tenant: str, fact_id: str, name: str, value: str | float | None) -> None:
+        """Likewise for any field of the fact as the decision read it (None: absent)."""
+        stored = None if value in (None, "") else value if isinstance(value, str) else repr(float(value))
+        _expected(pipe).setdefault((self.keys(tenant).fact(fact_id), name), stored)
+
+    async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
+        """Execute a message's staged writes and outbox, fenced on two sides:
+        - another delivery of the same message (a partition's old and new owner in a rebalance,
+          a worker thought dead) committed first: our writes are discarded and we get the
+          outbox that did commit (AlreadyDone if that was finished);
+        - a fact the decision read (Memory.expect_status) changed status before our EXEC:
+          StaleDecision, decide again.
+        WATCH makes both checks hold until EXEC. None: ours committed."""
+        keys = self.keys(tenant)
+        now = time.monotonic()
+        if self._sweep_registered.get(tenant, 0.0) < now - SWEEP_REGISTRATION_S:  # where the sweep looks
+            await self.redis.sadd(TENANTS_WITH_OUTBOXES, tenant)  # again now and then: Redis may have restarted empty
+            self._sweep_registered[tenant] = now
+        expected = pipe.__dict__.get("memstream_expected", {})
+        try:
+            await pipe.watch(keys.done_mark(mark), keys.outbox(mark), *{key for key, _ in expected})
+            done, committed = await pipe.mget(keys.done_mark(mark), keys.outbox(mark))
+            if done is None and committed is None:
+                if expected:
+                    found = await pipe.eval(
+                        _FIELDS, len(expected), *[key for key, _ in expected], *[name for _, name in expected]
+                    )
+                    if [v.decode() if v else None for v in found] != list(expected.values()):
+                        raise StaleDecision(mark)
+                await pipe.execute()
+                return None
+        except WatchError:  # committed by the other delivery, or a fact changed, between check and EXEC
+            pass
+        finally:
+            await pipe.reset()  # idempotent; returns the watched connection to the pool on every path
+        found = await self.pending_outbox(tenant, mark)
+        if found is None:
+            raise StaleDecision(mark)
+        return found
+
+    async def finish(self, tenant: str, mark: str) -> None:
+        keys = self.keys(tenant)
+        pipe = self.pipeline()
+        pipe.set(keys.done_mark(mark), b"1", ex=DONE_MARK_TTL_S)
+        pipe.delete(keys.outbox(mark))
+        pipe.zrem(keys.outboxes, mark)
+        await pipe.execute()
+
+    async def unsent_outboxes(self, committed_before: float, limit: int = 500) -> list[tuple[str, str, list[Outgoing]]]:
+        """(tenant, mark, outbox) of outboxes committed before the given time and still not
+        published, oldest first per tenant — for the sweep. A tenant is skipped while another
+        worker sweeps it (a lock that expires, so a dead sweeper holds nothing for long)."""
+        found = []
+        for raw in sorted(await self.redis.smembers(TENANTS_WITH_OUTBOXES)):
+            tenant = _text(raw)
+            keys = self.keys(tenant)
+            marks = cast(  # without WITHSCORES: the members alone
+                list[bytes], await self.redis.zrangebyscore(keys.outboxes, "-inf", committed_before, start=0, num=limit)
+            )
+            if not marks or not await self.redis.set(keys.outbox_sweep_lock, b"1", nx=True, ex=OUTBOX_SWEEP_LOCK_S):
+                continue
+            for mark in (m.decode() for m in marks):
+                try:
+                    outbox = await self.pending_outbox(tenant, mark)
+                except AlreadyDone:
+                    outbox = None
+                if outbox is None:  # finished meanwhile (or expired): nothing to send
+                    await self.redis.zrem(keys.outboxes, mark)
+                else:
+                    found.append((tenant, mark, outbox))
+        return found

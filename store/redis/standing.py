@@ -1,0 +1,64 @@
+"""Standing facts (store.base.StandingFacts): a tenant's active facts of some categories that
+hold now, by aggregates over the facts index (GET /v1/facts)."""
+
+from __future__ import annotations
+
+import time
+
+from redis.commands.search import reducers
+from redis.commands.search.aggregation import AggregateRequest, Asc
+
+from store.facts import Fact
+from store.indexes import index_missing
+from store.redis.layers import LayersOps
+
+
+class StandingOps(LayersOps):
+    """store.base.StandingFacts on Redis (the facts read through LayersOps)."""
+
+    # ---- standing facts: a tenant's active facts of some categories (GET /v1/facts) -------------
+    async def active_facts(
+        self, tenant: str, categories: tuple[str, ...], limit: int, now: float | None = None
+    ) -> tuple[list[Fact], int]:
+        """At most `limit` of the tenant's facts of `categories` that hold at `now` (active, TTL
+        not lapsed), filled one category at a time in the order given, within a category oldest
+        first (created_at, then id), and how many hold: FT.AGGREGATE over the facts index's
+        status and category tags, loading created_at / expires_at (RediSearch sorts only the top
+        `limit` of a category; no vector read)."""
+        searchable = await self.searchable(tenant, "facts")
+        if searchable is None or not categories:
+            return [], 0
+        holds = f"!exists(@expires_at) || @expires_at > {float(time.time() if now is None else now)!r}"
+
+        def active(of: tuple[str, ...]) -> str:
+            return f"@status:{{active}} @category:{{{' | '.join(of)}}}"
+
+        def loaded(request: AggregateRequest) -> AggregateRequest:
+            return request.load("@__key", "@created_at", "@expires_at").filter(holds)
+
+        ids: list[str] = []
+        try:
+            counted = await searchable.aggregate(
+                active(categories), lambda r: loaded(r).group_by([], reducers.count().alias("n"))
+            )
+            total = int(dict(zip(counted.rows[0][::2], counted.rows[0][1::2]))[b"n"]) if counted.rows else 0
+            for category in categories:
+                if len(ids) >= limit or len(ids) >= total:
+                    break
+                left = limit - len(ids)
+                page = await searchable.aggregate(
+                    active((category,)),
+                    # redis-py types sort_by's fields str; it takes Asc/Desc as well (its docstring and code)
+                    lambda r, left=left: loaded(r).sort_by(
+                        Asc("@created_at"),  # type: ignore[arg-type]
+                        Asc("@__key"),  # type: ignore[arg-type]
+                        max=left,
+                    ),
+                )
+                ids += [searchable.record_id(dict(zip(row[::2], row[1::2]))[b"__key"]) for row in page.rows]
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._lost_indexes()
+            return [], 0
+        return [f for f in await self.facts(tenant, ids) if f is not None], total
