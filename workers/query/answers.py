@@ -124,6 +124,40 @@ class StandingFacts(BaseModel):
         return self.model_dump(mode="json")
 
 
+class Overview(BaseModel):
+    """GET /v1/overview: a tenant's memory at a glance: its records per layer (store.keys.LAYERS),
+    its facts per status and the version of its graph."""
+
+    tenant: str
+    layers: dict[str, int]
+    facts_by_status: dict[str, int]
+    graph_version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class EntityName(_Wire):
+    """An entity as stored: its id, name and type."""
+
+    id: str
+    name: str
+    type: str = ""
+
+
+class Neighbourhood(BaseModel):
+    """GET /v1/entities/{id}/facts: an entity and the facts that name it (as head or tail), every
+    field; `total` counts them all, more than listed when over `limit`."""
+
+    tenant: str
+    entity: EntityName
+    total: int
+    facts: list[Fact]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
 class FactView(_Wire):
     """A fact in a query answer: (head, relation, tail) with its entity ids, status, `category`
     (a plain statement, a HARD_CONSTRAINT, a REJECTED_OPTION or a TOOL_FAILURE), when its TTL

@@ -14,7 +14,17 @@ from store.base import MemoryStore
 from store.facts import Fact
 from topics import ContractError
 from topics.records import CATEGORY_PRECEDENCE, FACT_CATEGORIES
-from workers.query.answers import Evidence, PassageRecord, StandingFact, StandingFacts, StoredPassage
+from store.keys import LAYERS
+from workers.query.answers import (
+    EntityName,
+    Evidence,
+    Neighbourhood,
+    Overview,
+    PassageRecord,
+    StandingFact,
+    StandingFacts,
+    StoredPassage,
+)
 
 # What an agent checks before a decision: everything but plain statements
 STANDING_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE")
@@ -71,13 +81,19 @@ def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, .
             raise ContractError(
                 f"unknown fact category {', '.join(map(repr, unknown)) or repr(categories)}: expected {', '.join(FACT_CATEGORIES)}"
             )
+    return chosen, parse_limit(limit)
+
+
+def parse_limit(limit: Any = None) -> int:
+    """A limit of a listing: 1 to MAX_FACTS_LIMIT; None or "": DEFAULT_FACTS_LIMIT; a string of
+    ASCII digits is read, nothing else; ContractError otherwise."""
     if limit is None or limit == "":
-        return chosen, DEFAULT_FACTS_LIMIT
+        return DEFAULT_FACTS_LIMIT
     if isinstance(limit, str) and limit.isascii() and limit.isdigit():
         limit = int(limit)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_FACTS_LIMIT:
         raise ContractError(f"'limit' must be an integer from 1 to {MAX_FACTS_LIMIT}")
-    return chosen, limit
+    return limit
 
 
 async def standing_facts(
@@ -105,4 +121,36 @@ async def standing_facts(
         categories=list(categories),
         total=total,
         facts=[StandingFact.of(f, sorted({doc_of[p] for p in f.passage_ids if p in doc_of})) for f in facts],
+    )
+
+
+async def overview(memory: MemoryStore, tenant: str) -> Overview:
+    """The tenant's records per layer and facts per status (the store's census, as the metrics
+    read it) and its graph version: what the explorer's memory-at-a-glance panel shows."""
+    layers = {layer: sum((await memory.census(layer)).get(tenant, {}).values()) for layer in LAYERS}
+    statuses = (await memory.census("facts", by="status")).get(tenant, {})
+    return Overview(
+        tenant=tenant,
+        layers=layers,
+        facts_by_status=dict(sorted(statuses.items())),
+        graph_version=await memory.graph_version(tenant),
+    )
+
+
+async def neighbourhood(
+    memory: MemoryStore, tenant: str, entity_id: str, limit: int = DEFAULT_FACTS_LIMIT
+) -> Neighbourhood | None:
+    """The entity (None: the tenant has none of that id) and the first `limit` facts naming it as
+    head or tail, by id: the explorer expands an entity's node with them."""
+    names = await memory.entity_names(tenant, [entity_id])
+    if entity_id not in names:
+        return None
+    fact_ids = await memory.facts_naming(tenant, entity_id)
+    facts = [f for f in await memory.facts(tenant, fact_ids[:limit]) if f is not None]
+    found = names[entity_id]
+    return Neighbourhood(
+        tenant=tenant,
+        entity=EntityName(id=entity_id, name=found["name"], type=found.get("type") or ""),
+        total=len(fact_ids),
+        facts=facts,
     )

@@ -5,8 +5,10 @@ so the query side answers while the broker is down or was never there. A worker 
 indexing agents (`--role all`, `chunker,query`, ...) serves the same application from inside its
 faust event loop (`workers.app`), so there is one implementation of the API.
 
-Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passages/{id} (a
-record of the tenant named by ?tenant=, 404 when missing); GET /v1/facts?category=&limit= (the
+Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passages/{id},
+/v1/entities/{id}/facts (a record of the tenant named by ?tenant=, 404 when missing);
+GET /v1/overview (the tenant's counts by layer and fact status); GET / and /explore (the explorer
+page, workers.query.page); GET /v1/facts?category=&limit= (the
 tenant's standing facts: constraints, rejected options, tool failures); /mcp (the MCP server of the tenant
 MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 while Redis answers a
 PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http.
@@ -29,7 +31,7 @@ from topics import ContractError, tenant_or_default
 from workers.models.embedding import EmbedderMismatch
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
-from workers.query import auth, drilldown, http, mcp_server
+from workers.query import auth, drilldown, http, mcp_server, page
 from workers.query.answering import generate_answer
 from workers.query.answers import Health, Retracted
 from workers.query.engine import QueryEngine, QueryRequest, parse_json_body
@@ -110,6 +112,27 @@ def query_app(
         except ContractError as exc:
             return http.error_response(400, str(exc))
         return http.json_response((await drilldown.standing_facts(memory, tenant, categories, limit)).to_json())
+
+    async def get_overview(request: web.Request) -> web.Response:
+        """GET /v1/overview?tenant=: the tenant's records per layer, facts per status, graph version."""
+        try:
+            tenant = named_tenant(request)
+        except ContractError as exc:
+            return http.error_response(400, str(exc))
+        return http.json_response((await drilldown.overview(memory, tenant)).to_json())
+
+    async def get_entity_facts(request: web.Request) -> web.Response:
+        """GET /v1/entities/{id}/facts?tenant=&limit=N: the entity and the facts naming it."""
+        entity_id = request.match_info["entity_id"]
+        try:
+            limit = drilldown.parse_limit(request.query.get("limit"))
+        except ContractError as exc:
+            return http.error_response(400, str(exc))
+
+        async def load(tenant):
+            return await drilldown.neighbourhood(memory, tenant, entity_id, limit), f"entity {entity_id!r}"
+
+        return await lookup(request, load)
 
     async def get_fact(request: web.Request) -> web.Response:
         fact_id = request.match_info["fact_id"]
@@ -214,6 +237,8 @@ def query_app(
         "fact": read_named_tenant,
         "evidence": read_named_tenant,
         "passage": read_named_tenant,
+        "overview": read_named_tenant,
+        "entity_facts": read_named_tenant,
         "retract": write_named_tenant,
         "healthz": http.OPEN,
         "metrics": http.Need(None, ("admin",)),
@@ -228,7 +253,11 @@ def query_app(
     app.router.add_get("/v1/facts/{fact_id}/evidence", get_evidence, name="evidence")
     app.router.add_post("/v1/facts/{fact_id}/retract", post_retract, name="retract")
     app.router.add_get("/v1/passages/{passage_id}", get_passage, name="passage")
+    app.router.add_get("/v1/overview", get_overview, name="overview")
+    app.router.add_get("/v1/entities/{entity_id}/facts", get_entity_facts, name="entity_facts")
     app.router.add_get("/healthz", health, name="healthz")
+    # the explorer: a page over these routes (workers.query.page), its files open to all
+    page.mount(app, needs)
     app.router.add_get("/metrics", metrics, name="metrics")
     # MCP for agent frameworks: the tenant MEMSTREAM_TENANT's memory at /mcp, over this engine
     mcp_server.mount(app, settings, engine)
