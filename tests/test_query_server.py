@@ -45,7 +45,7 @@ def unit_vectors(count: int, seed: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-async def write_memory(redis_url: str, tenant: str, seed: int = 7) -> dict:
+async def write_memory(redis_url: str, tenant: str, seed: int = 7, passages: dict = PASSAGES) -> dict:
     """One passage per PASSAGES entry with its two entities and one active fact, written through
     the store as the extractor and detector write them, with random unit vectors. Returns
     {doc_id: {"passage": id, "fact": id, "vector": passage vector}}."""
@@ -55,7 +55,7 @@ async def write_memory(redis_url: str, tenant: str, seed: int = 7) -> dict:
         await memory.ensure_indexes(tenant)
         pipe = memory.pipeline()
         for (doc_id, (head, relation, tail, text)), vectors in zip(
-            PASSAGES.items(), unit_vectors(4 * len(PASSAGES), seed).reshape(-1, 4, DIMS)
+            passages.items(), unit_vectors(4 * len(passages), seed).reshape(-1, 4, DIMS)
         ):
             chunk = Chunk(tenant, f"passage-{doc_id}", doc_id, 0, 1, text)
             ids = [entity_id(head), entity_id(tail)]

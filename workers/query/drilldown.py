@@ -12,9 +12,9 @@ from typing import Any
 
 from store.base import MemoryStore
 from store.facts import Fact
+from store.keys import LAYERS
 from topics import ContractError
 from topics.records import CATEGORY_PRECEDENCE, FACT_CATEGORIES
-from store.keys import LAYERS
 from workers.query.answers import (
     EntityName,
     Evidence,

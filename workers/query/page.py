@@ -32,9 +32,7 @@ ROUTE_NAMES = ("explorer", "explorer_alias", "explorer_asset")
 
 
 def _file(name: str, content_type: str) -> web.Response:
-    return web.Response(
-        body=(FILES / name).read_bytes(), content_type=content_type, charset="utf-8", headers=HEADERS
-    )
+    return web.Response(body=(FILES / name).read_bytes(), content_type=content_type, charset="utf-8", headers=HEADERS)
 
 
 async def index(request: web.Request) -> web.Response:

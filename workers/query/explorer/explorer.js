@@ -203,7 +203,7 @@ function layout() {
         const a = nodes[i], b = nodes[j];
         let dx = a.x - b.x, dy = a.y - b.y;
         const d2 = Math.max(dx * dx + dy * dy, 1);
-        const push = 2400 / d2;
+        const push = 9000 / (d2 * Math.sqrt(d2));  // 9000 / d², along the unit vector
         dx *= push; dy *= push;
         a.dx += dx; a.dy += dy; b.dx -= dx; b.dy -= dy;
       }
@@ -211,11 +211,11 @@ function layout() {
     for (const { a, b } of edges) {
       const dx = b.x - a.x, dy = b.y - a.y;
       const d = Math.sqrt(dx * dx + dy * dy) || 1;
-      const pull = (d - 70) * 0.05;
+      const pull = (d - 70) * 0.1;  // a spring of rest length 70 px
       a.dx += (dx / d) * pull; a.dy += (dy / d) * pull; b.dx -= (dx / d) * pull; b.dy -= (dy / d) * pull;
     }
     for (const n of nodes) {
-      n.dx += (W / 2 - n.x) * 0.01; n.dy += (H / 2 - n.y) * 0.01;
+      n.dx += (W / 2 - n.x) * 0.02; n.dy += (H / 2 - n.y) * 0.02;
       const step = Math.sqrt(n.dx * n.dx + n.dy * n.dy) || 1;
       const limit = 12 * cool + 0.5;
       n.x = Math.min(W - 20, Math.max(20, n.x + (n.dx / step) * Math.min(step, limit)));
@@ -270,7 +270,7 @@ async function clickNode(node) {
     for (const fact of found.facts) addFact(fact);
     layout();
     render();
-    $("hover").textContent = "entity: " + found.entity.name + " — " + found.total + " facts";
+    $("graph-state").textContent = "expanded " + found.entity.name + " — " + found.total + " facts";
   } catch (err) { showError(err); }
 }
 
