@@ -67,6 +67,11 @@ class LagReport:
             self._report()
 
 
+def explorer_address(settings: Settings) -> str:
+    """The explorer's page on the query worker (workers.query.page)."""
+    return query_endpoint(settings).removesuffix("/v1/query") + "/"
+
+
 def run_demo(settings: Settings) -> int:
     stderr("== 1. local stack (Kafka + Redis)")
     Stack(settings).up(stderr)
@@ -92,6 +97,7 @@ def run_demo(settings: Settings) -> int:
             with urllib.request.urlopen(request, timeout=60) as response:
                 print(format_answer(read_answer(response.read())), flush=True)
             print(flush=True)
+        stderr(f"== 5. the explorer: open {explorer_address(settings)}?tenant={TENANT} in a browser")
         stderr(
             'done. Try: memstream query "Who founded Brightwater?" --tenant demo (with `memstream worker` running);'
             " `memstream tail --tenant demo --from-beginning` for events; `memstream stack down` to stop Kafka and Redis."

@@ -196,7 +196,9 @@ def test_the_explorer_with_keys_shows_the_401_then_works_with_a_key(memory, brow
     watched = Watched(browser)
     page = watched.page
     try:
-        assert page.goto(served.base + "/explore").status == 200  # the page itself needs no key
+        response = page.goto(f"{served.base}/explore?tenant={tenant}")
+        assert response is not None and response.status == 200  # the page itself needs no key
+        assert page.input_value("#tenant") == tenant
         watched.ask(QUERY, mode="dense")
         page.wait_for_selector("#error:not([hidden])")
         assert page.text_content("#error").startswith("401: ")

@@ -46,37 +46,42 @@ def unit_vectors(count: int, seed: int) -> np.ndarray:
 
 
 async def write_memory(redis_url: str, tenant: str, seed: int = 7, passages: dict = PASSAGES) -> dict:
-    """One passage per PASSAGES entry with its two entities and one active fact, written through
-    the store as the extractor and detector write them, with random unit vectors. Returns
-    {doc_id: {"passage": id, "fact": id, "vector": passage vector}}."""
+    """stage_memory on the Redis at `redis_url`."""
     memory = Memory.from_url(redis_url)
-    written = {}
     try:
-        await memory.ensure_indexes(tenant)
-        pipe = memory.pipeline()
-        for (doc_id, (head, relation, tail, text)), vectors in zip(
-            passages.items(), unit_vectors(4 * len(passages), seed).reshape(-1, 4, DIMS)
-        ):
-            chunk = Chunk(tenant, f"passage-{doc_id}", doc_id, 0, 1, text)
-            ids = [entity_id(head), entity_id(tail)]
-            memory.stage_passage(pipe, tenant, chunk, ids, vectors[0])
-            for name, eid, vector in zip((head, tail), ids, vectors[1:3]):
-                memory.stage_entity(pipe, tenant, eid, name, "ENTITY", vector, chunk.chunk_id)
-            fid = fact_id(ids[0], relation, ids[1])
-            fact = Fact.extracted(
-                fid,
-                Triple(head, relation, tail, "ENTITY", "ENTITY"),
-                ids[0],
-                ids[1],
-                schema_id("ENTITY", relation, "ENTITY"),
-            )
-            memory.stage_new_fact(pipe, tenant, fact, vectors[3])
-            memory.stage_fact_update(pipe, tenant, fid, {"status": "active"})
-            memory.stage_fact_passage(pipe, tenant, fid, chunk.chunk_id)
-            written[doc_id] = {"passage": chunk.chunk_id, "fact": fid, "vector": vectors[0]}
-        await pipe.execute()
+        return await stage_memory(memory, tenant, seed, passages)
     finally:
         await memory.close()
+
+
+async def stage_memory(memory, tenant: str, seed: int = 7, passages: dict = PASSAGES) -> dict:
+    """One passage per `passages` entry with its two entities and one active fact, written through
+    the store (either: store.base.MemoryStore) as the extractor and detector write them, with
+    random unit vectors. Returns {doc_id: {"passage": id, "fact": id, "vector": passage vector}}."""
+    written = {}
+    await memory.ensure_indexes(tenant)
+    pipe = memory.pipeline()
+    for (doc_id, (head, relation, tail, text)), vectors in zip(
+        passages.items(), unit_vectors(4 * len(passages), seed).reshape(-1, 4, DIMS)
+    ):
+        chunk = Chunk(tenant, f"passage-{doc_id}", doc_id, 0, 1, text)
+        ids = [entity_id(head), entity_id(tail)]
+        memory.stage_passage(pipe, tenant, chunk, ids, vectors[0])
+        for name, eid, vector in zip((head, tail), ids, vectors[1:3]):
+            memory.stage_entity(pipe, tenant, eid, name, "ENTITY", vector, chunk.chunk_id)
+        fid = fact_id(ids[0], relation, ids[1])
+        fact = Fact.extracted(
+            fid,
+            Triple(head, relation, tail, "ENTITY", "ENTITY"),
+            ids[0],
+            ids[1],
+            schema_id("ENTITY", relation, "ENTITY"),
+        )
+        memory.stage_new_fact(pipe, tenant, fact, vectors[3])
+        memory.stage_fact_update(pipe, tenant, fid, {"status": "active"})
+        memory.stage_fact_passage(pipe, tenant, fid, chunk.chunk_id)
+        written[doc_id] = {"passage": chunk.chunk_id, "fact": fid, "vector": vectors[0]}
+    await pipe.execute()
     return written
 
 

@@ -331,7 +331,8 @@ async function refreshGlance() {
 
 // ---- wiring ---------------------------------------------------------------------------------
 function start() {
-  $("tenant").value = sessionStorage.getItem(TENANT_STORE) || "";
+  // ?tenant= in the address names the tenant (as the API's routes take it), else the tab's last one
+  $("tenant").value = new URLSearchParams(location.search).get("tenant") || sessionStorage.getItem(TENANT_STORE) || "";
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const key = $("key").value.trim();
