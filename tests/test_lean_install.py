@@ -171,5 +171,5 @@ def test_a_wheel_built_as_the_image_builds_it_holds_every_module(tmp_path):
         path for package, patterns in data.items() for pattern in patterns for path in (source / package).glob(pattern)
     ]
     expected = {path.relative_to(source).as_posix() for path in files}
-    assert {"workers/query/server.py", "ops/kafka/pom.xml"} <= expected
+    assert {"workers/query/server.py", "ops/kafka/pom.xml", "workers/query/explorer/explorer.js"} <= expected
     assert expected - shipped == set()
