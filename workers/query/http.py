@@ -6,7 +6,8 @@ Retry-After; a Redis that is down or whose connection pool stays saturated is a 
 Probes (/healthz, /metrics) are never shed: a health check failing under load would get a busy
 worker restarted.
 
-Who may call what (`authorization`): every route but /healthz needs `Authorization: Bearer <key>`
+Who may call what (`authorization`): every route but /healthz and the explorer's static files
+(workers.query.page: they hold no data) needs `Authorization: Bearer <key>`
 of a configured key (workers.query.auth) whose tenants include the tenant the request names and
 whose scopes include what it does; 401 JSON without a known key, 403 JSON otherwise — decided
 before the handler runs, so a refused request never reaches a lookup (a key for tenant A asking

@@ -13,8 +13,8 @@ tenant's standing facts: constraints, rejected options, tool failures); /mcp (th
 MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 while Redis answers a
 PING, else 503); /metrics (Prometheus). Load shedding and JSON error bodies: workers.query.http.
 
-API keys (workers.query.auth, enforced by http.authorization): every route but /healthz needs a
-key; the `needs` of query_app say what each needs. With no keys configured the worker must listen
+API keys (workers.query.auth, enforced by http.authorization): every route but /healthz and the
+explorer's files needs a key; the `needs` of query_app say what each needs. With no keys configured the worker must listen
 on loopback (auth.check_listener, at start)."""
 
 from __future__ import annotations
