@@ -174,6 +174,12 @@ def test_the_explorer_queries_draws_and_shows_evidence_as_text(memory, browser):
         shot = ARTIFACTS / "explorer.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 20_000
+
+        # reconstruct: its path step by step, cue → tag → content
+        watched.ask(QUERY, mode="reconstruct")
+        page.wait_for_selector("#path-box:not([hidden]) #path li")
+        first = page.locator("#path li").first.text_content() or ""
+        assert first.startswith("cue Tarn Mill (entity) → tag ") and written["mill"]["passage"] in first
         assert watched.dialogs == []
         assert not [u for u in watched.requests if u.rstrip("/").endswith("/x") or "/x?" in u]
         assert watched.errors == []
