@@ -313,6 +313,8 @@ class StandingFacts(Protocol):
     async def active_facts(
         self, tenant: str, categories: tuple[str, ...], limit: int, now: float | None = None
     ) -> tuple[list[Fact], int]: ...
+    # the newest `limit` facts of `statuses` (empty: any), created_at descending, then id (the explorer)
+    async def recent_facts(self, tenant: str, statuses: tuple[str, ...], limit: int) -> list[Fact]: ...
 
 
 @runtime_checkable

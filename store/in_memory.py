@@ -995,6 +995,15 @@ class InMemoryStore:
         ]
         return [f for f in await self.facts(tenant, ids[:limit]) if f is not None], len(ids)
 
+    async def recent_facts(self, tenant: str, statuses: tuple[str, ...], limit: int) -> list[Fact]:
+        """Memory.recent_facts: the newest `limit` facts of `statuses` (empty: any), created_at descending, then id."""
+        rows = self._tenant(tenant).records["facts"]
+        chosen = sorted(
+            (fid for fid, row in rows.items() if not statuses or _text(row.get("status")) in statuses),
+            key=lambda fid: (-float(_text(rows[fid].get("created_at")) or 0.0), fid),
+        )
+        return [f for f in await self.facts(tenant, chosen[: max(0, limit)]) if f is not None]
+
     # ---- time in memory: TTLs and the expiry index ------------------------------------------------------
     def _record_lapse(self, tenant: str, fact_id: str, lapses_at: float | None) -> None:
         """Memory's _RECORD_LAPSE: `expires_at` absent on an existing fact = for ever."""

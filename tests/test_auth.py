@@ -175,6 +175,7 @@ def endpoints(tenant: str, ids: dict) -> list[tuple[str, str, dict | None]]:
         ("GET", f"/v1/passages/{mill['passage']}{q}", None),
         ("GET", f"/v1/overview{q}", None),
         ("GET", f"/v1/entities/oskar_lind/facts{q}", None),
+        ("GET", f"/v1/recent-facts{q}&status=active", None),
     ]
 
 
@@ -234,7 +235,7 @@ def test_no_key_or_an_unknown_key_is_401_on_every_endpoint_but_healthz(api):
             await client.close()
 
     answers, health, known_unrouted = asyncio.run(main())
-    assert len(answers) == 10
+    assert len(answers) == 11
     for path, (none, same_length, longer, basic) in answers.items():
         assert none == (
             401,
@@ -276,10 +277,10 @@ def test_a_key_for_tenant_a_is_refused_on_b_before_any_lookup(api):
             await client.close()
 
     own, other, missing, default_tenant, body_default, b_reads_b, metrics, admin_reads, bad_tenant = asyncio.run(main())
-    assert [status for status, _ in own] == [200] * 7 and own[4][1]["doc_id"] == "mill"
+    assert [status for status, _ in own] == [200] * 8 and own[4][1]["doc_id"] == "mill"
     for status, body in [*other, *missing, default_tenant, body_default]:
         assert (status, body) == (403, {"error": f"API key 'a-reader' may not use tenant '{b}'"})
-    assert [status for status, _ in b_reads_b] == [200] * 7 and b_reads_b[0][1]["tenant"] == b
+    assert [status for status, _ in b_reads_b] == [200] * 8 and b_reads_b[0][1]["tenant"] == b
     assert metrics[0] == (
         403,
         {"error": "API key 'a-reader' lacks scope 'admin': needed to read /metrics on the API's address"},

@@ -142,6 +142,8 @@ def test_the_explorer_queries_draws_and_shows_evidence_as_text(memory, browser):
             )
         )
         assert layers["passages"] == str(len(CORPUS)) and layers["facts"] == str(len(CORPUS))
+        page.wait_for_selector("#newest li .fact-link")
+        assert page.locator("#newest .fact-link").count() == len(CORPUS)
 
         watched.ask(QUERY)
         page.wait_for_selector("#passages li")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from redis.commands.search import reducers
-from redis.commands.search.aggregation import AggregateRequest, Asc
+from redis.commands.search.aggregation import AggregateRequest, Asc, Desc
 
 from store.facts import Fact
 from store.indexes import index_missing
@@ -62,3 +62,27 @@ class StandingOps(LayersOps):
             self._lost_indexes()
             return [], 0
         return [f for f in await self.facts(tenant, ids) if f is not None], total
+
+    async def recent_facts(self, tenant: str, statuses: tuple[str, ...], limit: int) -> list[Fact]:
+        """The tenant's newest `limit` facts of `statuses` (empty: any status), created_at
+        descending, then id: one FT.AGGREGATE over the facts index's status tag (no vector read)."""
+        searchable = await self.searchable(tenant, "facts")
+        if searchable is None or limit <= 0:
+            return []
+        query = f"@status:{{{' | '.join(statuses)}}}" if statuses else ""
+        try:
+            page = await searchable.aggregate(
+                query,
+                lambda r: r.load("@__key", "@created_at").sort_by(
+                    Desc("@created_at"),
+                    Asc("@__key"),
+                    max=limit,
+                ),
+            )
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._lost_indexes()
+            return []
+        ids = [searchable.record_id(dict(zip(row[::2], row[1::2]))[b"__key"]) for row in page.rows]
+        return [f for f in await self.facts(tenant, ids) if f is not None]

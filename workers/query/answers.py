@@ -137,6 +137,17 @@ class Overview(BaseModel):
         return self.model_dump(mode="json")
 
 
+class RecentFacts(BaseModel):
+    """GET /v1/recent-facts: a tenant's newest facts of some statuses (none: any), newest first."""
+
+    tenant: str
+    statuses: list[str]
+    facts: list[Fact]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
 class EntityName(_Wire):
     """An entity as stored: its id, name and type."""
 

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from store.base import MemoryStore
-from store.facts import Fact
+from store.facts import STATUSES, Fact
 from store.keys import LAYERS
 from topics import ContractError
 from topics.records import CATEGORY_PRECEDENCE, FACT_CATEGORIES
@@ -21,6 +21,7 @@ from workers.query.answers import (
     Neighbourhood,
     Overview,
     PassageRecord,
+    RecentFacts,
     StandingFact,
     StandingFacts,
     StoredPassage,
@@ -154,3 +155,20 @@ async def neighbourhood(
         total=len(fact_ids),
         facts=facts,
     )
+
+
+def status_filter(statuses: str | None) -> tuple[str, ...]:
+    """?status=A,B of GET /v1/recent-facts (None or empty: any status); ContractError names an unknown one."""
+    chosen = tuple(dict.fromkeys(n.strip() for n in (statuses or "").split(",") if n.strip()))
+    unknown = [n for n in chosen if n not in STATUSES]
+    if unknown:
+        raise ContractError(f"unknown fact status {', '.join(map(repr, unknown))}: expected {', '.join(STATUSES)}")
+    return chosen
+
+
+async def recent_facts(
+    memory: MemoryStore, tenant: str, statuses: tuple[str, ...] = (), limit: int = DEFAULT_FACTS_LIMIT
+) -> RecentFacts:
+    """The tenant's newest `limit` facts of `statuses` (empty: any), newest first by created_at:
+    the explorer's newest facts, and with ("invalid",) the facts that lost a conflict."""
+    return RecentFacts(tenant=tenant, statuses=list(statuses), facts=await memory.recent_facts(tenant, statuses, limit))

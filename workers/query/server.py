@@ -7,7 +7,8 @@ faust event loop (`workers.app`), so there is one implementation of the API.
 
 Routes: POST /v1/query; GET /v1/facts/{id}, /v1/facts/{id}/evidence, /v1/passages/{id},
 /v1/entities/{id}/facts (a record of the tenant named by ?tenant=, 404 when missing);
-GET /v1/overview (the tenant's counts by layer and fact status); GET / and /explore (the explorer
+GET /v1/overview (the tenant's counts by layer and fact status); GET /v1/recent-facts (its
+newest facts, of some statuses); GET / and /explore (the explorer
 page, workers.query.page); GET /v1/facts?category=&limit= (the
 tenant's standing facts: constraints, rejected options, tool failures); /mcp (the MCP server of the tenant
 MEMSTREAM_TENANT, streamable HTTP: workers.query.mcp_server); /healthz (200 while Redis answers a
@@ -120,6 +121,16 @@ def query_app(
         except ContractError as exc:
             return http.error_response(400, str(exc))
         return http.json_response((await drilldown.overview(memory, tenant)).to_json())
+
+    async def get_recent_facts(request: web.Request) -> web.Response:
+        """GET /v1/recent-facts?tenant=&status=A,B&limit=N: the tenant's newest facts (of those statuses)."""
+        try:
+            tenant = named_tenant(request)
+            statuses = drilldown.status_filter(",".join(request.query.getall("status", [])))
+            limit = drilldown.parse_limit(request.query.get("limit"))
+        except ContractError as exc:
+            return http.error_response(400, str(exc))
+        return http.json_response((await drilldown.recent_facts(memory, tenant, statuses, limit)).to_json())
 
     async def get_entity_facts(request: web.Request) -> web.Response:
         """GET /v1/entities/{id}/facts?tenant=&limit=N: the entity and the facts naming it."""
@@ -238,6 +249,7 @@ def query_app(
         "evidence": read_named_tenant,
         "passage": read_named_tenant,
         "overview": read_named_tenant,
+        "recent_facts": read_named_tenant,
         "entity_facts": read_named_tenant,
         "retract": write_named_tenant,
         "healthz": http.OPEN,
@@ -254,6 +266,7 @@ def query_app(
     app.router.add_post("/v1/facts/{fact_id}/retract", post_retract, name="retract")
     app.router.add_get("/v1/passages/{passage_id}", get_passage, name="passage")
     app.router.add_get("/v1/overview", get_overview, name="overview")
+    app.router.add_get("/v1/recent-facts", get_recent_facts, name="recent_facts")
     app.router.add_get("/v1/entities/{entity_id}/facts", get_entity_facts, name="entity_facts")
     app.router.add_get("/healthz", health, name="healthz")
     # the explorer: a page over these routes (workers.query.page), its files open to all

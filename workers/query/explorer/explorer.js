@@ -312,11 +312,23 @@ function table(node, counts) {
   for (const [name, n] of Object.entries(counts)) node.append(el("tr", {}, el("td", {}, name), el("td", { class: "n" }, n)));
 }
 
+function factList(node, facts, empty) {
+  clear(node);
+  for (const f of facts) {
+    const when = typeof f.created_at === "number" ? new Date(f.created_at * 1000).toISOString().replace(".000Z", "Z") : "";
+    node.append(el("li", {}, el("span", { class: "doc" }, when), " ", factButton(f), el("span", { class: "status" }, f.status),
+      f.reason ? el("span", { class: "doc" }, f.reason) : null));
+  }
+  if (!facts.length) node.append(el("li", {}, empty));
+}
+
 async function refreshGlance() {
   try {
-    const [overview, standing] = await Promise.all([
+    const [overview, standing, newest, conflicts] = await Promise.all([
       api("GET", withTenant("/v1/overview")),
       api("GET", withTenant("/v1/facts?limit=20")),
+      api("GET", withTenant("/v1/recent-facts?limit=10")),
+      api("GET", withTenant("/v1/recent-facts?status=invalid&limit=10")),
     ]);
     table($("layers"), Object.assign({}, overview.layers, { "graph version": overview.graph_version }));
     table($("statuses"), overview.facts_by_status);
@@ -324,6 +336,8 @@ async function refreshGlance() {
     clear(list);
     for (const f of standing.facts) list.append(el("li", {}, el("span", { class: "status" }, f.category), " ", factButton(f)));
     if (!standing.facts.length) list.append(el("li", {}, "(none: no constraint, rejected option or tool failure holds)"));
+    factList($("newest"), newest.facts, "(no facts yet)");
+    factList($("conflicts"), conflicts.facts, "(none)");
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) showError(err);
   }
