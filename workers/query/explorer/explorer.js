@@ -129,7 +129,12 @@ function renderResult(result) {
     const fact = byId.get(s.id);
     seeds.append(el("li", {}, el("span", { class: "score" }, score(s.score)), fact ? factButton(fact) : s.id));
   }
-  if (!seeded.length) seeds.append(el("li", {}, result.seeds ? "(none)" : "(this mode seeds no walk)"));
+  const noSeeds = result.seeds
+    ? "(none)"
+    : result.fallback
+      ? "(nothing in memory was near enough to seed the walk: the first stage answered)"
+      : "(this mode seeds no walk)";
+  if (!seeded.length) seeds.append(el("li", {}, noSeeds));
   const path = $("path");
   clear(path);
   $("path-box").hidden = !result.path;
