@@ -97,7 +97,10 @@ def run_demo(settings: Settings) -> int:
             with urllib.request.urlopen(request, timeout=60) as response:
                 print(format_answer(read_answer(response.read())), flush=True)
             print(flush=True)
-        stderr(f"== 5. the explorer: open {explorer_address(settings)}?tenant={TENANT} in a browser")
+        stderr(
+            f"== 5. the explorer: {explorer_address(settings)}?tenant={TENANT} — every query worker serves it;"
+            " with `memstream worker` running, open it in a browser"
+        )
         stderr(
             'done. Try: memstream query "Who founded Brightwater?" --tenant demo (with `memstream worker` running);'
             " `memstream tail --tenant demo --from-beginning` for events; `memstream stack down` to stop Kafka and Redis."
