@@ -24,7 +24,6 @@ def _home() -> Path:
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]  # as logging and the MCP server name it
-LOG_LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LogLevelSetting = Literal["debug", "info", "warning", "error", "critical"]  # MEMSTREAM_LOG_LEVEL, in any case
 Extractor = Literal["rules", "replay", "llm"]
 Resolver = Literal["rules", "llm"]

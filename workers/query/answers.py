@@ -20,14 +20,8 @@ from topics.contract import FactCategory
 from workers.query.modes import QueryMode
 
 
-class Answer(BaseModel):
-    """An answer generated over a query's passages (`"answer": true`): `citations` are ids of
-    those passages; any other id the model cited is in `dropped_citations`, not trusted."""
-
-    model_config = ConfigDict(frozen=True)
-    text: str
-    citations: list[str]
-    dropped_citations: list[str] = []
+class _Whole(BaseModel):
+    """A record on the wire with every field, null included."""
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -38,6 +32,16 @@ class _Wire(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+class Answer(_Whole):
+    """An answer generated over a query's passages (`"answer": true`): `citations` are ids of
+    those passages; any other id the model cited is in `dropped_citations`, not trusted."""
+
+    model_config = ConfigDict(frozen=True)
+    text: str
+    citations: list[str]
+    dropped_citations: list[str] = []
 
 
 class Passage(_Wire):
@@ -89,15 +93,12 @@ class PassageRecord(StoredPassage):
     doc_ids: list[str]
 
 
-class Evidence(BaseModel):
+class Evidence(_Whole):
     """GET /v1/facts/{id}/evidence: the fact (every field, null included) and the passages it
     was extracted from, as published."""
 
     fact: Fact
     passages: list[StoredPassage]
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 @dataclass
@@ -112,7 +113,7 @@ class StandingFact(Fact):
         return cls(**{f.name: getattr(fact, f.name) for f in fields(Fact)}, doc_ids=doc_ids)
 
 
-class StandingFacts(BaseModel):
+class StandingFacts(_Whole):
     """GET /v1/facts: a tenant's facts of some categories that hold now, most specific first."""
 
     tenant: str
@@ -120,11 +121,8 @@ class StandingFacts(BaseModel):
     total: int = Field(description="active facts of these categories; more than listed when over `limit`")
     facts: list[StandingFact]
 
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
-
-class Overview(BaseModel):
+class Overview(_Whole):
     """GET /v1/overview: a tenant's memory at a glance: its records per layer (store.keys.LAYERS),
     its facts per status and the version of its graph."""
 
@@ -133,19 +131,13 @@ class Overview(BaseModel):
     facts_by_status: dict[str, int]
     graph_version: int
 
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
-
-class RecentFacts(BaseModel):
+class RecentFacts(_Whole):
     """GET /v1/recent-facts: a tenant's newest facts of some statuses (none: any), newest first."""
 
     tenant: str
     statuses: list[str]
     facts: list[Fact]
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 class EntityName(_Wire):
@@ -156,7 +148,7 @@ class EntityName(_Wire):
     type: str = ""
 
 
-class Neighbourhood(BaseModel):
+class Neighbourhood(_Whole):
     """GET /v1/entities/{id}/facts: an entity and the facts that name it (as head or tail), every
     field; `total` counts them all, more than listed when over `limit`."""
 
@@ -164,9 +156,6 @@ class Neighbourhood(BaseModel):
     entity: EntityName
     total: int
     facts: list[Fact]
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 class FactView(_Wire):
@@ -351,12 +340,7 @@ class QueryResult(_Wire):
 # ---- receipts of the writes: what was queued, and where -------------------------------------
 
 
-class _Receipt(BaseModel):
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-
-class Remembered(_Receipt):
+class Remembered(_Whole):
     """A document or turn queued for indexing (the MCP tool remember)."""
 
     doc_id: str
@@ -367,7 +351,7 @@ class Remembered(_Receipt):
     )
 
 
-class Retracted(_Receipt):
+class Retracted(_Whole):
     """A fact's retraction queued for the resolver (POST /v1/facts/{id}/retract, the MCP tool retract_fact)."""
 
     fact_id: str
@@ -376,7 +360,7 @@ class Retracted(_Receipt):
     queued: bool = Field(description="true: on memstream.conflict-sets; the resolver retracts it within seconds")
 
 
-class Forgotten(_Receipt):
+class Forgotten(_Whole):
     """A document's deletion queued (the MCP tool forget)."""
 
     doc_id: str
