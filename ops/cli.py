@@ -239,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench.add_argument("--idle", type=float, default=60.0, help="tenants: seconds of idle Redis CPU measured")
     bench.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="tenants: query rounds, alternating between this tree and the baseline (--queries each)",
+    )
+    bench.add_argument(
         "--baseline-tenants",
         type=int,
         default=None,
@@ -706,6 +712,7 @@ def cmd_bench(settings: Settings, args) -> int:
             args.baseline_tenants,
             args.json,
             dims=args.dims,
+            rounds=args.rounds,
         )
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench

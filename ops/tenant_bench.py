@@ -15,7 +15,13 @@ size); then one large tenant of `large` passages alike. Measured, in this order:
 - idle CPU: Redis's CPU (INFO used_cpu_user + used_cpu_sys) over `idle_s` seconds with no client,
   as a share of one core (the index GC timers run on their own);
 - query p50 / p99: `queries` nearest-passage searches (k 10, a random vector) and as many BM25
-  searches (three words drawn alike), against the middle small tenant and the large one.
+  searches (three words drawn alike), against the middle small tenant and the large one, in
+  `rounds` rounds that alternate between the trees (this, baseline; then baseline, this; ...),
+  each round the same queries for both, every tree's Redis written and kept up throughout. On
+  this shared 2-core machine one tree measured after the other moved the small-tenant BM25
+  ratio between 0.66x and 1.49x across four runs (the load moved, not the code): interleaved
+  rounds see the same load, and the ratio is given per round (median, min-max) as well as
+  of the pooled p50s.
 
 The baseline can be run at fewer tenants (`baseline_tenants`): four indexes per tenant need
 ~7.8 MB each, so 10,000 of them would not fit this machine; its per-tenant figures are what
@@ -49,54 +55,97 @@ def run_tenant_bench(
     baseline_tenants: int | None,
     as_json: bool,
     dims: int = DIMS,
+    rounds: int = 5,
 ) -> int:
     from ops.stack import Stack, free_port, stderr
     from workers.settings import Settings
 
-    if tenants < 1 or passages < 1 or large < 1 or queries < 1 or idle_s <= 0 or dims < 1:
-        raise ValueError("bench tenants: --tenants, --passages, --large, --queries, --idle and --dims must be positive")
+    if tenants < 1 or passages < 1 or large < 1 or queries < 1 or idle_s <= 0 or dims < 1 or rounds < 1:
+        raise ValueError(
+            "bench tenants: --tenants, --passages, --large, --queries, --idle, --dims and --rounds must be positive"
+        )
     trees = [("this", ROOT, tenants)]
     if baseline_tree:
         tree = Path(baseline_tree).resolve()
         if not (tree / "store" / "memory.py").is_file():
             raise ValueError(f"--baseline-tree {tree}: no store/memory.py there (expected a checkout of memstream)")
         trees.append(("baseline", tree, baseline_tenants or tenants))
+    stacks: list = []
     rows = []
-    for name, tree, count in trees:
-        work = Path(tempfile.mkdtemp(prefix="memstream-tenantbench-"))
-        redis_stack = Stack(Settings(home=work, redis_port=free_port()))
-        redis_stack.service_up("redis", stderr)
-        try:
+    try:
+        for name, tree, count in trees:
+            work = Path(tempfile.mkdtemp(prefix="memstream-tenantbench-"))
+            redis_stack = Stack(Settings(home=work, redis_port=free_port()))
+            stacks.append((redis_stack, work))
+            redis_stack.service_up("redis", stderr)
             stderr(f"bench tenants: {name} ({tree}): {count} tenants of {passages} passages, one of {large}")
-            env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
             spec = {
+                "phase": "write",
                 "redis_url": f"redis://127.0.0.1:{redis_stack.redis.port}/0",
                 "tenants": count,
                 "passages": passages,
                 "large": large,
                 "idle_s": idle_s,
-                "queries": queries,
                 "dims": dims,
             }
-            proc = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), json.dumps(spec)],
-                cwd=tree,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=None,
-                text=True,
-            )
-            if proc.returncode != 0:
-                raise RuntimeError(f"bench tenants: the {name} tree's measurement failed (exit {proc.returncode})")
-            rows.append({"tree": name, "directory": str(tree), **json.loads(proc.stdout.strip().splitlines()[-1])})
-        finally:
+            rows.append({"tree": name, "directory": str(tree), "spec": spec, **_phase(name, tree, spec)})
+        latencies: dict[str, dict[str, list[float]]] = {row["tree"]: {} for row in rows}
+        round_p50s: dict[str, dict[str, list[float]]] = {row["tree"]: {} for row in rows}
+        for n in range(rounds):
+            stderr(f"bench tenants: query round {n + 1}/{rounds}")
+            for row in rows if n % 2 == 0 else rows[::-1]:  # each tree first in every other round
+                spec = {**row["spec"], "phase": "query", "queries": queries, "seed": 1000 + n}
+                for key, values in _phase(row["tree"], Path(row["directory"]), spec).items():
+                    latencies[row["tree"]].setdefault(key, []).extend(values)
+                    round_p50s[row["tree"]].setdefault(key, []).append(_percentiles(values)[0])
+    finally:
+        for redis_stack, work in stacks:
             redis_stack.service_down("redis")
             shutil.rmtree(work, ignore_errors=True)
+    for row in rows:
+        del row["spec"]
+        row["rounds"] = rounds
+        for key, values in latencies[row["tree"]].items():
+            row[f"{key}_ms"] = [round(x, 3) for x in _percentiles(values)]
+            row[f"{key}_round_p50_ms"] = [round(x, 3) for x in round_p50s[row["tree"]][key]]
+    if len(rows) > 1:
+        this, base = rows
+        rows[0]["small_p50_ratios"] = {
+            key: _ratios(this[f"small_{key}_round_p50_ms"], base[f"small_{key}_round_p50_ms"])
+            for key in ("knn", "bm25")
+        }
     if as_json:
         print(json.dumps(rows, indent=1))
         return 0
     _print_table(rows, passages, dims)
     return 0
+
+
+def _phase(name: str, tree: Path, spec: dict) -> dict:
+    """One phase of the measurement (_write or _query), in a subprocess that imports the tree's
+    store: this file's code, the tree's Memory."""
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), json.dumps(spec)],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=None,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench tenants: the {name} tree's {spec['phase']} phase failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ratios(this: list[float], base: list[float]) -> dict[str, float]:
+    """This tree's p50 over the baseline's, round by round: the median, the least and the most."""
+    ratios = sorted(a / b for a, b in zip(this, base))
+    return {
+        "median": round(ratios[len(ratios) // 2], 3),
+        "min": round(ratios[0], 3),
+        "max": round(ratios[-1], 3),
+    }
 
 
 def _print_table(rows: list[dict], passages: int, dims: int) -> None:
@@ -136,6 +185,12 @@ def _print_table(rows: list[dict], passages: int, dims: int) -> None:
             f"small-tenant KNN p50 this / baseline {this['small_knn_ms'][0] / base['small_knn_ms'][0]:.2f} "
             f"(goal <= {GOALS['small_p50_vs_baseline']}), BM25 {this['small_bm25_ms'][0] / base['small_bm25_ms'][0]:.2f}"
         )
+        for key, label in (("knn", "KNN"), ("bm25", "BM25")):
+            ratio = this["small_p50_ratios"][key]
+            print(
+                f"small-tenant {label} p50 this / baseline, round by round ({this['rounds']} interleaved rounds): "
+                f"median {ratio['median']:.2f}, {ratio['min']:.2f}-{ratio['max']:.2f}"
+            )
 
 
 # ---- the measurement, run in a subprocess against one tree's store ----------------------------
@@ -144,7 +199,26 @@ def _percentiles(values: list[float]) -> tuple[float, float]:
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
-async def _measure(spec: dict) -> dict:
+def _words(rng):
+    """n words drawn by Zipf's law from the bench's vocabulary, with `rng`."""
+    import numpy as np
+
+    vocabulary = [f"w{n}" for n in range(VOCABULARY_SIZE)]
+    weights = 1.0 / np.arange(1, VOCABULARY_SIZE + 1) ** 1.1
+    weights /= weights.sum()
+
+    def words(n: int) -> str:
+        return " ".join(vocabulary[i] for i in rng.choice(VOCABULARY_SIZE, n, p=weights))
+
+    return vocabulary, words
+
+
+def _small_tenant(spec: dict) -> str:
+    return f"t{spec['tenants'] // 2:05d}"
+
+
+async def _write(spec: dict) -> dict:
+    """Every tenant written; memory, index time and idle CPU measured."""
     import asyncio
 
     import numpy as np
@@ -156,13 +230,7 @@ async def _measure(spec: dict) -> dict:
 
     dims = spec.get("dims", DIMS)
     rng = np.random.default_rng(1)
-    vocabulary = [f"w{n}" for n in range(VOCABULARY_SIZE)]
-    weights = 1.0 / np.arange(1, VOCABULARY_SIZE + 1) ** 1.1
-    weights /= weights.sum()
-
-    def words(n: int) -> str:
-        return " ".join(vocabulary[i] for i in rng.choice(VOCABULARY_SIZE, n, p=weights))
-
+    vocabulary, words = _words(rng)
     sync = redis.Redis.from_url(spec["redis_url"])
     memory = Memory.from_url(spec["redis_url"], dims=dims)
     raw = 0
@@ -225,22 +293,6 @@ async def _measure(spec: dict) -> dict:
     cpu0, t0 = _cpu(sync), time.monotonic()
     await asyncio.sleep(spec["idle_s"])
     idle_share = (_cpu(sync) - cpu0) / (time.monotonic() - t0)
-
-    async def timed(tenant: str) -> tuple[tuple[float, float], tuple[float, float]]:
-        knn, bm25 = [], []
-        for _ in range(spec["queries"]):
-            vector = rng.normal(size=dims)
-            t = time.perf_counter()
-            assert await memory.knn(tenant, "passages", vector, 10, ["doc_id"])
-            knn.append(1000 * (time.perf_counter() - t))
-            query = words(3)
-            t = time.perf_counter()
-            await memory.lexical(tenant, query, 10)
-            bm25.append(1000 * (time.perf_counter() - t))
-        return _percentiles(knn), _percentiles(bm25)
-
-    small = await timed(f"t{spec['tenants'] // 2:05d}")
-    big = await timed("large")
     await memory.close()
     return {
         "tenants": spec["tenants"],
@@ -255,11 +307,40 @@ async def _measure(spec: dict) -> dict:
         "index_ms_mean": round(sum(index_ms) / len(index_ms), 3),
         "index_ms_p99": round(_percentiles(index_ms)[1], 3),
         "write_s": round(write_s, 1),
-        "small_knn_ms": [round(x, 3) for x in small[0]],
-        "small_bm25_ms": [round(x, 3) for x in small[1]],
-        "large_knn_ms": [round(x, 3) for x in big[0]],
-        "large_bm25_ms": [round(x, 3) for x in big[1]],
     }
+
+
+async def _query(spec: dict) -> dict[str, list[float]]:
+    """One round of queries against the middle small tenant and the large one: their latencies
+    in ms, after a few unmeasured ones (the connection, the engine's first touch). The same
+    queries for every tree (`seed`)."""
+    import numpy as np
+
+    from store import Memory
+
+    dims = spec.get("dims", DIMS)
+    rng = np.random.default_rng(spec["seed"])
+    _, words = _words(rng)
+    memory = Memory.from_url(spec["redis_url"], dims=dims)
+    out: dict[str, list[float]] = {}
+    try:
+        for tenant, name in ((_small_tenant(spec), "small"), ("large", "large")):
+            for _ in range(5):
+                await memory.knn(tenant, "passages", rng.normal(size=dims), 10, ["doc_id"])
+                await memory.lexical(tenant, words(3), 10)
+            knn, bm25 = out.setdefault(f"{name}_knn", []), out.setdefault(f"{name}_bm25", [])
+            for _ in range(spec["queries"]):
+                vector = rng.normal(size=dims)
+                t = time.perf_counter()
+                assert await memory.knn(tenant, "passages", vector, 10, ["doc_id"])
+                knn.append(1000 * (time.perf_counter() - t))
+                query = words(3)
+                t = time.perf_counter()
+                await memory.lexical(tenant, query, 10)
+                bm25.append(1000 * (time.perf_counter() - t))
+    finally:
+        await memory.close()
+    return out
 
 
 def _cpu(client) -> float:
@@ -273,4 +354,5 @@ if __name__ == "__main__":
     sys.path[:] = [
         p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent
     ]  # ops/ itself shadows nothing
-    print(json.dumps(asyncio.run(_measure(json.loads(sys.argv[1])))))
+    spec = json.loads(sys.argv[1])
+    print(json.dumps(asyncio.run(_write(spec) if spec["phase"] == "write" else _query(spec))))

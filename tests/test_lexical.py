@@ -196,6 +196,22 @@ def test_search_replies_read_the_same_in_either_protocol():
         == reply_rows(resp3)
         == (2, [("ms:pas:{t}:p1", {"doc_id": "d1", "lexical": "dog cat"}), ("ms:pas:{t}:p2", {"doc_id": "d2"})])
     )
+    # the lexical leg reads a RESP3 reply in place: the same passages, terms and doc ids
+    from store.indexes import TenantIndex
+    from store.redis.search import _lexical_rows
+
+    passages = TenantIndex(redis=None, index=None, tenant="t", layer="passages")  # no search sent
+    assert passages.prefix == "ms:pas:{t}:"
+    assert (
+        _lexical_rows(passages, resp2)
+        == _lexical_rows(passages, resp3)
+        == (2, {"p1": ["dog", "cat"], "p2": []}, {"p1": "d1", "p2": "d2"}, 2)
+    )
+    # a small tenant's whole read keeps the passages holding a query term, and counts every one
+    for holding, kept in ((["cat"], ["p1"]), (["ca"], []), (["dog", "bird"], ["p1"]), (["bird"], [])):
+        for reply in (resp2, resp3):
+            read = _lexical_rows(passages, reply, holding)
+            assert (read.total, list(read.documents), list(read.doc_ids), read.length) == (2, kept, kept, 2)
     aggregate2, aggregate3 = (
         [1, [b"n", b"10", b"length", b"42"]],
         {b"total_results": 1, b"results": [{b"extra_attributes": {b"n": b"10", b"length": b"42"}}]},

@@ -33,20 +33,41 @@ def test_vectors_are_those_of_each_text_encoded_alone_in_the_callers_order():
     assert len(token_batches(lengths, TOKEN_BUDGET)) >= 2  # the passages do not pad the short texts
 
 
-class SlowModel:
-    """A test double of a local model: sync `embed`, 50 ms a call, records each call's texts."""
+class GatedModel:
+    """A test double of a local model: sync `embed` (run off the loop, as a local model's is),
+    records each call's texts and holds each call until the test lets it go, so a test says
+    what is queued and what is in the model by events, not by sleeps that a loaded machine
+    stretches (the 10 ms sleeps before this failed under a busy suite)."""
 
     dims = 4
 
-    def __init__(self):
+    def __init__(self, calls: int = 2):
+        import threading
+
         self.calls: list[list[str]] = []
+        self.started = [threading.Event() for _ in range(calls)]
+        self.release = [threading.Event() for _ in range(calls)]
 
     def embed(self, texts):
-        import time
-
+        n = len(self.calls)
         self.calls.append(list(texts))
-        time.sleep(0.05)
+        self.started[n].set()
+        assert self.release[n].wait(10), f"call {n} never released"
         return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    async def in_model(self, n: int) -> None:
+        """Until call `n` is in the model."""
+        import asyncio
+
+        assert await asyncio.to_thread(self.started[n].wait, 10), f"call {n} never started"
+
+
+async def _queued() -> None:
+    """Until tasks just made have run to their first await (queued their texts)."""
+    import asyncio
+
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 def test_calls_made_while_a_local_model_is_busy_go_together_in_its_next_batch():
@@ -55,14 +76,19 @@ def test_calls_made_while_a_local_model_is_busy_go_together_in_its_next_batch():
     from workers.models.embedding import BatchingEmbedder
 
     async def main():
-        batching = BatchingEmbedder(SlowModel())
+        model = GatedModel()
+        batching = BatchingEmbedder(model)
         first = asyncio.ensure_future(batching.embed(["a"]))
-        await asyncio.sleep(0.01)  # the model is busy with ["a"]
+        await model.in_model(0)  # the model is busy with ["a"]
         rest = [asyncio.ensure_future(batching.embed([f"t{i}"])) for i in range(3)]
-        await asyncio.sleep(0.01)
+        await _queued()
         rest += [asyncio.ensure_future(batching.embed(["t3", "t4"]))]
-        results = await asyncio.gather(first, *rest)
-        return batching.embedder.calls, results
+        await _queued()
+        model.release[0].set()
+        await model.in_model(1)
+        model.release[1].set()
+        results = await asyncio.wait_for(asyncio.gather(first, *rest), 10)
+        return model.calls, results
 
     calls, results = asyncio.run(main())
     assert calls == [["a"], ["t0", "t1", "t2", "t3", "t4"]]
@@ -77,15 +103,18 @@ def test_a_caller_cancelled_while_the_model_is_busy_strands_no_other_caller():
     from workers.models.embedding import BatchingEmbedder
 
     async def main():
-        batching = BatchingEmbedder(SlowModel())
+        model = GatedModel()
+        batching = BatchingEmbedder(model)
         busy = asyncio.ensure_future(batching.embed(["a"]))
-        await asyncio.sleep(0.01)  # the model is busy with ["a"] until 50 ms
+        await model.in_model(0)  # the model is busy with ["a"]
         gone, kept, late = (asyncio.ensure_future(batching.embed([text])) for text in ("prefetched", "handled", "late"))
-        await asyncio.sleep(0.01)
+        await _queued()
         gone.cancel()  # cancelled while queued
-        await asyncio.sleep(0.05)
-        late.cancel()  # cancelled while its batch is in the model (50–100 ms)
-        return await asyncio.wait_for(asyncio.gather(busy, kept), 5), batching.embedder.calls
+        model.release[0].set()
+        await model.in_model(1)
+        late.cancel()  # cancelled while its batch is in the model
+        model.release[1].set()
+        return await asyncio.wait_for(asyncio.gather(busy, kept), 10), model.calls
 
     (busy, kept), calls = asyncio.run(main())
     assert len(busy) == 1 and len(kept) == 1

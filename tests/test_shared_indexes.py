@@ -247,6 +247,8 @@ def test_bench_tenants_measures_this_tree_and_a_baseline_side_by_side(stack_env)
         "0.5",
         "--queries",
         "3",
+        "--rounds",
+        "2",
         "--baseline-tree",
         str(ROOT),
         "--baseline-tenants",
@@ -262,6 +264,9 @@ def test_bench_tenants_measures_this_tree_and_a_baseline_side_by_side(stack_env)
         assert all(
             0 < ms for key in ("small_knn_ms", "small_bm25_ms", "large_knn_ms", "large_bm25_ms") for ms in row[key]
         )
+        assert row["rounds"] == 2 and len(row["small_bm25_round_p50_ms"]) == 2
+    ratios = rows[0]["small_p50_ratios"]["bm25"]
+    assert 0 < ratios["min"] <= ratios["median"] <= ratios["max"]
 
 
 def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_before_float16(stack_env):

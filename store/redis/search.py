@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from store.redis.base import TENANT_DIMS_RECHECK_S, RedisBase
 LEXICAL_CANDIDATES = 1000
 LEXICAL_READ_ALL = 64  # a tenant of at most this many passages is read whole for BM25 (one search)
 LEXICAL_MAX_READ = 10_000  # RediSearch's MAXSEARCHRESULTS: no search pages past it
+_LEXICAL_KEY = LEXICAL_FIELD.encode()
 
 
 def _lexical_page(searchable: TenantIndex, terms: list[str], offset: int, limit: int) -> list:
@@ -52,10 +53,50 @@ def _lexical_page(searchable: TenantIndex, terms: list[str], offset: int, limit:
     )
 
 
-def _lexical_rows(searchable: TenantIndex, rows) -> tuple[dict[str, list[str]], dict[str, str | None]]:
-    """A lexical search's rows as passage id → its terms, and passage id → its doc id."""
-    documents = {searchable.record_id(key): fields.get(LEXICAL_FIELD, "").split() for key, fields in rows}
-    return documents, {searchable.record_id(key): fields.get("doc_id") for key, fields in rows}
+class LexicalRows(NamedTuple):
+    """A lexical search's reply, read."""
+
+    total: int  # the passages the search matched (its reply may hold fewer: a page)
+    documents: dict[str, list[str]]  # passage id → its terms
+    doc_ids: dict[str, str | None]  # passage id → its document's id
+    length: int  # the terms of every passage in the reply, `holding` or not
+
+
+def _lexical_rows(searchable: TenantIndex, reply, holding: list[str] | None = None) -> LexicalRows:
+    """A lexical search's reply, read; with `holding` (query terms), the passages holding none
+    of them are only counted (in `length`), not kept — a small tenant's whole read, where most
+    hold no query term. A RESP3 reply is read in place, two fields a row, one decode a passage.
+    Both measured on a tenant of 20 passages read whole: reading and scoring it 0.067 -> 0.042 ms
+    (the same scores), of a ~0.45 ms search."""
+    documents: dict[str, list[str]] = {}
+    doc_ids: dict[str, str | None] = {}
+    length = 0
+    if isinstance(reply, dict):
+        rows = [
+            (row[b"id"], (fields := row.get(b"extra_attributes") or {}).get(_LEXICAL_KEY), fields.get(b"doc_id"))
+            for row in reply.get(b"results", [])
+        ]
+        total = int(reply.get(b"total_results", len(rows)))
+    else:
+        total, generic = reply_rows(reply)
+        rows = [
+            ((key or "").encode(), fields.get(LEXICAL_FIELD, "").encode(), _encoded(fields.get("doc_id")))
+            for key, fields in generic
+        ]
+    wanted = None if holding is None else set(holding)
+    for key, terms, doc_id in rows:
+        held = terms.decode().split() if terms else []
+        length += len(held)
+        if wanted is not None and wanted.isdisjoint(held):
+            continue
+        pid = searchable.record_id(key)
+        documents[pid] = held
+        doc_ids[pid] = None if doc_id is None else doc_id.decode()
+    return LexicalRows(total, documents, doc_ids, length)
+
+
+def _encoded(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
 
 
 class SearchOps(RedisBase):
@@ -127,10 +168,10 @@ class SearchOps(RedisBase):
         if searchable is None:
             return []
         try:
-            read = await self._lexical_small_tenant(tenant, searchable)
-            if read is not None:  # every passage of the tenant, in one search
-                count, passages, doc_ids = read
-                average = sum(len(held) for held in passages.values()) / count if count else 0.0
+            read = await self._lexical_small_tenant(tenant, searchable, terms)
+            if read is not None:  # every passage of the tenant, in one search: those holding a term kept
+                count, passages, doc_ids, length = read
+                average = length / count if count else 0.0
                 scores = bm25(terms, passages, document_frequency(terms, passages), count, average)
             else:
                 scores, doc_ids = await self._lexical_candidates(searchable, terms, k)
@@ -143,11 +184,9 @@ class SearchOps(RedisBase):
         ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
         return [Hit(pid, score, {"doc_id": doc_ids[pid]}) for pid, score in ranked]
 
-    async def _lexical_small_tenant(
-        self, tenant: str, searchable: TenantIndex
-    ) -> tuple[int, dict[str, list[str]], dict[str, str | None]] | None:
-        """Every passage of a tenant of at most LEXICAL_READ_ALL (its count, terms and doc
-        ids), read in one search: its statistics come with them, where a larger tenant needs an
+    async def _lexical_small_tenant(self, tenant: str, searchable: TenantIndex, terms: list[str]) -> LexicalRows | None:
+        """Every passage of a tenant of at most LEXICAL_READ_ALL, read in one search (those
+        holding one of `terms` kept): its statistics come with them, where a larger tenant needs an
         aggregate beside its search (measured, 300 tenants of 20 passages: 0.44 ms against
         0.74 ms p50). None for a larger tenant, which is remembered (and asked again every
         TENANT_DIMS_RECHECK_S: it may have shrunk)."""
@@ -157,15 +196,14 @@ class SearchOps(RedisBase):
         reply = await self.redis.execute_command(
             *searchable.command("FT.SEARCH", "", "RETURN", 2, "doc_id", LEXICAL_FIELD, "LIMIT", 0, LEXICAL_READ_ALL)
         )
-        count, rows = reply_rows(reply)
-        if count > LEXICAL_READ_ALL:
+        read = _lexical_rows(searchable, reply, terms)
+        if read.total > LEXICAL_READ_ALL:
             if len(self._tenant_large) >= 100_000:
                 self._tenant_large.clear()
             self._tenant_large[tenant] = now
             return None
         self._tenant_large.pop(tenant, None)
-        passages, doc_ids = _lexical_rows(searchable, rows)
-        return count, passages, doc_ids
+        return read
 
     async def _lexical_candidates(
         self, searchable: TenantIndex, terms: list[str], k: int
@@ -198,8 +236,7 @@ class SearchOps(RedisBase):
         row = (reply_rows(stats)[1] or [(None, {})])[0][1]
         count, length = int(row.get("n", 0)), float(row.get("length", 0) or 0)
         average = length / count if count else 0.0
-        total, rows = reply_rows(found)
-        documents, doc_ids = _lexical_rows(searchable, rows)
+        total, documents, doc_ids, _ = _lexical_rows(searchable, found)
         if total <= len(documents):  # every matching passage is here: count the terms in them
             return bm25(terms, documents, document_frequency(terms, documents), count, average), doc_ids
         frequency = await self._term_counts(searchable, terms)
@@ -274,7 +311,7 @@ class SearchOps(RedisBase):
         in the index's BM25STD order (the same order every page, the index unchanged between
         them), added to `documents` and `doc_ids`; how many came."""
         reply = await self.redis.execute_command(*_lexical_page(searchable, terms, offset, limit))
-        read, ids = _lexical_rows(searchable, reply_rows(reply)[1])
+        _, read, ids, _ = _lexical_rows(searchable, reply)
         documents.update(read)
         doc_ids.update(ids)
         return len(read)
