@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-index-ablations", action="store_true", help="recall: skip ablations that index the corpus again"
     )
     bench.add_argument("--edges", default="10000,100000,1000000", help="ppr: synthetic graph sizes in edges")
-    bench.add_argument("--queries", type=int, default=100, help="ppr: queries per measurement")
+    bench.add_argument(
+        "--queries", type=int, default=100, help="ppr: queries per measurement; tenants: per tenant and round"
+    )
     bench.add_argument("--sizes", default="1000,5000,20000", help="memory sizes in passages")
     bench.add_argument("--probe", type=int, default=20, help="documents timed one by one at each size")
     bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
