@@ -114,7 +114,6 @@ def run_tenant_bench(
             row[f"{key}_ms"] = [round(x, 3) for x in _percentiles(values)]
             row[f"{key}_round_p50_ms"] = [round(x, 3) for x in round_p50s[row["tree"]][key]]
     if len(rows) > 1:
-        this, base = rows
         rows[0]["small_p50_ratios"] = {
             key: _ratios(round_p50s["this"][f"small_{key}"], round_p50s["baseline"][f"small_{key}"])
             for key in ("knn", "bm25")
