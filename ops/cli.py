@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
     bench.add_argument(
-        "kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants"]
+        "kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants", "graph"]
     )
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument(
@@ -187,9 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, default=10.0, help="load: seconds per client level")
     bench.add_argument(
         "--passages",
-        type=int,
         default=None,
-        help="load: passages indexed into a fresh tenant when --tenant is not given (default 50); tenants: per tenant (default 20)",
+        help="load: passages indexed into a fresh tenant when --tenant is not given (default 50); tenants: per tenant (default 20); graph: the tenant sizes, comma-separated (default 5000,50000,200000)",
     )
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
@@ -214,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--redis-url",
         default=None,
-        help="conversation: index into fresh tenants of this Redis instead of an in-memory store",
+        help="conversation: index into fresh tenants of this Redis instead of an in-memory store; graph: write the graphs there (kept, reused) instead of a Redis of its own",
     )
     bench.add_argument(
         "--ablations",
@@ -228,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline-tree",
         default=None,
         metavar="DIR",
-        help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side",
+        help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side; tenants, graph: measure it too, interleaved",
     )
     # bench tenants (ops/tenant_bench.py)
     bench.add_argument("--tenants", type=int, default=10_000, help="tenants: how many small tenants")
@@ -243,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--rounds",
         type=int,
-        default=5,
-        help="tenants: query rounds, alternating between this tree and the baseline (--queries each)",
+        default=None,
+        help="tenants: query rounds, alternating between this tree and the baseline (--queries each; default 5); graph: measurements per tree and size, alternating (default 2)",
     )
     bench.add_argument(
         "--baseline-tenants",
@@ -694,9 +693,9 @@ def cmd_bench(settings: Settings, args) -> int:
         )
     if (args.rules or args.docs) and args.kind != "index":
         raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
-    if args.baseline_tree and args.kind not in ("index", "wait", "tenants"):
+    if args.baseline_tree and args.kind not in ("index", "wait", "tenants", "graph"):
         raise ValueError(
-            f"--baseline-tree is an option of bench index --rules, bench wait and bench tenants, not bench {args.kind}"
+            f"--baseline-tree is an option of bench index --rules, wait, tenants and graph, not bench {args.kind}"
         )
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
@@ -706,7 +705,7 @@ def cmd_bench(settings: Settings, args) -> int:
         return run_tenant_bench(
             settings,
             args.tenants,
-            args.passages or 20,
+            int(args.passages or 20),
             args.large,
             args.idle,
             args.queries,
@@ -714,7 +713,14 @@ def cmd_bench(settings: Settings, args) -> int:
             args.baseline_tenants,
             args.json,
             dims=args.dims,
-            rounds=args.rounds,
+            rounds=args.rounds or 5,
+        )
+    if args.kind == "graph":
+        from ops.graph_scale_bench import run_graph_bench
+
+        sizes = [int(s) for s in (args.passages or "5000,50000,200000").split(",") if s.strip()]
+        return run_graph_bench(
+            settings, sizes, args.queries, args.rounds or 2, args.baseline_tree, args.redis_url, args.json
         )
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench
@@ -737,7 +743,15 @@ def cmd_bench(settings: Settings, args) -> int:
 
         clients = [int(c) for c in args.clients.split(",")]
         return run_load_bench(
-            settings, clients, args.seconds, args.tenant, args.url, args.dataset, data, args.passages or 50, args.json
+            settings,
+            clients,
+            args.seconds,
+            args.tenant,
+            args.url,
+            args.dataset,
+            data,
+            int(args.passages or 50),
+            args.json,
         )
     if args.rules:
         from ops.rules_bench import DEFAULT_DOCS, run_rules_bench
