@@ -24,6 +24,7 @@ from store.records import (
     EmbedderId,
     Erasure,
     GroupJoin,
+    HeldVector,
     Hit,
     Outgoing,
     PassageState,
@@ -178,6 +179,11 @@ class Layers(Protocol):
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]: ...
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]: ...
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None: ...
+    # text → the vector a record holds for that very text (entity id → name, fact id → its text,
+    # schema id → "head_type relation tail_type"), in one round trip: what needs no embedding
+    async def held_vectors(
+        self, tenant: str, entities: dict[str, str], facts: dict[str, str], schemas: dict[str, str]
+    ) -> dict[str, HeldVector]: ...
     async def knn(
         self,
         tenant: str,

@@ -43,6 +43,7 @@ from store.records import (
     EmbedderId,
     Erasure,
     GroupJoin,
+    HeldVector,
     Hit,
     Outgoing,
     PassageState,
@@ -661,6 +662,26 @@ class InMemoryStore:
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return self._vector(tenant, "facts", fact_id)
+
+    async def held_vectors(
+        self, tenant: str, entities: dict[str, str], facts: dict[str, str], schemas: dict[str, str]
+    ) -> dict[str, HeldVector]:
+        """Memory.held_vectors: text → the vector a record holds for that very text."""
+        records = self._tenant(tenant).records
+        asked = (
+            [("entities", i, ["name"], text) for i, text in entities.items()]
+            + [("facts", i, ["text"], text) for i, text in facts.items()]
+            + [("schemas", i, ["head_type", "relation", "tail_type"], text) for i, text in schemas.items()]
+        )
+        held = {}
+        for layer, record_id, fields, text in asked:
+            row = records[layer].get(record_id, {})
+            parts, vec = [row.get(f) for f in fields], row.get("vec")
+            if vec is None or len(_vec(vec)) != VECTOR_ITEM_BYTES * self.dims or None in parts:
+                continue
+            if " ".join(_text(p) for p in parts if p is not None) == text:
+                held[text] = HeldVector(_vec(vec))
+        return held
 
     async def knn_many(
         self,

@@ -143,9 +143,18 @@ VECTOR_DTYPE = np.float16
 VECTOR_ITEM_BYTES = 2
 
 
-def vector_bytes(vector: Iterable[float]) -> bytes:
+class HeldVector(bytes):
+    """A vector as a record holds it (vector_bytes), read back to be written again for the same
+    text (Layers.held_vectors): vector_bytes passes it through as it is, never scaled again, so
+    a record written from it holds the very bytes an embedding of that text would have given."""
+
+
+def vector_bytes(vector: Iterable[float] | HeldVector) -> bytes:
     """A vector as both stores hold it and the indexes read it (a query's vector too): scaled
-    to length 1 in float32, then float16, native byte order. A zero vector stays zero."""
+    to length 1 in float32, then float16, native byte order. A zero vector stays zero. A
+    HeldVector is held already: its bytes as they are."""
+    if isinstance(vector, HeldVector):
+        return bytes(vector)
     vector = np.asarray(vector, dtype=np.float32)
     norm = np.float32(np.sqrt(np.dot(vector, vector)))
     return (vector / norm if norm else vector).astype(VECTOR_DTYPE).tobytes()

@@ -30,6 +30,13 @@ SCHEMAS_PROMOTED = Counter(
 EMBEDDING_CACHE = Counter(
     "memstream_embedding_cache_total", "Texts looked up in the shared embedding cache, by result", ["result"]
 )
+EXTRACTION_TEXTS = Counter(
+    "memstream_extraction_texts_total",
+    "Texts a chunk's extraction writes a vector of (its passage, entity names, facts, schemas), by where the vector "
+    "came from: held (a record of the tenant holds it for that text: nothing embedded) or embedded (asked of the "
+    "embedder: the shared cache, else the model; memstream_embedding_cache_total)",
+    ["source"],
+)
 CONSUMER_LAG = Gauge(
     "memstream_consumer_lag",
     "Messages after the committed offset of a partition this worker holds (read every quarter of MEMSTREAM_STALL_SECONDS)",

@@ -17,12 +17,14 @@ from store.records import (
     FACT_EXTRACTIONS,
     PASSAGE_EXTRAS,
     TENANT_FIELD,
+    VECTOR_ITEM_BYTES,
+    HeldVector,
     passage_extras,
     passage_json,
     vector_bytes,
     vector_from_bytes,
 )
-from store.redis.base import RedisBase, _eval
+from store.redis.base import RedisBase, _eval, _text
 from store.redis.expiry import _RECORD_LAPSE
 
 # Count a schema's distinct supporting passages and promote it at tau.
@@ -182,6 +184,31 @@ class LayersOps(RedisBase):
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
         return None if raw is None else vector_from_bytes(cast(bytes, raw))  # this client replies bytes (_text)
+
+    async def held_vectors(
+        self, tenant: str, entities: dict[str, str], facts: dict[str, str], schemas: dict[str, str]
+    ) -> dict[str, HeldVector]:
+        """text → the vector a record of the tenant holds for that very text, in one round trip:
+        an entity (id → name) whose name is it, a fact (id → text) whose text is it, a schema
+        (id → "head_type relation tail_type") whose parts spell it. A record's vector is always
+        its own text's (written with it), so the extractor embeds only the other texts; a
+        vector of another size (a float32 tenant not migrated, another embedder) is not taken."""
+        keys = self.keys(tenant)
+        asked = (
+            [(keys.entity(i), ["name"], text) for i, text in entities.items()]
+            + [(keys.fact(i), ["text"], text) for i, text in facts.items()]
+            + [(keys.schema(i), ["head_type", "relation", "tail_type"], text) for i, text in schemas.items()]
+        )
+        if not asked:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for key, fields, _ in asked:
+            pipe.hmget(key, [*fields, "vec"])
+        size, held = VECTOR_ITEM_BYTES * self.dims, {}
+        for (_, _, text), (*parts, vec) in zip(asked, await pipe.execute()):
+            if vec is not None and len(vec) == size and None not in parts and " ".join(map(_text, parts)) == text:
+                held[text] = HeldVector(vec)
+        return held
 
     def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
         """The fact's supporting passages set aside (a retraction on request): a passage that

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from store.facts import Fact
 from store.keys import entity_node, passage_node
+from store.records import HeldVector
 from topics import CandidateFact, Chunk
 from topics.records import passage_mark
 from workers import metrics
@@ -24,7 +25,7 @@ from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import Embedder, Extractor
 from workers.stages.context import Stage, StageContext, current_passage, needed
-from workers.stages.work import embedded_texts
+from workers.stages.work import embedded_texts, fact_text, schema_text
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,19 @@ class ExtractorStage(Stage):
             return
         facts = [canonical_fact(t) for t in extraction.facts]
         names = [e.name for e in extraction.entities] + [n for t in facts for n in (t.head, t.tail)]
-        await self.embedder.embed(list(dict.fromkeys(embedded_texts(chunk.indexed_text, names, facts))))
+        texts = dict.fromkeys(embedded_texts(chunk.indexed_text, names, facts))
+        # what the tenant holds already needs no vector (handle reads it again, aliases resolved)
+        held = await self.memory.held_vectors(
+            chunk.tenant,
+            {entity_id(n): n for n in names if has_entity_id(n)},
+            {
+                fact_id(entity_id(t.head), t.relation, entity_id(t.tail)): fact_text(t)
+                for t in facts
+                if has_entity_id(t.head) and has_entity_id(t.tail)
+            },
+            {schema_id(t.head_type, t.relation, t.tail_type): schema_text(t) for t in facts},
+        )
+        await self.embedder.embed([t for t in texts if t not in held])
 
     def _started(self, chunk: Chunk) -> asyncio.Task[Extraction]:
         """The chunk's extraction in the memo — started now unless it is there, running or done
@@ -134,10 +147,16 @@ class ExtractorStage(Stage):
                 facts.append((triple, head_id, tail_id))
                 entities.setdefault(head_id, Entity(triple.head, triple.head_type))
                 entities.setdefault(tail_id, Entity(triple.tail, triple.tail_type))
+            # a text whose vector a record of the tenant holds is not embedded again: that vector is written
+            held = await self.memory.held_vectors(
+                tenant,
+                {eid: e.name for eid, e in entities.items()},
+                {fact_id(head_id, t.relation, tail_id): fact_text(t) for t, head_id, tail_id in facts},
+                {schema_id(t.head_type, t.relation, t.tail_type): schema_text(t) for t, _, _ in facts},
+            )
+            texts = embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts])
             try:
-                vectors = await self.embedder.embed(
-                    embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts])
-                )
+                vectors = await self._vectors(texts, held)
             except EmbedderRefused as exc:  # this chunk's text, refused as such: asking again cannot help
                 raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
             ent_vecs = vectors[1 : 1 + len(entities)]
@@ -190,6 +209,16 @@ class ExtractorStage(Stage):
         await self.once(tenant, extraction_mark(chunk), decide)
         if self.settings.sim_bridging and not (await self.memory.passage_states(tenant, [chunk.chunk_id]))[0].retired:
             await self._bridge_similar(tenant, chunk.chunk_id)  # (a retired passage's entities link nothing)
+
+    async def _vectors(self, texts: list[str], held: dict[str, HeldVector]) -> list:
+        """Each text's vector: the one a record holds for it (HeldVector, written as held), else
+        the embedder's (its shared cache, else the model), each text not held asked once."""
+        missing = [t for t in texts if t not in held]
+        wanted = list(dict.fromkeys(missing))
+        embedded = dict(zip(wanted, await self.embedder.embed(wanted))) if wanted else {}
+        metrics.EXTRACTION_TEXTS.labels(source="held").inc(len(texts) - len(missing))
+        metrics.EXTRACTION_TEXTS.labels(source="embedded").inc(len(missing))
+        return [held[t] if t in held else embedded[t] for t in texts]
 
     async def _grounded(self, chunk: Chunk, extraction: Extraction) -> Extraction:
         """The extraction without the facts and entities the chunk's passage does not support,

@@ -122,9 +122,14 @@ async def containment_changed(settings: Settings, memory: MemoryStore, cand: Can
 def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
     """Everything a chunk's extraction embeds, in one embed call: its passage (a turn: with who
     said it and when), entity names, facts, then their schemas."""
-    return (
-        [indexed_text]
-        + entity_names
-        + [f"{t.head} {t.relation} {t.tail}" for t in facts]
-        + [f"{t.head_type} {t.relation} {t.tail_type}" for t in facts]
-    )
+    return [indexed_text] + entity_names + [fact_text(t) for t in facts] + [schema_text(t) for t in facts]
+
+
+def fact_text(triple: Triple) -> str:
+    """The text a fact is embedded by (its record's `text`: store.facts.Fact.extracted)."""
+    return f"{triple.head} {triple.relation} {triple.tail}"
+
+
+def schema_text(triple: Triple) -> str:
+    """The text the schema of a fact is embedded by."""
+    return f"{triple.head_type} {triple.relation} {triple.tail_type}"
