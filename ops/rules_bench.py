@@ -10,7 +10,11 @@ HotpotQA-100 corpus. Printed side by side, all measured in this one run:
   alone in this process — no Kafka, no Redis; and the passages alone. Measured just before
   each tree's run, so that run and its limit see the same load on a shared machine;
 - Redis round trips per chunk, counted in process (ops.local_run.LocalIndexer over Redis with a
-  counting client) on the first few documents.
+  counting client) on the first few documents;
+- the texts the worker's model embedded (its shared-cache misses, read from its /metrics over the
+  corpus) against the texts the chunks need vectors of: the share of model calls saved (by the
+  shared cache, by the tenant's records: `memstream_extraction_texts_total{source="held"}`,
+  where the tree counts it), and the least the model can embed, each distinct text once.
 
 `--baseline-tree DIR` runs the same worker and count from another checkout (e.g. a worktree of
 an older commit), so before and after print side by side. Each worker starts with the corpus's
@@ -21,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +102,7 @@ class TreeRun:
     chunks_per_s: float
     round_trips_per_chunk: float
     commands: dict  # command → count over the counted documents
+    texts: dict  # over the corpus, from the worker's /metrics: "model" (cache misses), "held", "embedded" (-1: not counted)
 
 
 def chunk_texts(settings: Settings, documents: list[Document]) -> list[str]:
@@ -205,6 +212,7 @@ def run_tree(
         MEMSTREAM_RESOLVER="rules",
         MEMSTREAM_EMBEDDER="local",
         MEMSTREAM_HTTP_PORT=str(free_port()),
+        MEMSTREAM_METRICS_PORT=str(free_port()),
     )
     bench = Settings.from_env(env)
     ensure_topics(bench)
@@ -224,10 +232,12 @@ def run_tree(
             publish(bench, warm, quiet=True)
             if wait_indexed(bench, warm, timeout_s=600, quiet=True):
                 raise RuntimeError(f"warm-up document not indexed; see {home / 'worker.log'}")
+            before = text_counts(bench)
             started = time.perf_counter()
             publish(bench, corpus, quiet=True)
             pending = wait_indexed(bench, corpus, timeout_s=3600, quiet=True)
             seconds = time.perf_counter() - started
+            after = text_counts(bench)
             if pending:
                 raise RuntimeError(f"{len(pending)} documents not indexed in time; see {home / 'worker.log'}")
     finally:
@@ -241,7 +251,28 @@ def run_tree(
         round(chunks / seconds, 2),
         round(sum(commands.values()) / counted_chunks, 1),
         dict(sorted(commands.items(), key=lambda kv: -kv[1])),
+        {k: after[k] - before[k] if after[k] >= 0 else -1 for k in after},
     )
+
+
+# what the worker's /metrics says of its texts: cache misses (what its model embedded) and, where
+# the tree counts them, the texts its extractor took from the tenant's records or asked to embed
+TEXT_COUNTERS = {
+    "model": 'memstream_embedding_cache_total{result="miss"}',
+    "held": 'memstream_extraction_texts_total{source="held"}',
+    "embedded": 'memstream_extraction_texts_total{source="embedded"}',
+}
+
+
+def text_counts(settings: Settings) -> dict[str, int]:
+    """The worker's text counters now (-1: a counter its tree does not have)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{settings.metrics_port}/metrics", timeout=10) as response:
+        page = response.read().decode()
+    out = {}
+    for name, sample in TEXT_COUNTERS.items():
+        found = re.search(rf"^{re.escape(sample)} (\S+)$", page, re.M)
+        out[name] = int(float(found.group(1))) if found else -1
+    return out
 
 
 def run_rules_bench(settings: Settings, data: Path, docs: int, baseline_tree: Path | None, as_json: bool) -> int:
@@ -265,11 +296,17 @@ def run_rules_bench(settings: Settings, data: Path, docs: int, baseline_tree: Pa
                 "fraction_of_embedding_bound": round(run.chunks_per_s / bound["all_texts_chunks_per_s"], 3),
             }
         )
+    needed = sum(len(embedded_texts(text)) for text in chunks)  # what the chunks need vectors of
+    for row in runs:
+        texts = row["texts"]
+        row["model_calls_saved"] = round(1 - texts["model"] / needed, 3) if texts["model"] >= 0 else None
+        row["held_share"] = round(texts["held"] / needed, 3) if texts["held"] >= 0 else None
     result = {
         "dataset": "hotpotqa",
         "documents": len(documents),
         "chunks": len(chunks),
         "texts_per_chunk": runs[0]["embedding_bound"]["texts_per_chunk"],
+        "distinct_texts_per_chunk": round(len(all_texts) / len(chunks), 1),  # the least a model can embed
         "runs": runs,
     }
     if as_json:
@@ -289,6 +326,17 @@ def run_rules_bench(settings: Settings, data: Path, docs: int, baseline_tree: Pa
         print(
             f"{row['tree'][-32:]:<32} {row['seconds']:>8} {row['chunks_per_s']:>9} {bound['all_texts_chunks_per_s']:>7} "
             f"{100 * row['fraction_of_embedding_bound']:>8.0f}% {bound['passages_only_chunks_per_s']:>15} {row['round_trips_per_chunk']:>18}"
+        )
+    print(
+        f"texts: {result['texts_per_chunk']} needed per chunk, {result['distinct_texts_per_chunk']} of them distinct in the "
+        f"corpus (the least a model can embed: saved at most {100 * (1 - len(all_texts) / needed):.0f}%)"
+    )
+    print(f"{'tree':<32} {'to the model/chunk':>19} {'model calls saved':>18} {'held by the tenant':>19}")
+    for row in runs:
+        texts, saved, held = row["texts"], row["model_calls_saved"], row["held_share"]
+        print(
+            f"{row['tree'][-32:]:<32} {texts['model'] / len(chunks) if texts['model'] >= 0 else float('nan'):>19.1f} "
+            f"{'-' if saved is None else f'{100 * saved:.1f}%':>18} {'not counted' if held is None else f'{100 * held:.1f}%':>19}"
         )
     for row in runs:
         print(f"{row['tree'][-40:]}: commands over {len(counted)} documents: {row['commands']}")
