@@ -223,7 +223,7 @@ def synthetic_graph(passages: int, seed: int = 7) -> dict:
     mentions = np.empty(offsets[-1], dtype=np.int64)
     cursor = 0
     for p in range(passages):  # distinct entities per passage, in draw order
-        need, got = int(counts[p]), []
+        need, got = int(counts[p]), list[int]()
         while len(got) < need:
             if cursor >= len(drawn):
                 drawn, cursor = rng.choice(entities, 4096, p=zipf), 0
@@ -309,24 +309,25 @@ async def _write(spec: dict) -> dict:
         await memory.close()
 
 
-def _delta_edges(graph: dict, passages: int, round_: int):
-    """DELTA_PASSAGES new passages of existing entities (and two new ones), their edges."""
+def _delta_edges(graph: dict, round_: int, run: str):
+    """DELTA_PASSAGES new passages of existing entities (and two new entities), their edges:
+    new nodes in every run and tree (`run`), so no delta is one applied before."""
     import numpy as np
 
-    p_name, e_name, _ = _names(passages)
+    from store.keys import entity_node, passage_node
+
     rng = np.random.default_rng(50_000 + round_)
     mentions = graph["mentions"]
+    _, e_name, _ = _names(0)
     for k in range(DELTA_PASSAGES):
-        passage = p_name(passages + round_ * DELTA_PASSAGES + k)
+        passage = passage_node(f"delta-{run}-{k}")
         for e in dict.fromkeys(rng.choice(mentions, 6).tolist()):
             yield "stage_edge", (e_name(e), passage, 1.0, "passage")
-        yield (
-            "stage_fact_edge",
-            (e_name(int(rng.choice(mentions))), e_name(int(rng.choice(mentions))), f"df{round_}-{k}"),
-        )
+        head, tail = rng.choice(mentions, 2).tolist()
+        yield "stage_fact_edge", (e_name(head), e_name(tail), f"delta-{run}-{k}")
     for k in range(2):
-        new = e_name(10_000_000 + round_ * 10 + k)
-        yield "stage_edge", (new, p_name(passages + round_ * DELTA_PASSAGES + k), 1.0, "passage")
+        new = entity_node(f"delta-{run}-{k}")
+        yield "stage_edge", (new, passage_node(f"delta-{run}-{k}"), 1.0, "passage")
         yield "stage_type_member", (new, "T0")
 
 
@@ -368,6 +369,7 @@ def _walk_seeds(graph: dict, passages: int, rng, tenant_graph):
 async def _measure(spec: dict) -> dict:
     import gc
     import tracemalloc
+    import uuid
 
     import numpy as np
 
@@ -431,7 +433,7 @@ async def _measure(spec: dict) -> dict:
             one_walk()
         out.update(walks)
 
-        await _write_edges(memory, tenant, _delta_edges(graph, passages, spec["round"]))
+        await _write_edges(memory, tenant, _delta_edges(graph, spec["round"], uuid.uuid4().hex[:8]))
         t = time.perf_counter()
         tenant_graph = await cache.current(tenant)
         out["delta_read_ms"] = 1000 * (time.perf_counter() - t)

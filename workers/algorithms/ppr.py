@@ -36,6 +36,69 @@ class PPR:
     converged: bool  # error_bound ≤ the tolerance asked for; False: stopped at the pass cap
 
 
+def _pair_key(i: int, j: int) -> int:
+    """One int for the unordered node pair: smaller index in the high 32 bits."""
+    return (i << 32 | j) if i < j else (j << 32 | i)
+
+
+class KindWeights:
+    """The weights of one kind of edge, by pair key (`_pair_key`): sorted int64 keys and float64
+    weights — 16 bytes an edge, where a dict of tuples took ~200 — and the changes since they
+    were last merged in (`pending`, 0: removed), merged once they are an eighth of the edges."""
+
+    __slots__ = ("keys", "weights", "pending")
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.weights = np.zeros(0)
+        self.pending: dict[int, float] = {}
+
+    def get(self, key: int) -> float:
+        found = self.pending.get(key)
+        if found is not None:
+            return found
+        at = int(np.searchsorted(self.keys, key))
+        return float(self.weights[at]) if at < len(self.keys) and self.keys[at] == key else 0.0
+
+    def set(self, key: int, weight: float) -> None:
+        self.pending[key] = weight
+        if len(self.pending) > 4096 + len(self.keys) // 8:
+            self.merge()
+
+    def add_new(self, keys: np.ndarray, weights: np.ndarray) -> None:
+        """Keys not held yet, each once, with nonzero weights."""
+        self.merge()
+        keys = np.concatenate([self.keys, keys])
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.weights = keys[order], np.concatenate([self.weights, weights])[order]
+
+    def merge(self) -> None:
+        if not self.pending:
+            return
+        count = len(self.pending)
+        keys = np.concatenate([self.keys, np.fromiter(self.pending.keys(), np.int64, count)])
+        weights = np.concatenate([self.weights, np.fromiter(self.pending.values(), np.float64, count)])
+        self.pending = {}
+        order = np.argsort(keys, kind="stable")  # a pending change after the weight it replaces
+        keys, weights = keys[order], weights[order]
+        last = np.ones(len(keys), dtype=bool)
+        last[:-1] = keys[1:] != keys[:-1]
+        keep = last & (weights != 0)
+        self.keys, self.weights = keys[keep], weights[keep]
+
+    def all_keys(self) -> np.ndarray:
+        self.merge()
+        return self.keys
+
+    def items(self):
+        self.merge()
+        return zip(self.keys.tolist(), self.weights.tolist())
+
+    def __len__(self) -> int:
+        self.merge()
+        return len(self.keys)
+
+
 class SparseGraph:
     def __init__(self, capacity: int = 1024):
         self.index: dict[str, int] = {}
@@ -43,12 +106,12 @@ class SparseGraph:
         self._capacity = capacity
         self._csr = sp.csr_matrix((capacity, capacity), dtype=np.float64)
         self._degree = np.zeros(capacity)
-        self._weights: dict[tuple[int, int, str], float] = {}  # current weight of every (i < j, kind)
+        self._kinds: dict[str, KindWeights] = {}  # current weight of every (i < j) edge, per kind
         self._pairs = 0  # node pairs with at least one edge
-        self._pair_kinds: dict[tuple[int, int], int] = {}
         self._delta_rows: list[int] = []
         self._delta_cols: list[int] = []
         self._delta_vals: list[float] = []
+        self._delta_arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # bulk deltas, before the lists
         self._transition: Transition | None = None
         self.rebuilds = 0  # full constructions of the matrix (tests assert deltas are used)
         self.deltas_applied = 0
@@ -65,44 +128,77 @@ class SparseGraph:
 
     def weight(self, a: str, b: str, kind: str) -> float:
         i, j = self.index.get(a), self.index.get(b)
-        if i is None or j is None:
+        if i is None or j is None or kind not in self._kinds:
             return 0.0
-        return self._weights.get((min(i, j), max(i, j), kind), 0.0)
+        return self._kinds[kind].get(_pair_key(i, j))
 
     def set_edge(self, a: str, b: str, weight: float, kind: str = "") -> None:
         """Set the undirected edge a–b of one kind to `weight` (0 removes it)."""
         i, j = self.node(a), self.node(b)
         if i == j:
             return
-        key = (min(i, j), max(i, j), kind)
-        change = weight - self._weights.get(key, 0.0)
+        key = _pair_key(i, j)
+        weights = self._kinds.get(kind)
+        if weights is None:
+            weights = self._kinds[kind] = KindWeights()
+        before = weights.get(key)
+        change = weight - before
         if change == 0:
             return
-        pair = key[:2]
-        if weight:
-            if key not in self._weights:
-                self._pair_kinds[pair] = self._pair_kinds.get(pair, 0) + 1
-            self._weights[key] = weight
-        else:
-            self._weights.pop(key)
-            left = self._pair_kinds[pair] - 1
-            if left:
-                self._pair_kinds[pair] = left
-            else:
-                del self._pair_kinds[pair]
+        if not before or not weight:  # the pair gains or loses this kind: maybe its first or last
+            if not any(other.get(key) for name, other in self._kinds.items() if name != kind):
+                self._pairs += 1 if weight else -1
+        weights.set(key, weight)
         self._delta_rows += [i, j]
         self._delta_cols += [j, i]
         self._delta_vals += [change, change]
 
+    def add_new_edges(
+        self, kinds: list[str], codes: np.ndarray, first: np.ndarray, second: np.ndarray, weights: np.ndarray
+    ) -> None:
+        """Edges between node indexes at once (a load), edge k of kind kinds[codes[k]]: none of
+        them in the graph yet, none twice among them, no weight 0. The same deltas, in the same
+        order, as `set_edge` for each in turn."""
+        if not len(first):
+            return
+        first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
+        weights, codes = np.asarray(weights, dtype=np.float64), np.asarray(codes)
+        keys = np.minimum(first, second) << 32 | np.maximum(first, second)
+        held = [table.all_keys() for table in self._kinds.values()]
+        for code, kind in enumerate(kinds):
+            of_kind = codes == code
+            if of_kind.any():
+                self._kinds.setdefault(kind, KindWeights()).add_new(keys[of_kind], weights[of_kind])
+        pairs = np.unique(keys)
+        if held:
+            pairs = pairs[~np.isin(pairs, np.concatenate(held))]
+        self._pairs += len(pairs)
+        self._flush_delta_lists()
+        self._delta_arrays.append(
+            (np.stack([first, second], 1).ravel(), np.stack([second, first], 1).ravel(), np.repeat(weights, 2))
+        )
+
+    def _flush_delta_lists(self) -> None:
+        if self._delta_vals:
+            self._delta_arrays.append(
+                (
+                    np.array(self._delta_rows, dtype=np.int64),
+                    np.array(self._delta_cols, dtype=np.int64),
+                    np.array(self._delta_vals, dtype=np.float64),
+                )
+            )
+            self._delta_rows, self._delta_cols, self._delta_vals = [], [], []
+
     def edge_weights(self):
         """Every edge as (a, b, kind, weight), one row per kind on a node pair."""
-        for (i, j, kind), weight in self._weights.items():
-            yield self.names[i], self.names[j], kind, weight
+        for kind, weights in self._kinds.items():
+            for key, weight in weights.items():
+                yield self.names[key >> 32], self.names[key & 0xFFFFFFFF], kind, weight
 
     @property
     def edges(self) -> int:
         """Node pairs joined by at least one edge."""
-        return len(self._pair_kinds)
+        return self._pairs
 
     def _fold(self) -> None:
         n = len(self.names)
@@ -111,15 +207,24 @@ class SparseGraph:
                 self._capacity *= 2
             self._csr.resize((self._capacity, self._capacity))
             self._degree = np.concatenate([self._degree, np.zeros(self._capacity - len(self._degree))])
-        if self._delta_vals:
+        self._flush_delta_lists()
+        if self._delta_arrays:
             shape = (self._capacity, self._capacity)
-            delta = sp.csr_matrix((self._delta_vals, (self._delta_rows, self._delta_cols)), shape=shape)
-            self._csr = (self._csr + delta).tocsr()
+            if len(self._delta_arrays) == 1:
+                rows, cols, vals = self._delta_arrays[0]
+            else:
+                rows, cols, vals = (np.concatenate(part) for part in zip(*self._delta_arrays))
+            self._delta_arrays = []
+            delta = sp.csr_matrix((vals, (rows, cols)), shape=shape)
+            del cols
+            self._csr = (self._csr + delta).tocsr() if self._csr.nnz else delta
             self._csr.eliminate_zeros()
-            np.add.at(self._degree, self._delta_rows, self._delta_vals)
+            if self._degree.any():  # in order onto the degrees so far, as every fold before
+                np.add.at(self._degree, rows, vals)
+            else:  # the first fold (a load): the same sums, in the same order, at once
+                self._degree = np.bincount(rows, weights=vals, minlength=self._capacity).astype(np.float64)
             self._degree[np.abs(self._degree) < 1e-12] = 0.0  # float residue of removed edges
-            self.deltas_applied += len(self._delta_vals) // 2
-            self._delta_rows, self._delta_cols, self._delta_vals = [], [], []
+            self.deltas_applied += len(vals) // 2
             self._transition = None
 
     def matrix(self) -> sp.csr_matrix:
@@ -127,6 +232,11 @@ class SparseGraph:
         self._fold()
         n = len(self.names)
         return self._csr[:n, :n]
+
+    def neighbours(self, index: int) -> np.ndarray:
+        """The indexes of the nodes joined to node `index` by any edge (deltas applied)."""
+        self._fold()
+        return self._csr.indices[self._csr.indptr[index] : self._csr.indptr[index + 1]]
 
     def degree(self) -> np.ndarray:
         self._fold()

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from array import array
 from collections import OrderedDict, defaultdict
 
 import numpy as np
 
 from store.base import GraphReads
-from store.graph_log import NO_CHANGE, READ_BATCH
+from store.graph_log import NO_CHANGE, READ_BATCH, EdgeChange
 from store.keys import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
 from workers.algorithms.ppr import SparseGraph
 from workers.algorithms.retrieval import PassageStats
@@ -23,11 +25,80 @@ log = logging.getLogger(__name__)
 LOAD_ATTEMPTS = 3  # loads in a row whose changes were trimmed away before one is served anyway
 
 
+class GraphPassageStats(PassageStats):
+    """What information density needs (PassageStats), read from the graph itself instead of a
+    set of names per passage and per entity (those took ~1.4 KB a passage): a passage's entities
+    are its neighbours over passage edges, an entity's document frequency a count per node kept
+    as passage edges come and go."""
+
+    def __init__(self, graph: SparseGraph):
+        super().__init__(entities_of=_EntitiesOf(graph), passages_of=_PassagesOf(self))
+        self.graph = graph
+        self.passage_counts = np.zeros(0, dtype=np.int32)  # node index → passages linked to it
+
+    def link(self, entity: str, passage: str, present: bool) -> None:
+        """Counted only: the graph holds the edge itself."""
+        index = self.graph.index[entity]
+        if index >= len(self.passage_counts):
+            self.passage_counts = np.concatenate(
+                [
+                    self.passage_counts,
+                    np.zeros(max(index + 1, 2 * len(self.passage_counts)) - len(self.passage_counts), np.int32),
+                ]
+            )
+        self.passage_counts[index] += 1 if present else -1
+
+    def count(self, entity: str) -> int:
+        index = self.graph.index.get(entity)
+        return int(self.passage_counts[index]) if index is not None and index < len(self.passage_counts) else 0
+
+    def density(self, passage: str, total_passages: int) -> float:
+        """PassageStats.density over the graph's passage edges."""
+        entities = self.entities_of.get(passage) or ()
+        if not entities:
+            return 0.5
+        n = max(total_passages, 1)
+        idf = sum(math.log(n / max(self.count(e), 1)) for e in entities)
+        return 1.0 / (1.0 + math.exp(-idf / math.log(len(entities) + 1)))
+
+
+class _EntitiesOf(dict):
+    """passage node → its entity nodes (those joined to it by a passage edge), read from the graph."""
+
+    def __init__(self, graph: SparseGraph):
+        super().__init__()
+        self.graph = graph
+
+    def get(self, passage, default=None):
+        index = self.graph.index.get(passage)
+        if index is None:
+            return default
+        names = self.graph.names
+        found = {
+            names[i]
+            for i in self.graph.neighbours(index).tolist()
+            if self.graph.weight(passage, names[i], "passage") > 0
+        }
+        return found or default
+
+
+class _PassagesOf(dict):
+    """entity node → its passages; only their number is kept (`get` answers a range of that length)."""
+
+    def __init__(self, stats: GraphPassageStats):
+        super().__init__()
+        self.stats = stats
+
+    def get(self, entity, default=()):
+        count = self.stats.count(entity)
+        return range(count) if count else default
+
+
 class TenantGraph:
     def __init__(self, tenant: str):
         self.tenant = tenant
         self.graph = SparseGraph()
-        self.stats = PassageStats()
+        self.stats = GraphPassageStats(self.graph)
         self.type_members: dict[str, set[str]] = defaultdict(set)  # type node → entity nodes
         self.cursor = NO_CHANGE  # last change-stream id applied
         self.loads = 0  # full loads from the adjacency hashes (more when the stream was trimmed past us or lost)
@@ -35,8 +106,10 @@ class TenantGraph:
         self._dirty_types: set[str] = set()
         # node indexes by kind; node names only ever append, so only new ones are sorted in
         self._sorted_nodes = 0
-        self._by_kind: dict[str, list[int]] = {ENTITY_NODE: [], PASSAGE_NODE: []}
-        self._index_arrays = {kind: np.zeros(0, dtype=np.int64) for kind in self._by_kind}
+        self._by_kind: dict[str, np.ndarray] = {ENTITY_NODE: np.zeros(0, np.int64), PASSAGE_NODE: np.zeros(0, np.int64)}
+        # a load's edges (kind code, node indexes, weight), added at once by finish_loading
+        self._loading = (array("b"), array("q"), array("q"), array("d"))
+        self._loading_kinds: dict[str, int] = {}
         self.lock = asyncio.Lock()
 
     # ---- applying changes (pure) --------------------------------------------------------
@@ -45,16 +118,55 @@ class TenantGraph:
             entity, type_node = (a, b) if b.startswith(TYPE_NODE) else (b, a)
             members = self.type_members[type_node]
             if weight > 0:
-                members.add(entity)
+                members.add(self._interned(entity))
             else:
                 members.discard(entity)
                 self.graph.set_edge(entity, type_node, 0.0, "type")
             self._dirty_types.add(type_node)
             return
+        entity, passage = (a, b) if b.startswith(PASSAGE_NODE) else (b, a)
+        linked = kind == "passage" and self.graph.weight(entity, passage, kind) > 0
         self.graph.set_edge(a, b, weight, kind)
-        if kind == "passage":
-            entity, passage = (a, b) if b.startswith(PASSAGE_NODE) else (b, a)
+        if kind == "passage" and linked != (weight > 0):
             self.stats.link(entity, passage, weight > 0)
+
+    def _interned(self, name: str) -> str:
+        """The graph's own string for a node's name (one copy however often it is read)."""
+        index = self.graph.index.get(name)
+        return name if index is None else self.graph.names[index]
+
+    def apply_loaded(self, edges: list[EdgeChange]) -> None:
+        """Edges read from the adjacency hashes into an empty graph, each edge once: `apply` for
+        each, but held (node indexes, weights) until `finish_loading` adds them all at once."""
+        node, kinds = self.graph.node, self._loading_kinds
+        codes, first, second, weights = self._loading
+        for edge in edges:
+            if edge.kind == "type":
+                self.apply(edge.a, edge.b, edge.weight, edge.kind)
+                continue
+            if not edge.weight:
+                continue
+            code = kinds.get(edge.kind)
+            if code is None:
+                code = kinds[edge.kind] = len(kinds)
+            codes.append(code)
+            first.append(node(edge.a))
+            second.append(node(edge.b))
+            weights.append(edge.weight)
+
+    def finish_loading(self) -> None:
+        codes, first, second, weights = (np.frombuffer(part, dtype=part.typecode) for part in self._loading)
+        kinds = list(self._loading_kinds)
+        self._loading, self._loading_kinds = (array("b"), array("q"), array("q"), array("d")), {}
+        self.graph.add_new_edges(kinds, codes, first, second, weights)
+        if "passage" in kinds:
+            links = codes == kinds.index("passage")
+            a, b = first[links], second[links]
+            is_passage = np.zeros(len(self.graph), dtype=bool)
+            is_passage[self.passage_index()] = True
+            counts = np.bincount(np.where(is_passage[b], a, b), minlength=len(self.graph))
+            counts[: len(self.stats.passage_counts)] += self.stats.passage_counts
+            self.stats.passage_counts = counts.astype(np.int32)
 
     def flush(self) -> None:
         for type_node in self._dirty_types:
@@ -77,13 +189,12 @@ class TenantGraph:
     def _nodes_of_kind(self, prefix: str) -> np.ndarray:
         names = self.graph.names
         if self._sorted_nodes < len(names):  # per query this is only the nodes added since
-            for i in range(self._sorted_nodes, len(names)):
-                for kind, found in self._by_kind.items():
-                    if names[i].startswith(kind):
-                        found.append(i)
+            new = range(self._sorted_nodes, len(names))
+            for kind, found in self._by_kind.items():
+                more = np.fromiter((i for i in new if names[i].startswith(kind)), np.int64)
+                self._by_kind[kind] = np.concatenate([found, more]) if len(found) else more
             self._sorted_nodes = len(names)
-            self._index_arrays = {kind: np.array(found, dtype=np.int64) for kind, found in self._by_kind.items()}
-        return self._index_arrays[prefix]
+        return self._by_kind[prefix]
 
     # ---- reading the graph log --------------------------------------------------------------
     async def load(self, memory: GraphReads) -> bool:
@@ -94,8 +205,8 @@ class TenantGraph:
         cursor = await memory.graph_log_head(self.tenant)
         nodes = await memory.adjacency_nodes(self.tenant)
         async for edges in memory.adjacency(self.tenant, nodes):
-            for edge in edges:
-                self.apply(edge.a, edge.b, edge.weight, edge.kind)
+            self.apply_loaded(edges)
+        self.finish_loading()
         self.flush()
         self.graph.rebuilds += 1
         self.loads += 1
