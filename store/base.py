@@ -205,6 +205,9 @@ class Layers(Protocol):
 
     # the lexical leg: the k passages best matching a query by BM25 (store.lexical), best first
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]: ...
+    # the lexical leg of a large tenant inside the store at any size (Redis: an index of its own,
+    # store.redis.lexical_index; ensure_indexes starts it past a size); how many passages it holds
+    async def promote_lexical(self, tenant: str, progress: Callable[[int, int], None] | None = None) -> int: ...
 
 
 @runtime_checkable

@@ -744,6 +744,14 @@ class InMemoryStore:
             Hit(pid, score, {"doc_id": _text(passages[pid].get("doc_id"))}) for pid, score in t.lexical.search(terms, k)
         ]
 
+    async def promote_lexical(self, tenant: str, progress=None) -> int:
+        """Memory.promote_lexical: nothing to do here, where bm25s scores a tenant of any size by
+        its own statistics already; how many passages the tenant holds."""
+        count = len(self._tenant(tenant).records["passages"])
+        if progress is not None:
+            progress(count, count)
+        return count
+
     # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
         return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))[

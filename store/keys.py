@@ -126,6 +126,25 @@ class TenantKeys:
     def passage(self, chunk_id: str) -> str:
         return self.prefix("passages") + chunk_id
 
+    # a large tenant's lexical index of its own (store.redis.lexical_index)
+    @property
+    def lexical_mirror_prefix(self) -> str:
+        """Where the copies of its passages' lexical fields start: its own lexical index's prefix."""
+        return f"{self.base}:lex:"
+
+    def lexical_mirror(self, passage_id: str) -> str:
+        return self.lexical_mirror_prefix + passage_id
+
+    @property
+    def lexical_index_state(self) -> str:
+        """Hash field 'state': 'building' (its passages are being copied) or 'ready' (searched)."""
+        return f"{self.base}:lexindex"
+
+    @property
+    def lexical_index_name(self) -> str:
+        """Its own lexical index (an index name, not a key: FT.DROPINDEX removes it)."""
+        return f"ms:own:{self.tenant}:lexical"
+
     def fact(self, fact_id: str) -> str:
         return self.prefix("facts") + fact_id
 

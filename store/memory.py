@@ -15,6 +15,8 @@ scripts its methods run (store/redis/):
 - store.redis.versions.VersionsOps: Versions.
 - store.redis.erasing.ErasingOps: Erasing.
 - store.redis.layers.LayersOps: Layers' records (staged writes and reads).
+- store.redis.lexical_index.LexicalIndexOps: Layers' ensure_indexes (the shared indexes, and a
+  large tenant's own lexical index: promote_lexical).
 - store.redis.search.SearchOps: Layers' searches (knn, knn_many, lexical).
 - store.redis.episodes.EpisodesOps: Episodes.
 - store.redis.aliases.AliasesOps: Aliases.
@@ -25,8 +27,8 @@ scripts its methods run (store/redis/):
 - store.redis.expiry.ExpiryOps: Expiry (and the lapse scripts stage_new_fact runs).
 - store.redis.tenants.TenantsOps: Tenants (with `memstream migrate`).
 - store.redis.export.ExportOps: Export.
-GraphOps and StandingOps derive from LayersOps and TenantsOps from ExportOps, the role each reads
-through; every other mixin from RedisBase alone.
+GraphOps and StandingOps derive from LayersOps, TenantsOps from ExportOps and SearchOps and
+TenantsOps from LexicalIndexOps, the role each reads through; every other mixin from RedisBase alone.
 The names other modules import from here are re-exported below; a constant is read where it is
 defined, so a test patches it there (e.g. store.redis.search.LEXICAL_CANDIDATES)."""
 

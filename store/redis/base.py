@@ -1,8 +1,7 @@
 """What every role of Redis's store shares: the client and its lifetime (store.base.Lifetime),
 the tenant's keys, the shared vector indexes (one per layer and vector size: a writer creates
 them, a reader sees them through store.indexes.TenantIndex) and the embedder a tenant's indexes
-were built with (_CLAIM_EMBEDDER) — store.base.Layers' ensure_indexes, recorded_embedder and
-claim_embedder, here because every search and the migrations read them; the reads of more than
+were built with (_CLAIM_EMBEDDER) — store.base.Layers' recorded_embedder and claim_embedder, here because every search and the migrations read them; the reads of more than
 one role (_set_members, _index_names, _scan_suffixes); and how every role stages a script
 (_eval) and fences a decision on what it read (_expected: store.redis.outbox's commit_once
 checks them)."""
@@ -18,10 +17,14 @@ from redisvl.index import AsyncSearchIndex
 
 from store.caches import EmbeddingCache, LLMCache
 from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, tenant_filter
-from store.keys import LAYERS, TenantKeys, parse_index_name
+from store.keys import TenantKeys, parse_index_name
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
 
 TENANT_DIMS_RECHECK_S = 30.0  # as workers.models.embedding.EMBEDDER_RECHECK_S
+# A tenant with at least this many passages gets a lexical index of its own (store.redis.lexical_index).
+# Below, the shared index answers in ~1 ms (a tenant of at most 64 is read whole in one search; up
+# to 1,000 its candidates' terms are few); each own index costs a GC timer and a few KB.
+LEXICAL_OWN_INDEX_AT = 1000
 INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 
@@ -65,8 +68,20 @@ class RedisBase:
         self.index_recheck_s = INDEX_RECHECK_S
         self._indexes_checked: float | None = None  # when a writer last checked them
         self._sweep_registered: dict[str, float] = {}  # tenant → when it was last registered for the sweep
+        # a large tenant's own lexical index (store.redis.lexical_index)
+        self._own_lexical_read: dict[str, tuple[bool, float]] = {}  # tenant → (ready, when read)
+        self._lexical_size_checked: dict[str, float] = {}  # tenant → when a writer last counted it
+        self._promotions: dict[str, asyncio.Task] = {}  # tenant → its promotion running in this process
+        self.lexical_own_index_at = LEXICAL_OWN_INDEX_AT
 
     async def close(self) -> None:
+        """Cancel this process's lexical promotions (each resumes at a writer's next check), then
+        close the client."""
+        tasks = [task for task in self._promotions.values() if not task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._promotions.clear()
         await self.redis.aclose()
 
     async def ping(self) -> None:
@@ -142,17 +157,6 @@ class RedisBase:
         let the next write check and create them again (readers create nothing)."""
         self._indexes.clear()
         self._indexes_checked = None
-
-    async def ensure_indexes(self, tenant: str) -> None:
-        """Every layer's shared index, created where missing. Known indexes cost no round trip;
-        every index_recheck_s they are checked again, since Redis may have restarted empty under
-        a writer that never queries (its records are indexed when the index is created)."""
-        now = time.monotonic()
-        if self._indexes_checked is None or now - self._indexes_checked >= self.index_recheck_s:
-            self._indexes.clear()
-            self._indexes_checked = now
-        for layer in LAYERS:
-            await self.index(layer)
 
     # ---- the embedder a tenant's indexes were built with -------------------------------------
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None:

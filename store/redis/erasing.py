@@ -10,6 +10,7 @@ from redisvl.query.filter import Tag
 from store.keys import entity_node, passage_node
 from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, TENANT_FIELD, Erasure
 from store.redis.base import RedisBase, _eval, _expected, _text
+from store.redis.lexical_index import stage_lexical_mirror
 
 # A passage erased: nothing of it but what fences a chunk of it still in flight (retired, and
 # its incarnation), still its tenant's. KEYS[1]: the passage hash; ARGV: TENANT_FIELD, the tenant.
@@ -92,6 +93,7 @@ class ErasingOps(RedisBase):
         keys = self.keys(tenant)
         for pid in erasure.passage_ids:
             _eval(pipe, _ERASE_PASSAGE, [keys.passage(pid)], [TENANT_FIELD, tenant])
+            stage_lexical_mirror(pipe, keys, pid)
             pipe.delete(keys.passage_extracted(pid), keys.passage_documents(pid))
             pipe.srem(keys.document_passages(erasure.doc_id), pid)
             pipe.srem(keys.graph_nodes, passage_node(pid))

@@ -26,6 +26,7 @@ from store.records import (
 )
 from store.redis.base import RedisBase, _eval, _text
 from store.redis.expiry import _RECORD_LAPSE
+from store.redis.lexical_index import stage_lexical_mirror
 
 # Count a schema's distinct supporting passages and promote it at tau.
 _SUPPORT_SCHEMA = """
@@ -66,6 +67,7 @@ class LayersOps(RedisBase):
                 **passage_extras(chunk),
             },
         )
+        stage_lexical_mirror(pipe, self.keys(tenant), chunk.chunk_id)
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
         keys = self.keys(tenant)

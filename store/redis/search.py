@@ -22,7 +22,8 @@ from store.lexical import (
     search_terms,
 )
 from store.records import Hit, similarity, vector_bytes
-from store.redis.base import TENANT_DIMS_RECHECK_S, RedisBase
+from store.redis.base import TENANT_DIMS_RECHECK_S
+from store.redis.lexical_index import LexicalIndexOps, own_lexical_hits
 
 # The most passages a lexical search scores (Memory.lexical): every one of a tenant's passages
 # holding a query term up to here, the index's BM25STD best beyond. 200 changed the top 10 of a
@@ -32,6 +33,7 @@ from store.redis.base import TENANT_DIMS_RECHECK_S, RedisBase
 LEXICAL_CANDIDATES = 1000
 LEXICAL_READ_ALL = 64  # a tenant of at most this many passages is read whole for BM25 (one search)
 LEXICAL_MAX_READ = 10_000  # RediSearch's MAXSEARCHRESULTS: no search pages past it
+OWN_INDEX_TIE_MARGIN = 10  # more than k asked of a tenant's own index, so ties at the k-th are cut by id
 _LEXICAL_KEY = LEXICAL_FIELD.encode()
 
 
@@ -100,7 +102,7 @@ def _encoded(value: str | None) -> bytes | None:
     return None if value is None else value.encode()
 
 
-class SearchOps(RedisBase):
+class SearchOps(LexicalIndexOps):
     """store.base.Layers' searches on Redis."""
 
     async def knn(
@@ -174,6 +176,11 @@ class SearchOps(RedisBase):
                 count, passages, doc_ids, length = read
                 average = length / count if count else 0.0
                 scores = bm25(terms, passages, document_frequency(terms, passages), count, average)
+            elif await self.own_lexical_ready(tenant):
+                own = await self._lexical_own(tenant, terms, k)
+                if own is not None:
+                    return own
+                scores, doc_ids = await self._lexical_candidates(searchable, terms, k)
             else:
                 scores, doc_ids = await self._lexical_candidates(searchable, terms, k)
         except Exception as exc:
@@ -184,6 +191,39 @@ class SearchOps(RedisBase):
         # equal scores by id, as in the in-memory store
         ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
         return [Hit(pid, score, {"doc_id": doc_ids[pid]}) for pid, score in ranked]
+
+    async def _lexical_own(self, tenant: str, terms: list[str], k: int) -> list[Hit] | None:
+        """The top k by the tenant's own index (store.redis.lexical_index): its BM25STD is the
+        tenant's BM25, scored in Redis. A few more than k are asked for, so passages of equal
+        score are cut at k by id as everywhere else. None when the index is gone (dropped, or
+        Redis restarted empty): the caller scores on the shared index."""
+        keys = self.keys(tenant)
+        try:
+            reply = await self.redis.execute_command(
+                "FT.SEARCH",
+                keys.lexical_index_name,
+                redis_query(terms),
+                "SCORER",
+                "BM25STD",
+                "WITHSCORES",
+                "RETURN",
+                1,
+                "doc_id",
+                "LIMIT",
+                0,
+                k + OWN_INDEX_TIE_MARGIN,
+                "DIALECT",
+                2,
+            )
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._own_lexical_lost(tenant)
+            return None
+        prefix = keys.lexical_mirror_prefix
+        rows = [(key.removeprefix(prefix), score, doc_id) for key, score, doc_id in own_lexical_hits(reply)]
+        rows.sort(key=lambda row: (-row[1], row[0]))
+        return [Hit(pid, score, {"doc_id": doc_id}) for pid, score, doc_id in rows[:k]]
 
     async def _lexical_small_tenant(self, tenant: str, searchable: TenantIndex, terms: list[str]) -> LexicalRows | None:
         """Every passage of a tenant of at most LEXICAL_READ_ALL, read in one search (those

@@ -13,6 +13,7 @@ from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, passage_terms, te
 from store.records import RETIRED_FIELDS, TENANT_FIELD, float32_vector_bytes
 from store.redis.base import _text
 from store.redis.export import ExportOps
+from store.redis.lexical_index import LexicalIndexOps
 
 CENSUS_MAX_GROUPS = 1_000_000  # (tenant, value) groups one census reads of an index
 
@@ -33,7 +34,7 @@ return 1
 """
 
 
-class TenantsOps(ExportOps):
+class TenantsOps(ExportOps, LexicalIndexOps):
     """store.base.Tenants on Redis (a purged tenant's records read through ExportOps)."""
 
     async def tenants(self) -> list[str]:
@@ -61,6 +62,7 @@ class TenantsOps(ExportOps):
             ]
         for start in range(0, len(cache), 1000):
             await self.redis.delete(*cache[start : start + 1000])
+        await self.drop_own_lexical(tenant)  # a large tenant's own lexical index; its copies go below
         for layer in LAYERS:  # an index of its own from before shared indexes (not migrated); its keys go below
             try:
                 await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))

@@ -10,6 +10,7 @@ import json
 
 from store.records import RETIRED_FIELDS, DocumentRecord, PassageState
 from store.redis.base import RedisBase, _eval, _expected, _text
+from store.redis.lexical_index import stage_lexical_mirror
 
 # A passage out of memory: its vector and terms moved aside (out of the KNN and full-text
 # indexes), kept for audit. KEYS[1]: the passage hash; ARGV: stored name, name while retired, ...
@@ -118,6 +119,7 @@ class VersionsOps(RedisBase):
             [self.keys(tenant).passage(passage_id)],
             [x for pair in RETIRED_FIELDS.items() for x in pair],
         )
+        stage_lexical_mirror(pipe, self.keys(tenant), passage_id)
 
     def stage_restore_passage(self, pipe, tenant: str, passage_id: str, incarnation: int) -> None:
         _eval(
@@ -126,6 +128,7 @@ class VersionsOps(RedisBase):
             [self.keys(tenant).passage(passage_id)],
             [incarnation, *(x for pair in RETIRED_FIELDS.items() for x in pair)],
         )
+        stage_lexical_mirror(pipe, self.keys(tenant), passage_id)
 
     async def passage_support(self, tenant: str, passage_id: str) -> tuple[list[str], list[str]]:
         """(fact ids, schema ids) whose support counts the passage."""

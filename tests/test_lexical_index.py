@@ -1,0 +1,295 @@
+"""A large tenant's lexical index of its own (store.redis.lexical_index): the same per-tenant BM25
+as the shared path scores in the client — ranks equal, scores to float precision — answered in
+Redis; promotion online, idempotent and resumable after SIGKILL; erasure and purge leave nothing.
+
+The corpus is HotpotQA-100's passages (read by path from ../shared/data), its questions the queries."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ops.datasets import load_dataset
+from store.records import Erasure
+from store.redis.search import LEXICAL_READ_ALL
+from topics.records import Chunk
+
+pytestmark = pytest.mark.stack
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PASSAGES = 240  # past LEXICAL_READ_ALL: the shared path scores candidates in the client
+TOP = 10
+
+
+def _corpus() -> tuple[list[str], list[str]]:
+    dataset = load_dataset("hotpotqa", DATA)
+    return dataset.passages[:PASSAGES], [q.text for q in dataset.questions[:40]]
+
+
+def _chunk(tenant: str, i: int, text: str) -> Chunk:
+    return Chunk(
+        tenant=tenant,
+        chunk_id=f"p{i:04d}",
+        doc_id=f"d{i:04d}",
+        seq=0,
+        n_chunks=1,
+        text=text,
+        doc_version=1,
+        doc_hash=f"h{i}",
+        metadata={},
+    )
+
+
+async def _write(memory, tenant: str, texts: list[str], start: int = 0) -> None:
+    await memory.ensure_indexes(tenant)
+    rng = np.random.default_rng(start)
+    pipe = memory.pipeline()
+    for i, text in enumerate(texts, start):
+        memory.stage_passage(pipe, tenant, _chunk(tenant, i, text), [], rng.normal(size=memory.dims))
+    await pipe.execute()
+
+
+async def _retire_and_erase(memory, tenant: str) -> None:
+    """Passages out of memory, as versions and erasures leave them: retired (p0003, p0007) and
+    erased (p0011). Both still count in the tenant's passages, as on the shared path."""
+    pipe = memory.pipeline()
+    memory.stage_retire_passage(pipe, tenant, "p0003")
+    memory.stage_retire_passage(pipe, tenant, "p0007")
+    memory.stage_erase(pipe, tenant, Erasure("d0011", ("p0011",), (), (), (), (), ()))
+    await pipe.execute()
+
+
+async def _rankings(memory, tenant: str, queries: list[str]) -> dict[str, list[tuple[str, float, str]]]:
+    return {q: [(h.id, h.score, h.fields["doc_id"]) for h in await memory.lexical(tenant, q, TOP)] for q in queries}
+
+
+def _same(before: dict, after: dict) -> None:
+    for query, ranked in before.items():
+        assert [pid for pid, _, _ in after[query]] == [pid for pid, _, _ in ranked], query
+        assert [doc for _, _, doc in after[query]] == [doc for _, _, doc in ranked], query
+        for (_, a, _), (_, b, _) in zip(after[query], ranked):
+            assert a == pytest.approx(b, rel=1e-6), query
+
+
+def _shared_path_forbidden(memory) -> None:
+    """Past this, a search that moved candidates' terms to the client fails the test."""
+
+    async def forbidden(*args, **kwargs):
+        raise AssertionError("scored in the client: the tenant's own index was not used")
+
+    memory._lexical_candidates = forbidden
+
+
+def _memory(stack_env, **kwargs):
+    from store import Memory
+
+    return Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=8, **kwargs)
+
+
+def test_a_tenant_promoted_to_its_own_index_ranks_as_before_and_follows_its_writes(stack_env):
+    texts, queries = _corpus()
+    assert len(texts) > LEXICAL_READ_ALL
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"own-{uuid.uuid4().hex[:8]}"
+        try:
+            await _write(memory, tenant, texts)
+            await _retire_and_erase(memory, tenant)
+            before = await _rankings(memory, tenant, queries)
+            assert await memory.promote_lexical(tenant) == len(texts)
+            assert await memory.promote_lexical(tenant) == len(texts)  # again: idempotent
+            info = await memory.redis.ft(memory.keys(tenant).lexical_index_name).info()
+            assert int(info["num_docs"]) == len(texts)  # one document a passage, retired and erased ones too
+            _shared_path_forbidden(memory)
+            after = await _rankings(memory, tenant, queries)
+            _same(before, after)
+            assert all("p0003" not in [pid for pid, _, _ in hits] for hits in after.values())
+            # writes after the promotion reach the own index: a new passage, a retirement, a return
+            await _write(memory, tenant, ["Zyxquorp the unmistakable lighthouse keeper of Brannoc"], start=9000)
+            assert [h.id for h in await memory.lexical(tenant, "Zyxquorp lighthouse", 1)] == ["p9000"]
+            pipe = memory.pipeline()
+            memory.stage_retire_passage(pipe, tenant, "p9000")
+            await pipe.execute()
+            assert "p9000" not in [h.id for h in await memory.lexical(tenant, "Zyxquorp", 5)]
+            pipe = memory.pipeline()
+            memory.stage_restore_passage(pipe, tenant, "p9000", 2)
+            await pipe.execute()
+            assert [h.id for h in await memory.lexical(tenant, "Zyxquorp", 5)] == ["p9000"]
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+        # the same memory written without a promotion ranks as the promoted one did
+        fresh = _memory(stack_env)
+        again = f"own-{uuid.uuid4().hex[:8]}"
+        try:
+            await _write(fresh, again, texts)
+            await _retire_and_erase(fresh, again)
+            await _write(fresh, again, ["Zyxquorp the unmistakable lighthouse keeper of Brannoc"], start=9000)
+            shared = await _rankings(fresh, again, queries)
+            await fresh.promote_lexical(again)
+            _shared_path_forbidden(fresh)
+            _same(shared, await _rankings(fresh, again, queries))
+        finally:
+            await fresh.purge_tenant(again, lambda p: [], lambda *a: [])
+            await fresh.close()
+
+    asyncio.run(main())
+
+
+def test_a_writer_promotes_a_tenant_that_crosses_the_size_in_the_background(stack_env):
+    """ensure_indexes (every chunk's write) counts the tenant once per LEXICAL_SIZE_RECHECK_S;
+    past lexical_own_index_at it promotes it without holding the write up."""
+    texts, queries = _corpus()
+
+    async def main():
+        memory = _memory(stack_env)
+        memory.lexical_own_index_at = 200
+        tenant = f"own-{uuid.uuid4().hex[:8]}"
+        state = memory.keys(tenant).lexical_index_state
+        try:
+            await _write(memory, tenant, texts[:150])
+            assert await memory.redis.hget(state, "state") is None  # below the size: shared indexes only
+            await _write(memory, tenant, texts[150:], start=150)
+            memory._lexical_size_checked.clear()  # (as LEXICAL_SIZE_RECHECK_S later)
+            await memory.ensure_indexes(tenant)  # the next chunk's write
+            before = await _rankings(memory, tenant, queries[:10])
+            for _ in range(200):
+                if await memory.redis.hget(state, "state") == b"ready":
+                    break
+                await asyncio.sleep(0.05)
+            assert await memory.redis.hget(state, "state") == b"ready"
+            _shared_path_forbidden(memory)
+            _same(before, await _rankings(memory, tenant, queries[:10]))
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+
+    asyncio.run(main())
+
+
+_PROMOTE_SLOWLY = """
+import asyncio, sys, time
+import store.redis.lexical_index as lexical_index
+from store import Memory
+lexical_index.PROMOTION_BATCH = 10
+async def main():
+    memory = Memory.from_url(sys.argv[1], dims=8)
+    def progress(done, total):
+        print(done, flush=True)
+        time.sleep(0.2)  # killed in here, its batches half done
+    await memory.promote_lexical(sys.argv[2], progress)
+asyncio.run(main())
+"""
+
+
+def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
+    """SIGKILL after a few batches of copies: readers keep the (exact) shared path, the state
+    says building; the next promotion finishes the same index — one document a passage, no term
+    counted twice, the ranks of the shared path — while writes went on meanwhile."""
+    texts, queries = _corpus()
+    url = stack_env["MEMSTREAM_REDIS_URL"]
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"own-{uuid.uuid4().hex[:8]}"
+        keys = memory.keys(tenant)
+        try:
+            await _write(memory, tenant, texts[:200])
+            await _retire_and_erase(memory, tenant)
+            promoter = subprocess.Popen(
+                [sys.executable, "-c", _PROMOTE_SLOWLY, url, tenant],
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            )
+            assert promoter.stdout is not None
+            for _ in range(3):  # three batches copied
+                assert promoter.stdout.readline().strip()
+            promoter.send_signal(signal.SIGKILL)
+            promoter.wait(timeout=10)
+            assert await memory.redis.hget(keys.lexical_index_state, "state") == b"building"
+            copied = [k async for k in memory.redis.scan_iter(match=keys.lexical_mirror_prefix + "*", count=1000)]
+            assert 0 < len(copied) < 200
+            # writes while it lay cut off are copied by the writes themselves
+            await _write(memory, tenant, texts[200:], start=200)
+            shared = await _rankings(memory, tenant, queries)  # still the shared path: not ready
+            started = time.monotonic()
+            assert await memory.promote_lexical(tenant) == len(texts)
+            assert time.monotonic() - started < 30
+            info = await memory.redis.ft(keys.lexical_index_name).info()
+            assert int(info["num_docs"]) == len(texts)
+            _shared_path_forbidden(memory)
+            _same(shared, await _rankings(memory, tenant, queries))
+            names = [n.decode() for n in await memory.redis.execute_command("FT._LIST")]
+            assert names.count(keys.lexical_index_name) == 1
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def test_purging_a_promoted_tenant_leaves_no_key_and_no_index(stack_env):
+    texts, _ = _corpus()
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"own-{uuid.uuid4().hex[:8]}"
+        keys = memory.keys(tenant)
+        try:
+            await _write(memory, tenant, texts[:100])
+            await memory.promote_lexical(tenant)
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+        left = [k async for k in memory.redis.scan_iter(match=f"*{{{tenant}}}*", count=1000)]
+        names = [n.decode() for n in await memory.redis.execute_command("FT._LIST")]
+        await memory.close()
+        return left, names, keys.lexical_index_name
+
+    left, names, own = asyncio.run(main())
+    assert left == []
+    assert own not in names
+
+
+def test_an_erasure_in_a_promoted_tenant_leaves_nothing_of_the_document(stack_env):
+    """tests/test_erasure.py's check (every key of the server, any type) with the tenant's own
+    lexical index built before the erasure: the copies of its passages' terms go too."""
+    from tests.test_erasure import _stages, traces
+
+    url = stack_env["MEMSTREAM_REDIS_URL"]
+    word = f"Zorvex{uuid.uuid4().hex[:8]}"
+
+    async def scenario():
+        stages = _stages(url)
+        try:
+            await stages.publish(
+                "quill", f"{word} Quill lives in Brannoc. {word} Quill works for Orsk Mills.", version=1
+            )
+            await stages.publish("nora", "Nora Velt works for Orsk Mills.", version=1)
+            await stages.memory.promote_lexical(stages.tenant)
+            copies = [
+                k
+                async for k in stages.memory.redis.scan_iter(
+                    match=stages.memory.keys(stages.tenant).lexical_mirror_prefix + "*"
+                )
+            ]
+            before = traces(stages, url, [word])
+            await stages.delete("quill", purge=True)
+            return copies, before, traces(stages, url, [word])
+        finally:
+            await stages.close()
+
+    copies, before, after = asyncio.run(scenario())
+    assert len(copies) == 2
+    assert any(":lex:" in k for k in before), before  # its terms were copied
+    assert after == [], after[:10]
