@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
     bench.add_argument(
-        "kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants", "graph"]
+        "kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants", "graph", "scale"]
     )
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument(
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench.add_argument("--edges", default="10000,100000,1000000", help="ppr: synthetic graph sizes in edges")
     bench.add_argument(
-        "--queries", type=int, default=100, help="ppr: queries per measurement; tenants: per tenant and round"
+        "--queries", type=int, default=100, help="ppr: queries per measurement; tenants: per tenant and round; scale: per mode and round"
     )
     bench.add_argument("--sizes", default="1000,5000,20000", help="memory sizes in passages")
     bench.add_argument("--probe", type=int, default=20, help="documents timed one by one at each size")
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--passages",
         default=None,
-        help="load: passages indexed into a fresh tenant when --tenant is not given (default 50); tenants: per tenant (default 20); graph: the tenant sizes, comma-separated (default 5000,50000,200000)",
+        help="load: passages indexed into a fresh tenant when --tenant is not given (default 50); tenants: per tenant (default 20); graph, scale: the tenant sizes, comma-separated (default 5000,50000,200000)",
     )
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
@@ -693,9 +693,9 @@ def cmd_bench(settings: Settings, args) -> int:
         )
     if (args.rules or args.docs) and args.kind != "index":
         raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
-    if args.baseline_tree and args.kind not in ("index", "wait", "tenants", "graph"):
+    if args.baseline_tree and args.kind not in ("index", "wait", "tenants", "graph", "scale"):
         raise ValueError(
-            f"--baseline-tree is an option of bench index --rules, wait, tenants and graph, not bench {args.kind}"
+            f"--baseline-tree is an option of bench index --rules, wait, tenants, graph and scale, not bench {args.kind}"
         )
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
@@ -722,6 +722,11 @@ def cmd_bench(settings: Settings, args) -> int:
         return run_graph_bench(
             settings, sizes, args.queries, args.rounds or 2, args.baseline_tree, args.redis_url, args.json
         )
+    if args.kind == "scale":
+        from ops.scale_bench import run_scale_bench
+
+        sizes = [int(s) for s in (args.passages or "5000,50000,200000").split(",") if s.strip()]
+        return run_scale_bench(sizes, args.queries, args.rounds or 3, args.baseline_tree, data, args.json)
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench
 

@@ -179,6 +179,7 @@ class Layers(Protocol):
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]: ...
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]: ...
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None: ...
+    async def fact_vectors(self, tenant: str, fact_ids: list[str]) -> list[np.ndarray | None]: ...  # one round trip
     # text → the vector a record holds for that very text (entity id → name, fact id → its text,
     # schema id → "head_type relation tail_type"), in one round trip: what needs no embedding
     async def held_vectors(
@@ -201,6 +202,17 @@ class Layers(Protocol):
         k: int,
         return_fields: list[str],
         where: Mapping[str, str] | None = None,
+    ) -> list[list[Hit]]: ...
+
+    # knn of one vector under each filter, in one round trip
+    async def knn_each(
+        self,
+        tenant: str,
+        layer: str,
+        vector: np.ndarray,
+        k: int,
+        return_fields: list[str],
+        wheres: list[Mapping[str, str] | None],
     ) -> list[list[Hit]]: ...
 
     # the lexical leg: the k passages best matching a query by BM25 (store.lexical), best first

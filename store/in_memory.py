@@ -663,6 +663,9 @@ class InMemoryStore:
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return self._vector(tenant, "facts", fact_id)
 
+    async def fact_vectors(self, tenant: str, fact_ids: list[str]) -> list[np.ndarray | None]:
+        return [self._vector(tenant, "facts", fid) for fid in fact_ids]
+
     async def held_vectors(
         self, tenant: str, entities: dict[str, str], facts: dict[str, str], schemas: dict[str, str]
     ) -> dict[str, HeldVector]:
@@ -693,6 +696,17 @@ class InMemoryStore:
         where: Mapping[str, str] | None = None,
     ) -> list[list[Hit]]:
         return [await self.knn(tenant, layer, vector, k, return_fields, where) for vector in vectors]
+
+    async def knn_each(
+        self,
+        tenant: str,
+        layer: str,
+        vector: np.ndarray,
+        k: int,
+        return_fields: list[str],
+        wheres: list[Mapping[str, str] | None],
+    ) -> list[list[Hit]]:
+        return [await self.knn(tenant, layer, vector, k, return_fields, where) for where in wheres]
 
     async def knn(
         self,

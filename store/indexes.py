@@ -194,12 +194,17 @@ class TenantIndex:
         first, all searches in one round trip. Raw FT.SEARCH, not redisvl's query objects: for a
         small tenant their building and parsing cost more than the search (measured: 1.34 → 0.6
         ms p50 with 10,000 tenants in the index)."""
-        query = f"({tenant_filter(self.tenant, where)})=>[KNN {int(k)} @vec $vector AS {DISTANCE}]"
+        return await self.knn_each([(vector, where) for vector in vectors], k, return_fields)
+
+    async def knn_each(
+        self, searches: list[tuple[bytes, Mapping[str, str] | None]], k: int, return_fields: list[str]
+    ) -> list[list[tuple[str, float, dict[str, str]]]]:
+        """`knn` of each (vector, where) pair: a filter of its own each, all in one round trip."""
         commands = [
             (
                 "FT.SEARCH",
                 self.name,
-                query,
+                f"({tenant_filter(self.tenant, where)})=>[KNN {int(k)} @vec $vector AS {DISTANCE}]",
                 "PARAMS",
                 2,
                 "vector",
@@ -217,7 +222,7 @@ class TenantIndex:
                 "DIALECT",
                 2,
             )
-            for vector in vectors
+            for vector, where in searches
         ]
         if len(commands) == 1:  # a pipeline of one costs ~0.4 ms more than the command
             replies = [await self.redis.execute_command(*commands[0])]

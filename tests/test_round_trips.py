@@ -160,3 +160,34 @@ async def _embeds() -> None:
         assert all(len(call) > 3 for call in embedder.calls[:2])  # entities and facts, not the passage alone
     finally:
         await ip.close()
+
+
+def test_a_reconstruct_walk_searches_facts_and_reads_vectors_once_a_step(stack_env, round_trips):
+    """Each step of a walk opens the branches of its new cues: their facts by head and by tail
+    (a KNN each) and the vectors of their facts. Before, each was a command of its own — on a
+    2,000-passage tenant 44 searches and 45 vector reads a query, 155 round trips in all (81
+    now). Now a step's searches go in one pipeline (Layers.knn_each), its vectors in another
+    (fact_vectors): no search or vector read is sent alone whatever the cues."""
+    texts = [
+        "Ada Quill works for Orsk Mills. Ada Quill lives in Brannoc.",
+        "Bo Quill works for Orsk Mills. Bo Quill lives in Tallowmere.",
+        "Cy Verne works for Brannoc Press. Cy Verne lives in Brannoc.",
+        "Orsk Mills is located in Brannoc. Brannoc Press is located in Brannoc.",
+    ]
+
+    async def main():
+        ip = InProcess(stack_env["MEMSTREAM_REDIS_URL"], RulesExtractor(), tau=1)
+        try:
+            for n, text in enumerate(texts):
+                await ip.publish(f"doc{n}", text)
+            await ip.query("Ada Quill", mode="reconstruct")  # warm: the tenant's checks, the graph
+            round_trips.clear()
+            answer = await ip.query("Who works for Orsk Mills in Brannoc?", mode="reconstruct")
+            return answer, dict(round_trips)
+        finally:
+            await ip.close()
+
+    answer, counts = asyncio.run(main())
+    assert answer["passages"], answer
+    assert counts.get("FT.SEARCH", 0) <= 3, counts  # the first stage's own searches (dense, entities, lexical)
+    assert counts.get("HGET", 0) <= 4, counts  # a passage's entities as it is read; fact vectors in a pipeline

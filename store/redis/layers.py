@@ -184,8 +184,15 @@ class LayersOps(RedisBase):
         return json.loads(raw) if raw else []
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
-        raw = await self.redis.hget(self.keys(tenant).fact(fact_id), "vec")
-        return None if raw is None else vector_from_bytes(cast(bytes, raw))  # this client replies bytes (_text)
+        return (await self.fact_vectors(tenant, [fact_id]))[0]
+
+    async def fact_vectors(self, tenant: str, fact_ids: list[str]) -> list[np.ndarray | None]:
+        """Each fact's stored vector, in one round trip; None for a missing id."""
+        pipe = self.redis.pipeline(transaction=False)
+        for fid in fact_ids:
+            pipe.hget(self.keys(tenant).fact(fid), "vec")
+        replies = await pipe.execute() if fact_ids else []
+        return [None if raw is None else vector_from_bytes(cast(bytes, raw)) for raw in replies]  # bytes (_text)
 
     async def held_vectors(
         self, tenant: str, entities: dict[str, str], facts: dict[str, str], schemas: dict[str, str]

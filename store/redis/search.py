@@ -98,6 +98,16 @@ def _lexical_rows(searchable: TenantIndex, reply, holding: list[str] | None = No
     return LexicalRows(total, documents, doc_ids, length)
 
 
+def _hits(rows: list[tuple[str, float, dict[str, str]]], return_fields: list[str]) -> list[Hit]:
+    """A KNN search's rows as hits, equally near records by id, as in the in-memory store: the
+    first stage fuses ranks, so RediSearch's arbitrary order of ties would otherwise change a
+    fused answer run to run."""
+    return sorted(
+        (Hit(rid, similarity(distance), {f: fields.get(f) for f in return_fields}) for rid, distance, fields in rows),
+        key=lambda h: (-h.score, h.id),
+    )
+
+
 def _encoded(value: str | None) -> bytes | None:
     return None if value is None else value.encode()
 
@@ -142,18 +152,33 @@ class SearchOps(LexicalIndexOps):
             # creates the indexes again (readers create nothing)
             self._lost_indexes()
             return [[] for _ in vectors]
-        # equally near records by id, as in the in-memory store: the first stage fuses ranks, so
-        # RediSearch's arbitrary order of ties would otherwise change a fused answer run to run
-        return [
-            sorted(
-                (
-                    Hit(rid, similarity(distance), {f: fields.get(f) for f in return_fields})
-                    for rid, distance, fields in rows
-                ),
-                key=lambda h: (-h.score, h.id),
-            )
-            for rows in results
-        ]
+        return [_hits(rows, return_fields) for rows in results]
+
+    async def knn_each(
+        self,
+        tenant: str,
+        layer: str,
+        vector: np.ndarray,
+        k: int,
+        return_fields: list[str],
+        wheres: list[Mapping[str, str] | None],
+    ) -> list[list[Hit]]:
+        """`knn` of one vector under each filter of `wheres` (a walk's facts by head, by tail, of
+        each cue), all searches in one round trip."""
+        if not wheres:
+            return []
+        searchable = await self.searchable(tenant, layer, dims=len(vector))
+        if searchable is None:
+            return [[] for _ in wheres]
+        raw = vector_bytes(vector)
+        try:
+            results = await searchable.knn_each([(raw, where) for where in wheres], k, return_fields)
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._lost_indexes()
+            return [[] for _ in wheres]
+        return [_hits(rows, return_fields) for rows in results]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
         """The `k` passages of the tenant best matching `query` by BM25 over the passages' terms

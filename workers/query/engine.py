@@ -606,15 +606,28 @@ class QueryEngine:
         facts weigh nothing. With `as_of`: the facts valid then (_facts_as_of)."""
         if as_of is not None:
             return await self._facts_as_of(tenant, vector, k, as_of, where)
-        hits = await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {**(where or {}), "status": "active"})
+        return self._live(
+            await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {**(where or {}), "status": "active"})
+        )
+
+    def _live(self, hits: list[Hit]) -> list[Hit]:
+        """The hits whose TTL has not lapsed (before the expiry sweep gets to them)."""
         now = self.clock()
         return [h for h in hits if not (h.fields.get("expires_at") and float(h.fields["expires_at"]) <= now)]
 
     def _fact_search(self, request: QueryRequest):
-        """The fact search a reconstruct walk uses: this engine's, at the request's as_of."""
-        if request.as_of is None:
-            return self._facts
-        return lambda tenant, vector, k, where=None: self._facts(tenant, vector, k, where, request.as_of)
+        """The fact searches a reconstruct walk uses (one for each filter, at once): this
+        engine's, at the request's as_of."""
+
+        async def each(tenant: str, vector, k: int, wheres: list[dict[str, str] | None]) -> list[list[Hit]]:
+            if request.as_of is not None:
+                return list(await asyncio.gather(*(self._facts(tenant, vector, k, w, request.as_of) for w in wheres)))
+            found = await self.memory.knn_each(
+                tenant, "facts", vector, k, FACT_FIELDS, [{**(w or {}), "status": "active"} for w in wheres]
+            )
+            return [self._live(hits) for hits in found]
+
+        return each
 
     async def _facts_as_of(self, tenant: str, vector, k: int, as_of: float, where: dict[str, str] | None = None):
         """The `k` facts nearest the query among those valid at `as_of`, whatever their status

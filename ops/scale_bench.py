@@ -1,0 +1,457 @@
+"""`memstream bench scale`: one tenant at 5,000 / 50,000 / 200,000 passages on the Redis store —
+query p50 / p99 of every mode through the engine and over HTTP, the write and (this tree's)
+lexical promotion time, Redis memory per passage, the graph cache's load time and resident
+growth — for this tree and a baseline tree side by side, in one run.
+
+The passages. First the shared corpora's own, read by path (MuSiQue-100's 1,890, HotpotQA-100's
+994, the LoCoMo dev conversations' 1,451 turns); past them, passages recombined from their
+sentences (three to five, drawn with a fixed seed), so a size of any count holds real words in
+real proportions. Each passage's entities are its capitalised word runs (at most four), each
+pair of neighbours a fact ("A appears with B", active, one stable schema), written as the
+extractor writes them (passage, entities, entity–passage edges, facts and their edges) through
+the tree's store staging calls, a pipeline of 200 passages at a time: no model runs, so a size
+takes minutes, not hours. Vectors come from WordHashEmbedder: each word hashed to a signed
+coordinate of 384, counted and normalised — the local model's size and cost shape for the
+indexes, no model's quality (the bench measures speed; `bench recall` and `bench conversation`
+measure quality). The queries are the corpora's questions, each asked once per tree (the
+engine caches answers), the same ones of both trees in a round.
+
+Each tree (this checkout; with `baseline_tree` an older one, e.g. `git worktree add --detach
+DIR <commit>`) gets a Redis of its own and is written by a subprocess importing that tree's
+code (this file run with PYTHONPATH at the tree). Then one long-lived query process per tree
+holds its engine and its HTTP app (workers.query.server.query_app on a free port); rounds
+alternate which tree goes first (this, baseline; baseline, this; ...), each round the same
+queries in every mode for both. The first PPR query of each process loads the graph cache: its
+time and the process's resident growth (VmRSS) are the graph cache's load time and memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DIMS = 384
+MODES = ("dense", "lexical", "hybrid", "ppr", "reconstruct")
+SIZES = (5_000, 50_000, 200_000)
+TENANT = os.environ.get("MEMSTREAM_SCALE_TENANT", "scale")
+WRITE_BATCH = 200
+GOALS = {"50000": {"lexical": 5.0, "graph_p50": 20.0, "graph_p99": 60.0}, "200000": {"every_p50": 40.0}}
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_ENTITY = re.compile(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*")
+_WORD = re.compile(r"\w+")
+
+
+class WordHashEmbedder:
+    """Not a model: each word (lowercased) hashed to one of `dims` coordinates with a sign,
+    counted, the vector normalised. Texts sharing words are near, as with a model; it costs
+    microseconds, so 200,000 passages are written in minutes. The bench's queries use it too."""
+
+    name = "word-hash"
+
+    def __init__(self, dims: int = DIMS):
+        self.dims = dims
+
+    def vector(self, text: str):
+        import numpy as np
+
+        out = np.zeros(self.dims, dtype=np.float32)
+        for word in _WORD.findall(text.lower()):
+            h = zlib.crc32(word.encode())
+            out[h % self.dims] += 1.0 if h & 0x80000000 else -1.0
+        norm = float(np.linalg.norm(out))
+        return out / norm if norm else out
+
+    async def embed(self, texts: list[str]):
+        import numpy as np
+
+        return np.vstack([self.vector(t) for t in texts])
+
+
+# ---- the corpus: built once here, read by every tree's writer ---------------------------------
+def build_corpus(data_dir: Path, size: int, seed: int = 7) -> tuple[list[str], list[str]]:
+    """`size` passages (the corpora's own first, then recombined sentences) and the questions."""
+    import random
+
+    from ops.datasets import load_dataset
+
+    passages: list[str] = []
+    questions: list[str] = []
+    for name in ("musique", "hotpotqa"):
+        dataset = load_dataset(name, data_dir)
+        passages += dataset.passages
+        questions += [q.text for q in dataset.questions]
+    locomo = data_dir / "locomo_dev" / "locomo_dev.json"
+    for conversation in json.loads(locomo.read_text(encoding="utf-8")):
+        talk = conversation["conversation"]
+        for key, turns in talk.items():
+            if key.startswith("session_") and isinstance(turns, list):
+                passages += [f"{turn['speaker']}: {turn['text']}" for turn in turns if turn.get("text")]
+        questions += [qa["question"] for qa in conversation.get("qa", []) if qa.get("question")]
+    passages = list(dict.fromkeys(passages))
+    sentences = [s.strip() for p in passages for s in _SENTENCE.split(p) if len(s.split()) >= 4]
+    rng = random.Random(seed)
+    seen = set(passages)
+    while len(passages) < size:
+        text = " ".join(rng.sample(sentences, rng.randint(3, 5)))
+        if text not in seen:
+            seen.add(text)
+            passages.append(text)
+    return passages[:size], list(dict.fromkeys(questions))
+
+
+def entities_of(text: str) -> list[str]:
+    """A passage's capitalised word runs, at most four, first seen first."""
+    return list(dict.fromkeys(m.group(0) for m in _ENTITY.finditer(text)))[:4]
+
+
+# ---- run: both trees, interleaved rounds ------------------------------------------------------
+def run_scale_bench(
+    sizes: list[int],
+    queries: int,
+    rounds: int,
+    baseline_tree: str | None,
+    data_dir: Path,
+    as_json: bool,
+    http: bool = True,
+) -> int:
+    from ops.stack import Stack, free_port, stderr
+    from workers.settings import Settings
+
+    if not sizes or min(sizes) < 1 or queries < 1 or rounds < 1:
+        raise ValueError("bench scale: --sizes, --queries and --rounds must be positive")
+    trees = [("this", ROOT)]
+    if baseline_tree:
+        tree = Path(baseline_tree).resolve()
+        if not (tree / "store" / "memory.py").is_file():
+            raise ValueError(f"--baseline-tree {tree}: no store/memory.py there (expected a checkout of memstream)")
+        trees.append(("baseline", tree))
+    work = Path(tempfile.mkdtemp(prefix="memstream-scalebench-"))
+    results = []
+    try:
+        passages, questions = build_corpus(Path(data_dir), max(sizes))
+        if len(questions) < queries * rounds:
+            stderr(f"bench scale: {len(questions)} questions; rounds reuse them with a suffix")
+        corpus = work / "corpus.json"
+        corpus.write_text(json.dumps(passages), encoding="utf-8")
+        for size in sizes:
+            stacks, children = [], {}
+            try:
+                rows = {}
+                for name, tree in trees:
+                    stacks.append(redis_stack := Stack(Settings(home=work / f"{name}-{size}", redis_port=free_port())))
+                    redis_stack.service_up("redis", stderr)
+                    url = f"redis://127.0.0.1:{redis_stack.redis.port}/0"
+                    stderr(f"bench scale: {name} ({tree}): writing {size:,} passages")
+                    spec = {"redis_url": url, "corpus": str(corpus), "size": size}
+                    rows[name] = {"tree": name, "directory": str(tree), "size": size, **_write_phase(tree, spec)}
+                    children[name] = _QueryProcess(tree, {**spec, "http": http})
+                for name, child in children.items():
+                    rows[name].update(child.ask({"do": "warm", "query": questions[0]}))
+                samples: dict[str, dict[str, list[float]]] = {name: {} for name in rows}
+                by_round: dict[str, dict[str, list[float]]] = {name: {} for name in rows}
+                order = list(children)
+                for n in range(rounds):
+                    stderr(f"bench scale: {size:,} passages, round {n + 1}/{rounds}")
+                    asked = [_question(questions, n * queries + i) for i in range(queries)]
+                    for name in order if n % 2 == 0 else order[::-1]:
+                        got = children[name].ask({"do": "round", "queries": asked, "modes": list(MODES)})
+                        for key, values in got.items():
+                            samples[name].setdefault(key, []).extend(values)
+                            by_round[name].setdefault(key, []).append(_percentiles(values)[0])
+                for name, row in rows.items():
+                    row["latency_ms"] = {k: [round(x, 2) for x in _percentiles(v)] for k, v in samples[name].items()}
+                    if name != "this" and "this" in rows:
+                        rows["this"]["ratio_by_round"] = {
+                            k: _ratios(by_round["this"][k], by_round[name][k]) for k in by_round["this"]
+                        }
+                results += list(rows.values())
+            finally:
+                for child in children.values():
+                    child.close()
+                for redis_stack in stacks:
+                    try:
+                        redis_stack.service_down("redis")
+                    except Exception as exc:
+                        stderr(f"bench scale: stopping the Redis in {redis_stack.settings.home} failed: {exc}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if as_json:
+        print(json.dumps(results, indent=1))
+    else:
+        _print_table(results, rounds * queries)
+    return 0
+
+
+def _question(questions: list[str], n: int) -> str:
+    """The n-th question asked: each once (the engine caches answers), a suffix past the last."""
+    text = questions[n % len(questions)]
+    return text if n < len(questions) else f"{text} ({n // len(questions)})"
+
+
+def _write_phase(tree: Path, spec: dict) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "write", json.dumps(spec)],
+        cwd=tree,
+        env=_tree_env(tree),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench scale: the write phase in {tree} failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _tree_env(tree: Path) -> dict:
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
+
+
+class _QueryProcess:
+    """A tree's query process: one JSON request a line in, one JSON answer a line out."""
+
+    def __init__(self, tree: Path, spec: dict):
+        self.tree = tree
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "serve", json.dumps(spec)],
+            cwd=tree,
+            env=_tree_env(tree),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def ask(self, request: dict) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench scale: the query process of {self.tree} ended (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _percentiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _ratios(this: list[float], base: list[float]) -> dict[str, float]:
+    ratios = sorted(a / b for a, b in zip(this, base) if b > 0)
+    if not ratios:
+        return {}
+    return {"median": round(statistics.median(ratios), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3)}
+
+
+def _print_table(rows: list[dict], asked: int) -> None:
+    for size in sorted({r["size"] for r in rows}):
+        group = [r for r in rows if r["size"] == size]
+        names = [r["tree"] for r in group]
+        print(f"\none tenant of {size:,} passages ({asked} questions a mode, p50 / p99 ms)")
+        print(
+            "| | "
+            + " | ".join(names)
+            + (" | this / baseline p50 (by round: median, min-max)" if len(group) > 1 else "")
+            + " |"
+        )
+        print("|---|" + "---:|" * len(group) + ("---|" if len(group) > 1 else ""))
+        for key in group[0]["latency_ms"]:
+            cells = [f"{r['latency_ms'][key][0]:.1f} / {r['latency_ms'][key][1]:.1f}" for r in group]
+            extra = ""
+            if len(group) > 1:
+                pooled = group[0]["latency_ms"][key][0] / max(group[1]["latency_ms"][key][0], 1e-9)
+                by = group[0].get("ratio_by_round", {}).get(key, {})
+                extra = f" | {pooled:.2f}x ({by.get('median', 0):.2f}x, {by.get('min', 0):.2f}-{by.get('max', 0):.2f})"
+            print(f"| {key} | " + " | ".join(cells) + extra + " |")
+        for label, field, unit in (
+            ("write", "write_s", "s"),
+            ("lexical promotion", "promote_s", "s"),
+            ("Redis memory per passage", "bytes_per_passage", "B"),
+            ("graph cache load (first ppr query)", "graph_load_ms", "ms"),
+            ("graph cache resident per passage (VmRSS growth)", "graph_rss_per_passage", "B"),
+        ):
+            cells = [f"{r[field]:,.1f} {unit}" if r.get(field) is not None else "—" for r in group]
+            print(f"| {label} | " + " | ".join(cells) + (" | |" if len(group) > 1 else " |"))
+
+
+# ---- the phases, in a subprocess importing one tree's code ------------------------------------
+async def _write(spec: dict) -> dict:
+
+    from store import Memory
+    from store.facts import Fact, Triple
+    from store.keys import entity_node, passage_node
+    from store.records import EmbedderId
+    from topics.records import Chunk
+    from workers.algorithms.normalize import entity_id, fact_id, schema_id
+
+    texts = json.loads(Path(spec["corpus"]).read_text(encoding="utf-8"))[: spec["size"]]
+    embedder = WordHashEmbedder()
+    memory = Memory.from_url(spec["redis_url"])
+    relation, kind = "appears with", "ENTITY"
+    sid = schema_id(kind, relation, kind)
+    try:
+        await memory.claim_embedder(TENANT, EmbedderId(embedder.name, embedder.dims), True)
+        await memory.ensure_indexes(TENANT)
+        base = await _used_memory(memory)
+        started = time.perf_counter()
+        for start in range(0, len(texts), WRITE_BATCH):
+            version = await memory.bump_graph_version(TENANT)
+            pipe = memory.pipeline()
+            for i in range(start, min(start + WRITE_BATCH, len(texts))):
+                text = texts[i]
+                chunk = Chunk(TENANT, f"s{i:07d}", f"doc-{i}", 0, 1, text)
+                names = entities_of(text)
+                ids = [entity_id(n) for n in names]
+                memory.stage_passage(pipe, TENANT, chunk, ids, embedder.vector(text))
+                for name, eid in zip(names, ids):
+                    memory.stage_entity(pipe, TENANT, eid, name, kind, embedder.vector(name), chunk.chunk_id)
+                    memory.stage_edge(
+                        pipe, TENANT, version, entity_node(eid), passage_node(chunk.chunk_id), 1.0, "passage"
+                    )
+                for (head, hid), (tail, tid) in zip(zip(names, ids), list(zip(names, ids))[1:]):
+                    if hid == tid:
+                        continue
+                    fid = fact_id(hid, relation, tid)
+                    fact = Fact.extracted(fid, Triple(head, relation, tail, kind, kind), hid, tid, sid)
+                    memory.stage_new_fact(pipe, TENANT, fact, embedder.vector(f"{head} {relation} {tail}"))
+                    memory.stage_fact_update(pipe, TENANT, fid, {"status": "active"})
+                    memory.stage_fact_passage(pipe, TENANT, fid, chunk.chunk_id)
+                    memory.stage_fact_edge(pipe, TENANT, version, entity_node(hid), entity_node(tid), fid)
+                if i < 2:  # two passages: the schema stable at τ = 2
+                    memory.stage_schema(
+                        pipe, TENANT, sid, kind, relation, kind, embedder.vector(relation), chunk.chunk_id
+                    )
+            await pipe.execute()
+            if (start // WRITE_BATCH) % 50 == 0:
+                print(f"bench scale: written {start + WRITE_BATCH:,} of {len(texts):,}", file=sys.stderr, flush=True)
+        write_s = time.perf_counter() - started
+        await _indexed(memory, len(texts))
+        promote_s = None
+        if hasattr(memory, "promote_lexical"):  # this tree: the tenant's own lexical index
+            started = time.perf_counter()
+            await memory.promote_lexical(TENANT)
+            promote_s = time.perf_counter() - started
+        used = await _used_memory(memory) - base
+        return {
+            "write_s": round(write_s, 1),
+            "promote_s": None if promote_s is None else round(promote_s, 2),
+            "bytes_per_passage": round(used / len(texts), 1),
+        }
+    finally:
+        await memory.close()
+
+
+async def _used_memory(memory) -> int:
+    return int((await memory.redis.info("memory"))["used_memory"])
+
+
+async def _indexed(memory, count: int) -> None:
+    """Until the shared passages index holds them all (it indexes in the background)."""
+    for _ in range(6000):
+        info = await memory.redis.ft(f"ms:index:passages:{DIMS}:f16").info()
+        if int(info["num_docs"]) >= count and float(info.get("percent_indexed", 1)) >= 1:
+            return
+        await asyncio.sleep(0.05)
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+async def _serve(spec: dict) -> None:
+    """Answer the parent's requests, one a line: warm (the first PPR query: graph load), round."""
+    import logging
+
+    from aiohttp import ClientSession, web
+
+    from store import Memory
+    from workers.query.engine import QueryEngine, QueryRequest
+    from workers.query.modes import query_mode
+    from workers.query.server import query_app
+    from workers.settings import Settings
+
+    logging.disable(logging.INFO)  # the HTTP app's access log: a line a request
+    embedder = WordHashEmbedder()
+    memory = Memory.from_url(spec["redis_url"])
+    engine = QueryEngine(memory, embedder)
+    runner = session = None
+    if spec.get("http"):
+        from ops.stack import free_port
+
+        settings = Settings.from_env({"MEMSTREAM_REDIS_URL": spec["redis_url"], "MEMSTREAM_TENANT": TENANT})
+        runner = web.AppRunner(query_app(settings, embedder))
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        session = ClientSession(f"http://127.0.0.1:{port}")
+
+    async def ask_engine(query: str, mode: str) -> float:
+        started = time.perf_counter()
+        await engine.answer(QueryRequest(query, TENANT, 5, query_mode(mode) or "ppr"))
+        return (time.perf_counter() - started) * 1000
+
+    async def ask_http(query: str, mode: str) -> float:
+        assert session is not None
+        started = time.perf_counter()
+        async with session.post("/v1/query", json={"query": query, "top_k": 5, "mode": mode}) as response:
+            await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status}: {await response.text()}")
+        return (time.perf_counter() - started) * 1000
+
+    loop = asyncio.get_running_loop()
+    try:
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            request = json.loads(line)
+            if request["do"] == "warm":
+                rss = _rss_bytes()
+                load_ms = await ask_engine(request["query"], "ppr")
+                grown = _rss_bytes() - rss
+                if session is not None:
+                    await ask_http(request["query"] + " (warm)", "ppr")
+                size = int(spec["size"])
+                warmed = {"graph_load_ms": round(load_ms, 1), "graph_rss_per_passage": round(grown / size, 1)}
+                print(json.dumps(warmed), flush=True)
+                continue
+            timed: dict[str, list[float]] = {}
+            for mode in request["modes"]:
+                for query in request["queries"]:
+                    timed.setdefault(f"{mode} (engine)", []).append(await ask_engine(query, mode))
+                    if session is not None:
+                        timed.setdefault(f"{mode} (HTTP)", []).append(await ask_http(query, mode))
+            print(json.dumps(timed), flush=True)
+    finally:
+        if session is not None:
+            await session.close()
+        if runner is not None:
+            await runner.cleanup()
+        engine.close()
+        await memory.close()
+
+
+if __name__ == "__main__":
+    phase, given = sys.argv[1], json.loads(sys.argv[2])
+    if phase == "write":
+        print(json.dumps(asyncio.run(_write(given))))
+    else:
+        asyncio.run(_serve(given))
