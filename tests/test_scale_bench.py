@@ -1,0 +1,55 @@
+"""`memstream bench scale`, small: one tenant of a few hundred passages from the shared corpora,
+each tree on a Redis of its own (this tree as its own baseline), every mode timed through the
+engine and over HTTP, the figures present and plausible."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ops.scale_bench import WordHashEmbedder, build_corpus, entities_of
+from tests.conftest import ROOT, Cli
+from tests.test_lexical_index import DATA
+
+pytestmark = pytest.mark.stack
+
+
+def test_the_corpus_is_the_shared_sets_then_their_sentences_recombined():
+    passages, questions = build_corpus(DATA, 6_000)
+    assert len(passages) == len(set(passages)) == 6_000
+    assert "\n" in passages[0]  # MuSiQue's "title\ntext" first
+    assert len(questions) > 300
+    assert entities_of("Ada Quill met Bo at Orsk Mills in May.")[:2] == ["Ada Quill", "Bo"]
+    embedder = WordHashEmbedder()
+    a, b, c = (embedder.vector(t) for t in ("the red lighthouse", "a red lighthouse", "quarterly tax forms"))
+    assert float(a @ b) > float(a @ c)
+
+
+def test_bench_scale_measures_this_tree_and_a_baseline_side_by_side(stack_env):
+    out = Cli(stack_env).run(
+        "bench",
+        "scale",
+        "--passages",
+        "300",
+        "--queries",
+        "2",
+        "--rounds",
+        "2",
+        "--baseline-tree",
+        str(ROOT),
+        "--data",
+        str(DATA),
+        "--json",
+    )
+    rows = json.loads(out.stdout)
+    assert [r["tree"] for r in rows] == ["this", "baseline"]
+    for row in rows:
+        assert row["size"] == 300 and row["write_s"] > 0 and row["bytes_per_passage"] > 0
+        assert row["promote_s"] is not None  # the same tree: its own lexical index
+        assert row["graph_load_ms"] > 0
+        for mode in ("dense", "lexical", "hybrid", "ppr", "reconstruct"):
+            for path in ("engine", "HTTP"):
+                p50, p99 = row["latency_ms"][f"{mode} ({path})"]
+                assert 0 < p50 <= p99
+    assert set(rows[0]["ratio_by_round"]) == set(rows[0]["latency_ms"])
