@@ -197,3 +197,18 @@ def test_linked_entities_weigh_by_rarity_so_a_hub_counts_little():
         and weights["e:caroline"] == pytest.approx(0.0)
         and "e:unknown" not in weights
     )
+
+
+def test_top_stable_is_a_stable_full_sort_cut_at_k():
+    """The walk's rankings (rank_passages, the engine's entities) select the top k without
+    sorting every score: the same positions, ties in position order, as the full stable sort."""
+    import numpy as np
+
+    from workers.algorithms.retrieval import top_stable
+
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 5, 50, 2000):
+        for values in (rng.random(size), rng.integers(0, 4, size).astype(float), np.zeros(size)):
+            for k in (0, 1, 3, 10, size, size + 5):
+                expected = np.argsort(-values, kind="stable")[: max(k, 0)]
+                assert top_stable(values, k).tolist() == expected.tolist(), (size, k)

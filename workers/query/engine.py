@@ -51,6 +51,7 @@ from workers.algorithms.retrieval import (
     linked_weights,
     rank_passages,
     seed,
+    top_stable,
     walk_weight,
 )
 from workers.algorithms.time_cue import matches, time_boost, time_cue
@@ -684,7 +685,7 @@ def _walk(
     )
     ranked = rank_passages(graph, ppr.scores, passage_index, top_k, list(seeds.outside))
     entities = (
-        entity_index[np.argsort(-ppr.scores[entity_index], kind="stable")[:TOP_ENTITIES]]
+        entity_index[top_stable(ppr.scores[entity_index], TOP_ENTITIES)]
         if len(entity_index)
         else np.zeros(0, dtype=np.int64)
     )
