@@ -33,6 +33,7 @@ MOVES = {
         "memstream_llm_tokens_total",
         "memstream_llm_seconds_count",
         "memstream_embedding_cache_total",
+        "memstream_extraction_texts_total",
     ],
     "detector": [
         "memstream_messages_total",
