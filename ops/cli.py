@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="benchmarks (run on the local stack)")
     bench.add_argument(
-        "kind", choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants", "graph", "scale"]
+        "kind",
+        choices=["index", "recall", "ppr", "load", "conversation", "memory-tax", "wait", "tenants", "graph", "scale"],
     )
     bench.add_argument("--dataset", choices=["musique", "hotpotqa"], default="musique", help="recall/load: the QA set")
     bench.add_argument(
@@ -164,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench.add_argument("--edges", default="10000,100000,1000000", help="ppr: synthetic graph sizes in edges")
     bench.add_argument(
-        "--queries", type=int, default=100, help="ppr: queries per measurement; tenants: per tenant and round; scale: per mode and round"
+        "--queries",
+        type=int,
+        default=100,
+        help="ppr: queries per measurement; tenants: per tenant and round; scale: per mode and round",
     )
     bench.add_argument("--sizes", default="1000,5000,20000", help="memory sizes in passages")
     bench.add_argument("--probe", type=int, default=20, help="documents timed one by one at each size")
