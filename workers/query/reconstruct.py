@@ -346,19 +346,19 @@ class _Walk:
             leads = [
                 (eid, name, f"fact:{branch.tag_id}") for eid, name in _ends(self.records[branch.tag_id], branch.cue.id)
             ]
-        for row in rows[:admitted]:
-            leads += [
-                (eid, None, f"passage:{row['id']}")
-                for eid in sorted(await self.memory.passage_entities(self.tenant, row["id"]))
-            ]
+        named = await asyncio.gather(*(self.memory.passage_entities(self.tenant, row["id"]) for row in rows[:admitted]))
+        for row, entity_ids in zip(rows[:admitted], named):
+            leads += [(eid, None, f"passage:{row['id']}") for eid in sorted(entity_ids)]
         fresh: dict[str, tuple[str | None, str]] = {}
         for eid, name, origin in leads:
             if not names_something(eid):  # "I'm", "That's": no cue to follow
                 continue
             if eid not in self.cues and eid not in fresh and len(fresh) < MAX_NEW_CUES:
                 fresh[eid] = (name, origin)
-        names = await self.memory.entity_names(self.tenant, [eid for eid, (name, _) in fresh.items() if name is None])
-        chain_vector = await self._chain_vector(branch)
+        names, chain_vector = await asyncio.gather(
+            self.memory.entity_names(self.tenant, [eid for eid, (name, _) in fresh.items() if name is None]),
+            self._chain_vector(branch),
+        )
         new_cues = [
             Cue(
                 "entity",
