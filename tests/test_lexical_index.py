@@ -293,3 +293,39 @@ def test_an_erasure_in_a_promoted_tenant_leaves_nothing_of_the_document(stack_en
     assert len(copies) == 2
     assert any(":lex:" in k for k in before), before  # its terms were copied
     assert after == [], after[:10]
+
+
+def test_query_terms_are_matched_verbatim_not_expanded_by_their_stem(stack_env):
+    """The query engine adds a term's stem at query time unless told VERBATIM: "continent" also
+    matched the passages holding "contin" (the stem of "continental"), so the own index's
+    document frequencies and scores were not the terms'. Its ranks and scores are the exact BM25
+    of the tenant's terms (store.lexical.bm25 over every passage)."""
+    from store.lexical import bm25, document_frequency, passage_terms, search_terms
+
+    texts = [f"The continental shelf number {i} lies under the sea" for i in range(60)]
+    texts += [f"A continent of ice, number {i}, and its lowest temperature" for i in range(12)]
+    queries = ["What continent has the lowest temperature?", "continental shelf"]
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"own-{uuid.uuid4().hex[:8]}"
+        try:
+            await _write(memory, tenant, texts)
+            shared = await _rankings(memory, tenant, queries)
+            await memory.promote_lexical(tenant)
+            _shared_path_forbidden(memory)
+            return shared, await _rankings(memory, tenant, queries)
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+
+    shared, own = asyncio.run(main())
+    documents = {f"p{i:04d}": passage_terms("", t).split() for i, t in enumerate(texts)}
+    average = sum(map(len, documents.values())) / len(documents)
+    for query in queries:
+        terms = search_terms(query)
+        exact = bm25(terms, documents, document_frequency(terms, documents), len(documents), average)
+        expected = sorted(exact.items(), key=lambda item: (-item[1], item[0]))[:TOP]
+        for found in (shared[query], own[query]):
+            assert [pid for pid, _, _ in found] == [pid for pid, _ in expected], query
+            assert [score for _, score, _ in found] == pytest.approx([s for _, s in expected], rel=1e-6), query

@@ -43,6 +43,7 @@ def _lexical_page(searchable: TenantIndex, terms: list[str], offset: int, limit:
     return searchable.command(
         "FT.SEARCH",
         redis_query(terms),
+        "VERBATIM",
         "SCORER",
         "BM25STD",
         "RETURN",
@@ -228,6 +229,7 @@ class SearchOps(LexicalIndexOps):
                 "FT.SEARCH",
                 keys.lexical_index_name,
                 redis_query(terms),
+                "VERBATIM",
                 "SCORER",
                 "BM25STD",
                 "WITHSCORES",
@@ -314,7 +316,7 @@ class SearchOps(LexicalIndexOps):
         counted = await asyncio.gather(
             *(
                 self.redis.execute_command(
-                    *searchable.command("FT.SEARCH", redis_query([t]), "NOCONTENT", "LIMIT", 0, 0)
+                    *searchable.command("FT.SEARCH", redis_query([t]), "VERBATIM", "NOCONTENT", "LIMIT", 0, 0)
                 )
                 for t in terms
             )
