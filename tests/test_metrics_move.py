@@ -39,13 +39,18 @@ def test_events_conflicts_and_cache_lookups_are_counted():
             await stages.publish(
                 "b", "Ilse Marr was born in Brest. Records say Ilse Marr was born in Brest."
             )  # one birthplace, two cities
-            await stages.publish(
-                "c", "Ilse Marr was born in Kallmar."
-            )  # the same text as a: its vectors come from the cache
             await stages.delete("b")
-            return stages.events()
+            events = stages.events()
         finally:
             await stages.close()
+        # the same text as a in another tenant: its vectors come from the shared cache (the first
+        # tenant's own records hold them, so it asks no cache: tests/test_embed_only_new.py)
+        other = InProcess(None, RulesExtractor(), embedder, memory=memory, tau=1, tenant="another")
+        try:
+            await other.publish("c", "Ilse Marr was born in Kallmar.")
+            return events + other.events()
+        finally:
+            await other.close()
 
     activated, retired = (
         value("memstream_fact_events_total", event="activated"),
