@@ -230,6 +230,18 @@ class RedisBase:
             pipe.smembers(key)
         return [{m.decode() for m in members} for members in (await pipe.execute() if set_keys else [])]
 
+    async def _delete_matching(self, pattern: str) -> int:
+        """Delete every key matching the SCAN pattern, a thousand at a time; how many went."""
+        deleted, batch = 0, []
+        async for key in self.redis.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                deleted += await self.redis.delete(*batch)
+                batch = []
+        if batch:
+            deleted += await self.redis.delete(*batch)
+        return deleted
+
     async def _scan_suffixes(self, prefix: str) -> list[str]:
         out = []
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):

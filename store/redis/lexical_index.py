@@ -209,17 +209,6 @@ class LexicalIndexOps(RedisBase):
                 raise
         self._own_lexical_read.pop(tenant, None)
 
-    async def _delete_matching(self, pattern: str) -> int:
-        deleted, batch = 0, []
-        async for key in self.redis.scan_iter(match=pattern, count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                deleted += await self.redis.delete(*batch)
-                batch = []
-        if batch:
-            deleted += await self.redis.delete(*batch)
-        return deleted
-
 
 def own_lexical_hits(reply) -> list[tuple[str, float, str | None]]:
     """A WITHSCORES search of a tenant's own index: (passage id, BM25 score, doc_id) per row."""

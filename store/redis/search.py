@@ -139,21 +139,7 @@ class SearchOps(LexicalIndexOps):
         where: Mapping[str, str] | None = None,
     ) -> list[list[Hit]]:
         """`knn` for each of `vectors`, all searches sent in one round trip."""
-        if not vectors:
-            return []
-        searchable = await self.searchable(tenant, layer, dims=len(vectors[0]))
-        if searchable is None:
-            return [[] for _ in vectors]
-        try:
-            results = await searchable.knn([vector_bytes(v) for v in vectors], k, return_fields, where)
-        except Exception as exc:
-            if not index_missing(exc):
-                raise
-            # Redis restarted empty or the index was dropped: nothing to find; the next write
-            # creates the indexes again (readers create nothing)
-            self._lost_indexes()
-            return [[] for _ in vectors]
-        return [_hits(rows, return_fields) for rows in results]
+        return await self._knn_searches(tenant, layer, [(v, where) for v in vectors], k, return_fields)
 
     async def knn_each(
         self,
@@ -166,19 +152,31 @@ class SearchOps(LexicalIndexOps):
     ) -> list[list[Hit]]:
         """`knn` of one vector under each filter of `wheres` (a walk's facts by head, by tail, of
         each cue), all searches in one round trip."""
-        if not wheres:
+        return await self._knn_searches(tenant, layer, [(vector, where) for where in wheres], k, return_fields)
+
+    async def _knn_searches(
+        self,
+        tenant: str,
+        layer: str,
+        searches: list[tuple[np.ndarray, Mapping[str, str] | None]],
+        k: int,
+        return_fields: list[str],
+    ) -> list[list[Hit]]:
+        """The `k` nearest records of each (vector, filter) search, all in one round trip."""
+        if not searches:
             return []
-        searchable = await self.searchable(tenant, layer, dims=len(vector))
+        searchable = await self.searchable(tenant, layer, dims=len(searches[0][0]))
         if searchable is None:
-            return [[] for _ in wheres]
-        raw = vector_bytes(vector)
+            return [[] for _ in searches]
         try:
-            results = await searchable.knn_each([(raw, where) for where in wheres], k, return_fields)
+            results = await searchable.knn_each([(vector_bytes(v), where) for v, where in searches], k, return_fields)
         except Exception as exc:
             if not index_missing(exc):
                 raise
+            # Redis restarted empty or the index was dropped: nothing to find; the next write
+            # creates the indexes again (readers create nothing)
             self._lost_indexes()
-            return [[] for _ in wheres]
+            return [[] for _ in searches]
         return [_hits(rows, return_fields) for rows in results]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:

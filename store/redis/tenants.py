@@ -68,15 +68,9 @@ class TenantsOps(ExportOps, LexicalIndexOps):
                 await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
             except ResponseError:
                 pass  # none
-        deleted, batch = 0, []
+        deleted = 0
         for pattern in keys.patterns():
-            async for key in self.redis.scan_iter(match=pattern, count=1000):
-                batch.append(key)
-                if len(batch) >= 1000:
-                    deleted += await self.redis.delete(*batch)
-                    batch = []
-        if batch:
-            deleted += await self.redis.delete(*batch)
+            deleted += await self._delete_matching(pattern)
         await self.redis.srem(TENANTS_WITH_OUTBOXES, tenant)
         self._sweep_registered.pop(tenant, None)
         self._tenant_dims_read.pop(tenant, None)
