@@ -107,7 +107,7 @@ class LexicalIndexOps(RedisBase):
             self._indexes_checked = now
         for layer in LAYERS:
             await self.index(layer)
-        await self.maybe_promote_lexical(tenant)
+        self.maybe_promote_lexical(tenant)
 
     async def own_lexical_ready(self, tenant: str) -> bool:
         """Whether the tenant's own lexical index answers its searches (state 'ready'), read once
@@ -125,10 +125,11 @@ class LexicalIndexOps(RedisBase):
         """A search found no index of the tenant's own (dropped, or Redis restarted empty)."""
         self._own_lexical_read[tenant] = (False, time.monotonic())
 
-    async def maybe_promote_lexical(self, tenant: str) -> None:
-        """A writer's check, at most once per LEXICAL_SIZE_RECHECK_S a tenant: a tenant of at
-        least lexical_own_index_at passages with no ready index of its own gets one, promoted in
-        the background of this process (a write never waits for it)."""
+    def maybe_promote_lexical(self, tenant: str) -> None:
+        """A writer's check, at most once per LEXICAL_SIZE_RECHECK_S a tenant, in the background
+        of this process (a write never waits for it: awaited, its two reads made a new tenant's
+        first write 0.07 -> 1.46 ms, `bench tenants`): a tenant of at least lexical_own_index_at
+        passages with no ready index of its own gets one."""
         now = time.monotonic()
         last = self._lexical_size_checked.get(tenant)
         if last is not None and now - last < LEXICAL_SIZE_RECHECK_S:
@@ -139,11 +140,11 @@ class LexicalIndexOps(RedisBase):
         running = self._promotions.get(tenant)
         if running is not None and not running.done():
             return
-        state = await self.redis.hget(self.keys(tenant).lexical_index_state, "state")
-        if state == b"ready" or await self._passage_count(tenant) < self.lexical_own_index_at:
-            return
-        task = asyncio.get_running_loop().create_task(self._promote_logged(tenant))
+        task = asyncio.get_running_loop().create_task(self._promote_if_large(tenant))
         self._promotions[tenant] = task
+        task.add_done_callback(
+            lambda done: self._promotions.pop(tenant, None) if self._promotions.get(tenant) is done else None
+        )
 
     async def _passage_count(self, tenant: str) -> int:
         """The tenant's passages, retired and erased ones too (a count of the shared index)."""
@@ -153,8 +154,11 @@ class LexicalIndexOps(RedisBase):
         reply = await self.redis.execute_command(*searchable.command("FT.SEARCH", "", "NOCONTENT", "LIMIT", 0, 0))
         return reply_rows(reply)[0]
 
-    async def _promote_logged(self, tenant: str) -> None:
+    async def _promote_if_large(self, tenant: str) -> None:
         try:
+            state = await self.redis.hget(self.keys(tenant).lexical_index_state, "state")
+            if state == b"ready" or await self._passage_count(tenant) < self.lexical_own_index_at:
+                return
             started = time.monotonic()
             copied = await self.promote_lexical(tenant)
             log.info(
