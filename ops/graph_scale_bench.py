@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -117,23 +116,11 @@ def run_graph_bench(
 
 def _phase(name: str, tree: Path, spec: dict) -> dict:
     """One phase in a subprocess that imports the tree's code (this file's measurement)."""
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), json.dumps(spec)],
-        cwd=tree,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=None,
-        text=True,
+    from ops.tenant_bench import phase_in_tree
+
+    return phase_in_tree(
+        Path(__file__), tree, [json.dumps(spec)], f"bench graph: the {name} tree's {spec['phase']} phase"
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench graph: the {name} tree's {spec['phase']} phase failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _percentiles(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def _median(values: list[float]) -> float:
@@ -142,6 +129,8 @@ def _median(values: list[float]) -> float:
 
 def _pooled(results: list[dict]) -> dict:
     """A tree's rounds at one size: medians of the once-per-round figures, percentiles of the pooled walks."""
+    from ops.tenant_bench import percentiles
+
     out: dict = {"rounds": len(results)}
     for key in ("load_s", "transition_s", "rss_mb", "delta_read_ms", "delta_fold_ms", "nodes", "edges"):
         out[key] = _median([r[key] for r in results])
@@ -149,7 +138,7 @@ def _pooled(results: list[dict]) -> dict:
     for key in ("traced_bytes", "traced_peak_bytes"):
         out[key] = first.get(key)
     for key in ("solve_ms", "walk_ms", "seed_ms"):
-        out[key] = _percentiles([x for r in results for x in r[key]])
+        out[key] = percentiles([x for r in results for x in r[key]])
     out["passes"] = _median([p for r in results for p in r["passes"]])
     return out
 

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +124,7 @@ def run_scale_bench(
     http: bool = True,
 ) -> int:
     from ops.stack import Stack, free_port, stderr
+    from ops.tenant_bench import percentiles, phase_in_tree, ratios
     from workers.settings import Settings
 
     if not sizes or min(sizes) < 1 or queries < 1 or rounds < 1:
@@ -153,7 +153,14 @@ def run_scale_bench(
                     url = f"redis://127.0.0.1:{redis_stack.redis.port}/0"
                     stderr(f"bench scale: {name} ({tree}): writing {size:,} passages")
                     spec = {"redis_url": url, "corpus": str(corpus), "size": size}
-                    rows[name] = {"tree": name, "directory": str(tree), "size": size, **_write_phase(tree, spec)}
+                    rows[name] = {
+                        "tree": name,
+                        "directory": str(tree),
+                        "size": size,
+                        **phase_in_tree(
+                            Path(__file__), tree, ["write", json.dumps(spec)], f"bench scale: the write phase in {tree}"
+                        ),
+                    }
                     children[name] = _QueryProcess(tree, {**spec, "http": http})
                 for name, child in children.items():
                     rows[name].update(child.ask({"do": "warm", "query": questions[0]}))
@@ -167,12 +174,12 @@ def run_scale_bench(
                         got = children[name].ask({"do": "round", "queries": asked, "modes": list(MODES)})
                         for key, values in got.items():
                             samples[name].setdefault(key, []).extend(values)
-                            by_round[name].setdefault(key, []).append(_percentiles(values)[0])
+                            by_round[name].setdefault(key, []).append(percentiles(values)[0])
                 for name, row in rows.items():
-                    row["latency_ms"] = {k: [round(x, 2) for x in _percentiles(v)] for k, v in samples[name].items()}
+                    row["latency_ms"] = {k: [round(x, 2) for x in percentiles(v)] for k, v in samples[name].items()}
                     if name != "this" and "this" in rows:
                         rows["this"]["ratio_by_round"] = {
-                            k: _ratios(by_round["this"][k], by_round[name][k]) for k in by_round["this"]
+                            k: ratios(by_round["this"][k], by_round[name][k]) for k in by_round["this"]
                         }
                 results += list(rows.values())
             finally:
@@ -198,32 +205,17 @@ def _question(questions: list[str], n: int) -> str:
     return text if n < len(questions) else f"{text} ({n // len(questions)})"
 
 
-def _write_phase(tree: Path, spec: dict) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "write", json.dumps(spec)],
-        cwd=tree,
-        env=_tree_env(tree),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench scale: the write phase in {tree} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _tree_env(tree: Path) -> dict:
-    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
-
-
 class _QueryProcess:
     """A tree's query process: one JSON request a line in, one JSON answer a line out."""
 
     def __init__(self, tree: Path, spec: dict):
+        from ops.tenant_bench import tree_env
+
         self.tree = tree
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "serve", json.dumps(spec)],
             cwd=tree,
-            env=_tree_env(tree),
+            env=tree_env(tree),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -246,18 +238,6 @@ class _QueryProcess:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-
-def _percentiles(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
-def _ratios(this: list[float], base: list[float]) -> dict[str, float]:
-    ratios = sorted(a / b for a, b in zip(this, base) if b > 0)
-    if not ratios:
-        return {}
-    return {"median": round(statistics.median(ratios), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3)}
 
 
 def _print_table(rows: list[dict], asked: int) -> None:

@@ -98,7 +98,7 @@ def run_tenant_bench(
                 spec = {**row["spec"], "phase": "query", "queries": queries, "seed": 1000 + n}
                 for key, values in _phase(row["tree"], Path(row["directory"]), spec).items():
                     latencies[row["tree"]].setdefault(key, []).extend(values)
-                    round_p50s[row["tree"]].setdefault(key, []).append(_percentiles(values)[0])
+                    round_p50s[row["tree"]].setdefault(key, []).append(percentiles(values)[0])
     finally:
         for redis_stack in stacks:  # every one stopped, whatever stopping another raised
             try:
@@ -111,11 +111,11 @@ def run_tenant_bench(
         del row["spec"]
         row["rounds"] = rounds
         for key, values in latencies[row["tree"]].items():
-            row[f"{key}_ms"] = [round(x, 3) for x in _percentiles(values)]
+            row[f"{key}_ms"] = [round(x, 3) for x in percentiles(values)]
             row[f"{key}_round_p50_ms"] = [round(x, 3) for x in round_p50s[row["tree"]][key]]
     if len(rows) > 1:
         rows[0]["small_p50_ratios"] = {
-            key: _ratios(round_p50s["this"][f"small_{key}"], round_p50s["baseline"][f"small_{key}"])
+            key: ratios(round_p50s["this"][f"small_{key}"], round_p50s["baseline"][f"small_{key}"])
             for key in ("knn", "bm25")
         }
     if as_json:
@@ -128,27 +128,40 @@ def run_tenant_bench(
 def _phase(name: str, tree: Path, spec: dict) -> dict:
     """One phase of the measurement (_write or _query), in a subprocess that imports the tree's
     store: this file's code, the tree's Memory."""
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
+    return phase_in_tree(
+        Path(__file__), tree, [json.dumps(spec)], f"bench tenants: the {name} tree's {spec['phase']} phase"
+    )
+
+
+def tree_env(tree: Path) -> dict:
+    """This process's environment with PYTHONPATH at `tree`: a subprocess imports that checkout's code."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
+
+
+def phase_in_tree(script: Path, tree: Path, argv: list[str], what: str) -> dict:
+    """`script` run over another checkout's code (the benches' baseline trees: the script is this
+    checkout's, what it imports the tree's), its last stdout line read as JSON. The benches
+    that measure two trees side by side share it (tenants, graph, scale)."""
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), json.dumps(spec)],
+        [sys.executable, str(script.resolve()), *argv],
         cwd=tree,
-        env=env,
+        env=tree_env(tree),
         stdout=subprocess.PIPE,
         stderr=None,
         text=True,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"bench tenants: the {name} tree's {spec['phase']} phase failed (exit {proc.returncode})")
+        raise RuntimeError(f"{what} failed (exit {proc.returncode})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _ratios(this: list[float], base: list[float]) -> dict[str, float]:
+def ratios(this: list[float], base: list[float]) -> dict[str, float]:
     """This tree's p50 over the baseline's, round by round: the median, the least and the most."""
-    ratios = sorted(a / b for a, b in zip(this, base))
+    by_round = sorted(a / b for a, b in zip(this, base))
     return {
-        "median": round(statistics.median(ratios), 3),
-        "min": round(ratios[0], 3),
-        "max": round(ratios[-1], 3),
+        "median": round(statistics.median(by_round), 3),
+        "min": round(by_round[0], 3),
+        "max": round(by_round[-1], 3),
     }
 
 
@@ -198,7 +211,7 @@ def _print_table(rows: list[dict], passages: int, dims: int) -> None:
 
 
 # ---- the measurement, run in a subprocess against one tree's store ----------------------------
-def _percentiles(values: list[float]) -> tuple[float, float]:
+def percentiles(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
@@ -309,7 +322,7 @@ async def _write(spec: dict) -> dict:
         "memory_vs_raw": round(small_memory / small_raw, 3),
         "idle_core_share": round(idle_share, 4),
         "index_ms_mean": round(sum(index_ms) / len(index_ms), 3),
-        "index_ms_p99": round(_percentiles(index_ms)[1], 3),
+        "index_ms_p99": round(percentiles(index_ms)[1], 3),
         "write_s": round(write_s, 1),
     }
 

@@ -1,8 +1,9 @@
 """What every role of Redis's store shares: the client and its lifetime (store.base.Lifetime),
 the tenant's keys, the shared vector indexes (one per layer and vector size: a writer creates
 them, a reader sees them through store.indexes.TenantIndex) and the embedder a tenant's indexes
-were built with (_CLAIM_EMBEDDER) — store.base.Layers' recorded_embedder and claim_embedder, here because every search and the migrations read them; the reads of more than
-one role (_set_members, _index_names, _scan_suffixes); and how every role stages a script
+were built with (_CLAIM_EMBEDDER) — store.base.Layers' recorded_embedder and claim_embedder,
+here because every search and the migrations read them; the reads and deletes of more than one
+role (_set_members, _index_names, _delete_matching, _scan_suffixes); and how every role stages a script
 (_eval) and fences a decision on what it read (_expected: store.redis.outbox's commit_once
 checks them)."""
 

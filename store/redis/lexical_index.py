@@ -196,6 +196,8 @@ class LexicalIndexOps(RedisBase):
             await pipe.execute()
             if progress is not None:
                 progress(min(start + PROMOTION_BATCH, len(passage_ids)), len(passage_ids))
+        # a resumed promotion may find its index scanning again (Redis reloaded it from a snapshot):
+        # readers move to it only once it holds every copy
         await self._initial_scan_done(keys.lexical_index_name)
         await redis.hset(keys.lexical_index_state, "state", "ready")
         self._own_lexical_read[tenant] = (True, time.monotonic())

@@ -200,12 +200,10 @@ class SearchOps(LexicalIndexOps):
                 count, passages, doc_ids, length = read
                 average = length / count if count else 0.0
                 scores = bm25(terms, passages, document_frequency(terms, passages), count, average)
-            elif await self.own_lexical_ready(tenant):
-                own = await self._lexical_own(tenant, terms, k)
-                if own is not None:
-                    return own
-                scores, doc_ids = await self._lexical_candidates(searchable, terms, k)
             else:
+                own = await self._lexical_own(tenant, terms, k) if await self.own_lexical_ready(tenant) else None
+                if own is not None:  # None: no own index ready, or it was lost (the shared path is exact too)
+                    return own
                 scores, doc_ids = await self._lexical_candidates(searchable, terms, k)
         except Exception as exc:
             if not index_missing(exc):
