@@ -25,11 +25,8 @@ class EpisodesOps(RedisBase):
         return [p.decode() for p in cast(list[bytes], await self.redis.sort(key, start=0, num=limit, alpha=True))]
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
-        """Each passage's stored vector (of its indexed text), in one round trip; None for a missing id."""
-        pipe = self.redis.pipeline(transaction=False)
-        for pid in passage_ids:
-            pipe.hget(self.keys(tenant).passage(pid), "vec")
-        replies = await pipe.execute() if passage_ids else []
+        """Each passage's stored vector (of its indexed text), in one command; None for a missing id."""
+        replies = await self._read_each([self.keys(tenant).passage(pid) for pid in passage_ids], "HGET", "vec")
         return [None if raw is None else vector_from_bytes(raw) for raw in replies]
 
     # ---- episodes: a session's turns in order (reconstruct's temporal contiguity) -----------

@@ -5,6 +5,7 @@ _RECORD_LAPSE), staged, and read in one round trip."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any, cast
@@ -129,29 +130,28 @@ class LayersOps(RedisBase):
         return (await self.facts(tenant, [fact_id]))[0]
 
     async def facts(self, tenant: str, fact_ids: list[str]) -> list[Fact | None]:
-        """The facts (with their passage ids) in one round trip; None for a missing id."""
+        """The facts (with their passage ids) in two commands sent at once; None for a missing id."""
         keys = self.keys(tenant)
-        pipe = self.redis.pipeline(transaction=False)
-        for fid in fact_ids:
-            pipe.hgetall(keys.fact(fid))
-            pipe.smembers(keys.fact_passages(fid))
-        replies = await pipe.execute() if fact_ids else []
+        rows, sources = await asyncio.gather(
+            self._read_each([keys.fact(fid) for fid in fact_ids], "HGETALL"),
+            self._read_each([keys.fact_passages(fid) for fid in fact_ids], "SMEMBERS"),
+        )
         out: list[Fact | None] = []
-        for fid, row, passages in zip(fact_ids, replies[0::2], replies[1::2]):
-            if not row:
+        for fid, flat, passages in zip(fact_ids, rows, sources):
+            if not flat:
                 out.append(None)
                 continue
-            fields = {k.decode(): v.decode() for k, v in row.items() if k not in (b"vec", b"_rank")}
+            fields = {k.decode(): v.decode() for k, v in zip(flat[0::2], flat[1::2]) if k not in (b"vec", b"_rank")}
             out.append(Fact.from_hash(fid, fields, [p.decode() for p in passages]))
         return out
 
     async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
         keys = self.keys(tenant)
-        pipe = self.redis.pipeline(transaction=False)
-        for pid in passage_ids:
-            pipe.hmget(keys.passage(pid), ["text", "doc_id", "seq", "doc_version", *PASSAGE_EXTRAS])
+        replies = await self._read_each(
+            [keys.passage(pid) for pid in passage_ids], "HMGET", "text", "doc_id", "seq", "doc_version", *PASSAGE_EXTRAS
+        )
         out = []
-        for pid, (text, doc_id, seq, version, *extras) in zip(passage_ids, await pipe.execute()):
+        for pid, (text, doc_id, seq, version, *extras) in zip(passage_ids, replies):
             out.append(
                 None
                 if text is None
@@ -170,12 +170,11 @@ class LayersOps(RedisBase):
         """entity id → {"name", "type"} for the ids that exist."""
         keys = self.keys(tenant)
         unique = list(dict.fromkeys(entity_ids))
-        pipe = self.redis.pipeline(transaction=False)
-        for eid in unique:
-            pipe.hmget(keys.entity(eid), ["name", "type"])
         return {
             eid: {"name": name.decode(), "type": (type_ or b"").decode()}
-            for eid, (name, type_) in zip(unique, await pipe.execute())
+            for eid, (name, type_) in zip(
+                unique, await self._read_each([keys.entity(e) for e in unique], "HMGET", "name", "type")
+            )
             if name is not None
         }
 
@@ -187,11 +186,8 @@ class LayersOps(RedisBase):
         return (await self.fact_vectors(tenant, [fact_id]))[0]
 
     async def fact_vectors(self, tenant: str, fact_ids: list[str]) -> list[np.ndarray | None]:
-        """Each fact's stored vector, in one round trip; None for a missing id."""
-        pipe = self.redis.pipeline(transaction=False)
-        for fid in fact_ids:
-            pipe.hget(self.keys(tenant).fact(fid), "vec")
-        replies = await pipe.execute() if fact_ids else []
+        """Each fact's stored vector, in one command; None for a missing id."""
+        replies = await self._read_each([self.keys(tenant).fact(fid) for fid in fact_ids], "HGET", "vec")
         return [None if raw is None else vector_from_bytes(cast(bytes, raw)) for raw in replies]  # bytes (_text)
 
     async def held_vectors(
