@@ -220,6 +220,9 @@ class Layers(Protocol):
     # the lexical leg of a large tenant inside the store at any size (Redis: an index of its own,
     # store.redis.lexical_index; ensure_indexes starts it past a size); how many passages it holds
     async def promote_lexical(self, tenant: str, progress: Callable[[int, int], None] | None = None) -> int: ...
+    # a large tenant's KNN searches over indexes of its own (Redis: HNSW, store.redis.vector_index;
+    # ensure_indexes starts it past a size); how many records they hold
+    async def promote_vectors(self, tenant: str) -> int: ...
 
 
 @runtime_checkable

@@ -766,6 +766,12 @@ class InMemoryStore:
             progress(count, count)
         return count
 
+    async def promote_vectors(self, tenant: str) -> int:
+        """Memory.promote_vectors: nothing to do here, where every search is exact over the
+        tenant's own records; how many records of the promoted layers the tenant holds."""
+        records = self._tenant(tenant).records
+        return sum(len(records[layer]) for layer in ("passages", "facts", "entities"))
+
     # ---- reconstruct: an entity's passages, passage vectors ---------------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
         return sorted(self._tenant(tenant).sets.get(("entity_passages", entity_id), ()))[

@@ -145,6 +145,16 @@ class TenantKeys:
         """Its own lexical index (an index name, not a key: FT.DROPINDEX removes it)."""
         return f"ms:own:{self.tenant}:lexical"
 
+    @property
+    def vector_index_state(self) -> str:
+        """Hash field 'state': 'ready' once its own vector indexes scanned its records (field
+        'dims': their vectors' size)."""
+        return f"{self.base}:vecindex"
+
+    def vector_index_name(self, layer: str, dims: int) -> str:
+        """Its own HNSW index of a layer's records (store.redis.vector_index)."""
+        return f"ms:own:{self.tenant}:{layer}:{dims}:{VECTOR_TYPE_TAG}"
+
     def fact(self, fact_id: str) -> str:
         return self.prefix("facts") + fact_id
 

@@ -17,6 +17,7 @@ scripts its methods run (store/redis/):
 - store.redis.layers.LayersOps: Layers' records (staged writes and reads).
 - store.redis.lexical_index.LexicalIndexOps: Layers' ensure_indexes (the shared indexes, and a
   large tenant's own lexical index: promote_lexical).
+- store.redis.vector_index.VectorIndexOps: a large tenant's own vector indexes (promote_vectors).
 - store.redis.search.SearchOps: Layers' searches (knn, knn_many, lexical).
 - store.redis.episodes.EpisodesOps: Episodes.
 - store.redis.aliases.AliasesOps: Aliases.

@@ -26,6 +26,10 @@ TENANT_DIMS_RECHECK_S = 30.0  # as workers.models.embedding.EMBEDDER_RECHECK_S
 # Below, the shared index answers in ~1 ms (a tenant of at most 64 is read whole in one search; up
 # to 1,000 its candidates' terms are few); each own index costs a GC timer and a few KB.
 LEXICAL_OWN_INDEX_AT = 1000
+# ... and at least this many, HNSW indexes of its own (store.redis.vector_index): below, the shared
+# FLAT index answers exactly in about 1 ms (2.7-3.2 ms at 50,000 passages); each own index holds
+# another copy of the vectors. Every dataset of `bench recall` and `bench conversation` is smaller.
+VECTOR_OWN_INDEX_AT = 20_000
 INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 
@@ -86,6 +90,9 @@ class RedisBase:
         self._lexical_size_checked: dict[str, float] = {}  # tenant → when a writer last counted it
         self._promotions: dict[str, asyncio.Task] = {}  # tenant → its promotion running in this process
         self.lexical_own_index_at = LEXICAL_OWN_INDEX_AT
+        # a large tenant's own vector indexes (store.redis.vector_index)
+        self._own_vectors_read: dict[tuple[str, int], tuple[bool, float]] = {}  # (tenant, dims) → (ready, when read)
+        self.vector_own_index_at = VECTOR_OWN_INDEX_AT
         self._each = client.register_script(_EACH)
 
     async def close(self) -> None:

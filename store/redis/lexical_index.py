@@ -40,7 +40,8 @@ from redisvl.index import AsyncSearchIndex
 from store.indexes import index_missing, own_lexical_schema, reply_rows
 from store.keys import LAYERS, TenantKeys
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
-from store.redis.base import RedisBase, _eval, _text
+from store.redis.base import _eval, _text
+from store.redis.vector_index import VectorIndexOps
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def stage_lexical_mirror(pipe, keys: TenantKeys, passage_id: str) -> None:
     )
 
 
-class LexicalIndexOps(RedisBase):
+class LexicalIndexOps(VectorIndexOps):
     """The indexes a writer ensures (store.base.Layers' ensure_indexes: the shared ones, and a
     large tenant's own lexical index, promote_lexical) and the own index's state as readers
     see it (SearchOps, TenantsOps read it through this class)."""
@@ -155,19 +156,35 @@ class LexicalIndexOps(RedisBase):
         return reply_rows(reply)[0]
 
     async def _promote_if_large(self, tenant: str) -> None:
+        """The tenant's own lexical index past lexical_own_index_at passages, its own vector
+        indexes (store.redis.vector_index) past vector_own_index_at: one count, each promotion
+        where its state is not 'ready' yet."""
+        keys = self.keys(tenant)
+        lexical, vectors = await asyncio.gather(
+            self.redis.hget(keys.lexical_index_state, "state"), self.redis.hget(keys.vector_index_state, "state")
+        )
+        if lexical == b"ready" and vectors == b"ready":
+            return
         try:
-            state = await self.redis.hget(self.keys(tenant).lexical_index_state, "state")
-            if state == b"ready" or await self._passage_count(tenant) < self.lexical_own_index_at:
-                return
+            count = await self._passage_count(tenant)
+        except Exception:  # the next check (LEXICAL_SIZE_RECHECK_S) tries again
+            log.exception("tenant %s: counting its passages failed", tenant)
+            return
+        if lexical != b"ready" and count >= self.lexical_own_index_at:
+            await self._promote(tenant, "lexical index", self.promote_lexical)
+        if vectors != b"ready" and count >= self.vector_own_index_at:
+            await self._promote(tenant, "vector indexes", self.promote_vectors)
+
+    @staticmethod
+    async def _promote(tenant: str, what: str, promote) -> None:
+        try:
             started = time.monotonic()
-            copied = await self.promote_lexical(tenant)
-            log.info(
-                "tenant %s: own lexical index ready (%d passages, %.1f s)", tenant, copied, time.monotonic() - started
-            )
+            held = await promote(tenant)
+            log.info("tenant %s: own %s ready (%d records, %.1f s)", tenant, what, held, time.monotonic() - started)
         except asyncio.CancelledError:
             raise
         except Exception:  # the next check (LEXICAL_SIZE_RECHECK_S) tries again; the shared path stays exact
-            log.exception("tenant %s: promoting its lexical index failed", tenant)
+            log.exception("tenant %s: promoting its %s failed", tenant, what)
 
     async def promote_lexical(self, tenant: str, progress: Callable[[int, int], None] | None = None) -> int:
         """Give the tenant a lexical index of its own (the module's steps 1-4), or finish one cut

@@ -10,7 +10,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-from store.indexes import TenantIndex, index_missing, reply_rows
+from store.indexes import OwnVectorIndex, TenantIndex, index_missing, reply_rows
 from store.lexical import (
     K1,
     LEXICAL_FIELD,
@@ -165,14 +165,19 @@ class SearchOps(LexicalIndexOps):
         """The `k` nearest records of each (vector, filter) search, all in one round trip."""
         if not searches:
             return []
-        searchable = await self.searchable(tenant, layer, dims=len(searches[0][0]))
+        dims = len(searches[0][0])
+        searchable = await self.vector_searchable(tenant, layer, dims)
         if searchable is None:
             return [[] for _ in searches]
+        encoded = [(vector_bytes(v), where) for v, where in searches]
         try:
-            results = await searchable.knn_each([(vector_bytes(v), where) for v, where in searches], k, return_fields)
+            results = await searchable.knn_each(encoded, k, return_fields)
         except Exception as exc:
             if not index_missing(exc):
                 raise
+            if isinstance(searchable, OwnVectorIndex):  # the tenant's own index gone: the shared one answers
+                self._own_vectors_lost(tenant, dims)
+                return await self._knn_searches(tenant, layer, searches, k, return_fields)
             # Redis restarted empty or the index was dropped: nothing to find; the next write
             # creates the indexes again (readers create nothing)
             self._lost_indexes()

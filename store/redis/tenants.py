@@ -63,6 +63,7 @@ class TenantsOps(ExportOps, LexicalIndexOps):
         for start in range(0, len(cache), 1000):
             await self.redis.delete(*cache[start : start + 1000])
         await self.drop_own_lexical(tenant)  # a large tenant's own lexical index; its copies go below
+        await self.drop_own_vectors(tenant)  # ... and its own vector indexes
         for layer in LAYERS:  # an index of its own from before shared indexes (not migrated); its keys go below
             try:
                 await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))

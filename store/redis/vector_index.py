@@ -1,0 +1,123 @@
+"""A large tenant's vector indexes of its own (store.base.Layers' promote_vectors): KNN time that
+stays flat as a tenant grows.
+
+Each shared index is FLAT (store.indexes): a search computes the distance to every record of
+the tenant (ad-hoc brute force over the tag's records), exact and cheap for a small tenant but
+linear in a large one — 2.7-3.2 ms a search at 50,000 passages, ~12 ms at 200,000, and a graph
+query sends three (passages, facts, schemas) and reconstruct one or two a step. Past
+VECTOR_OWN_INDEX_AT passages (store.redis.base) a tenant gets an HNSW index per layer of
+OWN_VECTOR_LAYERS, over its own records' prefix: 0.4-0.8 ms a search at 50,000 passages.
+
+HNSW is approximate, FLAT exact; the own index is searched at OWN_VECTOR_EF_RUNTIME, where
+word-hash vectors (`bench scale`'s) agree on ~95% of a top 10 with FLAT. Below the threshold —
+every dataset `bench recall` and `bench conversation` measure — nothing changes. Each record's
+vector is then held three times (its hash, the shared index, the own index): ~1 KB more a
+record, measured in `bench scale`'s Redis bytes per passage.
+
+Promotion, online and idempotent: each layer's index is created over the records already
+there (a new index scans its prefix; a record written meanwhile is indexed again, which for a
+vector replaces the first), then, once every scan is done, the state becomes 'ready' and readers
+search the own indexes. Cut off anywhere — SIGKILL included — the next promotion finds the
+indexes and waits for their scans again. A reader also goes back to the shared index (exact)
+while an own index scans again, as after Redis reloaded its data (indexes are not persisted;
+every one rescans its keys) or when it is missing. No demotion; `tenant delete --purge` drops
+them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Mapping
+
+from redis.exceptions import ResponseError
+from redisvl.index import AsyncSearchIndex
+
+from store.indexes import OWN_VECTOR_LAYERS, OwnVectorIndex, TenantIndex, index_missing, own_vector_schema
+from store.redis.base import RedisBase, _text
+
+VECTOR_STATE_RECHECK_S = 5.0  # how long a reader trusts what it read of the state and the scans
+
+
+class VectorIndexOps(RedisBase):
+    """A large tenant's own vector indexes: promotion (a writer's, in the background:
+    store.redis.lexical_index's size check), the index a KNN search goes to, and their drop."""
+
+    async def vector_searchable(self, tenant: str, layer: str, dims: int) -> TenantIndex | None:
+        """The index a KNN search of the tenant's `layer` with `dims`-sized vectors goes to: its
+        own (ready, scanned, of that size) or else the shared one."""
+        ready = await self._own_vectors_ready(tenant, dims)
+        if ready and layer in OWN_VECTOR_LAYERS:
+            schema = own_vector_schema(tenant, layer, dims)
+            return OwnVectorIndex(self.redis, AsyncSearchIndex(schema, redis_client=self.redis), tenant, layer)
+        return await self.searchable(tenant, layer, dims=dims)
+
+    async def _own_vectors_ready(self, tenant: str, dims: int) -> bool:
+        """Whether the tenant's own vector indexes of `dims` answer: state 'ready' and no scan
+        running (read once per VECTOR_STATE_RECHECK_S)."""
+        now, known = time.monotonic(), self._own_vectors_read.get((tenant, dims))
+        if known is None or now - known[1] >= VECTOR_STATE_RECHECK_S:
+            state, of_dims = await self.redis.hmget(self.keys(tenant).vector_index_state, "state", "dims")
+            ready = state == b"ready" and of_dims is not None and int(of_dims) == dims
+            if ready:
+                names = [self.keys(tenant).vector_index_name(layer, dims) for layer in OWN_VECTOR_LAYERS]
+                ready = all(await asyncio.gather(*(self._scanned(name) for name in names)))
+            if len(self._own_vectors_read) >= 100_000:
+                self._own_vectors_read.clear()
+            known = (ready, now)
+            self._own_vectors_read[(tenant, dims)] = known
+        return known[0]
+
+    async def _scanned(self, name: str) -> bool:
+        """Whether the index exists and holds every key of its prefix (no scan running)."""
+        try:
+            info = await self.redis.execute_command("FT.INFO", name)
+        except ResponseError as exc:
+            if index_missing(exc):
+                return False
+            raise
+        fields: Mapping = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2]))
+        indexing = next((v for k, v in fields.items() if _text(k) == "indexing"), "0")
+        return float(indexing if isinstance(indexing, (int, float)) else _text(indexing)) == 0
+
+    def _own_vectors_lost(self, tenant: str, dims: int) -> None:
+        """A search found an own index missing (dropped, or Redis restarted empty)."""
+        self._own_vectors_read[(tenant, dims)] = (False, time.monotonic())
+
+    async def promote_vectors(self, tenant: str) -> int:
+        """Give the tenant an HNSW index of its own per layer of OWN_VECTOR_LAYERS, for its
+        embedder's vectors, or finish a promotion cut off; idempotent. Returns the records the
+        indexes hold."""
+        keys = self.keys(tenant)
+        dims = await self._tenant_dims(tenant)
+        state = await self.redis.hmget(keys.vector_index_state, "state", "dims")
+        if state[1] is not None and int(state[1]) != dims:  # indexes of another embedder's size
+            await self.drop_own_vectors(tenant)
+        held = 0
+        for layer in OWN_VECTOR_LAYERS:
+            index = AsyncSearchIndex(own_vector_schema(tenant, layer, dims), redis_client=self.redis)
+            if not await index.exists():
+                try:
+                    await index.create(overwrite=False)
+                except Exception as exc:  # another process created it first
+                    if "already exists" not in str(exc).lower():
+                        raise
+            while not await self._scanned(index.name):
+                await asyncio.sleep(0.1)
+            held += int(_text((await self.redis.ft(index.name).info())["num_docs"]))
+        await self.redis.hset(keys.vector_index_state, mapping={"state": "ready", "dims": dims})
+        self._own_vectors_read[(tenant, dims)] = (True, time.monotonic())
+        return held
+
+    async def drop_own_vectors(self, tenant: str) -> None:
+        """The tenant's own vector indexes dropped (not their records), the state with them."""
+        keys = self.keys(tenant)
+        state = await self.redis.hget(keys.vector_index_state, "dims")
+        await self.redis.delete(keys.vector_index_state)
+        for dims in {self.dims, *([int(state)] if state is not None else [])}:
+            for layer in OWN_VECTOR_LAYERS:
+                try:
+                    await self.redis.execute_command("FT.DROPINDEX", keys.vector_index_name(layer, dims))
+                except ResponseError as exc:
+                    if not index_missing(exc):
+                        raise
+            self._own_vectors_read.pop((tenant, dims), None)

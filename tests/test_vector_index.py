@@ -1,0 +1,168 @@
+"""A large tenant's vector indexes of its own (store.redis.vector_index): HNSW indexes of its
+passages, facts and entities that its KNN searches go to once ready — the same hits as the
+shared FLAT index on a tenant this small (HNSW's search at EF_RUNTIME 200 visits all of it),
+filters kept, its writes and erasures followed; promotion idempotent and resumable; a missing
+own index falls back to the shared one; a purge leaves no index and no key."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+
+from store.indexes import OWN_VECTOR_LAYERS, OwnVectorIndex
+from store.records import Erasure
+from tests.test_lexical_index import _chunk, _memory
+
+pytestmark = pytest.mark.stack
+
+DIMS = 8
+PASSAGES = 300
+TOP = 10
+
+
+async def _write(memory, tenant: str, count: int, start: int = 0) -> np.ndarray:
+    """`count` passages of random vectors (seeded by `start`); returns the vectors."""
+    await memory.ensure_indexes(tenant)
+    vectors = np.random.default_rng(start).normal(size=(count, DIMS)).astype(np.float32)
+    pipe = memory.pipeline()
+    for i, vector in enumerate(vectors, start):
+        memory.stage_passage(pipe, tenant, _chunk(tenant, i, f"passage number {i}"), [], vector)
+    await pipe.execute()
+    return vectors
+
+
+def _queries() -> np.ndarray:
+    return np.random.default_rng(99).normal(size=(20, DIMS)).astype(np.float32)
+
+
+async def _nearest(memory, tenant: str, where=None) -> list[list[str]]:
+    return [[h.id for h in await memory.knn(tenant, "passages", q, TOP, ["doc_id"], where)] for q in _queries()]
+
+
+async def _own_names(memory, tenant: str) -> list[str]:
+    listed = [n.decode() for n in await memory.redis.execute_command("FT._LIST")]
+    return [n for n in listed if n.startswith(f"ms:own:{tenant}:") and not n.endswith(":lexical")]
+
+
+async def _purge(memory, tenant: str) -> None:
+    await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+
+
+def test_a_promoted_tenant_finds_the_same_nearest_records_and_follows_its_writes(stack_env):
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        try:
+            await _write(memory, tenant, PASSAGES)
+            before = await _nearest(memory, tenant)
+            assert not isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
+            assert await memory.promote_vectors(tenant) == PASSAGES
+            assert await memory.promote_vectors(tenant) == PASSAGES  # again: idempotent
+            assert len(await _own_names(memory, tenant)) == len(OWN_VECTOR_LAYERS)
+            for layer in OWN_VECTOR_LAYERS:
+                assert isinstance(await memory.vector_searchable(tenant, layer, DIMS), OwnVectorIndex)
+            assert await _nearest(memory, tenant) == before
+            # a filter holds on the own index too
+            assert [
+                h.id for h in await memory.knn(tenant, "passages", _queries()[0], TOP, [], {"doc_id": "d0005"})
+            ] == ["p0005"]
+            # a passage written after the promotion is found; an erased one is not
+            target = np.ones(DIMS, dtype=np.float32)
+            pipe = memory.pipeline()
+            memory.stage_passage(pipe, tenant, _chunk(tenant, 9000, "the newest passage"), [], target)
+            await pipe.execute()
+            assert (await memory.knn(tenant, "passages", target, 1, []))[0].id == "p9000"
+            pipe = memory.pipeline()
+            memory.stage_erase(pipe, tenant, Erasure("d9000", ("p9000",), (), (), (), (), ()))
+            await pipe.execute()
+            assert "p9000" not in [h.id for h in await memory.knn(tenant, "passages", target, TOP, [])]
+        finally:
+            await _purge(memory, tenant)
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def test_a_writer_promotes_a_tenant_past_the_size_in_the_background(stack_env):
+    async def main():
+        memory = _memory(stack_env)
+        memory.vector_own_index_at = 200
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        state = memory.keys(tenant).vector_index_state
+        try:
+            await _write(memory, tenant, 150)
+            memory._lexical_size_checked.clear()  # (as LEXICAL_SIZE_RECHECK_S later)
+            await memory.ensure_indexes(tenant)
+            await asyncio.sleep(0.5)
+            assert await memory.redis.hget(state, "state") is None  # below the size: the shared indexes only
+            await _write(memory, tenant, 100, start=150)
+            memory._lexical_size_checked.clear()
+            await memory.ensure_indexes(tenant)  # the next chunk's write: the promotion runs in the background
+            for _ in range(200):
+                if await memory.redis.hget(state, "state") == b"ready":
+                    break
+                await asyncio.sleep(0.05)
+            assert await memory.redis.hget(state, "state") == b"ready"
+            assert isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
+        finally:
+            await _purge(memory, tenant)
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def test_a_promotion_cut_off_resumes_and_a_lost_own_index_falls_back_to_the_shared_one(stack_env):
+    """Cut off after its first index (as SIGKILL leaves it): no state, readers on the shared index;
+    the next promotion creates the others and keeps the first (one index a layer). Then an own
+    index dropped under a reader (Redis restarted empty, or dropped by hand): the reader's next
+    search goes to the shared index and finds what it found before."""
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        keys = memory.keys(tenant)
+        try:
+            await _write(memory, tenant, PASSAGES)
+            before = await _nearest(memory, tenant)
+            from redisvl.index import AsyncSearchIndex
+
+            from store.indexes import own_vector_schema
+
+            await AsyncSearchIndex(own_vector_schema(tenant, "passages", DIMS), redis_client=memory.redis).create()
+            assert await memory.redis.hget(keys.vector_index_state, "state") is None
+            assert not isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
+            assert await memory.promote_vectors(tenant) == PASSAGES
+            names = await _own_names(memory, tenant)
+            assert sorted(names) == sorted(keys.vector_index_name(layer, DIMS) for layer in OWN_VECTOR_LAYERS)
+            assert await _nearest(memory, tenant) == before
+            await memory.redis.execute_command("FT.DROPINDEX", keys.vector_index_name("passages", DIMS))
+            assert await _nearest(memory, tenant) == before  # the shared index answered
+            assert not isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
+        finally:
+            await _purge(memory, tenant)
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def test_purging_a_promoted_tenant_leaves_no_key_and_no_own_index(stack_env):
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        try:
+            await _write(memory, tenant, 50)
+            await memory.promote_vectors(tenant)
+            assert len(await _own_names(memory, tenant)) == len(OWN_VECTOR_LAYERS)
+        finally:
+            await _purge(memory, tenant)
+        left = [k async for k in memory.redis.scan_iter(match=f"*{{{tenant}}}*", count=1000)]
+        names = await _own_names(memory, tenant)
+        await memory.close()
+        return left, names
+
+    left, names = asyncio.run(main())
+    assert left == []
+    assert names == []
