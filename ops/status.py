@@ -4,7 +4,10 @@ of the log minus the committed offset) and its throughput over a short sample (c
 offsets moved per second); the dead letters on the DLQ; with a tenant, its documents recorded
 vs through the pipeline (deleted ones apart) and its facts by status (pending ones waiting
 behind the τ gate). A partition a worker holds but that makes no progress shows as lag that
-does not fall; the worker itself acts on it (workers.liveness, memstream_consumer_stalls_total)."""
+does not fall; the worker itself acts on it (workers.liveness, memstream_consumer_stalls_total).
+Per partition also the last offset whose effects Redis holds (the store's applied offsets):
+behind Kafka's committed one, Redis lost writes, and the report says memory is behind its log
+until the workers have read those messages again (workers.recovery)."""
 
 from __future__ import annotations
 
@@ -99,19 +102,36 @@ async def tenant_status(memory, tenant: str) -> dict:
     }
 
 
+async def memory_behind_log(memory, kafka: dict) -> list[dict]:
+    """Adds to each partition row of `kafka` (kafka_status) the last offset Redis holds the
+    effects of ("applied"); returns the partitions where that is behind Kafka's committed one."""
+    from workers.recovery import behind
+
+    lagging = []
+    for role, stage in kafka["stages"].items():
+        rows = stage["partitions"]
+        applied = await memory.applied_offsets(kafka["group"], stage["topic"], [r["partition"] for r in rows])
+        for row in rows:
+            row["applied"] = applied.get(row["partition"])
+            if behind(row["applied"], row["committed"]) is not None:
+                lagging.append({"stage": role, "topic": stage["topic"], **row})
+    return lagging
+
+
 def status(settings: Settings, tenant: str | None, sample_s: float = 2.0) -> dict:
-    out = {"kafka": kafka_status(settings, sample_s)}
-    if tenant is not None:
-        from store import Memory
+    out: dict = {"kafka": kafka_status(settings, sample_s)}
+    from store import Memory
 
-        async def read() -> dict:
-            memory = Memory.from_url(settings.redis_url)
-            try:
-                return await tenant_status(memory, tenant)
-            finally:
-                await memory.close()
+    async def read() -> None:
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            out["memory_behind_log"] = await memory_behind_log(memory, out["kafka"])
+            if tenant is not None:
+                out["tenant"] = await tenant_status(memory, tenant)
+        finally:
+            await memory.close()
 
-        out["tenant"] = asyncio.run(read())
+    asyncio.run(read())
     return out
 
 
@@ -126,6 +146,17 @@ def render(report: dict) -> str:
         parts = " ".join(f"{r['partition']}:{r['lag']}" for r in stage["partitions"]) or stage.get("missing", "")
         lines.append(f"{role:<10} {stage['topic']:<40} {stage['lag']:>8} {stage['per_second']:>8}  {parts}")
     lines.append(f"dead letters: {kafka['dead_letters']}")
+    behind = report.get("memory_behind_log") or []
+    if behind:
+        parts = ", ".join(
+            f"{b['topic']}[{b['partition']}] holds up to {'none' if b['applied'] is None else b['applied']}"
+            f" of {b['committed']}"
+            for b in behind
+        )
+        lines.append(
+            f"warning: memory is behind its log — Redis lost writes ({parts}); the workers read those "
+            "messages again (at their next assignment, or within seconds while running)"
+        )
     if "tenant" in report:
         t = report["tenant"]
         facts = ", ".join(f"{n} {s}" for s, n in t["facts"].items()) or "none"

@@ -65,6 +65,10 @@ class Outbox(Protocol):
     async def unsent_outboxes(
         self, committed_before: float, limit: int = 500
     ) -> list[tuple[str, str, list[Outgoing]]]: ...
+    # memory = f(log): the last offset of each input partition whose effects the store holds,
+    # recorded after them; a store that lost writes holds an older one (or none)
+    async def record_applied(self, group: str, topic: str, partition: int, offset: int) -> None: ...
+    async def applied_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]: ...
 
 
 @runtime_checkable

@@ -119,6 +119,7 @@ class InMemoryStore:
         self._tenants: dict[str, _Tenant] = {}
         self._tenants_with_outboxes: set[str] = set()
         self._cache: dict[str, str | bytes] = {}  # the model caches, shared by every model and tenant (no TTL)
+        self._applied: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) → last applied offset
 
     def _tenant(self, tenant: str) -> _Tenant:
         found = self._tenants.get(tenant)
@@ -231,6 +232,14 @@ class InMemoryStore:
                 raise StaleDecision(mark)
         await pipe.execute()
         return None
+
+    async def record_applied(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Memory.record_applied (raised only)."""
+        key = (group, topic, partition)
+        self._applied[key] = max(offset, self._applied.get(key, -1))
+
+    async def applied_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
+        return {p: self._applied.get((group, topic, p)) for p in partitions}
 
     async def finish(self, tenant: str, mark: str) -> None:
         t = self._tenant(tenant)

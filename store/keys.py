@@ -315,3 +315,9 @@ class TenantKeys:
 # Tenants that have committed an outbox: the sweep's list of where to look. Not under a
 # tenant's hash tag, so it is written outside the tenant's transactions.
 TENANTS_WITH_OUTBOXES = "ms:tenants:outboxes"
+
+
+def applied_offsets_key(group: str) -> str:
+    """Hash of a consumer group's applied offsets: field '<topic>:<partition>' → the last offset
+    whose effects Redis holds (store.redis.outbox: record_applied)."""
+    return f"ms:applied:{{{group}}}"

@@ -64,3 +64,30 @@ def test_the_report_reads_one_line_per_stage():
     assert (
         lines[3] == "dead letters: 2" and lines[4] == "tenant t: 1 of 2 documents indexed, 0 deleted; facts: 4 active"
     )
+
+
+def test_the_report_says_when_memory_is_behind_its_log():
+    """Redis holds the effects of a partition up to its applied offset: behind Kafka's committed
+    one (Redis restored from a backup, or emptied) the report says memory is behind its log."""
+    from ops.status import memory_behind_log
+    from store.in_memory import InMemoryStore
+
+    def stage(topic: str) -> dict:
+        rows = [{"partition": p, "end": 12, "committed": 10, "lag": 2} for p in (0, 1, 2)]
+        return {"topic": topic, "lag": 6, "per_second": 0.0, "partitions": rows}
+
+    async def scenario():
+        memory = InMemoryStore(dims=8)
+        await memory.record_applied("m", "m.documents", 0, 9)  # every handled message held
+        await memory.record_applied("m", "m.documents", 1, 4)  # a backup from before offset 5
+        await memory.record_applied("m", "m.documents", 1, 3)  # an old owner's late record lowers nothing
+        kafka = {"group": "m", "stages": {"chunker": stage("m.documents")}, "dead_letters": 0}
+        return kafka, await memory_behind_log(memory, kafka)
+
+    kafka, behind = asyncio.run(scenario())
+    assert [(b["partition"], b["applied"], b["committed"]) for b in behind] == [(1, 4, 10), (2, None, 10)]
+    assert [r["applied"] for r in kafka["stages"]["chunker"]["partitions"]] == [9, 4, None]
+    text = render({"kafka": kafka, "memory_behind_log": behind})
+    assert "memory is behind its log" in text
+    assert "m.documents[1] holds up to 4 of 10" in text and "m.documents[2] holds up to none of 10" in text
+    assert "behind its log" not in render({"kafka": kafka, "memory_behind_log": []})

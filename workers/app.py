@@ -30,6 +30,7 @@ from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query.parts import cached_embedder
 from workers.query.server import check_exposure, query_app, serve, serve_metrics
+from workers.recovery import Recovery
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
 from workers.settings import Settings
@@ -104,6 +105,7 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
     if roles & set(ROLE_TOPICS):
         _register_outbox_sweep(app, settings, pipeline)
         _register_liveness(app, settings, watch)
+        _register_recovery(app, Recovery(memory, settings.app_id, pipeline.envelope.applied))
     if "resolver" in roles:
         _register_expiry_sweep(app, settings, pipeline)
     if "query" in roles:
@@ -282,6 +284,71 @@ def _register_liveness(app: faust.App, settings: Settings, watch: StallWatch[TP]
             )
             logging.shutdown()
             os._exit(EXIT_STALLED)
+
+
+RECOVERY_CHECK_S = 5.0  # how often a worker compares what Redis holds of its partitions with Kafka
+RECOVERY_REJOIN_S = 30.0  # the least time between two rejoins for a loss (a replay takes its time)
+RECOVERY_READ_S = 5.0  # how long a rewind waits for Redis at an assignment (then the timer catches up)
+
+
+def _register_recovery(app: faust.App, recovery: Recovery) -> None:
+    """Memory = f(log) (workers.recovery): at each assignment, the partitions whose effects Redis
+    lost are read again from the first one it lacks; every RECOVERY_CHECK_S a loss under the
+    running worker makes it rejoin its group, and so rewind."""
+
+    def held(consumer) -> dict:
+        tps = [tp for tp in consumer.assignment() if "__assignor" not in tp.topic]
+        return {
+            (tp.topic, tp.partition): (tp, offset)
+            for tp, offset in faust_patches.committed_offsets(consumer, tps).items()
+        }
+
+    async def rewind(consumer) -> None:
+        partitions = held(consumer)
+        try:
+            targets = await asyncio.wait_for(
+                recovery.rewind({key: offset for key, (_, offset) in partitions.items()}), RECOVERY_READ_S
+            )
+        except Exception as exc:  # Redis away: the timer's check finds the loss once it answers
+            log.warning(
+                "recovery: what Redis holds of the assigned partitions not read (%s: %s)", type(exc).__name__, exc
+            )
+            return
+        for key, start in sorted(targets.items()):
+            tp, committed = partitions[key]
+            metrics.REWINDS.labels(topic=tp.topic).inc()
+            log.warning(
+                "recovery: Redis holds %s[%d] up to offset %s, Kafka committed %s: reading it again from %d",
+                tp.topic,
+                tp.partition,
+                start - 1 if start else "none",
+                committed,
+                start,
+            )
+            await faust_patches.seek_to(consumer, tp, start)
+
+    app.memstream_rewind = rewind  # type: ignore[attr-defined]  # read by faust_patches' perform_seek
+    rejoined = -RECOVERY_REJOIN_S
+
+    @app.timer(interval=RECOVERY_CHECK_S)
+    async def check_recovery():
+        nonlocal rejoined
+        consumer = app.consumer
+        partitions = held(consumer)
+        if not partitions or time.monotonic() - rejoined < RECOVERY_REJOIN_S:
+            return
+        try:
+            lost = await recovery.lost({key: offset for key, (_, offset) in partitions.items()})
+        except Exception as exc:  # Redis away: no verdict this round
+            log.debug("recovery: check skipped (%s: %s)", type(exc).__name__, exc)
+            return
+        if lost:
+            rejoined = time.monotonic()
+            log.error(
+                "recovery: Redis lost writes of %s: rejoining the group to read them again",
+                ", ".join(f"{topic}[{partition}]" for topic, partition in lost),
+            )
+            await faust_patches.request_rejoin(consumer)
 
 
 def _register_outbox_sweep(app: faust.App, settings: Settings, pipeline: Pipeline) -> None:

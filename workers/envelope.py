@@ -162,6 +162,8 @@ class Envelope:
         self.send = send
         self.send_many = send_many  # None: one send after the other
         self.routes = routes
+        # (topic, partition) → the last offset this process recorded applied (workers.recovery)
+        self.applied: dict[tuple[str, int], int] = {}
 
     # ---- decode, retry, dead-letter ----------------------------------------------------
     async def process(
@@ -173,7 +175,27 @@ class Envelope:
         offset: int | None = None,
     ) -> None:
         """Handle one message to the end: its effects and outbox committed and published, or
-        the message dead-lettered with the reason. Returns only then, so the caller may ack."""
+        the message dead-lettered with the reason; then its offset recorded applied (the
+        store's record_applied: workers.recovery compares it with Kafka's committed offset).
+        Returns only then, so the caller may ack."""
+        await self._process(topic, key, value, partition, offset)
+        if partition is not None and offset is not None:
+            await self.memory.record_applied(self.settings.app_id, self.topic_name(topic), partition, offset)
+            self.applied[(self.topic_name(topic), partition)] = max(
+                offset, self.applied.get((self.topic_name(topic), partition), -1)
+            )
+
+    def topic_name(self, suffix: str) -> str:
+        return f"{self.settings.topic_namespace}.{suffix}"
+
+    async def _process(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
         started = time.perf_counter()
         try:
             record = self.decode(topic, value, key)
@@ -252,7 +274,7 @@ class Envelope:
         log.error("%s: to dead-letter topic: %s", topic, error[:2000])
         metrics.DEAD_LETTERS.labels(topic=topic).inc()
         letter = dead_letter_record(
-            f"{self.settings.topic_namespace}.{topic}",
+            self.topic_name(topic),
             key,
             value,
             error,

@@ -5,7 +5,9 @@ tests/test_faust_patches.py, whose tests fail if a faust release changes what th
 - `Consumer.ack(self, message)` — wrapped so only what our agents processed is acked;
 - `Consumer.perform_seek(self)` (a coroutine) — followed by a rewind of the partitions with no
   committed offset, which reads faust's `_committed_offset` and `_read_offset` (dicts by TP),
-  `assignment()`, and the aiokafka driver's consumer thread (`_thread.seek_to_beginning`).
+  `assignment()`, and the aiokafka driver's consumer thread (`_thread.seek_to_beginning`); then
+  by the app's `memstream_rewind(consumer)` where the worker set one (workers.recovery: the
+  partitions whose effects Redis lost, read again through `seek_to`).
 
 And two reads of its internals for workers.liveness: `committed_offsets` (`_committed_offset`)
 and `request_rejoin` (the consumer thread's `call_thread`, its aiokafka consumer's coordinator's
@@ -61,9 +63,22 @@ def _seek_uncommitted_to_beginning(perform_seek):
             )
             for tp in fresh:
                 self._read_offset[tp] = None
+        rewind = getattr(getattr(self, "app", None), "memstream_rewind", None)
+        if rewind is not None:
+            await rewind(self)
 
     perform_seek_and_rewind.memstream_patched = True  # type: ignore[attr-defined]  # our mark, read by installed()
     return perform_seek_and_rewind
+
+
+async def seek_to(consumer, tp, offset: int) -> None:
+    """Read the partition again from `offset` (0: its beginning, wherever retention left it),
+    faust's read offset moved with it so it keeps the messages it fetches again."""
+    if offset <= 0:
+        await getattr(consumer, "_thread", consumer).seek_to_beginning(AIOKafkaTP(tp.topic, tp.partition))
+        consumer._read_offset[tp] = None
+    else:
+        await consumer.seek(tp, offset)
 
 
 def committed_offsets(consumer, tps: Iterable[P]) -> dict[P, int | None]:

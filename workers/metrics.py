@@ -50,6 +50,11 @@ STALLS = Counter(
 OUTBOXES_SWEPT = Counter(
     "memstream_outboxes_swept_total", "Committed outboxes published by the sweep, not by their message"
 )
+REWINDS = Counter(
+    "memstream_recovery_rewinds_total",
+    "Partitions read again from the first offset whose effects Redis lost (workers.recovery), by topic",
+    ["topic"],
+)
 REDELIVERIES = Counter(
     "memstream_redeliveries_total", "Messages found committed or done before (a redelivery)", ["stage", "found"]
 )

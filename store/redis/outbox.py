@@ -11,7 +11,7 @@ from typing import cast
 
 from redis.exceptions import WatchError
 
-from store.keys import TENANTS_WITH_OUTBOXES
+from store.keys import TENANTS_WITH_OUTBOXES, applied_offsets_key
 from store.records import OUTBOX_SWEEP_LOCK_S, AlreadyDone, Outgoing, StaleDecision
 from store.redis.base import DONE_MARK_TTL_S, RedisBase, _expected, _text
 
@@ -26,8 +26,21 @@ return out
 """
 
 
+# A partition's applied offset, raised only: the old owner of a partition finishing a message
+# after its new owner went past it leaves the newer one. KEYS: the group's hash. ARGV: field, offset.
+_RAISE_APPLIED = """
+local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+if tonumber(ARGV[2]) > held then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 1
+"""
+
+
 class OutboxOps(RedisBase):
     """store.base.Outbox on Redis."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._raise_applied = self.redis.register_script(_RAISE_APPLIED)
 
     # ---- effectively once: done marks and outbox ---------------------------------------
     async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
@@ -43,6 +56,21 @@ class OutboxOps(RedisBase):
 
     def pipeline(self):
         return self.redis.pipeline(transaction=True)
+
+    # ---- memory = f(log): what Redis holds of each input partition -------------------------
+    async def record_applied(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """The message at `offset` and every one before it in the partition had their effects
+        written: recorded after them, so a Redis that holds this offset holds those effects (a
+        snapshot, a replica, an AOF are each a prefix of the writes), and one that lost writes
+        holds an older offset or none (workers.recovery)."""
+        await self._raise_applied(keys=[applied_offsets_key(group)], args=[f"{topic}:{partition}", offset])
+
+    async def applied_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
+        """partition → the last offset recorded applied (None: none)."""
+        if not partitions:
+            return {}
+        held = await self.redis.hmget(applied_offsets_key(group), [f"{topic}:{p}" for p in partitions])
+        return {p: None if raw is None else int(raw) for p, raw in zip(partitions, held)}
 
     def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing]) -> None:
         """The message's outbox, published after the commit and then `finish`ed. An empty one

@@ -1,0 +1,108 @@
+"""Memory = f(log) (workers.recovery): a Redis that lost writes comes back to the memory of every
+document the log holds, with no human step — restored from a backup taken before more documents
+were indexed, or emptied (a lost volume) — while the workers keep running. Each test runs a Redis
+of its own (the shared test Redis is never rolled back) beside the shared Kafka, and checks
+through the CLI: `export` equals the export before the loss (statuses, supports and edges; the
+facts' system times aside — tests/chaos.py comparable_export), and no fact was activated under
+two event ids."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ops.stack import Stack, free_port
+from tests.chaos import comparable_export, export_differences
+from tests.conftest import write_docs
+from tests.test_crash import corpus
+from tests.test_end_to_end import tenant_name
+from workers.settings import Settings
+
+pytestmark = pytest.mark.stack
+
+RECOVERY_DEADLINE_S = 180
+
+
+class OwnRedis:
+    """A Redis of the test's own, stopped and started on its data (SIGTERM: the AOF flushed)."""
+
+    def __init__(self, home: Path):
+        self.stack = Stack(Settings(home=home, redis_port=free_port()))
+        self.data = self.stack.redis.dir / "data"
+        self.url = f"redis://127.0.0.1:{self.stack.redis.port}/0"
+        self.stack.service_up("redis", lambda m: None)
+
+    def backup(self, to: Path) -> None:
+        """A consistent copy of its files, as a backup or a lagging replica holds them."""
+        self.stack.service_down("redis")
+        shutil.copytree(self.data, to)
+        self.stack.service_up("redis", lambda m: None)
+
+    def restore(self, backup: Path | None) -> None:
+        """Restarted on the backup's files, or on none (a lost volume)."""
+        self.stack.service_down("redis")
+        shutil.rmtree(self.data)
+        if backup is None:
+            self.data.mkdir()
+        else:
+            shutil.copytree(backup, self.data)
+        self.stack.service_up("redis", lambda m: None)
+
+    def stop(self) -> None:
+        self.stack.service_down("redis")
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    redis = OwnRedis(tmp_path / "own-redis")
+    yield redis
+    redis.stop()
+
+
+def _export(cli, tenant: str) -> dict:
+    return comparable_export(json.loads(cli.run("export", "--tenant", tenant).stdout))
+
+
+def _until_equal(cli, tenant: str, expected: dict) -> dict:
+    deadline = time.monotonic() + RECOVERY_DEADLINE_S
+    while True:
+        got = _export(cli, tenant)
+        if got == expected or time.monotonic() > deadline:
+            return got
+        time.sleep(2)
+
+
+def _one_event_id_a_fact(cli, tenant: str) -> None:
+    activated = defaultdict(set)
+    for event in cli.tail(tenant):
+        if event["event"] == "activated":
+            activated[event["fact_id"]].add(event["event_id"])
+    assert activated, "no fact was activated"
+    assert all(len(ids) == 1 for ids in activated.values()), "a fact was activated under two event ids"
+
+
+@pytest.mark.parametrize("loss", ["restored from a backup", "emptied"])
+def test_memory_comes_back_from_the_log_after_redis_lost_writes(make_workers, own_redis, tmp_path, loss):
+    workers = make_workers(extractor="rules", redis_url=own_redis.url, tau=1, conflicts="off")
+    workers.start(role="all")
+    cli, tenant = workers.cli, tenant_name("rebuild")
+    docs = corpus(10)
+    first, second = dict(list(docs.items())[:5]), dict(list(docs.items())[5:])
+    cli.run("publish", *write_docs(tmp_path / "a", first), "--tenant", tenant, "--wait", "--timeout", "180")
+    backup = tmp_path / "backup"
+    own_redis.backup(backup)
+    cli.run("publish", *write_docs(tmp_path / "b", second), "--tenant", tenant, "--wait", "--timeout", "180")
+    before = _export(cli, tenant)
+    assert before["facts"], "nothing was indexed"
+
+    own_redis.restore(backup if loss == "restored from a backup" else None)
+
+    after = _until_equal(cli, tenant, before)
+    assert after == before, export_differences(before, after)
+    _one_event_id_a_fact(cli, tenant)
+    assert "reading it again" in workers.logs()
