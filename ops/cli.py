@@ -85,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         help="required: erase every key of the tenant, its indexes and the model-cache entries of its texts",
     )
 
+    rebuild = sub.add_parser(
+        "rebuild",
+        help="build a tenant's memory (or every tenant's) again from memstream.documents: its memory erased, its "
+        "current documents published again (workers catch up a Redis that lost writes on their own)",
+    )
+    rebuild.add_argument("--tenant", default=None, help="only this tenant (default: every tenant with documents)")
+    rebuild.add_argument("--wait", action="store_true", help="return once every document is indexed again")
+    rebuild.add_argument("--timeout", type=float, default=600.0, help="--wait: seconds at most (default 600)")
+
     tenants = sub.add_parser("tenants", help="the tenants in Redis, with their passages, facts, entities and schemas")
     tenants.add_argument("--json", action="store_true")
 
@@ -545,6 +554,15 @@ def cmd_tenant(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_rebuild(settings: Settings, args) -> int:
+    from ops.rebuild import rebuild
+
+    tenant = validate_tenant(args.tenant) if args.tenant is not None else None
+    if not args.timeout > 0:
+        raise ValueError("--timeout must be > 0 seconds")
+    return rebuild(settings, tenant, args.timeout if args.wait else None)
+
+
 def cmd_status(settings: Settings, args) -> int:
     from ops.status import render, status
 
@@ -965,6 +983,7 @@ COMMANDS = {
     "tenants": cmd_tenants,
     "migrate": cmd_migrate,
     "tenant": cmd_tenant,
+    "rebuild": cmd_rebuild,
     "tail": cmd_tail,
     "query": cmd_query,
     "alias": cmd_alias,

@@ -106,3 +106,39 @@ def test_memory_comes_back_from_the_log_after_redis_lost_writes(make_workers, ow
     assert after == before, export_differences(before, after)
     _one_event_id_a_fact(cli, tenant)
     assert "reading it again" in workers.logs()
+
+
+def test_rebuild_makes_a_damaged_tenant_a_fresh_build_of_its_current_documents(make_workers, stack_env, tmp_path):
+    """`memstream rebuild --tenant T --wait` after a third of the tenant's keys were lost: its
+    memory equals a fresh build of its current documents — an edited document at its last
+    version, a deleted one gone — in another tenant."""
+    import redis
+
+    workers = make_workers(extractor="rules", tau=1, conflicts="off")
+    workers.start(role="all")
+    cli, tenant, fresh = workers.cli, tenant_name("rebuilt"), tenant_name("fresh")
+    docs = corpus(6)
+    kept = dict(list(docs.items())[:5])
+    edited = {"doc-edit": "Hester Vane founded Vane Hester Works. Vane Hester Works builds boats in Ostra."}
+    cli.run("publish", *write_docs(tmp_path / "a", kept), "--tenant", tenant, "--wait", "--timeout", "180")
+    first = {"doc-edit": "Ivo Quill founded Quill Ivo Works. Quill Ivo Works builds boats in Lake Merrow."}
+    cli.run("publish", *write_docs(tmp_path / "v1", first), "--tenant", tenant, "--wait", "--timeout", "180")
+    cli.run("publish", *write_docs(tmp_path / "v2", edited), "--tenant", tenant, "--wait", "--timeout", "180")
+    gone = {"doc-gone": list(docs.values())[5]}
+    cli.run("publish", *write_docs(tmp_path / "g", gone), "--tenant", tenant, "--wait", "--timeout", "180")
+    cli.run("delete", "doc-gone", "--tenant", tenant, "--wait", "--timeout", "180")
+
+    client = redis.Redis.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+    keys = sorted(client.scan_iter(match=f"*{{{tenant}}}*", count=1000))
+    assert keys, "the tenant holds nothing"
+    client.delete(*keys[::3])
+    client.close()
+
+    done = cli.run("rebuild", "--tenant", tenant, "--wait", "--timeout", "180")
+    assert "6 current documents to index" in done.stderr, done.stderr
+    cli.run(
+        "publish", *write_docs(tmp_path / "fresh", {**kept, **edited}), "--tenant", fresh, "--wait", "--timeout", "180"
+    )
+    rebuilt, expected = _export(cli, tenant), _export(cli, fresh)
+    assert rebuilt["facts"], "nothing was rebuilt"
+    assert rebuilt == expected, export_differences(expected, rebuilt)
