@@ -1,11 +1,15 @@
-"""Topic creation before workers start (kafka-python admin client)."""
+"""Topic creation before workers start (kafka-python admin client): every topic of the namespace,
+replicated on up to three brokers (min.insync.replicas 2 at three, so acks=all survives one
+broker lost), `documents` compacted — memory is a function of that log, so it keeps each
+document's last message for good (workers.recovery, ops/rebuild.py) where the other topics
+keep 7 days."""
 
 from __future__ import annotations
 
 import time
 
 from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from workers.settings import Settings
@@ -25,6 +29,7 @@ def ensure_topics(
     try:
         wanted = settings.topics.all()
         missing = [t for t in wanted if t not in set(admin.list_topics())]
+        replicas = min(MAX_REPLICAS, len(admin.describe_cluster()["brokers"]))
         if missing:
             try:
                 admin.create_topics(
@@ -32,8 +37,8 @@ def ensure_topics(
                         NewTopic(
                             t,
                             num_partitions=partitions,
-                            replication_factor=1,
-                            topic_configs={"max.message.bytes": str(settings.max_message_bytes)},
+                            replication_factor=replicas,
+                            topic_configs=topic_configs(settings, t, replicas),
                         )
                         for t in missing
                     ]
@@ -47,9 +52,39 @@ def ensure_topics(
                     f"topics not visible after {timeout_s}s: {sorted(set(wanted) - set(admin.list_topics()))}"
                 )
             time.sleep(0.2)
+        while not compact_documents(admin, settings.topics.documents):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{settings.topics.documents}: cleanup.policy not made compact within {timeout_s}s")
+            time.sleep(0.2)
         return missing
     finally:
         admin.close()
+
+
+MAX_REPLICAS = 3
+
+
+def topic_configs(settings: Settings, topic: str, replicas: int) -> dict[str, str]:
+    """A new topic's configuration: its message size; `documents` compacted; min.insync.replicas
+    one below the replicas from three up."""
+    configs = {"max.message.bytes": str(settings.max_message_bytes)}
+    if topic == settings.topics.documents:
+        configs["cleanup.policy"] = "compact"
+    if replicas >= MAX_REPLICAS:
+        configs["min.insync.replicas"] = str(replicas - 1)
+    return configs
+
+
+def compact_documents(admin: KafkaAdminClient, topic: str) -> bool:
+    """Make an existing documents topic compacted (one created before it was, with the broker's
+    default `delete` policy, would drop every document after 7 days); True once it is (False:
+    the broker refused for now, e.g. a topic created a moment ago not known everywhere yet)."""
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    entry = described.get("topic", {}).get(topic, {}).get("cleanup.policy") or {}
+    if entry.get("value") == "compact":
+        return True
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs={"cleanup.policy": "compact"})
+    return admin.alter_configs([resource]).get("topic", {}).get(topic) == "OK"
 
 
 def delete_namespace_topics(settings: Settings, namespaces: list[str]) -> list[str]:

@@ -1,0 +1,50 @@
+"""`ensure_topics` (ops/kafka_admin.py) on the local broker: `documents` is compacted — memory is
+a function of that log, so it must keep each document's last message past the 7 days the other
+topics keep — and a documents topic made before, with the broker's `delete` policy, is made so."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+from ops.kafka_admin import delete_namespace_topics, ensure_topics
+from workers.settings import Settings
+
+pytestmark = pytest.mark.stack
+
+
+def _policy(admin: KafkaAdminClient, topic: str, wanted: str | None = None) -> str:
+    """The topic's cleanup.policy; with `wanted`, read until it is that (a change reaches the
+    broker's metadata a moment after the controller took it), at most 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        policy = (described["topic"][topic].get("cleanup.policy") or {}).get("value", "delete")
+        if wanted is None or policy == wanted or time.monotonic() > deadline:
+            return policy
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["new", "made before with delete"])
+def test_the_documents_topic_is_compacted(stack_env, before):
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+    settings = Settings.from_env({**stack_env, "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace})
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    try:
+        if before:
+            admin.create_topics([NewTopic(settings.topics.documents, num_partitions=2, replication_factor=1)])
+            assert _policy(admin, settings.topics.documents) == "delete"
+        ensure_topics(settings)
+        assert _policy(admin, settings.topics.documents, "compact") == "compact"
+        assert _policy(admin, settings.topics.chunks) == "delete"
+        if not before:  # made here: its size limit too
+            configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, settings.topics.documents)])
+            held = configs["topic"][settings.topics.documents]["max.message.bytes"]["value"]
+            assert held == str(settings.max_message_bytes)
+    finally:
+        admin.close()
+        delete_namespace_topics(settings, [namespace])
