@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import sys
@@ -26,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
 
     stack = sub.add_parser("stack", help="local Kafka + Redis")
     stack.add_argument("action", choices=["up", "down", "status"])
+    stack.add_argument(
+        "--brokers",
+        type=int,
+        default=None,
+        help="up: Kafka brokers (default MEMSTREAM_KAFKA_BROKERS, 1); 3: topics replicated 3 times, min.insync.replicas 2",
+    )
 
     topics = sub.add_parser("topics", help="create the topics before workers start")
     topics.add_argument("action", choices=["create"])
@@ -327,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_stack(settings: Settings, args) -> int:
     from ops.stack import Stack, StackError, stderr
 
+    if args.brokers is not None:
+        if args.brokers < 1:
+            raise ValueError("--brokers: at least 1")
+        settings = dataclasses.replace(settings, kafka_brokers=args.brokers, kafka_bootstrap="")
     stack = Stack(settings)
     try:
         if args.action == "up":

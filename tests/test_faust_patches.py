@@ -118,3 +118,12 @@ def test_a_rejoin_is_asked_of_the_coordinator_on_the_consumer_thread():
     assert calls == ["on thread", "rejoin"]
     consumer = SimpleNamespace(_committed_offset={TP("t", 0): 5})
     assert faust_patches.committed_offsets(consumer, [TP("t", 0), TP("t", 1)]) == {TP("t", 0): 5, TP("t", 1): None}
+
+
+def test_the_producer_is_idempotent_outside_transactions_too():
+    """faust asks aiokafka for an idempotent producer only inside a transaction; the patch asks
+    for one always, so a send retried across a leader change is written once."""
+    faust_patches.install()
+    app = SimpleNamespace(in_transaction=False)
+    extra = aiokafka_driver.Producer._settings_extra(SimpleNamespace(app=app))
+    assert extra["acks"] == "all" and extra["enable_idempotence"] is True

@@ -9,6 +9,10 @@ tests/test_faust_patches.py, whose tests fail if a faust release changes what th
   by the app's `memstream_rewind(consumer)` where the worker set one (workers.recovery: the
   partitions whose effects Redis lost, read again through `seek_to`).
 
+And one to its aiokafka producer: `Producer._settings_extra(self)` — idempotent (acks=all and
+enable_idempotence) outside transactions too, where faust sets neither: a send retried after a
+broker's leadership moved is written once, not twice.
+
 And two reads of its internals for workers.liveness: `committed_offsets` (`_committed_offset`)
 and `request_rejoin` (the consumer thread's `call_thread`, its aiokafka consumer's coordinator's
 `request_rejoin`).
@@ -21,6 +25,7 @@ from __future__ import annotations
 from typing import Hashable, Iterable, TypeVar
 
 import faust.transport.consumer
+import faust.transport.drivers.aiokafka
 from aiokafka.structs import TopicPartition as AIOKafkaTP
 
 P = TypeVar("P", bound=Hashable)  # a partition (faust's TP)
@@ -81,6 +86,16 @@ async def seek_to(consumer, tp, offset: int) -> None:
         await consumer.seek(tp, offset)
 
 
+def _idempotent(settings_extra):
+    """The producer's extra settings, idempotent whatever faust adds (its transactions' too)."""
+
+    def idempotent_settings(self):
+        return {**settings_extra(self), "acks": "all", "enable_idempotence": True}
+
+    idempotent_settings.memstream_patched = True  # type: ignore[attr-defined]  # our mark
+    return idempotent_settings
+
+
 def committed_offsets(consumer, tps: Iterable[P]) -> dict[P, int | None]:
     """Each partition's committed offset as the consumer knows it (None: none committed)."""
     return {tp: consumer._committed_offset.get(tp) for tp in tps}
@@ -104,6 +119,9 @@ def install() -> None:
         consumer.ack = _ack_only_processed(consumer.ack)  # type: ignore[method-assign]
     if not installed("perform_seek"):
         consumer.perform_seek = _seek_uncommitted_to_beginning(consumer.perform_seek)  # type: ignore[method-assign]
+    producer = faust.transport.drivers.aiokafka.Producer
+    if not getattr(producer._settings_extra, "memstream_patched", False):
+        producer._settings_extra = _idempotent(producer._settings_extra)  # type: ignore[method-assign]
 
 
 def installed(method: str) -> bool:

@@ -57,6 +57,12 @@ def _setting(default: T, group: Group, help: str, *, shown: str | None = None) -
 class Settings:
     # ---- Kafka ----
     kafka_port: int = _setting(19092, "Kafka", "the local stack's Kafka port (its controller uses port+1)")
+    kafka_brokers: int = _setting(
+        1,
+        "Kafka",
+        "the local stack's brokers (`stack up --brokers 3`: topics replicated 3 times, min.insync.replicas 2); "
+        "broker n listens on MEMSTREAM_KAFKA_PORT + 2(n-1), its controller on the port after",
+    )
     kafka_bootstrap: str = _setting("", "Kafka", "Kafka bootstrap servers", shown="127.0.0.1:$MEMSTREAM_KAFKA_PORT")
     topic_namespace: str = _setting("memstream", "Kafka", "topic name prefix (`<ns>.documents`, …)")
     app_id: str = _setting("memstream", "Kafka", "faust app id = consumer group")
@@ -243,8 +249,11 @@ class Settings:
         return cast(LogLevel, self.log_level.upper())
 
     def __post_init__(self):
+        if not self.kafka_brokers >= 1:
+            raise ValueError(f"MEMSTREAM_KAFKA_BROKERS: at least 1, not {self.kafka_brokers}")
         if not self.kafka_bootstrap:
-            object.__setattr__(self, "kafka_bootstrap", f"127.0.0.1:{self.kafka_port}")
+            ports = [self.kafka_port + 2 * n for n in range(self.kafka_brokers)]
+            object.__setattr__(self, "kafka_bootstrap", ",".join(f"127.0.0.1:{port}" for port in ports))
         if not self.redis_url:
             object.__setattr__(self, "redis_url", f"redis://127.0.0.1:{self.redis_port}/0")
         level = self.log_level.lower() if isinstance(self.log_level, str) else self.log_level
