@@ -147,3 +147,25 @@ def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_brokers_override_runs_three_kafka_nodes_every_worker_reaches():
+    """docker-compose.brokers.yml: three KRaft nodes of one cluster, replication 3 with
+    min.insync.replicas 2, and every worker (and the topic creator) given all three."""
+    override = yaml.safe_load((ROOT / "docker-compose.brokers.yml").read_text())["services"]
+    nodes = [override[name]["environment"] for name in ("kafka", "kafka-2", "kafka-3")]
+    assert len({node["CLUSTER_ID"] for node in nodes}) == 1
+    assert all(node["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@kafka:9093,2@kafka-2:9093,3@kafka-3:9093" for node in nodes)
+    assert [node.get("KAFKA_NODE_ID") for node in nodes[1:]] == ["2", "3"]
+    assert all(
+        node["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3" and node["KAFKA_MIN_INSYNC_REPLICAS"] == "2" for node in nodes
+    )
+    for service in [*ROLE_TOPICS, "query", "topics"]:
+        assert override[service]["environment"]["MEMSTREAM_KAFKA_BOOTSTRAP"] == "kafka:9092,kafka-2:9092,kafka-3:9092"
+
+
+@pytest.mark.skipif(not _has_compose(), reason="docker client with the compose plugin not installed")
+def test_docker_compose_config_validates_with_three_brokers():
+    files = ["-f", str(COMPOSE), "-f", str(ROOT / "docker-compose.brokers.yml")]
+    proc = subprocess.run(["docker", "compose", *files, "config", "-q"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
