@@ -68,8 +68,8 @@ def _export(cli, tenant: str) -> dict:
     return comparable_export(json.loads(cli.run("export", "--tenant", tenant).stdout))
 
 
-def _until_equal(cli, tenant: str, expected: dict) -> dict:
-    deadline = time.monotonic() + RECOVERY_DEADLINE_S
+def _until_equal(cli, tenant: str, expected: dict, within_s: float = RECOVERY_DEADLINE_S) -> dict:
+    deadline = time.monotonic() + within_s
     while True:
         got = _export(cli, tenant)
         if got == expected or time.monotonic() > deadline:
@@ -142,3 +142,42 @@ def test_rebuild_makes_a_damaged_tenant_a_fresh_build_of_its_current_documents(m
     rebuilt, expected = _export(cli, tenant), _export(cli, fresh)
     assert rebuilt["facts"], "nothing was rebuilt"
     assert rebuilt == expected, export_differences(expected, rebuilt)
+
+
+# A known gap, kept running so its fix shows: replayed side by side, the stages' topics do not
+# rebuild a document's versions in their first order — a superseded version's chunk or candidate
+# replayed before the chunker recorded its successor again leaves facts retracted that the
+# undisturbed run holds active (restored from a backup), or 'new' facts never decided (emptied:
+# their candidates met no extraction yet and were dead-lettered, and no copy came again).
+# `memstream rebuild --tenant T` makes such a tenant a fresh build of its current documents.
+@pytest.mark.xfail(reason="a loss across edits and deletions does not yet replay to the same memory")
+@pytest.mark.parametrize("loss", ["restored from a backup", "emptied"])
+def test_a_loss_after_an_edit_a_revert_and_a_deletion_ends_as_a_fresh_build(make_workers, own_redis, tmp_path, loss):
+    """After the backup a document is edited and reverted, another deleted; Redis then loses
+    those writes (or all): once the workers caught up, the export equals the one before the loss
+    — whose facts in memory (retracted ones aside, as tests/test_versions.py compares) are a
+    fresh build's of the current documents."""
+    workers = make_workers(extractor="rules", redis_url=own_redis.url, tau=1, conflicts="off")
+    workers.start(role="all")
+    cli, tenant, fresh = workers.cli, tenant_name("edits"), tenant_name("edits-fresh")
+    docs = corpus(4)
+    first = {"doc-x": "Ivo Quill founded Quill Ivo Works. Quill Ivo Works builds boats in Lake Merrow."}
+    second = {"doc-x": "Hester Vane founded Vane Hester Works. Vane Hester Works builds boats in Ostra."}
+    cli.run("publish", *write_docs(tmp_path / "a", {**docs, **first}), "--tenant", tenant, "--wait", "--timeout", "180")
+    backup = tmp_path / "backup"
+    own_redis.backup(backup)
+    cli.run("publish", *write_docs(tmp_path / "v2", second), "--tenant", tenant, "--wait", "--timeout", "180")
+    gone = list(docs)[-1]
+    cli.run("delete", gone, "--tenant", tenant, "--wait", "--timeout", "180")
+    cli.run("publish", *write_docs(tmp_path / "v3", first), "--tenant", tenant, "--wait", "--timeout", "180")
+    expected = _export(cli, tenant)
+    in_memory = {f["id"]: (f["status"], f["passages"]) for f in expected["facts"] if f["status"] != "retracted"}
+    current = {**{k: v for k, v in docs.items() if k != gone}, **first}
+    cli.run("publish", *write_docs(tmp_path / "fresh", current), "--tenant", fresh, "--wait", "--timeout", "180")
+    built = {f["id"]: (f["status"], f["passages"]) for f in _export(cli, fresh)["facts"] if f["status"] != "retracted"}
+    assert in_memory == built, "the undisturbed memory holds other facts than a fresh build of the current documents"
+
+    own_redis.restore(backup if loss == "restored from a backup" else None)
+
+    after = _until_equal(cli, tenant, expected, within_s=60)
+    assert after == expected, export_differences(expected, after)
