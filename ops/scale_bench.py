@@ -182,6 +182,9 @@ def run_scale_bench(
                             k: ratios(by_round["this"][k], by_round[name][k]) for k in by_round["this"]
                         }
                 results += list(rows.values())
+                if not as_json:  # each size's table as soon as it is measured: a long run cut off keeps them
+                    _print_table(list(rows.values()), rounds * queries)
+                    sys.stdout.flush()
             finally:
                 for child in children.values():
                     child.close()
@@ -194,8 +197,6 @@ def run_scale_bench(
         shutil.rmtree(work, ignore_errors=True)
     if as_json:
         print(json.dumps(results, indent=1))
-    else:
-        _print_table(results, rounds * queries)
     return 0
 
 
