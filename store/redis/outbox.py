@@ -38,10 +38,6 @@ return 1
 class OutboxOps(RedisBase):
     """store.base.Outbox on Redis."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._raise_applied = self.redis.register_script(_RAISE_APPLIED)
-
     # ---- effectively once: done marks and outbox ---------------------------------------
     async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
         """None: the message was never committed. A list: its committed, maybe unsent output.
@@ -63,7 +59,7 @@ class OutboxOps(RedisBase):
         written: recorded after them, so a Redis that holds this offset holds those effects (a
         snapshot, a replica, an AOF are each a prefix of the writes), and one that lost writes
         holds an older offset or none (workers.recovery)."""
-        await self._raise_applied(keys=[applied_offsets_key(group)], args=[f"{topic}:{partition}", offset])
+        await self.redis.eval(_RAISE_APPLIED, 1, applied_offsets_key(group), f"{topic}:{partition}", offset)
 
     async def applied_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
         """partition → the last offset recorded applied (None: none)."""
