@@ -296,33 +296,30 @@ def _register_recovery(app: faust.App, recovery: Recovery) -> None:
     lost are read again from the first one it lacks; every RECOVERY_CHECK_S a loss under the
     running worker makes it rejoin its group, and so rewind."""
 
-    def held(consumer) -> dict:
+    def held(consumer) -> tuple[dict, dict]:
+        """The held partitions: (topic, partition) → faust's TP, and → its committed offset."""
         tps = [tp for tp in consumer.assignment() if "__assignor" not in tp.topic]
-        return {
-            (tp.topic, tp.partition): (tp, offset)
-            for tp, offset in faust_patches.committed_offsets(consumer, tps).items()
-        }
+        committed = faust_patches.committed_offsets(consumer, tps)
+        return {(tp.topic, tp.partition): tp for tp in tps}, {(tp.topic, tp.partition): committed[tp] for tp in tps}
 
     async def rewind(consumer) -> None:
-        partitions = held(consumer)
+        partitions, committed = held(consumer)
         try:
-            targets = await asyncio.wait_for(
-                recovery.rewind({key: offset for key, (_, offset) in partitions.items()}), RECOVERY_READ_S
-            )
+            targets = await asyncio.wait_for(recovery.rewind(committed), RECOVERY_READ_S)
         except Exception as exc:  # Redis away: the timer's check finds the loss once it answers
             log.warning(
                 "recovery: what Redis holds of the assigned partitions not read (%s: %s)", type(exc).__name__, exc
             )
             return
         for key, start in sorted(targets.items()):
-            tp, committed = partitions[key]
+            tp = partitions[key]
             metrics.REWINDS.labels(topic=tp.topic).inc()
             log.warning(
                 "recovery: Redis holds %s[%d] up to offset %s, Kafka committed %s: reading it again from %d",
                 tp.topic,
                 tp.partition,
                 start - 1 if start else "none",
-                committed,
+                committed[key],
                 start,
             )
             await faust_patches.seek_to(consumer, tp, start)
@@ -334,11 +331,11 @@ def _register_recovery(app: faust.App, recovery: Recovery) -> None:
     async def check_recovery():
         nonlocal rejoined
         consumer = app.consumer
-        partitions = held(consumer)
-        if not partitions or time.monotonic() - rejoined < RECOVERY_REJOIN_S:
+        _, committed = held(consumer)
+        if not committed or time.monotonic() - rejoined < RECOVERY_REJOIN_S:
             return
         try:
-            lost = await recovery.lost({key: offset for key, (_, offset) in partitions.items()})
+            lost = await recovery.lost(committed)
         except Exception as exc:  # Redis away: no verdict this round
             log.debug("recovery: check skipped (%s: %s)", type(exc).__name__, exc)
             return

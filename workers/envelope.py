@@ -180,10 +180,9 @@ class Envelope:
         Returns only then, so the caller may ack."""
         await self._process(topic, key, value, partition, offset)
         if partition is not None and offset is not None:
-            await self.memory.record_applied(self.settings.app_id, self.topic_name(topic), partition, offset)
-            self.applied[(self.topic_name(topic), partition)] = max(
-                offset, self.applied.get((self.topic_name(topic), partition), -1)
-            )
+            name = self.topic_name(topic)
+            await self.memory.record_applied(self.settings.app_id, name, partition, offset)
+            self.applied[(name, partition)] = max(offset, self.applied.get((name, partition), -1))
 
     def topic_name(self, suffix: str) -> str:
         return f"{self.settings.topic_namespace}.{suffix}"
