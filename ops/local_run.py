@@ -12,7 +12,9 @@ round trip, as several extractors or detectors would), the next partition is cho
 random generator, and a share of the messages can be delivered a second time (what a crash
 before the ack or a rebalance does), possibly while the first delivery is still running. It can
 also fail the first publish of a fact event after its commit (a broker hiccup the envelope must
-retry from the committed outbox).
+retry from the committed outbox). With `keep_log` it keeps every partition's messages and hands
+the stages their offsets, as Kafka does: `replay` then reads partitions again from given
+offsets (a worker's recovery after Redis lost writes: workers.recovery).
 
 `LocalIndexer` is the four stages (workers.pipeline.Pipeline) over any store and this broker
 with the default delivery, for the benchmarks (`bench memory-tax`, `bench conversation`, the
@@ -40,10 +42,11 @@ from workers.settings import Settings
 CONSUMED = frozenset(CONSUMES.values())  # the topics a stage consumes: delivered to the consumer
 OUTPUTS = frozenset(TOPIC_SUFFIXES) - CONSUMED  # indexed-facts, dlq: read outside the pipeline (`memstream tail`)
 
-# handles one message (topic, key, value) to the end, as Pipeline.process does
-Consumer = Callable[[str, bytes | None, bytes | None], Awaitable[None]]
+# handles one message (topic, key, value, partition, offset) to the end, as Pipeline.process does
+Consumer = Callable[[str, bytes | None, bytes | None, int | None, int | None], Awaitable[None]]
 Lane = tuple[str, int]  # (topic, partition), or ("redelivered", n): a second delivery's own
-Message = tuple[int, str, bytes | None, bytes | None]  # (arrival, topic, key, value)
+# (arrival, topic, key, value, partition, offset): the last two None unless the broker keeps its log
+Message = tuple[int, str, bytes | None, bytes | None, int | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class InProcessBroker:
         *,
         logged: Collection[str] | None = None,
         key_prefix: str = "",
+        keep_log: bool = False,
     ):
         self.consumer = consumer
         self.delivery = delivery
@@ -98,6 +102,8 @@ class InProcessBroker:
         self._rng = random.Random(delivery.seed)
         self._arrival = count()
         self._lanes: dict[Lane, deque[Message]] = {}
+        # (topic, partition) → its messages (key, value) in offset order, with keep_log
+        self.log: dict[Lane, list[tuple[bytes | None, bytes | None]]] | None = {} if keep_log else None
 
     async def send(self, item: Outgoing) -> None:
         """A stage's send (the envelope's `send`): kept if its topic is logged, queued if a stage consumes it."""
@@ -113,7 +119,25 @@ class InProcessBroker:
         """Queue a message on `topic` (delivered by the next drain), on the partition of its key
         without `key_prefix`."""
         partition = self.delivery.partition((key or b"").decode(errors="replace").removeprefix(self.key_prefix))
-        self._lanes.setdefault((topic, partition), deque()).append((next(self._arrival), topic, key, value))
+        offset = None
+        if self.log is not None:
+            written = self.log.setdefault((topic, partition), [])
+            offset = len(written)
+            written.append((key, value))
+        self._enqueue(topic, partition, key, value, offset)
+
+    def _enqueue(self, topic: str, partition: int, key: bytes | None, value: bytes | None, offset: int | None) -> None:
+        lane = self._lanes.setdefault((topic, partition), deque())
+        lane.append((next(self._arrival), topic, key, value, partition if offset is not None else None, offset))
+
+    def replay(self, starts: dict[Lane, int]) -> None:
+        """Read each logged (topic, partition) in `starts` again from its offset (delivered by the
+        next drain, after what waits there now), as a consumer sought back there does."""
+        if self.log is None:
+            raise RuntimeError("replay needs a broker that keeps its log (keep_log=True)")
+        for (topic, partition), start in sorted(starts.items()):
+            for offset, (key, value) in enumerate(self.log.get((topic, partition), [])[start:], start):
+                self._enqueue(topic, partition, key, value, offset)
 
     @property
     def waiting(self) -> int:
@@ -128,8 +152,8 @@ class InProcessBroker:
         """Deliver until no message waits and none is in flight."""
         if self.delivery.consumers == 1:  # one at a time, awaited here: no task per message
             while self._lanes:
-                _, topic, key, value = self._take(list(self._lanes))
-                await self.consumer(topic, key, value)
+                _, message = self._take(list(self._lanes))
+                await self.consumer(*message[1:])
             return
         running: dict[asyncio.Task, Lane] = {}
         try:
@@ -137,8 +161,8 @@ class InProcessBroker:
                 busy = set(running.values())
                 ready = [lane for lane in self._lanes if lane not in busy]
                 while ready and len(running) < self.delivery.consumers:
-                    lane, topic, key, value = self._take(ready)
-                    running[asyncio.ensure_future(self.consumer(topic, key, value))] = lane
+                    lane, message = self._take(ready)
+                    running[asyncio.ensure_future(self.consumer(*message[1:]))] = lane
                 if not running:
                     return
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -149,7 +173,7 @@ class InProcessBroker:
             for task in running:
                 task.cancel()
 
-    def _take(self, ready: list[Lane]) -> tuple[Lane, str, bytes | None, bytes | None]:
+    def _take(self, ready: list[Lane]) -> tuple[Lane, Message]:
         """The next message of one of the `ready` lanes (that lane leaves `ready`): the oldest
         head without a seed, else a seeded choice; its redelivery queued if drawn."""
         if self.delivery.seed is None:
@@ -158,17 +182,19 @@ class InProcessBroker:
             lane = self._rng.choice(sorted(ready, key=repr))
         ready.remove(lane)
         messages = self._lanes[lane]
-        _, topic, key, value = messages.popleft()
+        message = messages.popleft()
+        _, topic, key, value, partition, offset = message
         if not messages:
             del self._lanes[lane]
         if self.delivery.redeliver and lane[0] != "redelivered" and self._rng.random() < self.delivery.redeliver:
             # a lane of its own: the copy does not wait behind its partition
-            self._lanes[("redelivered", next(self._arrival))] = deque([(next(self._arrival), topic, key, value)])
+            copy = (next(self._arrival), topic, key, value, partition, offset)
+            self._lanes[("redelivered", next(self._arrival))] = deque([copy])
             self.redeliveries += 1
         self.deliveries += 1
         if self.logged is None or topic in self.logged:
             self.delivered.append((topic, (key or b"").decode(errors="replace")))
-        return lane, topic, key, value
+        return lane, message
 
 
 class LocalIndexer:
@@ -186,7 +212,7 @@ class LocalIndexer:
     ):
         self.memory = memory
         self.broker = InProcessBroker(
-            lambda topic, key, value: self.pipeline.process(topic, key, value), logged=OUTPUTS
+            lambda topic, key, value, partition, offset: self.pipeline.process(topic, key, value), logged=OUTPUTS
         )
         self.pipeline = Pipeline(settings, memory, self.broker.send, embedder, extractor, resolver_llm)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from store.graph_log import EdgeChange
 from store.keys import LAYERS, TenantKeys
-from store.records import AlreadyDone, DocumentStatus, Hit, Outgoing, StaleDecision
+from store.records import AlreadyDone, CauseNotInMemory, Committed, DocumentStatus, Hit, Outgoing, StaleDecision
 
 if TYPE_CHECKING:
     from store.memory import Memory
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 __all__ = [
     "LAYERS",
     "AlreadyDone",
+    "CauseNotInMemory",
+    "Committed",
     "DocumentStatus",
     "EdgeChange",
     "Hit",

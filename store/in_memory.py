@@ -13,6 +13,7 @@ has no counterpart here; each place says so in one line."""
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections import defaultdict
@@ -38,6 +39,7 @@ from store.records import (
     VECTOR_DTYPE,
     VECTOR_ITEM_BYTES,
     AlreadyDone,
+    Committed,
     DocumentRecord,
     DocumentStatus,
     EmbedderId,
@@ -48,6 +50,8 @@ from store.records import (
     Outgoing,
     PassageState,
     StaleDecision,
+    cause_held,
+    parse_cause,
     passage_extras,
     passage_json,
     similarity,
@@ -90,8 +94,8 @@ class _Tenant:
     aliases: dict[str, str] = field(default_factory=dict)
     cardinality: dict[str, str] = field(default_factory=dict)  # relation → "single" | "multi"
     flips: dict[str, str] = field(default_factory=dict)  # mark → the verdict its message flipped the relation to
-    done: set[str] = field(default_factory=set)  # done marks
-    outboxes: dict[str, list[Outgoing]] = field(default_factory=dict)  # mark → committed, not yet finished
+    done: dict[str, str] = field(default_factory=dict)  # done marks → their decision ids
+    outboxes: dict[str, Committed] = field(default_factory=dict)  # mark → committed, not yet finished
     committed_at: dict[str, float] = field(default_factory=dict)  # mark → commit time (the sweep's order)
     sweep_locked_until: float = 0.0  # monotonic
     adjacency: defaultdict[str, dict[str, float]] = field(
@@ -120,6 +124,14 @@ class InMemoryStore:
         self._tenants_with_outboxes: set[str] = set()
         self._cache: dict[str, str | bytes] = {}  # the model caches, shared by every model and tenant (no TTL)
         self._applied: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) → last applied offset
+
+    def snapshot(self) -> object:
+        """A copy of everything it holds: what a Redis backup is. `restore` brings it back,
+        losing every write since (tests of workers.recovery)."""
+        return copy.deepcopy((self._tenants, self._tenants_with_outboxes, self._cache, self._applied))
+
+    def restore(self, snapshot: object) -> None:
+        self._tenants, self._tenants_with_outboxes, self._cache, self._applied = copy.deepcopy(snapshot)  # type: ignore[misc]
 
     def _tenant(self, tenant: str) -> _Tenant:
         found = self._tenants.get(tenant)
@@ -164,24 +176,32 @@ class InMemoryStore:
         return _InMemoryEmbeddingCache(self._cache, embedder)
 
     # ---- effectively once: done marks and outbox (no TTLs: nothing expires) -----------------
-    async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
+    async def pending_outbox(self, tenant: str, mark: str, cause: str = "") -> Committed | None:
         t = self._tenant(tenant)
         if mark in t.done:
             raise AlreadyDone(mark)
         found = t.outboxes.get(mark)
-        return None if found is None else list(found)
+        if found is not None:
+            return Committed(list(found.outbox), found.decision)
+        if cause:
+            upstream = parse_cause(cause)[0]
+            held = t.done.get(upstream)
+            if held is None and upstream in t.outboxes:
+                held = t.outboxes[upstream].decision
+            cause_held(cause, held)
+        return None
 
     def pipeline(self) -> StagedWrites:
         return StagedWrites()
 
-    def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing]) -> None:
+    def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing], decision: str = "") -> None:
         t, at = self._tenant(tenant), time.time()
 
         def write() -> None:
             if not outbox:  # done with its commit, as Memory.stage_outbox
-                t.done.add(mark)
+                t.done[mark] = decision
                 return
-            t.outboxes[mark], t.committed_at[mark] = list(outbox), at
+            t.outboxes[mark], t.committed_at[mark] = Committed(list(outbox), decision), at
 
         self._stage(pipe, write)
 
@@ -218,7 +238,7 @@ class InMemoryStore:
             return str(t.revisions[record_id]) if record_id in t.revisions else None
         return _text(t.records[layer].get(record_id, {}).get(name)) or None
 
-    async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
+    async def commit_once(self, pipe, tenant: str, mark: str) -> Committed | None:
         """Memory.commit_once with nothing between its checks and its writes (no await), so no
         WatchError case: another delivery's commit is found, or ours applies."""
         t = self._tenant(tenant)
@@ -241,13 +261,13 @@ class InMemoryStore:
     async def applied_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
         return {p: self._applied.get((group, topic, p)) for p in partitions}
 
-    async def finish(self, tenant: str, mark: str) -> None:
+    async def finish(self, tenant: str, mark: str, decision: str = "") -> None:
         t = self._tenant(tenant)
-        t.done.add(mark)
+        t.done[mark] = decision
         t.outboxes.pop(mark, None)
         t.committed_at.pop(mark, None)
 
-    async def unsent_outboxes(self, committed_before: float, limit: int = 500) -> list[tuple[str, str, list[Outgoing]]]:
+    async def unsent_outboxes(self, committed_before: float, limit: int = 500) -> list[tuple[str, str, Committed]]:
         found = []
         for tenant in sorted(self._tenants_with_outboxes):
             t = self._tenant(tenant)
@@ -270,12 +290,25 @@ class InMemoryStore:
 
     # ---- document progress ---------------------------------------------------------------------
     def stage_document(
-        self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = ""
+        self,
+        pipe,
+        tenant: str,
+        doc_id: str,
+        doc_hash: str,
+        version: int,
+        chunk_ids: list[str],
+        mark: str = "",
+        position: tuple[int, int] | None = None,
     ) -> None:
-        t, record = (
-            self._tenant(tenant),
-            {"doc_hash": doc_hash, "version": version, "chunk_ids": list(chunk_ids), "ts": time.time(), "mark": mark},
-        )
+        t = self._tenant(tenant)
+        record = {
+            "doc_hash": doc_hash,
+            "version": version,
+            "chunk_ids": list(chunk_ids),
+            "ts": time.time(),
+            "mark": mark,
+            "position": position,
+        }
 
         def write() -> None:  # the record follows the latest publication, never an older version
             current = t.documents.get(doc_id)
@@ -344,7 +377,12 @@ class InMemoryStore:
             None
             if doc is None
             else DocumentRecord(
-                doc["doc_hash"], int(doc["version"]), tuple(doc["chunk_ids"]), doc.get("mark", ""), doc.get("seq", 0)
+                doc["doc_hash"],
+                int(doc["version"]),
+                tuple(doc["chunk_ids"]),
+                doc.get("mark", ""),
+                doc.get("seq", 0),
+                doc.get("position"),
             )
         )
 

@@ -65,6 +65,18 @@ class DocumentRecord:
     chunk_ids: tuple[str, ...]
     mark: str = ""  # the done mark of the message that recorded it (a redelivery finds it there)
     seq: int = 0  # how many times it was recorded: the marks of the next change name it, so none repeats
+    position: tuple[int, int] | None = None  # (partition, offset) on `documents` of the message that recorded it
+
+    def recorded_after(self, position: tuple[int, int] | None) -> bool:
+        """Whether a later message of the same `documents` partition than the one at `position`
+        made this record: that message is older, delivered late (an old owner's copy during a
+        rebalance, a redelivery behind a replay) — a tombstone carries no version to tell."""
+        return (
+            position is not None
+            and self.position is not None
+            and self.position[0] == position[0]
+            and self.position[1] > position[1]
+        )
 
     @property
     def deleted(self) -> bool:
@@ -131,6 +143,45 @@ class StaleDecision(Exception):
 
 class AlreadyDone(Exception):
     """The message behind this mark was fully processed before (a redelivery)."""
+
+
+class CauseNotInMemory(Exception):
+    """The decision that sent this message is not the one memory holds: Redis lost it (the
+    stage upstream, reading its input again, decides and sends again), or lost it and decided it
+    again differently (this copy is of the lost decision). Deciding the message now would build
+    memory from effects memory does not hold; marking it done would make the copy that is sent
+    again find it done. It is passed over, with no mark (workers.recovery)."""
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A message's committed decision: the outbox to publish (then `finish`), and the decision's
+    id, which each message of the outbox names as its cause (`cause`)."""
+
+    outbox: list[Outgoing]
+    decision: str = ""  # "" for one committed before decisions had ids
+
+
+def cause(mark: str, decision: str) -> str:
+    """What a message names as its cause: the mark of the message whose decision sent it, and
+    that decision's id (random hex: no '@')."""
+    return f"{mark}@{decision}"
+
+
+def parse_cause(text: str) -> tuple[str, str]:
+    """(mark, decision id) of a cause."""
+    mark, _, decision = text.rpartition("@")
+    return mark, decision
+
+
+def cause_held(text: str, held: str | None) -> None:
+    """Raise CauseNotInMemory unless memory holds the decision `text` names (`held`: the id of the
+    decision memory holds for its mark, "" for one older than ids, None for none)."""
+    mark, decision = parse_cause(text)
+    if held is None:
+        raise CauseNotInMemory(f"the message that sent it ({mark}) is not decided in memory")
+    if held and held != decision:
+        raise CauseNotInMemory(f"the message that sent it ({mark}) was decided again since")
 
 
 # Vectors are held as float16, scaled to length 1 first (every comparison is a cosine, so the

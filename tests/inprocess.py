@@ -35,6 +35,7 @@ from topics.records import Triple
 from workers.models.extraction import Entity, Extraction
 from workers.pipeline import Pipeline
 from workers.query.engine import QueryEngine, QueryRequest
+from workers.recovery import rewind_targets
 from workers.settings import Settings
 
 DIMS = 384
@@ -154,7 +155,8 @@ class InProcess:
     variables of a worker, as Python values: a switch is a bool); a store the test gives must have the settings' τ. The similarity
     bridge is off unless asked for (`sim_bridging=True`): with the digit-blind embedder it would
     only bridge digit variants. `delivery`: how the broker delivers (default: one message at a
-    time, oldest first)."""
+    time, oldest first); `keep_log`: it keeps every message with its offset, so `recover` can
+    read the topics again after the store lost writes (InMemoryStore.restore)."""
 
     def __init__(
         self,
@@ -166,6 +168,7 @@ class InProcess:
         delivery: Delivery | None = None,
         tenant: str | None = None,
         resolver_llm=None,
+        keep_log: bool = False,
         **settings,
     ):
         self.settings = Settings.from_env(
@@ -186,9 +189,10 @@ class InProcess:
         self._engine: QueryEngine | None = None
         # the pipeline's `process` looked up at each delivery: a test may wrap it
         self.broker = InProcessBroker(
-            lambda topic, key, value: self.pipeline.process(topic, key, value),
+            lambda *message: self.pipeline.process(*message),
             delivery or Delivery(),
             key_prefix=f"{self.tenant}/",
+            keep_log=keep_log,
         )
         self.pipeline = Pipeline(self.settings, self.memory, self.broker.send, self.embedder, extractor, resolver_llm)
 
@@ -211,6 +215,19 @@ class InProcess:
     async def drain(self) -> None:
         """Deliver until no message waits and none is in flight."""
         await self.broker.drain()
+
+    async def recover(self) -> None:
+        """What the workers do once Redis lost writes (workers.recovery): every partition read
+        again from the first offset whose effects the store no longer holds — all of them were
+        handled and committed — then drained."""
+        if self.broker.log is None:
+            raise RuntimeError("recover needs InProcess(keep_log=True)")
+        name = self.pipeline.envelope.topic_name
+        committed = {(name(topic), partition): len(log) for (topic, partition), log in self.broker.log.items()}
+        targets = await rewind_targets(self.memory, self.settings.app_id, committed)
+        suffix = {name(topic): topic for topic, _ in self.broker.log}
+        self.broker.replay({(suffix[topic], partition): start for (topic, partition), start in targets.items()})
+        await self.drain()
 
     # ---- publishing, as the CLI does ----------------------------------------------------------
     async def publish(self, doc_id: str, text: str, *, wait: bool = True, **fields) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from store import AlreadyDone, EdgeChange, Memory, Outgoing, StaleDecision
+from store import AlreadyDone, CauseNotInMemory, Committed, EdgeChange, Memory, Outgoing, StaleDecision
 from store.facts import Fact
 from store.in_memory import InMemoryStore
 from tests.inprocess import DIMS, Delivery, DigitBlindEmbedder, InProcess
@@ -330,13 +330,26 @@ async def fenced_commits(memory, tenant: str) -> list:
             [edges async for edges in memory.adjacency(tenant, ["e:ada", "e:ostra", "p:c1"])],
         )
     )
+    # causes: a message is decided only while memory holds the decision that sent it (m3's "d3";
+    # m1's, committed with no id, counts whatever id it is named with)
+    pipe = memory.pipeline()
+    memory.stage_outbox(pipe, tenant, "m3", out, "d3")
+    await memory.commit_once(pipe, tenant, "m3")
+    for turn in ("committed", "finished"):
+        for cause in ("m3@d3", "m3@d9", "m4@d4", "m1@d1"):
+            try:
+                seen.append((turn, cause, await memory.pending_outbox(tenant, "child", cause)))
+            except CauseNotInMemory:
+                seen.append((turn, cause, "not in memory"))
+        await memory.finish(tenant, "m3", "d3")
+    seen.append(await memory.pending_outbox(tenant, "m1-child", "m1@d1"))
     return seen
 
 
 FENCED = [
     None,
     None,
-    [Outgoing("indexed-facts", "f1", b'{"x": 1}')],
+    Committed([Outgoing("indexed-facts", "f1", b'{"x": 1}')]),
     "new",
     "stale",
     "new",
@@ -362,6 +375,12 @@ FENCED = [
         ["e:ada", "e:ostra", "p:c1"],
         [[EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage")]],
     ),
+    *[
+        (turn, cause, None if held else "not in memory")
+        for turn in ("committed", "finished")
+        for cause, held in (("m3@d3", True), ("m3@d9", False), ("m4@d4", False), ("m1@d1", True))
+    ],
+    None,
 ]
 
 

@@ -291,18 +291,27 @@ operation = st.one_of(
 )
 
 
-async def _apply(redis_url, operations, redeliver: float, **settings) -> tuple[dict, dict[str, str]]:
-    """The operations in order (each drained), then current_memory and the current texts."""
+async def _apply(
+    redis_url, operations, redeliver: float, lose_from: int | None = None, **settings
+) -> tuple[dict, dict[str, str]]:
+    """The operations in order (each drained), then current_memory and the current texts. With
+    `lose_from` (the in-memory store), the store loses every write made from that operation on
+    (restored from a snapshot taken before it: what a Redis restored from a backup does), and
+    the stages recover from the topics (InProcess.recover) before memory is read."""
     stages = InProcess(
         redis_url,
         RulesExtractor(),
         delivery=Delivery(partitions=3, consumers=3, seed=1, redeliver=redeliver),
+        keep_log=lose_from is not None,
         **settings,
     )
     history: dict[str, list[str]] = {}
     current: dict[str, str] = {}
+    snapshot = None
     try:
         for version, (kind, doc, picks) in enumerate(operations, 1):
+            if version - 1 == lose_from:
+                snapshot = stages.memory.snapshot()  # type: ignore[attr-defined]  # InMemoryStore's
             if kind == "delete":
                 await stages.delete(doc)
                 current.pop(doc, None)
@@ -320,6 +329,9 @@ async def _apply(redis_url, operations, redeliver: float, **settings) -> tuple[d
             await stages.publish(doc, text, version=version)
             history.setdefault(doc, []).append(text)
             current[doc] = text
+        if lose_from is not None:
+            stages.memory.restore(stages.memory.snapshot() if snapshot is None else snapshot)  # type: ignore[attr-defined]
+            await stages.recover()
         return await current_memory(stages), current
     finally:
         await stages.close()
@@ -339,6 +351,23 @@ def test_memory_is_a_function_of_the_current_documents(operations, redeliver, ta
     those of a fresh tenant given only the current texts. (Without parking the facts of a
     schema taken below τ, this finds a counterexample within 600 sequences.)"""
     memory, current = run(_apply(None, operations, redeliver, tau=tau))
+    assert memory == run(fresh(None, current, tau=tau))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    operations=st.lists(operation, min_size=1, max_size=8),
+    lost=st.integers(0, 8),
+    redeliver=st.sampled_from([0.0, 0.5]),
+    tau=st.sampled_from([1, 2]),
+)
+def test_memory_is_a_function_of_the_log_after_the_store_loses_its_last_writes(operations, lost, redeliver, tau):
+    """The same sequences, then the store loses the writes of the last `lost` operations (all of
+    them at most: an emptied store) and the stages read their topics again from the first
+    offset whose effects it lacks (workers.recovery): memory equals a fresh tenant's of the
+    current texts, across edits, reverts and deletions in the lost part."""
+    lose_from = max(0, len(operations) - lost)
+    memory, current = run(_apply(None, operations, redeliver, lose_from, tau=tau))
     assert memory == run(fresh(None, current, tau=tau))
 
 

@@ -368,6 +368,10 @@ class Chunk(Record):
     # the done marks of its extraction and detection name it (passage_mark), so it is extracted
     # again and its facts decided again.
     incarnation: int = 0
+    # The decision that sent it, "<mark>@<decision id>" (store.records.cause), stamped by the
+    # envelope when it commits: a worker passes over a message whose cause memory does not hold
+    # (Redis lost it; workers.recovery). "" from outside the pipeline: decided as it comes.
+    cause: str = ""
 
     @property
     def key(self) -> str:
@@ -433,6 +437,7 @@ class CandidateFact(Record):
     activation: bool = False
     work_id: str = ""
     incarnation: int = 0  # the passage's (Chunk.incarnation)
+    cause: str = ""  # the decision that sent it (Chunk.cause)
 
     @property
     def key(self) -> str:
@@ -472,6 +477,7 @@ class ConflictSet(Record):
     passage_ids: list[str]
     work_id: str = ""
     reason: str = ""
+    cause: str = ""  # the decision that sent it (Chunk.cause)
 
     @classmethod
     def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):

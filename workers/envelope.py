@@ -21,17 +21,19 @@ import asyncio
 import hashlib
 import logging
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Generic, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from store import AlreadyDone, Outgoing, StaleDecision
+from store import AlreadyDone, CauseNotInMemory, Committed, Outgoing, StaleDecision
 from store.base import Outbox, Progress
 from store.errors import redis_unavailable
+from store.records import cause
 from topics import CandidateFact, ContractError, DeadLetter, Document, DocumentDeletion, FactEvent, decode, encode
 from topics.graph import spec_of
-from topics.records import Record
+from topics.records import Chunk, ConflictSet, Record
 from workers import metrics
 from workers.algorithms.normalize import short_hash
 from workers.retry import backoff
@@ -53,6 +55,29 @@ class EnvelopeStore(Outbox, Progress, Protocol):
 
 class PermanentError(Exception):
     """Retrying cannot help: the message goes to the dead-letter topic at once."""
+
+
+class Handling(NamedTuple):
+    """What the envelope knows of the message the running task handles, beside its record."""
+
+    position: tuple[int, int] | None  # (partition, offset); None where unknown (a broker in this process keeps no log)
+    cause: str  # the decision that sent it (store.records.cause); "" for a message from outside the pipeline
+
+
+_HANDLING: ContextVar[Handling | None] = ContextVar("memstream_handling", default=None)
+
+
+CAUSED = (Chunk, CandidateFact, ConflictSet)  # the records the stages send one another (their `cause`)
+
+
+def _handling() -> Handling:
+    return _HANDLING.get() or Handling(None, "")
+
+
+def message_position() -> tuple[int, int] | None:
+    """The (partition, offset) of the message being handled, where the consumer knows it (read
+    by the chunker: DocumentRecord.recorded_after)."""
+    return _handling().position
 
 
 @dataclass(frozen=True)
@@ -207,6 +232,8 @@ class Envelope:
             await self.dead_letter(topic, key, value, reason, partition, offset, attempts=1)
             return
         tenant = getattr(record, "tenant", None)
+        position = (partition, offset) if partition is not None and offset is not None else None
+        token = _HANDLING.set(Handling(position, getattr(record, "cause", "")))
         attempt, outage_retries, outage_since = 0, 0, None  # attempts count failures other than outages
         try:
             while True:
@@ -260,6 +287,7 @@ class Envelope:
                         )
                     await asyncio.sleep(delay)
         finally:
+            _HANDLING.reset(token)
             if outage_since is not None:
                 metrics.OUTAGE_WAITING.labels(stage=topic).dec()
 
@@ -316,12 +344,16 @@ class Envelope:
         stage = mark.split(":", 1)[0]
         finished = False
         try:
-            outbox = await self.memory.pending_outbox(tenant, mark)
-            if outbox is None:
-                outbox = await self._decide_and_commit(tenant, mark, decide, stage)
-                finished = not outbox  # an empty outbox commits with the done mark (Memory.stage_outbox)
+            committed = await self.memory.pending_outbox(tenant, mark, _handling().cause)
+            if committed is None:
+                committed = await self._decide_and_commit(tenant, mark, decide, stage)
+                finished = not committed.outbox  # an empty outbox commits with the done mark (Memory.stage_outbox)
             else:
                 metrics.REDELIVERIES.labels(stage=stage, found="outbox").inc()
+        except CauseNotInMemory as exc:  # Redis lost writes: the stage upstream sends it again (workers.recovery)
+            metrics.CAUSE_NOT_IN_MEMORY.labels(stage=stage).inc()
+            log.warning("%s in tenant %s: passed over until it is sent again (%s)", mark, tenant, exc)
+            return
         except AlreadyDone:
             metrics.REDELIVERIES.labels(stage=stage, found="done").inc()
             if finishes:
@@ -331,9 +363,9 @@ class Envelope:
                 )
                 await pipe.execute()
             return
-        await self._publish(outbox)
+        await self._publish(committed.outbox)
         if not finished:
-            await self.memory.finish(tenant, mark)
+            await self.memory.finish(tenant, mark, committed.decision)
 
     async def _publish(self, outbox: list[Outgoing]) -> None:
         """Send the outbox in order; returns once the broker acknowledged every message."""
@@ -343,14 +375,17 @@ class Envelope:
         for item in outbox:
             await self.send(item)
 
-    async def _decide_and_commit(self, tenant: str, mark: str, decide: Decide, stage: str) -> list[Outgoing]:
+    async def _decide_and_commit(self, tenant: str, mark: str, decide: Decide, stage: str) -> Committed:
         """Decide and commit; decide again while another stage changes a fact under the decision
-        (optimistic: the commit checks what the decision read). Returns the committed outbox."""
+        (optimistic: the commit checks what the decision read). Returns the committed outbox:
+        each of its messages names this decision as its cause (`decision_id`)."""
         for _ in range(MAX_REDECISIONS):
             pipe = self.memory.pipeline()
             decided = stamp_event_ids(tenant, mark, await decide(pipe))
+            decision = decision_id(mark, decided)
+            decided = stamp_causes(decided, cause(mark, decision))
             outbox = encode_outbox(decided)
-            self.memory.stage_outbox(pipe, tenant, mark, outbox)
+            self.memory.stage_outbox(pipe, tenant, mark, outbox, decision)
             try:
                 committed = await self.memory.commit_once(pipe, tenant, mark)
             except StaleDecision:
@@ -374,7 +409,7 @@ class Envelope:
                         )
                     )
             metrics.SCHEMAS_PROMOTED.inc(len(promoted_schemas))
-            return outbox
+            return Committed(outbox, decision)
         raise RuntimeError(f"{mark}: the facts it decides about kept changing under {MAX_REDECISIONS} decisions")
 
     async def publish_unsent_outboxes(self, grace_s: float = 30.0) -> int:
@@ -383,10 +418,11 @@ class Envelope:
         them done. `grace_s` leaves alone outboxes whose own worker is still publishing them; a
         race with it publishes twice, which consumers absorb (same event ids, done marks)."""
         sent = 0
-        for tenant, mark, outbox in await self.memory.unsent_outboxes(time.time() - grace_s):
+        for tenant, mark, committed in await self.memory.unsent_outboxes(time.time() - grace_s):
+            outbox = committed.outbox
             try:
                 await self._publish(outbox)
-                await self.memory.finish(tenant, mark)
+                await self.memory.finish(tenant, mark, committed.decision)
             except Exception as exc:  # one outbox that cannot be sent must not hold back the others
                 if is_outage(exc):
                     raise
@@ -431,6 +467,28 @@ def stamp_event_ids(tenant: str, mark: str, outbox: Decided) -> list[Emit]:
             )
         out.append(item)
     return out
+
+
+def decision_id(mark: str, outbox: Decided) -> str:
+    """A decision's id: a hash of its message's mark and of what it sends the stages downstream
+    (CAUSED records; fact events, which carry times, are read by no stage). A decision lost with
+    Redis's writes and made again the same way has the same id (the first one's messages, still
+    on the topics, count as the second's); made otherwise (another order of the replay), another
+    id, and the first one's messages are passed over downstream (CauseNotInMemory)."""
+    sent = (item for item in outbox if isinstance(item.record, CAUSED))
+    return short_hash(
+        "decision", mark, *(f"{item.topic}\x1f{item.key}\x1f{encode(item.record).decode()}" for item in sent)
+    )
+
+
+def stamp_causes(outbox: Decided, text: str) -> list[Emit]:
+    """Name the decision (store.records.cause) on each message a stage consumes downstream
+    (CAUSED: the records with a `cause` field): the envelope there passes over one whose cause memory does
+    not hold (CauseNotInMemory)."""
+    return [
+        replace(item, record=replace(item.record, cause=text)) if isinstance(item.record, CAUSED) else item
+        for item in outbox
+    ]
 
 
 def event_message(event: FactEvent) -> Emit:

@@ -50,6 +50,11 @@ STALLS = Counter(
 OUTBOXES_SWEPT = Counter(
     "memstream_outboxes_swept_total", "Committed outboxes published by the sweep, not by their message"
 )
+CAUSE_NOT_IN_MEMORY = Counter(
+    "memstream_cause_not_in_memory_total",
+    "Messages whose cause (the decision that sent them) Redis lost, passed over until the stage upstream sends them again",
+    ["stage"],
+)
 REWINDS = Counter(
     "memstream_recovery_rewinds_total",
     "Partitions read again from the first offset whose effects Redis lost (workers.recovery), by topic",

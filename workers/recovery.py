@@ -14,8 +14,10 @@ done marks — lost with the same writes — let every one of them run again, wh
 marks survived stay no-ops. A running worker notices the loss on its own (`lost_partitions`,
 on a timer: Redis now holds less than this process recorded, or less than Kafka committed) and
 rejoins its group, which rewinds it. A downstream message replayed before the upstream effect
-it depends on is in memory again (a candidate fact whose extraction was lost) is dead-lettered
-without a done mark: its upstream stage replays too and sends it again, and that copy runs.
+it depends on is in memory again — a chunk of a document version whose record was lost, a
+candidate fact whose extraction was lost — is passed over without a done mark
+(workers.envelope.AheadOfMemory): its upstream stage replays too and sends it again, and that
+copy runs, in the log's order.
 
 A partition of which Redis holds no applied offset at all while Kafka committed some is read
 from its beginning: Redis emptied, or a worker of a version before this record upgraded (its

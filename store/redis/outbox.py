@@ -12,7 +12,15 @@ from typing import cast
 from redis.exceptions import WatchError
 
 from store.keys import TENANTS_WITH_OUTBOXES, applied_offsets_key
-from store.records import OUTBOX_SWEEP_LOCK_S, AlreadyDone, Outgoing, StaleDecision
+from store.records import (
+    OUTBOX_SWEEP_LOCK_S,
+    AlreadyDone,
+    Committed,
+    Outgoing,
+    StaleDecision,
+    cause_held,
+    parse_cause,
+)
 from store.redis.base import DONE_MARK_TTL_S, RedisBase, _expected, _text
 
 SWEEP_REGISTRATION_S = 60
@@ -39,16 +47,24 @@ class OutboxOps(RedisBase):
     """store.base.Outbox on Redis."""
 
     # ---- effectively once: done marks and outbox ---------------------------------------
-    async def pending_outbox(self, tenant: str, mark: str) -> list[Outgoing] | None:
-        """None: the message was never committed. A list: its committed, maybe unsent output.
-        Raises AlreadyDone when the message was fully processed before."""
+    async def pending_outbox(self, tenant: str, mark: str, cause: str = "") -> Committed | None:
+        """None: the message was never committed. Committed: its committed, maybe unsent
+        output. Raises AlreadyDone when the message was fully processed before, and, when it was
+        not and memory does not hold the decision its `cause` names, CauseNotInMemory (read in
+        the same command)."""
         keys = self.keys(tenant)
-        done, outbox = await self.redis.mget(keys.done_mark(mark), keys.outbox(mark))
+        upstream = parse_cause(cause)[0] if cause else None
+        read = [keys.done_mark(mark), keys.outbox(mark)]
+        if upstream is not None:
+            read += [keys.done_mark(upstream), keys.outbox(upstream)]
+        done, outbox, *cause_keys = await self.redis.mget(read)
         if done is not None:
             raise AlreadyDone(mark)
-        if outbox is None:
-            return None
-        return [Outgoing.from_json(item) for item in json.loads(outbox)]
+        if outbox is not None:
+            return _committed(outbox)
+        if upstream is not None:
+            cause_held(cause, _decision(*cause_keys))
+        return None
 
     def pipeline(self):
         return self.redis.pipeline(transaction=True)
@@ -68,15 +84,17 @@ class OutboxOps(RedisBase):
         held = await self.redis.hmget(applied_offsets_key(group), [f"{topic}:{p}" for p in partitions])
         return {p: None if raw is None else int(raw) for p, raw in zip(partitions, held)}
 
-    def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing]) -> None:
-        """The message's outbox, published after the commit and then `finish`ed. An empty one
-        has nothing to publish: the message is done with its commit (its done mark staged here),
-        which saves the finish round trip of most detections (a fact parked as pending)."""
+    def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing], decision: str = "") -> None:
+        """The message's outbox and decision id, published after the commit and then `finish`ed.
+        An empty one has nothing to publish: the message is done with its commit (its done mark,
+        which holds the decision id, staged here), which saves the finish round trip of most
+        detections (a fact parked as pending)."""
         keys = self.keys(tenant)
         if not outbox:
-            pipe.set(keys.done_mark(mark), b"1", ex=DONE_MARK_TTL_S)
+            pipe.set(keys.done_mark(mark), decision or b"1", ex=DONE_MARK_TTL_S)
             return
-        pipe.set(keys.outbox(mark), json.dumps([o.to_json() for o in outbox]), ex=DONE_MARK_TTL_S)
+        stored = {"decision": decision, "outbox": [o.to_json() for o in outbox]}
+        pipe.set(keys.outbox(mark), json.dumps(stored), ex=DONE_MARK_TTL_S)
         pipe.zadd(keys.outboxes, {mark: time.time()})
 
     def expect_status(self, pipe, tenant: str, fact_id: str, status: str) -> None:
@@ -89,7 +107,7 @@ class OutboxOps(RedisBase):
         stored = None if value in (None, "") else value if isinstance(value, str) else repr(float(value))
         _expected(pipe).setdefault((self.keys(tenant).fact(fact_id), name), stored)
 
-    async def commit_once(self, pipe, tenant: str, mark: str) -> list[Outgoing] | None:
+    async def commit_once(self, pipe, tenant: str, mark: str) -> Committed | None:
         """Execute a message's staged writes and outbox, fenced on two sides:
         - another delivery of the same message (a partition's old and new owner in a rebalance,
           a worker thought dead) committed first: our writes are discarded and we get the
@@ -124,15 +142,15 @@ class OutboxOps(RedisBase):
             raise StaleDecision(mark)
         return found
 
-    async def finish(self, tenant: str, mark: str) -> None:
+    async def finish(self, tenant: str, mark: str, decision: str = "") -> None:
         keys = self.keys(tenant)
         pipe = self.pipeline()
-        pipe.set(keys.done_mark(mark), b"1", ex=DONE_MARK_TTL_S)
+        pipe.set(keys.done_mark(mark), decision or b"1", ex=DONE_MARK_TTL_S)
         pipe.delete(keys.outbox(mark))
         pipe.zrem(keys.outboxes, mark)
         await pipe.execute()
 
-    async def unsent_outboxes(self, committed_before: float, limit: int = 500) -> list[tuple[str, str, list[Outgoing]]]:
+    async def unsent_outboxes(self, committed_before: float, limit: int = 500) -> list[tuple[str, str, Committed]]:
         """(tenant, mark, outbox) of outboxes committed before the given time and still not
         published, oldest first per tenant — for the sweep. A tenant is skipped while another
         worker sweeps it (a lock that expires, so a dead sweeper holds nothing for long)."""
@@ -155,3 +173,19 @@ class OutboxOps(RedisBase):
                 else:
                     found.append((tenant, mark, outbox))
         return found
+
+
+def _committed(stored: bytes | str) -> Committed:
+    """A stored outbox: {"decision", "outbox"} (a bare list: committed before decisions had ids)."""
+    found = json.loads(stored)
+    if isinstance(found, list):
+        return Committed([Outgoing.from_json(item) for item in found])
+    return Committed([Outgoing.from_json(item) for item in found["outbox"]], found["decision"])
+
+
+def _decision(done: bytes | str | None, outbox: bytes | str | None) -> str | None:
+    """The id of the decision committed for a mark, from its done mark and outbox ("" for one
+    older than ids, whose done mark holds "1"; None: no decision)."""
+    if done is not None:
+        return "" if done in (b"1", "1") else _text(done)
+    return None if outbox is None else _committed(outbox).decision

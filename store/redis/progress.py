@@ -15,7 +15,7 @@ from store.redis.base import DONE_MARK_TTL_S, RedisBase, _eval, _text
 _RECORD_DOCUMENT = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if current and tonumber(current) > tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'doc_hash', ARGV[1], 'version', ARGV[2], 'chunk_ids', ARGV[3], 'ts', ARGV[4], 'mark', ARGV[5])
+redis.call('HSET', KEYS[1], 'doc_hash', ARGV[1], 'version', ARGV[2], 'chunk_ids', ARGV[3], 'ts', ARGV[4], 'mark', ARGV[5], 'position', ARGV[6])
 redis.call('HINCRBY', KEYS[1], 'seq', 1)
 return 1
 """
@@ -69,14 +69,30 @@ class ProgressOps(RedisBase):
 
     # ---- document progress -----------------------------------------------------------
     def stage_document(
-        self, pipe, tenant: str, doc_id: str, doc_hash: str, version: int, chunk_ids: list[str], mark: str = ""
+        self,
+        pipe,
+        tenant: str,
+        doc_id: str,
+        doc_hash: str,
+        version: int,
+        chunk_ids: list[str],
+        mark: str = "",
+        position: tuple[int, int] | None = None,
     ) -> None:
-        """The document's current version (`mark`: the done mark of the message that made it so)."""
+        """The document's current version (`mark`: the done mark of the message that made it so;
+        `position`: that message's (partition, offset) on `documents`, where known)."""
         _eval(
             pipe,
             _RECORD_DOCUMENT,
             [self.keys(tenant).document(doc_id)],
-            [doc_hash, version, json.dumps(chunk_ids), time.time(), mark],
+            [
+                doc_hash,
+                version,
+                json.dumps(chunk_ids),
+                time.time(),
+                mark,
+                "" if position is None else "%d:%d" % position,
+            ],
         )
 
     def stage_chunk_done(self, pipe, tenant: str, chunk_id: str) -> None:

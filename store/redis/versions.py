@@ -48,17 +48,19 @@ class VersionsOps(RedisBase):
     # ---- document versions: what a new version retires, and what a revert brings back -------
     async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         """The document's current version as the chunker recorded it (None: never seen)."""
-        doc_hash, version, chunk_ids, mark, seq = await self.redis.hmget(
-            self.keys(tenant).document(doc_id), ["doc_hash", "version", "chunk_ids", "mark", "seq"]
+        doc_hash, version, chunk_ids, mark, seq, position = await self.redis.hmget(
+            self.keys(tenant).document(doc_id), ["doc_hash", "version", "chunk_ids", "mark", "seq", "position"]
         )
         if version is None:
             return None
+        partition, _, offset = _text(position or b"").partition(":")
         return DocumentRecord(
             _text(doc_hash or b""),
             int(version),
             tuple(json.loads(chunk_ids or b"[]")),
             _text(mark or b""),
             int(seq or 0),
+            (int(partition), int(offset)) if offset else None,
         )
 
     def expect_document(self, pipe, tenant: str, doc_id: str, record: DocumentRecord | None) -> None:

@@ -31,7 +31,7 @@ from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
 from workers.algorithms.policy import TRACE_CATEGORIES
 from workers.algorithms.turns import turn_context, when_of
-from workers.envelope import Emit, event_message
+from workers.envelope import Emit, event_message, message_position
 from workers.stages.context import Stage, StageContext
 from workers.stages.erasure import Erasing
 from workers.stages.work import regroup
@@ -95,9 +95,9 @@ class ChunkerStage(Stage):
         context = context_of(doc)
         pieces = pieces_of(doc, context, self.settings.chunk_tokens, self.settings.chunk_overlap)
         chunk_ids = [p.chunk_id for p in pieces]
-        previous = await self.memory.document_record(tenant, doc.doc_id)
-        if previous is not None and previous.supersedes(doc.version):
-            return  # an older version than the current (or deleted) one: nothing of it enters memory
+        previous, position = await self.memory.document_record(tenant, doc.doc_id), message_position()
+        if previous is not None and (previous.supersedes(doc.version) or previous.recorded_after(position)):
+            return  # an older version than the current (or deleted) one, or an older message: nothing of it enters memory
         if (
             previous is not None
             and previous.mark
@@ -110,10 +110,10 @@ class ChunkerStage(Stage):
 
         async def decide(pipe) -> list[Emit]:
             current = await self.memory.document_record(tenant, doc.doc_id)
-            if current is not None and current.supersedes(doc.version):
+            if current is not None and (current.supersedes(doc.version) or current.recorded_after(position)):
                 return []
             self.memory.expect_document(pipe, tenant, doc.doc_id, current)  # another version meanwhile: decide again
-            self.memory.stage_document(pipe, tenant, doc.doc_id, doc_hash, doc.version, chunk_ids, mark)
+            self.memory.stage_document(pipe, tenant, doc.doc_id, doc_hash, doc.version, chunk_ids, mark, position)
             changes = await self.versions.replace(
                 pipe, tenant, doc.doc_id, current, chunk_ids, f"{doc.doc_id} version {doc.version}"
             )
@@ -144,21 +144,23 @@ class ChunkerStage(Stage):
         retire and its facts are decided again as after an edit. An erasure (`purge`) deletes
         it so, then erases what of it is left (workers.stages.erasure) in a second commit."""
         tenant, doc_id = deletion.tenant, deletion.doc_id
-        previous = await self.memory.document_record(tenant, doc_id)
+        previous, position = await self.memory.document_record(tenant, doc_id), message_position()
         if previous is None:
             return  # never published
         if previous.deleted:  # deleted already (a redelivery: its outbox is published now)
             if previous.mark:
                 await self.once(tenant, previous.mark, _nothing)
+        elif previous.recorded_after(position):
+            pass  # a tombstone older than the version recorded (delivered late): that version stands
         else:
             mark = f"del:{doc_id}:{after(previous)}"
 
             async def decide(pipe) -> list[Emit]:
                 current = await self.memory.document_record(tenant, doc_id)
-                if current is None or current.deleted:
+                if current is None or current.deleted or current.recorded_after(position):
                     return []
                 self.memory.expect_document(pipe, tenant, doc_id, current)
-                self.memory.stage_document(pipe, tenant, doc_id, "", current.version, [], mark)
+                self.memory.stage_document(pipe, tenant, doc_id, "", current.version, [], mark, position)
                 return (await self.versions.replace(pipe, tenant, doc_id, current, [], f"{doc_id} deleted")).outbox
 
             await self.once(tenant, mark, decide)

@@ -23,7 +23,7 @@ from workers.algorithms.policy import (
 )
 from workers.envelope import Emit, Finishes, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage, current_passage
-from workers.stages.work import adjudication, containment_changed, duplicate
+from workers.stages.work import adjudication, containment_changed, duplicate, is_readmission
 
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
 
@@ -51,7 +51,9 @@ class DetectorStage(Stage):
                 )
             if fact.lapsed():  # its TTL is over (every passage's): nothing to admit; the expiry sweep expires it
                 return self._finish(pipe, cand, cand.work_id if cand.activation else None, [])
-            if cand.activation:  # a promoted pending fact
+            # a readmission (workers.stages.work) is decided as an extracted candidate, and finishes its work item
+            work = cand.work_id if is_readmission(cand) else None
+            if cand.activation and work is None:  # a promoted pending fact
                 if fact.status == "pending" and await self.memory.schema_status(tenant, fact.schema_id) != "stable":
                     # a document version took its schema below τ since the promotion was sent: it waits again
                     self.memory.stage_pend(pipe, tenant, fact.schema_id, [fid])
@@ -59,12 +61,16 @@ class DetectorStage(Stage):
                 outbox = await self._admit(pipe, cand, fact) if fact.status == "pending" else []
                 return self._finish(pipe, cand, cand.work_id, outbox)
             if not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation):
-                return []  # a version retired its passage after extraction: it supports nothing
+                if fact.status == "new" and not fact.passage_ids:
+                    # extracted, never decided, and its passage left memory first: as in a fresh
+                    # build of the current documents, it is not in memory (nobody was told of it)
+                    self.lifecycle.retract(pipe, tenant, fact, 0, "its passage left memory before it was decided")
+                return [] if work is None else self._finish(pipe, cand, work, [])  # it supports nothing
             if cand.passage_id in fact.passage_ids and fact.status != "new":
-                return self._finish(pipe, cand, None, [])  # the same fact twice in one passage
+                return self._finish(pipe, cand, work, [])  # the same fact twice in one passage
             if fact.status in ("active", "invalid", "merged"):
                 # a known fact gains support: merge the provenance (and re-adjudicate) in the resolver
-                return self._finish(pipe, cand, None, [duplicate(cand, fact, "same fact")])
+                return self._finish(pipe, cand, work, [duplicate(cand, fact, "same fact")])
             schema = schema_id(cand.fact.head_type, cand.fact.relation, cand.fact.tail_type)
             ungated = needs_no_tau(cand.fact)  # a constraint, refusal or failure as stated binds when said once
             held = (
@@ -72,8 +78,8 @@ class DetectorStage(Stage):
                 and not ungated
                 and await self.memory.hold_pending(tenant, schema, fid, cand.passage_id)
             )
-            if held is None:
-                return []  # a version retired the passage just now: it supports nothing
+            if held is None:  # a version retired the passage just now: it supports nothing
+                return [] if work is None else self._finish(pipe, cand, work, [])
             if held:  # candidate schema: pending — told once, when its first supporting passage holds it there
                 told = []
                 if fact.status in ("new", "retracted", "pending") and not set(fact.passage_ids) - {cand.passage_id}:
@@ -89,10 +95,10 @@ class DetectorStage(Stage):
                             )
                         )
                     ]
-                return self._finish(pipe, cand, None, told)
+                return self._finish(pipe, cand, work, told)
             outbox = await self._promote_pending(pipe, cand)
             return self._finish(
-                pipe, cand, None, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated)
+                pipe, cand, work, outbox + await self._admit(pipe, cand, fact, schema_stable=not ungated)
             )
 
         finishes = (
@@ -148,7 +154,8 @@ class DetectorStage(Stage):
             version = await self.memory.bump_graph_version(tenant)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.tail_id), fact.tail_type)
-        support = None if cand.activation else cand.passage_id  # a promotion adds no passage
+        # a promotion adds no passage (its passage is the promoting chunk's); a readmission its own
+        support = None if cand.activation and not is_readmission(cand) else cand.passage_id
         if support:
             self.memory.stage_fact_passage(pipe, tenant, fid, support)
             fact.passage_ids = sorted(set(fact.passage_ids) | {support})

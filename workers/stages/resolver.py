@@ -21,7 +21,7 @@ from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import ChatModel
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
 from workers.stages.context import Stage, StageContext, current_passage
-from workers.stages.work import containment_changed, regroup
+from workers.stages.work import containment_changed, is_readmission, readmission, regroup
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +77,18 @@ class ResolverStage(Stage):
             raise PermanentError(f"conflict set names fact {conflict.fact_id}, which is not in memory")
         source_id = fact_id(cand.head_id, cand.fact.relation, cand.tail_id)
         source = None if source_id == target.id else await self.memory.fact(tenant, source_id)
-        # a promotion's passage_id is the promoting chunk; a passage a version retired supports nothing
+        # a promotion's passage_id is the promoting chunk (a readmission's is its own); a passage a
+        # version retired supports nothing
         own = (
             set()
-            if cand.activation
+            if (cand.activation and not is_readmission(cand))
             or not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation)
             else {cand.passage_id}
         )
+        if target.status in ("retracted", "expired") and own:
+            # it left memory while this duplicate was on its way (an edit retired its passages):
+            # the candidate is decided as if it came now, as a fresh build admits it
+            return [readmission(cand)]
         gained = (own | set(source.passage_ids if source else ())) - set(target.passage_ids)
         merged = self.lifecycle.merge(
             pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source

@@ -36,6 +36,28 @@ def duplicate(cand: CandidateFact, target: Fact, reason: str) -> Emit:
     return Emit.of(record, key=target.head_id)
 
 
+READMISSION = "readmission"  # the extractor field of a readmitted candidate (`readmission`)
+
+
+def readmission(cand: CandidateFact) -> Emit:
+    """Work for the detector: decide `cand` again as if it came now — the resolver found the fact
+    it was to merge into out of memory (an edit retired that fact's passages while the merge was
+    on its way), where a fresh build of the current documents admits the candidate itself. An
+    activation (a chunk-progress work item, the detector's `act:` mark) marked as a readmission."""
+    return Emit.of(
+        replace(
+            cand,
+            activation=True,
+            extractor=READMISSION,
+            work_id=f"readmit:{cand.passage_mark}:{cand.fact_index}",
+        )
+    )
+
+
+def is_readmission(cand: CandidateFact) -> bool:
+    return cand.activation and cand.extractor == READMISSION
+
+
 def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
     """Work for the resolver: decide the group (head_id, relation) again, because of `cand`."""
     # the cause keeps work ids apart when one fact triggers a group for several reasons
