@@ -42,3 +42,22 @@ def test_a_worker_rewinds_what_redis_lost_and_notices_a_loss_while_it_runs():
         assert recorded == {}
 
     asyncio.run(scenario())
+
+
+def test_partitions_assigned_since_the_last_rewind_are_not_judged_until_theirs_runs():
+    """Mid-rebalance the consumer already holds its new partitions, with what Kafka committed
+    for them, before their rewind runs: the timer judged them then, against another worker's
+    progress — a false loss, whose rejoin landed inside the rebalance (tests/test_crash.py's
+    survivor stopped consuming, CI). Only partitions rewound at the latest assignment count."""
+
+    async def scenario():
+        memory = InMemoryStore(dims=8)
+        recovery = Recovery(memory, "m", {})
+        await memory.record_applied("m", *DOCS, 9)
+        assert await recovery.rewind({DOCS: 10}) == {}
+        # a partition taken over mid-rebalance: its rewind has not run, nothing is judged of it
+        assert await recovery.lost({DOCS: 10, CHUNKS: 20}) == []
+        assert await recovery.rewind({DOCS: 10, CHUNKS: 20}) == {CHUNKS: 0}  # Redis holds none of it
+        assert await recovery.lost({DOCS: 10, CHUNKS: 20}) == []  # its replay is running
+
+    asyncio.run(scenario())

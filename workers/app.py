@@ -30,7 +30,7 @@ from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query.parts import cached_embedder
 from workers.query.server import check_exposure, query_app, serve, serve_metrics
-from workers.recovery import Recovery
+from workers.recovery import Recovery, applied_offsets
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
 from workers.settings import Settings
@@ -331,6 +331,8 @@ def _register_recovery(app: faust.App, recovery: Recovery) -> None:
     async def check_recovery():
         nonlocal rejoined
         consumer = app.consumer
+        if app.rebalancing:  # the assignment's own rewind decides (and a rejoin now would start another)
+            return
         _, committed = held(consumer)
         if not committed or time.monotonic() - rejoined < RECOVERY_REJOIN_S:
             return
@@ -341,9 +343,14 @@ def _register_recovery(app: faust.App, recovery: Recovery) -> None:
             return
         if lost:
             rejoined = time.monotonic()
+            applied = await applied_offsets(recovery.memory, recovery.group, lost)
             log.error(
                 "recovery: Redis lost writes of %s: rejoining the group to read them again",
-                ", ".join(f"{topic}[{partition}]" for topic, partition in lost),
+                ", ".join(
+                    f"{topic}[{partition}] (Redis holds up to {applied[(topic, partition)]}, this worker recorded "
+                    f"{recovery.recorded_here.get((topic, partition))}, Kafka committed {committed[(topic, partition)]})"
+                    for topic, partition in lost
+                ),
             )
             await faust_patches.request_rejoin(consumer)
 

@@ -76,15 +76,20 @@ class Recovery:
         # partitions read again after a loss → the committed offset the replay runs up to: until
         # Redis holds it, Redis being behind Kafka is the replay itself, not another loss
         self.replaying: dict[TopicPartition, int] = {}
+        # the partitions of the latest assignment once its rewind ran: only they are checked (a
+        # timer that runs mid-rebalance sees partitions whose rewind has not run yet)
+        self.rewound: set[TopicPartition] = set()
 
     async def rewind(self, committed: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
         """At an assignment: the offset to read each partition again from, where Redis lost
         effects of it (rewind_targets). What this process recorded of them before is forgotten:
         another process may have handled them since."""
+        self.rewound = set()
         for tp in committed:
             self.recorded_here.pop(tp, None)
             self.replaying.pop(tp, None)
         targets = await rewind_targets(self.memory, self.group, committed)
+        self.rewound = set(committed)
         for tp in targets:
             self.replaying[tp] = int(committed[tp] or 0)
         return targets
@@ -92,7 +97,9 @@ class Recovery:
     async def lost(self, committed: Mapping[TopicPartition, int | None]) -> list[TopicPartition]:
         """The held partitions (`committed`: their committed offsets) whose effects Redis lost
         under this running worker: it holds less than this process recorded applied there (Redis
-        never lowers the record itself), or less than Kafka committed (but for a replay running)."""
+        never lowers the record itself), or less than Kafka committed (but for a replay running).
+        Only the partitions whose rewind ran at the latest assignment count (`rewound`)."""
+        committed = {tp: offset for tp, offset in committed.items() if tp in self.rewound}
         applied = await applied_offsets(self.memory, self.group, list(committed))
         lost = []
         for tp, held in applied.items():
