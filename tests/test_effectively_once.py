@@ -12,12 +12,13 @@ import uuid
 import pytest
 
 from ops.fake_llm import FakeOpenAI
+from store.records import cause
 from tests.conftest import write_docs
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from tests.test_end_to_end import tenant_name
 from topics import Chunk, encode
 from workers.algorithms.normalize import entity_id, fact_id, relation_name
-from workers.envelope import Emit, dead_letter_record, event_message, is_outage
+from workers.envelope import Emit, dead_letter_record, decision_id, event_message, is_outage, stamp_causes
 from workers.query.engine import QueryEngine, QueryRequest
 
 
@@ -124,7 +125,9 @@ def test_of_two_deliveries_running_at_once_only_one_commits_and_publishes(stack_
             old_owner_may_commit.set()
             await late
             probe = await stages.memory.redis.get(stages.memory.keys(stages.tenant).base + ":probe")
-            return published, probe, encode(chunk("new"))
+            decided = [Emit("chunks", "k", chunk("new"))]  # as committed: naming its decision (its cause)
+            sent = stamp_causes(decided, cause("ext:c1", decision_id("ext:c1", decided)))
+            return published, probe, encode(sent[0].record)
         finally:
             await stages.close()
 
