@@ -95,18 +95,36 @@ class Service:
         self.pid_file.write_text(str(proc.pid))
 
     def stop(self, timeout_s: float = 30) -> bool:
-        pid = self.pid()
+        return stop_together([self], timeout_s)
+
+
+KILLED_GONE_S = 10  # how long a SIGKILLed service may take to be gone (its port closed)
+
+
+def stop_together(services: list[Service], timeout_s: float = 30) -> bool:
+    """SIGTERM every running one at once, wait for them all, SIGKILL what is left and wait until
+    it is gone; False if none was running. Brokers stop together: one at a time, the last of a
+    KRaft quorum waits out its timeout for a quorum that is gone, and a start right after its
+    SIGKILL found its port still open and left it down (a chaos run on three brokers)."""
+    running = []
+    for service in services:
+        pid = service.pid()
         if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
+            service.pid_file.unlink(missing_ok=True)
+        else:
+            running.append((service, pid))
+    for _, pid in running:
         os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _alive(pid, self.needle):
+    for grace, sig in ((timeout_s, signal.SIGKILL), (KILLED_GONE_S, None)):
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(pid, s.needle) for s, pid in running):
             time.sleep(0.2)
-        if _alive(pid, self.needle):
-            os.killpg(pid, signal.SIGKILL)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        for service, pid in running:
+            if sig is not None and _alive(pid, service.needle):
+                os.killpg(pid, sig)
+    for service, _ in running:
+        service.pid_file.unlink(missing_ok=True)
+    return bool(running)
 
 
 class Stack:
@@ -144,8 +162,11 @@ class Stack:
         self._kafka_up(progress)
 
     def down(self, progress=print) -> None:
+        running = {service.name for service in (*self.brokers, self.redis) if service.pid()}
+        stop_together(self.brokers)
+        self.redis.stop()
         for service in (*self.brokers, self.redis):
-            progress(f"{service.name}: {'stopped' if service.stop() else 'was not started by memstream'}")
+            progress(f"{service.name}: {'stopped' if service.name in running else 'was not started by memstream'}")
 
     def status(self) -> dict[str, str]:
         return {s.name: s.state() for s in (*self.brokers, self.redis)}
@@ -161,8 +182,8 @@ class Stack:
     def service_down(self, name: str) -> bool:
         """Stop one service started by `up` (SIGTERM: Redis flushes its AOF, Kafka shuts down
         cleanly); False if it was not running."""
-        if name == "kafka":  # every broker
-            return any([broker.stop() for broker in self.brokers])
+        if name == "kafka":  # every broker, together
+            return stop_together(self.brokers)
         if name != "redis":
             raise StackError(f"unknown service {name!r}: expected redis or kafka")
         return self.redis.stop()

@@ -7,13 +7,16 @@ legitimately differs between two runs of one corpus."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import socket
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kafka import KafkaAdminClient
 
 from ops.fake_llm import FakeOpenAI
 from ops.processes import WorkerProcess, stop_all
@@ -22,17 +25,34 @@ from ops.stack import Stack, free_port
 TERM_TIMEOUT_S = 60  # a graceful stop that takes longer is finished with SIGKILL (and logged)
 
 
-def free_kafka_port() -> int:
-    """A free port whose successor is free too: the broker's controller listens on port + 1."""
-    for _ in range(50):
+def free_kafka_port(brokers: int = 1) -> int:
+    """A free port followed by free ports for every broker and its controller (broker n listens
+    on port + 2(n - 1), its controller on the next: ops.stack.Stack)."""
+    for _ in range(100):
         port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no two consecutive free ports found")
+        try:
+            for other in range(port + 1, port + 2 * brokers):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", other))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no {2 * brokers} consecutive free ports found")
+
+
+def leading_broker(bootstrap: str, namespace: str) -> int:
+    """The id of the broker that leads most partitions of the pipeline's topics (from 1), once
+    each is replicated on every broker."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        described = admin.describe_topics([t for t in admin.list_topics() if t.startswith(f"{namespace}.")])
+    finally:
+        admin.close()
+    partitions = [p for topic in described for p in topic["partitions"]]
+    brokers = len(bootstrap.split(","))
+    if not partitions or any(len(p["replica_nodes"]) != brokers for p in partitions):
+        raise AssertionError(f"the pipeline's topics are not replicated on all {brokers} brokers")
+    return Counter(p["leader_id"] for p in partitions).most_common(1)[0][0]
 
 
 class ActionLog:
@@ -130,10 +150,11 @@ class Action:
     role: str = ""  # kill and term: the victim's role
 
 
-def plan(rng: random.Random, kills: int = 3, terms: int = 3) -> list[Action]:
+def plan(rng: random.Random, kills: int = 3, terms: int = 3, brokers: int = 1) -> list[Action]:
     """An extractor, which holds an LLM call in flight, gets one SIGKILL and one SIGTERM; the
     other signals go to the other roles in turn, in a seeded order; with one extractor joining,
-    one Redis outage and one broker restart, all shuffled."""
+    one Redis outage and one restart of every broker — and with several brokers, a SIGKILL of
+    the one leading most partitions — all shuffled."""
     if kills < 1 or terms < 1:
         raise ValueError("the plan needs at least one SIGKILL and one SIGTERM")
     others = ["chunker", "detector", "resolver", "query"]
@@ -142,6 +163,8 @@ def plan(rng: random.Random, kills: int = 3, terms: int = 3) -> list[Action]:
     actions = [Action("kill", "extractor"), Action("term", "extractor")]
     actions += [Action(sig, others[i % len(others)]) for i, sig in enumerate(signals)]
     actions += [Action("join", "extractor"), Action("redis"), Action("kafka")]
+    if brokers > 1:
+        actions.append(Action("broker"))
     rng.shuffle(actions)
     return actions
 
@@ -155,6 +178,7 @@ class Chaos:
     redis_outage_s: float = 20.0
     llm: FakeOpenAI | None = None  # the extractors' LLM: slowed down before an extractor is signalled
     slow_call_s: float = 8.0
+    broker_outage_s: float = 15.0  # how long a killed broker stays down
     counts: dict = field(default_factory=lambda: defaultdict(int))
 
     def run(self, action: Action) -> None:
@@ -189,6 +213,15 @@ class Chaos:
             self.stack.service_up("redis", progress=lambda m: None)
             self.counts["redis_outages"] += 1
             self.say("  redis up again (same data directory, AOF)")
+        elif action.kind == "broker":
+            leader = leading_broker(self.stack.bootstrap, self.fleet.env["MEMSTREAM_TOPIC_NAMESPACE"])
+            victim = self.stack.brokers[leader - 1]
+            self.say(f"BROKER SIGKILL {victim.name} (broker {leader}, the leader of most partitions)")
+            os.killpg(victim.pid(), signal.SIGKILL)  # no clean shutdown: its partitions elect new leaders
+            time.sleep(self.broker_outage_s)
+            self.stack.service_up("kafka", progress=lambda m: None)  # only the killed one is down
+            self.counts["broker_kills"] += 1
+            self.say(f"  {victim.name} up again after {self.broker_outage_s:g}s")
         elif action.kind == "kafka":
             self.say("KAFKA stop")
             self.stack.service_down("kafka")

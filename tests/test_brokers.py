@@ -9,15 +9,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import pytest
-from kafka import KafkaAdminClient
 
-from ops.stack import Stack, free_port
-from tests.chaos import comparable_export, export_differences
+from ops.stack import Stack
+from tests.chaos import comparable_export, export_differences, free_kafka_port, leading_broker
 from tests.conftest import write_docs
 from tests.test_crash import chunks_done, corpus, expected_fact_ids
 from tests.test_end_to_end import tenant_name
@@ -30,24 +28,10 @@ def _export(cli, tenant: str) -> dict:
     return comparable_export(json.loads(cli.run("export", "--tenant", tenant).stdout))
 
 
-def _free_ports(count: int) -> int:
-    """A free port followed by count - 1 free ports (each broker and its controller)."""
-    for _ in range(100):
-        port = free_port()
-        try:
-            for other in range(port + 1, port + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", other))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError(f"no {count} consecutive free ports found")
-
-
 @pytest.fixture
 def three_brokers(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMSTREAM_KAFKA_HEAP", "-Xmx384m")
-    stack = Stack(Settings(home=tmp_path / "kafka3", kafka_port=_free_ports(6), kafka_brokers=3))
+    stack = Stack(Settings(home=tmp_path / "kafka3", kafka_port=free_kafka_port(3), kafka_brokers=3))
     stack.service_up("kafka", lambda m: None)
     yield stack
     stack.service_down("kafka")
@@ -64,15 +48,7 @@ def test_the_leading_broker_killed_mid_ingestion_loses_and_duplicates_nothing(ma
     while chunks_done(workers.env, tenant) < 5 and time.monotonic() < deadline:
         time.sleep(0.1)
 
-    admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap)
-    try:
-        namespace = workers.env["MEMSTREAM_TOPIC_NAMESPACE"]
-        described = admin.describe_topics([t for t in admin.list_topics() if t.startswith(f"{namespace}.")])
-    finally:
-        admin.close()
-    partitions = [p for topic in described for p in topic["partitions"]]
-    assert partitions and all(len(p["replica_nodes"]) == 3 for p in partitions), "a topic is not replicated 3 times"
-    leader = Counter(p["leader_id"] for p in partitions).most_common(1)[0][0]
+    leader = leading_broker(stack.bootstrap, workers.env["MEMSTREAM_TOPIC_NAMESPACE"])
     victim = stack.brokers[leader - 1]
     os.killpg(victim.pid(), signal.SIGKILL)  # the leader of most partitions, mid-ingestion, no clean stop
     assert chunks_done(workers.env, tenant) < len(docs), "the corpus finished before the kill; enlarge it"

@@ -1,7 +1,7 @@
 """Chaos: the indexing pipeline on its own Kafka + Redis, one process per role (two extractors,
 LLM extraction against a fake LLM with latency), indexes a corpus with every conflict kind while
-workers are SIGKILLed and SIGTERMed, an extractor joins, Redis is down for 20 s and the broker
-restarts; then documents change (edits, a revert, deletions: wave 3, `changes`) while one more
+workers are SIGKILLed and SIGTERMed, an extractor joins, Redis is down for 20 s, every broker
+restarts and — on three brokers — the one leading most partitions is SIGKILLed; then documents change (edits, a revert, deletions: wave 3, `changes`) while one more
 action lands. Then every document must be in memory as its current version, the tenant's export
 must equal an undisturbed run's of the same corpus and changes, no event id may stand for two contents, and the DLQ must be empty.
 
@@ -9,7 +9,8 @@ Environment (for quick local runs): MEMSTREAM_CHAOS_DOCS (default 200), MEMSTREA
 (the fake LLM's seconds per call, default 0.5), MEMSTREAM_CHAOS_SEED (replays a run's schedule;
 default random, printed), MEMSTREAM_CHAOS_REDIS_OUTAGE (default 20 s), MEMSTREAM_CHAOS_WAIT
 (seconds to wait for a wave to be indexed, default 150), MEMSTREAM_CHAOS_SLOW_CALL (the LLM
-latency while an extractor is signalled, default 8 s). The action log lies in the test's
+latency while an extractor is signalled, default 8 s), MEMSTREAM_CHAOS_BROKERS (default 3;
+1: no broker SIGKILL). The action log lies in the test's
 tmp_path (chaos.log), with one log per worker process."""
 
 from __future__ import annotations
@@ -56,14 +57,26 @@ REDIS_OUTAGE_S = float(os.environ.get("MEMSTREAM_CHAOS_REDIS_OUTAGE") or 20)
 # per wave: far above the ~45 s a disrupted wave takes here, far below the 5.6 minutes a consumer
 # that fetched nothing once waited (workers.liveness: MEMSTREAM_STALL_SECONDS=30 below)
 WAIT_S = float(os.environ.get("MEMSTREAM_CHAOS_WAIT") or 150)
+# three: the topics replicated three times, min.insync.replicas 2, and a wave that SIGKILLs the
+# broker leading most partitions mid-ingestion (tests/chaos.py: Chaos.run "broker")
+BROKERS = int(os.environ.get("MEMSTREAM_CHAOS_BROKERS") or 3)
 SLOW_CALL_S = float(os.environ.get("MEMSTREAM_CHAOS_SLOW_CALL") or 8)
 ROLES = ("chunker", "extractor", "extractor", "detector", "resolver", "query")
 
 
 @pytest.fixture
-def private_stack(tmp_path):
-    """Kafka and Redis of this test alone: it stops and restarts them."""
-    stack = Stack(Settings(home=tmp_path / "stack", kafka_port=free_kafka_port(), redis_port=free_port()))
+def private_stack(tmp_path, monkeypatch):
+    """Kafka (BROKERS brokers) and Redis of this test alone: it stops and restarts them."""
+    if BROKERS > 1:  # three JVMs beside the workers on two cores
+        monkeypatch.setenv("MEMSTREAM_KAFKA_HEAP", "-Xmx384m")
+    stack = Stack(
+        Settings(
+            home=tmp_path / "stack",
+            kafka_port=free_kafka_port(BROKERS),
+            kafka_brokers=BROKERS,
+            redis_port=free_port(),
+        )
+    )
     try:
         stack.up(progress=lambda m: None)
         yield stack
@@ -206,7 +219,7 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
 
             mark = time.monotonic()
             chaos = Chaos(fleet, private_stack, rng, say, REDIS_OUTAGE_S, llm, SLOW_CALL_S)
-            actions = plan(rng)
+            actions = plan(rng, brokers=BROKERS)
             say("plan: " + ", ".join(f"{a.kind} {a.role}".strip() for a in actions))
             split = round(
                 (len(actions) - 1) * len(waves[1]) / len(docs)
@@ -320,6 +333,7 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
         "extractors joined": chaos.counts["joins"],
         "redis outages": chaos.counts["redis_outages"],
         "kafka restarts": chaos.counts["kafka_restarts"],
+        "brokers / leaders SIGKILLed": f"{BROKERS} / {chaos.counts['broker_kills']}",
         "events (disrupted run)": audit.events if audit else 0,
         "redeliveries seen (same id, same bytes)": audit.redeliveries if audit else 0,
         "event ids decided twice / conflicting": f"{len(audit.decided_twice)} / {len(audit.conflicting)}"
@@ -337,4 +351,5 @@ def test_chaos_loses_nothing_and_changes_nothing(private_stack, tmp_path, capsys
     with capsys.disabled():
         print("\n" + report + f"\n  action log: {say.path}")
     assert chaos.counts["kill"] >= 3 and chaos.counts["term"] >= 3 and chaos.counts["joins"] == 1
+    assert chaos.counts["broker_kills"] == (BROKERS > 1)
     assert not failures, f"seed {SEED}; action log {say.path}\n" + "\n".join(failures) + "\n" + report

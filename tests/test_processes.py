@@ -26,3 +26,21 @@ def test_settings_a_worker_would_refuse_raise_before_anything_is_spawned(tmp_pat
     with pytest.raises(ValueError):
         WorkerProcess.spawn(tmp_path / "worker.log", env)
     assert not (tmp_path / "worker.log").exists()
+
+
+def test_services_stop_together_and_are_gone_when_stop_returns(tmp_path):
+    """ops.stack.stop_together: one service that stops on SIGTERM, one that ignores it (a KRaft
+    broker whose quorum is gone): both get SIGTERM at once, the second SIGKILL after the grace,
+    and neither is alive when it returns (a start right after found a port still open)."""
+    from ops.stack import Service, _alive, stop_together
+
+    polite = Service("polite", 0, tmp_path / "polite", "polite-sleeper")
+    stubborn = Service("stubborn", 0, tmp_path / "stubborn", "stubborn-sleeper")
+    polite.spawn(["bash", "-c", "exec -a polite-sleeper sleep 60"])
+    stubborn.spawn(["bash", "-c", "trap '' TERM; while true; do sleep 0.1; done # stubborn-sleeper"])
+    pids = [polite.pid(), stubborn.pid()]
+    assert all(pids), "the services did not start"
+    assert stop_together([polite, stubborn], timeout_s=1)
+    assert not any(_alive(pid, needle) for pid, needle in zip(pids, ("polite-sleeper", "stubborn-sleeper")))
+    assert polite.pid() is None and stubborn.pid() is None
+    assert not stop_together([polite, stubborn])  # none running: nothing to stop
