@@ -36,8 +36,11 @@ def test_services_stop_together_and_are_gone_when_stop_returns(tmp_path):
 
     polite = Service("polite", 0, tmp_path / "polite", "polite-sleeper")
     stubborn = Service("stubborn", 0, tmp_path / "stubborn", "stubborn-sleeper")
-    polite.spawn(["bash", "-c", "exec -a polite-sleeper sleep 60"])
+    polite.spawn(["bash", "-c", "sleep 60; : polite-sleeper"])  # two commands: bash stays, the needle in its line
     stubborn.spawn(["bash", "-c", "trap '' TERM; while true; do sleep 0.1; done # stubborn-sleeper"])
+    deadline = time.monotonic() + 10
+    while not (polite.pid() and stubborn.pid()) and time.monotonic() < deadline:
+        time.sleep(0.05)
     pids = [polite.pid(), stubborn.pid()]
     assert all(pids), "the services did not start"
     assert stop_together([polite, stubborn], timeout_s=1)
