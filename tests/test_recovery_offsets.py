@@ -46,9 +46,10 @@ def test_a_worker_rewinds_what_redis_lost_and_notices_a_loss_while_it_runs():
 
 def test_partitions_assigned_since_the_last_rewind_are_not_judged_until_theirs_runs():
     """Mid-rebalance the consumer already holds its new partitions, with what Kafka committed
-    for them, before their rewind runs: the timer judged them then, against another worker's
-    progress — a false loss, whose rejoin landed inside the rebalance (tests/test_crash.py's
-    survivor stopped consuming, CI). Only partitions rewound at the latest assignment count."""
+    for them, before their rewind runs: the timer judged them then — the survivor of
+    tests/test_crash.py's SIGKILL declared a loss of a partition it had just taken over and
+    asked for a rejoin inside the rebalance (CI; that run still passed). Only partitions rewound
+    at the latest assignment count."""
 
     async def scenario():
         memory = InMemoryStore(dims=8)
