@@ -164,7 +164,7 @@ class Committed:
 
 def cause(mark: str, decision: str) -> str:
     """What a message names as its cause: the mark of the message whose decision sent it, and
-    that decision's id (random hex: no '@')."""
+    that decision's id (a hex hash: no '@'; workers.envelope.decision_id)."""
     return f"{mark}@{decision}"
 
 

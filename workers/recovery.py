@@ -14,10 +14,10 @@ done marks — lost with the same writes — let every one of them run again, wh
 marks survived stay no-ops. A running worker notices the loss on its own (`lost_partitions`,
 on a timer: Redis now holds less than this process recorded, or less than Kafka committed) and
 rejoins its group, which rewinds it. A downstream message replayed before the upstream effect
-it depends on is in memory again — a chunk of a document version whose record was lost, a
-candidate fact whose extraction was lost — is passed over without a done mark
-(workers.envelope.AheadOfMemory): its upstream stage replays too and sends it again, and that
-copy runs, in the log's order.
+it depends on is in memory again, or after that decision was made again otherwise — its
+`cause` names a decision Redis does not hold — is passed over without a done mark
+(store.records.CauseNotInMemory): its upstream stage replays too and sends it again, and that
+copy runs.
 
 A partition of which Redis holds no applied offset at all while Kafka committed some is read
 from its beginning: Redis emptied, or a worker of a version before this record upgraded (its

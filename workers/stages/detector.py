@@ -23,7 +23,7 @@ from workers.algorithms.policy import (
 )
 from workers.envelope import Emit, Finishes, PermanentError, event_message, spawned_work_ids
 from workers.stages.context import Stage, current_passage
-from workers.stages.work import adjudication, containment_changed, duplicate, is_readmission
+from workers.stages.work import adjudication, containment_changed, duplicate, is_promotion, is_readmission
 
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
 
@@ -155,7 +155,7 @@ class DetectorStage(Stage):
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
             self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.tail_id), fact.tail_type)
         # a promotion adds no passage (its passage is the promoting chunk's); a readmission its own
-        support = None if cand.activation and not is_readmission(cand) else cand.passage_id
+        support = None if is_promotion(cand) else cand.passage_id
         if support:
             self.memory.stage_fact_passage(pipe, tenant, fid, support)
             fact.passage_ids = sorted(set(fact.passage_ids) | {support})

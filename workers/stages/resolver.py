@@ -21,7 +21,7 @@ from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import ChatModel
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
 from workers.stages.context import Stage, StageContext, current_passage
-from workers.stages.work import containment_changed, is_readmission, readmission, regroup
+from workers.stages.work import containment_changed, is_promotion, readmission, regroup
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class ResolverStage(Stage):
         # version retired supports nothing
         own = (
             set()
-            if (cand.activation and not is_readmission(cand))
+            if is_promotion(cand)
             or not await current_passage(self.memory, pipe, tenant, cand.passage_id, cand.incarnation)
             else {cand.passage_id}
         )

@@ -58,6 +58,12 @@ def is_readmission(cand: CandidateFact) -> bool:
     return cand.activation and cand.extractor == READMISSION
 
 
+def is_promotion(cand: CandidateFact) -> bool:
+    """A pending fact's activation, sent when its schema became stable: its passage is the
+    promoting chunk's, which need not say the fact (a readmission's is its own)."""
+    return cand.activation and cand.extractor != READMISSION
+
+
 def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, cause: str) -> Emit:
     """Work for the resolver: decide the group (head_id, relation) again, because of `cand`."""
     # the cause keeps work ids apart when one fact triggers a group for several reasons
