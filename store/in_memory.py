@@ -703,6 +703,9 @@ class InMemoryStore:
         raw = self._tenant(tenant).records["passages"].get(passage_id, {}).get("entities")
         return json.loads(raw) if raw else []
 
+    async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
+        return [await self.passage_entities(tenant, pid) for pid in passage_ids]
+
     def _vector(self, tenant: str, layer: str, record_id: str) -> np.ndarray | None:
         raw = self._tenant(tenant).records[layer].get(record_id, {}).get("vec")
         return None if raw is None else vector_from_bytes(_vec(raw))
@@ -827,6 +830,17 @@ class InMemoryStore:
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid) for pid in passage_ids]
+
+    async def entity_passage_vectors(
+        self, tenant: str, entity_ids: list[str], limit: int
+    ) -> list[list[tuple[str, np.ndarray]]]:
+        out = []
+        for eid in entity_ids:
+            ids = await self.entity_passages(tenant, eid, limit)
+            out.append(
+                [(pid, vec) for pid, vec in zip(ids, await self.passage_vectors(tenant, ids)) if vec is not None]
+            )
+        return out
 
     # ---- episodes: a session's turns in order (reconstruct's temporal contiguity) ---------------
     def stage_session_turn(self, pipe, tenant: str, session_id: str, turn: int, passage_id: str) -> None:

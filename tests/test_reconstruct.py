@@ -490,32 +490,63 @@ def test_an_entity_cue_reads_at_most_entity_passages_read_of_its_passages(redis_
 
     async def main():
         stages = InProcess(redis_url, ScriptedExtractor(notes), PrefixEmbedder(), tau=1)
-        read, listed = [], []
-        entity_passages, passage_vectors = stages.memory.entity_passages, stages.memory.passage_vectors
+        read = []
+        entity_passage_vectors = stages.memory.entity_passage_vectors
 
-        async def counted_entity_passages(tenant, entity, limit=None):
-            listed.append(found := await entity_passages(tenant, entity, limit))
+        async def counted(tenant, entities, limit):
+            read.extend(found := await entity_passage_vectors(tenant, entities, limit))
             return found
-
-        async def counted_passage_vectors(tenant, ids):
-            read.append(list(ids))
-            return await passage_vectors(tenant, ids)
 
         try:
             for n, text in enumerate(notes):
                 await stages.publish(f"note-{n}", text)
             every = await stages.memory.entity_passages(stages.tenant, entity_id("Tomás"))
             first = await stages.memory.entity_passages(stages.tenant, entity_id("Tomás"), 2)
-            stages.memory.entity_passages, stages.memory.passage_vectors = (
-                counted_entity_passages,
-                counted_passage_vectors,
-            )
+            stages.memory.entity_passage_vectors = counted
             answer = await stages.query("What did Tomás write?", mode="reconstruct")
-            return every, first, answer, listed, read
+            return every, first, answer, read
         finally:
             await stages.close()
 
-    every, first, answer, listed, read = run(main())
+    every, first, answer, read = run(main())
     assert len(every) == 6 and first == every[:2]
     assert entity_id("Tomás") in [cue["id"] for cue in answer["cues"]["entities"]]
-    assert listed and all(len(ids) <= 2 for ids in listed) and all(len(ids) <= 2 for ids in read)
+    # the cue's passages read with their vectors: the first two by id, no more
+    assert read and all(len(pairs) <= 2 for pairs in read)
+    assert [pid for pid, _ in read[0]] == first
+
+
+def test_the_walks_batched_reads_equal_the_reads_one_at_a_time(redis_url):
+    """entity_passage_vectors (an entity's first passages by id with their vectors, every
+    entity in one command) and passages_entities read what entity_passages, passage_vectors
+    and passage_entities read one at a time, on both stores; an unknown id reads empty."""
+
+    async def main():
+        stages = InProcess(redis_url, RulesExtractor())
+        try:
+            await stages.publish("a", "Elin Berg met Tomás Ruiz in Lisbon.")
+            await stages.publish("b", "Tomás Ruiz sailed from Lisbon to Porto.")
+            await stages.publish("c", "Elin Berg stayed in Porto.")
+            memory, tenant = stages.memory, stages.tenant
+            pids = sorted(await memory.scan_ids(tenant, "passages"))
+            entities = sorted({eid for pid in pids for eid in await memory.passage_entities(tenant, pid)})
+            asked = [*entities, "nobody"]
+            batched = await memory.entity_passage_vectors(tenant, asked, 2)
+            single = []
+            for eid in asked:
+                ids = await memory.entity_passages(tenant, eid, 2)
+                single.append(list(zip(ids, await memory.passage_vectors(tenant, ids))))
+            return (
+                [[(pid, vec.tolist()) for pid, vec in pairs] for pairs in batched],
+                [[(pid, vec.tolist()) for pid, vec in pairs] for pairs in single],
+                await memory.passages_entities(tenant, [*pids, "missing"]),
+                [await memory.passage_entities(tenant, pid) for pid in [*pids, "missing"]],
+                entities,
+            )
+        finally:
+            await stages.close()
+
+    batched, single, entities_each, entities_one, entities = run(main())
+    assert len(entities) >= 3 and any(len(pairs) == 2 for pairs in batched)
+    assert batched == single and batched[-1] == []
+    assert entities_each == entities_one and entities_each[-1] == []

@@ -3,6 +3,7 @@ session's turns in order."""
 
 from __future__ import annotations
 
+import functools
 from typing import cast
 
 import numpy as np
@@ -10,9 +11,28 @@ import numpy as np
 from store.records import vector_from_bytes
 from store.redis.base import RedisBase, _text
 
+# Each entity's first ARGV[1] passages by id (SORT_RO ... ALPHA LIMIT) and each one's vector (the
+# hash at ARGV[2] .. id): reconstruct's entity cues in one command, where a SORT a cue and then
+# the vectors' read cost two dependent round trips and a command a cue. KEYS: the entities'
+# passage sets (one tenant's: one slot, the passages' hashes in it too). Read-only.
+_ENTITY_PASSAGE_VECTORS = """#!lua flags=no-writes
+local out = {}
+for i, key in ipairs(KEYS) do
+  local ids = redis.call('SORT_RO', key, 'LIMIT', 0, tonumber(ARGV[1]), 'ALPHA')
+  local vectors = {}
+  for j, id in ipairs(ids) do vectors[j] = redis.call('HGET', ARGV[2] .. id, 'vec') end
+  out[i] = {ids, vectors}
+end
+return out
+"""
+
 
 class EpisodesOps(RedisBase):
     """store.base.Episodes on Redis."""
+
+    @functools.cached_property
+    def _entity_passage_vectors(self):
+        return self.redis.register_script(_ENTITY_PASSAGE_VECTORS)
 
     # ---- reconstruct: an entity's passages, passage vectors ------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
@@ -23,6 +43,22 @@ class EpisodesOps(RedisBase):
             return sorted(_text(p) for p in await self.redis.smembers(key))
         # without GET or groups: the members alone
         return [p.decode() for p in cast(list[bytes], await self.redis.sort(key, start=0, num=limit, alpha=True))]
+
+    async def entity_passage_vectors(
+        self, tenant: str, entity_ids: list[str], limit: int
+    ) -> list[list[tuple[str, np.ndarray]]]:
+        """For each entity, its first `limit` passages by id (entity_passages) with their vectors
+        (a passage with no vector left out), all in one command."""
+        if not entity_ids:
+            return []
+        keys = self.keys(tenant)
+        replies = await self._entity_passage_vectors(
+            keys=[keys.entity_passages(eid) for eid in entity_ids], args=[limit, keys.passage("")]
+        )
+        return [
+            [(pid.decode(), vector_from_bytes(raw)) for pid, raw in zip(ids, vectors) if raw]
+            for ids, vectors in replies
+        ]
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         """Each passage's stored vector (of its indexed text), in one command; None for a missing id."""

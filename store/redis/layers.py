@@ -182,6 +182,12 @@ class LayersOps(RedisBase):
         raw = await self.redis.hget(self.keys(tenant).passage(passage_id), "entities")
         return json.loads(raw) if raw else []
 
+    async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
+        """passage_entities of each passage, in one command."""
+        keys = self.keys(tenant)
+        replies = await self._read_each([keys.passage(pid) for pid in passage_ids], "HGET", "entities")
+        return [json.loads(raw) if raw else [] for raw in replies]
+
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return (await self.fact_vectors(tenant, [fact_id]))[0]
 

@@ -328,7 +328,11 @@ class _Walk:
         passages read name; fetch their branches. False: the branch has passages to read and the
         budget admits none of them (the step is not taken)."""
         new_ids = [p for p in branch.passage_ids if p not in self.read]
-        rows = [row for row in await self.memory.passages(self.tenant, new_ids) if is_current(row)]
+        found, named_by = await asyncio.gather(  # the rows and the entities they name, at once
+            self.memory.passages(self.tenant, new_ids), self.memory.passages_entities(self.tenant, new_ids)
+        )
+        rows = [row for row in found if is_current(row)]
+        entities_of = dict(zip(new_ids, named_by))
         tokens = [token_count(row["text"]) for row in rows]
         admitted = admit(self.budget, self.spent, tokens)
         if rows and not admitted:
@@ -346,19 +350,25 @@ class _Walk:
             leads = [
                 (eid, name, f"fact:{branch.tag_id}") for eid, name in _ends(self.records[branch.tag_id], branch.cue.id)
             ]
-        named = await asyncio.gather(*(self.memory.passage_entities(self.tenant, row["id"]) for row in rows[:admitted]))
-        for row, entity_ids in zip(rows[:admitted], named):
-            leads += [(eid, None, f"passage:{row['id']}") for eid in sorted(entity_ids)]
+        for row in rows[:admitted]:
+            leads += [(eid, None, f"passage:{row['id']}") for eid in sorted(entities_of[row["id"]])]
         fresh: dict[str, tuple[str | None, str]] = {}
         for eid, name, origin in leads:
             if not names_something(eid):  # "I'm", "That's": no cue to follow
                 continue
             if eid not in self.cues and eid not in fresh and len(fresh) < MAX_NEW_CUES:
                 fresh[eid] = (name, origin)
-        names, chain_vector = await asyncio.gather(
+        # the names, the chain's vectors and the turns' neighbours, at once
+        turns = [row for row in rows[:admitted] if session_turn(row.get("metadata") or {}) is not None]
+        names, _, neighbours = await asyncio.gather(
             self.memory.entity_names(self.tenant, [eid for eid, (name, _) in fresh.items() if name is None]),
-            self._chain_vector(branch),
+            self._tag_vectors(
+                [(branch.kind, branch.tag_id)]
+                + ([("passage", row["id"]) for row in turns] if branch.kind != "passage" else [])
+            ),
+            self._neighbours(turns),
         )
+        chain_vector = _plus(branch.cue.chain_vector, self.vectors.get((branch.kind, branch.tag_id)))
         new_cues = [
             Cue(
                 "entity",
@@ -372,7 +382,7 @@ class _Walk:
             )
             for eid, (name, origin) in fresh.items()
         ]
-        new_cues += await self._episode_cues(branch, rows[:admitted], chain_vector)
+        new_cues += self._episode_cues(branch, turns, neighbours, chain_vector)
         kind = branch.kind
         is_fact, tag_score = kind == "fact", round(branch.tag_score, 6)
         self.path.append(
@@ -403,12 +413,6 @@ class _Walk:
         await self._expand(new_cues)
         return True
 
-    async def _chain_vector(self, branch: Branch) -> np.ndarray | None:
-        """The branch's chain as a vector: its cue's chain vector plus its tag's unit vector."""
-        await self._tag_vectors([(branch.kind, branch.tag_id)])
-        tag = self.vectors.get((branch.kind, branch.tag_id))
-        return _plus(branch.cue.chain_vector, tag)
-
     async def _tag_vectors(self, tags: list[tuple[str, str]]) -> None:
         """Read the unit vectors of the tags (("fact" | "passage", id)) not read before: a walk
         reads each vector once and scores every chain through it with no model call."""
@@ -423,28 +427,35 @@ class _Walk:
             if vec is not None:
                 self.vectors[key] = _unit(vec)
 
-    async def _episode_cues(
-        self, branch: Branch, rows: list[dict], chain_vector: np.ndarray | None = None
+    async def _neighbours(self, turns: list[dict]) -> list[dict[str, int]]:
+        """Each turn's neighbours not made a cue yet: {passage id: its lag (turns after the one
+        read)}, the session's turns at most EPISODE_RADIUS from it; all read at once."""
+        moments = [session_turn(row.get("metadata") or {}) for row in turns]
+        found = await asyncio.gather(
+            *(
+                self.memory.session_neighbours(self.tenant, session, turn, EPISODE_RADIUS)
+                for session, turn in (moment for moment in moments if moment is not None)
+            )
+        )
+        return [{pid: other - moment[1] for other, pid in near} for moment, near in zip(moments, found) if moment]
+
+    def _episode_cues(
+        self, branch: Branch, turns: list[dict], neighbours: list[dict[str, int]], chain_vector: np.ndarray | None
     ) -> list[Cue]:
         """Temporal contiguity: each conversation turn read (a passage whose metadata names its
         session and turn) recalls its neighbours — the session's turns at most EPISODE_RADIUS
-        from it — as an episode cue whose tags are those turns' passages; its chain is the one
-        that read the turn (a fact's, with the turn added)."""
+        from it (`neighbours`, read with the turns) — as an episode cue whose tags are those
+        turns' passages; its chain is the one that read the turn (a fact's, with the turn added)."""
         cues = []
-        for row in rows:
-            moment = session_turn(row.get("metadata") or {})
-            if moment is None:
-                continue
-            session, turn = moment
+        for row, near in zip(turns, neighbours):
+            session, turn = session_turn(row.get("metadata") or {}) or ("", 0)
             cue_id = f"episode:{session}:{turn}"
-            if cue_id in self.cues:
+            if cue_id in self.cues or cue_id in self.episodes:
                 continue
-            neighbours = await self.memory.session_neighbours(self.tenant, session, turn, EPISODE_RADIUS)
-            self.episodes[cue_id] = {pid: other - turn for other, pid in neighbours}
+            self.episodes[cue_id] = near
             chain, vector = branch.chain, chain_vector
             if branch.kind != "passage":  # a fact's evidence turn: the chain goes on through it
                 chain = chain_text(branch.chain, chain_part(row["text"]))
-                await self._tag_vectors([("passage", row["id"])])
                 vector = _plus(vector, self.vectors.get(("passage", row["id"])))
             cues.append(
                 Cue(
@@ -463,21 +474,31 @@ class _Walk:
     async def _expand(self, cues: list[Cue]) -> None:
         """Record the cues and open a branch to each of their tags not taken yet: their live facts
         and their passages (a tag reached from two cues keeps the better-scored branch). A first-hop
-        branch scores its tag's own cosine (the index's); a later one the cosine of its chain."""
+        branch scores its tag's own cosine (the index's); a later one the cosine of its chain.
+        Two round trips: the cues' searches (their facts, their passages with vectors), then the
+        records of what they found (the facts, the passages' rows, the vectors chains need)."""
         fresh = []
         for cue in cues:
             if cue.id not in self.cues:
                 self.cues[cue.id] = cue
                 fresh.append(cue)
-        facts, passages = await asyncio.gather(self._fact_tags(fresh), self._passage_tags(fresh))
-        found = [(cue, "fact", fid, score) for cue, fid, score in facts] + [
+        fact_hits, passages = await asyncio.gather(self._fact_hits(fresh), self._passage_tags(fresh))
+        missing = sorted({h.id for _, h in fact_hits} - set(self.records))
+        chained = [
+            ("fact", h.id) for cue, h in fact_hits if cue.chain_vector is not None
+        ]  # passages' vectors are read (_passage_tags)
+        records, found_rows, _ = await asyncio.gather(
+            self.memory.facts(self.tenant, missing),
+            self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages})),
+            self._tag_vectors(chained),
+        )
+        for fid, fact in zip(missing, records):
+            if fact is not None:
+                self.records[fid] = fact
+        rows = {row["id"]: row for row in found_rows if is_current(row)}
+        found = [(cue, "fact", h.id, h.score) for cue, h in fact_hits if h.id in self.records] + [
             (cue, "passage", pid, score) for cue, pid, score in passages
         ]
-        rows = {
-            row["id"]: row
-            for row in await self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages}))
-            if is_current(row)
-        }
         tags = []  # (cue, kind, id, tag text, the text the time bonus reads, the tag's cosine)
         for cue, kind, tid, score in found:
             if kind == "fact":
@@ -486,7 +507,6 @@ class _Walk:
                 tags.append((cue, kind, tid, text, " ".join([text, fact.valid_from or "", fact.valid_to or ""]), score))
             elif tid in rows:
                 tags.append((cue, kind, tid, rows[tid]["text"], f"{rows[tid]['context']} {rows[tid]['text']}", score))
-        await self._tag_vectors([(kind, tid) for cue, kind, tid, *_ in tags if cue.chain_vector is not None])
         for cue, kind, tid, text, timed, score in tags:
             tag_vector = self.vectors.get((kind, tid))
             chain_score = (
@@ -511,9 +531,10 @@ class _Walk:
             ):
                 self.open[branch.key] = branch
 
-    async def _fact_tags(self, cues: list[Cue]) -> list[tuple[Cue, str, float]]:
-        """(cue, fact id, the fact's cosine to the query) for each cue's live facts not taken yet:
-        the entity's facts as head or tail; for the query cue the facts nearest the query."""
+    async def _fact_hits(self, cues: list[Cue]) -> list[tuple[Cue, Hit]]:
+        """(cue, hit with the fact's cosine to the query) for each cue's live facts not taken yet:
+        the entity's facts as head or tail; for the query cue the facts nearest the query. All
+        searched at once."""
         searches = [
             (cue, where)
             for cue in cues
@@ -522,36 +543,27 @@ class _Walk:
         ]
         results = await self.search(self.tenant, self.vector, self.layer_k, [where for _, where in searches])
         taken = {b.key for b in self.taken}
-        found = [(cue, h) for (cue, _), hits in zip(searches, results) for h in hits if f"fact:{h.id}" not in taken]
-        missing = sorted({h.id for _, h in found} - set(self.records))
-        for fid, fact in zip(missing, await self.memory.facts(self.tenant, missing)):
-            if fact is not None:
-                self.records[fid] = fact
-        return [(cue, h.id, h.score) for cue, h in found if h.id in self.records]
+        return [(cue, h) for (cue, _), hits in zip(searches, results) for h in hits if f"fact:{h.id}" not in taken]
 
     async def _passage_tags(self, cues: list[Cue]) -> list[tuple[Cue, str, float]]:
         """(cue, passage id, the passage's cosine to the query) for each cue's passages not read
         yet: for the query cue the QUERY_PASSAGES nearest the query (the dense ranking's top);
         for an entity the ENTITY_PASSAGES nearest the query among those that mention it (at most
-        ENTITY_PASSAGES_READ of them read); for an
-        episode its turns (the neighbours of the turn read)."""
+        ENTITY_PASSAGES_READ of them read); for an episode its turns (the neighbours of the turn
+        read). Every entity's passages come with their vectors, in one command (~130 sequential
+        round trips a walk on a 2,000-passage tenant when read one cue after another)."""
         mentioning = [cue for cue in cues if cue.kind not in ("query", "episode")]
-        # every cue's passages, then every vector, read at once: one cue after another cost two
-        # round trips a cue (~130 sequential round trips a walk on a 2,000-passage tenant)
-        mentioned = await asyncio.gather(
-            *(self.memory.entity_passages(self.tenant, cue.id, ENTITY_PASSAGES_READ) for cue in mentioning)
+        episodes = [cue for cue in cues if cue.kind == "episode"]
+        mentioned, _ = await asyncio.gather(
+            self.memory.entity_passage_vectors(self.tenant, [cue.id for cue in mentioning], ENTITY_PASSAGES_READ),
+            self._tag_vectors(
+                [("passage", pid) for cue in episodes for pid in self.episodes[cue.id] if pid not in self.read]
+            ),
         )
-        passages_of = {cue.id: ids for cue, ids in zip(mentioning, mentioned)}
-        unread = {
-            cue.id: [
-                pid
-                for pid in (self.episodes[cue.id] if cue.kind == "episode" else passages_of[cue.id])
-                if pid not in self.read
-            ]
-            for cue in cues
-            if cue.kind != "query"
-        }
-        await self._tag_vectors([("passage", pid) for ids in unread.values() for pid in ids])
+        for pairs in mentioned:
+            for pid, vec in pairs:
+                self.vectors.setdefault(("passage", pid), _unit(vec))
+        passages_of = {cue.id: [pid for pid, _ in pairs] for cue, pairs in zip(mentioning, mentioned)}
         out = []
         for cue in cues:
             if cue.kind == "query":
@@ -559,7 +571,9 @@ class _Walk:
                 continue
             episode = cue.kind == "episode"
             found = [
-                (pid, self.vectors[("passage", pid)]) for pid in unread[cue.id] if ("passage", pid) in self.vectors
+                (pid, self.vectors[("passage", pid)])
+                for pid in (self.episodes[cue.id] if episode else passages_of[cue.id])
+                if pid not in self.read and ("passage", pid) in self.vectors
             ]
             if found:
                 scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
