@@ -576,7 +576,12 @@ class InMemoryStore:
             "vec": vector_bytes(vector),
             **passage_extras(chunk),
         }
-        self._stage(pipe, lambda: self._hset(tenant, "passages", chunk.chunk_id, fields))
+
+        def write() -> None:
+            self._hset(tenant, "passages", chunk.chunk_id, fields)
+            self._revise(tenant, chunk.chunk_id)  # Memory.stage_passage: its counted sets change with it
+
+        self._stage(pipe, write)
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
         fields = {"name": name, "type": type_, "vec": vector_bytes(vector)}

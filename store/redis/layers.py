@@ -69,6 +69,11 @@ class LayersOps(RedisBase):
             },
         )
         stage_lexical_mirror(pipe, self.keys(tenant), chunk.chunk_id)
+        # the passage's counted sets change with it (its entities' passage edges, its schemas'
+        # support): its revision moves, so a retirement or an erasure that read the passage
+        # before this commit decides again (their fence); without it a version replayed beside
+        # its extraction retired the passage and left its edges (tests/test_extraction_race.py)
+        pipe.hincrby(self.keys(tenant).passage_revision(chunk.chunk_id), "n", 1)
 
     def stage_entity(self, pipe, tenant: str, entity_id: str, name: str, type_: str, vector, passage_id: str) -> None:
         keys = self.keys(tenant)
