@@ -275,10 +275,14 @@ class QueryEngine:
         result.timings_ms = {k: round(v, 3) for k, v in timings.items()}
         return result
 
-    async def _first_stage(self, request: QueryRequest, vector, with_cosines: bool = True) -> FirstStage:
+    async def _first_stage(
+        self, request: QueryRequest, vector, with_cosines: bool = True, with_rows: bool = False
+    ) -> FirstStage:
         """Both legs' candidates (first_stage_k each, at least top_k) and their fusion; with
         `with_cosines`, every fused candidate's cosine to the query (a lexical-only candidate's
-        vector is read: one round trip), which graph modes seed and score with."""
+        vector is read), which graph modes seed and score with; with `with_rows`, every fused
+        candidate's row too (graph modes read them for their episodes and their answer), read
+        with the vectors: one round trip for both."""
         k = max(request.params.first_stage_k, request.top_k)
         dense, lexical = await asyncio.gather(
             self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]) if vector is not None else _ready([]),
@@ -293,8 +297,11 @@ class QueryEngine:
             )
         fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
         similarity = {h.id: h.score for h in dense}
-        if with_cosines:
-            await self._add_cosines(request.tenant, [pid for pid, _ in fused], vector, similarity)
+        ids = [pid for pid, _ in fused]
+        _, rows = await asyncio.gather(
+            self._add_cosines(request.tenant, ids, vector, similarity) if with_cosines else _ready(None),
+            self._read_rows(request.tenant, ids, rows) if with_rows else _ready(rows),
+        )
         return FirstStage(dense, lexical, fused, similarity, rows=rows)
 
     async def _add_cosines(self, tenant: str, passage_ids: list[str], vector, similarity: dict[str, float]) -> None:
@@ -325,7 +332,7 @@ class QueryEngine:
     async def _graph_first_stage(self, request: QueryRequest, vector) -> FirstStage:
         """What the graph modes start from: the first stage, with episodes (_with_episodes) and
         the question's time cue (_with_time_cue)."""
-        first = await self._with_episodes(request, vector, await self._first_stage(request, vector))
+        first = await self._with_episodes(request, vector, await self._first_stage(request, vector, with_rows=True))
         return await self._with_time_cue(request, first)
 
     async def _with_time_cue(self, request: QueryRequest, first: FirstStage) -> FirstStage:
