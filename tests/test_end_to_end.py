@@ -101,6 +101,8 @@ def test_malformed_messages_go_to_the_dlq_and_the_partition_keeps_flowing(dlq_wo
             (json.dumps({**good, "v": 7, "doc_id": "x", "text": "t"}).encode(), "unsupported schema version v=7"),
             (json.dumps({**good, "doc_id": "x", "text": " "}).encode(), "field 'text' is empty"),
             (json.dumps({**good, "doc_id": "x", "text": "y" * 5000}).encode(), "over the limit of 4096 bytes"),
+            # a valid body under another key: deletions and compaction go by the key
+            (json.dumps({**good, "doc_id": "x", "text": "t"}).encode(), "is not the one its body names"),
             (
                 None,
                 "a message without a value deletes a document, and its key must be 'tenant/doc id'",

@@ -260,6 +260,32 @@ def test_a_tombstone_whose_key_names_no_document_is_dead_lettered():
     assert "key must be 'tenant/doc id'" in letter["error"]
 
 
+def test_a_version_under_a_key_other_than_its_body_names_is_dead_lettered_and_indexes_nothing():
+    """Deletions and compaction go by the key: a version published under another document's key
+    could never be deleted (its tombstone names the body's key) nor compacted away. It is
+    refused with the reason; the same body with no key, or under its own key, is indexed."""
+    from topics import encode
+    from topics.records import Document
+
+    async def scenario():
+        stages = InProcess(None, RulesExtractor())
+        try:
+            body = encode(Document(stages.tenant, "mismatch", "Ilse Marr lives in Kallmar."))
+            await stages.deliver("documents", b"other/zzz", body)
+            refused, indexed = stages.dead_letters(), await stages.memory.scan_ids(stages.tenant, "passages")
+            await stages.deliver("documents", None, body)
+            await stages.deliver("documents", f"{stages.tenant}/mismatch".encode(), body)
+            return refused, indexed, stages.dead_letters(), await stages.memory.scan_ids(stages.tenant, "passages")
+        finally:
+            await stages.close()
+
+    refused, indexed, letters, passages = run(scenario())
+    [letter] = refused
+    assert "the message key 'other/zzz' is not the one its body names" in letter["error"]
+    assert letter["key"] == "other/zzz" and indexed == []
+    assert letters == refused and len(passages) == 1  # no key, or its own: indexed (once)
+
+
 # ---- the property: memory is a function of the current documents -----------------------------
 # Sentences with shared entities (Orsk Mills, Kallmar) and no two of one head and single-valued
 # relation, so no conflict group's decision depends on the order facts arrived in.

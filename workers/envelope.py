@@ -33,7 +33,7 @@ from store.errors import redis_unavailable
 from store.records import cause
 from topics import CandidateFact, ContractError, DeadLetter, Document, DocumentDeletion, FactEvent, decode, encode
 from topics.graph import spec_of
-from topics.records import Chunk, ConflictSet, Record
+from topics.records import Chunk, ConflictSet, Record, document_key
 from workers import metrics
 from workers.algorithms.normalize import short_hash
 from workers.retry import backoff
@@ -155,10 +155,22 @@ def record_decoder(cls: type[R]) -> Decoder[R]:
 
 def decode_document(value: bytes | None, key: bytes | None, max_text_bytes: int) -> Document | DocumentDeletion:
     """A message on `documents`: a version or an erasure (Document.decode_value), or with no
-    value a tombstone — the deletion its key names."""
+    value a tombstone — the deletion its key names. A keyed message's key must be the one its
+    body names (topics.document_key): deletions and compaction go by the key, so a version
+    under another key could never be deleted or compacted away (ContractError: dead-lettered).
+    A message with no key is taken as its body says."""
     if value is None:
         return Document.tombstone(key)
-    return decode(Document, value, max_text_bytes=max_text_bytes)
+    found = decode(Document, value, max_text_bytes=max_text_bytes)
+    if key is not None:
+        named = document_key(found.tenant, found.doc_id)
+        given = bytes(key).decode("utf-8", errors="backslashreplace")
+        if given != named:
+            raise ContractError(
+                f"documents: the message key {given!r} is not the one its body names ({named!r}: "
+                f"'<tenant>/<doc_id>'); deletions and compaction go by the key, so publish it under {named!r}"
+            )
+    return found
 
 
 def spawned_work_ids(outbox: Decided) -> list[str]:
