@@ -362,6 +362,40 @@ def test_search_memory_passes_as_of_to_the_query_request():
     assert bad.is_error and bad.content[0].text == f"Error executing tool search_memory: {refused.value}"
 
 
+def test_every_tool_refuses_an_argument_it_does_not_declare():
+    """A misspelt argument is a tool error naming it (the SDK's argument models dropped it: a
+    search with "asof" answered from today), as POST /v1/query refuses an unknown field."""
+
+    async def main():
+        stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
+        await stages.publish("trip", TRIP)
+        server = memory_server(
+            stages.tenant,
+            QueryEngine(stages.memory, stages.embedder),
+            stages.settings,
+            DocumentPublisher(stages.settings),
+        )
+        try:
+            async with Client(server) as client:
+                tools = [tool.name for tool in (await client.list_tools()).tools]
+                refused = {name: await client.call_tool(name, {"no_such_argument": 1}) for name in tools}
+                misspelt = await client.call_tool("search_memory", {"query": TRIP, "asof": "2020-01-01T00:00:00Z"})
+                fine = await client.call_tool("search_memory", {"query": TRIP, "as_of": "2999-01-01T00:00:00Z"})
+            return refused, misspelt, fine
+        finally:
+            await stages.close()
+
+    refused, misspelt, fine = asyncio.run(main())
+    assert len(refused) == 7
+    for name, result in refused.items():
+        assert (
+            result.is_error
+            and f"unknown field(s) in the arguments of {name}: 'no_such_argument'" in result.content[0].text
+        )
+    assert misspelt.is_error and "'asof' (did you mean 'as_of'?)" in misspelt.content[0].text
+    assert not fine.is_error and fine.structured_content["passages"][0]["text"] == TRIP
+
+
 def test_memstream_mcp_builds_its_engine_from_the_settings_as_the_query_worker_does():
     """`memstream mcp` (stdio_parts) honours MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_* and the
     graph cache's size, as query_app does: one construction, QueryEngine.from_settings."""

@@ -119,6 +119,11 @@ def test_query_errors_are_json_and_specific(replica):
     base = replica
     assert "'mode'" in call(base, "/v1/query", {"query": "x", "mode": "magic"})[1]["error"]
     assert "unknown retrieval parameter" in call(base, "/v1/query", {"query": "x", "params": {"alpah": 1}})[1]["error"]
+    # a misspelt field is refused, not ignored (it answered from today, or with the default top_k)
+    status, refused = call(base, "/v1/query", {"query": "x", "asof": "2024-04-01T00:00:00Z", "topk": 3})
+    assert status == 400 and refused["error"].startswith(
+        "unknown field(s) in the request body: 'asof' (did you mean 'as_of'?), 'topk' (did you mean 'top_k'?); known: query,"
+    )
     assert "'answer'" in call(base, "/v1/query", {"query": "x", "answer": "yes"})[1]["error"]
     assert "needs an LLM" in call(base, "/v1/query", {"query": "x", "answer": True})[1]["error"]
     status, body = call(base, "/v1/query", {"query": "anything", "tenant": f"empty-{uuid.uuid4().hex[:6]}"})

@@ -27,6 +27,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from difflib import get_close_matches
 
 import numpy as np
 
@@ -161,6 +162,7 @@ class QueryRequest:
         if not isinstance(body, dict):
             raise ContractError("request body must be a JSON object with 'query'")
         _check_encodable(body)
+        unknown_fields(body, QUERY_FIELDS, "the request body")
         query = body.get("query")
         if not isinstance(query, str) or not query.strip():
             raise ContractError("'query' must be a non-empty string")
@@ -187,6 +189,24 @@ class QueryRequest:
             raise ContractError(str(exc)) from None
         budget = _budget(body, mode)
         return cls(query, tenant, top_k, mode, params, generate, budget, _as_of(body))
+
+
+# the fields of a POST /v1/query body: any other name is refused (a misspelt "asof" or "topk"
+# would otherwise answer from today, or with the default top_k, without a word)
+QUERY_FIELDS = ("query", "tenant", "top_k", "mode", "answer", "params", "budget", "as_of")
+
+
+def unknown_fields(given, known: tuple[str, ...], where: str) -> None:
+    """ContractError naming the names of `given` not in `known` (with the nearest known name of
+    each, where one is close), and every known name."""
+    unknown = sorted(set(given) - set(known), key=str)
+    if not unknown:
+        return
+    hints = [
+        f"{name!r} (did you mean {near[0]!r}?)" if (near := get_close_matches(str(name), known, 1)) else repr(name)
+        for name in unknown
+    ]
+    raise ContractError(f"unknown field(s) in {where}: {', '.join(hints)}; known: {', '.join(known)}")
 
 
 def _budget(body: dict, mode: str) -> Budget | None:

@@ -46,7 +46,7 @@ from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
-from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest
+from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest, unknown_fields
 from workers.query.parts import cached_embedder, query_memory
 from workers.settings import Settings
 from workers.stages.work import retraction
@@ -212,11 +212,26 @@ def require_scope(ctx: Context | None, scope: str) -> None:
         raise ToolError(f"refused: API key {key.name!r} lacks scope {scope!r}, needed to {SCOPE_MEANINGS[scope]}")
 
 
+class StrictArguments(MCPServer):
+    """An MCPServer whose tools refuse arguments they do not declare (a ToolError naming them),
+    as POST /v1/query refuses unknown fields: the SDK's argument models drop them silently, so
+    a misspelt "asof" would search today's memory without a word."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
+        declared = {tool.name: tool.input_schema for tool in await self.list_tools()}.get(name)
+        if declared is not None:
+            try:
+                unknown_fields(arguments, tuple(declared.get("properties", {})), f"the arguments of {name}")
+            except ContractError as exc:
+                raise ToolError(str(exc)) from None
+        return await super().call_tool(name, arguments, context)
+
+
 def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publisher: DocumentPublisher) -> MCPServer:
     """The MCP server of one tenant's memory over `engine` (and its store)."""
     tenant = validate_tenant(tenant)
     memory = engine.memory
-    server = MCPServer(
+    server = StrictArguments(
         "memstream",
         version="1",
         log_level=settings.log_level_name,
