@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ops.answers import format_answer, query_endpoint, read_answer
 from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
-from workers.query.modes import MODES
+from workers.query.modes import MAX_TOP_K, MODES
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, parse_roles
 from workers.settings import Settings
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     query = sub.add_parser("query", help="query the memory over HTTP")
     query.add_argument("text")
     query.add_argument("--tenant", default=None)
-    query.add_argument("--top-k", type=int, default=None)
+    query.add_argument("--top-k", type=_top_k, default=None, help=f"passages to return, 1 to {MAX_TOP_K}")
     query.add_argument("--mode", choices=MODES, default="ppr")
     query.add_argument(
         "--as-of",
@@ -637,11 +637,22 @@ def query_params(pairs: list[str]) -> dict:
     return params
 
 
+def _top_k(value: str) -> int:
+    """--top-k: an integer from 1 to MAX_TOP_K, as POST /v1/query takes it (0 asked the default)."""
+    try:
+        top_k = int(value)
+    except ValueError:
+        top_k = 0
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to {MAX_TOP_K}, not {value!r}")
+    return top_k
+
+
 def cmd_query(settings: Settings, args) -> int:
     body = {
         "query": args.text,
         "tenant": tenant_or_default(args.tenant, settings.tenant),
-        "top_k": args.top_k or settings.top_k,
+        "top_k": settings.top_k if args.top_k is None else args.top_k,
         "mode": args.mode,
         "answer": args.answer,
     }

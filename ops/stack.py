@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -152,9 +153,11 @@ class Stack:
         return ",".join(f"127.0.0.1:{broker.port}" for broker in self.brokers)
 
     def exports(self) -> list[str]:
+        """`stack up`'s output, for `eval "$(memstream stack up)"`: export lines, so a worker or
+        CLI started next sees them (plain assignments reached only this shell)."""
         return [
-            f"MEMSTREAM_KAFKA_BOOTSTRAP={self.bootstrap}",
-            f"MEMSTREAM_REDIS_URL=redis://127.0.0.1:{self.redis.port}/0",
+            f"export MEMSTREAM_KAFKA_BOOTSTRAP={shlex.quote(self.bootstrap)}",
+            f"export MEMSTREAM_REDIS_URL={shlex.quote(f'redis://127.0.0.1:{self.redis.port}/0')}",
         ]
 
     def up(self, progress=print) -> None:

@@ -101,3 +101,16 @@ def test_memstream_query_refuses_a_param_without_a_value_and_shows_the_workers_r
         and "HTTP 400" in refused.stderr
         and "'damping' must be between 0 and 1" in refused.stderr
     )
+
+
+def test_memstream_query_refuses_a_top_k_outside_one_to_a_hundred(worker):
+    """--top-k 0 asked the default and exited 0 (HTTP answers 400): refused before anything is
+    sent, as argparse refuses a bad choice; 1 and 100 are sent as given."""
+    url, bodies = worker
+    for bad in ("0", "101", "-3", "five"):
+        refused = _cli().run("query", "q", "--top-k", bad, "--url", url, check=False)
+        assert refused.returncode == 2 and f"--top-k: must be an integer from 1 to 100, not '{bad}'" in refused.stderr
+    assert bodies == []
+    for good in ("1", "100"):
+        _cli().run("query", "q", "--top-k", good, "--url", url)
+    assert [body["top_k"] for body in bodies] == [1, 100]

@@ -270,9 +270,10 @@ def test_publish_refuses_control_characters_and_keeps_the_other_documents(tmp_pa
     loaded = load_documents([str(tmp_path / n) for n in names], "acme", 10_000)
     assert [d.doc_id for d in loaded.documents] == ["good", "ok"]
     errors = "\n".join(loaded.errors)
-    assert f"{tmp_path / 'nul.txt'}.text: control character U+0000 at index 3" in errors
-    assert f"{tmp_path / 'bell.json'}[1].text: control character U+0007 at index 4" in errors
-    assert "lines.jsonl:1.text: lone surrogate U+D800" in errors
+    # the field after the file, apart: "nul.txt.text" read as the name of another file
+    assert f"{tmp_path / 'nul.txt'}: text: control character U+0000 at index 3" in errors
+    assert f"{tmp_path / 'bell.json'}[1]: text: control character U+0007 at index 4" in errors
+    assert "lines.jsonl:1: text: lone surrogate U+D800" in errors
     assert "lines.jsonl:2: NaN is not a JSON number" in errors
     assert "lines.jsonl:3: integer of 5000 digits is out of the 64-bit range" in errors
     assert "deep.json: invalid JSON (nested too deeply to parse)" in errors
@@ -281,7 +282,7 @@ def test_publish_refuses_control_characters_and_keeps_the_other_documents(tmp_pa
 
 def test_publish_refuses_control_characters_on_stdin():
     loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO("plain\x00words"))
-    assert loaded.documents == [] and "<stdin>.text: control character U+0000" in loaded.errors[0]
+    assert loaded.documents == [] and "<stdin>: text: control character U+0000" in loaded.errors[0]
     deep = "[" * 100_000 + "]" * 100_000
     loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO(deep))
     assert loaded.documents == [] and "nested too deeply" in loaded.errors[0]

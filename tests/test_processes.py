@@ -47,3 +47,28 @@ def test_services_stop_together_and_are_gone_when_stop_returns(tmp_path):
     assert not any(_alive(pid, needle) for pid, needle in zip(pids, ("polite-sleeper", "stubborn-sleeper")))
     assert polite.pid() is None and stubborn.pid() is None
     assert not stop_together([polite, stubborn])  # none running: nothing to stop
+
+
+def test_eval_of_stack_up_exports_the_addresses_to_what_starts_next(stack_env):
+    """`eval "$(memstream stack up)"` (the README's first step) set shell variables a worker
+    started next did not see (no `export`): only the defaults made it work."""
+    import shlex
+    import subprocess
+
+    from tests.conftest import MEMSTREAM
+
+    memstream = " ".join(shlex.quote(part) for part in MEMSTREAM)
+    env = {k: v for k, v in stack_env.items() if k not in ("MEMSTREAM_KAFKA_BOOTSTRAP", "MEMSTREAM_REDIS_URL")}
+    seen = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'eval "$({memstream} stack up 2>/dev/null)" && sh -c \'echo "$MEMSTREAM_KAFKA_BOOTSTRAP $MEMSTREAM_REDIS_URL"\'',
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    assert seen == [stack_env["MEMSTREAM_KAFKA_BOOTSTRAP"], stack_env["MEMSTREAM_REDIS_URL"]]

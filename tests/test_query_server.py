@@ -392,6 +392,7 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
                     "/v1/facts?category=REJECTED_OPTION&category=TOOL_FAILURE,DECLARATIVE",
                     "/v1/facts?category=TOOL_FAILURE&category=NOPE",
                     "/v1/facts?limit=1&limit=2",
+                    "/v1/facts?tenant=nobody-indexed-here",
                 ]
                 # not plain ASCII digits: "²".isdigit() is True but int("²") raises
                 odd_limits = ["%C2%B2", "%205", "-1", "1e3", "5%20", "%EF%BC%95"]
@@ -405,7 +406,19 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
             await stages.close()
 
     tenant, answers, odd, empty = asyncio.run(main())
-    every, limited, plain, unknown, zero, over, words, bad_tenant, repeated, repeated_unknown, two_limits = answers
+    every, limited, plain, unknown, zero, over, words, bad_tenant, repeated, repeated_unknown, two_limits, nobody = (
+        answers
+    )
+    # a tenant nothing was indexed for (misspelt, or none given: the default) is said, as the query route says it
+    assert (
+        nobody[0] == 200
+        and nobody[1]["facts"] == []
+        and nobody[1]["warning"]
+        == (
+            "tenant 'nobody-indexed-here' holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
+        )
+    )
+    assert every[1]["warning"] is None
     assert empty[0] == 200 and empty[1] == every[1]  # an empty limit: the default
     assert repeated[0] == 200 and [f["category"] for f in repeated[1]["facts"]] == [
         "TOOL_FAILURE",

@@ -87,8 +87,14 @@ class Record:
         return {"v": SCHEMA_VERSION, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: Any, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES, where: str = ""):
+    def from_dict(
+        cls, data: Any, *, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES, where: str = "", fields_at: str = ""
+    ):
+        """The record `data` holds, checked: a ContractError says where (`where`: the topic by
+        default) and what. A field's path is `fields_at` and its name — "documents.text" by
+        default; a file's loader gives "ctrl.txt: " (as "ctrl.txt.text" it read as a file name)."""
         where = where or cls.TOPIC
+        fields_at = fields_at or f"{where}."
         if not isinstance(data, dict):
             raise ContractError(f"{where}: expected a JSON object, got {_json_type(data)}")
         # a class is hashable: mypy checks type[X] against Hashable by X's own __hash__ (python/mypy#11470)
@@ -96,8 +102,8 @@ class Record:
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name in data:
-                values[f.name] = _check(data[f.name], hints[f.name], f"{where}.{f.name}", max_text_bytes)
-                _check_nested(values[f.name], f"{where}.{f.name}", cls._refused(f.name))
+                values[f.name] = _check(data[f.name], hints[f.name], f"{fields_at}{f.name}", max_text_bytes)
+                _check_nested(values[f.name], f"{fields_at}{f.name}", cls._refused(f.name))
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ContractError(f"{where}: missing required field '{f.name}'")
         for name in cls.NONEMPTY_FIELDS + cls.TEXT_FIELDS:
@@ -258,10 +264,10 @@ class Document(Record):
         return self.turn is not None
 
     @classmethod
-    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):
+    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where="", fields_at=""):
         """Also time (topics.times): `ts` seconds since the epoch a worker can read as a date,
         `metadata.ttl_seconds` TTLs the extractor can apply."""
-        doc = super().from_dict(data, max_text_bytes=max_text_bytes, where=where)
+        doc = super().from_dict(data, max_text_bytes=max_text_bytes, where=where, fields_at=fields_at)
         try:
             if doc.ts is not None:
                 epoch_seconds(doc.ts)
@@ -405,8 +411,8 @@ class Triple(Record):
     stated: bool = False
 
     @classmethod
-    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):
-        triple = super().from_dict(data, max_text_bytes=max_text_bytes, where=where)
+    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where="", fields_at=""):
+        triple = super().from_dict(data, max_text_bytes=max_text_bytes, where=where, fields_at=fields_at)
         if triple.category not in FACT_CATEGORIES:
             raise ContractError(
                 f"{where or 'fact'}: category {triple.category!r} is not one of {', '.join(FACT_CATEGORIES)}"
@@ -480,8 +486,8 @@ class ConflictSet(Record):
     cause: str = ""  # the decision that sent it (Chunk.cause)
 
     @classmethod
-    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where=""):
-        record = super().from_dict(data, max_text_bytes=max_text_bytes, where=where)
+    def from_dict(cls, data, *, max_text_bytes=DEFAULT_MAX_TEXT_BYTES, where="", fields_at=""):
+        record = super().from_dict(data, max_text_bytes=max_text_bytes, where=where, fields_at=fields_at)
         if record.kind not in cls.KINDS:
             raise ContractError(f"{where or cls.TOPIC}: kind {record.kind!r} is not one of {', '.join(cls.KINDS)}")
         return record

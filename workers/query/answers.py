@@ -120,6 +120,7 @@ class StandingFacts(_Whole):
     categories: list[str]
     total: int = Field(description="active facts of these categories; more than listed when over `limit`")
     facts: list[StandingFact]
+    warning: str | None = Field(default=None, description="set when the tenant holds no memory (a misspelt tenant?)")
 
 
 class Overview(_Whole):
@@ -307,6 +308,12 @@ class RouterView(_Wire):
     fallback_from: str | None = None
     error: str | None = None
     fallback_at_step: int | None = None
+
+
+def empty_tenant_warning(tenant: str) -> str:
+    """What an answer says of a tenant nothing was ever indexed for: a misspelt tenant, or none
+    given (the default), would otherwise look like an empty memory."""
+    return f"tenant {tenant!r} holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
 
 
 class QueryResult(_Wire):

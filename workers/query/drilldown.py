@@ -25,6 +25,7 @@ from workers.query.answers import (
     StandingFact,
     StandingFacts,
     StoredPassage,
+    empty_tenant_warning,
 )
 
 # What an agent checks before a decision: everything but plain statements
@@ -122,6 +123,7 @@ async def standing_facts(
         categories=list(categories),
         total=total,
         facts=[StandingFact.of(f, sorted({doc_of[p] for p in f.passage_ids if p in doc_of})) for f in facts],
+        warning=None if facts or await memory.tenant_known(tenant) else empty_tenant_warning(tenant),
     )
 
 

@@ -68,14 +68,14 @@ from workers.query.answers import (
     TypeSeed,
     WalkSeeds,
     WalkStats,
+    empty_tenant_warning,
 )
 from workers.query.graph_cache import GraphCache
-from workers.query.modes import MODES, QueryMode, query_mode
+from workers.query.modes import MAX_TOP_K, MODES, QueryMode, query_mode
 from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
 DEFAULT_PARAMS = RetrievalParams()  # frozen: one instance serves every default
-MAX_TOP_K = 100
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at", "expires_at"]
@@ -289,7 +289,7 @@ class QueryEngine:
         if not result.passages and not await self.memory.tenant_known(request.tenant):
             # an empty answer of a tenant nothing was indexed for: say so (a misspelt tenant
             # would otherwise look like an empty memory)
-            result.warning = f"tenant {request.tenant!r} holds no memory: nothing was ever indexed for it (`memstream tenants` lists those that hold some)"
+            result.warning = empty_tenant_warning(request.tenant)
         timings["total"] = _ms(started)
         metrics.QUERY_SECONDS.labels(mode=request.mode).observe(timings["total"] / 1000)
         result.timings_ms = {k: round(v, 3) for k, v in timings.items()}
