@@ -157,7 +157,9 @@ def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> N
     if isinstance(obj, dict) and loaded.version is not None and "version" not in obj:
         obj = {**obj, "version": loaded.version}
     try:
-        loaded.documents.append(Document.from_dict(obj, max_text_bytes=max_text_bytes, where=where, fields_at=f"{where}: "))
+        loaded.documents.append(
+            Document.from_dict(obj, max_text_bytes=max_text_bytes, where=where, fields_at=f"{where}: ")
+        )
         loaded.sources.append(where)
     except ContractError as exc:
         loaded.errors.append(str(exc))
@@ -170,7 +172,9 @@ def _add_turn(loaded: Loaded, where: str, turn: Turn, tenant: str, max_text_byte
     if loaded.version is not None:
         data["version"] = loaded.version
     try:
-        loaded.documents.append(Document.from_dict(data, max_text_bytes=max_text_bytes, where=where, fields_at=f"{where}: "))
+        loaded.documents.append(
+            Document.from_dict(data, max_text_bytes=max_text_bytes, where=where, fields_at=f"{where}: ")
+        )
         loaded.sources.append(where)
     except ContractError as exc:
         loaded.errors.append(str(exc))
