@@ -4,6 +4,7 @@ indexed, a few indexed-fact events and the answers to sample queries."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -78,7 +79,8 @@ def run_demo(settings: Settings) -> int:
     ensure_topics(settings)
     stderr("== 2. workers (chunker, extractor, detector, resolver, query)")
     log_path = settings.home / "demo-worker.log"
-    with WorkerProcess.spawn(log_path) as worker:
+    # the worker's own tenant (its /mcp, the explorer's and the CLI's default) is the one the demo writes
+    with WorkerProcess.spawn(log_path, {**os.environ, "MEMSTREAM_TENANT": TENANT}) as worker:
         worker.wait_healthy()
         stderr(f"== 3. publish the sample corpus ({SAMPLE_CORPUS}) as tenant '{TENANT}'")
         loaded = load_documents(sorted(str(p) for p in SAMPLE_CORPUS.glob("*.md")), TENANT, settings.max_text_bytes)
@@ -102,7 +104,8 @@ def run_demo(settings: Settings) -> int:
             " with `memstream worker` running, open it in a browser"
         )
         stderr(
-            'done. Try: memstream query "Who founded Brightwater?" --tenant demo (with `memstream worker` running);'
-            " `memstream tail --tenant demo --from-beginning` for events; `memstream stack down` to stop Kafka and Redis."
+            'done. Try: memstream query "Who founded Brightwater?" --tenant demo (with `MEMSTREAM_TENANT=demo memstream worker`'
+            " running: its /mcp serves that tenant); `memstream tail --tenant demo --from-beginning` for events;"
+            " `memstream stack down` to stop Kafka and Redis."
         )
         return 0

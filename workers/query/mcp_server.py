@@ -41,7 +41,7 @@ from topics import ContractError, Document, DocumentDeletion, encode, validate_t
 from topics.conversations import turn_from_json, turn_ts
 from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
-from workers.models.embedding import EmbedderMismatch
+from workers.models.embedding import EmbedderMismatch, make_embedder
 from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
@@ -491,7 +491,8 @@ async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MC
     publisher = DocumentPublisher(settings)
     engine = None
     try:
-        engine = QueryEngine.from_settings(settings, memory, cached_embedder(settings, memory))
+        model = make_embedder(settings, background=True)  # the handshake answered at once, the model loading meanwhile
+        engine = QueryEngine.from_settings(settings, memory, cached_embedder(settings, memory, model))
         yield memory_server(tenant, engine, settings, publisher), engine
     finally:
         await asyncio.to_thread(publisher.close)
