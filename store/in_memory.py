@@ -111,6 +111,7 @@ class _Tenant:
         default_factory=dict
     )  # session id → {passage id: turn} (Memory's sorted set)
     revisions: dict[str, int] = field(default_factory=dict)  # passage id → Memory's passage_revision
+    said: dict[str, dict[str, float]] = field(default_factory=dict)  # fact id → Memory's fact_said (doc id → time)
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)
     embedder: EmbedderId | None = None  # the embedder its indexes were built with (claim_embedder)
     lexical: "_LexicalIndex | None" = None  # BM25 over the passages, rebuilt when they change (lexical)
@@ -519,8 +520,9 @@ class InMemoryStore:
                 t.lexical = None
             for fact in erasure.facts:
                 t.records["facts"].pop(fact.id, None)
-                for what in ("fact_passages", "fact_sources"):
+                for what in ("fact_passages", "fact_sources", "fact_set_aside"):
                     t.sets.pop((what, fact.id), None)
+                t.said.pop(fact.id, None)
                 self._set(tenant, "group", f"{fact.head_id}|{fact.relation}").discard(fact.id)
                 self._set(tenant, "facts_with_tail", fact.tail_id).discard(fact.id)
                 self._set(tenant, "schema_pending", fact.schema_id).discard(fact.id)
@@ -648,9 +650,25 @@ class InMemoryStore:
 
         self._stage(pipe, write)
 
+    def stage_fact_said(self, pipe, tenant: str, fact_id: str, doc_id: str, at: float) -> None:
+        def write() -> None:
+            self._tenant(tenant).said.setdefault(fact_id, {}).setdefault(doc_id, float(at))  # Memory's HSETNX
+
+        self._stage(pipe, write)
+
+    async def set_aside_passages(self, tenant: str, fact_id: str) -> list[str]:
+        return sorted(self._tenant(tenant).sets.get(("fact_set_aside", fact_id), ()))
+
+    async def facts_said(self, tenant: str, fact_ids: list[str]) -> list[dict[str, float]]:
+        said = self._tenant(tenant).said
+        return [dict(said.get(fid, {})) for fid in fact_ids]
+
     def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
         def write() -> None:
             self._tenant(tenant).sets.pop(("fact_passages", fact_id), None)
+            self._tenant(tenant).sets.pop(("fact_set_aside", fact_id), None)
+            if passage_ids:
+                self._set(tenant, "fact_set_aside", fact_id).update(passage_ids)
             for pid in passage_ids:
                 self._set(tenant, "passage_facts", pid).discard(fact_id)
 

@@ -202,6 +202,14 @@ class TenantKeys:
         """The facts the passage's extractions wrote (fact_sources, the other way round)."""
         return f"{self.base}:pasext:{passage_id}"
 
+    def fact_set_aside(self, fact_id: str) -> str:
+        """The passages a retraction set aside (stage_unsupport): where a retracted fact came from."""
+        return f"{self.base}:factaside:{fact_id}"
+
+    def fact_said(self, fact_id: str) -> str:
+        """Hash: doc id → when that document first said the fact (the conflict policy's tie-break)."""
+        return f"{self.base}:factsaid:{fact_id}"
+
     def fact_sources(self, fact_id: str) -> str:
         """The passages whose extraction wrote the fact, current or retired."""
         return f"{self.base}:factsrc:{fact_id}"

@@ -279,7 +279,7 @@ def test_llm_resolution_answers_are_validated():
     from workers.algorithms.policy import GroupFact
     from workers.models.resolution import parse_resolution
 
-    group = [GroupFact("a", "x", 1, 1, 1.0, passage_ids=("p1",)), GroupFact("b", "y", 1, 1, 2.0, passage_ids=("p2",))]
+    group = [GroupFact("a", "x", 1, 1.0, passage_ids=("p1",)), GroupFact("b", "y", 1, 2.0, passage_ids=("p2",))]
     ok = {
         "decisions": [
             {
@@ -325,7 +325,7 @@ def test_llm_resolution_ids_that_are_not_strings_are_malformed_not_a_crash():
     from workers.algorithms.policy import GroupFact
     from workers.models.resolution import parse_resolution
 
-    group = [GroupFact("a", "x", 1, 1, 1.0, passage_ids=("p1",))]
+    group = [GroupFact("a", "x", 1, 1.0, passage_ids=("p1",))]
     good = {"fact_id": "a", "action": "keep", "evidence": "So it is.", "evidence_passage_id": "p1"}
     passages = {"p1": "So it is."}  # as the resolver passes them: a dict by passage id
     assert parse_resolution({"decisions": [good]}, group, passages)["a"].evidence == ("p1",)

@@ -445,3 +445,43 @@ def test_a_promoted_fact_merges_into_its_symmetric_twin_with_its_own_passages(st
     passage = {doc: content_hash(text)[:32] for doc, (text, _) in PROMOTED_SWAP.items()}
     assert facts[a]["status"] == "merged" and facts[a]["merged_into"] == b
     assert facts[b]["status"] == "active" and set(facts[b]["passages"]) == {passage["a"], passage["b"]}
+
+
+OREN = "Oren Vale is a cartographer. Oren Vale lives in Tessaly."
+MOVE = "Oren Vale moved to Lindqvist in 2021. Oren Vale lives in Lindqvist."
+
+
+def test_an_edit_elsewhere_in_a_document_never_decides_a_conflict(redis_url):
+    """Two documents say where Oren Vale lives, once each: the later statement holds. Fixing a
+    typo in the older one (another sentence), or its whitespace, republishes it as version 2
+    and 3: no fact's status may change (the tie went to the newer document version, which made
+    the typo fix decide). A genuinely new claim is the later statement and holds."""
+    from tests.inprocess import InProcess
+    from workers.models.extraction import RulesExtractor
+
+    async def main():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+
+        async def lives() -> dict[str, str]:
+            return {f.tail: f.status for f in (await stages.facts()).values() if f.relation == "live in"}
+
+        try:
+            await stages.publish("oren-vale", OREN, version=1)
+            await stages.publish("move-news", MOVE, version=1)
+            seen = [await lives()]
+            await stages.publish("oren-vale", OREN.replace("cartographer", "sailmaker"), version=2)
+            seen.append(await lives())
+            await stages.publish(
+                "oren-vale", OREN.replace("cartographer", "sailmaker").replace(". ", ".\n\n"), version=3
+            )
+            seen.append(await lives())
+            invalid = next(f for f in (await stages.facts()).values() if f.tail == "Tessaly")
+            await stages.publish("oren-vale", "Oren Vale is a sailmaker. Oren Vale lives in Narn.", version=4)
+            return seen, invalid.reason, await lives()
+        finally:
+            await stages.close()
+
+    seen, reason, moved = asyncio.run(main())
+    assert seen == [{"Tessaly": "invalid", "Lindqvist": "active"}] * 3
+    assert reason.startswith("excluded by ") and "1 vs 1 supporting passages, stated later: first said" in reason
+    assert moved["Narn"] == "active" and moved["Lindqvist"] == "invalid"

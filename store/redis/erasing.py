@@ -98,7 +98,13 @@ class ErasingOps(RedisBase):
             pipe.srem(keys.document_passages(erasure.doc_id), pid)
             pipe.srem(keys.graph_nodes, passage_node(pid))
         for fact in erasure.facts:
-            pipe.delete(keys.fact(fact.id), keys.fact_passages(fact.id), keys.fact_sources(fact.id))
+            pipe.delete(
+                keys.fact(fact.id),
+                keys.fact_passages(fact.id),
+                keys.fact_sources(fact.id),
+                keys.fact_said(fact.id),
+                keys.fact_set_aside(fact.id),
+            )
             pipe.srem(keys.group(fact.head_id, fact.relation), fact.id)
             pipe.srem(keys.facts_with_tail(fact.tail_id), fact.id)
             pipe.srem(keys.schema_pending(fact.schema_id), fact.id)

@@ -226,13 +226,30 @@ class LayersOps(RedisBase):
                 held[text] = HeldVector(vec)
         return held
 
+    def stage_fact_said(self, pipe, tenant: str, fact_id: str, doc_id: str, at: float) -> None:
+        """When the document first said the fact: kept (HSETNX), so an edit of the document that
+        says it again — a typo fixed elsewhere in it — moves nothing."""
+        pipe.hsetnx(self.keys(tenant).fact_said(fact_id), doc_id, repr(float(at)))
+
+    async def facts_said(self, tenant: str, fact_ids: list[str]) -> list[dict[str, float]]:
+        """Each fact's doc id → when that document first said it (stage_fact_said), in one command."""
+        keys = self.keys(tenant)
+        rows = await self._read_each([keys.fact_said(fid) for fid in fact_ids], "HGETALL")
+        return [{k.decode(): float(v) for k, v in zip(row[0::2], row[1::2])} for row in rows]
+
     def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
         """The fact's supporting passages set aside (a retraction on request): a passage that
         says it again, extracted later, supports it anew."""
         keys = self.keys(tenant)
-        pipe.delete(keys.fact_passages(fact_id))
+        pipe.delete(keys.fact_passages(fact_id), keys.fact_set_aside(fact_id))
+        if passage_ids:  # kept apart: a curator still sees where a retracted fact came from
+            pipe.sadd(keys.fact_set_aside(fact_id), *passage_ids)
         for pid in passage_ids:
             pipe.srem(keys.passage_facts(pid), fact_id)
+
+    async def set_aside_passages(self, tenant: str, fact_id: str) -> list[str]:
+        """The passages the fact's last retraction set aside (stage_unsupport), sorted."""
+        return sorted(_text(p) for p in await self.redis.smembers(self.keys(tenant).fact_set_aside(fact_id)))
 
     def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
         pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})

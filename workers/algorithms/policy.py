@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 # Relations whose head and tail may be swapped without changing the fact: the contract's, since a
@@ -83,11 +84,25 @@ class GroupFact:
     id: str
     tail_id: str
     support: int  # distinct supporting passages
-    doc_version: int  # newest document version among its passages
-    ts: float  # when it was first extracted (system time)
+    # when a document that still says it first said it (system time: the detector's, as a
+    # document's passage first supported it); an edit of the document elsewhere moves nothing
+    said_at: float
     valid_from: str | None = None
     valid_to: str | None = None
     passage_ids: tuple[str, ...] = ()
+
+    @property
+    def stated_at(self) -> tuple[float, str]:
+        """When the fact holds from, and how that is known: the time its text gives (its
+        valid_from: "moved to Lindqvist in 2021"), else when it was first said (`said_at`)."""
+        given = parse_time(self.valid_from)
+        if given is not None:
+            try:
+                return datetime(*given, tzinfo=timezone.utc).timestamp(), f"the text gives {self.valid_from}"
+            except ValueError:  # no such day ("2021-02-31"): as if the text gave none
+                pass
+        said = datetime.fromtimestamp(self.said_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        return self.said_at, f"first said {said} UTC"
 
 
 @dataclass(frozen=True)
@@ -101,8 +116,20 @@ class Decision:
 
 
 def rank_key(f: GroupFact):
-    """More support first; tie: newer document version, then later extraction, then id."""
-    return (-f.support, -f.doc_version, -f.ts, f.id)
+    """More support first; tie: the later statement (GroupFact.stated_at: the time its text gives,
+    else when a document still saying it first said it), then id. Never when a version was
+    published: a typo fixed in an old document made its claim the newer one."""
+    return (-f.support, -f.stated_at[0], f.id)
+
+
+def _why_first(kept: GroupFact, excluded: GroupFact) -> str:
+    """Why `kept` ranks above `excluded` (rank_key), for the excluded fact's reason."""
+    if kept.support != excluded.support:
+        return f"{kept.support} vs {excluded.support} supporting passages"
+    (kept_at, kept_how), (excluded_at, excluded_how) = kept.stated_at, excluded.stated_at
+    if kept_at != excluded_at:
+        return f"{kept.support} vs {excluded.support} supporting passages, stated later: {kept_how} vs {excluded_how}"
+    return f"{kept.support} vs {excluded.support} supporting passages, stated at the same time: the smaller id"
 
 
 def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> dict[str, Decision]:
@@ -127,8 +154,7 @@ def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> d
             decisions[f.id] = Decision(
                 "invalid",
                 "mutual_exclusion",
-                f"excluded by {blocker.id} ({blocker.support} vs {f.support} supporting passages"
-                f"{', newer document' if blocker.support == f.support and blocker.doc_version > f.doc_version else ''})",
+                f"excluded by {blocker.id} ({_why_first(blocker, f)})",
                 evidence=blocker.passage_ids + f.passage_ids,
                 excluded_by=blocker.id,
             )

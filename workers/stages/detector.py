@@ -9,6 +9,8 @@ key is the contract's (topics.records.candidate_key, through the stage graph: Em
 
 from __future__ import annotations
 
+import time
+
 from store import Hit
 from store.facts import Fact, event
 from store.keys import entity_node
@@ -158,6 +160,7 @@ class DetectorStage(Stage):
         support = None if is_promotion(cand) else cand.passage_id
         if support:
             self.memory.stage_fact_passage(pipe, tenant, fid, support)
+            self.memory.stage_fact_said(pipe, tenant, fid, cand.doc_id, time.time())  # kept if said before
             fact.passage_ids = sorted(set(fact.passage_ids) | {support})
         if self.settings.conflicts:
             taken_over = []

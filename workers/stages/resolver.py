@@ -8,7 +8,9 @@ Its input, the conflict sets other stages send it, is built in workers.stages.wo
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
@@ -89,6 +91,8 @@ class ResolverStage(Stage):
             # it left memory while this duplicate was on its way (an edit retired its passages):
             # the candidate is decided as if it came now, as a fresh build admits it
             return [readmission(cand)]
+        if own:  # the document says it too (kept if it said it before: workers.algorithms.policy.rank_key)
+            self.memory.stage_fact_said(pipe, tenant, target.id, cand.doc_id, time.time())
         gained = (own | set(source.passage_ids if source else ())) - set(target.passage_ids)
         merged = self.lifecycle.merge(
             pipe, tenant, target, gained, await self.memory.graph_version(tenant), conflict.reason, source
@@ -250,13 +254,18 @@ class ResolverStage(Stage):
         return messages, "resolution", RESOLUTION_SCHEMA, validate
 
     async def _group_fact(self, tenant: str, fid: str, fact: Fact) -> GroupFact:
-        passages = [p for p in await self.memory.passages(tenant, fact.passage_ids) if p]
+        """The fact as the policy weighs it: its support, and when a document that still says it
+        (one of its current passages') first said it — the fact's first extraction where no
+        document's time is recorded (a fact merged in from a twin)."""
+        rows, (said,) = await asyncio.gather(
+            self.memory.passages(tenant, fact.passage_ids), self.memory.facts_said(tenant, [fid])
+        )
+        times = [said[row["doc_id"]] for row in rows if row and row["doc_id"] in said]
         return GroupFact(
             id=fid,
             tail_id=fact.tail_id,
             support=len(fact.passage_ids),
-            doc_version=max((p["doc_version"] for p in passages), default=1),
-            ts=fact.created_at or 0.0,
+            said_at=min(times, default=fact.created_at or 0.0),
             valid_from=fact.valid_from,
             valid_to=fact.valid_to,
             passage_ids=tuple(fact.passage_ids),
