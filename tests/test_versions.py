@@ -480,14 +480,20 @@ def test_a_fact_retracted_on_request_leaves_memory_until_said_again(redis_url):
             await stages.deliver(work.topic, work.key.encode(), encode(work.record))
             await stages.deliver(work.topic, work.key.encode(), encode(work.record))  # delivered twice: one retraction
             retracted = (await stages.facts())[nora.id]
+            # `memstream fact F --evidence` (GET /v1/facts/F/evidence, MCP fact_evidence): where it came from
+            evidence = await drilldown.fact_evidence(stages.memory, stages.tenant, nora.id)
             answer = await stages.query("Who works for Orsk Mills?", mode="ppr")
             await stages.publish("mill", "Nora Velt works for Orsk Mills again.", version=1)
-            return retracted, answer, (await stages.facts())[nora.id], stages.events()
+            return retracted, evidence, nora, answer, (await stages.facts())[nora.id], stages.events()
         finally:
             await stages.close()
 
-    retracted, answer, back, events = run(scenario())
+    retracted, evidence, nora, answer, back, events = run(scenario())
     assert retracted.status == "retracted" and retracted.reason == "retracted on request: she left the mill"
+    # its support is set aside (no decision brings it back), its evidence kept in sight
+    assert retracted.passage_ids == [] and nora.passage_ids
+    assert evidence.fact.status == "retracted" and evidence.fact.passage_ids == nora.passage_ids
+    assert [p.id for p in evidence.passages] == nora.passage_ids and "Nora Velt" in evidence.passages[0].text
     assert retracted.id not in {f["id"] for f in answer["facts"]}
     kinds = [e["event"] for e in events if e["fact_id"] == retracted.id]
     assert kinds[:2] == ["activated", "retracted"] and kinds.count("retracted") == 1

@@ -7,6 +7,7 @@ them (`standing_facts`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -40,13 +41,17 @@ def missing(what: str, tenant: str) -> str:
 
 
 async def fact_record(memory: MemoryStore, tenant: str, fact_id: str) -> Fact | None:
-    """The fact, every field (Fact.to_json on the wire)."""
-    return await memory.fact(tenant, fact_id)
+    """The fact, every field (Fact.to_json on the wire); a fact retracted on request shows the
+    passages its retraction set aside (its status says it is retracted: they support nothing)."""
+    fact = await memory.fact(tenant, fact_id)
+    if fact is not None and fact.status == "retracted" and not fact.passage_ids:
+        fact = dataclasses.replace(fact, passage_ids=await memory.set_aside_passages(tenant, fact_id))
+    return fact
 
 
 async def fact_evidence(memory: MemoryStore, tenant: str, fact_id: str) -> Evidence | None:
-    """The fact and the passages it was extracted from, as published."""
-    fact = await memory.fact(tenant, fact_id)
+    """The fact (fact_record) and the passages it was extracted from, as published."""
+    fact = await fact_record(memory, tenant, fact_id)
     if fact is None:
         return None
     passages = [StoredPassage(**p) for p in await memory.passages(tenant, fact.passage_ids) if p is not None]
