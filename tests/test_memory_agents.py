@@ -483,5 +483,5 @@ def test_an_edit_elsewhere_in_a_document_never_decides_a_conflict(redis_url):
 
     seen, reason, moved = asyncio.run(main())
     assert seen == [{"Tessaly": "invalid", "Lindqvist": "active"}] * 3
-    assert reason.startswith("excluded by ") and "1 vs 1 supporting passages, stated later: first said" in reason
+    assert reason.startswith("excluded by ") and "1 vs 1 supporting passages, first said later by a document" in reason
     assert moved["Narn"] == "active" and moved["Lindqvist"] == "invalid"

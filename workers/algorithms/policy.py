@@ -94,15 +94,15 @@ class GroupFact:
     @property
     def stated_at(self) -> tuple[float, str]:
         """When the fact holds from, and how that is known: the time its text gives (its
-        valid_from: "moved to Lindqvist in 2021"), else when it was first said (`said_at`)."""
+        valid_from: "moved to Lindqvist in 2021"), else when it was first said (`said_at`;
+        "" names it: a system time, which no reason quotes, so a rebuild tells the same)."""
         given = parse_time(self.valid_from)
         if given is not None:
             try:
-                return datetime(*given, tzinfo=timezone.utc).timestamp(), f"the text gives {self.valid_from}"
+                return datetime(*given, tzinfo=timezone.utc).timestamp(), str(self.valid_from)
             except ValueError:  # no such day ("2021-02-31"): as if the text gave none
                 pass
-        said = datetime.fromtimestamp(self.said_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-        return self.said_at, f"first said {said} UTC"
+        return self.said_at, ""
 
 
 @dataclass(frozen=True)
@@ -124,12 +124,18 @@ def rank_key(f: GroupFact):
 
 def _why_first(kept: GroupFact, excluded: GroupFact) -> str:
     """Why `kept` ranks above `excluded` (rank_key), for the excluded fact's reason."""
+    support = f"{kept.support} vs {excluded.support} supporting passages"
     if kept.support != excluded.support:
-        return f"{kept.support} vs {excluded.support} supporting passages"
-    (kept_at, kept_how), (excluded_at, excluded_how) = kept.stated_at, excluded.stated_at
-    if kept_at != excluded_at:
-        return f"{kept.support} vs {excluded.support} supporting passages, stated later: {kept_how} vs {excluded_how}"
-    return f"{kept.support} vs {excluded.support} supporting passages, stated at the same time: the smaller id"
+        return support
+    (kept_at, kept_text), (excluded_at, excluded_text) = kept.stated_at, excluded.stated_at
+    if kept_at == excluded_at:
+        return f"{support}, stated at the same time: the smaller id"
+    if kept_text and excluded_text:
+        return f"{support}, the later time its text gives: {kept_text} vs {excluded_text}"
+    if not kept_text and not excluded_text:
+        return f"{support}, first said later by a document that still says it"
+    said = "when it was first said"
+    return f"{support}, stated later: {kept_text or said} vs {excluded_text or said}"
 
 
 def adjudicate(facts: list[GroupFact], broader: Callable[[str, str], bool]) -> dict[str, Decision]:
