@@ -289,6 +289,8 @@ class Lifecycle:
         changes = {"status": "active", "activated_at": time.time(), "expired_at": None}
         if qualifiers is not None:
             changes.update(qualifiers=qualifiers, reason=reason, **_world_times(qualifiers))
+        elif fact.status != "active":  # back in memory: why it left ("no current passage says it") no longer holds
+            changes["reason"] = reason
         self._stage(pipe, tenant, fact, **changes)
         return event(tenant, "activated", fact, version, told or reason, evidence)
 

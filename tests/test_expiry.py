@@ -158,6 +158,9 @@ def test_a_category_ttl_from_the_settings_expires_the_fact_once_and_drops_it_fro
             await asyncio.gather(sweep(ip, lapsed_by + 5), sweep(ip, lapsed_by + 5))
             [expired] = events_of(ip, tool.id, "expired")
             assert expired["fact"]["status"] == "expired" and "TTL lapsed" in expired["reason"]
+            # a date a reader can read, not seconds since the epoch
+            lapsed_on = datetime.fromtimestamp(tool.expires_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            assert expired["reason"] == f"TTL lapsed at {lapsed_on}"
             stored = await ip.memory.fact(ip.tenant, tool.id)
             assert stored.status == "expired" and stored.expired_at and await fact_edge(ip, tool) == 0.0
             ip.query_engine().clock = time.time

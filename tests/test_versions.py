@@ -500,6 +500,26 @@ def test_a_fact_retracted_on_request_leaves_memory_until_said_again(redis_url):
     assert back.status == "active"
 
 
+def test_a_fact_said_again_by_a_later_version_drops_the_reason_it_had_left(redis_url):
+    """A version stops saying a fact (retracted: "no current passage says it"), a later one says
+    it again: it is active, and the reason it had left no longer stands beside it."""
+
+    async def scenario():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("oren", "Oren Vale is a cartographer. Oren Vale lives in Tessaly.", version=1)
+            await stages.publish("oren", "Oren Vale is a cartographer.", version=2)
+            [left] = [f for f in (await stages.facts()).values() if f.relation == "live in"]
+            await stages.publish("oren", "Oren Vale is a sailmaker. Oren Vale lives in Tessaly.", version=3)
+            return left, (await stages.facts())[left.id]
+        finally:
+            await stages.close()
+
+    left, back = run(scenario())
+    assert left.status == "retracted" and left.reason.startswith("no current passage says it")
+    assert back.status == "active" and "no current passage says it" not in back.reason
+
+
 def test_tenants_are_listed_with_their_records(redis_url):
     """`memstream tenants` (Memory.tenant_counts): every tenant with records, per layer."""
 

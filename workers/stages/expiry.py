@@ -20,6 +20,7 @@ sweep's mark does not keep the fact, active again, from being expired at the sam
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 from workers.envelope import Emit, event_message
 from workers.stages.context import Stage
@@ -74,7 +75,8 @@ class ExpirySweep(Stage):
                 return []
             was = fact.status
             was_active = was == "active"
-            ttl_over = f"TTL lapsed at {fact.expires_at:.3f} (system time)"
+            lapsed = datetime.fromtimestamp(expires_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            ttl_over = f"TTL lapsed at {lapsed}"
             expired_event = self.lifecycle.expire(
                 pipe, tenant, fact, await self.memory.bump_graph_version(tenant), ttl_over
             )
