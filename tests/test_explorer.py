@@ -180,8 +180,32 @@ def test_the_explorer_queries_draws_and_shows_evidence_as_text(memory, browser):
         # reconstruct: its path step by step, cue → tag → content
         watched.ask(QUERY, mode="reconstruct")
         page.wait_for_selector("#path-box:not([hidden]) #path li")
-        first = page.locator("#path li").first.text_content() or ""
-        assert first.startswith("cue Tarn Mill (entity) → tag ") and written["mill"]["passage"] in first
+        first = page.locator("#path li").first
+        text = first.text_content() or ""
+        assert text.startswith("cue Tarn Mill (entity) → tag ")
+        # a passage read is named by its document and text, not its hash, and opens on a click
+        read = first.locator(f".passage-link[data-passage='{written['mill']['passage']}']")
+        assert (read.text_content() or "").startswith("mill: Oskar Lind runs the Tarn Mill")
+        assert written["mill"]["passage"] not in text and "; tag " in text and ", chain " in text
+        read.click()
+        expect(page.locator("#detail-title")).to_have_text("Passage")
+        expect(page.locator("#detail .passage-text")).to_have_text(PASSAGES["mill"][3])
+
+        # a passage in the answer's list opens on a click too; passage nodes are labelled by document
+        watched.ask(QUERY)
+        page.wait_for_selector("#graph circle.fact")
+        assert "mill" in page.locator("#graph text.passage").all_text_contents()
+        page.click("#passages li >> nth=1 >> .passage-link")
+        second = page.locator("#passages li >> nth=1 >> .passage-text").text_content()
+        expect(page.locator("#detail .passage-text")).to_have_text(second or "")
+
+        # another tenant: nothing of this one's answer stays on screen under its name
+        page.fill("#tenant", f"other-{tenant}")
+        page.locator("#tenant").dispatch_event("change")
+        expect(page.locator("#passages li")).to_have_count(0)
+        expect(page.locator("#graph circle")).to_have_count(0)
+        assert page.is_hidden("#detail-box") and (page.text_content("#graph-state") or "") == ""
+        assert (page.text_content("#query-state") or "") == ""
         assert watched.dialogs == []
         assert not [u for u in watched.requests if u.rstrip("/").endswith("/x") or "/x?" in u]
         assert watched.errors == []
@@ -223,6 +247,15 @@ def test_the_explorer_with_keys_shows_the_401_then_works_with_a_key(memory, brow
         page.reload()
         watched.ask(QUERY, mode="dense")
         page.wait_for_selector("#passages li")
+        page.click("#passages li >> nth=0 >> .passage-link")
+        page.wait_for_selector("#detail-box:not([hidden])")
+        # the key forgotten, a 401: the answer and the passage shown before are gone with it
+        page.click("#forget-key")
+        watched.ask(QUERY, mode="dense")
+        page.wait_for_selector("#error:not([hidden])")
+        assert page.text_content("#error").startswith("401: ")
+        assert page.locator("#passages li").count() == 0 and page.is_hidden("#detail-box")
+        assert page.locator("#graph circle").count() == 0 and page.locator("#layers tr").count() == 0
         assert watched.dialogs == []
         # the only errors are the 401s answered before the key was entered
         assert all("401" in e for e in watched.errors), watched.errors

@@ -50,6 +50,8 @@ async function api(method, path, body) {
   try { data = await response.json(); } catch (e) { data = null; }
   if (!response.ok) {
     const message = data && typeof data.error === "string" ? data.error : response.statusText;
+    // refused (no key, a key not for this tenant): nothing answered before may stay in sight
+    if (response.status === 401 || response.status === 403) { resetAnswer(); resetGlance(); }
     throw new ApiError(response.status, message);
   }
   return data;
@@ -72,6 +74,21 @@ function showKeyState() {
 
 // ---- Ask ----------------------------------------------------------------------------------------
 let lastResult = null;
+
+// Everything an answer put on screen, gone: under another tenant's name, or after a refusal,
+// the previous tenant's passages, subgraph and evidence must not stay in sight.
+function resetAnswer() {
+  lastResult = null;
+  for (const id of ["passages", "facts", "seeds", "path", "detail", "graph"]) clear($(id));
+  graph = { nodes: new Map(), edges: new Map() };
+  $("path-box").hidden = true;
+  $("detail-box").hidden = true;
+  for (const id of ["hover", "graph-state", "query-state"]) $(id).textContent = "";
+}
+
+function resetGlance() {
+  for (const id of ["layers", "statuses", "standing", "conflicts", "newest"]) clear($(id));
+}
 
 async function runQuery(event) {
   event.preventDefault();
@@ -106,13 +123,19 @@ function factButton(fact) {
   return button;
 }
 
+function passageButton(id, label, cls) {
+  const button = el("button", { type: "button", class: cls, "data-passage": id }, label);
+  button.addEventListener("click", () => openPassage(id));
+  return button;
+}
+
 function renderResult(result) {
   const passages = $("passages");
   clear(passages);
   for (const p of result.passages) {
     passages.append(el("li", { "data-passage": p.id },
       el("span", { class: "score" }, score(p.score)),
-      el("span", { class: "passage-text" }, p.text),
+      passageButton(p.id, p.text, "passage-text passage-link"),
       el("span", { class: "doc" }, p.doc_id)));
   }
   const facts = $("facts");
@@ -138,12 +161,23 @@ function renderResult(result) {
   const path = $("path");
   clear(path);
   $("path-box").hidden = !result.path;
+  // a passage read by a step, by its document (and the start of its text) rather than its hash
+  const known = new Map(result.passages.map((p) => [p.id, p]));
   for (const step of result.path || []) {
     const cue = step.cue.name || step.cue.id || step.cue.kind;
-    const read = step.content.passages.join(", ") || "(nothing)";
-    path.append(el("li", { class: "step" },
-      "cue ", el("b", {}, cue), " (" + step.cue.kind + ") → tag ", el("b", {}, step.tag.text),
-      " → content " + read + " [" + step.content.tokens + " tokens, score " + score(step.score) + "]"));
+    const read = step.content.passages.map((id) => {
+      const p = known.get(id);
+      return passageButton(id, p ? p.doc_id + ": " + p.text.slice(0, 60) : "passage " + id.slice(0, 8) + "…", "passage-link");
+    });
+    const tagScore = step.tag.fact_id ? step.tag.fact_score : step.tag.passage_score;
+    const item = el("li", { class: "step" },
+      "cue ", el("b", {}, cue), " (" + step.cue.kind + ") → tag ", el("b", {}, step.tag.text), " → content ");
+    if (!read.length) item.append("(nothing)");
+    read.forEach((button, i) => { if (i) item.append(", "); item.append(button); });
+    // the tag's own similarity and its chain's: the step's score is capped by the branch that raised its cue
+    item.append(" [" + step.content.tokens + " tokens; tag " + score(tagScore) + ", chain " + score(step.tag.chain_score) +
+      ", step " + score(step.score) + "]");
+    path.append(item);
   }
 }
 
@@ -175,7 +209,7 @@ function addFact(fact, value) {
 async function drawGraph(result) {
   graph = { nodes: new Map(), edges: new Map() };
   for (const e of result.entities || []) if (e.id) addNode(e.id, "entity", e.name || e.id, e.score);
-  for (const p of result.passages) addNode(p.id, "passage", p.text.slice(0, 80), p.score);
+  for (const p of result.passages) addNode(p.id, "passage", p.text.slice(0, 80), p.score, { doc: p.doc_id });
   const facts = (result.facts || []).slice(0, 15);
   for (const f of facts) addFact(f, f.score);
   // each fact's evidence: the passages it was extracted from
@@ -184,7 +218,7 @@ async function drawGraph(result) {
   evidence.forEach((found, i) => {
     if (!found) return;
     const factNode = graph.nodes.get("fact:" + facts[i].id);
-    for (const p of found.passages) addEdge(factNode, addNode(p.id, "passage", p.text.slice(0, 80)), "evidence");
+    for (const p of found.passages) addEdge(factNode, addNode(p.id, "passage", p.text.slice(0, 80), undefined, { doc: p.doc_id }), "evidence");
   });
   layout();
   render();
@@ -251,9 +285,11 @@ function render() {
     circle.addEventListener("mouseenter", () => { $("hover").textContent = node.kind + ": " + node.label; });
     circle.addEventListener("click", () => clickNode(node));
     group.append(circle);
-    if (node.kind === "entity") {
-      const text = svg("text", { x: node.x + radius(node) + 2, y: node.y + 3 });
-      text.textContent = node.label.slice(0, 24);
+    // an entity by its name, a passage by its document (its text is the hover and the title)
+    const label = node.kind === "entity" ? node.label : node.kind === "passage" ? node.doc || node.label : "";
+    if (label) {
+      const text = svg("text", { x: node.x + radius(node) + 2, y: node.y + 3, class: node.kind });
+      text.textContent = label.slice(0, 24);
       group.append(text);
     }
     root.append(group);
@@ -363,7 +399,13 @@ function start() {
     refreshGlance();
   });
   $("forget-key").addEventListener("click", () => { sessionStorage.removeItem(KEY_STORE); showKeyState(); });
-  $("tenant").addEventListener("change", () => { sessionStorage.setItem(TENANT_STORE, tenant()); refreshGlance(); });
+  $("tenant").addEventListener("change", () => {
+    sessionStorage.setItem(TENANT_STORE, tenant());
+    resetAnswer();  // the answer shown was another tenant's
+    resetGlance();
+    showError(null);
+    refreshGlance();
+  });
   $("query-form").addEventListener("submit", runQuery);
   $("refresh").addEventListener("click", refreshGlance);
   showKeyState();
