@@ -229,6 +229,12 @@ class Layers(Protocol):
         wheres: list[Mapping[str, str] | None],
     ) -> list[list[Hit]]: ...
 
+    # reconstruct's entity cues: each entity's k passages nearest a vector, searched at once where
+    # the store's index tags passages by entity (Redis: a large tenant's own index); None elsewhere
+    async def entity_passages_near(
+        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int
+    ) -> list[list[Hit]] | None: ...
+
     # the lexical leg: the k passages best matching a query by BM25 (store.lexical), best first
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]: ...
     # the lexical leg of a large tenant inside the store at any size (Redis: an index of its own,

@@ -854,6 +854,11 @@ class InMemoryStore:
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid) for pid in passage_ids]
 
+    async def entity_passages_near(
+        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int
+    ) -> list[list[Hit]] | None:
+        return None  # no index tags its passages by entity: the walk reads and ranks them (entity_passage_vectors)
+
     async def entity_passage_vectors(
         self, tenant: str, entity_ids: list[str], limit: int
     ) -> list[list[tuple[str, np.ndarray]]]:

@@ -241,6 +241,20 @@ RECORD_INTERNALS = (
     ENTITY_MENTIONS,
 )
 
+# A passage's entity ids, comma-joined (entity ids hold no comma: workers.algorithms.normalize):
+# a TAG field, so a large tenant's own passages index finds an entity's passages nearest a
+# vector (store.indexes.own_vector_schema). Passages written before were JSON lists: read both.
+ENTITIES_FIELD = "entities"
+
+
+def entity_list(raw: bytes | str | None) -> list[str]:
+    """A passage's ENTITIES_FIELD as entity ids (its JSON form from before, or comma-joined)."""
+    if not raw:
+        return []
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    return json.loads(text) if text.startswith("[") else text.split(",")
+
+
 # ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
 PASSAGE_EXTRAS = ("metadata", "context", "retired")  # stored fields, in passage_json's order
 

@@ -550,3 +550,77 @@ def test_the_walks_batched_reads_equal_the_reads_one_at_a_time(redis_url):
     assert len(entities) >= 3 and any(len(pairs) == 2 for pairs in batched)
     assert batched == single and batched[-1] == []
     assert entities_each == entities_one and entities_each[-1] == []
+
+
+def test_a_large_tenants_own_index_ranks_an_entitys_passages_as_the_walk_did(stack_env):
+    """Past its promotion a tenant's own passages index tags each passage by entity, and an
+    entity cue's nearest passages are one search there (Memory.entity_passages_near) instead of
+    its first ENTITY_PASSAGES_READ passages' vectors read and ranked here: where an entity is in
+    fewer passages than that, the walk reads the same passages, in the same order, and answers
+    the same. Passages written before (entities as a JSON list) are rewritten at promotion."""
+    notes = [
+        "Tomás Ruiz sailed from Lisbon to Porto with Elin Berg.",
+        "Elin Berg keeps the harbour ledger in Porto.",
+        "Tomás Ruiz wrote about the Lisbon storms in his ledger.",
+        "The Porto harbour master is Ana Lima, who met Tomás Ruiz in Lisbon.",
+        "Ana Lima and Elin Berg sailed the Douro together.",
+    ]
+    questions = ["Who sailed from Lisbon with Tomás Ruiz?", "What does Elin Berg keep in Porto?", "Who met Ana Lima?"]
+
+    async def main():
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], RulesExtractor(), tau=1)
+        memory = stages.memory
+        try:
+            for n, text in enumerate(notes):
+                await stages.publish(f"note-{n}", text)
+            pids = await memory.scan_ids(stages.tenant, "passages")
+            # one passage as a release before this one wrote it: its entities a JSON list
+            key = memory.keys(stages.tenant).passage(pids[0])
+            before = await memory.passage_entities(stages.tenant, pids[0])
+            await memory.redis.hset(key, "entities", json.dumps(before))
+
+            async def walks() -> list:
+                engine = QueryEngine(memory, stages.embedder)
+                try:
+                    return [
+                        (await engine.answer(QueryRequest(q, stages.tenant, 3, "reconstruct"))).to_json()
+                        for q in questions
+                    ]
+                finally:
+                    engine.close()
+
+            read_here = await walks()
+            porto, vector = entity_id("Porto"), (await stages.embedder.embed(["Porto"]))[0]
+            near = await memory.entity_passages_near(stages.tenant, vector, [porto], 3)
+            await memory.promote_vectors(stages.tenant)
+            read_vectors = memory.entity_passage_vectors
+            reads: list = []
+
+            async def counted(*args):
+                reads.append(args)
+                return await read_vectors(*args)
+
+            memory.entity_passage_vectors = counted  # type: ignore[method-assign]
+            ranked_there = await walks()
+            assert reads == []  # every entity cue ranked by the index
+            found = await memory.entity_passages_near(stages.tenant, vector, [porto, "nobody"], 10)
+            naming = await memory.entity_passages(stages.tenant, porto)
+            rewritten = await memory.redis.hget(key, "entities")
+            return before, rewritten, near, read_here, ranked_there, found, naming
+        finally:
+            await stages.close()
+
+    before, rewritten, near, read_here, ranked_there, found, naming = run(main())
+    assert before and rewritten.decode() == ",".join(before)  # the JSON list rewritten comma-joined
+    assert near is None  # before the promotion: no index ranks an entity's passages
+    assert sorted(h.id for h in found[0]) == sorted(naming) and len(naming) >= 2 and found[1] == []
+    assert [h.score for h in found[0]] == sorted((h.score for h in found[0]), reverse=True)
+
+    def walked(answers):
+        return [
+            ([p["id"] for p in a["passages"]], [(s["cue"].get("id"), s["content"]["passages"]) for s in a["path"]])
+            for a in answers
+        ]
+
+    assert walked(ranked_there) == walked(read_here)
+    assert any(len(a["path"]) > 1 for a in read_here)  # the walks went past the first hop

@@ -92,6 +92,9 @@ class RedisBase:
         self.lexical_own_index_at = LEXICAL_OWN_INDEX_AT
         # a large tenant's own vector indexes (store.redis.vector_index)
         self._own_vectors_read: dict[tuple[str, int], tuple[bool, float]] = {}  # (tenant, dims) → (ready, when read)
+        self._own_entity_tags_read: dict[
+            tuple[str, int], tuple[bool, float]
+        ] = {}  # (tenant, dims) → (tagged, when read)
         self.vector_own_index_at = VECTOR_OWN_INDEX_AT
         self._each = client.register_script(_EACH)
 

@@ -6,7 +6,6 @@ _RECORD_LAPSE), staged, and read in one round trip."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any, cast
 
@@ -14,12 +13,14 @@ import numpy as np
 
 from store.facts import Fact
 from store.records import (
+    ENTITIES_FIELD,
     ENTITY_MENTIONS,
     FACT_EXTRACTIONS,
     PASSAGE_EXTRAS,
     TENANT_FIELD,
     VECTOR_ITEM_BYTES,
     HeldVector,
+    entity_list,
     passage_extras,
     passage_json,
     vector_bytes,
@@ -63,7 +64,7 @@ class LayersOps(RedisBase):
                 "doc_id": chunk.doc_id,
                 "seq": chunk.seq,
                 "doc_version": chunk.doc_version,
-                "entities": json.dumps(entity_ids),
+                ENTITIES_FIELD: ",".join(entity_ids),
                 "vec": vector_bytes(vector),
                 **passage_extras(chunk),
             },
@@ -184,14 +185,13 @@ class LayersOps(RedisBase):
         }
 
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
-        raw = await self.redis.hget(self.keys(tenant).passage(passage_id), "entities")
-        return json.loads(raw) if raw else []
+        return entity_list(await self.redis.hget(self.keys(tenant).passage(passage_id), ENTITIES_FIELD))
 
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
         """passage_entities of each passage, in one command."""
         keys = self.keys(tenant)
-        replies = await self._read_each([keys.passage(pid) for pid in passage_ids], "HGET", "entities")
-        return [json.loads(raw) if raw else [] for raw in replies]
+        replies = await self._read_each([keys.passage(pid) for pid in passage_ids], "HGET", ENTITIES_FIELD)
+        return [entity_list(raw) for raw in replies]
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return (await self.fact_vectors(tenant, [fact_id]))[0]

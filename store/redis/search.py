@@ -21,7 +21,7 @@ from store.lexical import (
     redis_query,
     search_terms,
 )
-from store.records import Hit, similarity, vector_bytes
+from store.records import ENTITIES_FIELD, Hit, similarity, vector_bytes
 from store.redis.base import TENANT_DIMS_RECHECK_S
 from store.redis.lexical_index import LexicalIndexOps, own_lexical_hits
 
@@ -153,6 +153,30 @@ class SearchOps(LexicalIndexOps):
         """`knn` of one vector under each filter of `wheres` (a walk's facts by head, by tail, of
         each cue), all searches in one round trip."""
         return await self._knn_searches(tenant, layer, [(vector, where) for where in wheres], k, return_fields)
+
+    async def entity_passages_near(
+        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int
+    ) -> list[list[Hit]] | None:
+        """For each entity, the `k` passages naming it nearest `vector` (cosine in Hit.score),
+        all searched at once — over a large tenant's own passages index, which tags passages by
+        entity (_own_entity_tags); None where there is none (the caller reads the entity's
+        passages and ranks them itself). Searched at OWN_VECTOR_EF_RUNTIME; a filter matching
+        few passages is searched exactly (ad-hoc brute force over them)."""
+        dims = len(vector)
+        if not entity_ids or not await self._own_entity_tags(tenant, dims):
+            return None
+        searchable = await self.vector_searchable(tenant, "passages", dims)
+        if not isinstance(searchable, OwnVectorIndex):
+            return None
+        encoded = vector_bytes(vector)
+        try:
+            results = await searchable.knn_each([(encoded, {ENTITIES_FIELD: eid}) for eid in entity_ids], k, [])
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._own_vectors_lost(tenant, dims)
+            return None
+        return [_hits(rows, []) for rows in results]
 
     async def _knn_searches(
         self,

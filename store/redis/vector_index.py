@@ -33,6 +33,7 @@ from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
 
 from store.indexes import OWN_VECTOR_LAYERS, OwnVectorIndex, TenantIndex, index_missing, own_vector_schema
+from store.records import ENTITIES_FIELD, entity_list
 from store.redis.base import RedisBase, _text
 
 VECTOR_STATE_RECHECK_S = 5.0  # how long a reader trusts what it read of the state and the scans
@@ -92,6 +93,7 @@ class VectorIndexOps(RedisBase):
         state = await self.redis.hmget(keys.vector_index_state, "state", "dims")
         if state[1] is not None and int(state[1]) != dims:  # indexes of another embedder's size
             await self.drop_own_vectors(tenant)
+        await self._comma_entities(tenant)
         held = 0
         for layer in OWN_VECTOR_LAYERS:
             index = AsyncSearchIndex(own_vector_schema(tenant, layer, dims), redis_client=self.redis)
@@ -107,6 +109,42 @@ class VectorIndexOps(RedisBase):
         await self.redis.hset(keys.vector_index_state, mapping={"state": "ready", "dims": dims})
         self._own_vectors_read[(tenant, dims)] = (True, time.monotonic())
         return held
+
+    async def _comma_entities(self, tenant: str) -> None:
+        """Each of the tenant's passages written before ENTITIES_FIELD was comma-joined (a JSON
+        list) rewritten comma-joined, so its own passages index tags it by entity; idempotent,
+        500 a round trip (a passage written meanwhile is written comma-joined already)."""
+        prefix = self.keys(tenant).prefix("passages")
+        keys = [prefix + pid for pid in await self._scan_suffixes(prefix)]
+        for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
+            read = self.redis.pipeline(transaction=False)
+            for key in batch:
+                read.hget(key, ENTITIES_FIELD)
+            write = self.redis.pipeline(transaction=False)
+            for key, raw in zip(batch, await read.execute()):
+                if raw and raw.startswith(b"["):
+                    write.hset(key, ENTITIES_FIELD, ",".join(entity_list(raw)))
+            await write.execute()
+
+    async def _own_entity_tags(self, tenant: str, dims: int) -> bool:
+        """Whether the tenant's own passages index (ready) tags passages by entity: promoted by a
+        release that declared the tag (OWN_PASSAGE_FIELDS); one promoted before has none."""
+        if not await self._own_vectors_ready(tenant, dims):
+            return False
+        now, known = time.monotonic(), self._own_entity_tags_read.get((tenant, dims))
+        if known is None or now - known[1] >= VECTOR_STATE_RECHECK_S:
+            try:
+                info = await self.redis.ft(self.keys(tenant).vector_index_name("passages", dims)).info()
+            except ResponseError as exc:
+                if not index_missing(exc):
+                    raise
+                info = {}
+            attributes = info.get("attributes", []) if isinstance(info, dict) else []
+            tagged = any(_text(a[1]) == ENTITIES_FIELD for a in attributes if len(a) > 1)
+            known = (tagged, now)
+            self._own_entity_tags_read[(tenant, dims)] = known
+        return known[0]
 
     async def drop_own_vectors(self, tenant: str) -> None:
         """The tenant's own vector indexes dropped (not their records), the state with them."""

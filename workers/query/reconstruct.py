@@ -484,9 +484,10 @@ class _Walk:
                 fresh.append(cue)
         fact_hits, passages = await asyncio.gather(self._fact_hits(fresh), self._passage_tags(fresh))
         missing = sorted({h.id for _, h in fact_hits} - set(self.records))
-        chained = [
-            ("fact", h.id) for cue, h in fact_hits if cue.chain_vector is not None
-        ]  # passages' vectors are read (_passage_tags)
+        # the vectors a chain is scored with (those the walk read already are not read again)
+        chained = [("fact", h.id) for cue, h in fact_hits if cue.chain_vector is not None] + [
+            ("passage", pid) for cue, pid, _ in passages if cue.chain_vector is not None
+        ]
         records, found_rows, _ = await asyncio.gather(
             self.memory.facts(self.tenant, missing),
             self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages})),
@@ -554,33 +555,52 @@ class _Walk:
         round trips a walk on a 2,000-passage tenant when read one cue after another)."""
         mentioning = [cue for cue in cues if cue.kind not in ("query", "episode")]
         episodes = [cue for cue in cues if cue.kind == "episode"]
-        mentioned, _ = await asyncio.gather(
-            self.memory.entity_passage_vectors(self.tenant, [cue.id for cue in mentioning], ENTITY_PASSAGES_READ),
+        ids = [cue.id for cue in mentioning]
+        # a store whose index tags passages by entity ranks them itself: exact over all of an
+        # entity's passages, no vector moved (one more than the read ones, so ENTITY_PASSAGES unread remain)
+        near, _ = await asyncio.gather(
+            self.memory.entity_passages_near(self.tenant, self.vector, ids, ENTITY_PASSAGES + len(self.read))
+            if ids
+            else _none(),
             self._tag_vectors(
                 [("passage", pid) for cue in episodes for pid in self.episodes[cue.id] if pid not in self.read]
             ),
         )
-        for pairs in mentioned:
-            for pid, vec in pairs:
-                self.vectors.setdefault(("passage", pid), _unit(vec))
-        passages_of = {cue.id: [pid for pid, _ in pairs] for cue, pairs in zip(mentioning, mentioned)}
+        ranked: dict[str, list[tuple[float, str]]] = {}
+        if near is not None:
+            ranked = {
+                cue.id: [(h.score, h.id) for h in hits if h.id not in self.read] for cue, hits in zip(mentioning, near)
+            }
+        elif ids:
+            mentioned = await self.memory.entity_passage_vectors(self.tenant, ids, ENTITY_PASSAGES_READ)
+            for pairs in mentioned:
+                for pid, vec in pairs:
+                    self.vectors.setdefault(("passage", pid), _unit(vec))
+            for cue, pairs in zip(mentioning, mentioned):
+                found = [(pid, self.vectors[("passage", pid)]) for pid, _ in pairs if pid not in self.read]
+                if found:
+                    scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
+                    ranked[cue.id] = list(zip(scores, (pid for pid, _ in found)))
         out = []
         for cue in cues:
             if cue.kind == "query":
                 out += [(cue, h.id, h.score) for h in self.dense[:QUERY_PASSAGES] if h.id not in self.read]
                 continue
-            episode = cue.kind == "episode"
-            found = [
+            if cue.kind != "episode":
+                best = sorted(ranked.get(cue.id, []), key=lambda x: (-x[0], x[1]))[:ENTITY_PASSAGES]
+                out += [(cue, pid, score) for score, pid in best]
+                continue
+            found = [  # an episode's turns, all of them
                 (pid, self.vectors[("passage", pid)])
-                for pid in (self.episodes[cue.id] if episode else passages_of[cue.id])
+                for pid in self.episodes[cue.id]
                 if pid not in self.read and ("passage", pid) in self.vectors
             ]
             if found:
                 scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
-                best = sorted(zip(scores, (pid for pid, _ in found)), key=lambda x: (-x[0], x[1]))[
-                    : None if episode else ENTITY_PASSAGES
+                out += [
+                    (cue, pid, score)
+                    for score, pid in sorted(zip(scores, (p for p, _ in found)), key=lambda x: (-x[0], x[1]))
                 ]
-                out += [(cue, pid, score) for score, pid in best]
         return out
 
     async def _result(
@@ -676,6 +696,10 @@ def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
     """The entities a fact leads to from a cue: its other end (both ends for the query cue)."""
     ends = [(fact.head_id, fact.head), (fact.tail_id, fact.tail)]
     return [(eid, name) for eid, name in ends if eid != cue_id]
+
+
+async def _none() -> None:
+    return None
 
 
 def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | None:
