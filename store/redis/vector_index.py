@@ -83,6 +83,7 @@ class VectorIndexOps(RedisBase):
     def _own_vectors_lost(self, tenant: str, dims: int) -> None:
         """A search found an own index missing (dropped, or Redis restarted empty)."""
         self._own_vectors_read[(tenant, dims)] = (False, time.monotonic())
+        self._own_entity_tags_read.pop((tenant, dims), None)
 
     async def promote_vectors(self, tenant: str) -> int:
         """Give the tenant an HNSW index of its own per layer of OWN_VECTOR_LAYERS, for its
@@ -133,7 +134,9 @@ class VectorIndexOps(RedisBase):
         if not await self._own_vectors_ready(tenant, dims):
             return False
         now, known = time.monotonic(), self._own_entity_tags_read.get((tenant, dims))
-        if known is None or now - known[1] >= VECTOR_STATE_RECHECK_S:
+        # an index's fields never change: a tagged one is not asked again (FT.INFO of a 50,000-
+        # passage HNSW index costs ~7 ms); an untagged one is, as a promotion may replace it
+        if known is None or (not known[0] and now - known[1] >= VECTOR_STATE_RECHECK_S):
             try:
                 info = await self.redis.ft(self.keys(tenant).vector_index_name("passages", dims)).info()
             except ResponseError as exc:
@@ -159,3 +162,4 @@ class VectorIndexOps(RedisBase):
                     if not index_missing(exc):
                         raise
             self._own_vectors_read.pop((tenant, dims), None)
+            self._own_entity_tags_read.pop((tenant, dims), None)
