@@ -65,7 +65,7 @@ async def index(stages: InProcess, documents) -> None:
     """`memstream publish --wait` of loaded documents into the harness's tenant."""
     for doc in documents:
         assert doc.tenant == stages.tenant
-        stages.put("documents", doc.doc_id.encode(), encode(doc))
+        stages.put("documents", doc.key.encode(), encode(doc))  # its key names its tenant and doc id
     await stages.drain()
 
 
@@ -105,7 +105,7 @@ def test_bad_locomo_turns_are_named_and_the_rest_published(tmp_path):
         f"{path}[0].conversation.session_1[1]: a turn needs non-empty strings 'speaker' and 'text'",
         f"{path}[0].conversation.session_3: expected a list of turns",
         f"{path}[1]: expected an object with a 'conversation' object (LoCoMo layout)",
-        f"{path}: turn D2:1 of conv-7:session_2.text: control character U+0000 at index 5 "
+        f"{path}: turn D2:1 of conv-7:session_2: text: control character U+0000 at index 5 "
         "(free text allows only tab, newline and carriage return)",
     ]
 
