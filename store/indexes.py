@@ -122,6 +122,10 @@ OWN_VECTOR_LAYERS = ("passages", "facts", "entities")  # schemas stay few
 # (~920 vectors a query at 50,000 passages). Only there: a shared index's tag would cost every
 # small tenant's records, and an entity of theirs is in a few passages.
 OWN_PASSAGE_FIELDS: list[dict[str, Any]] = [{"name": ENTITIES_FIELD, "type": "tag", "attrs": {"separator": ","}}]
+# The own vector indexes' schema, recorded with their state: a tenant promoted under an older
+# one (2: the entity tag) is promoted again by a writer's check, its searches on the shared
+# index (exact) meanwhile.
+OWN_VECTOR_SCHEMA = 2
 
 
 @functools.lru_cache(maxsize=4096)  # every KNN search of a promoted tenant: building it cost ~50 us

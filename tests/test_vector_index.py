@@ -114,6 +114,58 @@ def test_a_writer_promotes_a_tenant_past_the_size_in_the_background(stack_env):
     asyncio.run(main())
 
 
+def test_a_tenant_promoted_under_an_older_schema_is_promoted_again_with_the_entity_tag(stack_env):
+    """Own indexes made before the passages index tagged entities (OWN_VECTOR_SCHEMA 1: the
+    state records no schema) are made again by a writer's check, and then rank an entity's
+    passages (entity_passages_near); before, the walk reads them as a small tenant's."""
+    from redisvl.index import AsyncSearchIndex
+    from redisvl.schema import IndexSchema
+
+    from store.indexes import OWN_VECTOR_SCHEMA, own_vector_schema
+
+    async def main():
+        memory = _memory(stack_env)
+        memory.vector_own_index_at = 200
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        state = memory.keys(tenant).vector_index_state
+        try:
+            await memory.ensure_indexes(tenant)
+            vectors = np.random.default_rng(5).normal(size=(250, DIMS)).astype(np.float32)
+            pipe = memory.pipeline()
+            for i, vector in enumerate(vectors):
+                entities = ["harbour"] if i % 10 == 0 else []
+                memory.stage_passage(pipe, tenant, _chunk(tenant, i, f"passage number {i}"), entities, vector)
+            await pipe.execute()
+            await memory.promote_vectors(tenant)
+            assert await memory.entity_passages_near(tenant, vectors[0], ["harbour"], 5) is not None
+            # as a release before the tag left it: no schema recorded, the passages index untagged
+            await memory.redis.hdel(state, "schema")
+            memory._own_entity_tags_read.clear()
+            await memory.redis.execute_command("FT.DROPINDEX", memory.keys(tenant).vector_index_name("passages", DIMS))
+            untagged = own_vector_schema(tenant, "passages", DIMS).to_dict()
+            untagged["fields"] = [f for f in untagged["fields"] if f["name"] != "entities"]
+            await AsyncSearchIndex(IndexSchema.from_dict(untagged), redis_client=memory.redis).create()
+            await asyncio.sleep(0.5)
+            memory._own_vectors_read.clear()
+            untagged_near = await memory.entity_passages_near(tenant, vectors[0], ["harbour"], 5)
+            memory._lexical_size_checked.clear()  # (as LEXICAL_SIZE_RECHECK_S later)
+            await memory.ensure_indexes(tenant)  # a writer's check: promoted again, in the background
+            for _ in range(200):
+                if await memory.redis.hget(state, "schema") == str(OWN_VECTOR_SCHEMA).encode():
+                    break
+                await asyncio.sleep(0.05)
+            memory._own_vectors_read.clear()
+            near = await memory.entity_passages_near(tenant, vectors[0], ["harbour"], 30)
+            return untagged_near, near
+        finally:
+            await _purge(memory, tenant)
+            await memory.close()
+
+    untagged_near, near = asyncio.run(main())
+    assert untagged_near is None  # an untagged own index: the caller ranks the entity's passages itself
+    assert near is not None and sorted(h.id for h in near[0]) == [f"p{i:04d}" for i in range(0, 250, 10)]
+
+
 def test_a_promotion_cut_off_resumes_and_a_lost_own_index_falls_back_to_the_shared_one(stack_env):
     """Cut off after its first index (as SIGKILL leaves it): no state, readers on the shared index;
     the next promotion creates the others and keeps the first (one index a layer). Then an own

@@ -37,7 +37,7 @@ from typing import Callable
 from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
 
-from store.indexes import index_missing, own_lexical_schema, reply_rows
+from store.indexes import OWN_VECTOR_SCHEMA, index_missing, own_lexical_schema, reply_rows
 from store.keys import LAYERS, TenantKeys
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
 from store.redis.base import _eval, _text
@@ -160,9 +160,12 @@ class LexicalIndexOps(VectorIndexOps):
         indexes (store.redis.vector_index) past vector_own_index_at: one count, each promotion
         where its state is not 'ready' yet."""
         keys = self.keys(tenant)
-        lexical, vectors = await asyncio.gather(
-            self.redis.hget(keys.lexical_index_state, "state"), self.redis.hget(keys.vector_index_state, "state")
+        lexical, (vectors, schema) = await asyncio.gather(
+            self.redis.hget(keys.lexical_index_state, "state"),
+            self.redis.hmget(keys.vector_index_state, "state", "schema"),
         )
+        if vectors == b"ready" and int(schema or 1) != OWN_VECTOR_SCHEMA:
+            vectors = b"older"  # promoted under an older schema (store.indexes.OWN_VECTOR_SCHEMA): again
         if lexical == b"ready" and vectors == b"ready":
             return
         try:

@@ -32,7 +32,14 @@ from typing import Mapping
 from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
 
-from store.indexes import OWN_VECTOR_LAYERS, OwnVectorIndex, TenantIndex, index_missing, own_vector_schema
+from store.indexes import (
+    OWN_VECTOR_LAYERS,
+    OWN_VECTOR_SCHEMA,
+    OwnVectorIndex,
+    TenantIndex,
+    index_missing,
+    own_vector_schema,
+)
 from store.records import ENTITIES_FIELD, entity_list
 from store.redis.base import RedisBase, _text
 
@@ -91,8 +98,10 @@ class VectorIndexOps(RedisBase):
         indexes hold."""
         keys = self.keys(tenant)
         dims = await self._tenant_dims(tenant)
-        state = await self.redis.hmget(keys.vector_index_state, "state", "dims")
+        state = await self.redis.hmget(keys.vector_index_state, "state", "dims", "schema")
         if state[1] is not None and int(state[1]) != dims:  # indexes of another embedder's size
+            await self.drop_own_vectors(tenant)
+        elif state[0] is not None and int(state[2] or 1) != OWN_VECTOR_SCHEMA:  # an older schema's
             await self.drop_own_vectors(tenant)
         await self._comma_entities(tenant)
         held = 0
@@ -107,7 +116,9 @@ class VectorIndexOps(RedisBase):
             while not await self._scanned(index.name):
                 await asyncio.sleep(0.1)
             held += int(_text((await self.redis.ft(index.name).info())["num_docs"]))
-        await self.redis.hset(keys.vector_index_state, mapping={"state": "ready", "dims": dims})
+        await self.redis.hset(
+            keys.vector_index_state, mapping={"state": "ready", "dims": dims, "schema": OWN_VECTOR_SCHEMA}
+        )
         self._own_vectors_read[(tenant, dims)] = (True, time.monotonic())
         return held
 
