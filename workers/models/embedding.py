@@ -66,7 +66,9 @@ class LocalEmbedder:
         self._lock = threading.Lock()  # the model is not safe to call from two threads at once
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         if background:
-            threading.Thread(target=lambda: self._model, name="embedder-load", daemon=True).start()
+            # not a daemon: an exit waits for the load (an import torn down mid-way by the
+            # interpreter's shutdown crashed it: `memstream mcp` closed by its client at once)
+            threading.Thread(target=lambda: self._model, name="embedder-load").start()
         else:
             self._model  # noqa: B018 (loaded now)
 
