@@ -95,7 +95,7 @@ def test_each_route_decodes_its_topics_record():
     pipeline = _pipeline()
     for topic, sample in SAMPLES.items():
         if topic in pipeline.routes:
-            decoded = pipeline.envelope.decode(topic, encode(sample), b"k")
+            decoded = pipeline.envelope.decode(topic, encode(sample), sample.key.encode())  # its own key
             assert type(decoded) is BY_TOPIC[topic].record and decoded == sample
 
 
