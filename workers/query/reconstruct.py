@@ -428,8 +428,9 @@ class _Walk:
                 self.vectors[key] = _unit(vec)
 
     async def _neighbours(self, turns: list[dict]) -> list[dict[str, int]]:
-        """Each turn's neighbours not made a cue yet: {passage id: its lag (turns after the one
-        read)}, the session's turns at most EPISODE_RADIUS from it; all read at once."""
+        """Each turn's neighbours: {passage id: its lag (turns after the one read)}, the session's
+        turns at most EPISODE_RADIUS from it; all read at once (_episode_cues skips a turn whose
+        episode is a cue already)."""
         moments = [session_turn(row.get("metadata") or {}) for row in turns]
         found = await asyncio.gather(
             *(
@@ -555,39 +556,20 @@ class _Walk:
         round trips a walk on a 2,000-passage tenant when read one cue after another)."""
         mentioning = [cue for cue in cues if cue.kind not in ("query", "episode")]
         episodes = [cue for cue in cues if cue.kind == "episode"]
-        ids = [cue.id for cue in mentioning]
-        # a store whose index tags passages by entity ranks them itself: exact over all of an
-        # entity's passages, no vector moved (one more than the read ones, so ENTITY_PASSAGES unread remain)
-        near, _ = await asyncio.gather(
-            self.memory.entity_passages_near(self.tenant, self.vector, ids, ENTITY_PASSAGES + len(self.read))
-            if ids
-            else _none(),
+        # the entities' passages ranked, beside the episodes' turns' vectors: one round trip
+        by_entity, _ = await asyncio.gather(
+            self._entity_passages_ranked(mentioning),
             self._tag_vectors(
                 [("passage", pid) for cue in episodes for pid in self.episodes[cue.id] if pid not in self.read]
             ),
         )
-        ranked: dict[str, list[tuple[float, str]]] = {}
-        if near is not None:
-            ranked = {
-                cue.id: [(h.score, h.id) for h in hits if h.id not in self.read] for cue, hits in zip(mentioning, near)
-            }
-        elif ids:
-            mentioned = await self.memory.entity_passage_vectors(self.tenant, ids, ENTITY_PASSAGES_READ)
-            for pairs in mentioned:
-                for pid, vec in pairs:
-                    self.vectors.setdefault(("passage", pid), _unit(vec))
-            for cue, pairs in zip(mentioning, mentioned):
-                found = [(pid, self.vectors[("passage", pid)]) for pid, _ in pairs if pid not in self.read]
-                if found:
-                    scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
-                    ranked[cue.id] = list(zip(scores, (pid for pid, _ in found)))
         out = []
         for cue in cues:
             if cue.kind == "query":
                 out += [(cue, h.id, h.score) for h in self.dense[:QUERY_PASSAGES] if h.id not in self.read]
                 continue
             if cue.kind != "episode":
-                best = sorted(ranked.get(cue.id, []), key=lambda x: (-x[0], x[1]))[:ENTITY_PASSAGES]
+                best = sorted(by_entity.get(cue.id, []), key=lambda x: (-x[0], x[1]))[:ENTITY_PASSAGES]
                 out += [(cue, pid, score) for score, pid in best]
                 continue
             found = [  # an episode's turns, all of them
@@ -602,6 +584,29 @@ class _Walk:
                     for score, pid in sorted(zip(scores, (p for p, _ in found)), key=lambda x: (-x[0], x[1]))
                 ]
         return out
+
+    async def _entity_passages_ranked(self, cues: list[Cue]) -> dict[str, list[tuple[float, str]]]:
+        """Each entity cue's passages not read yet as (cosine to the query, passage id). A store
+        whose index tags passages by entity ranks them itself (entity_passages_near: exact over
+        all of them, no vector moved; one more each than the passages read, so ENTITY_PASSAGES
+        unread remain); elsewhere its first ENTITY_PASSAGES_READ are read with their vectors and
+        ranked here."""
+        ids = [cue.id for cue in cues]
+        if not ids:
+            return {}
+        near = await self.memory.entity_passages_near(self.tenant, self.vector, ids, ENTITY_PASSAGES + len(self.read))
+        if near is not None:
+            return {cue.id: [(h.score, h.id) for h in hits if h.id not in self.read] for cue, hits in zip(cues, near)}
+        mentioned = await self.memory.entity_passage_vectors(self.tenant, ids, ENTITY_PASSAGES_READ)
+        by_entity: dict[str, list[tuple[float, str]]] = {}
+        for cue, pairs in zip(cues, mentioned):
+            for pid, vec in pairs:
+                self.vectors.setdefault(("passage", pid), _unit(vec))
+            found = [(pid, self.vectors[("passage", pid)]) for pid, _ in pairs if pid not in self.read]
+            if found:
+                scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
+                by_entity[cue.id] = list(zip(scores, (pid for pid, _ in found)))
+        return by_entity
 
     async def _result(
         self, query_cues: list[Cue], times: list[str], attributes: list[str], stop: Stop, version: int
@@ -696,10 +701,6 @@ def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
     """The entities a fact leads to from a cue: its other end (both ends for the query cue)."""
     ends = [(fact.head_id, fact.head), (fact.tail_id, fact.tail)]
     return [(eid, name) for eid, name in ends if eid != cue_id]
-
-
-async def _none() -> None:
-    return None
 
 
 def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | None:
