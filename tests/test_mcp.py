@@ -335,18 +335,19 @@ def test_remember_refuses_bad_input_and_names_an_unreachable_kafka():
     )
 
 
+async def _trip_server():
+    """A harness holding the TRIP turn, and the MCP server of its tenant (Kafka never reached)."""
+    stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
+    await stages.publish("trip", TRIP)
+    engine = QueryEngine(stages.memory, stages.embedder)
+    return stages, memory_server(stages.tenant, engine, stages.settings, DocumentPublisher(stages.settings))
+
+
 def test_search_memory_passes_as_of_to_the_query_request():
     """`as_of` reaches QueryRequest (and its validation: a bad time is the HTTP 400's message)."""
 
     async def main():
-        stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
-        await stages.publish("trip", TRIP)
-        server = memory_server(
-            stages.tenant,
-            QueryEngine(stages.memory, stages.embedder),
-            stages.settings,
-            DocumentPublisher(stages.settings),
-        )
+        stages, server = await _trip_server()
         try:
             async with Client(server) as client:
                 later = await client.call_tool("search_memory", {"query": TRIP, "as_of": "2999-01-01T00:00:00Z"})
@@ -367,14 +368,7 @@ def test_every_tool_refuses_an_argument_it_does_not_declare():
     search with "asof" answered from today), as POST /v1/query refuses an unknown field."""
 
     async def main():
-        stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
-        await stages.publish("trip", TRIP)
-        server = memory_server(
-            stages.tenant,
-            QueryEngine(stages.memory, stages.embedder),
-            stages.settings,
-            DocumentPublisher(stages.settings),
-        )
+        stages, server = await _trip_server()
         try:
             async with Client(server) as client:
                 tools = [tool.name for tool in (await client.list_tools()).tools]

@@ -51,6 +51,16 @@ async def _purge(memory, tenant: str) -> None:
     await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
 
 
+async def _after_a_writers_check(memory, state: str, field: str, value: bytes = b"ready") -> bytes | None:
+    """The state's `field` once it reads `value` (the promotion a writer's check started in the
+    background), or what it reads after 10 s."""
+    for _ in range(200):
+        if await memory.redis.hget(state, field) == value:
+            break
+        await asyncio.sleep(0.05)
+    return await memory.redis.hget(state, field)
+
+
 def test_a_promoted_tenant_finds_the_same_nearest_records_and_follows_its_writes(stack_env):
     async def main():
         memory = _memory(stack_env)
@@ -101,11 +111,7 @@ def test_a_writer_promotes_a_tenant_past_the_size_in_the_background(stack_env):
             await _write(memory, tenant, 100, start=150)
             memory._lexical_size_checked.clear()
             await memory.ensure_indexes(tenant)  # the next chunk's write: the promotion runs in the background
-            for _ in range(200):
-                if await memory.redis.hget(state, "state") == b"ready":
-                    break
-                await asyncio.sleep(0.05)
-            assert await memory.redis.hget(state, "state") == b"ready"
+            assert await _after_a_writers_check(memory, state, "state") == b"ready"
             assert isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
         finally:
             await _purge(memory, tenant)
@@ -150,10 +156,7 @@ def test_a_tenant_promoted_under_an_older_schema_is_promoted_again_with_the_enti
             untagged_near = await memory.entity_passages_near(tenant, vectors[0], ["harbour"], 5)
             memory._lexical_size_checked.clear()  # (as LEXICAL_SIZE_RECHECK_S later)
             await memory.ensure_indexes(tenant)  # a writer's check: promoted again, in the background
-            for _ in range(200):
-                if await memory.redis.hget(state, "schema") == str(OWN_VECTOR_SCHEMA).encode():
-                    break
-                await asyncio.sleep(0.05)
+            assert await _after_a_writers_check(memory, state, "schema", str(OWN_VECTOR_SCHEMA).encode())
             memory._own_vectors_read.clear()
             near = await memory.entity_passages_near(tenant, vectors[0], ["harbour"], 30)
             return untagged_near, near
