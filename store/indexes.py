@@ -162,7 +162,7 @@ def own_vector_schema(tenant: str, layer: str, dims: int) -> IndexSchema:
     )
 
 
-def own_lexical_schema(tenant: str) -> IndexSchema:
+def own_lexical_schema(tenant: str, generation: int = 0) -> IndexSchema:
     """A large tenant's own lexical index (store.redis.lexical_index): the terms of its passages'
     copies and nothing else, so the query engine's BM25STD counts this tenant's statistics alone
     — its passage count (retired and erased passages too, as the shared index's tenant count
@@ -173,8 +173,8 @@ def own_lexical_schema(tenant: str) -> IndexSchema:
     return IndexSchema.from_dict(
         {
             "index": {
-                "name": keys.lexical_index_name,
-                "prefix": keys.lexical_mirror_prefix,
+                "name": keys.lexical_generation_index(generation),
+                "prefix": keys.lexical_mirror_prefix(generation),
                 "storage_type": "hash",
                 "stopwords": [],
             },

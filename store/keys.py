@@ -126,24 +126,40 @@ class TenantKeys:
     def passage(self, chunk_id: str) -> str:
         return self.prefix("passages") + chunk_id
 
-    # a large tenant's lexical index of its own (store.redis.lexical_index)
+    # a large tenant's lexical index of its own (store.redis.lexical_index), in generations: a
+    # rebuild writes generation g+1's copies and index beside g's, then moves the alias
     @property
-    def lexical_mirror_prefix(self) -> str:
-        """Where the copies of its passages' lexical fields start: its own lexical index's prefix."""
-        return f"{self.base}:lex:"
+    def lexical_mirror_base(self) -> str:
+        """What every generation's copy key starts with (the mirror script builds them from it)."""
+        return f"{self.base}:lex"
 
-    def lexical_mirror(self, passage_id: str) -> str:
-        return self.lexical_mirror_prefix + passage_id
+    def lexical_mirror_prefix(self, generation: int = 0) -> str:
+        """Where a generation's copies of its passages' lexical fields start: that generation's
+        index prefix (generation 0's `ms:{t}:lex:` predates generations)."""
+        return f"{self.lexical_mirror_base}{generation or ''}:"
+
+    def lexical_mirror(self, passage_id: str, generation: int = 0) -> str:
+        return self.lexical_mirror_prefix(generation) + passage_id
+
+    def lexical_copy_passage(self, copy_key: str) -> str:
+        """The passage id of a copy's key, of any generation."""
+        return copy_key[len(self.lexical_mirror_base) :].split(":", 1)[1]
 
     @property
     def lexical_index_state(self) -> str:
-        """Hash field 'state': 'building' (its passages are being copied) or 'ready' (searched)."""
+        """Hash fields 'state': 'building' (its passages are being copied) or 'ready' (searched);
+        'gen': the generation searched (none: 0); 'next': the generation a rebuild is copying."""
         return f"{self.base}:lexindex"
 
     @property
     def lexical_index_name(self) -> str:
-        """Its own lexical index (an index name, not a key: FT.DROPINDEX removes it)."""
+        """What its searches name: generation 0's index, or the alias of a later one's (an index
+        name, not a key: FT.DROPINDEX removes the index it names)."""
         return f"ms:own:{self.tenant}:lexical"
+
+    def lexical_generation_index(self, generation: int) -> str:
+        """A generation's own index (0: the name searched; later ones are reached by its alias)."""
+        return self.lexical_index_name + (f":{generation}" if generation else "")
 
     @property
     def vector_index_state(self) -> str:

@@ -177,6 +177,73 @@ def test_a_writer_promotes_a_tenant_that_crosses_the_size_in_the_background(stac
     asyncio.run(main())
 
 
+async def _retire(memory, tenant: str, passage_ids: list[str]) -> None:
+    pipe = memory.pipeline()
+    for pid in passage_ids:
+        memory.stage_retire_passage(pipe, tenant, pid)
+    await pipe.execute()
+
+
+def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm25(stack_env):
+    """This RediSearch keeps a replaced document's length in its BM25 average, and its terms'
+    document frequency until its GC runs: after edits (each retirement replaces a copy) the own
+    index scored away from the tenant's BM25. A writer's check builds it again beside the
+    searched one and moves the name to it; the searches stay on the own index, exact again, and
+    follow later writes; a purge leaves no index of any generation."""
+    texts, queries = _corpus()
+    edited = [f"p{i:04d}" for i in range(0, 40, 2)]  # 20 of 240 copies replaced: past LEXICAL_REBUILD_DRIFT
+
+    async def main():
+        memory, twin = _memory(stack_env), _memory(stack_env)
+        tenant, exact = f"own-{uuid.uuid4().hex[:8]}", f"own-{uuid.uuid4().hex[:8]}"
+        keys = memory.keys(tenant)
+        try:
+            for store, name in ((memory, tenant), (twin, exact)):
+                await _write(store, name, texts)
+                await _retire(store, name, edited)
+            await memory.promote_lexical(tenant)
+            await _retire(memory, tenant, ["p0041"])
+            await _retire(twin, exact, ["p0041"])  # replaced after the promotion
+            pipe = memory.pipeline()
+            for pid in edited:  # back, and retired again: each one's copy replaced twice more
+                memory.stage_restore_passage(pipe, tenant, pid, 2)
+            await pipe.execute()
+            await _retire(memory, tenant, edited)
+            expected = await _rankings(twin, exact, queries)  # scored in the client: the tenant's BM25
+            assert await memory.lexical_drift(tenant) > 0.1
+
+            memory._lexical_size_checked.clear()  # (as LEXICAL_SIZE_RECHECK_S later)
+            await memory.ensure_indexes(tenant)  # a writer's check: rebuilt in the background
+            _shared_path_forbidden(memory)
+            for _ in range(400):
+                if await memory.redis.hget(keys.lexical_index_state, "gen") == b"1":
+                    break
+                await asyncio.sleep(0.05)
+            assert await memory.lexical_drift(tenant) == 0.0
+            _same(expected, await _rankings(memory, tenant, queries))
+
+            # later writes reach the new generation; a second rebuild moves the alias on
+            await _retire(memory, tenant, ["p0043"])
+            await _retire(twin, exact, ["p0043"])
+            assert await memory.rebuild_lexical(tenant) == len(texts)
+            assert await memory.redis.hget(keys.lexical_index_state, "gen") == b"2"
+            _same(await _rankings(twin, exact, queries), await _rankings(memory, tenant, queries))
+            for generation, held in ((0, 0), (1, 0), (2, len(texts))):  # the older generations' copies gone
+                match = keys.lexical_mirror_prefix(generation) + "*"
+                assert len([k async for k in memory.redis.scan_iter(match=match, count=1000)]) == held
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await twin.purge_tenant(exact, lambda p: [], lambda *a: [])
+        left = [k async for k in memory.redis.scan_iter(match=f"*{{{tenant}}}*", count=1000)]
+        names = [n.decode() for n in await memory.redis.execute_command("FT._LIST")]
+        await memory.close()
+        await twin.close()
+        assert left == []
+        assert [n for n in names if tenant in n] == []
+
+    asyncio.run(main())
+
+
 _PROMOTE_SLOWLY = """
 import asyncio, sys, time
 import store.redis.lexical_index as lexical_index
@@ -218,7 +285,7 @@ def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
             promoter.send_signal(signal.SIGKILL)
             promoter.wait(timeout=10)
             assert await memory.redis.hget(keys.lexical_index_state, "state") == b"building"
-            copied = [k async for k in memory.redis.scan_iter(match=keys.lexical_mirror_prefix + "*", count=1000)]
+            copied = [k async for k in memory.redis.scan_iter(match=keys.lexical_mirror_prefix() + "*", count=1000)]
             assert 0 < len(copied) < 200
             # writes while it lay cut off are copied by the writes themselves
             await _write(memory, tenant, texts[200:], start=200)
@@ -280,7 +347,7 @@ def test_an_erasure_in_a_promoted_tenant_leaves_nothing_of_the_document(stack_en
             copies = [
                 k
                 async for k in stages.memory.redis.scan_iter(
-                    match=stages.memory.keys(stages.tenant).lexical_mirror_prefix + "*"
+                    match=stages.memory.keys(stages.tenant).lexical_mirror_prefix() + "*"
                 )
             ]
             before = traces(stages, url, [word])

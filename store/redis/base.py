@@ -142,11 +142,7 @@ class RedisBase:
             if not await found.exists():
                 if not create:
                     return None
-                try:
-                    await found.create(overwrite=False)
-                except Exception as exc:  # another worker created it first
-                    if "already exists" not in str(exc).lower():
-                        raise
+                await self._create_index(found)
                 await self._initial_scan_done(found.name)
             self._indexes[(layer, dims)] = found
         return found
@@ -170,6 +166,15 @@ class RedisBase:
                 self._tenant_dims_read.clear()
             self._tenant_dims_read[tenant] = known
         return known[0]
+
+    @staticmethod
+    async def _create_index(index: AsyncSearchIndex) -> None:
+        """Create the index; one another process created first is as good."""
+        try:
+            await index.create(overwrite=False)
+        except Exception as exc:
+            if "already exists" not in str(exc).lower():
+                raise
 
     async def _initial_scan_done(self, name: str) -> None:
         """Wait (at most INITIAL_SCAN_WAIT_S) for a new index's scan of the keys it covers: a key

@@ -25,7 +25,15 @@ A passage written before step 2 is copied in step 3, one written after by its ow
 script reads the state atomically with the write). A promotion cut off anywhere — SIGKILL
 included — leaves the state at 'building' (readers keep the shared path, which is exact too);
 the next one resumes from step 2 over the same index. No demotion: a tenant that shrinks keeps
-its index until `tenant delete --purge` drops it."""
+its index until `tenant delete --purge` drops it.
+
+Generations: this RediSearch's BM25STD statistics drift with every copy replaced or deleted
+(LEXICAL_REBUILD_DRIFT), so an own index is exact only while none was. A writer's check reads
+the drift (lexical_drift: FT.INFO's max_doc_id past num_docs) and past 1% builds the index
+again beside the searched one (rebuild_lexical): generation g+1's copies under their own prefix,
+written by the same script as g's while it copies, then the searched name moved to g+1's index
+in one transaction (an alias; generation 0's index held the name itself) and g dropped. Readers
+never leave the own index: they search g's until the move, g+1's after."""
 
 from __future__ import annotations
 
@@ -48,47 +56,73 @@ log = logging.getLogger(__name__)
 LEXICAL_SIZE_RECHECK_S = 30.0  # how often a writer counts a tenant's passages (one count, ~1 ms at 50k)
 LEXICAL_STATE_RECHECK_S = 5.0  # how long a reader trusts what it read of a tenant's index state
 PROMOTION_BATCH = 500  # passages copied per round trip
+# This RediSearch (2.10) never takes a replaced or deleted document's length out of its BM25STD
+# average, and counts its terms' document frequency until its GC runs (fixed upstream in 8.x,
+# RediSearch#7227): measured, 200 documents each replaced once scored 0.33x before the GC and
+# 1.13x after; once a Redis restarted from a snapshot indexed a small index's documents twice
+# (a 50,000-copy one restarted clean). So an own index whose
+# documents were replaced past this share (every edit replaces a copy: a retirement, a return,
+# an erasure) is built again (rebuild_lexical), by a writer's check.
+LEXICAL_REBUILD_DRIFT = 0.01
 
 # The copy's fields (the passage's own names) and its marker: a passage holding none of the
 # others (an erased one) still has a copy, so the index's passage count is the shared index's.
 MIRRORED_FIELDS = (LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, "doc_id")
 MIRROR_MARKER = "held"
 
-# The copy of a passage's lexical fields, made equal to the passage (a passage gone: no copy),
-# when the tenant's own index is building or ready; nothing otherwise. A copy already equal is
-# left alone (no re-indexing). KEYS: the state, the passage, its copy. ARGV: the fields.
+# The copies of a passage's lexical fields, made equal to the passage (a passage gone: no copy),
+# in each generation the tenant's own index has (the searched one, and the one a rebuild is
+# copying); nothing without one. A copy already equal is left alone (no re-indexing: this
+# RediSearch's BM25STD statistics drift with every replaced document, see LEXICAL_REBUILD_DRIFT).
+# KEYS: the state, the passage. ARGV: the copies' base key, the passage id, the fields.
 _MIRROR_PASSAGE = (
     """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return redis.call('DEL', KEYS[3]) end
-local want = redis.call('HMGET', KEYS[2], unpack(ARGV))
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  local have = redis.call('HMGET', KEYS[3], unpack(ARGV))
-  local same = true
-  for i = 1, #ARGV do if want[i] ~= have[i] then same = false end end
-  if same then return 0 end
-  redis.call('DEL', KEYS[3])
-end
-local fields = {'"""
+local state = redis.call('HMGET', KEYS[1], 'state', 'gen', 'next')
+if not state[1] then return 0 end
+local generations = {state[2] or '0'}
+if state[3] and state[3] ~= generations[1] then generations[2] = state[3] end
+local fields = {}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+local exists = redis.call('EXISTS', KEYS[2]) == 1
+local want = exists and redis.call('HMGET', KEYS[2], unpack(fields)) or {}
+local changed = 0
+for _, generation in ipairs(generations) do
+  local copy = ARGV[1] .. (generation == '0' and '' or generation) .. ':' .. ARGV[2]
+  if not exists then
+    changed = changed + redis.call('DEL', copy)
+  else
+    local same = false
+    if redis.call('EXISTS', copy) == 1 then
+      local have = redis.call('HMGET', copy, unpack(fields))
+      same = true
+      for i = 1, #fields do if want[i] ~= have[i] then same = false end end
+      if not same then redis.call('DEL', copy) end
+    end
+    if not same then
+      local values = {'"""
     + MIRROR_MARKER
     + """', '1'}
-for i = 1, #ARGV do
-  if want[i] then fields[#fields + 1] = ARGV[i]; fields[#fields + 1] = want[i] end
+      for i = 1, #fields do
+        if want[i] then values[#values + 1] = fields[i]; values[#values + 1] = want[i] end
+      end
+      redis.call('HSET', copy, unpack(values))
+      changed = changed + 1
+    end
+  end
 end
-redis.call('HSET', KEYS[3], unpack(fields))
-return 1
+return changed
 """
 )
 
 
 def stage_lexical_mirror(pipe, keys: TenantKeys, passage_id: str) -> None:
-    """Stage the update of the passage's copy, after the writes that change the passage (in the
+    """Stage the update of the passage's copies, after the writes that change the passage (in the
     same transaction): a no-op unless the tenant has (or is building) an index of its own."""
     _eval(
         pipe,
         _MIRROR_PASSAGE,
-        [keys.lexical_index_state, keys.passage(passage_id), keys.lexical_mirror(passage_id)],
-        list(MIRRORED_FIELDS),
+        [keys.lexical_index_state, keys.passage(passage_id)],
+        [keys.lexical_mirror_base, passage_id, *MIRRORED_FIELDS],
     )
 
 
@@ -156,9 +190,9 @@ class LexicalIndexOps(VectorIndexOps):
         return reply_rows(reply)[0]
 
     async def _promote_if_large(self, tenant: str) -> None:
-        """The tenant's own lexical index past lexical_own_index_at passages, its own vector
-        indexes (store.redis.vector_index) past vector_own_index_at: one count, each promotion
-        where its state is not 'ready' yet."""
+        """The tenant's own lexical index past lexical_own_index_at passages (rebuilt once its
+        statistics drifted, lexical_drift), its own vector indexes (store.redis.vector_index)
+        past vector_own_index_at: one count, each promotion where its state is not 'ready' yet."""
         keys = self.keys(tenant)
         lexical, (vectors, schema) = await asyncio.gather(
             self.redis.hget(keys.lexical_index_state, "state"),
@@ -166,6 +200,14 @@ class LexicalIndexOps(VectorIndexOps):
         )
         if vectors == b"ready" and int(schema or 1) != OWN_VECTOR_SCHEMA:
             vectors = b"older"  # promoted under an older schema (store.indexes.OWN_VECTOR_SCHEMA): again
+        if lexical == b"ready":
+            try:
+                drifted = await self.lexical_drift(tenant) > LEXICAL_REBUILD_DRIFT
+            except Exception:  # the next check tries again
+                log.exception("tenant %s: reading its own lexical index failed", tenant)
+                drifted = False
+            if drifted:
+                await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
         if lexical == b"ready" and vectors == b"ready":
             return
         try:
@@ -177,6 +219,20 @@ class LexicalIndexOps(VectorIndexOps):
             await self._promote(tenant, "lexical index", self.promote_lexical)
         if vectors != b"ready" and count >= self.vector_own_index_at:
             await self._promote(tenant, "vector indexes", self.promote_vectors)
+
+    async def lexical_drift(self, tenant: str) -> float:
+        """The share of the tenant's own lexical index's documents replaced or deleted since it
+        was built (0.0: its BM25 statistics are exact; no index: 0.0). Document ids are never
+        reused, so every replacement, deletion or second indexing of a copy shows as max_doc_id
+        past num_docs."""
+        try:
+            info = await self.redis.ft(self.keys(tenant).lexical_index_name).info()
+        except ResponseError as exc:
+            if not index_missing(exc):
+                raise
+            return 0.0
+        held = int(info["num_docs"])
+        return (int(info["max_doc_id"]) - held) / max(held, 1)
 
     @staticmethod
     async def _promote(tenant: str, what: str, promote) -> None:
@@ -195,44 +251,103 @@ class LexicalIndexOps(VectorIndexOps):
         is called after each batch."""
         keys = self.keys(tenant)
         redis = self.redis
-        index = AsyncSearchIndex(own_lexical_schema(tenant), redis_client=redis)
-        if not await index.exists():
+        if not await self._index_exists(keys.lexical_index_name):  # an index, or a later generation's alias
             # copies of an index since dropped: gone first, with the state, so no writer copies
             # while the new index scans its prefix
             await redis.delete(keys.lexical_index_state)
-            await self._delete_matching(keys.lexical_mirror_prefix + "*")
-            try:
-                await index.create(overwrite=False)
-            except Exception as exc:  # another process created it first
-                if "already exists" not in str(exc).lower():
-                    raise
-            await self._initial_scan_done(keys.lexical_index_name)
+            await self._delete_matching(keys.lexical_mirror_prefix() + "*")
+            await self._create_lexical(tenant, 0)
         await redis.hsetnx(keys.lexical_index_state, "state", "building")
-        passage_ids = await self._scan_suffixes(keys.prefix("passages"))
-        for start in range(0, len(passage_ids), PROMOTION_BATCH):
-            pipe = redis.pipeline(transaction=False)
-            for pid in passage_ids[start : start + PROMOTION_BATCH]:
-                stage_lexical_mirror(pipe, keys, pid)
-            await pipe.execute()
-            if progress is not None:
-                progress(min(start + PROMOTION_BATCH, len(passage_ids)), len(passage_ids))
+        copied = await self._copy_passages(tenant, progress)
         # a resumed promotion may find its index scanning again (Redis reloaded it from a snapshot):
         # readers move to it only once it holds every copy
         await self._initial_scan_done(keys.lexical_index_name)
         await redis.hset(keys.lexical_index_state, "state", "ready")
         self._own_lexical_read[tenant] = (True, time.monotonic())
+        return copied
+
+    async def rebuild_lexical(self, tenant: str, progress: Callable[[int, int], None] | None = None) -> int:
+        """A ready own lexical index built again, exact (the module's Generations): generation g+1's
+        index over an empty prefix, every passage copied there (writes meanwhile update both
+        generations' copies), then the alias moved to it in one transaction and generation g
+        dropped. Readers search g until the move, g+1 after. Idempotent and resumable (the state's
+        'next'); a tenant with no ready index is promoted instead. Returns the passages copied."""
+        keys = self.keys(tenant)
+        redis = self.redis
+        state, searched, building = await redis.hmget(keys.lexical_index_state, "state", "gen", "next")
+        if state != b"ready":
+            return await self.promote_lexical(tenant, progress)
+        current = int(searched or 0)
+        target = int(building) if building else current + 1
+        if current:  # copies of the generation before, left by a rebuild cut off after its move
+            await self._delete_matching(keys.lexical_mirror_prefix(current - 1) + "*")
+        if not await self._index_exists(keys.lexical_generation_index(target)):
+            await redis.hdel(keys.lexical_index_state, "next")  # no writer copies while the prefix is emptied
+            await self._delete_matching(keys.lexical_mirror_prefix(target) + "*")
+            await self._create_lexical(tenant, target)
+        await redis.hset(keys.lexical_index_state, "next", target)
+        copied = await self._copy_passages(tenant, progress)
+        await self._initial_scan_done(keys.lexical_generation_index(target))
+        move = redis.pipeline(transaction=True)
+        if current == 0:  # generation 0's index holds the searched name: dropped, the name becomes an alias
+            move.execute_command("FT.DROPINDEX", keys.lexical_index_name)
+            move.execute_command("FT.ALIASADD", keys.lexical_index_name, keys.lexical_generation_index(target))
+        else:
+            move.execute_command("FT.ALIASUPDATE", keys.lexical_index_name, keys.lexical_generation_index(target))
+            move.execute_command("FT.DROPINDEX", keys.lexical_generation_index(current))
+        move.hset(keys.lexical_index_state, "gen", target)
+        move.hdel(keys.lexical_index_state, "next")
+        try:
+            await move.execute()
+        except ResponseError as exc:  # another process moved it first (its generation dropped already)
+            if not index_missing(exc):
+                raise
+        await self._delete_matching(keys.lexical_mirror_prefix(current) + "*")
+        return copied
+
+    async def _create_lexical(self, tenant: str, generation: int) -> None:
+        index = AsyncSearchIndex(own_lexical_schema(tenant, generation), redis_client=self.redis)
+        await self._create_index(index)
+        await self._initial_scan_done(index.name)
+
+    async def _copy_passages(self, tenant: str, progress: Callable[[int, int], None] | None) -> int:
+        """Every passage of the tenant through the mirror script (each generation's copy made
+        equal), PROMOTION_BATCH a round trip; how many."""
+        keys = self.keys(tenant)
+        passage_ids = await self._scan_suffixes(keys.prefix("passages"))
+        for start in range(0, len(passage_ids), PROMOTION_BATCH):
+            pipe = self.redis.pipeline(transaction=False)
+            for pid in passage_ids[start : start + PROMOTION_BATCH]:
+                stage_lexical_mirror(pipe, keys, pid)
+            await pipe.execute()
+            if progress is not None:
+                progress(min(start + PROMOTION_BATCH, len(passage_ids)), len(passage_ids))
         return len(passage_ids)
+
+    async def _index_exists(self, name: str) -> bool:
+        """Whether an index (or an alias) of this name exists."""
+        try:
+            await self.redis.ft(name).info()
+        except ResponseError as exc:
+            if not index_missing(exc):
+                raise
+            return False
+        return True
 
     async def drop_own_lexical(self, tenant: str) -> None:
         """The tenant's own lexical index dropped (its copies are keys of the tenant: a purge
         deletes them), the state with it."""
         keys = self.keys(tenant)
+        searched = await self.redis.hget(keys.lexical_index_state, "gen")
         await self.redis.delete(keys.lexical_index_state)
-        try:
-            await self.redis.execute_command("FT.DROPINDEX", keys.lexical_index_name)
-        except ResponseError as exc:
-            if not index_missing(exc):
-                raise
+        # the searched name (generation 0's index, or the alias: dropping it drops the index it
+        # names), and the next generation's, left by a rebuild cut off before its move
+        for name in (keys.lexical_index_name, keys.lexical_generation_index(int(searched or 0) + 1)):
+            try:
+                await self.redis.execute_command("FT.DROPINDEX", name)
+            except ResponseError as exc:
+                if not index_missing(exc):
+                    raise
         self._own_lexical_read.pop(tenant, None)
 
 

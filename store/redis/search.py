@@ -272,8 +272,7 @@ class SearchOps(LexicalIndexOps):
                 raise
             self._own_lexical_lost(tenant)
             return None
-        prefix = keys.lexical_mirror_prefix
-        rows = [(key.removeprefix(prefix), score, doc_id) for key, score, doc_id in own_lexical_hits(reply)]
+        rows = [(keys.lexical_copy_passage(key), score, doc_id) for key, score, doc_id in own_lexical_hits(reply)]
         rows.sort(key=lambda row: (-row[1], row[0]))
         return [Hit(pid, score, {"doc_id": doc_id}) for pid, score, doc_id in rows[:k]]
 

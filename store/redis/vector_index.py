@@ -108,11 +108,7 @@ class VectorIndexOps(RedisBase):
         for layer in OWN_VECTOR_LAYERS:
             index = AsyncSearchIndex(own_vector_schema(tenant, layer, dims), redis_client=self.redis)
             if not await index.exists():
-                try:
-                    await index.create(overwrite=False)
-                except Exception as exc:  # another process created it first
-                    if "already exists" not in str(exc).lower():
-                        raise
+                await self._create_index(index)
             while not await self._scanned(index.name):
                 await asyncio.sleep(0.1)
             held += int(_text((await self.redis.ft(index.name).info())["num_docs"]))
