@@ -44,7 +44,7 @@ async def _nearest(memory, tenant: str, where=None) -> list[list[str]]:
 
 async def _own_names(memory, tenant: str) -> list[str]:
     listed = [n.decode() for n in await memory.redis.execute_command("FT._LIST")]
-    return [n for n in listed if n.startswith(f"ms:own:{tenant}:") and not n.endswith(":lexical")]
+    return [n for n in listed if n.startswith(f"ms:own:{tenant}:") and ":lexical" not in n]
 
 
 async def _purge(memory, tenant: str) -> None:
@@ -146,7 +146,6 @@ def test_a_tenant_promoted_under_an_older_schema_is_promoted_again_with_the_enti
             assert await memory.entity_passages_near(tenant, vectors[0], ["harbour"], 5) is not None
             # as a release before the tag left it: no schema recorded, the passages index untagged
             await memory.redis.hdel(state, "schema")
-            memory._own_entity_tags_read.clear()
             await memory.redis.execute_command("FT.DROPINDEX", memory.keys(tenant).vector_index_name("passages", DIMS))
             untagged = own_vector_schema(tenant, "passages", DIMS).to_dict()
             untagged["fields"] = [f for f in untagged["fields"] if f["name"] != "entities"]
@@ -197,6 +196,51 @@ def test_a_promotion_cut_off_resumes_and_a_lost_own_index_falls_back_to_the_shar
             assert await _nearest(memory, tenant) == before  # the shared index answered
             assert not isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
         finally:
+            await _purge(memory, tenant)
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def test_a_reader_asks_whether_an_own_index_scanned_once_a_redis_run(stack_env):
+    """FT.INFO of a large tenant's HNSW index holds Redis's one thread for 18-54 ms (50,000
+    passages), and a reader asked it of each own index on every state recheck (5 s). It asks once
+    per index and Redis run now: a later recheck reads the state and the server's run id; after a
+    restart (another run id) each index is asked again, as it may be scanning its keys anew."""
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        sent: list[str] = []
+        send = memory.redis.execute_command
+
+        async def counting(*args, **kwargs):
+            sent.append(str(args[0]).upper())
+            return await send(*args, **kwargs)
+
+        async def info_after_a_recheck() -> int:
+            memory._own_vectors_read.clear()  # (as VECTOR_STATE_RECHECK_S later)
+            sent.clear()
+            assert await _nearest(memory, tenant) == before
+            return sent.count("FT.INFO")
+
+        try:
+            await _write(memory, tenant, PASSAGES)
+            before = await _nearest(memory, tenant)
+            await memory.promote_vectors(tenant)
+            memory.redis.execute_command = counting
+            assert await info_after_a_recheck() == len(OWN_VECTOR_LAYERS)  # the first time in this run
+            assert await info_after_a_recheck() == 0
+            assert await info_after_a_recheck() == 0
+
+            async def restarted() -> str:
+                return "another run"
+
+            memory._server_run = restarted
+            assert await info_after_a_recheck() == len(OWN_VECTOR_LAYERS)
+            assert isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
+        finally:
+            memory.redis.execute_command = send
             await _purge(memory, tenant)
             await memory.close()
 

@@ -91,10 +91,9 @@ class RedisBase:
         self._promotions: dict[str, asyncio.Task] = {}  # tenant → its promotion running in this process
         self.lexical_own_index_at = LEXICAL_OWN_INDEX_AT
         # a large tenant's own vector indexes (store.redis.vector_index)
-        self._own_vectors_read: dict[tuple[str, int], tuple[bool, float]] = {}  # (tenant, dims) → (ready, when read)
-        self._own_entity_tags_read: dict[
-            tuple[str, int], tuple[bool, float]
-        ] = {}  # (tenant, dims) → (tagged, when read)
+        # (tenant, dims) → (ready, tags passages by entity, when read)
+        self._own_vectors_read: dict[tuple[str, int], tuple[bool, bool, float]] = {}
+        self._scanned_under: dict[str, str] = {}  # index name → the Redis run it was seen scanned in
         self.vector_own_index_at = VECTOR_OWN_INDEX_AT
         self._each = client.register_script(_EACH)
 

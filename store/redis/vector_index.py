@@ -20,7 +20,7 @@ vector replaces the first), then, once every scan is done, the state becomes 're
 search the own indexes. Cut off anywhere — SIGKILL included — the next promotion finds the
 indexes and waits for their scans again. A reader also goes back to the shared index (exact)
 while an own index scans again, as after Redis reloaded its data (indexes are not persisted;
-every one rescans its keys) or when it is missing. No demotion; `tenant delete --purge` drops
+every one rescans its keys: a reader asks each index once per Redis run id) or when it is missing. No demotion; `tenant delete --purge` drops
 them."""
 
 from __future__ import annotations
@@ -62,18 +62,45 @@ class VectorIndexOps(RedisBase):
     async def _own_vectors_ready(self, tenant: str, dims: int) -> bool:
         """Whether the tenant's own vector indexes of `dims` answer: state 'ready' and no scan
         running (read once per VECTOR_STATE_RECHECK_S)."""
+        return (await self._own_vectors_read_now(tenant, dims))[0]
+
+    async def _own_entity_tags(self, tenant: str, dims: int) -> bool:
+        """Whether the tenant's own passages index (ready) tags passages by entity: promoted under
+        OWN_VECTOR_SCHEMA 2 or later (OWN_PASSAGE_FIELDS); one promoted before has no tag."""
+        return (await self._own_vectors_read_now(tenant, dims))[1]
+
+    async def _own_vectors_read_now(self, tenant: str, dims: int) -> tuple[bool, bool, float]:
+        """(ready, tagged, when read), read again after VECTOR_STATE_RECHECK_S: the state, and
+        whether each index scanned its keys — asked of the index (FT.INFO: 18-54 ms of Redis's
+        one thread for a 50,000-passage tenant's HNSW index, every 5 s a query process) once per
+        index and Redis run only: an index scans again only when Redis restarts or it is made
+        anew, and a promotion marks it ready after its scan."""
         now, known = time.monotonic(), self._own_vectors_read.get((tenant, dims))
-        if known is None or now - known[1] >= VECTOR_STATE_RECHECK_S:
-            state, of_dims = await self.redis.hmget(self.keys(tenant).vector_index_state, "state", "dims")
+        if known is None or now - known[2] >= VECTOR_STATE_RECHECK_S:
+            (state, of_dims, schema), run = await asyncio.gather(
+                self.redis.hmget(self.keys(tenant).vector_index_state, "state", "dims", "schema"), self._server_run()
+            )
             ready = state == b"ready" and of_dims is not None and int(of_dims) == dims
+            names = [self.keys(tenant).vector_index_name(layer, dims) for layer in OWN_VECTOR_LAYERS]
             if ready:
-                names = [self.keys(tenant).vector_index_name(layer, dims) for layer in OWN_VECTOR_LAYERS]
-                ready = all(await asyncio.gather(*(self._scanned(name) for name in names)))
+                unseen = [name for name in names if self._scanned_under.get(name) != run]
+                scanned = await asyncio.gather(*(self._scanned(name) for name in unseen))
+                if len(self._scanned_under) >= 100_000:
+                    self._scanned_under.clear()
+                self._scanned_under.update((name, run) for name, done in zip(unseen, scanned) if done)
+                ready = all(scanned)
+            else:  # dropped, or being made anew: its next index is asked again
+                for name in names:
+                    self._scanned_under.pop(name, None)
             if len(self._own_vectors_read) >= 100_000:
                 self._own_vectors_read.clear()
-            known = (ready, now)
+            known = (ready, ready and int(schema or 1) >= 2, now)
             self._own_vectors_read[(tenant, dims)] = known
-        return known[0]
+        return known
+
+    async def _server_run(self) -> str:
+        """The Redis server's run id: another after a restart or a failover."""
+        return str((await self.redis.info("server")).get("run_id", ""))
 
     async def _scanned(self, name: str) -> bool:
         """Whether the index exists and holds every key of its prefix (no scan running)."""
@@ -89,8 +116,7 @@ class VectorIndexOps(RedisBase):
 
     def _own_vectors_lost(self, tenant: str, dims: int) -> None:
         """A search found an own index missing (dropped, or Redis restarted empty)."""
-        self._own_vectors_read[(tenant, dims)] = (False, time.monotonic())
-        self._own_entity_tags_read.pop((tenant, dims), None)
+        self._own_vectors_read[(tenant, dims)] = (False, False, time.monotonic())
 
     async def promote_vectors(self, tenant: str) -> int:
         """Give the tenant an HNSW index of its own per layer of OWN_VECTOR_LAYERS, for its
@@ -115,7 +141,7 @@ class VectorIndexOps(RedisBase):
         await self.redis.hset(
             keys.vector_index_state, mapping={"state": "ready", "dims": dims, "schema": OWN_VECTOR_SCHEMA}
         )
-        self._own_vectors_read[(tenant, dims)] = (True, time.monotonic())
+        self._own_vectors_read[(tenant, dims)] = (True, True, time.monotonic())  # OWN_VECTOR_SCHEMA tags
         return held
 
     async def _comma_entities(self, tenant: str) -> None:
@@ -135,27 +161,6 @@ class VectorIndexOps(RedisBase):
                     write.hset(key, ENTITIES_FIELD, ",".join(entity_list(raw)))
             await write.execute()
 
-    async def _own_entity_tags(self, tenant: str, dims: int) -> bool:
-        """Whether the tenant's own passages index (ready) tags passages by entity: promoted by a
-        release that declared the tag (OWN_PASSAGE_FIELDS); one promoted before has none."""
-        if not await self._own_vectors_ready(tenant, dims):
-            return False
-        now, known = time.monotonic(), self._own_entity_tags_read.get((tenant, dims))
-        # an index's fields never change: a tagged one is not asked again (FT.INFO of a 50,000-
-        # passage HNSW index costs ~7 ms); an untagged one is, as a promotion may replace it
-        if known is None or (not known[0] and now - known[1] >= VECTOR_STATE_RECHECK_S):
-            try:
-                info = await self.redis.ft(self.keys(tenant).vector_index_name("passages", dims)).info()
-            except ResponseError as exc:
-                if not index_missing(exc):
-                    raise
-                info = {}
-            attributes = info.get("attributes", []) if isinstance(info, dict) else []
-            tagged = any(_text(a[1]) == ENTITIES_FIELD for a in attributes if len(a) > 1)
-            known = (tagged, now)
-            self._own_entity_tags_read[(tenant, dims)] = known
-        return known[0]
-
     async def drop_own_vectors(self, tenant: str) -> None:
         """The tenant's own vector indexes dropped (not their records), the state with them."""
         keys = self.keys(tenant)
@@ -169,4 +174,3 @@ class VectorIndexOps(RedisBase):
                     if not index_missing(exc):
                         raise
             self._own_vectors_read.pop((tenant, dims), None)
-            self._own_entity_tags_read.pop((tenant, dims), None)
