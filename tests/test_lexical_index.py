@@ -244,6 +244,40 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
     asyncio.run(main())
 
 
+def test_a_promoted_tenant_is_not_asked_again_whether_it_is_small(stack_env):
+    """A large tenant is asked every TENANT_DIMS_RECHECK_S whether it shrank to a few passages (a
+    search of the shared index reading up to LEXICAL_READ_ALL of them: ~10 ms of Redis at 50,000
+    passages); one with an index of its own is not — that index stays exact whatever its size."""
+    texts, queries = _corpus()
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"own-{uuid.uuid4().hex[:8]}"
+        searched: list[str] = []
+        send = memory.redis.execute_command
+
+        async def counting(*args, **kwargs):
+            if str(args[0]).upper() == "FT.SEARCH":
+                searched.append(str(args[1]))
+            return await send(*args, **kwargs)
+
+        try:
+            await _write(memory, tenant, texts)
+            await memory.promote_lexical(tenant)
+            expected = await _rankings(memory, tenant, queries[:3])  # the first: it is found large
+            memory.redis.execute_command = counting
+            memory._tenant_large[tenant] -= 3600  # (as TENANT_DIMS_RECHECK_S later)
+            memory._own_lexical_read.pop(tenant)  # (and LEXICAL_STATE_RECHECK_S)
+            assert await _rankings(memory, tenant, queries[:3]) == expected
+            assert searched == [memory.keys(tenant).lexical_index_name] * 3
+        finally:
+            memory.redis.execute_command = send
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+
+    asyncio.run(main())
+
+
 _PROMOTE_SLOWLY = """
 import asyncio, sys, time
 import store.redis.lexical_index as lexical_index
