@@ -89,6 +89,19 @@ def _shared_path_forbidden(memory) -> None:
     memory._lexical_candidates = forbidden
 
 
+def _record_commands(memory) -> list[tuple]:
+    """Every command the memory's client sends from now on, as its arguments (a test's spy)."""
+    sent: list[tuple] = []
+    send = memory.redis.execute_command
+
+    async def recording(*args, **kwargs):
+        sent.append(args)
+        return await send(*args, **kwargs)
+
+    memory.redis.execute_command = recording
+    return sent
+
+
 def _memory(stack_env, **kwargs):
     from store import Memory
 
@@ -253,25 +266,17 @@ def test_a_promoted_tenant_is_not_asked_again_whether_it_is_small(stack_env):
     async def main():
         memory = _memory(stack_env)
         tenant = f"own-{uuid.uuid4().hex[:8]}"
-        searched: list[str] = []
-        send = memory.redis.execute_command
-
-        async def counting(*args, **kwargs):
-            if str(args[0]).upper() == "FT.SEARCH":
-                searched.append(str(args[1]))
-            return await send(*args, **kwargs)
-
         try:
             await _write(memory, tenant, texts)
             await memory.promote_lexical(tenant)
             expected = await _rankings(memory, tenant, queries[:3])  # the first: it is found large
-            memory.redis.execute_command = counting
+            sent = _record_commands(memory)
             memory._tenant_large[tenant] -= 3600  # (as TENANT_DIMS_RECHECK_S later)
             memory._own_lexical_read.pop(tenant)  # (and LEXICAL_STATE_RECHECK_S)
             assert await _rankings(memory, tenant, queries[:3]) == expected
+            searched = [str(args[1]) for args in sent if str(args[0]).upper() == "FT.SEARCH"]
             assert searched == [memory.keys(tenant).lexical_index_name] * 3
         finally:
-            memory.redis.execute_command = send
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
             await memory.close()
 

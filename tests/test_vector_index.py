@@ -14,7 +14,7 @@ import pytest
 
 from store.indexes import OWN_VECTOR_LAYERS, OwnVectorIndex
 from store.records import Erasure
-from tests.test_lexical_index import _chunk, _memory
+from tests.test_lexical_index import _chunk, _memory, _record_commands
 
 pytestmark = pytest.mark.stack
 
@@ -211,24 +211,18 @@ def test_a_reader_asks_whether_an_own_index_scanned_once_a_redis_run(stack_env):
     async def main():
         memory = _memory(stack_env)
         tenant = f"vec-{uuid.uuid4().hex[:8]}"
-        sent: list[str] = []
-        send = memory.redis.execute_command
-
-        async def counting(*args, **kwargs):
-            sent.append(str(args[0]).upper())
-            return await send(*args, **kwargs)
 
         async def info_after_a_recheck() -> int:
             memory._own_vectors_read.clear()  # (as VECTOR_STATE_RECHECK_S later)
             sent.clear()
             assert await _nearest(memory, tenant) == before
-            return sent.count("FT.INFO")
+            return sum(1 for args in sent if str(args[0]).upper() == "FT.INFO")
 
         try:
             await _write(memory, tenant, PASSAGES)
             before = await _nearest(memory, tenant)
             await memory.promote_vectors(tenant)
-            memory.redis.execute_command = counting
+            sent = _record_commands(memory)
             assert await info_after_a_recheck() == len(OWN_VECTOR_LAYERS)  # the first time in this run
             assert await info_after_a_recheck() == 0
             assert await info_after_a_recheck() == 0
@@ -240,7 +234,6 @@ def test_a_reader_asks_whether_an_own_index_scanned_once_a_redis_run(stack_env):
             assert await info_after_a_recheck() == len(OWN_VECTOR_LAYERS)
             assert isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
         finally:
-            memory.redis.execute_command = send
             await _purge(memory, tenant)
             await memory.close()
 
