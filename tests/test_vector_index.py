@@ -221,8 +221,10 @@ def test_a_reader_asks_whether_an_own_index_scanned_once_a_redis_run(stack_env):
         try:
             await _write(memory, tenant, PASSAGES)
             before = await _nearest(memory, tenant)
-            await memory.promote_vectors(tenant)
             sent = _record_commands(memory)
+            assert await info_after_a_recheck() == 0  # no index of its own: its state read alone
+            assert not any(str(args[0]).upper() == "INFO" for args in sent)
+            await memory.promote_vectors(tenant)
             assert await info_after_a_recheck() == len(OWN_VECTOR_LAYERS)  # the first time in this run
             assert await info_after_a_recheck() == 0
             assert await info_after_a_recheck() == 0

@@ -77,12 +77,13 @@ class VectorIndexOps(RedisBase):
         anew, and a promotion marks it ready after its scan."""
         now, known = time.monotonic(), self._own_vectors_read.get((tenant, dims))
         if known is None or now - known[2] >= VECTOR_STATE_RECHECK_S:
-            (state, of_dims, schema), run = await asyncio.gather(
-                self.redis.hmget(self.keys(tenant).vector_index_state, "state", "dims", "schema"), self._server_run()
+            state, of_dims, schema = await self.redis.hmget(
+                self.keys(tenant).vector_index_state, "state", "dims", "schema"
             )
             ready = state == b"ready" and of_dims is not None and int(of_dims) == dims
             names = [self.keys(tenant).vector_index_name(layer, dims) for layer in OWN_VECTOR_LAYERS]
-            if ready:
+            if ready:  # (a small tenant, with no index of its own, pays the state's read alone)
+                run = await self._server_run()
                 unseen = [name for name in names if self._scanned_under.get(name) != run]
                 scanned = await asyncio.gather(*(self._scanned(name) for name in unseen))
                 if len(self._scanned_under) >= 100_000:
