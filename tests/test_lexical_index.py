@@ -58,6 +58,18 @@ async def _write(memory, tenant: str, texts: list[str], start: int = 0) -> None:
     await pipe.execute()
 
 
+async def _with_a_twin(stack_env):
+    """(memory, twin, tenant, twin tenant): a second client and tenant for the same writes, never
+    promoted — its rankings are the shared path's, the tenant's exact BM25."""
+    return _memory(stack_env), _memory(stack_env), f"own-{uuid.uuid4().hex[:8]}", f"own-{uuid.uuid4().hex[:8]}"
+
+
+async def _copies(memory, tenant: str, generation: int) -> int:
+    """How many copies the tenant's lexical index generation has."""
+    match = memory.keys(tenant).lexical_mirror_prefix(generation) + "*"
+    return len([k async for k in memory.redis.scan_iter(match=match, count=1000)])
+
+
 async def _retire_and_erase(memory, tenant: str) -> None:
     """Passages out of memory, as versions and erasures leave them: retired (p0003, p0007) and
     erased (p0011). Both still count in the tenant's passages, as on the shared path."""
@@ -207,8 +219,7 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
     edited = [f"p{i:04d}" for i in range(0, 40, 2)]  # 20 of 240 copies replaced: past LEXICAL_REBUILD_DRIFT
 
     async def main():
-        memory, twin = _memory(stack_env), _memory(stack_env)
-        tenant, exact = f"own-{uuid.uuid4().hex[:8]}", f"own-{uuid.uuid4().hex[:8]}"
+        memory, twin, tenant, exact = _with_a_twin(stack_env)
         keys = memory.keys(tenant)
         try:
             for store, name in ((memory, tenant), (twin, exact)):
@@ -241,9 +252,8 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
             assert await memory.rebuild_lexical(tenant) == len(texts)
             assert await memory.redis.hget(keys.lexical_index_state, "gen") == b"2"
             _same(await _rankings(twin, exact, queries), await _rankings(memory, tenant, queries))
-            for generation, held in ((0, 0), (1, 0), (2, len(texts))):  # the older generations' copies gone
-                match = keys.lexical_mirror_prefix(generation) + "*"
-                assert len([k async for k in memory.redis.scan_iter(match=match, count=1000)]) == held
+            # the older generations' copies gone
+            assert [await _copies(memory, tenant, generation) for generation in (0, 1, 2)] == [0, 0, len(texts)]
         finally:
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
             await twin.purge_tenant(exact, lambda p: [], lambda *a: [])
@@ -293,9 +303,24 @@ async def main():
     def progress(done, total):
         print(done, flush=True)
         time.sleep(0.2)  # killed in here, its batches half done
-    await memory.promote_lexical(sys.argv[2], progress)
+    await getattr(memory, sys.argv[3])(sys.argv[2], progress)  # promote_lexical or rebuild_lexical
 asyncio.run(main())
 """
+
+
+def _killed_after_three_batches(url: str, tenant: str, method: str) -> None:
+    """`method` of the tenant's lexical index run slowly in a process SIGKILLed after three batches."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _PROMOTE_SLOWLY, url, tenant, method],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert worker.stdout is not None
+    for _ in range(3):  # three batches copied
+        assert worker.stdout.readline().strip()
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
 
 
 def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
@@ -312,17 +337,7 @@ def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
         try:
             await _write(memory, tenant, texts[:200])
             await _retire_and_erase(memory, tenant)
-            promoter = subprocess.Popen(
-                [sys.executable, "-c", _PROMOTE_SLOWLY, url, tenant],
-                stdout=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-            )
-            assert promoter.stdout is not None
-            for _ in range(3):  # three batches copied
-                assert promoter.stdout.readline().strip()
-            promoter.send_signal(signal.SIGKILL)
-            promoter.wait(timeout=10)
+            _killed_after_three_batches(url, tenant, "promote_lexical")
             assert await memory.redis.hget(keys.lexical_index_state, "state") == b"building"
             copied = [k async for k in memory.redis.scan_iter(match=keys.lexical_mirror_prefix() + "*", count=1000)]
             assert 0 < len(copied) < 200
@@ -341,6 +356,46 @@ def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
         finally:
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
             await memory.close()
+
+    asyncio.run(main())
+
+
+def test_a_rebuild_killed_midway_resumes_to_one_exact_index(stack_env):
+    """SIGKILL while a rebuild copies its passages: searches stay on the searched generation's
+    index (the own index, never the shared path), writes go on into both generations; the next
+    rebuild finishes the same generation, exact again, and leaves one index and one set of copies."""
+    texts, queries = _corpus()
+    url = stack_env["MEMSTREAM_REDIS_URL"]
+
+    async def main():
+        memory, twin, tenant, exact = _with_a_twin(stack_env)
+        keys = memory.keys(tenant)
+        try:
+            for store, name in ((memory, tenant), (twin, exact)):
+                await _write(store, name, texts[:200])
+            await memory.promote_lexical(tenant)
+            for store, name in ((memory, tenant), (twin, exact)):
+                await _retire(store, name, [f"p{i:04d}" for i in range(0, 30, 3)])
+            _killed_after_three_batches(url, tenant, "rebuild_lexical")
+            state = await memory.redis.hmget(keys.lexical_index_state, "state", "gen", "next")
+            assert state == [b"ready", None, b"1"]  # generation 0 searched, 1 cut off midway
+            _shared_path_forbidden(memory)
+            assert all(await _rankings(memory, tenant, queries[:5]))  # answered by generation 0
+            for store, name in ((memory, tenant), (twin, exact)):  # writes meanwhile reach both
+                await _write(store, name, texts[200:], start=200)
+                await _retire(store, name, ["p0100"])
+            assert await memory.rebuild_lexical(tenant) == len(texts)
+            assert await memory.redis.hmget(keys.lexical_index_state, "gen", "next") == [b"1", None]
+            assert await memory.lexical_drift(tenant) == 0.0
+            _same(await _rankings(twin, exact, queries), await _rankings(memory, tenant, queries))
+            names = [n.decode() for n in await memory.redis.execute_command("FT._LIST")]
+            assert [n for n in names if tenant in n] == [keys.lexical_generation_index(1)]
+            assert [await _copies(memory, tenant, generation) for generation in (0, 1)] == [0, len(texts)]
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await twin.purge_tenant(exact, lambda p: [], lambda *a: [])
+            await memory.close()
+            await twin.close()
 
     asyncio.run(main())
 
