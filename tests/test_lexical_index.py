@@ -58,7 +58,7 @@ async def _write(memory, tenant: str, texts: list[str], start: int = 0) -> None:
     await pipe.execute()
 
 
-async def _with_a_twin(stack_env):
+def _with_a_twin(stack_env):
     """(memory, twin, tenant, twin tenant): a second client and tenant for the same writes, never
     promoted — its rankings are the shared path's, the tenant's exact BM25."""
     return _memory(stack_env), _memory(stack_env), f"own-{uuid.uuid4().hex[:8]}", f"own-{uuid.uuid4().hex[:8]}"
@@ -428,7 +428,9 @@ def test_an_erasure_in_a_promoted_tenant_leaves_nothing_of_the_document(stack_en
     from tests.test_erasure import _stages, traces
 
     url = stack_env["MEMSTREAM_REDIS_URL"]
-    word = f"Zorvex{uuid.uuid4().hex[:8]}"
+    # digits at the end: the stemmer keeps the word whole in the copy's terms (a hex suffix
+    # ending in "e" or "ed" was cut, "zorvex012443be" → "zorvex012443b", and the test failed)
+    word = f"Zorvex{uuid.uuid4().int % 10**8:08d}"
 
     async def scenario():
         stages = _stages(url)
