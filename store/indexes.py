@@ -126,6 +126,7 @@ OWN_PASSAGE_FIELDS: list[dict[str, Any]] = [{"name": ENTITIES_FIELD, "type": "ta
 # one (2: the entity tag) is promoted again by a writer's check, its searches on the shared
 # index (exact) meanwhile.
 OWN_VECTOR_SCHEMA = 2
+OWN_ENTITY_TAG_SCHEMA = 2  # the first schema whose passages index tags entities
 
 
 @functools.lru_cache(maxsize=4096)  # every KNN search of a promoted tenant: building it cost ~50 us

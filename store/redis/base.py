@@ -175,6 +175,15 @@ class RedisBase:
             if "already exists" not in str(exc).lower():
                 raise
 
+    async def _index_info(self, name: str) -> dict | None:
+        """FT.INFO of an index (or of the index an alias names), None when there is none."""
+        try:
+            return await self.redis.ft(name).info()
+        except Exception as exc:
+            if index_missing(exc):
+                return None
+            raise
+
     async def _initial_scan_done(self, name: str) -> None:
         """Wait (at most INITIAL_SCAN_WAIT_S) for a new index's scan of the keys it covers: a key
         written while that scan runs is indexed twice — measured: every term's document
@@ -246,12 +255,9 @@ class RedisBase:
     async def _legacy_index_dims(self, tenant: str) -> int | None:
         """The vector size of the tenant's own passages index from before shared indexes
         (FT.INFO), None when it has none (never had, or migrated)."""
-        try:
-            info = await self.redis.ft(self.keys(tenant).legacy_index_name("passages")).info()
-        except Exception as exc:
-            if index_missing(exc):
-                return None
-            raise
+        info = await self._index_info(self.keys(tenant).legacy_index_name("passages"))
+        if info is None:
+            return None
         for attribute in info.get("attributes") or info.get(b"attributes") or []:
             words = [w.decode() if isinstance(w, bytes) else str(w) for w in attribute]
             lowered = [w.lower() for w in words]

@@ -30,7 +30,6 @@ from store.redis.base import RedisBase, _eval, _text
 from store.redis.expiry import _RECORD_LAPSE
 from store.redis.lexical_index import stage_lexical_mirror
 
-# Count a schema's distinct supporting passages and promote it at tau.
 # Each fact's hash and its evidence set (KEYS: a fact's hash, its passages set, the next fact's
 # ...): one command where HGETALL and SMEMBERS over the same facts were two — a detector, resolver
 # or chunker reads facts ~5 times a chunk, reconstruct once a step. Read-only.
@@ -43,6 +42,7 @@ end
 return out
 """
 
+# Count a schema's distinct supporting passages and promote it at tau.
 _SUPPORT_SCHEMA = """
 redis.call('SADD', KEYS[1], ARGV[1])
 local n = redis.call('SCARD', KEYS[1])

@@ -60,9 +60,9 @@ PROMOTION_BATCH = 500  # passages copied per round trip
 # average, and counts its terms' document frequency until its GC runs (fixed upstream in 8.x,
 # RediSearch#7227): measured, 200 documents each replaced once scored 0.33x before the GC and
 # 1.13x after; once a Redis restarted from a snapshot indexed a small index's documents twice
-# (a 50,000-copy one restarted clean). So an own index whose
-# documents were replaced past this share (every edit replaces a copy: a retirement, a return,
-# an erasure) is built again (rebuild_lexical), by a writer's check.
+# (a 50,000-copy one restarted clean). So an own index whose documents were replaced past this
+# share (every edit replaces a copy: a retirement, a return, an erasure) is built again
+# (rebuild_lexical), by a writer's check.
 LEXICAL_REBUILD_DRIFT = 0.01
 
 # The copy's fields (the passage's own names) and its marker: a passage holding none of the
@@ -225,11 +225,8 @@ class LexicalIndexOps(VectorIndexOps):
         was built (0.0: its BM25 statistics are exact; no index: 0.0). Document ids are never
         reused, so every replacement, deletion or second indexing of a copy shows as max_doc_id
         past num_docs."""
-        try:
-            info = await self.redis.ft(self.keys(tenant).lexical_index_name).info()
-        except ResponseError as exc:
-            if not index_missing(exc):
-                raise
+        info = await self._index_info(self.keys(tenant).lexical_index_name)
+        if info is None:
             return 0.0
         held = int(info["num_docs"])
         return (int(info["max_doc_id"]) - held) / max(held, 1)
@@ -251,7 +248,7 @@ class LexicalIndexOps(VectorIndexOps):
         is called after each batch."""
         keys = self.keys(tenant)
         redis = self.redis
-        if not await self._index_exists(keys.lexical_index_name):  # an index, or a later generation's alias
+        if await self._index_info(keys.lexical_index_name) is None:  # no index, nor a later generation's alias
             # copies of an index since dropped: gone first, with the state, so no writer copies
             # while the new index scans its prefix
             await redis.delete(keys.lexical_index_state)
@@ -281,7 +278,7 @@ class LexicalIndexOps(VectorIndexOps):
         target = int(building) if building else current + 1
         if current:  # copies of the generation before, left by a rebuild cut off after its move
             await self._delete_matching(keys.lexical_mirror_prefix(current - 1) + "*")
-        if not await self._index_exists(keys.lexical_generation_index(target)):
+        if await self._index_info(keys.lexical_generation_index(target)) is None:
             await redis.hdel(keys.lexical_index_state, "next")  # no writer copies while the prefix is emptied
             await self._delete_matching(keys.lexical_mirror_prefix(target) + "*")
             await self._create_lexical(tenant, target)
@@ -323,16 +320,6 @@ class LexicalIndexOps(VectorIndexOps):
             if progress is not None:
                 progress(min(start + PROMOTION_BATCH, len(passage_ids)), len(passage_ids))
         return len(passage_ids)
-
-    async def _index_exists(self, name: str) -> bool:
-        """Whether an index (or an alias) of this name exists."""
-        try:
-            await self.redis.ft(name).info()
-        except ResponseError as exc:
-            if not index_missing(exc):
-                raise
-            return False
-        return True
 
     async def drop_own_lexical(self, tenant: str) -> None:
         """The tenant's own lexical index dropped (its copies are keys of the tenant: a purge

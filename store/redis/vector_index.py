@@ -20,8 +20,8 @@ vector replaces the first), then, once every scan is done, the state becomes 're
 search the own indexes. Cut off anywhere — SIGKILL included — the next promotion finds the
 indexes and waits for their scans again. A reader also goes back to the shared index (exact)
 while an own index scans again, as after Redis reloaded its data (indexes are not persisted;
-every one rescans its keys: a reader asks each index once per Redis run id) or when it is missing. No demotion; `tenant delete --purge` drops
-them."""
+every one rescans its keys: a reader asks each index once per Redis run id) or when it is
+missing. No demotion; `tenant delete --purge` drops them."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
 
 from store.indexes import (
+    OWN_ENTITY_TAG_SCHEMA,
     OWN_VECTOR_LAYERS,
     OWN_VECTOR_SCHEMA,
     OwnVectorIndex,
@@ -66,7 +67,7 @@ class VectorIndexOps(RedisBase):
 
     async def _own_entity_tags(self, tenant: str, dims: int) -> bool:
         """Whether the tenant's own passages index (ready) tags passages by entity: promoted under
-        OWN_VECTOR_SCHEMA 2 or later (OWN_PASSAGE_FIELDS); one promoted before has no tag."""
+        OWN_ENTITY_TAG_SCHEMA or later (OWN_PASSAGE_FIELDS); one promoted before has no tag."""
         return (await self._own_vectors_read_now(tenant, dims))[1]
 
     async def _own_vectors_read_now(self, tenant: str, dims: int) -> tuple[bool, bool, float]:
@@ -95,7 +96,7 @@ class VectorIndexOps(RedisBase):
                     self._scanned_under.pop(name, None)
             if len(self._own_vectors_read) >= 100_000:
                 self._own_vectors_read.clear()
-            known = (ready, ready and int(schema or 1) >= 2, now)
+            known = (ready, ready and int(schema or 1) >= OWN_ENTITY_TAG_SCHEMA, now)
             self._own_vectors_read[(tenant, dims)] = known
         return known
 
