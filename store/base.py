@@ -199,6 +199,9 @@ class Layers(Protocol):
     async def held_vectors(
         self, tenant: str, entities: dict[str, str], facts: dict[str, str], schemas: dict[str, str]
     ) -> dict[str, HeldVector]: ...
+    # ensure_index: a writer deciding on the answer (a similarity bridge, a near-duplicate): an
+    # index Redis lost is created again (and its scan of the records waited for) before the search
+    # — found missing, a reader's search answers nothing, which a decision must not take for "none"
     async def knn(
         self,
         tenant: str,
@@ -207,6 +210,7 @@ class Layers(Protocol):
         k: int,
         return_fields: list[str],
         where: Mapping[str, str] | None = None,
+        ensure_index: bool = False,
     ) -> list[Hit]: ...
     async def knn_many(
         self,
@@ -216,6 +220,7 @@ class Layers(Protocol):
         k: int,
         return_fields: list[str],
         where: Mapping[str, str] | None = None,
+        ensure_index: bool = False,
     ) -> list[list[Hit]]: ...
 
     # knn of one vector under each filter, in one round trip

@@ -767,8 +767,9 @@ class InMemoryStore:
         k: int,
         return_fields: list[str],
         where: Mapping[str, str] | None = None,
+        ensure_index: bool = False,
     ) -> list[list[Hit]]:
-        return [await self.knn(tenant, layer, vector, k, return_fields, where) for vector in vectors]
+        return [await self.knn(tenant, layer, vector, k, return_fields, where, ensure_index) for vector in vectors]
 
     async def knn_each(
         self,
@@ -789,6 +790,7 @@ class InMemoryStore:
         k: int,
         return_fields: list[str],
         where: Mapping[str, str] | None = None,
+        ensure_index: bool = False,
     ) -> list[Hit]:
         """Memory.knn by brute force, as RediSearch's FLAT index computes it: cosine distance in
         float32 over unit vectors, given back to 12 significant digits; records without a vector
@@ -796,6 +798,8 @@ class InMemoryStore:
         of a comma-separated value's tags. Equal distances are ordered by id here; Memory gives
         them in no defined order (RediSearch's heap, over vectors indexed in the background: it
         varies from run to run), nor which of more than k equally near records it keeps."""
+        if ensure_index:
+            self._tenant(tenant).indexed = True
         t = self._tenants.get(tenant)
         if t is None or not t.indexed:
             return []

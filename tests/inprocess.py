@@ -48,11 +48,14 @@ class DigitBlindEmbedder:
 
     dims = DIMS
 
+    def __init__(self, dims: int = DIMS):
+        self.dims = dims
+
     async def embed(self, texts: list[str]) -> np.ndarray:
         rows = []
         for text in texts:
             seed = int.from_bytes(hashlib.sha256(re.sub(r"\d", "#", text).encode()).digest()[:8], "little")
-            vector = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
+            vector = np.random.default_rng(seed).standard_normal(self.dims).astype(np.float32)
             rows.append(vector / np.linalg.norm(vector))
         return np.vstack(rows)
 

@@ -3,6 +3,7 @@
 since the shared test Redis is never flushed."""
 
 import asyncio
+import logging
 import uuid
 
 import numpy as np
@@ -11,6 +12,7 @@ from redis.exceptions import ResponseError
 from store import Memory
 from store.graph_log import NO_CHANGE, EdgeChange
 from store.keys import LAYERS, entity_node, node_kind, passage_node, shared_index_name
+from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from topics import Chunk
 from workers.query.graph_cache import GraphCache
 
@@ -99,6 +101,40 @@ def test_a_writer_that_never_queries_recreates_a_lost_index_when_it_checks_again
     assert fast == []
     assert "FT.CREATE" in rechecked
     assert found == ["c2"]
+
+
+def test_a_writer_that_knew_its_indexes_bridges_entities_written_after_redis_lost_them(stack_env, caplog):
+    """Replaying the log into a Redis restarted empty (tests/test_rebuild_from_log.py, `emptied`:
+    an edge missing ~1 run in 2): the extractor, which knew the indexes, wrote a chunk's
+    entities with no index to find them and bridged them by a KNN search that found none — the
+    entities marked bridged, their similarity edge lost for good. A writer's search creates
+    the lost index first (store.base.Layers' ensure_index). The writer's size check, counting the
+    tenant's passages meanwhile, finds no index: no passages, not an error."""
+
+    async def run():
+        url = stack_env["MEMSTREAM_REDIS_URL"]
+        text = "Person2 met Person3."  # digit variants: cosine 1 under the digit-blind embedder
+        stages = InProcess(
+            None,
+            ScriptedExtractor({text: [("Person2", "met", "Person3", "PERSON", "PERSON")]}),
+            DigitBlindEmbedder(DIMS),
+            memory=Memory.from_url(url, dims=DIMS, tau=1),
+            tau=1,
+            sim_bridging=True,
+        )
+        try:
+            await stages.memory.ensure_indexes(stages.tenant)  # the worker knows its indexes
+            await _lose(stages.memory, stages.tenant)  # then Redis restarts empty
+            await stages.publish("d", text)
+            export = await stages.export()
+            return {(e["source"], e["target"]) for e in export["edges"] if e["kind"] == "similar"}
+        finally:
+            await _lose(stages.memory, stages.tenant)
+            await stages.close()
+
+    similar = asyncio.run(run())
+    assert {tuple(sorted(edge)) for edge in similar} == {(entity_node("person2"), entity_node("person3"))}
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 # ---- the query worker's graph ------------------------------------------------------------------

@@ -186,7 +186,13 @@ class LexicalIndexOps(VectorIndexOps):
         searchable = await self.searchable(tenant, "passages")
         if searchable is None:
             return 0
-        reply = await self.redis.execute_command(*searchable.command("FT.SEARCH", "", "NOCONTENT", "LIMIT", 0, 0))
+        try:
+            reply = await self.redis.execute_command(*searchable.command("FT.SEARCH", "", "NOCONTENT", "LIMIT", 0, 0))
+        except ResponseError as exc:
+            if not index_missing(exc):
+                raise
+            self._lost_indexes()  # Redis restarted empty: nothing to promote until a write creates it
+            return 0
         return reply_rows(reply)[0]
 
     async def _promote_if_large(self, tenant: str) -> None:

@@ -124,10 +124,13 @@ class SearchOps(LexicalIndexOps):
         k: int,
         return_fields: list[str],
         where: Mapping[str, str] | None = None,
+        ensure_index: bool = False,
     ) -> list[Hit]:
         """The `k` records of `layer` nearest `vector` (cosine similarity in `Hit.score`), among
-        those whose tag fields equal every value in `where` (e.g. {"status": "active"})."""
-        return (await self.knn_many(tenant, layer, [vector], k, return_fields, where))[0]
+        those whose tag fields equal every value in `where` (e.g. {"status": "active"}).
+        `ensure_index` (a writer deciding on the answer): a lost shared index is created again
+        first, as store.base.Layers says."""
+        return (await self.knn_many(tenant, layer, [vector], k, return_fields, where, ensure_index))[0]
 
     async def knn_many(
         self,
@@ -137,9 +140,10 @@ class SearchOps(LexicalIndexOps):
         k: int,
         return_fields: list[str],
         where: Mapping[str, str] | None = None,
+        ensure_index: bool = False,
     ) -> list[list[Hit]]:
         """`knn` for each of `vectors`, all searches sent in one round trip."""
-        return await self._knn_searches(tenant, layer, [(v, where) for v in vectors], k, return_fields)
+        return await self._knn_searches(tenant, layer, [(v, where) for v in vectors], k, return_fields, ensure_index)
 
     async def knn_each(
         self,
@@ -185,11 +189,14 @@ class SearchOps(LexicalIndexOps):
         searches: list[tuple[np.ndarray, Mapping[str, str] | None]],
         k: int,
         return_fields: list[str],
+        ensure_index: bool = False,
     ) -> list[list[Hit]]:
         """The `k` nearest records of each (vector, filter) search, all in one round trip."""
         if not searches:
             return []
         dims = len(searches[0][0])
+        if ensure_index:  # known indexes cost no round trip; a lost one is created here
+            await self.index(layer, dims=dims)
         searchable = await self.vector_searchable(tenant, layer, dims)
         if searchable is None:
             return [[] for _ in searches]
@@ -201,11 +208,19 @@ class SearchOps(LexicalIndexOps):
                 raise
             if isinstance(searchable, OwnVectorIndex):  # the tenant's own index gone: the shared one answers
                 self._own_vectors_lost(tenant, dims)
-                return await self._knn_searches(tenant, layer, searches, k, return_fields)
-            # Redis restarted empty or the index was dropped: nothing to find; the next write
-            # creates the indexes again (readers create nothing)
+                return await self._knn_searches(tenant, layer, searches, k, return_fields, ensure_index)
+            # Redis restarted empty or the index was dropped under a process that knew it: a
+            # reader finds nothing (it creates nothing; the next write creates the indexes
+            # again); a writer creates it now and searches again — its records were written
+            # while there was none (tests/test_recovery.py), and a similarity bridge or a
+            # near-duplicate decided on "nothing" would be lost for good
             self._lost_indexes()
-            return [[] for _ in searches]
+            if not ensure_index:
+                return [[] for _ in searches]
+            await self.index(layer, dims=dims)
+            again = await self.searchable(tenant, layer, dims=dims)
+            assert again is not None  # just created
+            results = await again.knn_each(encoded, k, return_fields)  # lost again: the handler's retry
         return [_hits(rows, return_fields) for rows in results]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:

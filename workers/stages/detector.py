@@ -248,7 +248,10 @@ class DetectorStage(Stage):
         if vector is None:
             return None
         same_entities = {"status": "active", "head_id": fact.head_id, "tail_id": fact.tail_id}
-        for hit in await self.memory.knn(tenant, "facts", vector, 4, ["head_id", "tail_id", "relation"], same_entities):
+        near = await self.memory.knn(
+            tenant, "facts", vector, 4, ["head_id", "tail_id", "relation"], same_entities, ensure_index=True
+        )
+        for hit in near:
             if (
                 hit.id != fact.id
                 and hit.score > self.settings.delta

@@ -277,7 +277,7 @@ class ExtractorStage(Stage):
         vectors = await self.memory.unbridged_entity_vectors(tenant, chunk_id)
         if not vectors:
             return
-        found = await self.memory.knn_many(tenant, "entities", list(vectors.values()), 10, ["name"])
+        found = await self.memory.knn_many(tenant, "entities", list(vectors.values()), 10, ["name"], ensure_index=True)
         similar = {
             eid: [h for h in hits if h.id != eid and h.score >= self.settings.sim_edge]
             for eid, hits in zip(vectors, found)
