@@ -186,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         default=100,
         help="ppr: queries per measurement; tenants: per tenant and round; scale: per mode and round",
     )
-    bench.add_argument("--sizes", default="1000,5000,20000", help="memory sizes in passages")
+    bench.add_argument(
+        "--sizes",
+        default=None,
+        help="index: memory sizes in passages (default 1000,5000,20000); graph, scale: the tenant sizes, as --passages",
+    )
     bench.add_argument("--probe", type=int, default=20, help="documents timed one by one at each size")
     bench.add_argument("--burst", type=int, default=200, help="documents published at once for throughput")
     bench.add_argument("--latency-ms", type=int, default=200, help="the fake LLM's fixed latency")
@@ -723,6 +727,18 @@ def cmd_export(settings: Settings, args) -> int:
     return 0
 
 
+def _sizes(text: str) -> list[int]:
+    """Comma-separated passage counts; ValueError naming the one that is not a count."""
+    sizes = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ValueError(f"bench: sizes are passage counts, comma-separated; {part!r} is not one")
+        sizes.append(int(part))
+    return sizes
+
+
 def cmd_bench(settings: Settings, args) -> int:
     data = Path(args.data) if args.data else Path("..") / "shared" / "data"
     if args.kind == "memory-tax":  # offline: its own in-memory store, no stack
@@ -743,6 +759,11 @@ def cmd_bench(settings: Settings, args) -> int:
         )
     if args.file:
         raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
+    if args.sizes and (args.kind not in ("index", "graph", "scale") or args.rules):
+        kind = f"{args.kind} --rules" if args.rules else args.kind
+        raise ValueError(f"--sizes is an option of bench index (without --rules), graph and scale, not bench {kind}")
+    if args.sizes and args.passages and args.kind in ("graph", "scale"):
+        raise ValueError(f"bench {args.kind}: give the tenant sizes once, as --sizes or as --passages")
     if args.kind == "tenants":
         from ops.tenant_bench import run_tenant_bench
 
@@ -762,14 +783,14 @@ def cmd_bench(settings: Settings, args) -> int:
     if args.kind == "graph":
         from ops.graph_scale_bench import run_graph_bench
 
-        sizes = [int(s) for s in (args.passages or "5000,50000,200000").split(",") if s.strip()]
+        sizes = _sizes(args.sizes or args.passages or "5000,50000,200000")
         return run_graph_bench(
             settings, sizes, args.queries, args.rounds or 2, args.baseline_tree, args.redis_url, args.json
         )
     if args.kind == "scale":
         from ops.scale_bench import run_scale_bench
 
-        sizes = [int(s) for s in (args.passages or "5000,50000,200000").split(",") if s.strip()]
+        sizes = _sizes(args.sizes or args.passages or "5000,50000,200000")
         return run_scale_bench(sizes, args.queries, args.rounds or 3, args.baseline_tree, data, args.json)
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench
@@ -814,7 +835,7 @@ def cmd_bench(settings: Settings, args) -> int:
         )
     from ops.bench import run_index_bench
 
-    sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
+    sizes = sorted(_sizes(args.sizes or "1000,5000,20000"))
     extractors = [int(n) for n in args.extractors.split(",")]
     return run_index_bench(
         settings,

@@ -53,3 +53,19 @@ def test_bench_scale_measures_this_tree_and_a_baseline_side_by_side(stack_env):
                 p50, p99 = row["latency_ms"][f"{mode} ({path})"]
                 assert 0 < p50 <= p99
     assert set(rows[0]["ratio_by_round"]) == set(rows[0]["latency_ms"])
+
+
+def test_bench_scale_reads_its_sizes_from_sizes_and_refuses_it_where_no_bench_reads_it(stack_env):
+    """`bench scale --sizes 50000` ran every default size (5,000, 50,000 and 200,000, most of an
+    hour): --sizes was bench index's, and scale read --passages alone."""
+    cli = Cli(stack_env)
+    for argv, said in [
+        (["scale", "--sizes", "0"], "must be positive"),  # read: refused before anything is written
+        (["scale", "--sizes", "5k"], "'5k' is not one"),
+        (["scale", "--sizes", "300", "--passages", "300"], "give the tenant sizes once"),
+        (["recall", "--sizes", "300"], "not bench recall"),
+        (["index", "--rules", "--sizes", "300"], "not bench index --rules"),
+    ]:
+        proc = cli.run("bench", *argv, check=False, timeout=60)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert said in proc.stderr, (argv, proc.stderr)
