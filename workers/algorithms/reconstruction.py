@@ -250,7 +250,7 @@ class Cue:
     origin: str  # "query", "entity-knn", "fact:<id>", "passage:<id>"
     chain: str = ""  # the facts that led here, as one text ("" for a query cue)
     # the chain as a vector: the sum of its links' unit vectors (None for a query cue), so the
-    # next link's chain is scored without the model (workers.query.reconstruct: chain_cosine)
+    # next link's chain is scored without the model (workers.query.reconstruct: chain_cosines)
     chain_vector: Any = field(default=None, compare=False, repr=False)
 
 
