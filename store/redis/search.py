@@ -200,8 +200,9 @@ class SearchOps(LexicalIndexOps):
         searchable = await self.vector_searchable(tenant, layer, dims)
         if searchable is None:
             return [[] for _ in searches]
-        as_bytes: dict[int, bytes] = {}  # knn_each: one vector under every filter, encoded once
-        encoded = [(as_bytes.get(id(v)) or as_bytes.setdefault(id(v), vector_bytes(v)), where) for v, where in searches]
+        # each distinct vector encoded once (knn_each: one vector under every filter)
+        as_bytes = {key: vector_bytes(v) for key, v in {id(v): v for v, _ in searches}.items()}
+        encoded = [(as_bytes[id(v)], where) for v, where in searches]
         try:
             results = await searchable.knn_each(encoded, k, return_fields)
         except Exception as exc:
