@@ -1,16 +1,17 @@
 """Topic creation before workers start (kafka-python admin client): every topic of the namespace,
-replicated on up to three brokers (min.insync.replicas 2 at three, so acks=all survives one
-broker lost), `documents` compacted — memory is a function of that log, so it keeps each
+replicated as the cluster says, up to three brokers (min.insync.replicas 2 at three, so acks=all
+survives one broker lost), `documents` compacted — memory is a function of that log, so it keeps each
 document's last message for good (workers.recovery, ops/rebuild.py) where the other topics
 keep 7 days."""
 
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import InvalidReplicationFactorError, KafkaConnectionError, TopicAlreadyExistsError
 
 from workers.settings import Settings
 
@@ -28,24 +29,37 @@ def ensure_topics(
     )
     try:
         wanted = settings.topics.all()
-        missing = [t for t in wanted if t not in set(admin.list_topics())]
-        replicas = min(MAX_REPLICAS, len(admin.describe_cluster()["brokers"]))
-        if missing:
-            try:
-                admin.create_topics(
-                    [
-                        NewTopic(
-                            t,
-                            num_partitions=partitions,
-                            replication_factor=replicas,
-                            topic_configs=topic_configs(settings, t, replicas),
-                        )
-                        for t in missing
-                    ]
-                )
-            except TopicAlreadyExistsError:
-                pass  # another process created them meanwhile
         deadline = time.monotonic() + timeout_s
+        created: list[str] = []
+        replicas, brokers = MAX_REPLICAS, 0
+        while missing := _missing(admin, wanted):
+            with suppress(KafkaConnectionError):  # the broker the client asked has just gone: another, again
+                replicas, brokers = topic_replicas(admin)
+            if brokers >= replicas:  # else a broker is away (restarting, fenced): wait for it
+                try:
+                    admin.create_topics(
+                        [
+                            NewTopic(
+                                t,
+                                num_partitions=partitions,
+                                replication_factor=replicas,
+                                topic_configs=topic_configs(settings, t, replicas),
+                            )
+                            for t in missing
+                        ]
+                    )
+                    created += missing
+                    break
+                except TopicAlreadyExistsError:
+                    pass  # another process created some meanwhile: those left, again
+                except (InvalidReplicationFactorError, KafkaConnectionError):
+                    pass  # the controller has fenced a broker that the one asked still lists
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"topics not created within {timeout_s:g}s: the cluster wants {replicas} replicas (its "
+                    f"default.replication.factor, up to {MAX_REPLICAS}) and had fewer brokers up ({brokers} listed)"
+                )
+            time.sleep(0.5)
         while set(wanted) - set(admin.list_topics()):
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -56,12 +70,41 @@ def ensure_topics(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{settings.topics.documents}: cleanup.policy not made compact within {timeout_s}s")
             time.sleep(0.2)
-        return missing
+        return created
     finally:
         admin.close()
 
 
 MAX_REPLICAS = 3
+
+
+def _missing(admin: KafkaAdminClient, wanted: list[str], tries: int = 10) -> list[str]:
+    """The wanted topics the cluster lacks. kafka-python raises when the broker it asks has just
+    gone (a SIGKILLed one still in its metadata) rather than asking another: the next try does."""
+    for attempt in range(tries):
+        try:
+            existing = set(admin.list_topics())
+            return [t for t in wanted if t not in existing]
+        except KafkaConnectionError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+    return wanted
+
+
+def topic_replicas(admin: KafkaAdminClient) -> tuple[int, int]:
+    """(the replicas a new topic gets, the brokers registered now). The replicas are the cluster's
+    own — its `default.replication.factor`, raised to the brokers it has, up to three — never just
+    the brokers answering this moment: CI's chaos run once created its topics while one of three
+    brokers was fenced (three JVMs and the workers on two cores), and they kept two replicas."""
+    brokers = admin.describe_cluster()["brokers"]
+    if not brokers:
+        return 1, 0
+    node = str(brokers[0]["broker_id"])
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, node)], config_filter="all")
+    entry = described.get("broker", {}).get(node, {}).get("default.replication.factor") or {}
+    default = int(entry.get("value") or 1)
+    return min(MAX_REPLICAS, max(len(brokers), default)), len(brokers)
 
 
 def topic_configs(settings: Settings, topic: str, replicas: int) -> dict[str, str]:
@@ -84,7 +127,10 @@ def compact_documents(admin: KafkaAdminClient, topic: str) -> bool:
     if entry.get("value") == "compact":
         return True
     resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs={"cleanup.policy": "compact"})
-    return admin.alter_configs([resource]).get("topic", {}).get(topic) == "OK"
+    try:
+        return admin.alter_configs([resource]).get("topic", {}).get(topic) == "OK"
+    except ValueError:  # kafka-python's "Unrecognized configs": the broker asked has no such topic yet
+        return False
 
 
 def delete_namespace_topics(settings: Settings, namespaces: list[str]) -> list[str]:

@@ -259,7 +259,8 @@ class Stack:
                 )
             broker.spawn(["java", heap, "-XX:+UseG1GC", *java[1:], "kafka.Kafka", str(cfg)])
         for broker in down:
-            self._wait(broker, lambda broker=broker: self._kafka_ready(broker), progress)
+            # each waits to see every broker: one that exited (a port taken) fails the start now
+            self._wait(broker, lambda broker=broker: self._kafka_ready(broker), progress, alongside=tuple(down))
 
     def _cluster_id(self) -> str:
         """The KRaft cluster id every broker's storage is formatted with (kept beside broker 1's)."""
@@ -354,13 +355,14 @@ class Stack:
         except (KafkaError, OSError, ValueError):
             return False
 
-    def _wait(self, service: Service, ready, progress) -> None:
+    def _wait(self, service: Service, ready, progress, alongside: tuple[Service, ...] = ()) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if not _process_exists(service.pid_file):
-                raise StackError(
-                    f"{service.name} exited while starting; see {service.log_file}:\n{_tail(service.log_file)}"
-                )
+            for started in [service, *alongside]:
+                if not _process_exists(started.pid_file):
+                    raise StackError(
+                        f"{started.name} exited while starting; see {started.log_file}:\n{_tail(started.log_file)}"
+                    )
             if _port_open(service.port) and ready():
                 progress(f"{service.name}: {service.state()}")
                 return
