@@ -51,7 +51,8 @@ def leading_broker(bootstrap: str, namespace: str) -> int:
     partitions = [p for topic in described for p in topic["partitions"]]
     brokers = len(bootstrap.split(","))
     if not partitions or any(len(p["replica_nodes"]) != brokers for p in partitions):
-        raise AssertionError(f"the pipeline's topics are not replicated on all {brokers} brokers")
+        replicas = {t["name"]: sorted({len(p["replica_nodes"]) for p in t["partitions"]}) for t in described}
+        raise AssertionError(f"the pipeline's topics are not replicated on all {brokers} brokers: {replicas}")
     return Counter(p["leader_id"] for p in partitions).most_common(1)[0][0]
 
 
