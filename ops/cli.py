@@ -727,16 +727,20 @@ def cmd_export(settings: Settings, args) -> int:
     return 0
 
 
-def _sizes(text: str) -> list[int]:
-    """Comma-separated passage counts; ValueError naming the one that is not a count."""
-    sizes = []
+def _counts(text: str, flag: str = "--sizes") -> list[int]:
+    """A flag's comma-separated counts (passages, edges, clients, processes); ValueError naming
+    the flag and the part that is not one. `--extractors 1,x` read int("x") and said only
+    "invalid literal for int()", and `--clients 0` measured no client at all."""
+    counts = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         if not part.isdigit():
-            raise ValueError(f"bench: sizes are passage counts, comma-separated; {part!r} is not one")
-        sizes.append(int(part))
-    return sizes
+            raise ValueError(f"bench: {flag} takes counts, comma-separated; {part!r} is not one")
+        counts.append(int(part))
+    if flag != "--sizes" and (not counts or min(counts) < 1):  # a size of 0 is refused by its bench
+        raise ValueError(f"bench: {flag} takes counts of at least 1, comma-separated, not {text!r}")
+    return counts
 
 
 def cmd_bench(settings: Settings, args) -> int:
@@ -783,14 +787,14 @@ def cmd_bench(settings: Settings, args) -> int:
     if args.kind == "graph":
         from ops.graph_scale_bench import run_graph_bench
 
-        sizes = _sizes(args.sizes or args.passages or "5000,50000,200000")
+        sizes = _counts(args.sizes or args.passages or "5000,50000,200000")
         return run_graph_bench(
             settings, sizes, args.queries, args.rounds or 2, args.baseline_tree, args.redis_url, args.json
         )
     if args.kind == "scale":
         from ops.scale_bench import run_scale_bench
 
-        sizes = _sizes(args.sizes or args.passages or "5000,50000,200000")
+        sizes = _counts(args.sizes or args.passages or "5000,50000,200000")
         return run_scale_bench(sizes, args.queries, args.rounds or 3, args.baseline_tree, data, args.json)
     if args.kind == "wait":
         from ops.wait_bench import run_wait_bench
@@ -805,13 +809,11 @@ def cmd_bench(settings: Settings, args) -> int:
     if args.kind == "ppr":
         from ops.ppr_bench import run_ppr_bench
 
-        return run_ppr_bench(
-            settings, [int(e) for e in args.edges.split(",")], args.queries, data, args.tenant, args.json
-        )
+        return run_ppr_bench(settings, _counts(args.edges, "--edges"), args.queries, data, args.tenant, args.json)
     if args.kind == "load":
         from ops.load_bench import run_load_bench
 
-        clients = [int(c) for c in args.clients.split(",")]
+        clients = _counts(args.clients, "--clients")
         return run_load_bench(
             settings,
             clients,
@@ -835,8 +837,8 @@ def cmd_bench(settings: Settings, args) -> int:
         )
     from ops.bench import run_index_bench
 
-    sizes = sorted(_sizes(args.sizes or "1000,5000,20000"))
-    extractors = [int(n) for n in args.extractors.split(",")]
+    sizes = sorted(_counts(args.sizes or "1000,5000,20000"))
+    extractors = _counts(args.extractors, "--extractors")
     return run_index_bench(
         settings,
         sizes,

@@ -57,11 +57,15 @@ def test_bench_scale_measures_this_tree_and_a_baseline_side_by_side(stack_env):
 
 def test_bench_scale_reads_its_sizes_from_sizes_and_refuses_it_where_no_bench_reads_it(stack_env):
     """`bench scale --sizes 50000` ran every default size (5,000, 50,000 and 200,000, most of an
-    hour): --sizes was bench index's, and scale read --passages alone."""
+    hour): --sizes was bench index's, and scale read --passages alone. The other count lists
+    (--edges, --clients, --extractors) said only "invalid literal for int()", or took 0."""
     cli = Cli(stack_env)
     for argv, said in [
         (["scale", "--sizes", "0"], "must be positive"),  # read: refused before anything is written
         (["scale", "--sizes", "5k"], "'5k' is not one"),
+        (["ppr", "--edges", "1000,1e6"], "--edges takes counts, comma-separated; '1e6' is not one"),
+        (["load", "--clients", "0"], "--clients takes counts of at least 1"),
+        (["index", "--extractors", "1,x"], "--extractors takes counts, comma-separated; 'x' is not one"),
         (["scale", "--sizes", "300", "--passages", "300"], "give the tenant sizes once"),
         (["recall", "--sizes", "300"], "not bench recall"),
         (["index", "--rules", "--sizes", "300"], "not bench index --rules"),
