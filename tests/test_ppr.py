@@ -113,6 +113,30 @@ def test_split_long_rows_give_the_same_product():
     assert np.allclose(split, exact, rtol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_a_pass_in_row_blocks_on_threads_is_the_one_thread_pass_bit_for_bit(monkeypatch, threads):
+    """A large matrix's pass runs in row blocks on several threads (ppr.PARALLEL_ENTRIES): the
+    same rows summed the same way, so the scores — and every answer — are those of one thread,
+    also after a damping change rescales the matrix the blocks share."""
+    from workers.algorithms import ppr
+
+    graph = hub_graph(8)
+    single = graph.transition()
+    monkeypatch.setattr(ppr, "PARALLEL_ENTRIES", 0)
+    monkeypatch.setattr(ppr, "product_threads", lambda: threads)
+    graph._transition = None
+    blocked = graph.transition()
+    assert len(single.blocks) == 1 and len(blocked.blocks) == threads
+    assert all(np.shares_memory(block.data, blocked.split.data) for block in blocked.blocks)
+    reset = np.zeros(len(graph))
+    reset[[3, 70, 2999]] = 1.0
+    for damping in (0.5, 0.85):
+        one, many = single.solve(reset, damping, 1e-6), blocked.solve(reset, damping, 1e-6)
+        assert one.passes == many.passes and np.array_equal(one.scores, many.scores)
+    x = np.random.default_rng(8).random(blocked.matrix.shape[0]).astype(np.float32)
+    assert np.array_equal(single.product(x), blocked.product(x))
+
+
 def test_an_unreachable_tolerance_is_an_error_not_a_silent_answer():
     graph = hub_graph(7)
     reset = np.ones(len(graph))

@@ -15,6 +15,8 @@ most MAX_PASSES matrix passes: one query's work is bounded whatever its damping 
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -321,6 +323,7 @@ class Transition:
         self.split = sp.csr_matrix(
             (matrix.data, matrix.indices, split_bounds), shape=(len(split_bounds) - 1, n), copy=False
         )
+        self.blocks = _row_blocks(self.split, product_threads() if matrix.nnz >= PARALLEL_ENTRIES else 1)
 
     def solve(
         self,
@@ -352,7 +355,12 @@ class Transition:
     def product(self, x: np.ndarray) -> np.ndarray:
         """M·x, one pass over the matrix."""
         pieces = int(self.piece_starts[-1])
-        z = self.split @ x
+        if len(self.blocks) == 1:
+            z = self.split @ x
+        else:  # scipy's product releases the GIL: the blocks after the first on the pool's threads
+            pool = _product_pool()
+            rest = [pool.submit(block.__matmul__, x) for block in self.blocks[1:]]
+            z = np.concatenate([self.blocks[0] @ x, *(part.result() for part in rest)])
         y = z[pieces - self.long_rows :]
         if self.long_rows:
             y[: self.long_rows] = np.add.reduceat(z[:pieces], self.piece_starts[:-1], dtype=np.float64)
@@ -367,6 +375,47 @@ class Transition:
             columns = self.matrix.indices[start:end]
             out[columns] += self.matrix.data[start:end] * self.degree[columns] * (v * self.inverse[j])
         return out
+
+
+# A pass over a large matrix is split in row blocks of about equal entries, one per core (at
+# most four), computed at once: at 200,000 passages a pass reads ~6 million entries (~5 ms,
+# memory-bound) and a solve makes 13. Measured on this 2-core machine, a 3.9-million-entry
+# matrix: one thread 5.7 ms a pass, two 3.2 ms (CPU 5.6 ms: the hand-off costs little).
+# Below a million entries a pass takes under a millisecond and one thread does it.
+PARALLEL_ENTRIES = 1_000_000
+MAX_PRODUCT_THREADS = 4
+
+
+def product_threads() -> int:
+    return max(1, min(MAX_PRODUCT_THREADS, len(os.sched_getaffinity(0))))
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _product_pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=MAX_PRODUCT_THREADS - 1, thread_name_prefix="memstream-ppr-product")
+    return _POOL
+
+
+def _row_blocks(matrix: sp.csr_matrix, parts: int) -> list[sp.csr_matrix]:
+    """`matrix`'s rows in `parts` consecutive blocks of about equal entries, each a view on its
+    arrays (no copy: `Transition.scale` rescales them all in place)."""
+    if parts <= 1 or matrix.shape[0] < parts:
+        return [matrix]
+    indptr = matrix.indptr
+    cuts = np.searchsorted(indptr, np.linspace(0, matrix.nnz, parts + 1)[1:-1])
+    rows = sorted({0, *cuts.tolist(), matrix.shape[0]})
+    blocks = []
+    for start, end in zip(rows, rows[1:]):
+        first, last = indptr[start], indptr[end]
+        data, indices = matrix.data[first:last], matrix.indices[first:last]
+        block = sp.csr_matrix((data, indices, indptr[start : end + 1] - first), shape=(end - start, matrix.shape[1]))
+        block.data, block.indices = data, indices  # scipy copies a view of a much larger array ("prune")
+        blocks.append(block)
+    return blocks
 
 
 FLOAT32_TOLERANCE = 1e-6  # below this L1 tolerance the vectors are float64 (float32 rounding floor ≈ 10⁻⁷)
