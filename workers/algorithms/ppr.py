@@ -378,10 +378,10 @@ class Transition:
 
 
 # A pass over a large matrix is split in row blocks of about equal entries, one per core (at
-# most four), computed at once: at 200,000 passages a pass reads ~6 million entries (~5 ms,
-# memory-bound) and a solve makes 13. Measured on this 2-core machine, a 3.9-million-entry
-# matrix: one thread 5.7 ms a pass, two 3.2 ms (CPU 5.6 ms: the hand-off costs little).
-# Below a million entries a pass takes under a millisecond and one thread does it.
+# most four), computed at once. Measured on this 2-core machine, interleaved: the 200,000-passage
+# tenant of `bench scale` (1.8 million entries) 1.62 → 0.86 ms a pass, its solve 22.7 → 15.1 ms
+# p50; a million entries, solve 0.79×; half a million, 1.13× — the hand-off (~150 µs a pass,
+# thread wake-ups) outweighs the split below about a million entries, so one thread does those.
 PARALLEL_ENTRIES = 1_000_000
 MAX_PRODUCT_THREADS = 4
 
