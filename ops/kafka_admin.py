@@ -60,11 +60,9 @@ def ensure_topics(
                     f"default.replication.factor, up to {MAX_REPLICAS}) and had fewer brokers up ({brokers} listed)"
                 )
             time.sleep(0.5)
-        while set(wanted) - set(admin.list_topics()):
+        while unseen := _missing(admin, wanted):  # created, until the broker asked lists them
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"topics not visible after {timeout_s}s: {sorted(set(wanted) - set(admin.list_topics()))}"
-                )
+                raise TimeoutError(f"topics not visible after {timeout_s}s: {sorted(unseen)}")
             time.sleep(0.2)
         while not compact_documents(admin, settings.topics.documents):
             if time.monotonic() > deadline:
