@@ -11,7 +11,12 @@ from contextlib import suppress
 
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
-from kafka.errors import InvalidReplicationFactorError, KafkaConnectionError, TopicAlreadyExistsError
+from kafka.errors import (
+    InvalidReplicationFactorError,
+    RetriableError,
+    TopicAlreadyExistsError,
+    UnknownBrokerIdError,
+)
 
 from workers.settings import Settings
 
@@ -33,7 +38,7 @@ def ensure_topics(
         created: list[str] = []
         replicas, brokers = MAX_REPLICAS, 0
         while missing := _missing(admin, wanted):
-            with suppress(KafkaConnectionError):  # the broker the client asked has just gone: another, again
+            with suppress(*BROKERS_CHANGING):  # the broker the client asked has just gone: another, again
                 replicas, brokers = topic_replicas(admin)
             if brokers >= replicas:  # else a broker is away (restarting, fenced): wait for it
                 try:
@@ -52,8 +57,8 @@ def ensure_topics(
                     break
                 except TopicAlreadyExistsError:
                     pass  # another process created some meanwhile: those left, again
-                except (InvalidReplicationFactorError, KafkaConnectionError):
-                    pass  # the controller has fenced a broker that the one asked still lists
+                except BROKERS_CHANGING:
+                    pass  # a broker gone, back, or fenced, and the client or the controller not yet told
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"topics not created within {timeout_s:g}s: the cluster wants {replicas} replicas (its "
@@ -64,7 +69,7 @@ def ensure_topics(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topics not visible after {timeout_s}s: {sorted(unseen)}")
             time.sleep(0.2)
-        while not compact_documents(admin, settings.topics.documents):
+        while not _asking(compact_documents, admin, settings.topics.documents):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{settings.topics.documents}: cleanup.policy not made compact within {timeout_s}s")
             time.sleep(0.2)
@@ -75,19 +80,29 @@ def ensure_topics(
 
 MAX_REPLICAS = 3
 
+# What kafka-python raises while the cluster changes under it, rather than asking another broker:
+# a connection to a broker just gone (KafkaConnectionError, NodeNotReadyError — retriable), a
+# controller id its metadata does not list yet (UnknownBrokerIdError: CI, right after a restarted
+# broker became controller), a replica count the controller refuses because it has fenced a broker
+# the one asked still lists (InvalidReplicationFactorError). The next try asks again.
+BROKERS_CHANGING: tuple[type[Exception], ...] = (RetriableError, UnknownBrokerIdError, InvalidReplicationFactorError)
 
-def _missing(admin: KafkaAdminClient, wanted: list[str], tries: int = 10) -> list[str]:
-    """The wanted topics the cluster lacks. kafka-python raises when the broker it asks has just
-    gone (a SIGKILLed one still in its metadata) rather than asking another: the next try does."""
+
+def _missing(admin: KafkaAdminClient, wanted: list[str]) -> list[str]:
+    """The wanted topics the cluster lacks."""
+    existing = set(_asking(admin.list_topics))
+    return [t for t in wanted if t not in existing]
+
+
+def _asking(call, *args, tries: int = 10):
+    """`call(*args)`, again (half a second apart) while the brokers are changing under it."""
     for attempt in range(tries):
         try:
-            existing = set(admin.list_topics())
-            return [t for t in wanted if t not in existing]
-        except KafkaConnectionError:
+            return call(*args)
+        except BROKERS_CHANGING:
             if attempt == tries - 1:
                 raise
             time.sleep(0.5)
-    return wanted
 
 
 def topic_replicas(admin: KafkaAdminClient) -> tuple[int, int]:

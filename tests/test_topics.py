@@ -9,8 +9,10 @@ import uuid
 
 import pytest
 from kafka import KafkaAdminClient
+from kafka import errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
+from ops import kafka_admin
 from ops.kafka_admin import delete_namespace_topics, ensure_topics
 from workers.settings import Settings
 
@@ -47,4 +49,58 @@ def test_the_documents_topic_is_compacted(stack_env, before):
             assert held == str(settings.max_message_bytes)
     finally:
         admin.close()
+        delete_namespace_topics(settings, [namespace])
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        kafka_errors.UnknownBrokerIdError(3),
+        kafka_errors.NodeNotReadyError(3),
+        kafka_errors.NotControllerError(),
+        kafka_errors.KafkaConnectionError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_client_behind_the_brokers_changing_asks_again(stack_env, monkeypatch, raised):
+    """What kafka-python raises while a broker goes or comes back, rather than asking another — in
+    CI, UnknownBrokerIdError: a restarted broker had become controller before the admin client's
+    metadata listed it — is asked again, at every step. The double here is the real client on the
+    real broker, made to raise that once before each of its calls."""
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+    settings = Settings.from_env({**stack_env, "MEMSTREAM_TOPIC_NAMESPACE": namespace, "MEMSTREAM_APP_ID": namespace})
+    raised_in: list[str] = []
+
+    class ClientBehindTheBrokers(KafkaAdminClient):
+        def _once(self, name):
+            if name not in raised_in:
+                raised_in.append(name)
+                raise raised
+
+        def list_topics(self, *args, **kwargs):
+            self._once("list_topics")
+            return super().list_topics(*args, **kwargs)
+
+        def describe_cluster(self, *args, **kwargs):
+            self._once("describe_cluster")
+            return super().describe_cluster(*args, **kwargs)
+
+        def create_topics(self, *args, **kwargs):
+            self._once("create_topics")
+            return super().create_topics(*args, **kwargs)
+
+        def describe_configs(self, *args, **kwargs):
+            self._once("describe_configs")
+            return super().describe_configs(*args, **kwargs)
+
+    monkeypatch.setattr(kafka_admin, "KafkaAdminClient", ClientBehindTheBrokers)
+    try:
+        assert sorted(ensure_topics(settings, timeout_s=30)) == sorted(settings.topics.all())
+        assert sorted(raised_in) == ["create_topics", "describe_cluster", "describe_configs", "list_topics"]
+        admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        try:
+            assert _policy(admin, settings.topics.documents, "compact") == "compact"
+        finally:
+            admin.close()
+    finally:
         delete_namespace_topics(settings, [namespace])
