@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import shlex
 import signal
 import socket
@@ -389,6 +390,29 @@ def stderr(message: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, from below the kernel's ephemeral range. One from within it (what
+    binding port 0 gives) can be taken, before the service binds it, as the source port of any
+    connection the machine opens: CI's chaos run lost a broker that way ("Address already in use"
+    for 127.0.0.1:49450), its JVM binding seconds after the port was chosen."""
+    low, _ = ephemeral_ports()
+    for _ in range(200):
+        port = random.randrange(FIRST_CHOSEN_PORT, low) if low - FIRST_CHOSEN_PORT >= 1000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise StackError(f"no free port found between {FIRST_CHOSEN_PORT} and {low}")
+
+
+FIRST_CHOSEN_PORT = 10000  # above the well-known services' ports
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for the source ports of outgoing connections (Linux's default if unread)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999

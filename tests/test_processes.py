@@ -3,11 +3,13 @@ start and stop `memstream worker`: a worker that exits while awaited fails the w
 with its log's tail, instead of after the health timeout."""
 
 import os
+import socket
 import time
 
 import pytest
 
 from ops.processes import WorkerFailed, WorkerProcess
+from ops.stack import ephemeral_ports, free_port
 
 
 def test_a_worker_that_exits_fails_the_wait_at_once_with_its_log(tmp_path):
@@ -72,3 +74,15 @@ def test_eval_of_stack_up_exports_the_addresses_to_what_starts_next(stack_env):
         check=True,
     ).stdout.split()
     assert seen == [stack_env["MEMSTREAM_KAFKA_BOOTSTRAP"], stack_env["MEMSTREAM_REDIS_URL"]]
+
+
+def test_a_free_port_is_chosen_below_the_ports_outgoing_connections_take():
+    """A port from the kernel's ephemeral range can be taken as the source port of any connection
+    opened before the service binds it (CI: a broker's JVM, seconds later, "Address already in use")."""
+    low, high = ephemeral_ports()
+    ports = [free_port() for _ in range(200)]
+    inside = [p for p in ports if low <= p <= high]
+    assert inside == [], f"ports chosen inside the ephemeral range {low}-{high}: {inside[:10]}"
+    assert len(set(ports)) > 150, "the ports chosen are not spread: two services starting together would collide"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))  # and free
