@@ -396,7 +396,8 @@ def free_port() -> int:
     for 127.0.0.1:49450), its JVM binding seconds after the port was chosen."""
     low, _ = ephemeral_ports()
     for _ in range(200):
-        port = random.randrange(FIRST_CHOSEN_PORT, low) if low - FIRST_CHOSEN_PORT >= 1000 else 0
+        # up to 64 below the range: the ports after it stay out of it (brokers and controllers)
+        port = random.randrange(FIRST_CHOSEN_PORT, low - 64) if low - FIRST_CHOSEN_PORT >= 1000 else 0
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
