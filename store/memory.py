@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 from store.records import Hit
 from store.redis.aliases import AliasesOps
 from store.redis.base import DONE_MARK_TTL_S, INITIAL_SCAN_WAIT_S, TENANT_DIMS_RECHECK_S, RedisBase
-from store.redis.connection import hiredis_packing
+from store.redis.connection import store_connection
 from store.redis.episodes import EpisodesOps
 from store.redis.erasing import ErasingOps
 from store.redis.expiry import ExpiryOps
@@ -100,5 +100,5 @@ class Memory(
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False
         )
-        pool.connection_class = hiredis_packing(pool.connection_class)
+        pool.connection_class = store_connection(pool.connection_class)
         return cls(aioredis.Redis.from_pool(pool), **kwargs)

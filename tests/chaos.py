@@ -10,7 +10,6 @@ import json
 import os
 import random
 import signal
-import socket
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from kafka import KafkaAdminClient
 
 from ops.fake_llm import FakeOpenAI
 from ops.processes import WorkerProcess, stop_all
-from ops.stack import Stack, free_port
+from ops.stack import Stack, free_ports
 
 TERM_TIMEOUT_S = 60  # a graceful stop that takes longer is finished with SIGKILL (and logged)
 
@@ -28,16 +27,7 @@ TERM_TIMEOUT_S = 60  # a graceful stop that takes longer is finished with SIGKIL
 def free_kafka_port(brokers: int = 1) -> int:
     """A free port followed by free ports for every broker and its controller (broker n listens
     on port + 2(n - 1), its controller on the next: ops.stack.Stack)."""
-    for _ in range(100):
-        port = free_port()
-        try:
-            for other in range(port + 1, port + 2 * brokers):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", other))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError(f"no {2 * brokers} consecutive free ports found")
+    return free_ports(2 * brokers)
 
 
 def leading_broker(bootstrap: str, namespace: str) -> int:

@@ -70,6 +70,13 @@ class Settings:
     session_timeout: int = _setting(10, "Kafka", "seconds before a dead worker's partitions move")
     # ---- Redis ----
     redis_port: int = _setting(16379, "Redis", "the local stack's Redis port")
+    redis_shards: int = _setting(
+        1,
+        "Redis",
+        "the local stack's Redis: one server, or (`stack up --redis-cluster 3`) a Redis Cluster of that many "
+        "shards, shard n on MEMSTREAM_REDIS_PORT + n - 1, its cluster bus on that + the shards (the store does not "
+        "run on a cluster yet)",
+    )
     redis_url: str = _setting("", "Redis", "Redis (with search)", shown="redis://127.0.0.1:$MEMSTREAM_REDIS_PORT/0")
     # ---- indexing ----
     extractor: Extractor = _setting(
@@ -251,6 +258,8 @@ class Settings:
     def __post_init__(self):
         if not self.kafka_brokers >= 1:
             raise ValueError(f"MEMSTREAM_KAFKA_BROKERS: at least 1, not {self.kafka_brokers}")
+        if not self.redis_shards >= 1:
+            raise ValueError(f"MEMSTREAM_REDIS_SHARDS: at least 1, not {self.redis_shards}")
         if not self.kafka_bootstrap:
             ports = [self.kafka_port + 2 * n for n in range(self.kafka_brokers)]
             object.__setattr__(self, "kafka_bootstrap", ",".join(f"127.0.0.1:{port}" for port in ports))

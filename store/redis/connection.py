@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from redis.exceptions import DataError
 
+from store.errors import RedisClusterNode
+
 try:
     import hiredis
 except ImportError:  # redis-py's own packing, as without this module
@@ -56,3 +58,32 @@ def hiredis_packing(connection_class: type) -> type:
         name = f"HiredisPacked{connection_class.__name__}"
         _PACKED[connection_class] = type(name, (_HiredisPacking, connection_class), {})
     return _PACKED[connection_class]
+
+
+class _OneServerOnly:
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        await super().on_connect_check_health(check_health)  # type: ignore[misc]
+        await self.send_command("INFO", "cluster")  # type: ignore[attr-defined]
+        info = await self.read_response()  # type: ignore[attr-defined]
+        text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+        if "cluster_enabled:1" in text:
+            host = getattr(self, "host", None) or getattr(self, "path", "")
+            port = getattr(self, "port", "")
+            raise RedisClusterNode(
+                f"the Redis at {host}{f':{port}' if port else ''} is a Redis Cluster node (cluster_enabled:1): "
+                "memstream's store runs on one Redis server for now — point MEMSTREAM_REDIS_URL at one "
+                '(docs/operations.md, "Redis Cluster")'
+            )
+
+
+_STORE: dict[type, type] = {}
+
+
+def store_connection(connection_class: type) -> type:
+    """The store's connection: `connection_class` (TCP, Unix socket or TLS, as the URL chose)
+    packing with hiredis, that refuses a Redis Cluster node when it connects (one INFO a
+    connection, ~0.1 ms, kept for the connection's life)."""
+    if connection_class not in _STORE:
+        packed = hiredis_packing(connection_class)
+        _STORE[connection_class] = type(f"Store{packed.__name__}", (_OneServerOnly, packed), {})
+    return _STORE[connection_class]

@@ -1,0 +1,164 @@
+"""A local Redis Cluster (`memstream stack up --redis-cluster 3`, ops/stack.py) and what the store
+does on one today: it refuses it with a clear error, where it ran on the first shard and failed
+(MOVED) or read another shard's tenants as empty. The engine's behaviour a cluster store rests
+on is pinned here too: with no coordinator in the query engine shipped here, an index is a key
+on one shard and sees that shard's records only, so each shard needs an index of its own (named
+with a hash tag the shard owns) and a tenant's searches go to its slot's shard — also after the
+slot moves (docs/operations.md, "Redis Cluster")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.search.query import Query
+from redis.crc import key_slot
+
+from ops.stack import CLUSTER_SLOTS, Stack, cluster_info, free_ports, own_slots
+from tests.conftest import MEMSTREAM, ROOT
+from workers.settings import Settings
+
+pytestmark = pytest.mark.stack
+
+
+def _run(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(MEMSTREAM + list(args), env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture
+def cluster_env(tmp_path):
+    port = free_ports(6)  # three shards, then their cluster buses
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
+        "MEMSTREAM_HOME": str(tmp_path / "stack"),
+        "MEMSTREAM_REDIS_PORT": str(port),
+    }
+    try:
+        yield env
+    finally:
+        Stack(Settings(home=tmp_path / "stack", redis_port=port)).service_down("redis")
+
+
+def _shards(env: dict) -> list[redis.Redis]:
+    port = int(env["MEMSTREAM_REDIS_PORT"])
+    return [redis.Redis(host="127.0.0.1", port=port + n) for n in range(3)]
+
+
+def _redis_up(env: dict, *flags: str) -> subprocess.CompletedProcess:
+    """`stack up`'s Redis part: the Kafka part is the three-broker tests' (tests/test_brokers.py)."""
+    code = (
+        "import sys, dataclasses; from ops.cli import main; import ops.stack as s; "
+        "s.Stack._kafka_up = lambda self, progress: None; sys.exit(main(sys.argv[1:]))"
+    )
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", code, "stack", "up", *flags],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_stack_up_with_a_redis_cluster_forms_one_that_keeps_its_shape_and_keys_across_a_restart(cluster_env):
+    up = _redis_up(cluster_env, "--redis-cluster", "3")
+    assert up.returncode == 0, up.stderr
+    shards = _shards(cluster_env)
+    assert all(cluster_info(s)["cluster_state"] == "ok" for s in shards), up.stderr
+    owned = [own_slots(s) for s in shards]
+    assert sorted(len(o) for o in owned) == [5461, 5461, 5462]
+    assert set().union(*owned) == set(range(CLUSTER_SLOTS))
+    status = _run(cluster_env, "stack", "status").stdout
+    assert all(f"{name}: running" in status for name in ("redis", "redis-2", "redis-3")), status
+
+    client = RedisCluster(host="127.0.0.1", port=int(cluster_env["MEMSTREAM_REDIS_PORT"]))
+    tenants = [f"t{n}" for n in range(30)]
+    for tenant in tenants:
+        client.set(f"ms:{{{tenant}}}:probe", tenant)
+    assert all(s.dbsize() > 0 for s in shards), "30 tenants' keys did not reach every shard"
+    client.close()
+
+    assert _run(cluster_env, "stack", "down").returncode == 0
+    up = _redis_up(cluster_env)  # no flag: the stack's shards are its folders, as its brokers are
+    assert up.returncode == 0, up.stderr
+    assert [own_slots(s) for s in _shards(cluster_env)] == owned
+    client = RedisCluster(host="127.0.0.1", port=int(cluster_env["MEMSTREAM_REDIS_PORT"]))
+    assert [client.get(f"ms:{{{t}}}:probe") for t in tenants] == [t.encode() for t in tenants]
+    client.close()
+
+
+def test_a_stack_redis_made_alone_is_not_turned_into_a_shard(cluster_env):
+    assert _redis_up(cluster_env).returncode == 0
+    _run(cluster_env, "stack", "down")
+    up = _redis_up(cluster_env, "--redis-cluster", "3")
+    assert up.returncode == 1
+    assert "was made as a Redis of its own, not a cluster shard" in up.stderr, up.stderr
+
+
+def test_the_store_refuses_a_cluster_node_with_what_to_do(cluster_env):
+    assert _redis_up(cluster_env, "--redis-cluster", "3").returncode == 0
+    env = {**cluster_env, "MEMSTREAM_REDIS_URL": f"redis://127.0.0.1:{cluster_env['MEMSTREAM_REDIS_PORT']}/0"}
+    for tenant in ("a", "b", "c"):  # on any shard: the error says what is wrong, not MOVED or nothing
+        export = _run(env, "export", "--tenant", tenant)
+        assert export.returncode != 0, export.stdout
+        assert "is a Redis Cluster node" in export.stderr and "MEMSTREAM_REDIS_URL" in export.stderr, export.stderr
+        assert "Traceback" not in export.stderr, export.stderr
+
+
+def test_an_index_a_shard_sees_that_shards_tenants_also_after_their_slot_moves(cluster_env):
+    """The premise of a cluster store: an index per shard (its name's hash tag in the shard's slots)
+    over the shared prefix finds exactly the records of the tenants whose slots the shard serves —
+    and a tenant whose slot is migrated is found by the new shard's index, no longer the old's."""
+    assert _redis_up(cluster_env, "--redis-cluster", "3").returncode == 0
+    shards = _shards(cluster_env)
+    owned = [own_slots(s) for s in shards]
+    tags = [next(f"s{n}" for n in range(1000) if key_slot(f"{{s{n}}}".encode()) in slots) for slots in owned]
+    for shard, tag in zip(shards, tags):
+        shard.execute_command(
+            "FT.CREATE",
+            f"ms:index:{{{tag}}}",
+            "ON",
+            "HASH",
+            "PREFIX",
+            "1",
+            "ms:pas:",
+            "SCHEMA",
+            "tenant",
+            "TAG",
+            "text",
+            "TEXT",
+        )
+    client = RedisCluster(host="127.0.0.1", port=int(cluster_env["MEMSTREAM_REDIS_PORT"]))
+    tenants = [f"t{n}" for n in range(20)]
+    for tenant in tenants:
+        for n in range(3):
+            client.hset(f"ms:pas:{{{tenant}}}:{n}", mapping={"tenant": tenant, "text": f"lighthouse keeper {n}"})
+
+    def found(shard: int, tenant: str) -> int:
+        query = Query(f"@tenant:{{{tenant}}}").paging(0, 0)
+        return shards[shard].ft(f"ms:index:{{{tags[shard]}}}").search(query).total
+
+    def home(tenant: str) -> int:
+        return next(n for n, slots in enumerate(owned) if key_slot(f"{{{tenant}}}".encode()) in slots)
+
+    for tenant in tenants:
+        assert [found(n, tenant) for n in range(3)] == [3 if n == home(tenant) else 0 for n in range(3)], tenant
+
+    moved = tenants[0]
+    slot, source = key_slot(f"{{{moved}}}".encode()), home(moved)
+    target = (source + 1) % 3
+    ids = [s.execute_command("CLUSTER", "MYID").decode() for s in shards]
+    port = int(cluster_env["MEMSTREAM_REDIS_PORT"])
+    shards[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
+    shards[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+    keys = shards[source].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    shards[source].execute_command("MIGRATE", "127.0.0.1", port + target, "", 0, 5000, "KEYS", *keys)
+    for shard in shards:
+        shard.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+    assert [found(n, moved) for n in range(3)] == [3 if n == target else 0 for n in range(3)]
+    client.close()
