@@ -6,7 +6,7 @@ for byte: floats as their repr (hiredis would print them with 17 digits), bytes-
 
 from __future__ import annotations
 
-from redis.exceptions import DataError
+from redis.exceptions import DataError, ResponseError
 
 from store.errors import RedisClusterNode
 
@@ -64,7 +64,10 @@ class _OneServerOnly:
     async def on_connect_check_health(self, check_health: bool = True) -> None:
         await super().on_connect_check_health(check_health)  # type: ignore[misc]
         await self.send_command("INFO", "cluster")  # type: ignore[attr-defined]
-        info = await self.read_response()  # type: ignore[attr-defined]
+        try:
+            info = await self.read_response()  # type: ignore[attr-defined]
+        except ResponseError:  # an ACL without INFO (docker-compose's): the server cannot be asked
+            return
         text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
         if "cluster_enabled:1" in text:
             host = getattr(self, "host", None) or getattr(self, "path", "")
