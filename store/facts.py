@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 from store.keys import entity_node
 from topics import FactEvent
 from topics.contract import FactCategory, fact_category
-from topics.records import CATEGORY_PRECEDENCE, Triple
+from topics.records import CATEGORY_PRECEDENCE, VALUE_TYPES, Triple
 
 # A fact's lifecycle (docs/architecture.md, "How it works"); mypy checks every status named in code
 # against it (strict_equality: comparing with a name not in it is an error).
@@ -260,6 +260,8 @@ class Lifecycle:
         self.memory.stage_fact_update(pipe, tenant, fact.id, stored)
 
     def _link(self, pipe, tenant: str, fact: Fact, version: int) -> None:
+        if fact.head_type in VALUE_TYPES or fact.tail_type in VALUE_TYPES:
+            return  # a value is no node a walk passes through; `_unlink` of an edge never made is a no-op
         self.memory.stage_fact_edge(
             pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id
         )

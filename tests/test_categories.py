@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from tests.inprocess import InProcess
-from topics.records import CATEGORY_PRECEDENCE
+from topics.records import CATEGORY_PRECEDENCE, VALUE_TYPES
 from workers.algorithms import categories
 from workers.algorithms.turns import turn_context, when_of
 from workers.models.extraction import LLMExtractor, RulesExtractor
@@ -58,8 +58,9 @@ def test_an_http_409_with_an_error_code_is_a_tool_failure_of_the_tool():
 
 
 def test_an_exception_name_is_a_tool_failure():
+    """The tool the agent names as what raised heads the failure (the agent only reports it)."""
     facts = triples(RulesExtractor().extract_sync(EXCEPTION, AGENT))
-    assert ("travel_agent", "failed with", "ConnectionRefusedError", "TOOL_FAILURE") in facts
+    assert ("Iberia fares API", "failed with", "ConnectionRefusedError", "TOOL_FAILURE") in facts
     assert {f[3] for f in facts} == {"TOOL_FAILURE"}
     assert categories.classify("fares_api timed out after 30 s").category == "TOOL_FAILURE"
     assert categories.classify("It raised TimeoutError.").object == "TimeoutError"
@@ -89,7 +90,7 @@ def test_precedence_failure_over_rejection_over_constraint():
 def test_prose_keeps_its_facts_and_titles_are_no_cues():
     """Wikipedia-like prose: a cue word changes the category of a sentence's facts, never the
     facts; a capitalised cue word inside a sentence is a title; 'declined' as a decrease is no refusal."""
-    prose = "The album failed to reach the Billboard Hot 100 in 1998."
+    prose = "The album by Nirvana failed to reach the Billboard Hot 100 in 1998."
     categorised = RulesExtractor().extract_sync(prose)
     plain = RulesExtractor().extract_sync(prose.replace("failed to reach", "went up to"))
     assert [(f.head, f.tail) for f in categorised.facts] == [(f.head, f.tail) for f in plain.facts]
@@ -146,7 +147,7 @@ def test_each_fact_is_tied_to_the_passage_of_its_turn():
     assert ("Ana", "must not exceed", "3,000 USD", "HARD_CONSTRAINT") in by_turn["t1"]
     assert ("Ana", "reject", "Miami", "REJECTED_OPTION") in by_turn["t2"]
     assert ("hotel_booking", "fail with", "ROOM_UNAVAILABLE", "TOOL_FAILURE") in by_turn["t3"]
-    assert ("travel_agent", "fail with", "ConnectionRefusedError", "TOOL_FAILURE") in by_turn["t4"]
+    assert ("Iberia fares API", "fail with", "ConnectionRefusedError", "TOOL_FAILURE") in by_turn["t4"]
     assert {f[3] for f in by_turn["t5"]} == {"DECLARATIVE"}
     assert all(f.status == "active" for f in facts.values())
 
@@ -188,7 +189,7 @@ def test_a_stated_constraint_refusal_or_failure_is_admitted_when_said_once_the_r
         ("Ana", "must not exceed", "3,000 USD"),
         ("Ana", "reject", "Miami"),
         ("hotel_booking", "fail with", "ROOM_UNAVAILABLE"),
-        ("travel_agent", "fail with", "ConnectionRefusedError"),
+        ("Iberia fares API", "fail with", "ConnectionRefusedError"),
     }
     assert {status[triple] for triple in stated} == {"active"}
     others = {triple: s for triple, s in status.items() if triple not in stated}
@@ -295,3 +296,38 @@ def test_a_plain_re_mention_keeps_the_most_specific_category_in_redis(stack_env,
     order = ("REJECTED_OPTION", "DECLARATIVE") if specific_first else ("DECLARATIVE", "REJECTED_OPTION")
     fact = asyncio.run(_said_twice(stack_env["MEMSTREAM_REDIS_URL"], *order))
     assert (fact.category, fact.status, len(fact.passage_ids)) == ("REJECTED_OPTION", "active", 2)
+
+
+def test_values_are_no_nodes_a_walk_passes_through():
+    """A constraint's amount and a deadline stay their facts' tails, active, but the graph has no
+    edge to them — passage, fact or type — so no walk passes through "3,000 USD" to every passage
+    naming the same sum (before: "3", "000", "3,000 USD" each joined to the passage)."""
+
+    async def run():
+        ip = InProcess(None, RulesExtractor(), schema_filter=False)
+        try:
+            await ip.publish("s1:t1", BUDGET, session_id="s1", turn=1, speaker="Ana", ts=TS)
+            await ip.publish(
+                "s1:t2",
+                "The deposit must arrive no later than 8 September.",
+                session_id="s1",
+                turn=2,
+                speaker="Ana",
+                ts=TS + 60,
+            )
+            facts = await ip.facts()
+            nodes = await ip.memory.adjacency_nodes(ip.tenant)
+            edges = [edge async for batch in ip.memory.adjacency(ip.tenant, nodes) for edge in batch]
+            entity_ids = sorted({n[2:] for e in edges for n in (e.a, e.b) if n.startswith("e:")})
+            types = {eid: row["type"] for eid, row in (await ip.memory.entity_names(ip.tenant, entity_ids)).items()}
+            return facts, edges, types
+        finally:
+            await ip.close()
+
+    facts, edges, types = asyncio.run(run())
+    stated = {(f.head, f.relation, f.tail): f for f in facts.values()}
+    assert stated[("Ana", "must not exceed", "3,000 USD")].status == "active"
+    assert stated[("Ana", "no later than", "8 September")].status == "active", sorted(stated)
+    assert edges and types, "the turns made no graph at all"
+    walked_values = {eid: kind for eid, kind in types.items() if kind in VALUE_TYPES}
+    assert walked_values == {}, f"values with edges: {walked_values}"

@@ -1,5 +1,7 @@
 import asyncio
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,14 @@ def test_rules_extractor_is_deterministic_and_entity_centric():
     first = RulesExtractor().extract_sync(text)
     assert first == RulesExtractor().extract_sync(text)
     names = {e.name: e.type for e in first.entities}
-    assert names == {
-        "Captain Ilse Marrow": "PERSON",
-        "Varn Lighthouse": "ENTITY",
-        "1871": "DATE",
-        "Kestrel Point": "ENTITY",
-    }
+    assert (
+        names
+        == {  # the year is a value: it qualifies, it is no entity (test_values_are_read_whole_and_are_no_entities)
+            "Captain Ilse Marrow": "PERSON",
+            "Varn Lighthouse": "ENTITY",
+            "Kestrel Point": "ENTITY",
+        }
+    )
     triples = {(f.head, f.relation, f.tail) for f in first.facts}
     assert ("Captain Ilse Marrow", "build", "Varn Lighthouse") in triples
     assert ("Varn Lighthouse", "stand on", "Kestrel Point") in triples
@@ -31,6 +35,15 @@ def test_rules_extractor_is_deterministic_and_entity_centric():
 
 def test_typer():
     assert type_of("1999") == "DATE"
+    assert [type_of(v) for v in ("3,000 EUR", "$45.50", "20%", "10:30 pm", "8 September 2024", "May 2023", "45")] == [
+        "MONEY",
+        "MONEY",
+        "PERCENT",
+        "TIME",
+        "DATE",
+        "DATE",
+        "NUMBER",
+    ]
     assert type_of("University of Oslo") == "ORGANIZATION"
     assert type_of("Rhine River") == "LOCATION"
     assert type_of("Dr Ada Byron") == "PERSON"
@@ -94,7 +107,7 @@ def test_rules_extractor_takes_no_opening_words_or_first_person_for_names():
     assert names("It's so nice. I'm going to Paris with Caroline.") == ["Paris", "Caroline"]
     assert names("Wow Caroline, that is great!") == ["Caroline"]
     assert names("Thanks, Mel! My dog Biscuit loves the LGBTQ center.") == ["Mel", "Biscuit", "LGBTQ"]
-    assert names("What did you do in May?") == ["May"]
+    assert names("What did you do in May?") == []  # a month is a value, no entity
     # Wikipedia sentences keep names that open with a common word
     assert names("New York is the largest city in the United States.") == ["New York", "United States"]
     assert names("Grace Hopper invented COBOL.") == ["Grace Hopper", "COBOL"]
@@ -141,3 +154,71 @@ def test_canonical_fact_turns_a_making_verb_passive_and_leaves_others():
     assert (lives.head, lives.relation, lives.tail) == ("Ada Holm", "live in", "Brest")
     found = canonical_fact(Triple(head="I", relation="found", tail="keys"))  # "found" may be "find": left alone
     assert (found.head, found.relation) == ("I", "found")
+
+
+@pytest.mark.parametrize(
+    "text, context, entities, facts",
+    [
+        (  # an amount is one value, the constraint's tail; never "3", "000" or "EUR"
+            "Our budget is at most 3,000 EUR for the whole trip.",
+            "Karl:",
+            {"Karl": "SPEAKER", "3,000 EUR": "MONEY"},
+            {("Karl", "at most", "3,000 EUR", "HARD_CONSTRAINT")},
+        ),
+        (  # a deadline is the date, not its day's number
+            "Rosa must deliver no later than 8 September.",
+            "",
+            {"Rosa": "ENTITY", "8 September": "DATE"},
+            {("Rosa", "no later than", "8 September", "HARD_CONSTRAINT")},
+        ),
+        (  # a year qualifies the fact between the names around it; it is no place
+            "The Varn Lighthouse was restored in 2010 by Hafen Trust.",
+            "",
+            {"Varn Lighthouse": "ENTITY", "Hafen Trust": "ENTITY"},
+            {("Varn Lighthouse", "restored by", "Hafen Trust", "DECLARATIVE")},
+        ),
+        (  # a clock time and a date are values; a name with a digit in it is a name
+            "The meeting with 3M is at 10:30 on March 3rd.",
+            "",
+            {"3M": "ENTITY"},
+            set(),
+        ),
+        (  # the tool that failed heads the failure, not the person who said so
+            "The car-rental API timed out in Braga.",
+            "Karl:",
+            {"API": "ENTITY", "Braga": "ENTITY", "car-rental API": "ENTITY"},
+            {("API", "time out in", "Braga", "TOOL_FAILURE"), ("car-rental API", "timed out", "Braga", "TOOL_FAILURE")},
+        ),
+    ],
+    ids=["amount", "deadline", "year", "time and date", "tool failure"],
+)
+def test_values_are_read_whole_and_are_no_entities(text, context, entities, facts):
+    """Values — amounts, dates, times, numbers — are literals that qualify a
+    fact; read as words they were junk entities ("3", "000", "EUR" from "3,000 EUR"; "8" the tail
+    of "no later than 8 September"; "Varn Lighthouse — in — 2010")."""
+    extraction = RulesExtractor().extract_sync(text, context)
+    assert {e.name: e.type for e in extraction.entities} == entities
+    assert {(f.head, f.relation, f.tail, f.category) for f in extraction.facts} == facts
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data"
+JUNK_NAME = re.compile(r"^(?:[\d.,:%$€£]+|EUR|USD|GBP|CHF|\d+(?:st|nd|rd|th))$")
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "locomo_dev").is_dir(), reason="the shared dev sets are not here")
+def test_the_dev_sets_give_no_bare_number_or_currency_entity():
+    """On data nobody here wrote — the LoCoMo dev turns and HotpotQA-100's passages — the rules
+    extractor names no bare number, currency code or ordinal (before: 11 on LoCoMo, 3,475 on
+    HotpotQA-100 — "1", "3", "2013" — 27% of its entities)."""
+    from topics.conversations import locomo_turns
+    from workers.algorithms.turns import turn_context
+
+    locomo = json.loads((SHARED_DATA / "locomo_dev/locomo_dev.json").read_text())
+    hotpot = json.loads((SHARED_DATA / "hotpotqa_train_100/hotpotqa_train_corpus.json").read_text())
+    texts = [(t.text, turn_context(t.speaker)) for t in locomo_turns(locomo, "locomo_dev")]
+    texts += [("".join(sentences), "") for sentences in hotpot.values()]
+    rules = RulesExtractor()
+    junk = Counter(
+        e.name for text, context in texts for e in rules.extract_sync(text, context).entities if JUNK_NAME.match(e.name)
+    )
+    assert junk == Counter(), junk.most_common(20)

@@ -389,6 +389,12 @@ class Chunk(Record):
         return f"{self.context}\n{self.text}" if self.context else self.text
 
 
+# Entity types that are values — literals that qualify a fact (a constraint's amount, a deadline),
+# never nodes a walk passes through: such an entity gets no passage, fact, type or similarity edge,
+# and reconstruct takes no cue from it (workers.models.extraction reads them whole).
+VALUE_TYPES = frozenset({"MONEY", "DATE", "TIME", "NUMBER", "PERCENT"})
+
+
 @dataclass
 class Triple(Record):
     """A fact as extracted: (head, relation, tail) with entity types, category, time span."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from lemminflect import getAllLemmas
 
 from topics import ContractError
-from topics.records import Triple
+from topics.records import VALUE_TYPES, Triple
 from topics.times import MONTHS
 from workers.algorithms import categories
 from workers.algorithms.categories import Finding
@@ -211,15 +211,59 @@ _PERSON_TITLES = {
 }
 
 
+# ---- values: literals, never entities --------------------------------------------------------
+# Amounts, percentages, clock times, dates, years, ordinals and numbers are read whole ("3,000
+# EUR", "8 September 2024", "10:30 pm", "$45.50") and are no mention: a value qualifies a fact
+# (a constraint's amount, a deadline), it is never a node a walk passes through. Read as words
+# they were junk entities — "3", "000" and "EUR" from "3,000 EUR", "10" and "30" from "10:30",
+# "8" as the tail of "no later than 8 September" — and numbers and years joined every passage
+# that happened to share one ("Varn Lighthouse — in — 2010").
+MONEY, ERROR = "MONEY", "ERROR"  # types of a trigger fact's tail: an amount, a failure's code / status / exception
+DATE, TIME, NUMBER, PERCENT = "DATE", "TIME", "NUMBER", "PERCENT"
+assert VALUE_TYPES == {MONEY, DATE, TIME, NUMBER, PERCENT}
+
+_MONTH = "(?:" + "|".join(m.capitalize() for m in MONTHS) + r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.?)"
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_NUMERAL = r"\d+(?:[.,]\d+)*"
+_VALUES: tuple[tuple[str, str], ...] = (
+    (MONEY, categories._AMOUNT),
+    (PERCENT, rf"{_NUMERAL}\s?(?:%|per ?cent\b)"),
+    (TIME, r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\b\.?)?|\d{1,2}\s?[ap]\.?m\b\.?"),
+    (DATE, rf"{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"),  # 8 September [2024]
+    (DATE, rf"{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?\b"),  # September 8[th][, 2024]
+    (DATE, rf"(?:{_MONTH}\s+)?\d{{4}}s?\b"),  # [May] 2023, the 1990s
+    (DATE, rf"{_MONTH}\b"),
+    (NUMBER, rf"{_NUMERAL}(?:st|nd|rd|th)?\b"),
+)
+_VALUE = re.compile("|".join(rf"(?P<v{n}>(?<![\w.,]){pattern})" for n, (_, pattern) in enumerate(_VALUES)))
+
+
+# a value with the preposition that ties it to a relation: out of the words a relation is named by
+_VALUE_WITH_PREPOSITION = re.compile(
+    r"(?:\b(?:in|on|at|since|until|by|from|of|for|before|after|during|around|than|about)\s+)?(?:" + _VALUE.pattern + ")"
+)
+
+
+def values(sentence: str) -> list[tuple[int, int, str, str]]:
+    """The values a sentence states, whole: (start, end, surface, type)."""
+    out = []
+    for match in _VALUE.finditer(sentence):
+        kind = _VALUES[int(match.lastgroup[1:])][0]  # type: ignore[index]
+        surface = " ".join(match.group(0).split()).rstrip(".")
+        out.append((match.start(), match.start() + len(match.group(0).rstrip(".")), surface, kind))
+    return out
+
+
 def type_of(name: str) -> str:
     """Entity type from the name alone (the `rules` typer; also types OpenIE entities)."""
     words = name.replace(".", " ").lower().split()
     if not words:
         return "ENTITY"
-    if re.fullmatch(r"(1[0-9]|20)\d\d", name.strip()) or words[0] in MONTHS and len(words) <= 3:
-        return "DATE"
-    if re.fullmatch(r"[\d.,]+%?", name.strip()):
-        return "NUMBER"
+    whole = _VALUE.fullmatch(name.strip())
+    if whole:
+        return _VALUES[int(whole.lastgroup[1:])][0]  # type: ignore[index]
+    if words[0] in MONTHS and len(words) <= 3:
+        return DATE
     if any(w in _ORG_WORDS for w in words):
         return "ORGANIZATION"
     if any(w in _LOC_WORDS for w in words):
@@ -230,23 +274,31 @@ def type_of(name: str) -> str:
 
 
 def _is_capital(word: str) -> bool:
-    return word[0].isupper() or word[0].isdigit()
+    """A word that may open a name: capitalised, or a digit with letters ("3M", "7-Eleven"); a
+    number alone is a value ("xxvii,19", ".500" read as names were junk entities)."""
+    return word[0].isupper() or word[0].isdigit() and any(c.isalpha() for c in word)
 
 
 def _mentions(sentence: str) -> list[tuple[int, int, str]]:
-    """Capitalised spans (with inner connectors) and numbers: (start, end, surface)."""
-    words = [(m.start(), m.end(), m.group().rstrip(".")) for m in _WORD.finditer(sentence)]
+    """Capitalised spans (with inner connectors), values left out: (start, end, surface)."""
+    taken = [(start, end) for start, end, _, _ in values(sentence)]
+    words = [
+        (m.start(), m.end(), m.group().rstrip("."))
+        if not any(start < m.end() and m.start() < end for start, end in taken)
+        else (m.start(), m.end(), "")  # a value's word: no name, and it ends one
+        for m in _WORD.finditer(sentence)
+    ]
     spans, i = [], 0
     while i < len(words):
-        if not _is_capital(words[i][2]):
+        if not words[i][2] or not _is_capital(words[i][2]):
             i += 1
             continue
         j = i + 1
-        # a number stands alone; a name runs over capitalised words and inner connectors
-        while j < len(words) and not words[i][2][0].isdigit():
+        # a name runs over capitalised words and inner connectors
+        while j < len(words) and words[j][2]:
             if words[j][2][0].isupper():
                 j += 1
-            elif words[j][2].lower() in _CONNECTORS and j + 1 < len(words) and words[j + 1][2][0].isupper():
+            elif words[j][2].lower() in _CONNECTORS and j + 1 < len(words) and words[j + 1][2][:1].isupper():
                 j += 2
             else:
                 break
@@ -393,7 +445,6 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
 
 
 SPEAKER = "SPEAKER"  # the type of a turn's speaker as a fact's head: a person, an agent or a tool
-MONEY, ERROR = "MONEY", "ERROR"  # types of a trigger fact's tail: an amount, a failure's code / status / exception
 
 
 class RulesExtractor:
@@ -416,7 +467,9 @@ class RulesExtractor:
                 entities.setdefault(surface, Entity(surface, type_of(surface)))
             found = []
             for (_, end_a, a), (start_b, _, b) in zip(mentions, mentions[1:]):
-                between = sentence[end_a:start_b]
+                between = _VALUE_WITH_PREPOSITION.sub(
+                    " ", sentence[end_a:start_b]
+                )  # "restored in 2010 by" → "restored by"
                 words = re.findall(r"[A-Za-z][\w'’\-]*", between)
                 if not words or len(words) > self.max_relation_words or a == b:
                     continue
@@ -463,30 +516,61 @@ def _trigger_fact(sentence: str, mentions: list[tuple[int, int, str]], finding: 
     elif finding.object:
         tail = finding.object
     if not tail and finding.category == categories.HARD_CONSTRAINT:
-        amounts = list(categories.AMOUNT.finditer(sentence))
-        nearest = [m for m in amounts if m.start() >= finding.end] or [
-            m for m in reversed(amounts) if m.end() <= finding.start
-        ]
-        if nearest:
-            tail, tail_type = " ".join(nearest[0].group(0).split()), MONEY
+        # an amount, else a date or time (a deadline: "no later than 8 September"), nearest the cue
+        stated = values(sentence)
+        for kinds in ((MONEY,), (DATE, TIME)):
+            # a date with its day or month, or a time: a year alone is no deadline ("only the 1966 …")
+            of_kind = [v for v in stated if v[3] in kinds and re.search(r"[^\W\d_]|:", v[2])]
+            nearest = [v for v in of_kind if v[0] >= finding.end] or [
+                v for v in reversed(of_kind) if v[1] <= finding.start
+            ]
+            if nearest:
+                tail, tail_type = nearest[0][2], nearest[0][3]
+                break
     if not tail:
         side, other = (before, after) if finding.side == categories.BEFORE else (after, before)
         tail = (side[0] if side else "") or (
             categories.words_after(sentence, finding.end) if finding.side != categories.BEFORE else ""
         )
         tail = tail or (other[0] if other else "")
-    head = speaker or next((m[2] for m in mentions if m[2] != tail), "")
+    # a tool named as what failed heads the failure, not who reported it: "the car-rental API
+    # timed out in Braga", said by Karl, is the car-rental API's failure
+    failed = _failed_tool(sentence, names, finding) if finding.category == categories.TOOL_FAILURE else ""
+    head = (failed if failed != tail else "") or speaker or next((m[2] for m in mentions if m[2] != tail), "")
     if not tail or not head or not has_entity_id(head) or not has_entity_id(tail):
         return None
     return Triple(
         head=head,
         relation=finding.relation,
         tail=tail,
-        head_type=SPEAKER if speaker else type_of(head),
+        head_type=SPEAKER if head == speaker else type_of(head),
         tail_type=tail_type or type_of(tail),
         category=finding.category,
         stated=True,
     )
+
+
+# The last word of a mention that names a tool, and the words before it that are no part of its name
+_TOOL_WORDS = frozenset("api apis sdk endpoint service server backend database db gateway webhook plugin bot".split())
+_NOT_IN_A_TOOL_NAME = frozenset(
+    "the a an to of for with my our your their his her its this that call calls in on at by from and or".split()
+)
+
+
+def _failed_tool(sentence: str, names: list[tuple[int, int, str]], finding: Finding) -> str:
+    """The tool a failure's sentence names just before its cue ("the car-rental API timed out",
+    "the call to the Iberia fares API raised …"), with the words that name it in front of it, or ''."""
+    before = [m for m in names if m[1] <= finding.start]
+    if not before or before[-1][2].split()[-1].lower() not in _TOOL_WORDS:
+        return ""
+    start, end, _ = before[-1]
+    if re.search(r"[^\w\s\-]", sentence[end : finding.start]):
+        return ""  # a clause between: not the cue's subject
+    for word in reversed(list(re.finditer(r"[\w\-]+", sentence[:start]))[-3:]):
+        if word.group().lower() in _NOT_IN_A_TOOL_NAME or re.search(r"[^\w\s\-]", sentence[word.end() : start]):
+            break
+        start = word.start()
+    return " ".join(sentence[start:end].split())
 
 
 # ---- replay -----------------------------------------------------------------------------

@@ -61,6 +61,7 @@ import numpy as np
 
 from store.facts import Fact
 from store.records import Hit, is_current
+from topics.records import VALUE_TYPES
 from workers.algorithms.chunking import token_count
 from workers.algorithms.expiry import said_by
 from workers.algorithms.reconstruction import (
@@ -279,7 +280,7 @@ class _Walk:
             cues = [
                 Cue("entity", h.id, h.fields["name"], h.score, 0, "entity-knn")
                 for h in near_entities
-                if h.score >= ENTITY_CUE_MIN
+                if h.score >= ENTITY_CUE_MIN and h.fields.get("type") not in VALUE_TYPES
             ]
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
@@ -381,6 +382,7 @@ class _Walk:
                 chain_vector,
             )
             for eid, (name, origin) in fresh.items()
+            if names.get(eid, {}).get("type") not in VALUE_TYPES  # a passage's value: no cue
         ]
         new_cues += self._episode_cues(branch, turns, neighbours, chain_vector)
         kind = branch.kind
@@ -699,9 +701,10 @@ def cue_view(cue: Cue) -> CueView:
 
 
 def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
-    """The entities a fact leads to from a cue: its other end (both ends for the query cue)."""
-    ends = [(fact.head_id, fact.head), (fact.tail_id, fact.tail)]
-    return [(eid, name) for eid, name in ends if eid != cue_id]
+    """The entities a fact leads to from a cue: its other end (both ends for the query cue), a
+    value (an amount, a date) never."""
+    ends = [(fact.head_id, fact.head, fact.head_type), (fact.tail_id, fact.tail, fact.tail_type)]
+    return [(eid, name) for eid, name, kind in ends if eid != cue_id and kind not in VALUE_TYPES]
 
 
 def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | None:

@@ -15,6 +15,7 @@ from store import Hit
 from store.facts import Fact, event
 from store.keys import entity_node
 from topics import CandidateFact
+from topics.records import VALUE_TYPES
 from workers.algorithms.normalize import fact_id, schema_id
 from workers.algorithms.policy import (
     MIN_MULTI_HEADS,
@@ -154,8 +155,9 @@ class DetectorStage(Stage):
         version = None  # the graph version of this fact's edges: one bump for its type and fact edges
         if self.settings.type_bridging and schema_stable:  # its entities join their types
             version = await self.memory.bump_graph_version(tenant)
-            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.head_id), fact.head_type)
-            self.memory.stage_type_member(pipe, tenant, version, entity_node(fact.tail_id), fact.tail_type)
+            for entity_id, entity_type in ((fact.head_id, fact.head_type), (fact.tail_id, fact.tail_type)):
+                if entity_type not in VALUE_TYPES:  # a value joins no type: no node a walk passes through
+                    self.memory.stage_type_member(pipe, tenant, version, entity_node(entity_id), entity_type)
         # a promotion adds no passage (its passage is the promoting chunk's); a readmission its own
         support = None if is_promotion(cand) else cand.passage_id
         if support:

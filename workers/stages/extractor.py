@@ -13,7 +13,7 @@ from store.facts import Fact
 from store.keys import entity_node, passage_node
 from store.records import HeldVector
 from topics import CandidateFact, Chunk
-from topics.records import passage_mark
+from topics.records import VALUE_TYPES, passage_mark
 from workers import metrics
 from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
@@ -171,6 +171,9 @@ class ExtractorStage(Stage):
             version = await self.memory.bump_graph_version(tenant) if entities else 0
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
                 self.memory.stage_entity(pipe, tenant, eid, ent.name, ent.type, vec, chunk.chunk_id)
+                if ent.type in VALUE_TYPES:  # a value: no node a walk passes through, nor bridged by similarity
+                    self.memory.stage_similarity_bridged(pipe, tenant, eid)
+                    continue
                 self.memory.stage_edge(
                     pipe, tenant, version, entity_node(eid), passage_node(chunk.chunk_id), 1.0, "passage"
                 )
