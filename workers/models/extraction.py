@@ -1,8 +1,9 @@
 """A_ext: extractors turn a chunk's text into typed entities and facts.
 
-- `rules`: deterministic and offline. Entities are capitalised spans, years and numbers, typed
-  by suffix and title cues; a fact links two neighbouring entities of a sentence by the words
-  between them. Entity-centric: its value is the entity–passage graph, not its relations.
+- `rules`: deterministic and offline. Entities are capitalised spans, typed by suffix and title
+  cues; values (amounts, dates, times, numbers) are read whole and are never entities, except
+  as the tail of the constraint that names them; a fact links two neighbouring entities of a
+  sentence by the words between them. Entity-centric: its value is the entity–passage graph, not its relations.
   Categories by wording (workers.algorithms.categories): every fact of a sentence that states
   a hard constraint, rejects an option or reports a tool failure gets that category, and such
   a sentence also states its "trigger fact" (speaker, relation of the cue, the thing
