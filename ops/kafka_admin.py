@@ -37,7 +37,7 @@ def ensure_topics(
         deadline = time.monotonic() + timeout_s
         created: list[str] = []
         replicas, brokers = MAX_REPLICAS, 0
-        while missing := _missing(admin, wanted):
+        while missing := _missing(admin, wanted, deadline):
             with suppress(*BROKERS_CHANGING):  # the broker the client asked has just gone: another, again
                 replicas, brokers = topic_replicas(admin)
             if brokers >= replicas:  # else a broker is away (restarting, fenced): wait for it
@@ -65,11 +65,11 @@ def ensure_topics(
                     f"default.replication.factor, up to {MAX_REPLICAS}) and had fewer brokers up ({brokers} listed)"
                 )
             time.sleep(0.5)
-        while unseen := _missing(admin, wanted):  # created, until the broker asked lists them
+        while unseen := _missing(admin, wanted, deadline):  # created, until the broker asked lists them
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topics not visible after {timeout_s}s: {sorted(unseen)}")
             time.sleep(0.2)
-        while not _asking(compact_documents, admin, settings.topics.documents):
+        while not _asking(compact_documents, admin, settings.topics.documents, deadline=deadline):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{settings.topics.documents}: cleanup.policy not made compact within {timeout_s}s")
             time.sleep(0.2)
@@ -88,19 +88,20 @@ MAX_REPLICAS = 3
 BROKERS_CHANGING: tuple[type[Exception], ...] = (RetriableError, UnknownBrokerIdError, InvalidReplicationFactorError)
 
 
-def _missing(admin: KafkaAdminClient, wanted: list[str]) -> list[str]:
+def _missing(admin: KafkaAdminClient, wanted: list[str], deadline: float | None = None) -> list[str]:
     """The wanted topics the cluster lacks."""
-    existing = set(_asking(admin.list_topics))
+    existing = set(_asking(admin.list_topics, deadline=deadline))
     return [t for t in wanted if t not in existing]
 
 
-def _asking(call, *args, tries: int = 10):
-    """`call(*args)`, again (half a second apart) while the brokers are changing under it."""
+def _asking(call, *args, tries: int = 10, deadline: float | None = None):
+    """`call(*args)`, again (half a second apart) while the brokers are changing under it, at most
+    `tries` times and not past `deadline` (time.monotonic())."""
     for attempt in range(tries):
         try:
             return call(*args)
         except BROKERS_CHANGING:
-            if attempt == tries - 1:
+            if attempt == tries - 1 or deadline is not None and time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
 

@@ -216,11 +216,19 @@ class Stack:
             if shard not in down:
                 progress(f"{shard.name}: {shard.state()}")
         if self.cluster:
-            alone = [
+            folders = [s.dir / "data" for s in self.shards]
+            alone = [  # data written (an AOF) without a cluster's nodes.conf: not a shard that failed to start
                 s.name
-                for s in self.shards
-                if (s.dir / "data").is_dir() and not (s.dir / "data" / CLUSTER_CONFIG).exists()
+                for s, d in zip(self.shards, folders)
+                if (d / "appendonlydir").exists() and not (d / CLUSTER_CONFIG).exists()
             ]
+            formed = [d for d in folders if (d / CLUSTER_CONFIG).exists()]
+            if formed and len(formed) < len(self.shards) and not alone:
+                raise StackError(
+                    f"this stack's Redis Cluster has {len(formed)} shards, not {len(self.shards)}: it does not grow here "
+                    f"(its shards' cluster buses would move); `memstream stack down` and remove {self.redis.dir.parent}, "
+                    "or choose another MEMSTREAM_HOME"
+                )
             if alone:  # its keys would sit in slots the cluster gives to other shards
                 raise StackError(
                     f"{alone[0]} was made as a Redis of its own, not a cluster shard: `memstream stack down`, "

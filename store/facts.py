@@ -261,7 +261,7 @@ class Lifecycle:
 
     def _link(self, pipe, tenant: str, fact: Fact, version: int) -> None:
         if fact.head_type in VALUE_TYPES or fact.tail_type in VALUE_TYPES:
-            return  # a value is no node a walk passes through; `_unlink` of an edge never made is a no-op
+            return  # a value is no node a walk passes through (`_unlink` stays: an edge made before this rule goes)
         self.memory.stage_fact_edge(
             pipe, tenant, version, entity_node(fact.head_id), entity_node(fact.tail_id), fact.id
         )

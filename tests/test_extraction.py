@@ -189,8 +189,18 @@ def test_canonical_fact_turns_a_making_verb_passive_and_leaves_others():
             {"API": "ENTITY", "Braga": "ENTITY", "car-rental API": "ENTITY"},
             {("API", "time out in", "Braga", "TOOL_FAILURE"), ("car-rental API", "timed out", "Braga", "TOOL_FAILURE")},
         ),
+        (  # a name keeps its digits and its month-named words; a month that opens a clause is a value
+            "In June, Theresa May met June Carter at COVID-19 talks in Catch-22 style.",
+            "",
+            {"Theresa May": "ENTITY", "June Carter": "ENTITY", "COVID-19": "ENTITY", "Catch-22": "ENTITY"},
+            {
+                ("Theresa May", "meet", "June Carter", "DECLARATIVE"),
+                ("June Carter", "at", "COVID-19", "DECLARATIVE"),
+                ("COVID-19", "talk in", "Catch-22", "DECLARATIVE"),
+            },
+        ),
     ],
-    ids=["amount", "deadline", "year", "time and date", "tool failure"],
+    ids=["amount", "deadline", "year", "time and date", "tool failure", "names with digits and months"],
 )
 def test_values_are_read_whole_and_are_no_entities(text, context, entities, facts):
     """Values — amounts, dates, times, numbers — are literals that qualify a

@@ -113,3 +113,19 @@ def test_a_one_off_load_overtaken_by_trimmed_changes_loads_again_then_refuses(mo
     with pytest.raises(graph_cache.GraphLogOvertaken, match="changed faster than it could be loaded"):
         asyncio.run(graph_cache.load_whole(None, "t"))
     assert len(loads) == graph_cache.LOAD_ATTEMPTS
+
+
+def test_the_removal_of_an_edge_never_made_adds_no_node():
+    """A value's fact is never linked (store.facts), yet its retraction still logs the unlink
+    (weight 0), as a retired passage logs its edges' removal: the cache must not make nodes for
+    them — a long-running cache then differs from a fresh load, and a value named by a query
+    would seed PPR on an isolated node."""
+    from workers.query.graph_cache import TenantGraph
+
+    graph = TenantGraph("t")
+    graph.apply(entity_node("ana"), passage_node("p1"), 1.0, "passage")
+    graph.apply(entity_node("ana"), entity_node("3-000-eur"), 0.0, "fact")
+    graph.apply(entity_node("3-000-eur"), passage_node("p1"), 0.0, "passage")
+    assert sorted(graph.graph.index) == [entity_node("ana"), passage_node("p1")]
+    graph.apply(entity_node("ana"), passage_node("p1"), 0.0, "passage")  # a real removal still applies
+    assert graph.graph.weight(entity_node("ana"), passage_node("p1"), "passage") == 0

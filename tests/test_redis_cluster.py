@@ -162,3 +162,12 @@ def test_an_index_a_shard_sees_that_shards_tenants_also_after_their_slot_moves(c
         shard.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
     assert [found(n, moved) for n in range(3)] == [3 if n == target else 0 for n in range(3)]
     client.close()
+
+
+def test_a_cluster_does_not_grow_under_its_shards(cluster_env):
+    """More shards on a formed cluster would move every shard's bus port (port + shards): refused."""
+    assert _redis_up(cluster_env, "--redis-cluster", "2").returncode == 0
+    _run(cluster_env, "stack", "down")
+    up = _redis_up(cluster_env, "--redis-cluster", "3")
+    assert up.returncode == 1
+    assert "has 2 shards, not 3" in up.stderr, up.stderr

@@ -223,20 +223,30 @@ MONEY, ERROR = "MONEY", "ERROR"  # types of a trigger fact's tail: an amount, a 
 DATE, TIME, NUMBER, PERCENT = "DATE", "TIME", "NUMBER", "PERCENT"
 assert VALUE_TYPES == {MONEY, DATE, TIME, NUMBER, PERCENT}
 
-_MONTH = "(?:" + "|".join(m.capitalize() for m in MONTHS) + r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.?)"
+_MONTH_NAME = "(?:" + "|".join(m.capitalize() for m in MONTHS) + ")"
+_MONTH = rf"(?:{_MONTH_NAME}|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.?)"
 _DAY = r"\d{1,2}(?:st|nd|rd|th)?"
 _NUMERAL = r"\d+(?:[.,]\d+)*"
 _VALUES: tuple[tuple[str, str], ...] = (
     (MONEY, categories._AMOUNT),
     (PERCENT, rf"{_NUMERAL}\s?(?:%|per ?cent\b)"),
-    (TIME, r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\b\.?)?|\d{1,2}\s?[ap]\.?m\b\.?"),
+    (TIME, r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?[aApP]\.?[mM]\b\.?)?|\d{1,2}\s?[aApP]\.?[mM]\b\.?"),
     (DATE, rf"{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"),  # 8 September [2024]
     (DATE, rf"{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?\b"),  # September 8[th][, 2024]
     (DATE, rf"(?:{_MONTH}\s+)?\d{{4}}s?\b"),  # [May] 2023, the 1990s
-    (DATE, rf"{_MONTH}\b"),
+    (DATE, _MONTH_NAME + r"\b"),  # a month alone (see `values`: not one next to a name, "Theresa May")
     (NUMBER, rf"{_NUMERAL}(?:st|nd|rd|th)?\b"),
 )
-_VALUE = re.compile("|".join(rf"(?P<v{n}>(?<![\w.,]){pattern})" for n, (_, pattern) in enumerate(_VALUES)))
+_MONTH_ALONE = len(_VALUES) - 2
+# a value is no part of a word: not after a letter and a hyphen nor before one ("COVID-19",
+# "7-Eleven", "Catch-22"), nor a number's digits before a unit ("1.5m")
+_VALUE = re.compile(
+    "|".join(
+        rf"(?P<v{n}>(?<![\w.,])(?<![^\W\d_]-)(?:{pattern})(?![.,]?\w)(?!-[^\W\d_]))"
+        for n, (_, pattern) in enumerate(_VALUES)
+    )
+)
+_NEXT_TO_A_NAME = re.compile(r"([A-Z][\w'’\-]*)\s+$"), re.compile(r"^\s+[A-Z]")
 
 
 # a value with the preposition that ties it to a relation: out of the words a relation is named by
@@ -249,7 +259,15 @@ def values(sentence: str) -> list[tuple[int, int, str, str]]:
     """The values a sentence states, whole: (start, end, surface, type)."""
     out = []
     for match in _VALUE.finditer(sentence):
-        kind = _VALUES[int(match.lastgroup[1:])][0]  # type: ignore[index]
+        which = int(match.lastgroup[1:])  # type: ignore[index]
+        before = _NEXT_TO_A_NAME[0].search(sentence[: match.start()]) if which == _MONTH_ALONE else None
+        if which == _MONTH_ALONE and (
+            before
+            and before.group(1).lower() not in _SENTENCE_STARTERS | _CONNECTORS
+            or _NEXT_TO_A_NAME[1].match(sentence[match.end() :])
+        ):
+            continue  # "Theresa May", "June Carter": a name ("In June, …": a month)
+        kind = _VALUES[which][0]
         surface = " ".join(match.group(0).split()).rstrip(".")
         out.append((match.start(), match.start() + len(match.group(0).rstrip(".")), surface, kind))
     return out
@@ -263,8 +281,6 @@ def type_of(name: str) -> str:
     whole = _VALUE.fullmatch(name.strip())
     if whole:
         return _VALUES[int(whole.lastgroup[1:])][0]  # type: ignore[index]
-    if words[0] in MONTHS and len(words) <= 3:
-        return DATE
     if any(w in _ORG_WORDS for w in words):
         return "ORGANIZATION"
     if any(w in _LOC_WORDS for w in words):
@@ -519,7 +535,7 @@ def _trigger_fact(sentence: str, mentions: list[tuple[int, int, str]], finding: 
     if not tail and finding.category == categories.HARD_CONSTRAINT:
         # an amount, else a date or time (a deadline: "no later than 8 September"), nearest the cue
         stated = values(sentence)
-        for kinds in ((MONEY,), (DATE, TIME)):
+        for kinds in ((MONEY, PERCENT), (DATE, TIME)):
             # a date with its day or month, or a time: a year alone is no deadline ("only the 1966 …")
             of_kind = [v for v in stated if v[3] in kinds and re.search(r"[^\W\d_]|:", v[2])]
             nearest = [v for v in of_kind if v[0] >= finding.end] or [

@@ -124,6 +124,8 @@ class TenantGraph:
                 self.graph.set_edge(entity, type_node, 0.0, "type")
             self._dirty_types.add(type_node)
             return
+        if not weight and not self.graph.weight(a, b, kind):
+            return  # the removal of an edge never made (a value's: store.facts): no node made for it
         entity, passage = (a, b) if b.startswith(PASSAGE_NODE) else (b, a)
         linked = kind == "passage" and self.graph.weight(entity, passage, kind) > 0
         self.graph.set_edge(a, b, weight, kind)

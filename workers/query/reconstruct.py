@@ -268,7 +268,10 @@ class _Walk:
             self.memory.graph_version(self.tenant),
         )
         names = await self.memory.entity_names(self.tenant, sorted(set(canonical.values())))
-        chosen = choose_mentions(candidates, {cid: eid for cid, eid in canonical.items() if eid in names})
+        chosen = choose_mentions(
+            candidates,
+            {cid: eid for cid, eid in canonical.items() if eid in names and names[eid]["type"] not in VALUE_TYPES},
+        )
         times = time_expressions(self.request.query)
         self.keys = time_keys(times)
         time_words = {t.lower() for t in times}
@@ -357,7 +360,7 @@ class _Walk:
         for eid, name, origin in leads:
             if not names_something(eid):  # "I'm", "That's": no cue to follow
                 continue
-            if eid not in self.cues and eid not in fresh and len(fresh) < MAX_NEW_CUES:
+            if eid not in self.cues and eid not in fresh:  # capped below, once values are left out
                 fresh[eid] = (name, origin)
         # the names, the chain's vectors and the turns' neighbours, at once
         turns = [row for row in rows[:admitted] if session_turn(row.get("metadata") or {}) is not None]
@@ -370,6 +373,12 @@ class _Walk:
             self._neighbours(turns),
         )
         chain_vector = _plus(branch.cue.chain_vector, self.vectors.get((branch.kind, branch.tag_id)))
+        # a passage's value (an amount, a date) is no cue, nor does it take a real entity's place
+        fresh = dict(
+            [(eid, lead) for eid, lead in fresh.items() if names.get(eid, {}).get("type") not in VALUE_TYPES][
+                :MAX_NEW_CUES
+            ]
+        )
         new_cues = [
             Cue(
                 "entity",
@@ -382,7 +391,6 @@ class _Walk:
                 chain_vector,
             )
             for eid, (name, origin) in fresh.items()
-            if names.get(eid, {}).get("type") not in VALUE_TYPES  # a passage's value: no cue
         ]
         new_cues += self._episode_cues(branch, turns, neighbours, chain_vector)
         kind = branch.kind

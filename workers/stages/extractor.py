@@ -280,9 +280,15 @@ class ExtractorStage(Stage):
         vectors = await self.memory.unbridged_entity_vectors(tenant, chunk_id)
         if not vectors:
             return
-        found = await self.memory.knn_many(tenant, "entities", list(vectors.values()), 10, ["name"], ensure_index=True)
-        similar = {
-            eid: [h for h in hits if h.id != eid and h.score >= self.settings.sim_edge]
+        found = await self.memory.knn_many(
+            tenant, "entities", list(vectors.values()), 10, ["name", "type"], ensure_index=True
+        )
+        similar = {  # a value (an amount, a date) is bridged to nothing
+            eid: [
+                h
+                for h in hits
+                if h.id != eid and h.score >= self.settings.sim_edge and h.fields.get("type") not in VALUE_TYPES
+            ]
             for eid, hits in zip(vectors, found)
         }
         pipe = self.memory.pipeline()
