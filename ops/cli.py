@@ -337,10 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ContractError, FileNotFoundError, NotImplementedError) as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
-    except (
-        RuntimeError,
-        RedisClusterNode,
-    ) as exc:  # the stack or a worker failed to come up; a Redis the store refuses
+    # the stack or a worker failed to come up; a Redis the store refuses
+    except (RuntimeError, RedisClusterNode) as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

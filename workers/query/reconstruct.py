@@ -55,6 +55,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from itertools import islice
 from typing import Awaitable, Callable, Mapping, Protocol
 
 import numpy as np
@@ -375,9 +376,10 @@ class _Walk:
         chain_vector = _plus(branch.cue.chain_vector, self.vectors.get((branch.kind, branch.tag_id)))
         # a passage's value (an amount, a date) is no cue, nor does it take a real entity's place
         fresh = dict(
-            [(eid, lead) for eid, lead in fresh.items() if names.get(eid, {}).get("type") not in VALUE_TYPES][
-                :MAX_NEW_CUES
-            ]
+            islice(
+                ((e, lead) for e, lead in fresh.items() if names.get(e, {}).get("type") not in VALUE_TYPES),
+                MAX_NEW_CUES,
+            )
         )
         new_cues = [
             Cue(
