@@ -280,13 +280,13 @@ def run_index_bench(
                         WorkerProcess.spawn(home / ns / f"extractor{i + 1}.log", env, role="extractor")
                     )
                 rest.wait_healthy()
-                _index(bench, warms[n][:4])  # model load, first index creation, the group joined
+                _index(bench, warms[n][:4], workers.values())  # model load, first index creation, the group joined
                 time.sleep(bench.session_timeout)  # the extractors' group settled
-                _index(bench, warms[n][4:])
+                _index(bench, warms[n][4:], workers.values())
                 for name, worker in workers.items():
                     if not worker.running():
                         raise RuntimeError(f"bench: {name} exited; see {worker.log}")
-                phases.append(_burst(bench, bursts[n], n, llm, {name: w.pid for name, w in workers.items()}))
+                phases.append(_burst(bench, bursts[n], n, llm, workers))
                 if n == extractors[0] and sizes:
                     rows = _growth(bench, tenant, sizes, probes)
     throughput = [phase.row(latency_ms, concurrency) for phase in phases]
@@ -333,13 +333,14 @@ def run_index_bench(
 
 
 def _burst(
-    settings: Settings, documents: list[Document], extractors: int, llm: FakeOpenAI, pids: dict[str, int]
+    settings: Settings, documents: list[Document], extractors: int, llm: FakeOpenAI, workers: dict[str, WorkerProcess]
 ) -> Phase:
     stderr(f"bench: burst of {len(documents)} documents")
+    pids = {name: worker.pid for name, worker in workers.items()}
     calls, busy = llm.calls, llm.busy_s
     cpu_before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
     own_before, machine_before = sum(os.times()[:2]), _machine_busy()
-    seconds = _index(settings, documents)
+    seconds = _index(settings, documents, workers.values())
     cpu = {name: (_cpu_seconds(pid) - cpu_before[name]) / seconds for name, pid in pids.items()}
     cpu["bench (publisher, fakes)"] = (sum(os.times()[:2]) - own_before) / seconds
     machine_busy, machine_total = (after - before for after, before in zip(_machine_busy(), machine_before))
@@ -430,10 +431,10 @@ def _embedding_bound(documents: list[Document]) -> float:
     return len(documents) / (time.perf_counter() - started)
 
 
-def _index(settings: Settings, documents: list[Document]) -> float:
+def _index(settings: Settings, documents: list[Document], workers: Iterable[WorkerProcess] = ()) -> float:
     started = time.perf_counter()
     publish(settings, documents, quiet=True)
-    pending = wait_indexed(settings, documents, timeout_s=900, quiet=True)
+    pending = wait_indexed(settings, documents, timeout_s=900, quiet=True, workers=list(workers))
     if pending:
         raise RuntimeError(f"benchmark documents not indexed in time: {pending[:5]}")
     return time.perf_counter() - started

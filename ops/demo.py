@@ -86,7 +86,7 @@ def run_demo(settings: Settings) -> int:
         loaded = load_documents(sorted(str(p) for p in SAMPLE_CORPUS.glob("*.md")), TENANT, settings.max_text_bytes)
         publish(settings, loaded.documents)
         with LagReport(settings):  # `memstream status`'s lag per stage, a line each time it changes
-            pending = wait_indexed(settings, loaded.documents, timeout_s=300)
+            pending = wait_indexed(settings, loaded.documents, timeout_s=300, workers=[worker])
         if pending:
             stderr(f"demo: not indexed in time: {pending}; see {log_path}")
             return 1

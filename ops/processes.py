@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterable
 
+from workers.liveness import EXIT_STALLED
 from workers.settings import Settings
 
 WORKER_COMMAND = (sys.executable, "-m", "ops.cli", "worker")
@@ -30,12 +31,16 @@ class WorkerFailed(RuntimeError):
 class WorkerProcess:
     """One `memstream worker [--role R]` process and its log file."""
 
-    def __init__(self, proc: subprocess.Popen, log: Path, health_url: str, own_session: bool):
+    def __init__(
+        self, proc: subprocess.Popen, log: Path, health_url: str, own_session: bool, argv=(), env=None, cwd=None
+    ):
         self.proc = proc
         self.log = log
         self.health_url = health_url
         self.own_session = own_session
         self._terminated = False  # SIGTERM sent: a second one would ask faust for a harder stop
+        self._launch = (list(argv), env, cwd)  # how it was started, for `supervise`
+        self.restarts = 0
 
     @classmethod
     def spawn(
@@ -57,11 +62,8 @@ class WorkerProcess:
             os.environ if env is None else env
         )  # where it will listen (ValueError: it would not start)
         argv = [*WORKER_COMMAND, *(["--role", role] if role else [])]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session
-            )
-        return cls(proc, log, f"http://{settings.http_host}:{settings.http_port}/healthz", own_session)
+        proc = _popen(argv, env, cwd, log, own_session, "wb")
+        return cls(proc, log, f"http://{settings.http_host}:{settings.http_port}/healthz", own_session, argv, env, cwd)
 
     @property
     def pid(self) -> int:
@@ -97,6 +99,20 @@ class WorkerProcess:
                 time.sleep(0.5)
         raise WorkerFailed(f"worker not healthy after {timeout_s:g}s; see {self.log}:\n{self.log_tail()}")
 
+    def supervise(self) -> None:
+        """What a supervisor does, for the benchmarks and the demo that wait on their workers: a
+        worker that exited with EXIT_STALLED (its liveness check found it stalled twice, and it
+        asks to be started again) is started again, its output appended to the same log; any
+        other exit raises WorkerFailed with the log's tail, so a wait ends at once instead of at
+        its timeout. A stop asked for (`terminate`) is no failure."""
+        if self._terminated or self.proc.poll() is None:
+            return
+        if self.proc.returncode != EXIT_STALLED:
+            raise WorkerFailed(f"worker exited with {self.proc.returncode}; see {self.log}:\n{self.log_tail()}")
+        argv, env, cwd = self._launch
+        self.proc = _popen(argv, env, cwd, self.log, self.own_session, "ab")
+        self.restarts += 1
+
     def terminate(self) -> None:
         """SIGTERM to the worker itself, as compose, systemd and Kubernetes send it; once."""
         if not self._terminated and self.proc.poll() is None:
@@ -130,6 +146,13 @@ class WorkerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _popen(argv, env, cwd, log: Path, own_session: bool, mode: str) -> subprocess.Popen:
+    with open(log, mode) as out:
+        return subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session
+        )
 
 
 def stop_all(workers: Iterable[WorkerProcess], timeout_s: float = STOP_TIMEOUT_S) -> None:

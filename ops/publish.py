@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, TextIO
+from typing import TYPE_CHECKING, Iterable, Sequence, TextIO
 
 from store import Memory
 from store.base import MemoryStore
@@ -28,6 +28,9 @@ from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
 from workers.settings import Settings
 from workers.stages.erasure import left_to_erase
+
+if TYPE_CHECKING:
+    from ops.processes import WorkerProcess
 
 TEXT_SUFFIXES = {".txt", ".md"}
 READ_SUFFIXES = TEXT_SUFFIXES | {".json", ".jsonl"}
@@ -268,10 +271,18 @@ def publish(settings: Settings, documents: list[Document], quiet: bool = False) 
         producer.close()
 
 
-def wait_indexed(settings: Settings, documents: list[Document], timeout_s: float, quiet: bool = False) -> list[str]:
+def wait_indexed(
+    settings: Settings,
+    documents: list[Document],
+    timeout_s: float,
+    quiet: bool = False,
+    workers: Sequence[WorkerProcess] = (),
+) -> list[str]:
     """Poll the memory until every document (this text, this version) has all its chunks
-    through the resolver. Returns the ids still pending at the deadline (empty: all done)."""
-    return asyncio.run(_wait_indexed(settings, documents, timeout_s, quiet))
+    through the resolver. Returns the ids still pending at the deadline (empty: all done).
+    `workers`: the processes doing the work, supervised at each poll (WorkerProcess.supervise:
+    one that asks to be started again is; any other exit fails the wait at once)."""
+    return asyncio.run(_wait_indexed(settings, documents, timeout_s, quiet, workers=workers))
 
 
 # Waiting reads the progress of all the pending documents in one round trip per poll
@@ -305,12 +316,16 @@ async def unindexed(memory: MemoryStore, pending: dict[tuple[str, str], str]) ->
 
 
 async def _wait_indexed(
-    settings: Settings, documents: list[Document], timeout_s: float, quiet: bool, memory: MemoryStore | None = None
+    settings: Settings,
+    documents: list[Document],
+    timeout_s: float,
+    quiet: bool,
+    memory: MemoryStore | None = None,
+    workers: Sequence[WorkerProcess] = (),
 ) -> list[str]:
     """`memory`: the store to read (default: Redis at settings.redis_url, closed at the end)."""
-    return await _wait_for(
-        settings, {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}, "indexed", timeout_s, quiet, memory
-    )
+    pending = {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}
+    return await _wait_for(settings, pending, "indexed", timeout_s, quiet, memory, workers)
 
 
 def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = False, purge: bool = False) -> None:
@@ -396,9 +411,10 @@ async def _wait_for(
     timeout_s: float,
     quiet: bool,
     memory: MemoryStore | None = None,
+    workers: Sequence[WorkerProcess] = (),
 ) -> list[str]:
     """Poll until each (tenant, doc id) holds the text of its content hash, fully indexed ('':
-    nothing: deleted)."""
+    nothing: deleted); `workers` supervised at each poll (wait_indexed)."""
     own = memory is None
     if memory is None:
         memory = Memory.from_url(settings.redis_url)
@@ -407,6 +423,8 @@ async def _wait_for(
     deadline = time.monotonic() + timeout_s
     try:
         while pending:
+            for worker in workers:
+                worker.supervise()
             left = await unindexed(memory, pending)
             pending = {key: doc_hash for key, doc_hash in pending.items() if key in left}
             progress.update(total - len(pending))

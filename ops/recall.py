@@ -82,7 +82,7 @@ def index_corpus(
         documents = corpus_documents(dataset, tenant)
         started = time.perf_counter()
         publish(bench, documents)
-        pending = wait_indexed(bench, documents, timeout_s=3600)
+        pending = wait_indexed(bench, documents, timeout_s=3600, workers=processes)
         if pending:
             raise RuntimeError(f"{len(pending)} passages not indexed in time; see {home}")
         return time.perf_counter() - started

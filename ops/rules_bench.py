@@ -230,12 +230,12 @@ def run_tree(
                 )
             ]
             publish(bench, warm, quiet=True)
-            if wait_indexed(bench, warm, timeout_s=600, quiet=True):
+            if wait_indexed(bench, warm, timeout_s=600, quiet=True, workers=[worker]):
                 raise RuntimeError(f"warm-up document not indexed; see {home / 'worker.log'}")
             before = text_counts(bench)
             started = time.perf_counter()
             publish(bench, corpus, quiet=True)
-            pending = wait_indexed(bench, corpus, timeout_s=3600, quiet=True)
+            pending = wait_indexed(bench, corpus, timeout_s=3600, quiet=True, workers=[worker])
             seconds = time.perf_counter() - started
             after = text_counts(bench)
             if pending:

@@ -2,14 +2,22 @@
 start and stop `memstream worker`: a worker that exits while awaited fails the wait at once,
 with its log's tail, instead of after the health timeout."""
 
+import asyncio
 import os
 import socket
+import sys
 import time
 
 import pytest
 
+from ops import processes
 from ops.processes import WorkerFailed, WorkerProcess
+from ops.publish import _wait_indexed
 from ops.stack import ephemeral_ports, free_port
+from store.in_memory import InMemoryStore
+from topics import Document
+from workers.liveness import EXIT_STALLED
+from workers.settings import Settings
 
 
 def test_a_worker_that_exits_fails_the_wait_at_once_with_its_log(tmp_path):
@@ -86,3 +94,51 @@ def test_a_free_port_is_chosen_below_the_ports_outgoing_connections_take():
     assert len(set(ports)) > 150, "the ports chosen are not spread: two services starting together would collide"
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[-1]))  # and free
+
+
+_FAKE_WORKER = """
+import sys, time
+from pathlib import Path
+runs = Path(sys.argv[1])
+runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
+print("fake worker, run", len(runs.read_text().split()), flush=True)
+if len(runs.read_text().split()) == 1:
+    sys.exit(int(sys.argv[2]))  # the first run exits with the code it was given
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("code", [75, 3])
+def test_a_wait_on_workers_starts_a_stalled_one_again_and_fails_at_once_on_any_other_exit(tmp_path, monkeypatch, code):
+    """A benchmark or the demo waits for its documents while supervising its workers: a worker
+    that exits with EXIT_STALLED (75, its liveness check asks to be started again) is started
+    again, its output appended to its log; any other exit fails the wait at once with the log's
+    tail. Before, `bench recall` waited its full hour for a worker that had exited 75."""
+    script = tmp_path / "fake_worker.py"
+    script.write_text(_FAKE_WORKER)
+    monkeypatch.setattr(processes, "WORKER_COMMAND", (sys.executable, str(script), str(tmp_path / "runs"), str(code)))
+    env = {**os.environ, "MEMSTREAM_HOME": str(tmp_path)}
+    worker = WorkerProcess.spawn(tmp_path / "worker.log", env, own_session=True)
+    worker.proc.wait(timeout=30)  # the first run has exited
+    never_indexed = [Document(tenant="t", doc_id="d", text="Ada Berg lives in Norland.")]
+    started = time.monotonic()
+    try:
+        if code == EXIT_STALLED:
+            pending = asyncio.run(
+                _wait_indexed(Settings.from_env(env), never_indexed, 2.0, True, InMemoryStore(), workers=[worker])
+            )
+            assert pending == ["d"] and worker.restarts == 1 and worker.running()
+            deadline = time.monotonic() + 30
+            while "run 2" not in worker.log_tail() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "run 1" in worker.log_tail() and "run 2" in worker.log_tail()  # one log, appended
+        else:
+            with pytest.raises(WorkerFailed) as failed:
+                asyncio.run(
+                    _wait_indexed(Settings.from_env(env), never_indexed, 60.0, True, InMemoryStore(), workers=[worker])
+                )
+            assert time.monotonic() - started < 30 and "exited with 3" in str(failed.value)
+            assert "fake worker, run 1" in str(failed.value) and worker.restarts == 0
+    finally:
+        worker.stop(timeout_s=5)
+    assert (tmp_path / "runs").read_text().split() == ["run"] * (2 if code == EXIT_STALLED else 1)
