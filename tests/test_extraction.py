@@ -2,17 +2,14 @@ import asyncio
 import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
+from tests.shared_data import SHARED_DATA, needs_shared
 from workers.algorithms.normalize import content_hash
 from workers.models.extraction import ReplayExtractor, RulesExtractor, make_extractor, type_of
 
-OPENIE = (
-    Path(__file__).resolve().parents[2]
-    / "shared/data/musique_train_100/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
-)
+OPENIE = SHARED_DATA / "musique_train_100/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 
 
 def test_rules_extractor_is_deterministic_and_entity_centric():
@@ -87,7 +84,7 @@ def test_replay_file_errors_point_at_the_line(tmp_path):
         make_extractor("replay", "")
 
 
-@pytest.mark.skipif(not OPENIE.exists(), reason="shared MuSiQue data not present")
+@needs_shared("musique_train_100", OPENIE.name)
 def test_replay_reads_hipporag_openie_keyed_by_passage_text():
     ex = ReplayExtractor(OPENIE)
     assert len(ex.by_sha) >= 1880
@@ -211,11 +208,11 @@ def test_values_are_read_whole_and_are_no_entities(text, context, entities, fact
     assert {(f.head, f.relation, f.tail, f.category) for f in extraction.facts} == facts
 
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data"
 JUNK_NAME = re.compile(r"^(?:[\d.,:%$€£]+|EUR|USD|GBP|CHF|\d+(?:st|nd|rd|th))$")
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "locomo_dev").is_dir(), reason="the shared dev sets are not here")
+@needs_shared("locomo_dev")
+@needs_shared("hotpotqa_train_100")
 def test_the_dev_sets_give_no_bare_number_or_currency_entity():
     """On data nobody here wrote — the LoCoMo dev turns and HotpotQA-100's passages — the rules
     extractor names no bare number, currency code or ordinal (before: 11 on LoCoMo, 3,475 on

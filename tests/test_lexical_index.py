@@ -21,17 +21,17 @@ import pytest
 from ops.datasets import load_dataset
 from store.records import Erasure
 from store.redis.search import LEXICAL_READ_ALL
+from tests.shared_data import SHARED_DATA, needs_shared
 from topics.records import Chunk
 
 pytestmark = pytest.mark.stack
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+hotpotqa = needs_shared("hotpotqa_train_100")  # the tests that read _corpus()
 PASSAGES = 240  # past LEXICAL_READ_ALL: the shared path scores candidates in the client
 TOP = 10
 
 
 def _corpus() -> tuple[list[str], list[str]]:
-    dataset = load_dataset("hotpotqa", DATA)
+    dataset = load_dataset("hotpotqa", SHARED_DATA)
     return dataset.passages[:PASSAGES], [q.text for q in dataset.questions[:40]]
 
 
@@ -120,6 +120,7 @@ def _memory(stack_env, **kwargs):
     return Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], dims=8, **kwargs)
 
 
+@hotpotqa
 def test_a_tenant_promoted_to_its_own_index_ranks_as_before_and_follows_its_writes(stack_env):
     texts, queries = _corpus()
     assert len(texts) > LEXICAL_READ_ALL
@@ -171,6 +172,7 @@ def test_a_tenant_promoted_to_its_own_index_ranks_as_before_and_follows_its_writ
     asyncio.run(main())
 
 
+@hotpotqa
 def test_a_writer_promotes_a_tenant_that_crosses_the_size_in_the_background(stack_env):
     """ensure_indexes (every chunk's write) counts the tenant once per LEXICAL_SIZE_RECHECK_S;
     past lexical_own_index_at it promotes it without holding the write up."""
@@ -209,6 +211,7 @@ async def _retire(memory, tenant: str, passage_ids: list[str]) -> None:
     await pipe.execute()
 
 
+@hotpotqa
 def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm25(stack_env):
     """This RediSearch keeps a replaced document's length in its BM25 average, and its terms'
     document frequency until its GC runs: after edits (each retirement replaces a copy) the own
@@ -267,6 +270,7 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
     asyncio.run(main())
 
 
+@hotpotqa
 def test_a_promoted_tenant_is_not_asked_again_whether_it_is_small(stack_env):
     """A large tenant is asked every TENANT_DIMS_RECHECK_S whether it shrank to a few passages (a
     search of the shared index reading up to LEXICAL_READ_ALL of them: ~10 ms of Redis at 50,000
@@ -323,6 +327,7 @@ def _killed_after_three_batches(url: str, tenant: str, method: str) -> None:
     worker.wait(timeout=10)
 
 
+@hotpotqa
 def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
     """SIGKILL after a few batches of copies: readers keep the (exact) shared path, the state
     says building; the next promotion finishes the same index — one document a passage, no term
@@ -360,6 +365,7 @@ def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
     asyncio.run(main())
 
 
+@hotpotqa
 def test_a_rebuild_killed_midway_resumes_to_one_exact_index(stack_env):
     """SIGKILL while a rebuild copies its passages: searches stay on the searched generation's
     index (the own index, never the shared path), writes go on into both generations; the next
@@ -400,6 +406,7 @@ def test_a_rebuild_killed_midway_resumes_to_one_exact_index(stack_env):
     asyncio.run(main())
 
 
+@hotpotqa
 def test_purging_a_promoted_tenant_leaves_no_key_and_no_index(stack_env):
     texts, _ = _corpus()
 

@@ -10,11 +10,14 @@ import pytest
 
 from ops.scale_bench import WordHashEmbedder, build_corpus, entities_of
 from tests.conftest import ROOT, Cli
-from tests.test_lexical_index import DATA
+from tests.shared_data import SHARED_DATA as DATA
+from tests.shared_data import needs_shared
 
 pytestmark = pytest.mark.stack
+corpora = needs_shared("musique_train_100")  # build_corpus reads MuSiQue-100, HotpotQA-100 and LoCoMo dev
 
 
+@corpora
 def test_the_corpus_is_the_shared_sets_then_their_sentences_recombined():
     passages, questions = build_corpus(DATA, 6_000)
     assert len(passages) == len(set(passages)) == 6_000
@@ -26,6 +29,7 @@ def test_the_corpus_is_the_shared_sets_then_their_sentences_recombined():
     assert float(a @ b) > float(a @ c)
 
 
+@corpora
 def test_bench_scale_measures_this_tree_and_a_baseline_side_by_side(stack_env):
     out = Cli(stack_env).run(
         "bench",
