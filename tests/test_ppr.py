@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from workers.algorithms.ppr import SparseGraph, personalized_pagerank
+from workers.algorithms.ppr import MAX_PASSES, LeafEliminated, SparseGraph, Transition, personalized_pagerank
 
 igraph = pytest.importorskip("igraph")
 
@@ -156,3 +156,89 @@ def test_nodes_outside_the_graph_are_isolated_nodes_of_the_exact_solution():
     assert len(ours) == n + 2 and np.abs(ours - exact).sum() <= 1e-6
     only_outside = graph.pagerank(np.zeros(n), outside=outside)
     assert np.allclose(only_outside[n:], outside / outside.sum()) and not only_outside[:n].any()
+
+
+def tenant_like_graph(seed: int, entities: int = 400, passages: int = 3000) -> SparseGraph:
+    """A tenant's shape: passages joined to 1–4 entities each (a few hubs), facts between an
+    entity and the next one mentioned, a type node over some entities (a leaf too), an
+    isolated entity and an isolated passage."""
+    rng = np.random.default_rng(seed)
+    graph = SparseGraph(leaf_prefixes=("p:", "t:"))
+    popularity = 1.0 / np.arange(1, entities + 1)
+    for p in range(passages):
+        named = rng.choice(entities, int(rng.integers(1, 5)), replace=False, p=popularity / popularity.sum())
+        for e in named:
+            graph.set_edge(f"e:{e}", f"p:{p}", 1.0, "passage")
+        for a, b in zip(named, named[1:]):
+            graph.set_edge(f"e:{a}", f"e:{b}", graph.weight(f"e:{a}", f"e:{b}", "fact") + 1.0, "fact")
+    for e in range(0, entities, 7):
+        graph.set_edge(f"e:{e}", "t:PERSON", 1 / 58, "type")
+    graph.node("e:alone")
+    graph.node("p:alone")
+    return graph
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_passages_eliminated_from_the_walk_give_the_exact_ppr_within_its_bound_in_fewer_passes(seed):
+    """A graph whose passages join entities alone is solved over its entities (LeafEliminated:
+    y_core = S·y_core + c, the passages after) — the PPR of the whole matrix to the same L1
+    guarantee, from seeds on entities, passages, isolated nodes and outside nodes alike, in fewer
+    passes (each over S, smaller than the matrix)."""
+    graph = tenant_like_graph(seed)
+    reduced = graph.transition()
+    assert isinstance(reduced, LeafEliminated) and 0 < reduced.core_share < 1
+    whole = Transition(graph.matrix(), graph.degree())
+    rng = np.random.default_rng(seed)
+    reset = np.zeros(len(graph))
+    reset[rng.choice(len(graph), 12, replace=False)] = rng.uniform(0.05, 1.0, 12)
+    reset[graph.index["e:alone"]] = 0.3  # seeded but unreachable: its mass returns to the seeds
+    reset[graph.index["p:alone"]] = 0.2
+    outside = np.array([0.25])
+    for damping, tol in ((0.5, 1e-6), (0.5, 1e-10), (0.85, 1e-8)):
+        exact = personalized_pagerank(
+            sp.block_diag([graph.matrix(), sp.csr_matrix((1, 1))]).tocsr(), np.append(reset, outside), damping
+        )
+        ours, theirs = (
+            reduced.solve(reset, damping, tol, outside=outside),
+            whole.solve(reset, damping, tol, outside=outside),
+        )
+        assert ours.converged and ours.error_bound <= tol
+        assert np.abs(ours.scores - exact).sum() <= tol
+        assert ours.passes < theirs.passes, (damping, ours.passes, theirs.passes)
+        assert list(np.argsort(-ours.scores, kind="stable")[:20]) == list(np.argsort(-exact, kind="stable")[:20])
+
+
+def test_the_elimination_follows_the_graph_and_steps_aside_where_two_leaves_join():
+    """The transition is rebuilt from the graph's deltas — a new passage, a removed mention —
+    and is exact after each; an edge between two passages (no kind makes one today) makes the
+    walk go over the whole matrix again, not a wrong elimination."""
+    graph = tenant_like_graph(13, entities=60, passages=300)
+    reset = np.zeros(len(graph))
+    reset[[graph.index["e:1"], graph.index["p:5"]]] = 1.0
+    graph.transition()
+    graph.set_edge("e:1", "p:new", 1.0, "passage")
+    graph.set_edge("e:1", "p:5", 0.0, "passage")
+    reset = np.append(reset, 0.5)  # p:new, seeded
+    assert isinstance(graph.transition(), LeafEliminated)
+    assert np.abs(graph.pagerank(reset, tol=1e-9) - personalized_pagerank(graph.matrix(), reset)).sum() <= 1e-9
+    graph.set_edge("p:5", "p:new", 1.0, "link")
+    assert isinstance(graph.transition(), Transition)  # (its matrix is float32: 1e-6, not 1e-9)
+    assert np.abs(graph.pagerank(reset, tol=1e-6) - personalized_pagerank(graph.matrix(), reset)).sum() <= 1e-6
+
+
+def test_an_eliminated_walk_stops_at_the_pass_cap_and_reports_it():
+    graph = tenant_like_graph(14, entities=60, passages=300)
+    reset = np.zeros(len(graph))
+    reset[graph.index["e:2"]] = 1.0
+    capped = graph.solve(reset, damping=0.999999, tol=1e-12)
+    assert isinstance(graph.transition(), LeafEliminated)
+    assert capped.passes == MAX_PASSES and not capped.converged and capped.error_bound > 1e-12
+    assert np.isfinite(capped.scores).all() and (capped.scores >= 0).all()
+    for bad in (
+        dict(reset=np.zeros(len(graph))),
+        dict(reset=-reset),
+        dict(reset=reset, damping=1.0),
+        dict(reset=reset, tol=0.0),
+    ):
+        with pytest.raises(ValueError):
+            graph.solve(**bad)

@@ -189,7 +189,7 @@ def test_ppr_stops_at_its_pass_cap_and_reports_it():
 
 
 def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monkeypatch):
-    from workers.algorithms.ppr import Transition
+    from workers.algorithms.ppr import LeafEliminated, Transition
 
     graph = TenantGraph("t")
     for a, b, kind in [
@@ -244,13 +244,16 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
             return np.ones((len(texts), 4), dtype=np.float32)
 
     solved_on = []
-    solve = Transition.solve
 
-    def recording(self, *args, **kwargs):
-        solved_on.append(threading.get_ident())
-        return solve(self, *args, **kwargs)
+    def recording(solve):
+        def solve_recorded(self, *args, **kwargs):
+            solved_on.append(threading.get_ident())
+            return solve(self, *args, **kwargs)
 
-    monkeypatch.setattr(Transition, "solve", recording)
+        return solve_recorded
+
+    for iteration in (Transition, LeafEliminated):  # over the whole matrix, or with the passages eliminated
+        monkeypatch.setattr(iteration, "solve", recording(iteration.solve))
 
     async def main():
         engine = QueryEngine(Memory(), Embedder(), Graphs())

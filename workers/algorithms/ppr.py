@@ -102,9 +102,16 @@ class KindWeights:
 
 
 class SparseGraph:
-    def __init__(self, capacity: int = 1024):
+    """leaf_prefixes: names of nodes only ever joined to nodes without them (a tenant's passages
+    and types, each joined to entities alone): `transition()` eliminates them from the
+    iteration (`LeafEliminated`) — checked on every build, so an edge between two of them only
+    costs the speed."""
+
+    def __init__(self, capacity: int = 1024, leaf_prefixes: tuple[str, ...] = ()):
         self.index: dict[str, int] = {}
         self.names: list[str] = []
+        self.leaf_prefixes = leaf_prefixes
+        self._leaves = np.zeros(0, dtype=bool)  # node id → named as a leaf; names only append
         self._capacity = capacity
         self._csr = sp.csr_matrix((capacity, capacity), dtype=np.float64)
         self._degree = np.zeros(capacity)
@@ -114,7 +121,7 @@ class SparseGraph:
         self._delta_cols: list[int] = []
         self._delta_vals: list[float] = []
         self._delta_arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # bulk deltas, before the lists
-        self._transition: Transition | None = None
+        self._transition: Transition | LeafEliminated | None = None
         self.rebuilds = 0  # full constructions of the matrix (tests assert deltas are used)
         self.deltas_applied = 0
 
@@ -244,13 +251,28 @@ class SparseGraph:
         self._fold()
         return self._degree[: len(self.names)]
 
-    def transition(self) -> "Transition":
-        """The iteration matrix of the current graph, cached until the next delta."""
+    def transition(self) -> "Transition | LeafEliminated":
+        """The iteration of the current graph, cached until the next delta: with the leaves
+        eliminated where the graph has leaves and that makes the iteration smaller, else over
+        the whole matrix."""
         self._fold()
         if self._transition is None:
             n = len(self.names)
-            self._transition = Transition(self._csr[:n, :n].tocsr(), self._degree[:n])
+            adjacency, degree = self._csr[:n, :n].tocsr(), self._degree[:n]
+            reduced = LeafEliminated.of(adjacency, degree, self.leaves()) if self.leaf_prefixes else None
+            self._transition = reduced or Transition(adjacency, degree)
         return self._transition
+
+    def leaves(self) -> np.ndarray:
+        """Whether each node's name has a leaf prefix (a boolean per node id)."""
+        known = len(self._leaves)
+        if known < len(self.names):
+            prefixes = self.leaf_prefixes
+            more = np.fromiter(
+                (name.startswith(prefixes) for name in self.names[known:]), bool, len(self.names) - known
+            )
+            self._leaves = np.concatenate([self._leaves, more])
+        return self._leaves
 
     def pagerank(
         self,
@@ -336,11 +358,8 @@ class Transition:
         """PPR over this graph version (`SparseGraph.solve`). Reads nothing but this object, so it
         may run on another thread while the graph takes new deltas — but one solve at a time:
         `scale` rescales the shared matrix in place."""
-        if not 0 < damping < 1 or not tol > 0:
-            raise ValueError(f"PPR needs damping in (0, 1) and a positive tolerance, not {damping!r} and {tol!r}")
+        reset, outside = _checked(reset, damping, tol, outside)
         self.scale(damping)
-        reset = np.asarray(reset, dtype=np.float64)
-        outside = np.zeros(0) if outside is None else np.asarray(outside, dtype=np.float64)
         nonzero = np.flatnonzero(reset)
         ordered, isolated, passes, bound = _chebyshev(
             self, self.position[nonzero], reset[nonzero], tol, max_iter, outside
@@ -355,12 +374,7 @@ class Transition:
     def product(self, x: np.ndarray) -> np.ndarray:
         """M·x, one pass over the matrix."""
         pieces = int(self.piece_starts[-1])
-        if len(self.blocks) == 1:
-            z = self.split @ x
-        else:  # scipy's product releases the GIL: the blocks after the first on the pool's threads
-            pool = _product_pool()
-            rest = [pool.submit(block.__matmul__, x) for block in self.blocks[1:]]
-            z = np.concatenate([self.blocks[0] @ x, *(part.result() for part in rest)])
+        z = _product(self.blocks, x)  # scipy's product releases the GIL: blocks on threads at once
         y = z[pieces - self.long_rows :]
         if self.long_rows:
             y[: self.long_rows] = np.add.reduceat(z[:pieces], self.piece_starts[:-1], dtype=np.float64)
@@ -443,8 +457,6 @@ def _chebyshev(
     error of the returned κ·(M·y + r) by κ·λ·‖ρ‖₁/(1 − λ) — a guarantee, where the power
     iteration's "L1 change below tol" is not."""
     total = float(weights.sum() + outside.sum())
-    if not total > 0 or (weights < 0).any() or (outside < 0).any():
-        raise ValueError("the reset vector needs positive mass and no negative entry")
     damping = transition.damping
     dtype = np.float32 if tol >= FLOAT32_TOLERANCE else np.float64
     n = transition.matrix.shape[0]
@@ -457,8 +469,7 @@ def _chebyshev(
     r = np.zeros(n, dtype=dtype)
     r[seeds] = teleport
     error_per_residual = kappa * damping / (1 - damping)
-    rate = damping / (1 + np.sqrt(1 - damping**2))
-    expected_steps = int(np.log(tol) / np.log(rate)) + 1
+    expected_steps = _expected_steps(damping, tol)
     first_check = max(1, expected_steps - 4)  # no residual pass while it cannot be small yet
     max_iter = max(1, min(max_iter or 3 * expected_steps + 10, MAX_PASSES))
     previous, y = np.zeros_like(r), r
@@ -474,12 +485,158 @@ def _chebyshev(
             if bound <= tol or step == max_iter:  # at the cap: the estimate so far, and how good it is
                 q *= dtype(kappa)
                 return q, isolated, step, min(bound, 2.0)
-        omega = 1 / (1 - damping**2 / 2) if step == 1 else 1 / (1 - damping**2 * omega / 4)
+        omega = _omega(step, damping, omega)
         q -= previous  # y ← ω·(M·y + r − y_prev) + y_prev
         q *= dtype(omega)
         q += previous
         previous, y = y, q
     raise AssertionError("unreachable: the last pass returns")
+
+
+class LeafEliminated:
+    """The PPR of `Transition`, solved with the leaves eliminated: nodes joined only to the
+    other nodes ("core": a tenant's entities; leaves: its passages and types). With M = λ·A·D⁻¹
+    split by that cut, M's leaf–leaf block is empty, so y = M·y + r becomes
+
+        y_core = S·y_core + c,  S = M_cc + M_cl·M_lc,  c = r_core + M_cl·r_leaf
+        y_leaf = M_lc·y_core + r_leaf
+
+    — an iteration over the core alone (15k of the 215k nodes of `bench scale`'s 200,000-passage
+    tenant, and S 0.64 M entries where A has 1.83 M: co-mentions are few), the leaves computed
+    once at the end. S = λ·A_cc·D_c⁻¹ + λ²·A_cl·D_l⁻¹·A_lc·D_c⁻¹ is similar to a symmetric matrix,
+    its eigenvalues in [−λ·h, λ² + (λ − λ²)·h] with h the largest share of a core node's
+    weight on other core nodes (the first term's column sums bound it, the second is positive
+    semidefinite; S's column sums bound the top), so Chebyshev semi-iteration converges faster
+    than over M's [−λ, λ]: 10 passes over S for 13 over M at h = 2/3. Measured (that tenant's
+    graph, 15 seed sets, interleaved): solve p50 37.4 → 13.2 ms; the 50,000-passage tenant's,
+    with the seeds of 32 real queries: 5.3 → 4.0 ms, every top 10 the same, L1 distance between
+    the two ≤ 4.6·10⁻⁷. The error bound is the same guarantee as `Transition`'s: the whole
+    system's residual is the core's (the leaves' is zero by construction). Float64 throughout:
+    a hub's row of S is long, and the vectors are the core's."""
+
+    def __init__(self, core: np.ndarray, leaves: np.ndarray, a_cc: sp.csr_matrix, w: sp.csr_matrix, degree: np.ndarray):
+        self.core, self.leaf_nodes, self.n = core, leaves, len(core) + len(leaves)
+        self.degree_core, self.degree_leaf = degree[core], degree[leaves]
+        self.inverse_leaf = np.divide(1.0, self.degree_leaf, out=np.zeros(len(leaves)), where=self.degree_leaf > 0)
+        self.isolated = np.flatnonzero(degree == 0)
+        self.a_cc_scaled = (a_cc @ sp.diags(_inverse(self.degree_core))).tocsr()  # A_cc·D_c⁻¹
+        self.w = w  # A_lc·D_c⁻¹ (leaf rows): M_lc = λ·w
+        share = np.asarray(a_cc.sum(axis=1)).ravel() * _inverse(self.degree_core)
+        self.core_share = float(share.max()) if len(share) else 0.0  # h
+        self._s: tuple[float, list[sp.csr_matrix]] | None = None  # (λ, S's row blocks)
+        self._two_hops: sp.csr_matrix | None = self.two_hops()  # until S is made from it
+
+    def two_hops(self) -> sp.csr_matrix:
+        """A_cl·D_l⁻¹·A_lc·D_c⁻¹: a core node to a core node through a leaf."""
+        return (sp.diags(self.degree_core) @ self.w.T @ sp.diags(self.inverse_leaf) @ self.w).tocsr()
+
+    @classmethod
+    def of(cls, adjacency: sp.csr_matrix, degree: np.ndarray, leaves: np.ndarray) -> "LeafEliminated | None":
+        """The elimination of the nodes `leaves` marks, or None where it does not apply: no
+        leaf, two leaves joined, or an S with more entries than the matrix (hubs co-mentioned
+        with everything), which would make a pass dearer than one over the whole graph."""
+        leaf_nodes, core = np.flatnonzero(leaves), np.flatnonzero(~leaves)
+        if not len(leaf_nodes) or not len(core):
+            return None
+        a_lc = adjacency[leaf_nodes]
+        if a_lc[:, leaf_nodes].nnz:
+            return None
+        a_lc = a_lc[:, core].tocsr()
+        w = (a_lc @ sp.diags(_inverse(degree[core]))).tocsr()
+        reduced = cls(core, leaf_nodes, adjacency[core][:, core].tocsr(), w, degree)
+        two_hops = reduced._two_hops
+        return reduced if two_hops is not None and two_hops.nnz + reduced.a_cc_scaled.nnz <= adjacency.nnz else None
+
+    def _iteration(self, damping: float) -> list[sp.csr_matrix]:
+        """S for this damping, in row blocks (`_row_blocks`), made once per damping (the two-hop
+        part is not kept beside it: a damping other than the last, rare, makes it again). A new
+        S replaces the old whole, so a solve under way keeps the one it read."""
+        held = self._s
+        if held is None or held[0] != damping:
+            two_hops = self._two_hops if self._two_hops is not None else self.two_hops()
+            self._two_hops = None
+            s = (damping * self.a_cc_scaled + damping * damping * two_hops).tocsr()
+            s.sort_indices()
+            held = self._s = (damping, _row_blocks(s, product_threads() if s.nnz >= PARALLEL_ENTRIES else 1))
+        return held[1]
+
+    def solve(
+        self,
+        reset: np.ndarray,
+        damping: float = 0.5,
+        tol: float = 1e-6,
+        max_iter: int | None = None,
+        outside: np.ndarray | None = None,
+    ) -> PPR:
+        """As `Transition.solve` (the same equation, bound and pass cap; passes over S)."""
+        reset, outside = _checked(reset, damping, tol, outside)
+        total = float(reset.sum() + outside.sum())
+        r = reset / total
+        kappa = (1 - damping) / (1 - damping * float(r[self.isolated].sum() + outside.sum() / total))
+        isolated = kappa * outside / total
+        scores = np.empty(self.n)
+        r_leaf = r[self.leaf_nodes]
+        seeded = np.flatnonzero(r_leaf)
+        if not len(seeded) and not r[self.core].any():
+            return PPR(np.concatenate([np.zeros(self.n), isolated]), 0, 0.0, True)
+        blocks = self._iteration(damping)
+        # c = r_core + λ·A_cl·D_l⁻¹·r_leaf, from the seeded leaves' rows (A symmetric)
+        c = (
+            r[self.core]
+            + damping * (self.w[seeded].T @ (r_leaf[seeded] * self.inverse_leaf[seeded])) * self.degree_core
+        )
+        low, high = -damping * self.core_share, damping**2 + (damping - damping**2) * self.core_share
+        gamma = 2 / (2 - low - high)  # y ← γ·(S·y + c) + (1 − γ)·y has its spectrum in [−ρ, ρ]
+        rho = gamma * (high - low) / 2
+        error_per_residual = kappa * damping / (1 - damping)
+        cap = max(1, min(max_iter or 3 * _expected_steps(rho, tol) + 10, MAX_PASSES))
+        previous, y, omega = np.zeros_like(c), c, 1.0
+        for step in range(1, cap + 1):
+            q = _product(blocks, y) + c
+            bound = error_per_residual * float(np.abs(q - y).sum())
+            if bound <= tol or step == cap:  # q = (M·y + r) on the core; the leaves' follow from y
+                scores[self.core] = q
+                scores[self.leaf_nodes] = damping * (self.w @ y) + r_leaf
+                return PPR(np.concatenate([kappa * scores, isolated]), step, min(bound, 2.0), bound <= tol)
+            omega = _omega(step, rho, omega)
+            q = omega * (gamma * q + (1 - gamma) * y - previous) + previous
+            previous, y = y, q
+        raise AssertionError("unreachable: the last pass returns")
+
+
+def _checked(reset, damping: float, tol: float, outside) -> tuple[np.ndarray, np.ndarray]:
+    """A solve's reset and outside weights as float64 arrays, its inputs checked."""
+    if not 0 < damping < 1 or not tol > 0:
+        raise ValueError(f"PPR needs damping in (0, 1) and a positive tolerance, not {damping!r} and {tol!r}")
+    reset = np.asarray(reset, dtype=np.float64)
+    outside = np.zeros(0) if outside is None else np.asarray(outside, dtype=np.float64)
+    if not reset.sum() + outside.sum() > 0 or (reset < 0).any() or (outside < 0).any():
+        raise ValueError("the reset vector needs positive mass and no negative entry")
+    return reset, outside
+
+
+def _inverse(values: np.ndarray) -> np.ndarray:
+    return np.divide(1.0, values, out=np.zeros(len(values)), where=values > 0)
+
+
+def _product(blocks: list[sp.csr_matrix], x: np.ndarray) -> np.ndarray:
+    """The row blocks' products with x, the blocks after the first on the pool's threads (one
+    block: the product itself, on this thread)."""
+    if len(blocks) == 1:
+        return blocks[0] @ x
+    pool = _product_pool()
+    rest = [pool.submit(block.__matmul__, x) for block in blocks[1:]]
+    return np.concatenate([blocks[0] @ x, *(part.result() for part in rest)])
+
+
+def _expected_steps(rho: float, tol: float) -> int:
+    """Chebyshev steps to `tol` over a spectrum in [−ρ, ρ]: it converges at ρ/(1 + √(1 − ρ²))."""
+    return int(np.log(tol) / np.log(rho / (1 + np.sqrt(1 - rho**2)))) + 1
+
+
+def _omega(step: int, rho: float, previous: float) -> float:
+    """The Chebyshev semi-iteration's weight at `step` for a spectrum in [−ρ, ρ]."""
+    return 1 / (1 - rho**2 / 2) if step == 1 else 1 / (1 - rho**2 * previous / 4)
 
 
 def personalized_pagerank(adjacency: sp.csr_matrix, reset: np.ndarray, damping: float = 0.5) -> np.ndarray:

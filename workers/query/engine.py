@@ -37,7 +37,7 @@ from store.records import Hit, is_current
 from topics import ContractError, tenant_or_default
 from workers import metrics
 from workers.algorithms.expiry import parse_as_of, said_at, said_by, was_valid
-from workers.algorithms.ppr import PPR, Transition
+from workers.algorithms.ppr import PPR, LeafEliminated, Transition
 from workers.algorithms.reconstruction import Budget, choose_mentions, mention_candidates, names_something
 from workers.algorithms.retrieval import (
     EPISODE_RADIUS,
@@ -698,7 +698,7 @@ class Walk:
 
 def _walk(
     graph,
-    transition: Transition,
+    transition: Transition | LeafEliminated,
     seeds: Seeds,
     params: RetrievalParams,
     passage_index: np.ndarray,

@@ -97,7 +97,7 @@ class _PassagesOf(dict):
 class TenantGraph:
     def __init__(self, tenant: str):
         self.tenant = tenant
-        self.graph = SparseGraph()
+        self.graph = SparseGraph(leaf_prefixes=(PASSAGE_NODE, TYPE_NODE))  # each joins entities alone
         self.stats = GraphPassageStats(self.graph)
         self.type_members: dict[str, set[str]] = defaultdict(set)  # type node → entity nodes
         self.cursor = NO_CHANGE  # last change-stream id applied
