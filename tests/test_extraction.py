@@ -196,8 +196,29 @@ def test_canonical_fact_turns_a_making_verb_passive_and_leaves_others():
                 ("COVID-19", "talk in", "Catch-22", "DECLARATIVE"),
             },
         ),
+        (  # an amount or a percentage with no word in it is a constraint's tail as well ("under 10 of the" before)
+            "Our hotel must cost under 10% of the budget. The room must cost at most $500 a night.",
+            "Karl:",
+            {"Karl": "SPEAKER", "10%": "PERCENT", "$500": "MONEY"},
+            {("Karl", "must cost", "10%", "HARD_CONSTRAINT"), ("Karl", "at most", "$500", "HARD_CONSTRAINT")},
+        ),
+        (  # "error" naming a measure is no failure (was: Rosa — failed — "rate must stay under")
+            "The error rate must stay under 10% for the launch.",
+            "Rosa:",
+            {"Rosa": "SPEAKER", "10%": "PERCENT"},
+            {("Rosa", "must stay", "10%", "HARD_CONSTRAINT")},
+        ),
     ],
-    ids=["amount", "deadline", "year", "time and date", "tool failure", "names with digits and months"],
+    ids=[
+        "amount",
+        "deadline",
+        "year",
+        "time and date",
+        "tool failure",
+        "names with digits and months",
+        "percentage",
+        "error rate",
+    ],
 )
 def test_values_are_read_whole_and_are_no_entities(text, context, entities, facts):
     """Values — amounts, dates, times, numbers — are literals that qualify a

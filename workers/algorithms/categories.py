@@ -93,7 +93,12 @@ def _cue(category: str, pattern: str, relation: str, side: str = AFTER) -> Cue:
 CUES: tuple[Cue, ...] = (
     *(Cue(TOOL_FAILURE, pattern, "failed with", ITSELF) for _, pattern in FAILURE_ITEMS),
     _cue(TOOL_FAILURE, r"\btimed out\b|\btimes out\b", "timed out"),
-    _cue(TOOL_FAILURE, r"\b(?:failed|failing|errored|crashed)\b|\berrors?\b", "failed"),
+    # "error" naming a measure ("the error rate must stay under 10%", "a margin of error") is no failure
+    _cue(
+        TOOL_FAILURE,
+        r"\b(?:failed|failing|errored|crashed)\b|(?<!margin of )\berrors?\b(?!\s+(?:rates?|margins?|bars?|bounds?|budgets?|terms?)\b)",
+        "failed",
+    ),
     _cue(REJECTED_OPTION, r"\bno\s+(?P<object>[\w’'\- ]{1,40}?),?\s+please\b", "rejected"),
     _cue(
         REJECTED_OPTION,

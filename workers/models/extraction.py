@@ -542,8 +542,9 @@ def _trigger_fact(sentence: str, mentions: list[tuple[int, int, str]], finding: 
         # an amount, else a date or time (a deadline: "no later than 8 September"), nearest the cue
         stated = values(sentence)
         for kinds in ((MONEY, PERCENT), (DATE, TIME)):
-            # a date with its day or month, or a time: a year alone is no deadline ("only the 1966 …")
-            of_kind = [v for v in stated if v[3] in kinds and re.search(r"[^\W\d_]|:", v[2])]
+            # a date with its day or month, or a time: a year alone is no deadline ("only the 1966 …");
+            # an amount or a percentage as written ("$500", "10%")
+            of_kind = [v for v in stated if v[3] in kinds and (kinds[0] == MONEY or re.search(r"[^\W\d_]|:", v[2]))]
             nearest = [v for v in of_kind if v[0] >= finding.end] or [
                 v for v in reversed(of_kind) if v[1] <= finding.start
             ]
