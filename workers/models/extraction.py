@@ -486,6 +486,9 @@ class RulesExtractor:
         facts: list[Triple] = []
         for sentence in categories.sentences(text):
             mentions = _names(sentence, _mentions(sentence))
+            finding = categories.classify(sentence)
+            if finding is not None and finding.category == categories.TOOL_FAILURE:
+                mentions = _tool_named_whole(sentence, mentions, finding)
             for _, _, surface in mentions:
                 entities.setdefault(surface, Entity(surface, type_of(surface)))
             found = []
@@ -500,7 +503,6 @@ class RulesExtractor:
                 if relation in {"and", "or", "the", "a", "an"}:
                     continue
                 found.append(Triple(head=a, relation=relation, tail=b, head_type=type_of(a), tail_type=type_of(b)))
-            finding = categories.classify(sentence)
             if finding is not None:
                 found = [replace(f, category=finding.category) for f in found]
                 # A turn's speaker is no mention: the trigger fact is what ties the constraint,
@@ -508,7 +510,9 @@ class RulesExtractor:
                 # sentence the neighbour rule left without a fact (Wikipedia prose keeps its facts).
                 if speaker or not found:
                     trigger = _trigger_fact(sentence, mentions, finding, speaker)
-                    if trigger is not None and all((f.head, f.tail) != (trigger.head, trigger.tail) for f in found):
+                    if trigger is not None:  # it replaces the neighbour fact between the same two: the
+                        # cue's relation, stated ("the Iberia fares API raised …": failed with, not raise)
+                        found = [f for f in found if (f.head, f.tail) != (trigger.head, trigger.tail)]
                         found.append(trigger)
                         entities.setdefault(trigger.head, Entity(trigger.head, trigger.head_type))
                         entities[trigger.tail] = Entity(trigger.tail, trigger.tail_type)
@@ -584,17 +588,36 @@ _NOT_IN_A_TOOL_NAME = frozenset(
 def _failed_tool(sentence: str, names: list[tuple[int, int, str]], finding: Finding) -> str:
     """The tool a failure's sentence names just before its cue ("the car-rental API timed out",
     "the call to the Iberia fares API raised …"), with the words that name it in front of it, or ''."""
+    span = _failed_tool_span(sentence, names, finding)
+    return " ".join(sentence[span[0] : span[1]].split()) if span else ""
+
+
+def _failed_tool_span(sentence: str, names: list[tuple[int, int, str]], finding: Finding) -> tuple[int, int] | None:
+    """Where `_failed_tool` is written in the sentence, or None."""
     before = [m for m in names if m[1] <= finding.start]
     if not before or before[-1][2].split()[-1].lower() not in _TOOL_WORDS:
-        return ""
+        return None
     start, end, _ = before[-1]
     if re.search(r"[^\w\s\-]", sentence[end : finding.start]):
-        return ""  # a clause between: not the cue's subject
+        return None  # a clause between: not the cue's subject
     for word in reversed(list(re.finditer(r"[\w\-]+", sentence[:start]))[-3:]):
         if word.group().lower() in _NOT_IN_A_TOOL_NAME or re.search(r"[^\w\s\-]", sentence[word.end() : start]):
             break
         start = word.start()
-    return " ".join(sentence[start:end].split())
+    return start, end
+
+
+def _tool_named_whole(
+    sentence: str, mentions: list[tuple[int, int, str]], finding: Finding
+) -> list[tuple[int, int, str]]:
+    """A failure's mentions with the failed tool's named whole ("API" → "car-rental API"), so
+    the sentence's facts are the tool's, not a twin of them headed by its last word."""
+    span = _failed_tool_span(sentence, mentions, finding)
+    if span is None:
+        return mentions
+    whole = " ".join(sentence[span[0] : span[1]].split())
+    outside = [m for m in mentions if m[1] <= span[0] or m[0] >= span[1]]  # "Iberia" is in "Iberia fares API"
+    return sorted([*outside, (span[0], span[1], whole)])
 
 
 # ---- replay -----------------------------------------------------------------------------
