@@ -29,7 +29,7 @@ alternate which goes first), against the same Redis:
   `transition()` (the deltas folded in) — what a query pays after ingestion;
 - walk: `queries` PPR walks from a few seeds — three entities drawn by their mentions, a fact
   between two of them, five passages of theirs, weighted as the engine would — each timed as
-  `Transition.solve` alone and as the engine's whole walk (`workers.query.engine._walk`: the
+  the transition's solve alone and as the engine's whole walk (`workers.query.engine._walk`: the
   solve, then the top passages and entities ranked), p50 and p99.
 
 Both trees walk from the same seeds (drawn from node names, not indexes)."""
