@@ -493,6 +493,15 @@ def _chebyshev(
     raise AssertionError("unreachable: the last pass returns")
 
 
+# The two-hop product's terms (Σ over leaves of their degree squared, before equal pairs merge)
+# past which S is not even made: bench scale's tenants have 1.59× (50,000 passages) and 1.72×
+# (200,000) their matrix's entries, S then 0.49× and 0.35× of them; HotpotQA-100's graph (8.8
+# entities a passage) and `bench graph`'s Zipf tenant ~3.1×, where S came out larger than the
+# matrix — made and dropped on every graph version: measured on 200,000 passages of 9 entities
+# each (4.5×), S 3.9× the matrix, 0.99 s and 190 MB at its peak.
+TWO_HOP_TERMS = 2.0
+
+
 class LeafEliminated:
     """The PPR of `Transition`, solved with the leaves eliminated: nodes joined only to the
     other nodes ("core": a tenant's entities; leaves: its passages and types). With M = λ·A·D⁻¹
@@ -542,6 +551,9 @@ class LeafEliminated:
         if a_lc[:, leaf_nodes].nnz:
             return None
         a_lc = a_lc[:, core].tocsr()
+        mentions = np.diff(a_lc.indptr).astype(np.int64)
+        if int((mentions**2).sum()) > TWO_HOP_TERMS * adjacency.nnz:
+            return None  # S's product alone would cost more than it can save (and its memory)
         w = (a_lc @ sp.diags(_inverse(degree[core]))).tocsr()
         reduced = cls(core, leaf_nodes, adjacency[core][:, core].tocsr(), w, degree)
         two_hops = reduced._two_hops
