@@ -27,16 +27,21 @@ def ensure_topics(
     """Create the missing topics of the namespace; returns the names created. Raises (kafka's
     KafkaTimeoutError) when no broker answered within `connect_timeout_s`."""
     partitions = partitions or settings.partitions
-    admin = KafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap,
-        client_id="memstream-admin",
-        bootstrap_timeout_ms=int(max(1.0, connect_timeout_s) * 1000),
-    )
+
+    def client() -> KafkaAdminClient:
+        return KafkaAdminClient(
+            bootstrap_servers=settings.kafka_bootstrap,
+            client_id="memstream-admin",
+            bootstrap_timeout_ms=int(max(1.0, connect_timeout_s) * 1000),
+        )
+
+    admin = client()
     try:
         wanted = settings.topics.all()
         deadline = time.monotonic() + timeout_s
         created: list[str] = []
         replicas, brokers = MAX_REPLICAS, 0
+        refused: Exception | None = None  # the last answer to a creation, for the timeout's message
         while missing := _missing(admin, wanted, deadline):
             with suppress(*BROKERS_CHANGING):  # the broker the client asked has just gone: another, again
                 replicas, brokers = topic_replicas(admin)
@@ -57,12 +62,17 @@ def ensure_topics(
                     break
                 except TopicAlreadyExistsError:
                     pass  # another process created some meanwhile: those left, again
-                except BROKERS_CHANGING:
-                    pass  # a broker gone, back, or fenced, and the client or the controller not yet told
+                except BROKERS_CHANGING as exc:  # a broker gone, back, or fenced, and the client or the
+                    # controller not yet told. A new client: kafka-python keeps the controller id it
+                    # read first, and asks that node again after a connection error (CI: 60 s of it)
+                    refused = exc
+                    admin.close()
+                    admin = client()
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"topics not created within {timeout_s:g}s: the cluster wants {replicas} replicas (its "
-                    f"default.replication.factor, up to {MAX_REPLICAS}) and had fewer brokers up ({brokers} listed)"
+                    f"default.replication.factor, up to {MAX_REPLICAS}) and had {brokers} brokers listed"
+                    + (f"; the last refusal: {refused!r}" if refused is not None else "")
                 )
             time.sleep(0.5)
         while unseen := _missing(admin, wanted, deadline):  # created, until the broker asked lists them
