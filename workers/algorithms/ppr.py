@@ -519,14 +519,15 @@ class LeafEliminated:
     than over M's [−λ, λ]: 10 passes over S for 13 over M at h = 2/3. Measured (that tenant's
     graph, 15 seed sets, interleaved): solve p50 37.4 → 12.0 ms; the 50,000-passage tenant's,
     with the seeds of 32 real queries: 7.2 → 5.1 ms, every top 10 the same, L1 distance between
-    the two ≤ 4.6·10⁻⁷; ppr over HTTP at 200,000 passages 52.4 → 35.5 ms p50 (`bench scale`). The error bound is the same guarantee as `Transition`'s: the whole
-    system's residual is the core's (the leaves' is zero by construction). Float64 throughout:
-    a hub's row of S is long, and the vectors are the core's."""
+    the two ≤ 4.6·10⁻⁷; ppr over HTTP at 200,000 passages 52.4 → 35.5 ms p50 (`bench scale`).
+    The error bound is the same guarantee as `Transition`'s: the whole system's residual is the
+    core's (the leaves' is zero by construction). Float64 throughout: a hub's row of S is long,
+    and the vectors are the core's."""
 
     def __init__(self, core: np.ndarray, leaves: np.ndarray, a_cc: sp.csr_matrix, w: sp.csr_matrix, degree: np.ndarray):
         self.core, self.leaf_nodes, self.n = core, leaves, len(core) + len(leaves)
         self.degree_core, self.degree_leaf = degree[core], degree[leaves]
-        self.inverse_leaf = np.divide(1.0, self.degree_leaf, out=np.zeros(len(leaves)), where=self.degree_leaf > 0)
+        self.inverse_leaf = _inverse(self.degree_leaf)
         self.isolated = np.flatnonzero(degree == 0)
         self.a_cc_scaled = (a_cc @ sp.diags(_inverse(self.degree_core))).tocsr()  # A_cc·D_c⁻¹
         self.w = w  # A_lc·D_c⁻¹ (leaf rows): M_lc = λ·w
