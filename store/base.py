@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Callable, Mapping, Protocol, runtime_chec
 import numpy as np
 
 from store.caches import EmbeddingCache, LLMCache
-from store.facts import Fact
+from store.facts import Fact, FactRecordHit
 from store.graph_log import READ_BATCH, EdgeChange
 from store.records import (
     RECORD_INTERNALS,
@@ -28,6 +28,8 @@ from store.records import (
     HeldVector,
     Hit,
     Outgoing,
+    PassageRecordHit,
+    PassagesRead,
     PassageState,
 )
 
@@ -192,6 +194,11 @@ class Layers(Protocol):
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]: ...
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]: ...
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]: ...  # one round trip
+    # passages, the entities they name with those entities' names, and the stored vectors of
+    # `vectors` (("fact" | "passage", id)): a reconstruct step's reads, in one round trip
+    async def read_passages(
+        self, tenant: str, passage_ids: list[str], vectors: list[tuple[str, str]]
+    ) -> PassagesRead: ...
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None: ...
     async def fact_vectors(self, tenant: str, fact_ids: list[str]) -> list[np.ndarray | None]: ...  # one round trip
     # text → the vector a record holds for that very text (entity id → name, fact id → its text,
@@ -234,11 +241,24 @@ class Layers(Protocol):
         wheres: list[Mapping[str, str] | None],
     ) -> list[list[Hit]]: ...
 
-    # reconstruct's entity cues: each entity's k passages nearest a vector, searched at once where
-    # the store's index tags passages by entity (Redis: a large tenant's own index); None elsewhere
+    # knn_each over the facts, each hit with its Fact (and with `vectors` its vector): Redis reads
+    # them in the searches' command (reconstruct's step: one round trip, not two)
+    async def facts_near_each(
+        self,
+        tenant: str,
+        vector: np.ndarray,
+        k: int,
+        return_fields: list[str],
+        wheres: list[Mapping[str, str] | None],
+        vectors: bool = False,
+    ) -> list[list[FactRecordHit]]: ...
+
+    # reconstruct's entity cues: each entity's k passages nearest a vector, each with its row and
+    # vector, searched at once where the store's index tags passages by entity (Redis: a large
+    # tenant's own index); None elsewhere
     async def entity_passages_near(
-        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int
-    ) -> list[list[Hit]] | None: ...
+        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int, vectors: bool = False
+    ) -> list[list[PassageRecordHit]] | None: ...
 
     # the lexical leg: the k passages best matching a query by BM25 (store.lexical), best first
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]: ...

@@ -24,7 +24,7 @@ import numpy as np
 
 from store.base import alias_target, broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
-from store.facts import Fact
+from store.facts import Fact, FactRecordHit
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
 from store.keys import LAYERS, entity_node, passage_node, type_node
 from store.lexical import K1, LEXICAL_FIELD, B, search_terms
@@ -48,6 +48,8 @@ from store.records import (
     HeldVector,
     Hit,
     Outgoing,
+    PassageRecordHit,
+    PassagesRead,
     PassageState,
     StaleDecision,
     cause_held,
@@ -736,6 +738,21 @@ class InMemoryStore:
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
         return self._vector(tenant, "facts", fact_id)
 
+    async def read_passages(self, tenant: str, passage_ids: list[str], vectors: list[tuple[str, str]]) -> PassagesRead:
+        entities = await self.passages_entities(tenant, passage_ids)
+        facts = [tid for kind, tid in vectors if kind == "fact"]
+        passages = [tid for kind, tid in vectors if kind == "passage"]
+        held = zip(
+            [("fact", f) for f in facts] + [("passage", p) for p in passages],
+            [*await self.fact_vectors(tenant, facts), *await self.passage_vectors(tenant, passages)],
+        )
+        return PassagesRead(
+            await self.passages(tenant, passage_ids),
+            entities,
+            await self.entity_names(tenant, [eid for ids in entities for eid in ids]),
+            {tag: vec for tag, vec in held if vec is not None},
+        )
+
     async def fact_vectors(self, tenant: str, fact_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "facts", fid) for fid in fact_ids]
 
@@ -858,9 +875,26 @@ class InMemoryStore:
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid) for pid in passage_ids]
 
+    async def facts_near_each(
+        self,
+        tenant: str,
+        vector: np.ndarray,
+        k: int,
+        return_fields: list[str],
+        wheres: list[Mapping[str, str] | None],
+        vectors: bool = False,
+    ) -> list[list[FactRecordHit]]:
+        out = []
+        for hits in await self.knn_each(tenant, "facts", vector, k, return_fields, wheres):
+            ids = [h.id for h in hits]
+            records = await self.facts(tenant, ids)
+            held = await self.fact_vectors(tenant, ids) if vectors else [None] * len(ids)
+            out.append([FactRecordHit(h.id, h.score, h.fields, f, v) for h, f, v in zip(hits, records, held)])
+        return out
+
     async def entity_passages_near(
-        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int
-    ) -> list[list[Hit]] | None:
+        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int, vectors: bool = False
+    ) -> list[list[PassageRecordHit]] | None:
         return None  # no index tags its passages by entity: the walk reads and ranks them (entity_passage_vectors)
 
     async def entity_passage_vectors(

@@ -137,6 +137,26 @@ class Hit:
     fields: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class PassagesRead:
+    """Passages read with what a reconstruct step needs of them, in one round trip
+    (MemoryStore.read_passages)."""
+
+    rows: list[dict | None]  # passage_json of each passage asked (None: none such)
+    entities: list[list[str]]  # the entity ids each passage names
+    names: dict[str, dict]  # entity id → {"name", "type"}, for those entities that exist
+    vectors: dict[tuple[str, str], np.ndarray]  # ("fact" | "passage", id) → stored vector, of those asked that exist
+
+
+@dataclass(frozen=True)
+class PassageRecordHit(Hit):
+    """A passage search's hit with what the same command read of it: its row (passage_json;
+    None: gone since) and its stored vector."""
+
+    row: dict | None = None
+    vector: np.ndarray | None = None
+
+
 class StaleDecision(Exception):
     """A fact a decision read changed before the decision committed: decide again."""
 

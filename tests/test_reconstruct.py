@@ -516,6 +516,12 @@ def test_an_entity_cue_reads_at_most_entity_passages_read_of_its_passages(redis_
     assert [pid for pid, _ in read[0]] == first
 
 
+async def _publish_three_notes(stages) -> None:
+    await stages.publish("a", "Elin Berg met Tomás Ruiz in Lisbon.")
+    await stages.publish("b", "Tomás Ruiz sailed from Lisbon to Porto.")
+    await stages.publish("c", "Elin Berg stayed in Porto.")
+
+
 def test_the_walks_batched_reads_equal_the_reads_one_at_a_time(redis_url):
     """entity_passage_vectors (an entity's first passages by id with their vectors, every
     entity in one command) and passages_entities read what entity_passages, passage_vectors
@@ -524,9 +530,7 @@ def test_the_walks_batched_reads_equal_the_reads_one_at_a_time(redis_url):
     async def main():
         stages = InProcess(redis_url, RulesExtractor())
         try:
-            await stages.publish("a", "Elin Berg met Tomás Ruiz in Lisbon.")
-            await stages.publish("b", "Tomás Ruiz sailed from Lisbon to Porto.")
-            await stages.publish("c", "Elin Berg stayed in Porto.")
+            await _publish_three_notes(stages)
             memory, tenant = stages.memory, stages.tenant
             pids = sorted(await memory.scan_ids(tenant, "passages"))
             entities = sorted({eid for pid in pids for eid in await memory.passage_entities(tenant, pid)})
@@ -550,6 +554,64 @@ def test_the_walks_batched_reads_equal_the_reads_one_at_a_time(redis_url):
     assert len(entities) >= 3 and any(len(pairs) == 2 for pairs in batched)
     assert batched == single and batched[-1] == []
     assert entities_each == entities_one and entities_each[-1] == []
+
+
+def test_a_steps_reads_in_one_command_equal_the_reads_they_replace(redis_url):
+    """read_passages (a step's passages, the entities they name with their names, and vectors)
+    and facts_near_each (the cues' fact searches with each fact and vector) read what passages,
+    passages_entities, entity_names, fact_vectors, passage_vectors, knn_each and facts read
+    apart, on both stores — a passage whose entities are still a JSON list (a release before)
+    and unknown ids included."""
+
+    async def main():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await _publish_three_notes(stages)
+            memory, tenant = stages.memory, stages.tenant
+            pids = sorted(await memory.scan_ids(tenant, "passages"))
+            if redis_url:  # one passage as a release before this one wrote it
+                key = memory.keys(tenant).passage(pids[0])
+                await memory.redis.hset(key, "entities", json.dumps(await memory.passage_entities(tenant, pids[0])))
+            fids = sorted(await memory.scan_ids(tenant, "facts"))
+            asked = [*pids, "missing"]
+            tags = [("fact", fids[0]), ("passage", pids[1]), ("fact", "missing")]
+            read = await memory.read_passages(tenant, asked, tags)
+            entities = await memory.passages_entities(tenant, asked)
+            apart = (
+                await memory.passages(tenant, asked),
+                entities,
+                await memory.entity_names(tenant, [eid for ids in entities for eid in ids]),
+                {
+                    ("fact", fids[0]): (await memory.fact_vectors(tenant, [fids[0]]))[0].tolist(),
+                    ("passage", pids[1]): (await memory.passage_vectors(tenant, [pids[1]]))[0].tolist(),
+                },
+            )
+            together = (read.rows, read.entities, read.names, {tag: vec.tolist() for tag, vec in read.vectors.items()})
+            vector = (await stages.embedder.embed(["Tomás Ruiz in Porto"]))[0]
+            wheres = [None, {"head_id": entity_id("Tomás Ruiz")}, {"tail_id": "nobody"}]
+            near = await memory.facts_near_each(tenant, vector, 3, ["head", "expires_at"], wheres, True)
+            hits = await memory.knn_each(tenant, "facts", vector, 3, ["head", "expires_at"], wheres)
+            searched = [
+                [(h.id, round(h.score, 5), h.fields) for h in each] + [(await memory.facts(tenant, [h.id]))[0]]
+                for each in hits
+                for h in each[:1]
+            ]
+            found = [[(h.id, round(h.score, 5), h.fields) for h in each] + [each[0].fact] for each in near if each]
+            vectors = [
+                (h.vector.tolist(), (await memory.fact_vectors(tenant, [h.id]))[0].tolist())
+                for each in near
+                for h in each
+            ]
+            return together, apart, [len(each) for each in near], searched, found, vectors
+        finally:
+            await stages.close()
+
+    together, apart, sizes, searched, found, vectors = run(main())
+    assert together == apart
+    assert together[0][-1] is None and together[1][-1] == [] and len(together[2]) >= 3
+    assert sizes[0] == 3 and sizes[1] >= 1 and sizes[2] == 0
+    assert found == searched
+    assert vectors and all(got == held for got, held in vectors)
 
 
 def test_a_large_tenants_own_index_ranks_an_entitys_passages_as_the_walk_did(stack_env):

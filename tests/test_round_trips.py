@@ -179,32 +179,41 @@ async def _embeds() -> None:
         await ip.close()
 
 
-def test_a_reconstruct_walk_searches_facts_and_reads_vectors_once_a_step(stack_env, round_trips):
-    """Each step of a walk opens the branches of its new cues: their facts by head and by tail
-    (a KNN each) and the vectors of their facts. Before, each was a command of its own — on a
-    2,000-passage tenant 44 searches and 45 vector reads a query, 155 round trips in all (81
-    now). Now a step's searches go in one pipeline (Layers.knn_each), its vectors in another
-    (fact_vectors): no search or vector read is sent alone whatever the cues."""
-    texts = [
-        "Ada Quill works for Orsk Mills. Ada Quill lives in Brannoc.",
-        "Bo Quill works for Orsk Mills. Bo Quill lives in Tallowmere.",
-        "Cy Verne works for Brannoc Press. Cy Verne lives in Brannoc.",
-        "Orsk Mills is located in Brannoc. Brannoc Press is located in Brannoc.",
-    ]
+WALKED = [
+    "Ada Quill works for Orsk Mills. Ada Quill lives in Brannoc.",
+    "Bo Quill works for Orsk Mills. Bo Quill lives in Tallowmere.",
+    "Cy Verne works for Brannoc Press. Cy Verne lives in Brannoc.",
+    "Orsk Mills is located in Brannoc. Brannoc Press is located in Brannoc.",
+    "Tallowmere is a town near Orsk. Dee Verne lives in Tallowmere.",
+]
+
+
+def _walk_counted(stack_env, round_trips, question: str) -> tuple[dict, dict]:
+    """A reconstruct answer over WALKED, and the round trips it made (a first walk warms the
+    tenant's checks and the graph)."""
 
     async def main():
         ip = InProcess(stack_env["MEMSTREAM_REDIS_URL"], RulesExtractor(), tau=1)
         try:
-            for n, text in enumerate(texts):
+            for n, text in enumerate(WALKED):
                 await ip.publish(f"doc{n}", text)
-            await ip.query("Ada Quill", mode="reconstruct")  # warm: the tenant's checks, the graph
+            await ip.query("Ada Quill", mode="reconstruct")
             round_trips.clear()
-            answer = await ip.query("Who works for Orsk Mills in Brannoc?", mode="reconstruct")
+            answer = await ip.query(question, mode="reconstruct")
             return answer, dict(round_trips)
         finally:
             await ip.close()
 
-    answer, counts = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_reconstruct_walk_searches_facts_and_reads_vectors_once_a_step(stack_env, round_trips):
+    """Each step of a walk opens the branches of its new cues: their facts by head and by tail
+    (a KNN each) and the vectors of their facts. Before, each was a command of its own — on a
+    2,000-passage tenant 44 searches and 45 vector reads a query, 155 round trips in all (81
+    then). A step's searches and vector reads go together (Memory.facts_near_each, read_passages):
+    no search or vector read is sent alone whatever the cues."""
+    answer, counts = _walk_counted(stack_env, round_trips, "Who works for Orsk Mills in Brannoc?")
     assert answer["passages"], answer
     assert counts.get("FT.SEARCH", 0) <= 3, counts  # the first stage's own searches (dense, entities, lexical)
     assert counts.get("HGET", 0) <= 4, counts  # a passage's entities as it is read; fact vectors in a pipeline
@@ -235,3 +244,17 @@ def test_a_writers_size_check_for_an_own_lexical_index_never_holds_its_write(sta
     during, after = asyncio.run(main())
     assert during == 0
     assert after >= 1
+
+
+def test_a_reconstruct_step_reads_in_at_most_four_round_trips(stack_env, round_trips):
+    """A step of the walk takes a branch and opens its new cues' branches: the passages it
+    reads with the entities they name, those entities' names and the chain's vectors are one
+    command (Memory.read_passages); the cues' facts come with their records from their searches
+    (facts_near_each), their passages in one more command, and what those lack in one more.
+    Before, a step sent ~8: rows, entities, names, vectors, searches, facts, rows, vectors (46
+    round trips for this walk of 5 steps, 24 now)."""
+    answer, counts = _walk_counted(stack_env, round_trips, "Where does Bo Quill live?")
+    steps = len(answer["path"])
+    assert steps >= 3, answer["path"]
+    # the first stage and the query's cues: at most 10 (its searches, the cues' lookups)
+    assert sum(counts.values()) <= 10 + 4 * steps, (steps, counts)

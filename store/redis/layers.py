@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from store.facts import Fact
+from store.facts import Fact, stored_fields
 from store.records import (
     ENTITIES_FIELD,
     ENTITY_MENTIONS,
@@ -20,6 +20,7 @@ from store.records import (
     TENANT_FIELD,
     VECTOR_ITEM_BYTES,
     HeldVector,
+    PassagesRead,
     entity_list,
     passage_extras,
     passage_json,
@@ -53,6 +54,65 @@ end
 return out
 """
 FACT_FIELDS_UNREAD = ("vec", "_rank")  # a fact's vector (fact_vectors) and description rank (stage_new_fact)
+PASSAGE_ROW_FIELDS = ("text", "doc_id", "seq", "doc_version", *PASSAGE_EXTRAS)  # a passage's row (passage_row)
+
+
+def fact_of(fact_id: str, flat: list[bytes], passages: list[bytes]) -> Fact | None:
+    """A fact from its hash (_FACTS' flat reply, without FACT_FIELDS_UNREAD) and its passages
+    set; None for a missing fact."""
+    if not flat:
+        return None
+    fields = {k.decode(): v.decode() for k, v in zip(flat[0::2], flat[1::2])}
+    return Fact.from_hash(fact_id, fields, [p.decode() for p in passages])
+
+
+def fact_of_values(fact_id: str, values: list[bytes | None], passages: list[bytes]) -> tuple[Fact, dict] | None:
+    """A fact from an HMGET of facts.stored_fields() and its passages set, beside its stored
+    fields decoded; None for a missing fact."""
+    stored = {name: v.decode() for name, v in zip(stored_fields(), values) if v is not None}
+    if not stored:
+        return None
+    return Fact.from_hash(fact_id, stored, [p.decode() for p in passages]), stored
+
+
+def passage_row(passage_id: str, values: list[bytes | None]) -> dict | None:
+    """A passage's row (passage_json) from HMGET of PASSAGE_ROW_FIELDS; None for a missing one."""
+    text, doc_id, seq, version, *extras = values
+    if text is None or doc_id is None:
+        return None
+    return passage_json(
+        passage_id, text.decode(), doc_id.decode(), seq, version, *(None if e is None else e.decode() for e in extras)
+    )
+
+
+# A reconstruct step's reads (LayersOps.read_passages). KEYS: the passages', then the records'
+# whose vector is read; ARGV: the passage count, the entities' key prefix, the passage's
+# entities field, the passage row's fields. Each passage's entities field and row; the name and type of each entity they name
+# (once); the vectors. Read-only.
+_READ_PASSAGES = """#!lua flags=no-writes
+local n, prefix = tonumber(ARGV[1]), ARGV[2]
+local rows, names, seen, vectors = {}, {}, {}, {}
+for i = 1, n do
+  local row = redis.call('HMGET', KEYS[i], unpack(ARGV, 3))
+  rows[i] = row
+  local raw = row[1]
+  if raw then
+    local ids = {}
+    if string.sub(raw, 1, 1) == '[' then ids = cjson.decode(raw) else
+      for id in string.gmatch(raw, '[^,]+') do ids[#ids + 1] = id end
+    end
+    for _, id in ipairs(ids) do
+      if not seen[id] then
+        seen[id] = true
+        names[#names + 1] = id
+        names[#names + 1] = redis.call('HMGET', prefix .. id, 'name', 'type')
+      end
+    end
+  end
+end
+for i = n + 1, #KEYS do vectors[#vectors + 1] = redis.call('HGET', KEYS[i], 'vec') end
+return {rows, names, vectors}
+"""
 
 # Count a schema's distinct supporting passages and promote it at tau.
 _SUPPORT_SCHEMA = """
@@ -171,35 +231,39 @@ class LayersOps(RedisBase):
         replies = await self._facts_script(
             keys=[k for fid in fact_ids for k in (keys.fact(fid), keys.fact_passages(fid))], args=FACT_FIELDS_UNREAD
         )
-        out: list[Fact | None] = []
-        for fid, flat, passages in zip(fact_ids, replies[0::2], replies[1::2]):
-            if not flat:
-                out.append(None)
-                continue
-            fields = {k.decode(): v.decode() for k, v in zip(flat[0::2], flat[1::2])}
-            out.append(Fact.from_hash(fid, fields, [p.decode() for p in passages]))
-        return out
+        return [fact_of(fid, flat, passages) for fid, flat, passages in zip(fact_ids, replies[0::2], replies[1::2])]
 
     async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
         keys = self.keys(tenant)
-        replies = await self._read_each(
-            [keys.passage(pid) for pid in passage_ids], "HMGET", "text", "doc_id", "seq", "doc_version", *PASSAGE_EXTRAS
+        replies = await self._read_each([keys.passage(pid) for pid in passage_ids], "HMGET", *PASSAGE_ROW_FIELDS)
+        return [passage_row(pid, values) for pid, values in zip(passage_ids, replies)]
+
+    @functools.cached_property
+    def _read_passages_script(self):
+        return self.redis.register_script(_READ_PASSAGES)
+
+    async def read_passages(self, tenant: str, passage_ids: list[str], vectors: list[tuple[str, str]]) -> PassagesRead:
+        """A reconstruct step's reads in one command (_READ_PASSAGES): the passages' rows, the
+        entities they name and those entities' names, and the vectors asked; they were three
+        dependent commands a step."""
+        if not passage_ids and not vectors:
+            return PassagesRead([], [], {}, {})
+        keys = self.keys(tenant)
+        held = [keys.fact(tid) if kind == "fact" else keys.passage(tid) for kind, tid in vectors]
+        rows, names, found = await self._read_passages_script(
+            keys=[*(keys.passage(pid) for pid in passage_ids), *held],
+            args=[len(passage_ids), keys.entity(""), ENTITIES_FIELD, *PASSAGE_ROW_FIELDS],
         )
-        out = []
-        for pid, (text, doc_id, seq, version, *extras) in zip(passage_ids, replies):
-            out.append(
-                None
-                if text is None
-                else passage_json(
-                    pid,
-                    text.decode(),
-                    doc_id.decode(),
-                    seq,
-                    version,
-                    *(None if e is None else e.decode() for e in extras),
-                )
-            )
-        return out
+        return PassagesRead(
+            [passage_row(pid, row[1:]) for pid, row in zip(passage_ids, rows)],
+            [entity_list(row[0]) for row in rows],
+            {
+                eid.decode(): {"name": name.decode(), "type": (type_ or b"").decode()}
+                for eid, (name, type_) in zip(names[0::2], names[1::2])
+                if name is not None
+            },
+            {tag: vector_from_bytes(raw) for tag, raw in zip(vectors, found) if raw is not None},
+        )
 
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]:
         """entity id → {"name", "type"} for the ids that exist."""

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from store.indexes import OwnVectorIndex, TenantIndex, index_missing, reply_rows
+from store.facts import FactRecordHit, stored_fields
+from store.indexes import HitRead, OwnVectorIndex, TenantIndex, index_missing, reply_rows
 from store.lexical import (
     K1,
     LEXICAL_FIELD,
@@ -21,8 +22,9 @@ from store.lexical import (
     redis_query,
     search_terms,
 )
-from store.records import ENTITIES_FIELD, Hit, similarity, vector_bytes
+from store.records import ENTITIES_FIELD, Hit, PassageRecordHit, similarity, vector_bytes, vector_from_bytes
 from store.redis.base import TENANT_DIMS_RECHECK_S
+from store.redis.layers import PASSAGE_ROW_FIELDS, fact_of_values, passage_row
 from store.redis.lexical_index import LexicalIndexOps, own_lexical_hits
 
 # The most passages a lexical search scores (Memory.lexical): every one of a tenant's passages
@@ -99,13 +101,18 @@ def _lexical_rows(searchable: TenantIndex, reply, holding: list[str] | None = No
     return LexicalRows(total, documents, doc_ids, length)
 
 
-def _hits(rows: list[tuple[str, float, dict[str, str]]], return_fields: list[str]) -> list[Hit]:
-    """A KNN search's rows as hits, equally near records by id, as in the in-memory store: the
-    first stage fuses ranks, so RediSearch's arbitrary order of ties would otherwise change a
-    fused answer run to run."""
+def _hits(
+    rows: Sequence[tuple[str, float, dict[str, str], list | None]], return_fields: list[str]
+) -> list[tuple[Hit, list | None]]:
+    """A KNN search's rows as hits (each beside what was read of it), equally near records by
+    id, as in the in-memory store: the first stage fuses ranks, so RediSearch's arbitrary order
+    of ties would otherwise change a fused answer run to run."""
     return sorted(
-        (Hit(rid, similarity(distance), {f: fields.get(f) for f in return_fields}) for rid, distance, fields in rows),
-        key=lambda h: (-h.score, h.id),
+        (
+            (Hit(rid, similarity(distance), {f: fields.get(f) for f in return_fields}), got)
+            for rid, distance, fields, got in rows
+        ),
+        key=lambda pair: (-pair[0].score, pair[0].id),
     )
 
 
@@ -158,14 +165,48 @@ class SearchOps(LexicalIndexOps):
         each cue), all searches in one round trip."""
         return await self._knn_searches(tenant, layer, [(vector, where) for where in wheres], k, return_fields)
 
+    async def facts_near_each(
+        self,
+        tenant: str,
+        vector: np.ndarray,
+        k: int,
+        return_fields: list[str],
+        wheres: list[Mapping[str, str] | None],
+        vectors: bool = False,
+    ) -> list[list[FactRecordHit]]:
+        """knn_each over the facts, each hit with its Fact (and with `vectors` its stored vector)
+        read in the same command (TenantIndex.knn_each_read): a reconstruct step searched its
+        cues' facts and then read the facts it found, two dependent round trips."""
+        keys = self.keys(tenant)
+        reads = [HitRead("HMGET", stored_fields()), HitRead("SMEMBERS", (), keys.fact_passages(""))]
+        if vectors:
+            reads.append(HitRead("HGET", ("vec",)))
+        searches = [(vector, where) for where in wheres]
+        # the search returns the distance alone: the fields come with the fact
+        found = await self._knn_searches_read(tenant, "facts", searches, k, [], reads)
+        out = []
+        for hits in found:
+            facts = []
+            for hit, got in hits:
+                read = None if got is None else fact_of_values(hit.id, got[0], got[1])
+                if got is None or read is None:  # deleted between the search and the read (the script's: never)
+                    continue
+                fact, stored = read
+                vec = None if len(got) < 3 or got[2] is None else vector_from_bytes(got[2])
+                facts.append(FactRecordHit(hit.id, hit.score, {f: stored.get(f) for f in return_fields}, fact, vec))
+            out.append(facts)
+        return out
+
     async def entity_passages_near(
-        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int
-    ) -> list[list[Hit]] | None:
+        self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int, vectors: bool = False
+    ) -> list[list[PassageRecordHit]] | None:
         """For each entity, the `k` passages naming it nearest `vector` (cosine in Hit.score),
-        all searched at once — over a large tenant's own passages index, which tags passages by
-        entity (_own_entity_tags); None where there is none (the caller reads the entity's
-        passages and ranks them itself). Searched at OWN_VECTOR_EF_RUNTIME; a filter matching
-        few passages is searched exactly (ad-hoc brute force over them)."""
+        each with its row (and with `vectors` its stored vector) read in the same command, all
+        searched at once —
+        over a large tenant's own passages index, which tags passages by entity
+        (_own_entity_tags); None where there is none (the caller reads the entity's passages
+        and ranks them itself). Searched at OWN_VECTOR_EF_RUNTIME; a filter matching few
+        passages is searched exactly (ad-hoc brute force over them)."""
         dims = len(vector)
         if not entity_ids or not await self._own_entity_tags(tenant, dims):
             return None
@@ -173,14 +214,30 @@ class SearchOps(LexicalIndexOps):
         if not isinstance(searchable, OwnVectorIndex):
             return None
         encoded = vector_bytes(vector)
+        reads = [HitRead("HMGET", PASSAGE_ROW_FIELDS), *([HitRead("HGET", ("vec",))] if vectors else [])]
         try:
-            results = await searchable.knn_each([(encoded, {ENTITIES_FIELD: eid}) for eid in entity_ids], k, [])
+            results = await searchable.knn_each_read(
+                [(encoded, {ENTITIES_FIELD: eid}) for eid in entity_ids], k, [], reads, self.keys(tenant).embedder
+            )
         except Exception as exc:
             if not index_missing(exc):
                 raise
             self._own_vectors_lost(tenant, dims)
             return None
-        return [_hits(rows, []) for rows in results]
+        return [
+            [
+                PassageRecordHit(
+                    hit.id,
+                    hit.score,
+                    hit.fields,
+                    passage_row(hit.id, got[0]),
+                    None if len(got) < 2 or got[1] is None else vector_from_bytes(got[1]),
+                )
+                for hit, got in _hits(rows, [])
+                if got is not None
+            ]
+            for rows in results
+        ]
 
     async def _knn_searches(
         self,
@@ -192,6 +249,21 @@ class SearchOps(LexicalIndexOps):
         ensure_index: bool = False,
     ) -> list[list[Hit]]:
         """The `k` nearest records of each (vector, filter) search, all in one round trip."""
+        found = await self._knn_searches_read(tenant, layer, searches, k, return_fields, None, ensure_index)
+        return [[hit for hit, _ in hits] for hits in found]
+
+    async def _knn_searches_read(
+        self,
+        tenant: str,
+        layer: str,
+        searches: list[tuple[np.ndarray, Mapping[str, str] | None]],
+        k: int,
+        return_fields: list[str],
+        reads: list[HitRead] | None,
+        ensure_index: bool = False,
+    ) -> list[list[tuple[Hit, list | None]]]:
+        """_knn_searches, each hit beside the replies of `reads` applied to it in the same
+        command (TenantIndex.knn_each_read; None: no reads, and None beside each hit)."""
         if not searches:
             return []
         dims = len(searches[0][0])
@@ -203,14 +275,20 @@ class SearchOps(LexicalIndexOps):
         # each distinct vector encoded once (knn_each: one vector under every filter)
         as_bytes = {key: vector_bytes(v) for key, v in {id(v): v for v, _ in searches}.items()}
         encoded = [(as_bytes[id(v)], where) for v, where in searches]
+
+        async def search(index: TenantIndex) -> Sequence[Sequence[tuple[str, float, dict[str, str], list | None]]]:
+            if reads is None:
+                return [[(*row, None) for row in rows] for rows in await index.knn_each(encoded, k, return_fields)]
+            return await index.knn_each_read(encoded, k, return_fields, reads, self.keys(tenant).embedder)
+
         try:
-            results = await searchable.knn_each(encoded, k, return_fields)
+            results = await search(searchable)
         except Exception as exc:
             if not index_missing(exc):
                 raise
             if isinstance(searchable, OwnVectorIndex):  # the tenant's own index gone: the shared one answers
                 self._own_vectors_lost(tenant, dims)
-                return await self._knn_searches(tenant, layer, searches, k, return_fields, ensure_index)
+                return await self._knn_searches_read(tenant, layer, searches, k, return_fields, reads, ensure_index)
             # Redis restarted empty or the index was dropped under a process that knew it: a
             # reader finds nothing (it creates nothing; the next write creates the indexes
             # again); a writer creates it now and searches again — its records were written
@@ -222,7 +300,7 @@ class SearchOps(LexicalIndexOps):
             await self.index(layer, dims=dims)
             again = await self.searchable(tenant, layer, dims=dims)
             assert again is not None  # just created
-            results = await again.knn_each(encoded, k, return_fields)  # lost again: the handler's retry
+            results = await search(again)  # lost again: the handler's retry
         return [_hits(rows, return_fields) for rows in results]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:

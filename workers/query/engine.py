@@ -28,10 +28,12 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from difflib import get_close_matches
+from typing import TypeVar
 
 import numpy as np
 
 from store.base import MemoryStore
+from store.facts import FactRecordHit
 from store.keys import entity_node, node_id, passage_node
 from store.records import Hit, is_current
 from topics import ContractError, tenant_or_default
@@ -78,6 +80,8 @@ MAX_QUERY_CHARS = 4096
 DEFAULT_PARAMS = RetrievalParams()  # frozen: one instance serves every default
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
+H = TypeVar("H", bound=Hit)  # a search hit, or one with its record read (FactRecordHit)
+
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at", "expires_at"]
 AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES = 4, 400  # facts KNN reads for an as_of query, before the time filter
 REDIS_CALLS_PER_QUERY = 4  # Redis commands one query has in flight at once (three KNNs and the graph catch-up)
@@ -279,10 +283,8 @@ class QueryEngine:
         elif request.mode in ("lexical", "hybrid"):
             result = await self._first_stage_only(request, vector, timings)
         elif request.mode == "reconstruct":
-            t = time.perf_counter()
-            first = await self._graph_first_stage(request, vector)
-            timings["first_stage"] = _ms(t)
             assert vector is not None  # every mode but lexical embeds the query
+            first = self._graph_first_stage(request, vector)  # awaited beside the walk's cue lookup
             result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings, first)
         else:
             result = await self._ppr(request, vector, timings)
@@ -638,7 +640,7 @@ class QueryEngine:
             await self.memory.knn(tenant, "facts", vector, k, FACT_FIELDS, {**(where or {}), "status": "active"})
         )
 
-    def _live(self, hits: list[Hit]) -> list[Hit]:
+    def _live(self, hits: list[H]) -> list[H]:
         """The hits whose TTL has not lapsed (before the expiry sweep gets to them)."""
         now = self.clock()
         return [h for h in hits if not (h.fields.get("expires_at") and float(h.fields["expires_at"]) <= now)]
@@ -647,13 +649,16 @@ class QueryEngine:
         """The fact searches a reconstruct walk uses (one for each filter, at once): this
         engine's, at the request's as_of."""
 
-        async def each(tenant: str, vector, k: int, wheres: list[dict[str, str] | None]) -> list[list[Hit]]:
-            if request.as_of is not None:
-                return list(await asyncio.gather(*(self._facts(tenant, vector, k, w, request.as_of) for w in wheres)))
-            found = await self.memory.knn_each(
-                tenant, "facts", vector, k, FACT_FIELDS, [{**(w or {}), "status": "active"} for w in wheres]
+        async def each(
+            tenant: str, vector, k: int, wheres: list[dict[str, str] | None], vectors: bool
+        ) -> list[list[FactRecordHit]]:
+            if request.as_of is not None:  # the facts are read after (FactRecordHit.fact None)
+                found = await asyncio.gather(*(self._facts(tenant, vector, k, w, request.as_of) for w in wheres))
+                return [[FactRecordHit(h.id, h.score, h.fields) for h in hits] for hits in found]
+            read = await self.memory.facts_near_each(
+                tenant, vector, k, FACT_FIELDS, [{**(w or {}), "status": "active"} for w in wheres], vectors
             )
-            return [self._live(hits) for hits in found]
+            return [self._live(hits) for hits in read]
 
         return each
 

@@ -60,7 +60,7 @@ from typing import Awaitable, Callable, Mapping, Protocol
 
 import numpy as np
 
-from store.facts import Fact
+from store.facts import Fact, FactRecordHit
 from store.records import Hit, is_current
 from topics.records import VALUE_TYPES
 from workers.algorithms.chunking import token_count
@@ -110,10 +110,13 @@ from workers.query.answers import (
 
 log = logging.getLogger(__name__)
 
-# The facts the engine counts as live: (tenant, query vector, k, extra tag filters each) → the hits
-# of each filter, searched at once; the engine's own search (active, not expired), so both modes
-# agree on what a query may use.
-FactSearch = Callable[[str, np.ndarray, int, list[Mapping[str, str] | None]], Awaitable[list[list[Hit]]]]
+# The facts the engine counts as live: (tenant, query vector, k, extra tag filters each, whether
+# their vectors are wanted) → the hits of each filter, searched at once, each with its fact and
+# vector where the store read them with the search (FactRecordHit; else the walk reads them); the
+# engine's own search (active, not expired), so both modes agree on what a query may use.
+FactSearch = Callable[
+    [str, np.ndarray, int, list[Mapping[str, str] | None], bool], Awaitable[list[list[FactRecordHit]]]
+]
 
 ENTITY_CUES_BY_KNN = 3  # when the query names no entity of the memory: the entities nearest it …
 ENTITY_CUE_MIN = 0.5  # … at this cosine or more
@@ -220,17 +223,22 @@ class Reconstructor:
             await self.owned_llm.aclose()
 
     async def answer(
-        self, request, vector: np.ndarray, facts: FactSearch, timings: dict[str, float], first: FirstStage
+        self,
+        request,
+        vector: np.ndarray,
+        facts: FactSearch,
+        timings: dict[str, float],
+        first: Awaitable[FirstStage],
     ) -> QueryResult:
+        """The walk; `first` (the first stage, running) is awaited once the query's cues are found:
+        finding them needs no first stage, and ran after it (~1 ms of a 50,000-passage query)."""
         budget = (request.budget or Budget()).over(self.budget)
-        walk = _Walk(self, request, np.asarray(vector, dtype=np.float32), facts, budget, first)
-        return await walk.run(timings)
+        walk = _Walk(self, request, np.asarray(vector, dtype=np.float32), facts, budget)
+        return await walk.run(timings, first)
 
 
 class _Walk:
-    def __init__(
-        self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget, first: FirstStage
-    ):
+    def __init__(self, owner: Reconstructor, request, vector: np.ndarray, facts: FactSearch, budget: Budget):
         self.memory, self.router = owner.memory, owner.router
         self.request, self.tenant, self.vector, self.search, self.budget = (
             request,
@@ -245,6 +253,7 @@ class _Walk:
         self.taken: list[Branch] = []
         self.records: dict[str, Fact] = {}  # fact id → store.facts.Fact of every branch seen
         self.read: dict[str, dict] = {}  # passage id → its row, with the step and score that read it
+        self.rows: dict[str, dict | None] = {}  # passage id → its row, for the tags whose row came with their search
         self.episodes: dict[
             str, dict[str, int]
         ] = {}  # episode cue id → {passage id of a neighbouring turn: its lag (turns after the one read)}
@@ -252,23 +261,28 @@ class _Walk:
         self.spent = Spent()
         self.fallback: dict | None = None
         self.keys: frozenset[str] = frozenset()
-        self.first = first
+        self.first = FirstStage([], [], [], {})  # the engine's, once run awaits it
         # the first stage's ranking with each passage's cosine: the query cue's passages, and the
         # ranking the walk's is fused with
-        self.dense: list[Hit] = [Hit(pid, first.cosines[pid], {}) for pid, _ in first.fused if pid in first.cosines]
+        self.dense: list[Hit] = []
         self.vectors: dict[
             tuple[str, str], np.ndarray
         ] = {}  # ("fact" | "passage", id) → its unit vector, read once (_tag_vectors)
 
-    async def run(self, timings: dict[str, float]) -> QueryResult:
+    async def run(self, timings: dict[str, float], first: Awaitable[FirstStage]) -> QueryResult:
         t = time.perf_counter()
+        first_stage = asyncio.ensure_future(first)
+        try:
+            near_entities, canonical, version, names = await self._mentions()
+            self.first = await first_stage
+        finally:
+            first_stage.cancel()  # a failed lookup: the first stage is not left running
+        timings["first_stage"] = _ms(t)
+        t = time.perf_counter()
+        # the first stage's ranking with each passage's cosine: the query cue's passages, and the
+        # ranking the walk's is fused with
+        self.dense = [Hit(pid, self.first.cosines[pid], {}) for pid, _ in self.first.fused if pid in self.first.cosines]
         candidates = mention_candidates(self.request.query)
-        near_entities, canonical, version = await asyncio.gather(
-            self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUES_BY_KNN, ["name", "type"]),
-            self.memory.resolve_aliases(self.tenant, sorted({m.entity_id for m in candidates})),
-            self.memory.graph_version(self.tenant),
-        )
-        names = await self.memory.entity_names(self.tenant, sorted(set(canonical.values())))
         chosen = choose_mentions(
             candidates,
             {cid: eid for cid, eid in canonical.items() if eid in names and names[eid]["type"] not in VALUE_TYPES},
@@ -289,11 +303,23 @@ class _Walk:
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
         await self._expand([query_cue, *cues])
-        timings["cues"] = _ms(t)
+        timings["cues"] = _ms(t)  # after the first stage: its cues' branches (their search ran beside it)
         t = time.perf_counter()
         stop = await self._walk()
         timings["walk"] = _ms(t)
         return await self._result(cues, times, attributes, stop, version)
+
+    async def _mentions(self) -> tuple[list[Hit], dict[str, str], int, dict[str, dict]]:
+        """The entities nearest the query, its mentions' canonical ids and their names and
+        types, and the graph's version: two round trips, run beside the first stage."""
+        candidates = mention_candidates(self.request.query)
+        near_entities, canonical, version = await asyncio.gather(
+            self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUES_BY_KNN, ["name", "type"]),
+            self.memory.resolve_aliases(self.tenant, sorted({m.entity_id for m in candidates})),
+            self.memory.graph_version(self.tenant),
+        )
+        names = await self.memory.entity_names(self.tenant, sorted(set(canonical.values())))
+        return near_entities, canonical, version, names
 
     async def _walk(self) -> Stop:
         while True:
@@ -333,11 +359,14 @@ class _Walk:
         passages read name; fetch their branches. False: the branch has passages to read and the
         budget admits none of them (the step is not taken)."""
         new_ids = [p for p in branch.passage_ids if p not in self.read]
-        found, named_by = await asyncio.gather(  # the rows and the entities they name, at once
-            self.memory.passages(self.tenant, new_ids), self.memory.passages_entities(self.tenant, new_ids)
-        )
-        rows = [row for row in found if is_current(row)]
-        entities_of = dict(zip(new_ids, named_by))
+        # the rows, the entities they name with their names, and the chain's vectors (the
+        # branch's own; a fact's evidence turn goes on the chain too), in one round trip
+        chain = [(branch.kind, branch.tag_id)] + ([("passage", p) for p in new_ids] if branch.kind != "passage" else [])
+        found = await self.memory.read_passages(self.tenant, new_ids, [t for t in chain if t not in self.vectors])
+        for tag, vec in found.vectors.items():
+            self.vectors.setdefault(tag, _unit(vec))
+        rows = [row for row in found.rows if is_current(row)]
+        entities_of = dict(zip(new_ids, found.entities))
         tokens = [token_count(row["text"]) for row in rows]
         admitted = admit(self.budget, self.spent, tokens)
         if rows and not admitted:
@@ -363,16 +392,9 @@ class _Walk:
                 continue
             if eid not in self.cues and eid not in fresh:  # capped below, once values are left out
                 fresh[eid] = (name, origin)
-        # the names, the chain's vectors and the turns' neighbours, at once
+        names = {eid: found.names[eid] for eid, (name, _) in fresh.items() if name is None and eid in found.names}
         turns = [row for row in rows[:admitted] if session_turn(row.get("metadata") or {}) is not None]
-        names, _, neighbours = await asyncio.gather(
-            self.memory.entity_names(self.tenant, [eid for eid, (name, _) in fresh.items() if name is None]),
-            self._tag_vectors(
-                [(branch.kind, branch.tag_id)]
-                + ([("passage", row["id"]) for row in turns] if branch.kind != "passage" else [])
-            ),
-            self._neighbours(turns),
-        )
+        neighbours = await self._neighbours(turns) if turns else []
         chain_vector = _plus(branch.cue.chain_vector, self.vectors.get((branch.kind, branch.tag_id)))
         # a passage's value (an amount, a date) is no cue, nor does it take a real entity's place
         fresh = dict(
@@ -496,20 +518,28 @@ class _Walk:
                 self.cues[cue.id] = cue
                 fresh.append(cue)
         fact_hits, passages = await asyncio.gather(self._fact_hits(fresh), self._passage_tags(fresh))
+        for _, hit in fact_hits:  # what the store read with the search
+            if hit.fact is not None:
+                self.records.setdefault(hit.id, hit.fact)
+            if hit.vector is not None:
+                self.vectors.setdefault(("fact", hit.id), _unit(hit.vector))
         missing = sorted({h.id for _, h in fact_hits} - set(self.records))
         # the vectors a chain is scored with (those the walk read already are not read again)
         chained = [("fact", h.id) for cue, h in fact_hits if cue.chain_vector is not None] + [
             ("passage", pid) for cue, pid, _ in passages if cue.chain_vector is not None
         ]
-        records, found_rows, _ = await asyncio.gather(
-            self.memory.facts(self.tenant, missing),
-            self.memory.passages(self.tenant, sorted({pid for _, pid, _ in passages})),
-            self._tag_vectors(chained),
-        )
-        for fid, fact in zip(missing, records):
-            if fact is not None:
-                self.records[fid] = fact
-        rows = {row["id"]: row for row in found_rows if is_current(row)}
+        unread = sorted({pid for _, pid, _ in passages} - set(self.rows))
+        if missing or unread or any(tag not in self.vectors for tag in chained):
+            records, found_rows, _ = await asyncio.gather(
+                self.memory.facts(self.tenant, missing),
+                self.memory.passages(self.tenant, unread),
+                self._tag_vectors(chained),
+            )
+            for fid, fact in zip(missing, records):
+                if fact is not None:
+                    self.records[fid] = fact
+            self.rows.update(zip(unread, found_rows))
+        rows = {pid: row for _, pid, _ in passages if is_current(row := self.rows.get(pid))}
         found = [(cue, "fact", h.id, h.score) for cue, h in fact_hits if h.id in self.records] + [
             (cue, "passage", pid, score) for cue, pid, score in passages
         ]
@@ -546,7 +576,7 @@ class _Walk:
             ):
                 self.open[branch.key] = branch
 
-    async def _fact_hits(self, cues: list[Cue]) -> list[tuple[Cue, Hit]]:
+    async def _fact_hits(self, cues: list[Cue]) -> list[tuple[Cue, FactRecordHit]]:
         """(cue, hit with the fact's cosine to the query) for each cue's live facts not taken yet:
         the entity's facts as head or tail; for the query cue the facts nearest the query. All
         searched at once."""
@@ -556,7 +586,8 @@ class _Walk:
             if cue.kind != "episode"
             for where in ([None] if cue.kind == "query" else [{"head_id": cue.id}, {"tail_id": cue.id}])
         ]
-        results = await self.search(self.tenant, self.vector, self.layer_k, [where for _, where in searches])
+        chained = any(cue.chain_vector is not None for cue, _ in searches)
+        results = await self.search(self.tenant, self.vector, self.layer_k, [where for _, where in searches], chained)
         taken = {b.key for b in self.taken}
         return [(cue, h) for (cue, _), hits in zip(searches, results) for h in hits if f"fact:{h.id}" not in taken]
 
@@ -579,7 +610,9 @@ class _Walk:
         out = []
         for cue in cues:
             if cue.kind == "query":
-                out += [(cue, h.id, h.score) for h in self.dense[:QUERY_PASSAGES] if h.id not in self.read]
+                top = [h for h in self.dense[:QUERY_PASSAGES] if h.id not in self.read]
+                self.rows.update({h.id: self.first.rows[h.id] for h in top if h.id in self.first.rows})
+                out += [(cue, h.id, h.score) for h in top]
                 continue
             if cue.kind != "episode":
                 best = sorted(by_entity.get(cue.id, []), key=lambda x: (-x[0], x[1]))[:ENTITY_PASSAGES]
@@ -607,8 +640,15 @@ class _Walk:
         ids = [cue.id for cue in cues]
         if not ids:
             return {}
-        near = await self.memory.entity_passages_near(self.tenant, self.vector, ids, ENTITY_PASSAGES + len(self.read))
-        if near is not None:
+        chained = any(cue.chain_vector is not None for cue in cues)
+        near = await self.memory.entity_passages_near(
+            self.tenant, self.vector, ids, ENTITY_PASSAGES + len(self.read), chained
+        )
+        if near is not None:  # each with its row and vector, read with the search
+            for hit in (hit for hits in near for hit in hits):
+                self.rows.setdefault(hit.id, hit.row)
+                if hit.vector is not None:
+                    self.vectors.setdefault(("passage", hit.id), _unit(hit.vector))
             return {cue.id: [(h.score, h.id) for h in hits if h.id not in self.read] for cue, hits in zip(cues, near)}
         mentioned = await self.memory.entity_passage_vectors(self.tenant, ids, ENTITY_PASSAGES_READ)
         by_entity: dict[str, list[tuple[float, str]]] = {}
