@@ -261,28 +261,45 @@ class _Walk:
         self.spent = Spent()
         self.fallback: dict | None = None
         self.keys: frozenset[str] = frozenset()
-        self.first = FirstStage([], [], [], {})  # the engine's, once run awaits it
+        self.first = FirstStage([], [], [], {})  # the engine's, once _first_in_hand awaits it
+        self.first_stage: asyncio.Future[FirstStage] | None = None  # the first stage, running (run)
+        self.timings: dict[str, float] = {}
+        self.started = 0.0
         # the first stage's ranking with each passage's cosine: the query cue's passages, and the
         # ranking the walk's is fused with
-        self.dense: list[Hit] = []
+        self.dense: list[Hit] | None = None  # the first stage's ranking with cosines (_first_in_hand)
         self.vectors: dict[
             tuple[str, str], np.ndarray
         ] = {}  # ("fact" | "passage", id) → its unit vector, read once (_tag_vectors)
 
     async def run(self, timings: dict[str, float], first: Awaitable[FirstStage]) -> QueryResult:
+        """The query's cues are looked up and their branches searched while the first stage runs
+        (the query cue's own passages, its top, wait for it): at 50,000 passages ~2 ms of
+        round trips no longer wait on it."""
         t = time.perf_counter()
-        first_stage = asyncio.ensure_future(first)
+        self.first_stage = running = asyncio.ensure_future(first)
         try:
-            near_entities, canonical, version, names = await self._mentions()
-            self.first = await first_stage
+            stop, cues, times, attributes, version = await self._cues_then_walk(timings, t)
+            await self._first_in_hand(timings, t)
         finally:
-            first_stage.cancel()  # a failed lookup: the first stage is not left running
-        timings["first_stage"] = _ms(t)
-        t = time.perf_counter()
-        # the first stage's ranking with each passage's cosine: the query cue's passages, and the
-        # ranking the walk's is fused with
-        self.dense = [Hit(pid, self.first.cosines[pid], {}) for pid, _ in self.first.fused if pid in self.first.cosines]
-        candidates = mention_candidates(self.request.query)
+            running.cancel()  # a lookup that failed leaves no first stage running
+        return await self._result(cues, times, attributes, stop, version)
+
+    async def _first_in_hand(self, timings: dict[str, float], since: float) -> None:
+        """The first stage, awaited once: its ranking with each passage's cosine — the query
+        cue's passages, and the ranking the walk's is fused with."""
+        if self.dense is None:
+            assert self.first_stage is not None, "run starts the first stage"
+            self.first = await self.first_stage
+            timings["first_stage"] = _ms(since)
+            self.dense = [
+                Hit(pid, self.first.cosines[pid], {}) for pid, _ in self.first.fused if pid in self.first.cosines
+            ]
+
+    async def _cues_then_walk(
+        self, timings: dict[str, float], t: float
+    ) -> tuple[Stop, list[Cue], list[str], list[str], int]:
+        candidates, near_entities, canonical, version, names = await self._mentions()
         chosen = choose_mentions(
             candidates,
             {cid: eid for cid, eid in canonical.items() if eid in names and names[eid]["type"] not in VALUE_TYPES},
@@ -302,16 +319,17 @@ class _Walk:
             ]
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
-        await self._expand([query_cue, *cues])
-        timings["cues"] = _ms(t)  # after the first stage: its cues' branches (their search ran beside it)
+        self.timings, self.started = timings, t
+        await self._expand([query_cue, *cues])  # awaits the first stage for the query cue's passages
+        timings["cues"] = _ms(t)  # the first stage's time included
         t = time.perf_counter()
         stop = await self._walk()
         timings["walk"] = _ms(t)
-        return await self._result(cues, times, attributes, stop, version)
+        return stop, cues, times, attributes, version
 
-    async def _mentions(self) -> tuple[list[Hit], dict[str, str], int, dict[str, dict]]:
-        """The entities nearest the query, its mentions' canonical ids and their names and
-        types, and the graph's version: two round trips, run beside the first stage."""
+    async def _mentions(self) -> tuple[list, list[Hit], dict[str, str], int, dict[str, dict]]:
+        """The query's mention candidates, the entities nearest it, its mentions' canonical ids
+        and their names and types, and the graph's version: two round trips."""
         candidates = mention_candidates(self.request.query)
         near_entities, canonical, version = await asyncio.gather(
             self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUES_BY_KNN, ["name", "type"]),
@@ -319,7 +337,7 @@ class _Walk:
             self.memory.graph_version(self.tenant),
         )
         names = await self.memory.entity_names(self.tenant, sorted(set(canonical.values())))
-        return near_entities, canonical, version, names
+        return candidates, near_entities, canonical, version, names
 
     async def _walk(self) -> Stop:
         while True:
@@ -607,10 +625,12 @@ class _Walk:
                 [("passage", pid) for cue in episodes for pid in self.episodes[cue.id] if pid not in self.read]
             ),
         )
+        if any(cue.kind == "query" for cue in cues):
+            await self._first_in_hand(self.timings, self.started)
         out = []
         for cue in cues:
             if cue.kind == "query":
-                top = [h for h in self.dense[:QUERY_PASSAGES] if h.id not in self.read]
+                top = [h for h in (self.dense or [])[:QUERY_PASSAGES] if h.id not in self.read]
                 self.rows.update({h.id: self.first.rows[h.id] for h in top if h.id in self.first.rows})
                 out += [(cue, h.id, h.score) for h in top]
                 continue
@@ -716,7 +736,7 @@ class _Walk:
         return QueryResult(
             query=self.request.query,
             tenant=self.tenant,
-            mode="reconstruct",
+            mode=self.request.mode,
             passages=passages,
             entities=[cue_view(cue) for cue in self.cues.values() if cue.kind not in ("query", "episode")],
             facts=facts,
