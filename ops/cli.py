@@ -16,7 +16,7 @@ from pathlib import Path
 from ops.answers import format_answer, query_endpoint, read_answer
 from store.errors import RedisClusterNode
 from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
-from workers.query.modes import MAX_TOP_K, MODES
+from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, mode_names, registered
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, parse_roles
 from workers.settings import Settings
@@ -139,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     query.add_argument("text")
     query.add_argument("--tenant", default=None)
     query.add_argument("--top-k", type=_top_k, default=None, help=f"passages to return, 1 to {MAX_TOP_K}")
-    query.add_argument("--mode", choices=MODES, default="ppr")
+    query.add_argument(
+        "--mode",
+        choices=mode_names(),
+        default=DEFAULT_MODE,
+        help="; ".join(f"{mode.name}: {mode.hint}" for mode in registered()),
+    )
     query.add_argument(
         "--as-of",
         default=None,

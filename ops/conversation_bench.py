@@ -37,7 +37,7 @@ from topics.conversations import Question, Turn, is_locomo, locomo_questions, lo
 from workers.algorithms.retrieval import RetrievalParams
 from workers.models.extraction import RulesExtractor
 from workers.query.engine import QueryEngine, QueryRequest
-from workers.query.modes import MODES, QueryMode, query_mode
+from workers.query.modes import QueryMode, mode_names, query_mode, table_order
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ SAMPLE_CONVERSATION = Path(__file__).parent / "sample_conversation" / "maya-jona
 # benchmark prints it with every table.
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open domain", 4: "single hop", 5: "adversarial"}
 KS = (5, 10)
-TABLE_ORDER = ("lexical", "dense", "hybrid", "ppr", "reconstruct")  # each leg, the first stage, then what re-ranks it
 EMBEDDER = "all-MiniLM-L6-v2"
 
 
@@ -371,13 +370,15 @@ def parse_modes(text: str | None) -> list[QueryMode]:
     """ "dense,ppr" → the modes, each one the query engine has; None → all of them."""
     names: list[str]
     if text is None:
-        names = [m for m in TABLE_ORDER if m in MODES] + [str(m) for m in MODES if m not in TABLE_ORDER]
+        names = list(table_order())
     else:
         names = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
     modes = [query_mode(name) for name in names]
     unknown = [name for name, mode in zip(names, modes) if mode is None]
     if not names or unknown:
-        raise ValueError(f"--modes: {', '.join(unknown) or 'none given'}; the query engine has {', '.join(MODES)}")
+        raise ValueError(
+            f"--modes: {', '.join(unknown) or 'none given'}; the query engine has {', '.join(mode_names())}"
+        )
     return [mode for mode in modes if mode is not None]
 
 

@@ -24,7 +24,7 @@ from topics import Document
 from workers.algorithms.retrieval import RetrievalParams
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 from workers.query.engine import QueryEngine, QueryRequest
-from workers.query.modes import QueryMode
+from workers.query.modes import QueryMode, table_order
 from workers.settings import Settings
 
 # Every passage of these sets fits one chunk (≤ 300 words): the replay extractor is keyed by
@@ -90,14 +90,6 @@ def index_corpus(
         stop_all(processes)
 
 
-MODE_ROWS: tuple[QueryMode, ...] = (
-    "lexical",
-    "dense",
-    "hybrid",
-    "ppr",
-    "reconstruct",
-)  # every mode, side by side in one run
-
 # name → (RetrievalParams overrides, worker environment overrides for indexing)
 ABLATIONS: dict[str, tuple[dict[str, float | bool], dict[str, str]]] = {
     "no_schema_filter": ({}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
@@ -154,7 +146,9 @@ def run_recall_bench(
     stderr(f"recall: indexed in {seconds:.0f} s; ranking {len(dataset.questions)} questions")
     defaults = RetrievalParams()
     embedder = BatchingEmbedder(LocalEmbedder())
-    main = asyncio.run(evaluate(settings, dataset, tenant, {mode: (mode, defaults) for mode in MODE_ROWS}, embedder))
+    main = asyncio.run(
+        evaluate(settings, dataset, tenant, {mode: (mode, defaults) for mode in table_order()}, embedder)
+    )
     ablations = {}
     for name, (retrieval, indexing) in ABLATIONS.items():
         if indexing and not index_ablations:

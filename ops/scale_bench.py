@@ -40,7 +40,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DIMS = 384
-MODES = ("dense", "lexical", "hybrid", "ppr", "reconstruct")
 SIZES = (5_000, 50_000, 200_000)
 TENANT = os.environ.get("MEMSTREAM_SCALE_TENANT", "scale")
 WRITE_BATCH = 200
@@ -125,6 +124,7 @@ def run_scale_bench(
 ) -> int:
     from ops.stack import Stack, free_port, stderr
     from ops.tenant_bench import percentiles, phase_in_tree, ratios
+    from workers.query.modes import table_order  # this tree's: a baseline's children get the built-in names
     from workers.settings import Settings
 
     if not sizes or min(sizes) < 1 or queries < 1 or rounds < 1:
@@ -171,7 +171,7 @@ def run_scale_bench(
                     stderr(f"bench scale: {size:,} passages, round {n + 1}/{rounds}")
                     asked = [_question(questions, n * queries + i) for i in range(queries)]
                     for name in order if n % 2 == 0 else order[::-1]:
-                        got = children[name].ask({"do": "round", "queries": asked, "modes": list(MODES)})
+                        got = children[name].ask({"do": "round", "queries": asked, "modes": list(table_order())})
                         for key, values in got.items():
                             samples[name].setdefault(key, []).extend(values)
                             by_round[name].setdefault(key, []).append(percentiles(values)[0])
@@ -374,7 +374,7 @@ async def _serve(spec: dict) -> None:
 
     from store import Memory
     from workers.query.engine import QueryEngine, QueryRequest
-    from workers.query.modes import query_mode
+    from workers.query.modes import DEFAULT_MODE, query_mode
     from workers.query.server import query_app
     from workers.settings import Settings
 
@@ -395,7 +395,7 @@ async def _serve(spec: dict) -> None:
 
     async def ask_engine(query: str, mode: str) -> float:
         started = time.perf_counter()
-        await engine.answer(QueryRequest(query, TENANT, 5, query_mode(mode) or "ppr"))
+        await engine.answer(QueryRequest(query, TENANT, 5, query_mode(mode) or DEFAULT_MODE))
         return (time.perf_counter() - started) * 1000
 
     async def ask_http(query: str, mode: str) -> float:

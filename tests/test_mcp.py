@@ -24,8 +24,9 @@ from tests.conftest import ROOT
 from tests.inprocess import InProcess, ScriptedExtractor
 from topics import ContractError, Document, DocumentDeletion, decode
 from workers.query.answers import Evidence, PassageRecord, QueryResult, StandingFacts
-from workers.query.engine import MODES, QueryEngine, QueryRequest
+from workers.query.engine import QueryEngine, QueryRequest
 from workers.query.mcp_server import DocumentPublisher, memory_server
+from workers.query.modes import mode_names
 from workers.settings import Settings
 
 TRIP = "The Garcia family flies from Boston to Madrid on 14 June; the whole trip must cost at most 2400 euros."
@@ -80,7 +81,7 @@ async def check_tools(client: Client, tenant: str, written: dict) -> None:
         assert set(tools[tool].output_schema["properties"]) == set(answer_type.model_json_schema()["properties"]), tool
     assert tools["fact_evidence"].annotations.read_only_hint and not tools["remember"].annotations.read_only_hint
 
-    for mode in MODES:
+    for mode in mode_names():
         found = await client.call_tool("search_memory", {"query": QUESTION, "mode": mode, "top_k": 2})
         assert not found.is_error, found.content
         answer = found.structured_content
@@ -124,7 +125,7 @@ async def check_tools(client: Client, tenant: str, written: dict) -> None:
     )
     assert (
         await error("search_memory", {"query": QUESTION, "mode": "telepathy"})
-        == f"Error executing tool search_memory: 'mode' must be one of {', '.join(MODES)}"
+        == f"Error executing tool search_memory: 'mode' must be one of {', '.join(mode_names())}"
     )
     assert (
         await error("search_memory", {"query": QUESTION, "top_k": 0})

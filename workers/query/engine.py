@@ -1,4 +1,4 @@
-"""The query worker's answer over one tenant's memory, in one of MODES.
+"""The query worker's answer over one tenant's memory, in one of its registered modes (workers.query.modes).
 
 The first stage (modes hybrid, ppr, reconstruct): the passages nearest the query vector (dense)
 and those best matching its words (lexical: the store's BM25, store.lexical), fused by
@@ -73,7 +73,7 @@ from workers.query.answers import (
     empty_tenant_warning,
 )
 from workers.query.graph_cache import GraphCache
-from workers.query.modes import MAX_TOP_K, MODES, QueryMode, query_mode
+from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, QueryMode, mode_names, mode_of, query_mode, registered
 from workers.query.reconstruct import Reconstructor
 
 MAX_QUERY_CHARS = 4096
@@ -146,7 +146,7 @@ class QueryRequest:
     query: str
     tenant: str
     top_k: int
-    mode: QueryMode = "ppr"
+    mode: QueryMode = DEFAULT_MODE  # a registered mode's name (workers.query.modes)
     params: RetrievalParams = DEFAULT_PARAMS
     answer: bool = False
     budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
@@ -178,9 +178,9 @@ class QueryRequest:
         top_k = body.get("top_k", default_top_k)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
             raise ContractError(f"'top_k' must be an integer from 1 to {MAX_TOP_K}")
-        mode = query_mode(body.get("mode", "ppr"))
+        mode = query_mode(body.get("mode", DEFAULT_MODE))
         if mode is None:
-            raise ContractError(f"'mode' must be one of {', '.join(MODES)}")
+            raise ContractError(f"'mode' must be one of {', '.join(mode_names())}")
         generate = body.get("answer", False)
         if not isinstance(generate, bool):
             raise ContractError("'answer' must be true or false")
@@ -216,8 +216,9 @@ def unknown_fields(given, known: tuple[str, ...], where: str) -> None:
 def _budget(body: dict, mode: str) -> Budget | None:
     if body.get("budget") is None:
         return None
-    if mode != "reconstruct":
-        raise ContractError(f"'budget' applies to mode reconstruct only, not {mode!r}")
+    if not mode_of(mode).walks:
+        walking = [m.name for m in registered() if m.walks]
+        raise ContractError(f"'budget' applies to mode {' and '.join(walking)} only, not {mode!r}")
     try:
         return Budget.from_json(body["budget"])
     except ValueError as exc:
@@ -270,7 +271,8 @@ class QueryEngine:
     async def answer(self, request: QueryRequest) -> QueryResult:
         timings: dict[str, float] = {}
         started = t = time.perf_counter()
-        if request.mode == "lexical":  # no model: the store's BM25 alone
+        mode = mode_of(request.mode)
+        if not mode.embeds:  # no model: the store's BM25 alone
             vector = None
         else:
             vector = (await self.embedder.embed([request.query]))[0]
@@ -278,11 +280,11 @@ class QueryEngine:
                 request.tenant, writing=False
             )  # cached: a round trip per tenant every 30 s
         timings["embed"] = _ms(t)
-        if request.mode == "dense":
+        if mode.recipe == "dense":
             result = await self._dense(request, vector, timings)
-        elif request.mode in ("lexical", "hybrid"):
+        elif mode.recipe in ("lexical", "first_stage"):
             result = await self._first_stage_only(request, vector, timings)
-        elif request.mode == "reconstruct":
+        elif mode.recipe == "reconstruct":
             assert vector is not None  # every mode but lexical embeds the query
             first = self._graph_first_stage(request, vector)  # awaited beside the walk's cue lookup
             result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings, first)
@@ -415,7 +417,7 @@ class QueryEngine:
         entities: list[Hit] = []
         known: dict[str, dict] = {}
         stage: FirstStage
-        if request.mode == "lexical":
+        if mode_of(request.mode).recipe == "lexical":
             k = request.top_k * (AS_OF_OVERFETCH if request.as_of is not None else 1)
             lexical, version = await asyncio.gather(
                 self.memory.lexical(request.tenant, request.query, k), self.memory.graph_version(request.tenant)
@@ -455,7 +457,7 @@ class QueryEngine:
         return QueryResult(
             query=request.query,
             tenant=request.tenant,
-            mode="dense",
+            mode=request.mode,
             passages=[RankedPassage.of(row, round(score, 6)) for row, score in found],
             entities=[_entity(h) for h in entities],
             facts=[_fact(h) for h in facts],
@@ -533,8 +535,8 @@ class QueryEngine:
         )
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers
-            result = await self._first_stage_only(dataclasses.replace(request, mode="hybrid"), vector, timings, first)
-            result.mode, result.fallback = "ppr", "first_stage"
+            result = await self._first_stage_only(request, vector, timings, first)
+            result.fallback = "first_stage"
             return result
         t = time.perf_counter()
         walk = await asyncio.get_running_loop().run_in_executor(
@@ -567,7 +569,7 @@ class QueryEngine:
         result = QueryResult(
             query=request.query,
             tenant=tenant,
-            mode="ppr",
+            mode=request.mode,
             passages=[RankedPassage.of(row, round(score, 8)) for row, score in found],
             entities=[
                 EntityView(id=eid, **names.get(eid, {}), score=round(float(scores[i]), 8))

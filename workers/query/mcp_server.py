@@ -46,7 +46,8 @@ from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
-from workers.query.engine import MAX_TOP_K, MODES, QueryEngine, QueryRequest, unknown_fields
+from workers.query.engine import MAX_TOP_K, QueryEngine, QueryRequest, unknown_fields
+from workers.query.modes import DEFAULT_MODE, registered
 from workers.query.parts import cached_embedder, query_memory
 from workers.settings import Settings
 from workers.stages.work import retraction
@@ -59,13 +60,11 @@ log = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
 MCP_ROUTE_NAMES = ("mcp", "mcp.slash")  # /mcp and /mcp/, for the query worker's per-route key checks
 PUBLISH_TIMEOUT_S = 10.0  # connecting to Kafka and the broker's ack of one document
-MODE_HINTS = {  # for the agent choosing a mode; the modes themselves: engine.MODES
-    "ppr": "(the default) follows facts and entities across passages: multi-hop questions",
-    "dense": "ranks passages by embedding similarity to the query alone",
-    "lexical": "ranks passages by BM25 keyword match alone (no model): exact names, numbers, rare words",
-    "hybrid": "fuses keyword (BM25) and embedding rankings: the first stage every graph mode starts from",
-    "reconstruct": "recalls step by step (cue → tag → content → new cue) and returns the path it took",
-}
+
+
+def _mode_hint(mode) -> str:
+    """A mode as the search tool's schema offers it (the registry's hint)."""
+    return f"'{mode.name}' " + ("(the default) " if mode.name == DEFAULT_MODE else "") + mode.hint
 
 
 # ---- what the tools answer (the SDK publishes these as output schemas): the query side's
@@ -256,8 +255,8 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         query: Annotated[str, Field(description="what to recall, in natural language")],
         mode: Annotated[
             str,
-            Field(description="retrieval mode: " + "; ".join(f"'{m}' {MODE_HINTS.get(m, '')}".strip() for m in MODES)),
-        ] = "ppr",
+            Field(description="retrieval mode: " + "; ".join(_mode_hint(m) for m in registered())),
+        ] = DEFAULT_MODE,
         top_k: Annotated[int, Field(description=f"passages to return, 1 to {MAX_TOP_K}")] = 5,
         as_of: Annotated[
             str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")

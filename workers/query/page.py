@@ -10,11 +10,13 @@ so it sees what that key may read and nothing else."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from aiohttp import web
 
 from workers.query import http
+from workers.query.modes import registered
 
 FILES = Path(__file__).parent / "explorer"
 ASSETS = {"explorer.js": "text/javascript", "explorer.css": "text/css", "favicon.svg": "image/svg+xml"}
@@ -35,8 +37,24 @@ def _file(name: str, content_type: str) -> web.Response:
     return web.Response(body=(FILES / name).read_bytes(), content_type=content_type, charset="utf-8", headers=HEADERS)
 
 
+MODES_MARK = "<!-- modes: the query worker writes the registered modes here (workers/query/page.py) -->"
+
+
+def page_html() -> str:
+    """index.html with the mode picker's choices: the registered modes (workers.query.modes),
+    each titled with its hint — a mode added there is offered here with no edit of the page."""
+    page = (FILES / "index.html").read_text(encoding="utf-8")
+    options = "".join(
+        f'<option value="{html.escape(m.name)}" title="{html.escape(m.hint)}">{html.escape(m.name)}</option>'
+        for m in registered()
+    )
+    if MODES_MARK not in page:
+        raise RuntimeError(f"{FILES / 'index.html'}: no mode picker mark {MODES_MARK!r}")
+    return page.replace(MODES_MARK, options)
+
+
 async def index(request: web.Request) -> web.Response:
-    return _file("index.html", "text/html")
+    return web.Response(text=page_html(), content_type="text/html", charset="utf-8", headers=HEADERS)
 
 
 async def asset(request: web.Request) -> web.Response:
