@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from store.facts import Fact, FactStatus
+from store.records import Hit
 from topics.contract import FactCategory
 from workers.query.modes import QueryMode
 
@@ -181,6 +182,11 @@ class FactView(_Wire):
         """From a search hit's fields: an empty field is no field."""
         return cls(id=fact_id, **{k: v for k, v in fields.items() if v not in (None, "")}, score=score, **extra)
 
+    @classmethod
+    def of_hit(cls, hit: Hit) -> FactView:
+        """From a fact search's hit (its `expired_at`, a store field, is no part of the view)."""
+        return cls.of_fields(hit.id, {k: v for k, v in hit.fields.items() if k != "expired_at"}, round(hit.score, 6))
+
 
 class EntityView(_Wire):
     """An entity in a query answer: its id, name, type and score."""
@@ -189,6 +195,11 @@ class EntityView(_Wire):
     name: str | None = None
     type: str | None = None
     score: float
+
+    @classmethod
+    def of_hit(cls, hit: Hit) -> EntityView:
+        """From an entities search's hit (its fields name and type)."""
+        return cls(id=hit.id, name=hit.fields["name"], type=hit.fields["type"], score=round(hit.score, 6))
 
 
 class CueView(_Wire):

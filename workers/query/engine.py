@@ -12,22 +12,18 @@ fact passes τ_q the answer is the first stage's and says so (`"fallback": "firs
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
 embedding lookup and one XREAD.
 
-A request's work is bounded: its text and numbers are validated before anything runs (no NaN,
-no infinity, no unencodable text, retrieval parameters inside `PARAM_RANGES`), and PPR with the
-ranking over its scores runs on a thread of its own, off the event loop that serves the other
-requests and the Kafka consumer's heartbeats."""
+A request's work is bounded: it is validated before anything runs (workers.query.request), and
+PPR with the ranking over its scores runs on a thread of its own, off the event loop that serves
+the other requests and the Kafka consumer's heartbeats."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import math
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from difflib import get_close_matches
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -36,11 +32,10 @@ from store.base import MemoryStore
 from store.facts import FactRecordHit
 from store.keys import entity_node, node_id, passage_node
 from store.records import Hit, is_current
-from topics import ContractError, tenant_or_default
 from workers import metrics
-from workers.algorithms.expiry import parse_as_of, said_at, said_by, was_valid
+from workers.algorithms.expiry import said_at, said_by, was_valid
 from workers.algorithms.ppr import PPR, LeafEliminated, Transition
-from workers.algorithms.reconstruction import Budget, choose_mentions, mention_candidates, names_something
+from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
 from workers.algorithms.retrieval import (
     EPISODE_RADIUS,
     FactHit,
@@ -73,11 +68,10 @@ from workers.query.answers import (
     empty_tenant_warning,
 )
 from workers.query.graph_cache import GraphCache
-from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, QueryMode, mode_names, mode_of, query_mode, registered
+from workers.query.modes import mode_of
 from workers.query.reconstruct import Reconstructor
+from workers.query.request import QueryRequest
 
-MAX_QUERY_CHARS = 4096
-DEFAULT_PARAMS = RetrievalParams()  # frozen: one instance serves every default
 TOP_ENTITIES = 10
 RESULT_CACHE_SIZE = 2048
 H = TypeVar("H", bound=Hit)  # a search hit, or one with its record read (FactRecordHit)
@@ -85,144 +79,6 @@ H = TypeVar("H", bound=Hit)  # a search hit, or one with its record read (FactRe
 FACT_FIELDS = ["head", "relation", "tail", "head_id", "tail_id", "status", "category", "expired_at", "expires_at"]
 AS_OF_OVERFETCH, MAX_AS_OF_CANDIDATES = 4, 400  # facts KNN reads for an as_of query, before the time filter
 REDIS_CALLS_PER_QUERY = 4  # Redis commands one query has in flight at once (three KNNs and the graph catch-up)
-
-
-def parse_json_body(raw: bytes):
-    """A request body as JSON, strictly: NaN, Infinity and numbers beyond float range (which
-    Python's json accepts) and integers of more than 4,300 digits are a ContractError, as are
-    invalid UTF-8 and nesting too deep to parse."""
-    if not raw:
-        raise ContractError("request body is empty: expected a JSON object with 'query'")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ContractError(f"request body is not UTF-8 (invalid byte at offset {exc.start})") from None
-    try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except RecursionError:
-        raise ContractError("request body is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, and what the hooks and int() raise
-        raise ContractError(f"request body is not valid JSON: {exc}") from None
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]} is beyond the range of a double")
-    return value
-
-
-def _check_encodable(body) -> None:
-    """Every string in the body, keys included, must be encodable as UTF-8: json.loads accepts
-    escaped lone surrogates ("\\ud800"), which Redis, the tokenizer and the response would fail on."""
-    pending = [("", body)]
-    while pending:  # iterative: the body may be nested as deep as the parser allowed
-        path, value = pending.pop()
-        if isinstance(value, dict):
-            for key, item in value.items():
-                _encodable(key, f"a key in {path or 'the body'}")
-                pending.append((f"{path}.{key}" if path else key, item))
-        elif isinstance(value, list):
-            pending.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
-        elif isinstance(value, str):
-            _encodable(value, repr(path))
-
-
-def _encodable(text: str, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ContractError(
-            f"{what} is not valid Unicode: lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start}"
-        ) from None
-
-
-@dataclass(frozen=True)
-class QueryRequest:
-    query: str
-    tenant: str
-    top_k: int
-    mode: QueryMode = DEFAULT_MODE  # a registered mode's name (workers.query.modes)
-    params: RetrievalParams = DEFAULT_PARAMS
-    answer: bool = False
-    budget: Budget | None = None  # mode reconstruct: what the walk may read (unset fields: the worker's defaults)
-    as_of: float | None = None  # seconds since the epoch: answer from the facts valid then (see _facts_as_of)
-
-    @classmethod
-    def from_bytes(
-        cls, raw: bytes, default_tenant: str, default_top_k: int, defaults: RetrievalParams = DEFAULT_PARAMS
-    ) -> "QueryRequest":
-        """The request of a POST /v1/query body; every way it can be wrong is a ContractError."""
-        return cls.from_json(parse_json_body(raw), default_tenant, default_top_k, defaults)
-
-    @classmethod
-    def from_json(
-        cls, body, default_tenant: str, default_top_k: int, defaults: RetrievalParams = DEFAULT_PARAMS
-    ) -> "QueryRequest":
-        if not isinstance(body, dict):
-            raise ContractError("request body must be a JSON object with 'query'")
-        _check_encodable(body)
-        unknown_fields(body, QUERY_FIELDS, "the request body")
-        query = body.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ContractError("'query' must be a non-empty string")
-        if len(query) > MAX_QUERY_CHARS:
-            raise ContractError(f"'query' is {len(query)} characters, over the limit of {MAX_QUERY_CHARS}")
-        if "\x00" in query:
-            raise ContractError("'query' must not contain NUL characters")
-        tenant = tenant_or_default(body.get("tenant"), default_tenant)
-        top_k = body.get("top_k", default_top_k)
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
-            raise ContractError(f"'top_k' must be an integer from 1 to {MAX_TOP_K}")
-        mode = query_mode(body.get("mode", DEFAULT_MODE))
-        if mode is None:
-            raise ContractError(f"'mode' must be one of {', '.join(mode_names())}")
-        generate = body.get("answer", False)
-        if not isinstance(generate, bool):
-            raise ContractError("'answer' must be true or false")
-        try:
-            overrides = body.get("params")
-            if overrides is not None and not isinstance(overrides, dict):
-                raise ValueError("'params' must be an object")
-            params = RetrievalParams.from_json({**asdict(defaults), **overrides}) if overrides else defaults
-        except ValueError as exc:
-            raise ContractError(str(exc)) from None
-        budget = _budget(body, mode)
-        return cls(query, tenant, top_k, mode, params, generate, budget, _as_of(body))
-
-
-# the fields of a POST /v1/query body: any other name is refused (a misspelt "asof" or "topk"
-# would otherwise answer from today, or with the default top_k, without a word)
-QUERY_FIELDS = ("query", "tenant", "top_k", "mode", "answer", "params", "budget", "as_of")
-
-
-def unknown_fields(given, known: tuple[str, ...], where: str) -> None:
-    """ContractError naming the names of `given` not in `known` (with the nearest known name of
-    each, where one is close), and every known name."""
-    unknown = sorted(set(given) - set(known), key=str)
-    if not unknown:
-        return
-    hints = [
-        f"{name!r} (did you mean {near[0]!r}?)" if (near := get_close_matches(str(name), known, 1)) else repr(name)
-        for name in unknown
-    ]
-    raise ContractError(f"unknown field(s) in {where}: {', '.join(hints)}; known: {', '.join(known)}")
-
-
-def _budget(body: dict, mode: str) -> Budget | None:
-    if body.get("budget") is None:
-        return None
-    if not mode_of(mode).walks:
-        walking = [m.name for m in registered() if m.walks]
-        raise ContractError(f"'budget' applies to mode {' and '.join(walking)} only, not {mode!r}")
-    try:
-        return Budget.from_json(body["budget"])
-    except ValueError as exc:
-        raise ContractError(str(exc)) from None
 
 
 class QueryEngine:
@@ -438,8 +294,8 @@ class QueryEngine:
             tenant=request.tenant,
             mode=request.mode,
             passages=[RankedPassage.of(row, round(score, 6)) for row, score in found],
-            entities=[_entity(h) for h in entities],
-            facts=[_fact(h) for h in facts],
+            entities=[EntityView.of_hit(h) for h in entities],
+            facts=[FactView.of_hit(h) for h in facts],
             graph_version=version,
         )
 
@@ -459,8 +315,8 @@ class QueryEngine:
             tenant=request.tenant,
             mode=request.mode,
             passages=[RankedPassage.of(row, round(score, 6)) for row, score in found],
-            entities=[_entity(h) for h in entities],
-            facts=[_fact(h) for h in facts],
+            entities=[EntityView.of_hit(h) for h in entities],
+            facts=[FactView.of_hit(h) for h in facts],
             graph_version=version,
         )
 
@@ -575,7 +431,7 @@ class QueryEngine:
                 EntityView(id=eid, **names.get(eid, {}), score=round(float(scores[i]), 8))
                 for eid, i in zip(entity_ids, top_entities)
             ],
-            facts=[_fact(by_id[f.id]) for f in seeds.facts],
+            facts=[FactView.of_hit(by_id[f.id]) for f in seeds.facts],
             seeds=WalkSeeds(
                 facts=[Scored(id=f.id, score=round(f.score, 6)) for f in seeds.facts],
                 entities=[
@@ -724,25 +580,6 @@ def _walk(
         else np.zeros(0, dtype=np.int64)
     )
     return Walk(ppr, ranked, entities)
-
-
-def _as_of(body: dict) -> float | None:
-    """The request's "as_of" (an ISO 8601 time) as seconds since the epoch; None when absent."""
-    if body.get("as_of") is None:
-        return None
-    try:
-        return parse_as_of(body["as_of"])
-    except ValueError as exc:
-        raise ContractError(str(exc)) from None
-
-
-def _fact(hit: Hit) -> FactView:
-    fields = {k: v for k, v in hit.fields.items() if k != "expired_at"}
-    return FactView.of_fields(hit.id, fields, round(hit.score, 6))
-
-
-def _entity(hit: Hit) -> EntityView:
-    return EntityView(id=hit.id, name=hit.fields["name"], type=hit.fields["type"], score=round(hit.score, 6))
 
 
 async def _ready(value):

@@ -46,9 +46,10 @@ from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
-from workers.query.engine import MAX_TOP_K, QueryEngine, QueryRequest, unknown_fields
-from workers.query.modes import DEFAULT_MODE, registered
+from workers.query.engine import QueryEngine
+from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, registered
 from workers.query.parts import cached_embedder, query_memory
+from workers.query.request import QueryRequest, unknown_fields
 from workers.settings import Settings
 from workers.stages.work import retraction
 

@@ -35,8 +35,9 @@ from workers.models.protocols import ChatModel, Embedder
 from workers.query import auth, drilldown, http, mcp_server, page
 from workers.query.answering import generate_answer
 from workers.query.answers import Health, Retracted
-from workers.query.engine import QueryEngine, QueryRequest, parse_json_body
+from workers.query.engine import QueryEngine
 from workers.query.parts import cached_embedder, query_memory
+from workers.query.request import QueryRequest, parse_json_body
 from workers.settings import Settings
 from workers.tenant_metrics import census_loop
 
