@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 
 from store.facts import document_event
-from topics import FactEvent, encode
+from topics import FactEvent
 from workers.algorithms.normalize import short_hash
+from workers.publisher import ClientPublisher
 from workers.settings import Settings
 from workers.stages.erasure import embedded_texts, extraction_cache_keys
 
@@ -46,14 +47,9 @@ def tenant_purged_event(tenant: str, gone: dict[str, int]) -> FactEvent:
 
 
 def publish_event(settings: Settings, event: FactEvent, timeout_s: float = 30.0) -> None:
-    """Publish one event on `memstream.indexed-facts` (raises when Kafka does not take it)."""
-    from kafka import KafkaProducer
-
-    timeout_ms = int(timeout_s * 1000)
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", max_block_ms=timeout_ms)
+    """Publish one event on `memstream.indexed-facts` (PublishError when Kafka does not take it)."""
+    publisher = ClientPublisher(settings, timeout_s=timeout_s)
     try:
-        producer.send(settings.topics.indexed_facts, key=event.key.encode("utf-8"), value=encode(event)).get(
-            timeout=timeout_s
-        )
+        publisher.send([publisher.event_message(event)])
     finally:
-        producer.close()
+        publisher.close()

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence, TextIO
 
 from store import Memory
 from store.base import MemoryStore
-from topics import ContractError, Document, DocumentDeletion, document_key, encode, parse_json
+from topics import ContractError, Document, parse_json
 from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
+from workers.publisher import ClientPublisher
 from workers.settings import Settings
 from workers.stages.erasure import left_to_erase
 
@@ -252,23 +253,15 @@ class Progress:
 
 
 def publish(settings: Settings, documents: list[Document], quiet: bool = False) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5, max_request_size=settings.max_message_bytes
-    )
+    """`memstream publish`: the documents onto `memstream.documents` (workers.publisher), with
+    progress; PublishError when Kafka does not take one."""
+    publisher = ClientPublisher(settings, timeout_s=30.0, linger_ms=5)
     progress = Progress("publish", len(documents), quiet=quiet)
     try:
-        futures = []
-        for i, doc in enumerate(documents, 1):
-            futures.append(producer.send(settings.topics.documents, key=doc.key.encode("utf-8"), value=encode(doc)))
-            progress.update(i)
-        producer.flush()
-        for future in futures:
-            future.get(timeout=30)  # raises if the broker refused a message
+        publisher.send(publisher.document_messages(documents), progress.update)
         progress.close(len(documents), " published")
     finally:
-        producer.close()
+        publisher.close()
 
 
 def wait_indexed(
@@ -333,38 +326,21 @@ def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = Fa
     tenant/doc id as its versions are (topics.document_key), so a compacted topic drops them.
     With `purge`, the document's erasure (topics.DocumentDeletion.erasure_value) before its
     tombstone, under the same key: the chunker erases it from Redis."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    publisher = ClientPublisher(settings, timeout_s=30.0)
     try:
-        futures = []
-        for doc_id in doc_ids:
-            key = document_key(tenant, doc_id).encode("utf-8")
-            if purge:
-                futures.append(
-                    producer.send(
-                        settings.topics.documents,
-                        key=key,
-                        value=DocumentDeletion(tenant, doc_id, purge=True).erasure_value(),
-                    )
-                )
-            futures.append(producer.send(settings.topics.documents, key=key, value=None))
-        producer.flush()
-        for future in futures:
-            future.get(timeout=30)
-        Progress("delete", len(doc_ids), quiet=quiet).close(
-            len(doc_ids), " erasures published" if purge else " tombstones published"
-        )
+        publisher.send(publisher.deletion_messages(tenant, doc_ids, purge))
     finally:
-        producer.close()
+        publisher.close()
+    Progress("delete", len(doc_ids), quiet=quiet).close(
+        len(doc_ids), " erasures published" if purge else " tombstones published"
+    )
 
 
 def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
     """`memstream retract`: the fact's retraction onto `memstream.conflict-sets` for the resolver,
-    sent as POST /v1/facts/{id}/retract and the MCP tool send it (DocumentPublisher.retract).
-    Returns the request's work id; ValueError when the tenant holds no such fact; PublishError
-    when Kafka does not take it."""
-    from workers.query.mcp_server import DocumentPublisher
+    as POST /v1/facts/{id}/retract and the MCP tool send it (ClientPublisher.retract). Returns
+    the request's work id; ValueError when the tenant holds no such fact; PublishError when Kafka
+    does not take it."""
 
     async def queue() -> str:
         memory = Memory.from_url(settings.redis_url)
@@ -374,7 +350,7 @@ def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
             await memory.close()
         if fact is None:
             raise ValueError(f"no fact {fact_id!r} in tenant {tenant!r}")
-        publisher = DocumentPublisher(settings, timeout_s=30.0)
+        publisher = ClientPublisher(settings, timeout_s=30.0)
         try:
             return await publisher.retract(tenant, fact, reason)
         finally:

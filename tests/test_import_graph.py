@@ -108,3 +108,30 @@ def test_the_layers_import_downwards_only():
         if LAYER[d.partition(".")[0]] > LAYER[m.partition(".")[0]]
     )
     assert upward == []
+
+
+def test_the_query_side_never_imports_the_indexing_stages():
+    """The query worker (HTTP, MCP) answers from the store; what it sends a stage (a retraction)
+    it makes with the client publisher (workers.publisher), as the CLI does. Before, the MCP
+    server imported the resolver's work module for it."""
+    graph = import_graph()
+    reaching = sorted(
+        (m, d)
+        for m, deps in graph.items()
+        if m.startswith("workers.query") or m == "workers.publisher"
+        for d in deps
+        if d.startswith("workers.stages")
+    )
+    assert reaching == []
+
+
+def test_one_module_makes_the_clients_kafka_producer():
+    """Documents, deletions, erasures, retractions and purge events are all sent through
+    workers.publisher.ClientPublisher: no other module of the package builds a KafkaProducer
+    (the workers' own messages go through faust's producer and the outbox)."""
+    makers = sorted(
+        str(path.relative_to(ROOT))
+        for path in _modules().values()
+        if "KafkaProducer(" in path.read_text(encoding="utf-8")
+    )
+    assert makers == ["workers/publisher.py"]

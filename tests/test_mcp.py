@@ -23,9 +23,10 @@ from tests import inprocess
 from tests.conftest import ROOT
 from tests.inprocess import InProcess, ScriptedExtractor
 from topics import ContractError, Document, DocumentDeletion, decode
+from workers.publisher import ClientPublisher
 from workers.query.answers import Evidence, PassageRecord, QueryResult, StandingFacts
 from workers.query.engine import QueryEngine, QueryRequest
-from workers.query.mcp_server import DocumentPublisher, memory_server
+from workers.query.mcp_server import memory_server
 from workers.query.modes import mode_names
 from workers.settings import Settings
 
@@ -302,7 +303,7 @@ def test_remember_refuses_bad_input_and_names_an_unreachable_kafka():
             stages.tenant,
             QueryEngine(stages.memory, stages.embedder),
             unreachable,
-            DocumentPublisher(unreachable, timeout_s=1),
+            ClientPublisher(unreachable, timeout_s=1),
         )
         try:
             async with Client(server) as client:
@@ -341,7 +342,7 @@ async def _trip_server():
     stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
     await stages.publish("trip", TRIP)
     engine = QueryEngine(stages.memory, stages.embedder)
-    return stages, memory_server(stages.tenant, engine, stages.settings, DocumentPublisher(stages.settings))
+    return stages, memory_server(stages.tenant, engine, stages.settings, ClientPublisher(stages.settings))
 
 
 def test_search_memory_passes_as_of_to_the_query_request():
@@ -430,7 +431,7 @@ def test_standing_facts_lists_what_get_v1_facts_lists_and_refuses_an_unknown_cat
             stages.tenant,
             QueryEngine(stages.memory, stages.embedder),
             stages.settings,
-            DocumentPublisher(stages.settings),
+            ClientPublisher(stages.settings),
         )
         try:
             async with Client(server) as client:

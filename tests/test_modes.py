@@ -13,9 +13,10 @@ from mcp import Client
 
 from ops import cli
 from tests.inprocess import InProcess, ScriptedExtractor
+from workers.publisher import ClientPublisher
 from workers.query import modes, page
 from workers.query.engine import QueryEngine, QueryRequest
-from workers.query.mcp_server import DocumentPublisher, memory_server
+from workers.query.mcp_server import memory_server
 
 NOTE = "Ines keeps the harbour ledger in Porto."
 
@@ -38,7 +39,7 @@ def test_a_registered_mode_is_answered_and_offered_everywhere(toy_mode):
             engine = QueryEngine(stages.memory, stages.embedder)
             answered = await engine.answer(QueryRequest("Who keeps the ledger?", stages.tenant, 3, "toy"))
             parsed = QueryRequest.from_json({"query": "ledger", "mode": "toy"}, stages.tenant, 3)
-            server = memory_server(stages.tenant, engine, stages.settings, DocumentPublisher(stages.settings))
+            server = memory_server(stages.tenant, engine, stages.settings, ClientPublisher(stages.settings))
             async with Client(server) as client:
                 tools = {t.name: t for t in (await client.list_tools()).tools}
                 found = await client.call_tool("search_memory", {"query": "ledger", "mode": "toy"})

@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
-import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator
 
@@ -37,11 +35,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from topics import ContractError, Document, DocumentDeletion, encode, validate_tenant
+from topics import ContractError, Document, validate_tenant
 from topics.conversations import turn_from_json, turn_ts
 from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
 from workers.models.embedding import EmbedderMismatch, make_embedder
+from workers.publisher import ClientPublisher, PublishError
 from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
@@ -51,16 +50,14 @@ from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, registered
 from workers.query.parts import cached_embedder, query_memory
 from workers.query.request import QueryRequest, unknown_fields
 from workers.settings import Settings
-from workers.stages.work import retraction
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
+    pass
 
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 MCP_ROUTE_NAMES = ("mcp", "mcp.slash")  # /mcp and /mcp/, for the query worker's per-route key checks
-PUBLISH_TIMEOUT_S = 10.0  # connecting to Kafka and the broker's ack of one document
 
 
 def _mode_hint(mode) -> str:
@@ -73,80 +70,6 @@ def _mode_hint(mode) -> str:
 
 
 # ---- remember: one document onto memstream.documents --------------------------------------
-
-
-class PublishError(RuntimeError):
-    pass
-
-
-class DocumentPublisher:
-    """Publishes documents to `memstream.documents` with kafka-python (as `memstream publish`
-    does: key = tenant/doc id, acks from all replicas) — and their deletions, and fact
-    retractions for the resolver — on a thread off the event loop. The producer is
-    made on first use and dropped after a failure, so the next call connects afresh."""
-
-    def __init__(self, settings: Settings, timeout_s: float = PUBLISH_TIMEOUT_S):
-        self.settings = settings
-        self.timeout_s = timeout_s
-        self.topic = settings.topics.documents
-        self._producer: KafkaProducer | None = None
-        self._lock = threading.Lock()
-
-    async def publish(self, doc: Document) -> None:
-        await asyncio.to_thread(self._send, self.topic, doc.key, encode(doc), f"document {doc.doc_id!r}")
-
-    async def delete(self, tenant: str, doc_id: str, purge: bool = False) -> None:
-        """A tombstone for the document (no value, its key): the workers take it out of memory —
-        with `purge`, its erasure first (as `memstream delete --purge` sends it)."""
-        deletion = DocumentDeletion(tenant, doc_id, purge=purge)
-        if purge:
-            await asyncio.to_thread(
-                self._send, self.topic, deletion.key, deletion.erasure_value(), f"the erasure of document {doc_id!r}"
-            )
-        await asyncio.to_thread(self._send, self.topic, deletion.key, None, f"the deletion of document {doc_id!r}")
-
-    async def retract(self, tenant: str, fact, reason: str) -> str:
-        """The fact's retraction for the resolver (workers.stages.work.retraction); its work id."""
-        work = retraction(tenant, fact, reason, uuid.uuid4().hex[:16])
-        await asyncio.to_thread(
-            self._send,
-            self.settings.topics.conflict_sets,
-            work.key,
-            encode(work.record),
-            f"the retraction of fact {fact.id!r}",
-        )
-        return work.work_id
-
-    def _send(self, topic: str, key: str, value: bytes | None, what: str) -> None:
-        try:
-            with self._lock:
-                if self._producer is None:
-                    from kafka import KafkaProducer
-
-                    timeout_ms = int(self.timeout_s * 1000)
-                    self._producer = KafkaProducer(
-                        bootstrap_servers=self.settings.kafka_bootstrap,
-                        acks="all",
-                        max_request_size=self.settings.max_message_bytes,
-                        bootstrap_timeout_ms=timeout_ms,
-                        max_block_ms=timeout_ms,
-                    )
-                producer = self._producer
-            producer.send(topic, key=key.encode("utf-8"), value=value).get(timeout=self.timeout_s)
-        except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, a refused message, ...
-            self.close()
-            raise PublishError(
-                f"could not queue {what}: Kafka at {self.settings.kafka_bootstrap} did not take it ({exc})"
-            ) from exc
-
-    def close(self) -> None:
-        with self._lock:
-            producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                producer.close(timeout=self.timeout_s)
-            except Exception as exc:
-                log.warning("closing the Kafka producer: %s: %s", type(exc).__name__, exc)
 
 
 def remembered_document(
@@ -227,7 +150,7 @@ class StrictArguments(MCPServer):
         return await super().call_tool(name, arguments, context)
 
 
-def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publisher: DocumentPublisher) -> MCPServer:
+def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publisher: ClientPublisher) -> MCPServer:
     """The MCP server of one tenant's memory over `engine` (and its store)."""
     tenant = validate_tenant(tenant)
     memory = engine.memory
@@ -319,7 +242,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
             await publisher.publish(doc)
         except (ContractError, PublishError) as exc:
             raise ToolError(str(exc)) from None
-        return Remembered(doc_id=doc.doc_id, tenant=tenant, topic=publisher.topic, queued=True)
+        return Remembered(doc_id=doc.doc_id, tenant=tenant, topic=settings.topics.documents, queued=True)
 
     @server.tool(
         description=(
@@ -343,7 +266,7 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
             await publisher.delete(tenant, doc_id, purge)
         except PublishError as exc:
             raise ToolError(str(exc)) from None
-        return Forgotten(doc_id=doc_id, tenant=tenant, topic=publisher.topic, queued=True)
+        return Forgotten(doc_id=doc_id, tenant=tenant, topic=settings.topics.documents, queued=True)
 
     @server.tool(
         description=(
@@ -441,7 +364,7 @@ def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None
     worker's aiohttp application): the SDK's ASGI endpoint through workers.query.asgi, its
     session manager run from the application's startup to its cleanup. Call it before the
     cleanup that closes the store, so requests in flight end first."""
-    publisher = DocumentPublisher(settings)
+    publisher = ClientPublisher(settings)
     server = memory_server(settings.tenant, engine, settings, publisher)
     # The SDK's own construction of the endpoint: its defaults (DNS-rebinding protection when
     # bound to localhost, body limit) come with it; its Starlette app is not used.
@@ -488,7 +411,7 @@ async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MC
     worker builds its own (QueryEngine.from_settings: MEMSTREAM_ROUTER, MEMSTREAM_RECONSTRUCT_*,
     the graph cache's size); everything closed on leaving."""
     memory = query_memory(settings)
-    publisher = DocumentPublisher(settings)
+    publisher = ClientPublisher(settings)
     engine = None
     try:
         model = make_embedder(settings, background=True)  # the handshake answered at once, the model loading meanwhile

@@ -32,6 +32,7 @@ from topics import ContractError, tenant_or_default
 from workers.models.embedding import EmbedderMismatch
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
+from workers.publisher import ClientPublisher, PublishError
 from workers.query import auth, drilldown, http, mcp_server, page
 from workers.query.answering import generate_answer
 from workers.query.answers import Health, Retracted
@@ -162,7 +163,7 @@ def query_app(
 
         return await lookup(request, load)
 
-    publisher = mcp_server.DocumentPublisher(settings)  # Kafka, made on the first retraction
+    publisher = ClientPublisher(settings)  # Kafka, made on the first retraction
 
     async def post_retract(request: web.Request) -> web.Response:
         """POST /v1/facts/{id}/retract?tenant= with an optional body {"reason": "..."}: the fact's
@@ -182,7 +183,7 @@ def query_app(
             return http.error_response(404, drilldown.missing(f"fact {fact_id!r}", tenant))
         try:
             work_id = await publisher.retract(tenant, fact, body.get("reason", ""))
-        except mcp_server.PublishError as exc:
+        except PublishError as exc:
             return http.error_response(503, str(exc))
         return http.json_response(
             Retracted(fact_id=fact_id, tenant=tenant, request=work_id, queued=True).to_json(), status=202

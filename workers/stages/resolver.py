@@ -3,7 +3,8 @@ the fact it repeats; fact events on `indexed-facts`, and further groups to decid
 `conflict-sets`.
 
 Its input, the conflict sets other stages send it, is built in workers.stages.work (`duplicate`,
-`adjudication`, `retraction`, `containment_changed`); their work ids give its done marks here.
+`adjudication`, `containment_changed`) and, for a client's retraction, workers.publisher
+(`retraction`); their work ids give its done marks here.
 """
 
 from __future__ import annotations

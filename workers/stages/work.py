@@ -1,5 +1,5 @@
 """What one stage hands another: the work the resolver is sent (a duplicate to merge, a group to
-decide again, a retraction) with the probes and work ids that make its done marks, and the texts
+decide again; a client's retraction is workers.publisher's) with the probes and work ids that make its done marks, and the texts
 an extraction embeds (what an erasure must purge). Topics and partition keys are the stage
 graph's (topics.graph, through Emit.of). Stages import this module, never each other
 (tests/test_import_graph.py)."""
@@ -14,6 +14,7 @@ from topics import CandidateFact, ConflictSet
 from topics.records import Triple
 from workers.algorithms.policy import CONTAINMENT_RELATIONS
 from workers.envelope import Emit
+from workers.publisher import fact_probe
 from workers.settings import Settings
 
 
@@ -82,23 +83,6 @@ def adjudication(cand: CandidateFact, head_id: str, relation: str, reason: str, 
     return Emit.of(record)  # keyed by the group's head: the probe's head_id
 
 
-def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
-    """The candidate an adjudication names when no extracted fact caused it (an expiry, a
-    retraction): the fact itself, at its first passage (or its id when none is left). `why`
-    stands as its extractor."""
-    return CandidateFact(
-        tenant=tenant,
-        passage_id=(fact.passage_ids or [fact.id])[0],
-        doc_id="",
-        fact=fact.triple(),
-        fact_index=0,
-        chunk_fact_count=1,
-        head_id=fact.head_id,
-        tail_id=fact.tail_id,
-        extractor=why,
-    )
-
-
 async def regroup(
     settings: Settings, memory: MemoryStore, tenant: str, fact: Fact, why: str, reason: str, cause: str
 ) -> list[Emit]:
@@ -108,21 +92,6 @@ async def regroup(
     if settings.conflicts and await memory.group_size(tenant, fact.head_id, fact.relation) >= 2:
         return [adjudication(fact_probe(tenant, fact, why), fact.head_id, fact.relation, reason, cause)]
     return []
-
-
-def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
-    """Work for the resolver: retract `fact` as a caller asked (one request: `request_id`)."""
-    record = ConflictSet(
-        tenant=tenant,
-        kind="retract",
-        candidate=fact_probe(tenant, fact, "request"),
-        fact_id=fact.id,
-        conflicting=[],
-        passage_ids=[],
-        work_id=f"retract:{fact.id}:{request_id}",
-        reason=reason,
-    )
-    return Emit.of(record)  # keyed by the fact's head: its probe's head_id
 
 
 async def containment_changed(settings: Settings, memory: MemoryStore, cand: CandidateFact, fact: Fact) -> list[Emit]:
