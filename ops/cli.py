@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ops.answers import format_answer, query_endpoint, read_answer
 from store.errors import RedisClusterNode
-from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
+from topics import BadInput, ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, mode_names, registered
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, parse_roles
@@ -339,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         return COMMANDS[args.command](settings, args)
-    except (ValueError, ContractError, FileNotFoundError, NotImplementedError) as exc:
+    # bad input (topics.BadInput: a flag, a setting, a file, a message) is said in one line, exit 2;
+    # any other exception — a ValueError raised for a broken invariant too — is a bug: its traceback
+    except (BadInput, FileNotFoundError, NotImplementedError) as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
     # the stack or a worker failed to come up; a Redis the store refuses
@@ -355,11 +357,11 @@ def cmd_stack(settings: Settings, args) -> int:
 
     if args.brokers is not None:
         if args.brokers < 1:
-            raise ValueError("--brokers: at least 1")
+            raise BadInput("--brokers: at least 1")
         settings = dataclasses.replace(settings, kafka_brokers=args.brokers, kafka_bootstrap="")
     if args.redis_cluster is not None:
         if args.redis_cluster < 1:
-            raise ValueError("--redis-cluster: at least 1 shard")
+            raise BadInput("--redis-cluster: at least 1 shard")
         settings = dataclasses.replace(settings, redis_shards=args.redis_cluster)
     stack = Stack(settings)
     try:
@@ -447,7 +449,7 @@ def cmd_publish(settings: Settings, args) -> int:
 
     tenant = tenant_or_default(args.tenant, settings.tenant)
     if args.version is not None and args.version < 1:
-        raise ValueError(f"--version must be at least 1, not {args.version}")
+        raise BadInput(f"--version must be at least 1, not {args.version}")
     loaded = load_documents(
         args.paths, tenant, settings.max_text_bytes, version=publish_version() if args.version is None else args.version
     )
@@ -472,7 +474,7 @@ def cmd_delete(settings: Settings, args) -> int:
     tenant = tenant_or_default(args.tenant, settings.tenant)
     blank = [doc_id for doc_id in args.doc_ids if not doc_id.strip()]
     if blank:
-        raise ValueError("a doc id to delete must not be empty")
+        raise BadInput("a doc id to delete must not be empty")
     delete(settings, tenant, args.doc_ids, purge=args.purge)
     if args.wait:
         pending = wait_deleted(settings, tenant, args.doc_ids, args.timeout, purge=args.purge)
@@ -565,7 +567,7 @@ def cmd_tenant(settings: Settings, args) -> int:
 
     tenant = validate_tenant(args.name)
     if not args.purge:
-        raise ValueError(
+        raise BadInput(
             "memstream tenant delete erases the tenant for good: say so with --purge (stop the workers writing it first)"
         )
 
@@ -593,7 +595,7 @@ def cmd_rebuild(settings: Settings, args) -> int:
 
     tenant = validate_tenant(args.tenant) if args.tenant is not None else None
     if not args.timeout > 0:
-        raise ValueError("--timeout must be > 0 seconds")
+        raise BadInput("--timeout must be > 0 seconds")
     return rebuild(settings, tenant, args.timeout if args.wait else None)
 
 
@@ -602,7 +604,7 @@ def cmd_status(settings: Settings, args) -> int:
 
     tenant = validate_tenant(args.tenant) if args.tenant is not None else None
     if not args.sample >= 0:
-        raise ValueError("--sample must be >= 0 seconds")
+        raise BadInput("--sample must be >= 0 seconds")
     report = status(settings, tenant, args.sample)
     print(json.dumps(report, indent=1) if args.json else render(report))
     return 0
@@ -652,7 +654,7 @@ def query_params(pairs: list[str]) -> dict:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise ValueError(f"--param {pair!r}: expected NAME=VALUE, e.g. --param damping=0.7")
+            raise BadInput(f"--param {pair!r}: expected NAME=VALUE, e.g. --param damping=0.7")
         try:
             params[name.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -719,7 +721,7 @@ def cmd_alias(settings: Settings, args) -> int:
 
     tenant = tenant_or_default(args.tenant, settings.tenant)
     if args.action == "add" and len(args.names) != 2:
-        raise ValueError("usage: memstream alias add ALIAS CANONICAL [--tenant T]")
+        raise BadInput("usage: memstream alias add ALIAS CANONICAL [--tenant T]")
 
     async def run() -> None:
         memory = Memory.from_url(settings.redis_url)
@@ -755,10 +757,10 @@ def _counts(text: str, flag: str = "--sizes") -> list[int]:
         if not part:
             continue
         if not part.isdigit():
-            raise ValueError(f"bench: {flag} takes counts, comma-separated; {part!r} is not one")
+            raise BadInput(f"bench: {flag} takes counts, comma-separated; {part!r} is not one")
         counts.append(int(part))
     if flag != "--sizes" and (not counts or min(counts) < 1):  # a size of 0 is refused by its bench
-        raise ValueError(f"bench: {flag} takes counts of at least 1, comma-separated, not {text!r}")
+        raise BadInput(f"bench: {flag} takes counts of at least 1, comma-separated, not {text!r}")
     return counts
 
 
@@ -775,18 +777,18 @@ def cmd_bench(settings: Settings, args) -> int:
             settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json, args.ablations
         )
     if (args.rules or args.docs) and args.kind != "index":
-        raise ValueError(f"--rules and --docs are options of bench index, not bench {args.kind}")
+        raise BadInput(f"--rules and --docs are options of bench index, not bench {args.kind}")
     if args.baseline_tree and args.kind not in ("index", "wait", "tenants", "graph", "scale"):
-        raise ValueError(
+        raise BadInput(
             f"--baseline-tree is an option of bench index --rules, wait, tenants, graph and scale, not bench {args.kind}"
         )
     if args.file:
-        raise ValueError(f"bench {args.kind} takes no FILE (only bench conversation does)")
+        raise BadInput(f"bench {args.kind} takes no FILE (only bench conversation does)")
     if args.sizes and (args.kind not in ("index", "graph", "scale") or args.rules):
         kind = f"{args.kind} --rules" if args.rules else args.kind
-        raise ValueError(f"--sizes is an option of bench index (without --rules), graph and scale, not bench {kind}")
+        raise BadInput(f"--sizes is an option of bench index (without --rules), graph and scale, not bench {kind}")
     if args.sizes and args.passages and args.kind in ("graph", "scale"):
-        raise ValueError(f"bench {args.kind}: give the tenant sizes once, as --sizes or as --passages")
+        raise BadInput(f"bench {args.kind}: give the tenant sizes once, as --sizes or as --passages")
     if args.kind == "tenants":
         from ops.tenant_bench import run_tenant_bench
 
@@ -997,7 +999,7 @@ def cmd_keys(settings: Settings, args) -> int:
         return 0
     tenants = [t.strip() for given in (args.tenant or []) for t in given.split(",") if t.strip()]
     if not tenants:
-        raise ValueError("memstream keys new needs --tenant T (repeat it, or T1,T2; * for every tenant)")
+        raise BadInput("memstream keys new needs --tenant T (repeat it, or T1,T2; * for every tenant)")
     scopes = [s.strip() for s in args.scope.split(",") if s.strip()]
     token, entry = auth.new_key(args.name, tenants, scopes)  # KeyConfigError for a bad tenant or scope: exit 2
     print(

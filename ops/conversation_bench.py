@@ -32,7 +32,7 @@ import numpy as np
 from ops.datasets import recall_at
 from ops.local_run import LocalIndexer
 from ops.stack import stderr
-from topics import ContractError
+from topics import BadInput, ContractError
 from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
 from workers.algorithms.retrieval import RetrievalParams
 from workers.models.extraction import RulesExtractor
@@ -376,9 +376,7 @@ def parse_modes(text: str | None) -> list[QueryMode]:
     modes = [query_mode(name) for name in names]
     unknown = [name for name, mode in zip(names, modes) if mode is None]
     if not names or unknown:
-        raise ValueError(
-            f"--modes: {', '.join(unknown) or 'none given'}; the query engine has {', '.join(mode_names())}"
-        )
+        raise BadInput(f"--modes: {', '.join(unknown) or 'none given'}; the query engine has {', '.join(mode_names())}")
     return [mode for mode in modes if mode is not None]
 
 

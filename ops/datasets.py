@@ -8,6 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from topics import BadInput
+
 DATASETS = ("musique", "hotpotqa")
 
 
@@ -27,7 +29,7 @@ class Dataset:
 
 def load_dataset(name: str, data_dir: Path) -> Dataset:
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+        raise BadInput(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
     folder = Path(data_dir) / f"{name}_train_100"
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} does not exist (pass --data DIR holding {name}_train_100/)")

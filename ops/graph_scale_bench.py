@@ -65,16 +65,15 @@ def run_graph_bench(
     as_json: bool,
 ) -> int:
     from ops.stack import Stack, free_port, stderr
+    from ops.tenant_bench import baseline_checkout
+    from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.settings import Settings
 
     if not sizes or min(sizes) < 10 or queries < 1 or rounds < 1:
-        raise ValueError("bench graph: --graph-passages needs sizes of at least 10, --queries and --rounds positive")
+        raise BadInput("bench graph: --graph-passages needs sizes of at least 10, --queries and --rounds positive")
     trees = [("this", ROOT)]
     if baseline_tree:
-        tree = Path(baseline_tree).resolve()
-        if not (tree / "workers" / "query" / "graph_cache.py").is_file():
-            raise ValueError(f"--baseline-tree {tree}: no workers/query/graph_cache.py (expected a memstream checkout)")
-        trees.append(("baseline", tree))
+        trees.append(("baseline", baseline_checkout(baseline_tree, "workers/query/graph_cache.py")))
     stack, work = None, None
     rows: list[dict] = []
     try:

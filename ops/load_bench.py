@@ -31,6 +31,7 @@ from ops.datasets import Dataset, load_dataset
 from ops.processes import WorkerProcess, worker_env
 from ops.recall import index_corpus
 from ops.stack import Stack, free_port, stderr
+from topics import BadInput
 from workers.settings import Settings
 
 REQUEST_TIMEOUT_S = 120
@@ -162,7 +163,7 @@ def run_load_bench(
     as_json: bool,
 ) -> int:
     if not clients or min(clients) < 1 or not seconds > 0:
-        raise ValueError("--clients must list positive numbers and --seconds be positive")
+        raise BadInput("--clients must list positive numbers and --seconds be positive")
     dataset = load_dataset(dataset_name, data_dir)
     if url is None:
         Stack(settings).up(stderr)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence, TextIO
 
 from store import Memory
 from store.base import MemoryStore
-from topics import ContractError, Document, parse_json
+from topics import BadInput, ContractError, Document, parse_json
 from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
@@ -349,7 +349,7 @@ def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
         finally:
             await memory.close()
         if fact is None:
-            raise ValueError(f"no fact {fact_id!r} in tenant {tenant!r}")
+            raise BadInput(f"no fact {fact_id!r} in tenant {tenant!r}")
         publisher = ClientPublisher(settings, timeout_s=30.0)
         try:
             return await publisher.retract(tenant, fact, reason)

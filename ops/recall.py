@@ -20,7 +20,7 @@ from ops.processes import WorkerProcess, stop_all, worker_env
 from ops.publish import publish, wait_indexed
 from ops.stack import Stack, free_port, stderr
 from store import Memory
-from topics import Document
+from topics import BadInput, Document
 from workers.algorithms.retrieval import RetrievalParams
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 from workers.query.engine import QueryEngine, QueryRequest
@@ -63,7 +63,7 @@ def index_corpus(
     """Publish every passage as a document and wait until the pipeline has indexed it all;
     returns the seconds taken. Indexing an already indexed tenant again changes nothing."""
     if extractor == "replay" and dataset.openie_file is None:
-        raise ValueError(f"{dataset.name} has no recorded OpenIE extraction; use --extractor rules")
+        raise BadInput(f"{dataset.name} has no recorded OpenIE extraction; use --extractor rules")
     namespace = f"recall{uuid.uuid4().hex[:8]}"
     home = Path(tempfile.mkdtemp(prefix="memstream-recall-"))
     env = corpus_worker_env(

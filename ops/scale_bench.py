@@ -123,18 +123,16 @@ def run_scale_bench(
     http: bool = True,
 ) -> int:
     from ops.stack import Stack, free_port, stderr
-    from ops.tenant_bench import percentiles, phase_in_tree, ratios
+    from ops.tenant_bench import baseline_checkout, percentiles, phase_in_tree, ratios
+    from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.query.modes import table_order  # this tree's: a baseline's children get the built-in names
     from workers.settings import Settings
 
     if not sizes or min(sizes) < 1 or queries < 1 or rounds < 1:
-        raise ValueError("bench scale: --sizes, --queries and --rounds must be positive")
+        raise BadInput("bench scale: --sizes, --queries and --rounds must be positive")
     trees = [("this", ROOT)]
     if baseline_tree:
-        tree = Path(baseline_tree).resolve()
-        if not (tree / "store" / "memory.py").is_file():
-            raise ValueError(f"--baseline-tree {tree}: no store/memory.py there (expected a checkout of memstream)")
-        trees.append(("baseline", tree))
+        trees.append(("baseline", baseline_checkout(baseline_tree, "store/memory.py")))
     work = Path(tempfile.mkdtemp(prefix="memstream-scalebench-"))
     results = []
     try:
@@ -374,7 +372,7 @@ async def _serve(spec: dict) -> None:
 
     from store import Memory
     from workers.query.engine import QueryEngine, QueryRequest
-    from workers.query.modes import DEFAULT_MODE, query_mode
+    from workers.query.modes import query_mode  # a baseline tree's too: its names only
     from workers.query.server import query_app
     from workers.settings import Settings
 
@@ -395,7 +393,7 @@ async def _serve(spec: dict) -> None:
 
     async def ask_engine(query: str, mode: str) -> float:
         started = time.perf_counter()
-        await engine.answer(QueryRequest(query, TENANT, 5, query_mode(mode) or DEFAULT_MODE))
+        await engine.answer(QueryRequest(query, TENANT, 5, query_mode(mode) or "ppr"))
         return (time.perf_counter() - started) * 1000
 
     async def ask_http(query: str, mode: str) -> float:

@@ -59,18 +59,16 @@ def run_tenant_bench(
     rounds: int = 5,
 ) -> int:
     from ops.stack import Stack, free_port, stderr
+    from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.settings import Settings
 
     if tenants < 1 or passages < 1 or large < 1 or queries < 1 or idle_s <= 0 or dims < 1 or rounds < 1:
-        raise ValueError(
+        raise BadInput(
             "bench tenants: --tenants, --passages, --large, --queries, --idle, --dims and --rounds must be positive"
         )
     trees = [("this", ROOT, tenants)]
     if baseline_tree:
-        tree = Path(baseline_tree).resolve()
-        if not (tree / "store" / "memory.py").is_file():
-            raise ValueError(f"--baseline-tree {tree}: no store/memory.py there (expected a checkout of memstream)")
-        trees.append(("baseline", tree, baseline_tenants or tenants))
+        trees.append(("baseline", baseline_checkout(baseline_tree, "store/memory.py"), baseline_tenants or tenants))
     stacks: list = []
     works: list[Path] = []
     rows = []
@@ -136,6 +134,17 @@ def _phase(name: str, tree: Path, spec: dict) -> dict:
 def tree_env(tree: Path) -> dict:
     """This process's environment with PYTHONPATH at `tree`: a subprocess imports that checkout's code."""
     return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
+
+
+def baseline_checkout(given: str, holding: str) -> Path:
+    """A bench's --baseline-tree as a path, once it is seen to be a checkout of memstream (it
+    holds `holding`, a file the bench runs from it); BadInput otherwise."""
+    from topics import BadInput  # here: this file also runs over a baseline tree's packages
+
+    tree = Path(given).resolve()
+    if not (tree / holding).is_file():
+        raise BadInput(f"--baseline-tree {tree}: no {holding} there (expected a checkout of memstream)")
+    return tree
 
 
 def phase_in_tree(script: Path, tree: Path, argv: list[str], what: str) -> dict:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ops.kafka_admin import delete_namespace_topics
 from ops.stack import Stack, free_port, stderr
+from ops.tenant_bench import baseline_checkout
 from store.server_stats import server_usage
 from workers.settings import Settings
 
@@ -52,10 +53,7 @@ def run_wait_bench(
     settings: Settings, pending: int, window_s: float, baseline_tree: str | None, seen: bool, as_json: bool
 ) -> int:
     Stack(settings).up(stderr)  # Kafka, which the CLI publishes to
-    trees = [("this", ROOT)] + ([("baseline", Path(baseline_tree).resolve())] if baseline_tree else [])
-    for _, tree in trees:
-        if not (tree / "ops" / "cli.py").is_file():
-            raise ValueError(f"--baseline-tree {tree}: no ops/cli.py there (expected a checkout of memstream)")
+    trees = [("this", ROOT)] + ([("baseline", baseline_checkout(baseline_tree, "ops/cli.py"))] if baseline_tree else [])
     work = Path(tempfile.mkdtemp(prefix="memstream-waitbench-"))
     redis_stack = Stack(Settings(home=work, redis_port=free_port()))
     redis_stack.service_up("redis", stderr)

@@ -32,6 +32,7 @@ from store.records import (
     PassagesRead,
     PassageState,
 )
+from topics import BadInput
 
 
 class StagedWrites(Protocol):
@@ -484,8 +485,8 @@ async def alias_target(store: Aliases, tenant: str, alias_id: str, canonical_id:
     """The canonical entity `alias_id` is to point to (an alias of an alias points to the end of
     the chain); ValueError for an alias of itself or a cycle. Both stores' add_alias use it."""
     if alias_id == canonical_id:
-        raise ValueError("an alias must differ from its canonical entity")
+        raise BadInput("an alias must differ from its canonical entity")
     canonical = (await store.resolve_aliases(tenant, [canonical_id]))[canonical_id]
     if canonical == alias_id:
-        raise ValueError(f"{canonical_id!r} is already an alias of {alias_id!r}")
+        raise BadInput(f"{canonical_id!r} is already an alias of {alias_id!r}")
     return canonical

@@ -97,3 +97,26 @@ def test_the_cli_prints_and_rewrites_the_table(tmp_path, capsys, monkeypatch):
     (tmp_path / "bare.md").write_text("no markers\n")
     assert main(["settings-table", "--write", str(tmp_path / "bare.md")]) == 2
     assert "no settings table to replace" in capsys.readouterr().err
+
+
+def test_the_cli_says_bad_input_in_a_line_and_shows_a_bug_whole(monkeypatch, capsys):
+    """topics.BadInput (a flag, a setting, a file) is one line and exit 2; any other exception —
+    a ValueError of a broken invariant too — is a bug: it is not dressed as bad input."""
+    from ops import cli
+    from topics import BadInput
+
+    def bad_input(settings, args):
+        raise BadInput("--thing: expected a number")
+
+    def broken(settings, args):
+        raise ValueError("an invariant broke")
+
+    monkeypatch.setitem(cli.COMMANDS, "status", bad_input)
+    assert cli.main(["status"]) == 2
+    assert capsys.readouterr().err == "memstream: --thing: expected a number\n"
+    monkeypatch.setitem(cli.COMMANDS, "status", broken)
+    with pytest.raises(ValueError, match="an invariant broke"):
+        cli.main(["status"])
+    monkeypatch.setenv("MEMSTREAM_CHUNK_TOKENS", "many")  # a setting: bad input
+    assert cli.main(["status"]) == 2
+    assert "MEMSTREAM_CHUNK_TOKENS='many': expected int" in capsys.readouterr().err

@@ -5,6 +5,7 @@ language can publish to these topics by following docs/usage.md ("Publishing fro
 single place that decides what a valid message is.
 """
 
+from topics.contract import BadInput
 from topics.names import TOPIC_SUFFIXES, Topics
 from topics.records import (
     SCHEMA_VERSION,
@@ -27,6 +28,7 @@ from topics.records import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BadInput",
     "CandidateFact",
     "Chunk",
     "ConflictSet",

@@ -44,5 +44,12 @@ SYMMETRIC_RELATIONS = frozenset(
 )
 
 
-class ContractError(ValueError):
+class BadInput(ValueError):
+    """Input that memstream refuses — a flag, a setting, a file, a request, a message — with a
+    message saying what is wrong and what it expects. The CLI exits 2 with the message and the
+    HTTP API answers 400; any other exception is a bug (the CLI shows its traceback, exit 1).
+    A ValueError, so every caller that handled bad input as one still does."""
+
+
+class ContractError(BadInput):
     """A message that does not follow the contract of its topic."""

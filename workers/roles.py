@@ -4,6 +4,7 @@ the HTTP API, which needs Redis only."""
 
 from __future__ import annotations
 
+from topics import BadInput
 from topics.graph import CONSUMES
 
 ROLE_TOPICS: dict[str, str] = dict(CONSUMES)  # role → the topic suffix its agent consumes
@@ -16,5 +17,5 @@ def parse_roles(spec: str) -> set[str]:
     roles = {r.strip() for r in spec.split(",") if r.strip()}
     unknown = roles - set(ROLES)
     if unknown or not roles:
-        raise ValueError(f"unknown role(s) {sorted(unknown)}; choose from {', '.join(ROLES)}")
+        raise BadInput(f"unknown role(s) {sorted(unknown)}; choose from {', '.join(ROLES)}")
     return set(ROLE_TOPICS) | {"query"} if "all" in roles else roles

@@ -14,7 +14,7 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, get_args, get_origin, get_type_hints
 
-from topics import Topics
+from topics import BadInput, Topics
 from workers.algorithms.expiry import parse_ttl_setting
 from workers.algorithms.reconstruction import DEFAULT_PASSAGES, DEFAULT_STEPS, DEFAULT_TOKENS
 
@@ -257,9 +257,9 @@ class Settings:
 
     def __post_init__(self):
         if not self.kafka_brokers >= 1:
-            raise ValueError(f"MEMSTREAM_KAFKA_BROKERS: at least 1, not {self.kafka_brokers}")
+            raise BadInput(f"MEMSTREAM_KAFKA_BROKERS: at least 1, not {self.kafka_brokers}")
         if not self.redis_shards >= 1:
-            raise ValueError(f"MEMSTREAM_REDIS_SHARDS: at least 1, not {self.redis_shards}")
+            raise BadInput(f"MEMSTREAM_REDIS_SHARDS: at least 1, not {self.redis_shards}")
         if not self.kafka_bootstrap:
             ports = [self.kafka_port + 2 * n for n in range(self.kafka_brokers)]
             object.__setattr__(self, "kafka_bootstrap", ",".join(f"127.0.0.1:{port}" for port in ports))
@@ -270,9 +270,9 @@ class Settings:
             object.__setattr__(self, "log_level", level)
         self._check_choices()
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
-            raise ValueError("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
+            raise BadInput("MEMSTREAM_CHUNK_OVERLAP must be >= 0 and below MEMSTREAM_CHUNK_TOKENS")
         if self.query_max_inflight < 1 or not self.redis_pool_timeout > 0:
-            raise ValueError("MEMSTREAM_QUERY_MAX_INFLIGHT must be >= 1 and MEMSTREAM_REDIS_POOL_TIMEOUT > 0")
+            raise BadInput("MEMSTREAM_QUERY_MAX_INFLIGHT must be >= 1 and MEMSTREAM_REDIS_POOL_TIMEOUT > 0")
         self._check_time_settings()
         self._check_embedder_settings()
 
@@ -281,10 +281,10 @@ class Settings:
         for f in fields(self):
             kind, value = _field_types()[f.name], getattr(self, f.name)
             if kind is bool and not isinstance(value, bool):
-                raise ValueError(f"{variable(f.name)}={value!r}: expected True or False here (on or off as a variable)")
+                raise BadInput(f"{variable(f.name)}={value!r}: expected True or False here (on or off as a variable)")
             choices = literal_choices(kind)
             if choices and value not in choices:
-                raise ValueError(f"{variable(f.name)}={value!r}: expected {_either(choices)}")
+                raise BadInput(f"{variable(f.name)}={value!r}: expected {_either(choices)}")
 
     def _check_embedder_settings(self) -> None:
         if (
@@ -293,7 +293,7 @@ class Settings:
             or self.embedder_concurrency < 1
             or not self.embedder_timeout > 0
         ):
-            raise ValueError(
+            raise BadInput(
                 "MEMSTREAM_EMBEDDER_DIMS must be >= 0, MEMSTREAM_EMBEDDER_BATCH and MEMSTREAM_EMBEDDER_CONCURRENCY >= 1, "
                 "MEMSTREAM_EMBEDDER_TIMEOUT > 0"
             )
@@ -301,11 +301,11 @@ class Settings:
     def _check_time_settings(self) -> None:
         parse_ttl_setting(self.ttl_seconds)  # ValueError naming the setting, at start (kept by _category_ttls)
         if not self.stall_seconds > 0:
-            raise ValueError("MEMSTREAM_STALL_SECONDS must be > 0")
+            raise BadInput("MEMSTREAM_STALL_SECONDS must be > 0")
         if self.metrics_top_tenants < 0 or not self.metrics_census_seconds > 0:
-            raise ValueError("MEMSTREAM_METRICS_TOP_TENANTS must be >= 0 and MEMSTREAM_METRICS_CENSUS_SECONDS > 0")
+            raise BadInput("MEMSTREAM_METRICS_TOP_TENANTS must be >= 0 and MEMSTREAM_METRICS_CENSUS_SECONDS > 0")
         if not self.expiry_sweep_interval > 0:
-            raise ValueError("MEMSTREAM_EXPIRY_SWEEP_INTERVAL must be > 0")
+            raise BadInput("MEMSTREAM_EXPIRY_SWEEP_INTERVAL must be > 0")
 
     @cached_property  # not a field: from_env and the settings docs read every field as a MEMSTREAM_* variable
     def _category_ttls(self) -> dict[str, int]:
@@ -324,14 +324,14 @@ class Settings:
         from workers.models.llm import LLMConfig
 
         if not self.llm_base_url or not self.llm_model:
-            raise ValueError("the llm extractor/resolver needs MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL")
+            raise BadInput("the llm extractor/resolver needs MEMSTREAM_LLM_BASE_URL and MEMSTREAM_LLM_MODEL")
         return LLMConfig(self.llm_base_url, self.llm_api_key, self.llm_model, self.llm_concurrency, self.llm_timeout)
 
     def embedder_config(self):
         from workers.models.embedding import EndpointConfig
 
         if not self.embedder_base_url or not self.embedder_model:
-            raise ValueError("MEMSTREAM_EMBEDDER=openai needs MEMSTREAM_EMBEDDER_BASE_URL and MEMSTREAM_EMBEDDER_MODEL")
+            raise BadInput("MEMSTREAM_EMBEDDER=openai needs MEMSTREAM_EMBEDDER_BASE_URL and MEMSTREAM_EMBEDDER_MODEL")
         return EndpointConfig(
             self.embedder_base_url,
             self.embedder_api_key,
@@ -366,14 +366,14 @@ class Settings:
             kind = _field_types()[f.name]
             if kind is bool:
                 if raw not in SWITCH_VALUES:
-                    raise ValueError(f"{variable(f.name)}={raw!r}: expected on or off")
+                    raise BadInput(f"{variable(f.name)}={raw!r}: expected on or off")
                 values[f.name] = SWITCH_VALUES[raw]
                 continue
             convert = kind if kind in (int, float, Path) else str  # str, or a Literal: checked by __post_init__
             try:
                 values[f.name] = convert(raw)
             except ValueError:
-                raise ValueError(f"{variable(f.name)}={raw!r}: expected {convert.__name__}") from None
+                raise BadInput(f"{variable(f.name)}={raw!r}: expected {convert.__name__}") from None
         values.update(overrides)
         return cls(**values)
 
@@ -446,5 +446,5 @@ def with_settings_table(document: str) -> str:
     the prose around them as it was."""
     start, end = document.find(TABLE_BEGIN), document.find(TABLE_END)
     if start < 0 or end < start:
-        raise ValueError(f"no settings table to replace: it goes between a line {TABLE_BEGIN} and a line {TABLE_END}")
+        raise BadInput(f"no settings table to replace: it goes between a line {TABLE_BEGIN} and a line {TABLE_END}")
     return f"{document[: start + len(TABLE_BEGIN)]}\n\n{settings_table()}\n{document[end:]}"

@@ -18,6 +18,7 @@ import math
 import re
 from datetime import datetime, timezone
 
+from topics import BadInput
 from topics.times import EARLIEST_TS, LATEST_TS, document_ttls, fact_category, iso_moment
 
 TTL_SETTING = "MEMSTREAM_TTL_SECONDS"
@@ -33,14 +34,14 @@ def parse_ttl_setting(text: str) -> dict[str, int]:
         name, sep, raw = item.partition("=")
         name, raw = name.strip(), raw.strip()
         if not sep:
-            raise ValueError(f"{TTL_SETTING}: {item.strip()!r} is not CATEGORY=SECONDS")
+            raise BadInput(f"{TTL_SETTING}: {item.strip()!r} is not CATEGORY=SECONDS")
         fact_category(name, TTL_SETTING)
         try:
             seconds = int(raw)
         except ValueError:
-            raise ValueError(f"{TTL_SETTING}: {name}={raw!r}: expected whole seconds") from None
+            raise BadInput(f"{TTL_SETTING}: {name}={raw!r}: expected whole seconds") from None
         if seconds < 0:
-            raise ValueError(
+            raise BadInput(
                 f"{TTL_SETTING}: {name} must be a whole number of seconds >= 0 (0: never expires), not {seconds}"
             )
         ttls[name] = seconds
@@ -73,10 +74,10 @@ def parse_as_of(value, where: str = "as_of") -> float:
     """An ISO 8601 time ('2023-05-08', '2023-05-08T13:56:00Z', '…+02:00'; no zone = UTC) →
     seconds since the epoch (topics.times.iso_moment); ValueError naming the field."""
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"'{where}' must be an ISO 8601 time such as \"2023-05-08T13:56:00Z\"")
+        raise BadInput(f"'{where}' must be an ISO 8601 time such as \"2023-05-08T13:56:00Z\"")
     moment = iso_moment(value)
     if moment is None:
-        raise ValueError(f"'{where}' is {value[:64]!r}, not an ISO 8601 time such as \"2023-05-08T13:56:00Z\"")
+        raise BadInput(f"'{where}' is {value[:64]!r}, not an ISO 8601 time such as \"2023-05-08T13:56:00Z\"")
     return moment
 
 

@@ -11,6 +11,8 @@ from dataclasses import replace as _replace
 
 from lemminflect import getInflection, getLemma
 
+from topics import BadInput
+
 _ARTICLES = re.compile(r"^(the|a|an)\s+", re.I)
 _NON_WORD = re.compile(r"[^\w]+", re.U)
 # Symbols that tell names apart ('C' / 'C++' / 'C#', 'NET' / '.NET'), spelled as words before the
@@ -47,7 +49,7 @@ _STATIVE_PARTICIPLES = {
 }
 
 
-class UnnamedEntity(ValueError):
+class UnnamedEntity(BadInput):
     """A name with nothing to identify it: only punctuation, symbols or whitespace."""
 
 

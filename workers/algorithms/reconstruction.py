@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from topics import BadInput
 from topics.times import MONTH_PATTERN, MONTHS
 from workers.algorithms.normalize import UnnamedEntity, entity_id
 
@@ -43,14 +44,14 @@ class Budget:
     def from_json(cls, body) -> "Budget":
         """A request's "budget" object; ValueError naming the field for anything else."""
         if not isinstance(body, dict):
-            raise ValueError("'budget' must be an object with any of steps, passages, tokens")
+            raise BadInput("'budget' must be an object with any of steps, passages, tokens")
         unknown = sorted(set(body) - set(BUDGET_RANGES))
         if unknown:
-            raise ValueError(f"unknown budget field(s) {unknown}; known: {sorted(BUDGET_RANGES)}")
+            raise BadInput(f"unknown budget field(s) {unknown}; known: {sorted(BUDGET_RANGES)}")
         for name, value in body.items():
             low, high = BUDGET_RANGES[name]
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise ValueError(f"budget {name!r} must be an integer from {low} to {high}")
+                raise BadInput(f"budget {name!r} must be an integer from {low} to {high}")
         return cls(**body)
 
     def over(self, defaults: "Budget") -> "Budget":

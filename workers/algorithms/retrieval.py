@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from store.keys import node_id, type_node
+from topics import BadInput
 from workers.algorithms.ppr import SparseGraph
 
 BOOSTED_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION")
@@ -121,26 +122,24 @@ class RetrievalParams:
         if not body:
             return cls()
         if not isinstance(body, dict):
-            raise ValueError("'params' must be an object")
+            raise BadInput("'params' must be an object")
         known = {f.name: str(f.type) for f in fields(cls)}  # "int", "float", "bool": annotations are postponed
         unknown = sorted(set(body) - set(known))
         if unknown:
-            raise ValueError(f"unknown retrieval parameter(s) {unknown}; known: {sorted(known)}")
+            raise BadInput(f"unknown retrieval parameter(s) {unknown}; known: {sorted(known)}")
         values = {}
         for name, value in body.items():
             kind = {"int": int, "float": float, "bool": bool}[known[name]]
             accepted = (bool,) if kind is bool else (int,) if kind is int else (int, float)
             if not isinstance(value, accepted) or kind is not bool and isinstance(value, bool):
-                raise ValueError(f"parameter {name!r} must be {kind.__name__}")
+                raise BadInput(f"parameter {name!r} must be {kind.__name__}")
             if kind is float:
                 try:
                     value = float(value)
                 except OverflowError:  # a JSON integer of hundreds of digits
-                    raise ValueError(
-                        f"parameter {name!r} is out of range; allowed range {PARAM_RANGES[name]}"
-                    ) from None
+                    raise BadInput(f"parameter {name!r} is out of range; allowed range {PARAM_RANGES[name]}") from None
             if name in PARAM_RANGES and value not in PARAM_RANGES[name]:
-                raise ValueError(f"parameter {name!r} is {value!r}; allowed range {PARAM_RANGES[name]}")
+                raise BadInput(f"parameter {name!r} is {value!r}; allowed range {PARAM_RANGES[name]}")
             values[name] = value
         return cls(**values)
 

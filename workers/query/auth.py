@@ -25,7 +25,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from topics import ContractError, validate_tenant
+from topics import BadInput, ContractError, validate_tenant
 
 SCOPES = ("read", "write", "answer", "admin")
 SCOPE_MEANINGS = {  # for error messages and `memstream keys new --help`
@@ -39,7 +39,7 @@ KEY_PREFIX = "ms_"  # a memstream key is recognisable in a leaked log or config
 ENTRY_FIELDS = ("name", "key_sha256", "tenants", "scopes")
 
 
-class KeyConfigError(ValueError):
+class KeyConfigError(BadInput):
     """The configured keys cannot be used; the worker refuses to start."""
 
 

@@ -62,6 +62,7 @@ import numpy as np
 
 from store.facts import Fact, FactRecordHit
 from store.records import Hit, is_current
+from topics import BadInput
 from topics.records import VALUE_TYPES
 from workers.algorithms.chunking import token_count
 from workers.algorithms.expiry import said_by
@@ -210,7 +211,7 @@ class Reconstructor:
         try:
             budget.check()
         except ValueError as exc:
-            raise ValueError(f"MEMSTREAM_RECONSTRUCT_*: {exc}") from None
+            raise BadInput(f"MEMSTREAM_RECONSTRUCT_*: {exc}") from None
         llm = (
             LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model)) if settings.router == "llm" else None
         )
