@@ -24,9 +24,10 @@ from topics.records import Record, Triple
 from workers.algorithms.policy import SYMMETRIC_RELATIONS
 from workers.envelope import Emit, Envelope, event_message
 from workers.pipeline import Pipeline
+from workers.publisher import retraction
 from workers.roles import ROLE_TOPICS
 from workers.settings import Settings
-from workers.stages.work import adjudication, duplicate, fact_probe, retraction
+from workers.stages.work import adjudication, duplicate, fact_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_MODULES = sorted(p.stem for p in (ROOT / "workers" / "stages").glob("*.py") if p.stem not in ("__init__",))

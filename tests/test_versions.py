@@ -469,7 +469,7 @@ def test_a_fact_retracted_on_request_leaves_memory_until_said_again(redis_url):
     out of answers, and no decision of its group brings it back; a passage that says it again
     does. Before: nothing called Lifecycle.retract."""
     from topics import encode
-    from workers.stages.work import retraction
+    from workers.publisher import retraction
 
     async def scenario():
         stages = InProcess(redis_url, RulesExtractor(), tau=1)
