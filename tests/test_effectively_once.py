@@ -18,7 +18,7 @@ from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from tests.test_end_to_end import tenant_name
 from topics import Chunk, encode
 from workers.algorithms.normalize import entity_id, fact_id, relation_name
-from workers.envelope import Emit, dead_letter_record, decision_id, event_message, is_outage, stamp_causes
+from workers.envelope import Emit, dead_letter_record, decision_id, is_outage, stamp_causes
 from workers.query.engine import QueryEngine, QueryRequest
 
 
@@ -504,7 +504,7 @@ def test_a_decision_whose_facts_changed_before_its_commit_is_made_again(stack_en
                 lifecycle.activate(other, tenant, await memory.fact(tenant, "f1"), 1)
                 await other.execute()
             if fact.status != "active":
-                return [event_message(lifecycle.activate(pipe, tenant, fact, 2))]
+                return [Emit.of(lifecycle.activate(pipe, tenant, fact, 2))]
             return []
 
         try:

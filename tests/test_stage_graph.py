@@ -22,7 +22,7 @@ from topics.graph import BY_TOPIC, CLIENTS, CONSUMES, ENVELOPE, STAGE_GRAPH, TOP
 from topics.names import TOPIC_SUFFIXES as NAMED_SUFFIXES
 from topics.records import Record, Triple
 from workers.algorithms.policy import SYMMETRIC_RELATIONS
-from workers.envelope import Emit, Envelope, event_message
+from workers.envelope import Emit, Envelope
 from workers.pipeline import Pipeline
 from workers.publisher import retraction
 from workers.roles import ROLE_TOPICS
@@ -201,10 +201,10 @@ def test_a_key_the_record_gives_cannot_be_named_again():
 def test_events_keep_their_keys():
     fact = _fact("f1", "ana", TRIPLE, "lisbon")
     for item in (event(T, "activated", fact, 2), document_event(T, "retired", "d1", ["c1"], 3, "gone")):
-        emitted = event_message(item)  # was Emit("indexed-facts", event.key, event)
+        emitted = Emit.of(item)
         _same(emitted, "indexed-facts", item.key, item)
-    assert event_message(event(T, "activated", fact, 2)).key == "f1"
-    assert event_message(document_event(T, "purged", "d1", [], 3, "erased")).key == f"{T}/d1"
+    assert Emit.of(event(T, "activated", fact, 2)).key == "f1"
+    assert Emit.of(document_event(T, "purged", "d1", [], 3, "erased")).key == f"{T}/d1"
 
 
 def test_dead_letters_keep_the_original_key():
@@ -216,7 +216,7 @@ def test_dead_letters_keep_the_original_key():
     envelope = Envelope(settings=Settings.from_env({}), memory=InMemoryStore(), send=send, routes={})
     asyncio.run(envelope.dead_letter("chunks", b"d1", b"{}", "bad", 0, 7, 1))
     asyncio.run(envelope.dead_letter("documents", None, b"{}", "bad", 0, 8, 1))
-    assert [(item.topic, item.key) for item in sent] == [("dlq", "d1"), ("dlq", "")]  # was letter.key or ""
+    assert [(item.topic, item.key) for item in sent] == [("dlq", "d1"), ("dlq", "")]
     assert Emit.of(DeadLetter("t", "{}", "e")).key == ""
 
 

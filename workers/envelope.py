@@ -503,11 +503,6 @@ def stamp_causes(outbox: Decided, text: str) -> list[Emit]:
     ]
 
 
-def event_message(event: FactEvent) -> Emit:
-    """An event on `indexed-facts`, keyed by its fact or document (FactEvent.key; its id is given at commit)."""
-    return Emit.of(event)
-
-
 def encode_outbox(outbox: Decided) -> list[Outgoing]:
     """The messages as they are committed to the outbox and published: `topics.encode` bytes."""
     return [Outgoing(item.topic, item.key, encode(item.record)) for item in outbox]

@@ -31,7 +31,7 @@ from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
 from workers.algorithms.policy import TRACE_CATEGORIES
 from workers.algorithms.turns import turn_context, when_of
-from workers.envelope import Emit, event_message, message_position
+from workers.envelope import Emit, message_position
 from workers.stages.context import Stage, StageContext
 from workers.stages.erasure import Erasing
 from workers.stages.work import regroup
@@ -76,7 +76,7 @@ def context_of(doc: Document) -> str:
 
 def pieces_of(doc: Document, context: str, window: int, overlap: int) -> list[TextChunk]:
     """A turn: one piece, its text verbatim, its id of (doc id, context, text). Other documents:
-    token windows (ids: content hashes of their text, as before turns existed)."""
+    token windows (ids: content hashes of their text)."""
     if doc.is_turn:
         return [TextChunk(turn_chunk_id(doc.doc_id, context, doc.text), 0, doc.text)]
     return chunk_text(doc.text, window, overlap)
@@ -223,7 +223,7 @@ class Versions(Stage):
         lost: dict[str, set[str]] = {}  # fact id → the passages of its support that leave
         schemas: set[str] = set()  # the schemas whose frequency falls
         version = await self.memory.bump_graph_version(tenant)  # its passage edges leave the graph
-        retired = event_message(
+        retired = Emit.of(
             document_event(tenant, "retired", doc_id, passage_ids, version, f"no current document holds them ({why})")
         )
         for pid in passage_ids:
@@ -259,7 +259,7 @@ class Versions(Stage):
                 self.memory.stage_unpend(pipe, tenant, fact.schema_id, [fact.id])
             retracted = self.lifecycle.retract(pipe, tenant, fact, version, f"no current passage says it ({why})")
             if was in ("active", "invalid"):  # subscribers knew it
-                outbox.append(event_message(retracted))
+                outbox.append(Emit.of(retracted))
             if was == "active":
                 outbox += await regroup(
                     self.settings,
@@ -304,7 +304,7 @@ class Versions(Stage):
                     continue
                 was_active = fact.status == "active"
                 outbox.append(
-                    event_message(
+                    Emit.of(
                         self.lifecycle.park(pipe, tenant, fact, version, f"its schema's support fell below τ ({why})")
                     )
                 )

@@ -24,7 +24,7 @@ from workers.algorithms.policy import (
     UNCONTESTED_CATEGORIES,
     needs_no_tau,
 )
-from workers.envelope import Emit, Finishes, PermanentError, event_message, spawned_work_ids
+from workers.envelope import Emit, Finishes, PermanentError, spawned_work_ids
 from workers.stages.context import Stage, current_passage
 from workers.stages.work import adjudication, containment_changed, duplicate, is_promotion, is_readmission
 
@@ -88,7 +88,7 @@ class DetectorStage(Stage):
                 if fact.status in ("new", "retracted", "pending") and not set(fact.passage_ids) - {cand.passage_id}:
                     fact.status, fact.passage_ids = "pending", [cand.passage_id]
                     told = [
-                        event_message(
+                        Emit.of(
                             event(
                                 tenant,
                                 "pending",
@@ -182,7 +182,7 @@ class DetectorStage(Stage):
                     why,
                     source=other,
                 )
-                taken_over = [event_message(merged)] if merged else []
+                taken_over = [Emit.of(merged)] if merged else []
                 if await self.memory.group_size(tenant, other.head_id, other.relation) >= 2:  # its group lost a member
                     taken_over.append(
                         adjudication(
@@ -266,4 +266,4 @@ class DetectorStage(Stage):
         if version is None:
             version = await self.memory.bump_graph_version(cand.tenant)
         activated = self.lifecycle.activate(pipe, cand.tenant, fact, version)
-        return [event_message(activated)] + await containment_changed(self.settings, self.memory, cand, fact)
+        return [Emit.of(activated)] + await containment_changed(self.settings, self.memory, cand, fact)

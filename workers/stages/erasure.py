@@ -28,7 +28,7 @@ from store.caches import LLMCache
 from store.facts import Fact, document_event
 from store.records import FACT_EXTRACTIONS, Erasure
 from topics.records import Triple
-from workers.envelope import Emit, event_message
+from workers.envelope import Emit
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
 from workers.settings import Settings
 from workers.stages.context import Stage
@@ -167,7 +167,7 @@ class Erasing(Stage):
             f"document {doc_id} erased: {len(passages)} passage(s), {len(facts)} fact(s), {len(entities)} entit(y/ies)"
         )
         return outbox + [
-            event_message(
+            Emit.of(
                 document_event(
                     tenant, "purged", doc_id, passages, await memory.graph_version(tenant), reason, sorted(erased_facts)
                 )
@@ -189,7 +189,7 @@ class Erasing(Stage):
             fact.merged_into = ""
             memory.stage_fact_update(pipe, tenant, fact.id, {"merged_into": ""})
             outbox.append(
-                event_message(
+                Emit.of(
                     self.lifecycle.retract(
                         pipe, tenant, fact, version, f"the fact it was merged into was erased with document {doc_id}"
                     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
-from workers.envelope import Emit, event_message
+from workers.envelope import Emit
 from workers.stages.context import Stage
 from workers.stages.work import regroup
 
@@ -82,7 +82,7 @@ class ExpirySweep(Stage):
             )
             # subscribers hear of a fact leaving memory only if they heard of it: not of one that
             # was never activated (new or pending: no event told them of it)
-            outbox = [event_message(expired_event)] if was in ("active", "invalid") else []
+            outbox = [Emit.of(expired_event)] if was in ("active", "invalid") else []
             expired.add((tenant, fid))
             if was_active:
                 outbox += await regroup(

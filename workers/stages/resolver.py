@@ -19,7 +19,7 @@ from workers import metrics
 from workers.algorithms.expiry import world_time
 from workers.algorithms.normalize import fact_id, short_hash
 from workers.algorithms.policy import CONTAINMENT_RELATIONS, Decision, GroupFact, adjudicate, is_multi_valued
-from workers.envelope import Emit, Finishes, PermanentError, event_message, spawned_work_ids
+from workers.envelope import Emit, Finishes, PermanentError, spawned_work_ids
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import ChatModel
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
@@ -100,7 +100,7 @@ class ResolverStage(Stage):
         )
         if merged is None:
             return []
-        outbox = [event_message(merged)]
+        outbox = [Emit.of(merged)]
         # more support can change how the target's group is decided
         if self.settings.conflicts and await self.memory.group_size(tenant, target.head_id, target.relation) >= 2:
             outbox += await self._adjudicate(
@@ -132,7 +132,7 @@ class ResolverStage(Stage):
             await self.memory.bump_graph_version(tenant),
             f"retracted on request: {conflict.reason}" if conflict.reason else "retracted on request",
         )
-        outbox = [event_message(retracted)] if was in ("active", "invalid") else []
+        outbox = [Emit.of(retracted)] if was in ("active", "invalid") else []
         if was == "active":  # a fact it excluded may hold now
             outbox += await regroup(
                 self.settings,
@@ -286,7 +286,7 @@ class ResolverStage(Stage):
                 was_active, old_qualifiers = fact.status == "active", fact.qualifiers
                 if not was_active:
                     outbox.append(
-                        event_message(
+                        Emit.of(
                             self.lifecycle.activate(
                                 pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told
                             )
@@ -295,7 +295,7 @@ class ResolverStage(Stage):
                     outbox += await containment_changed(self.settings, self.memory, cand, fact)
                 if decision.qualifiers != old_qualifiers:
                     outbox.append(
-                        event_message(
+                        Emit.of(
                             self.lifecycle.qualify(
                                 pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told
                             )
@@ -304,7 +304,7 @@ class ResolverStage(Stage):
             elif decision.status == "invalid" and fact.status != "invalid":
                 ends_at = superseded_at(fact, facts.get(decision.excluded_by))
                 outbox.append(
-                    event_message(
+                    Emit.of(
                         self.lifecycle.invalidate(
                             pipe, tenant, fact, version, decision.qualifiers, reason, decision.evidence, told, ends_at
                         )
