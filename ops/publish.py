@@ -339,7 +339,7 @@ def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = Fa
 def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
     """`memstream retract`: the fact's retraction onto `memstream.conflict-sets` for the resolver,
     as POST /v1/facts/{id}/retract and the MCP tool send it (ClientPublisher.retract). Returns
-    the request's work id; ValueError when the tenant holds no such fact; PublishError when Kafka
+    the request's work id; BadInput when the tenant holds no such fact; PublishError when Kafka
     does not take it."""
 
     async def queue() -> str:

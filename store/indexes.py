@@ -244,8 +244,7 @@ DISTANCE = "vector_distance"  # what a KNN search names each hit's cosine distan
 class HitRead(NamedTuple):
     """A read TenantIndex.knn_each_read applies to each hit of its searches: `command` (one of
     _HIT_READS) on the hit's own key (key_prefix None) or on key_prefix + the hit's record id +
-    key_suffix (another key of the record: a fact's passages set). HGETALL's arguments are the
-    fields it leaves out (a vector: most of a record's bytes)."""
+    key_suffix (another key of the record: a fact's passages set)."""
 
     command: str
     arguments: tuple[str, ...] = ()
@@ -253,7 +252,7 @@ class HitRead(NamedTuple):
     key_suffix: str = ""
 
 
-_HIT_READS = frozenset({"HGET", "HMGET", "HGETALL", "SMEMBERS"})
+_HIT_READS = frozenset({"HGET", "HMGET", "SMEMBERS"})
 
 # ARGV: the records' key prefix; the reads (each: command, on the hit's key or not, key prefix,
 # suffix, argument count, arguments); then the searches to the end (each: argument count, the
@@ -261,22 +260,9 @@ _HIT_READS = frozenset({"HGET", "HMGET", "HGETALL", "SMEMBERS"})
 _SEARCH_READ = """#!lua flags=no-writes
 local prefix, i, reads = ARGV[1], 3, {}
 for r = 1, tonumber(ARGV[2]) do
-  local n, left_out = tonumber(ARGV[i + 4]), {}
-  local arguments = {unpack(ARGV, i + 5, i + 4 + n)}
-  for _, name in ipairs(arguments) do left_out[name] = true end
-  reads[r] = {ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2], ARGV[i + 3], arguments, left_out}
+  local n = tonumber(ARGV[i + 4])
+  reads[r] = {ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2], ARGV[i + 3], {unpack(ARGV, i + 5, i + 4 + n)}}
   i = i + 5 + n
-end
-local function read(spec, key)
-  if spec[1] ~= 'HGETALL' then return redis.call(spec[1], key, unpack(spec[5])) end
-  local flat, kept = redis.call('HGETALL', key), {}
-  for j = 1, #flat, 2 do
-    if not spec[6][flat[j]] then
-      kept[#kept + 1] = flat[j]
-      kept[#kept + 1] = flat[j + 1]
-    end
-  end
-  return kept
 end
 local out = {}
 while i <= #ARGV do
@@ -288,7 +274,9 @@ while i <= #ARGV do
     local key = reply[h]
     local id = string.sub(key, #prefix + 1)
     local got = {}
-    for r, spec in ipairs(reads) do got[r] = read(spec, spec[2] and key or (spec[3] .. id .. spec[4])) end
+    for r, spec in ipairs(reads) do
+      got[r] = redis.call(spec[1], spec[2] and key or (spec[3] .. id .. spec[4]), unpack(spec[5]))
+    end
     found[#found + 1] = got
   end
   out[#out + 1] = {reply, found}

@@ -99,7 +99,7 @@ class ClientPublisher:
                         self.settings.topics.documents,
                         deletion.key,
                         deletion.erasure_value(),
-                        f"the erasure of {doc_id!r}",
+                        f"the erasure of document {doc_id!r}",
                     )
                 )
             out.append((self.settings.topics.documents, deletion.key, None, f"the deletion of document {doc_id!r}"))
@@ -118,6 +118,7 @@ class ClientPublisher:
     def send(self, messages: list[Message], progress: Callable[[int], None] | None = None) -> None:
         """Send every message, in order, and wait until Kafka took each (PublishError when it did
         not: the message and Kafka's reason); `progress(n)` after each is queued."""
+        what = messages[0][3] if len(messages) == 1 else f"{len(messages)} messages"  # until one is refused
         try:
             producer = self._connected()
             futures = []
@@ -126,19 +127,11 @@ class ClientPublisher:
                 if progress is not None:
                     progress(n)
             producer.flush(timeout=self.timeout_s * max(1, len(messages)))
-            for future, (_, _, _, what) in zip(futures, messages):
-                try:
-                    future.get(timeout=self.timeout_s)
-                except Exception as exc:
-                    raise PublishError(
-                        f"could not queue {what}: Kafka at {self.settings.kafka_bootstrap} did not take it ({exc})"
-                    ) from exc
-        except PublishError:
+            for future, message in zip(futures, messages):
+                what = message[3]
+                future.get(timeout=self.timeout_s)
+        except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, a refused message, ...
             self.close()
-            raise
-        except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError, ...
-            self.close()
-            what = messages[0][3] if len(messages) == 1 else f"{len(messages)} messages"
             raise PublishError(
                 f"could not queue {what}: Kafka at {self.settings.kafka_bootstrap} did not take it ({exc})"
             ) from exc

@@ -87,8 +87,8 @@ def passage_row(passage_id: str, values: list[bytes | None]) -> dict | None:
 
 # A reconstruct step's reads (LayersOps.read_passages). KEYS: the passages', then the records'
 # whose vector is read; ARGV: the passage count, the entities' key prefix, the passage's
-# entities field, the passage row's fields. Each passage's entities field and row; the name and type of each entity they name
-# (once); the vectors. Read-only.
+# entities field, the passage row's fields. Each passage's entities field and row; the name and
+# type of each entity they name (once); the vectors. Read-only.
 _READ_PASSAGES = """#!lua flags=no-writes
 local n, prefix = tonumber(ARGV[1]), ARGV[2]
 local rows, names, seen, vectors = {}, {}, {}, {}

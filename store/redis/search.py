@@ -188,8 +188,9 @@ class SearchOps(LexicalIndexOps):
         for hits in found:
             facts = []
             for hit, got in hits:
-                read = None if got is None else fact_of_values(hit.id, got[0], got[1])
-                if got is None or read is None:  # deleted between the search and the read (the script's: never)
+                assert got is not None  # a search with reads: every hit with their replies
+                read = fact_of_values(hit.id, got[0], got[1])
+                if read is None:  # a hash the index still held a moment after its deletion
                     continue
                 fact, stored = read
                 vec = None if len(got) < 3 or got[2] is None else vector_from_bytes(got[2])
@@ -202,11 +203,10 @@ class SearchOps(LexicalIndexOps):
     ) -> list[list[PassageRecordHit]] | None:
         """For each entity, the `k` passages naming it nearest `vector` (cosine in Hit.score),
         each with its row (and with `vectors` its stored vector) read in the same command, all
-        searched at once —
-        over a large tenant's own passages index, which tags passages by entity
-        (_own_entity_tags); None where there is none (the caller reads the entity's passages
-        and ranks them itself). Searched at OWN_VECTOR_EF_RUNTIME; a filter matching few
-        passages is searched exactly (ad-hoc brute force over them)."""
+        searched at once — over a large tenant's own passages index, which tags passages by
+        entity (_own_entity_tags); None where there is none (the caller reads the entity's
+        passages and ranks them itself). Searched at OWN_VECTOR_EF_RUNTIME; a filter matching
+        few passages is searched exactly (ad-hoc brute force over them)."""
         dims = len(vector)
         if not entity_ids or not await self._own_entity_tags(tenant, dims):
             return None

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
 from aiohttp import web
 from mcp.server.mcpserver import Context, MCPServer
@@ -50,9 +50,6 @@ from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, registered
 from workers.query.parts import cached_embedder, query_memory
 from workers.query.request import QueryRequest, unknown_fields
 from workers.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

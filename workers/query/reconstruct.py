@@ -231,8 +231,8 @@ class Reconstructor:
         timings: dict[str, float],
         first: Awaitable[FirstStage],
     ) -> QueryResult:
-        """The walk; `first` (the first stage, running) is awaited once the query's cues are found:
-        finding them needs no first stage, and ran after it (~1 ms of a 50,000-passage query)."""
+        """The walk; `first` (the first stage, not yet awaited) runs while the query's cues are
+        found and their branches searched, which need no first stage."""
         budget = (request.budget or Budget()).over(self.budget)
         walk = _Walk(self, request, np.asarray(vector, dtype=np.float32), facts, budget)
         return await walk.run(timings, first)
@@ -264,8 +264,8 @@ class _Walk:
         self.keys: frozenset[str] = frozenset()
         self.first = FirstStage([], [], [], {})  # the engine's, once _first_in_hand awaits it
         self.first_stage: asyncio.Future[FirstStage] | None = None  # the first stage, running (run)
-        self.timings: dict[str, float] = {}
-        self.started = 0.0
+        self.timings: dict[str, float] = {}  # the query's (run): _first_in_hand says when the first stage came
+        self.started = 0.0  # when run began
         # the first stage's ranking with each passage's cosine: the query cue's passages, and the
         # ranking the walk's is fused with
         self.dense: list[Hit] | None = None  # the first stage's ranking with cosines (_first_in_hand)
@@ -275,31 +275,28 @@ class _Walk:
 
     async def run(self, timings: dict[str, float], first: Awaitable[FirstStage]) -> QueryResult:
         """The query's cues are looked up and their branches searched while the first stage runs
-        (the query cue's own passages, its top, wait for it): at 50,000 passages ~2 ms of
-        round trips no longer wait on it."""
-        t = time.perf_counter()
+        (the query cue's own passages, its top, wait for it)."""
+        self.timings, self.started = timings, time.perf_counter()
         self.first_stage = running = asyncio.ensure_future(first)
         try:
-            stop, cues, times, attributes, version = await self._cues_then_walk(timings, t)
-            await self._first_in_hand(timings, t)
+            stop, cues, times, attributes, version = await self._cues_then_walk()
+            await self._first_in_hand()
         finally:
             running.cancel()  # a lookup that failed leaves no first stage running
         return await self._result(cues, times, attributes, stop, version)
 
-    async def _first_in_hand(self, timings: dict[str, float], since: float) -> None:
+    async def _first_in_hand(self) -> None:
         """The first stage, awaited once: its ranking with each passage's cosine — the query
         cue's passages, and the ranking the walk's is fused with."""
         if self.dense is None:
             assert self.first_stage is not None, "run starts the first stage"
             self.first = await self.first_stage
-            timings["first_stage"] = _ms(since)
+            self.timings["first_stage"] = _ms(self.started)
             self.dense = [
                 Hit(pid, self.first.cosines[pid], {}) for pid, _ in self.first.fused if pid in self.first.cosines
             ]
 
-    async def _cues_then_walk(
-        self, timings: dict[str, float], t: float
-    ) -> tuple[Stop, list[Cue], list[str], list[str], int]:
+    async def _cues_then_walk(self) -> tuple[Stop, list[Cue], list[str], list[str], int]:
         candidates, near_entities, canonical, version, names = await self._mentions()
         chosen = choose_mentions(
             candidates,
@@ -320,12 +317,11 @@ class _Walk:
             ]
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
-        self.timings, self.started = timings, t
         await self._expand([query_cue, *cues])  # awaits the first stage for the query cue's passages
-        timings["cues"] = _ms(t)  # the first stage's time included
+        self.timings["cues"] = _ms(self.started)  # the first stage's time included
         t = time.perf_counter()
         stop = await self._walk()
-        timings["walk"] = _ms(t)
+        self.timings["walk"] = _ms(t)
         return stop, cues, times, attributes, version
 
     async def _mentions(self) -> tuple[list, list[Hit], dict[str, str], int, dict[str, dict]]:
@@ -627,7 +623,7 @@ class _Walk:
             ),
         )
         if any(cue.kind == "query" for cue in cues):
-            await self._first_in_hand(self.timings, self.started)
+            await self._first_in_hand()
         out = []
         for cue in cues:
             if cue.kind == "query":
