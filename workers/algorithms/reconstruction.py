@@ -17,9 +17,10 @@ Silent Orchard born?", the chain above at 0.63, the chains through the book's ot
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Iterable
 
 from topics import BadInput
 from topics.times import MONTH_PATTERN, MONTHS
@@ -273,10 +274,16 @@ class Branch:
     chain_score: float  # cosine of `chain` to the query
     score: float  # what the router ranks by (branch_score)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """The branch's name among the open ones, and the id the LLM router answers with."""
+        """The branch's name among the open ones, and the id the LLM router answers with (read
+        ~40 times a branch by a walk's filtering and ranking: made once)."""
         return f"{self.kind}:{self.tag_id}"
+
+    @functools.cached_property
+    def rank(self) -> tuple[float, str]:
+        """Its place in ranked and best: higher score first; equal scores by key."""
+        return (-self.score, self.key)
 
     @property
     def chain(self) -> str:
@@ -344,7 +351,16 @@ def adds_something(branch: Branch, taken: set[str], read: set[str], cues: set[st
 
 def ranked(branches) -> list[Branch]:
     """Best first; equal scores by key (the order must not depend on how they were found)."""
-    return sorted(branches, key=lambda b: (-b.score, b.key))
+    return sorted(branches, key=_rank)
+
+
+def best(branches) -> Branch | None:
+    """ranked(branches)[0] without sorting them all (None: no branch)."""
+    return min(branches, key=_rank, default=None)
+
+
+def _rank(branch: Branch) -> tuple[float, str]:
+    return branch.rank
 
 
 @dataclass(frozen=True)
@@ -354,15 +370,15 @@ class Stop:
 
 
 def similarity_choice(
-    open_branches: list[Branch], best_taken: float | None, margin: float = STOP_MARGIN
+    open_branches: Iterable[Branch], best_taken: float | None, margin: float = STOP_MARGIN
 ) -> Branch | Stop:
     """The similarity router: the best-scored open branch, unless it scores `margin` below the best
     branch taken so far (what is left leads away from the question: the evidence suffices)."""
-    if not open_branches:
+    top = best(open_branches)
+    if top is None:
         return Stop("exhausted", "no open branch adds a fact, passage or cue")
-    best = ranked(open_branches)[0]
-    if best_taken is not None and best.score < best_taken - margin:
+    if best_taken is not None and top.score < best_taken - margin:
         return Stop(
-            "below_threshold", f"best open branch {best.score:.3f} < best taken {best_taken:.3f} - margin {margin:g}"
+            "below_threshold", f"best open branch {top.score:.3f} < best taken {best_taken:.3f} - margin {margin:g}"
         )
-    return best
+    return top

@@ -142,6 +142,9 @@ class Route:
 
 
 class Router(Protocol):
+    """Chooses the walk's next branch among the open ones (in no order: a router ranks what it
+    reads of them — reconstruction.best, ranked) or stops."""
+
     name: str
 
     async def choose(
@@ -354,7 +357,7 @@ class _Walk:
                 return Stop("budget", "no room left in the passages or tokens budget for the next evidence passage")
 
     async def _route(self) -> Route:
-        branches = ranked(self.open.values())
+        branches = list(self.open.values())  # each router ranks what it reads of them
         best_taken = max((b.score for b in self.taken), default=None)
         facts = [b.text for b in self.taken if b.kind == "fact"]
         passages = [row["text"] for row in self.read.values()]
