@@ -316,16 +316,17 @@ def main(argv: list[str] | None = None) -> int:
         help="new: the key's name in logs and 403 messages (default: key-<first hex of its hash>)",
     )
 
-    table = sub.add_parser(
-        "settings-table",
-        help="the MEMSTREAM_* settings as markdown tables, from workers/settings.py (docs/configuration.md holds them)",
-    )
-    table.add_argument(
-        "--write",
-        metavar="PATH",
-        default=None,
-        help="rewrite the generated table in this markdown file (docs/configuration.md) instead of printing it",
-    )
+    for name, what, doc in (
+        ("settings-table", "the MEMSTREAM_* settings as markdown tables, from workers/settings.py", "configuration"),
+        ("stage-table", "each stage's module and topics as a markdown table, from topics/graph.py", "architecture"),
+    ):
+        table = sub.add_parser(name, help=f"{what} (docs/{doc}.md holds it)")
+        table.add_argument(
+            "--write",
+            metavar="PATH",
+            default=None,
+            help=f"rewrite the generated table in this markdown file (docs/{doc}.md) instead of printing it",
+        )
 
     mcp = sub.add_parser(
         "mcp",
@@ -1015,15 +1016,26 @@ def cmd_keys(settings: Settings, args) -> int:
 def cmd_settings_table(settings: Settings, args) -> int:
     from workers.settings import settings_table, with_settings_table
 
-    if args.write is None:
-        print(settings_table(), end="")
+    return _generated_table("settings", settings_table, with_settings_table, args.write)
+
+
+def cmd_stage_table(settings: Settings, args) -> int:
+    from topics.graph import stage_table, with_stage_table
+
+    return _generated_table("stage", stage_table, with_stage_table, args.write)
+
+
+def _generated_table(what: str, table, with_table, write: str | None) -> int:
+    """Print a generated table, or rewrite it in the markdown file `write`."""
+    if write is None:
+        print(table(), end="")
         return 0
-    path = Path(args.write)
+    path = Path(write)
     document = path.read_text(encoding="utf-8")
-    updated = with_settings_table(document)
+    updated = with_table(document)
     if updated != document:
         path.write_text(updated, encoding="utf-8")
-    print(f"memstream: {path}: the settings table {'rewritten' if updated != document else 'was up to date'}")
+    print(f"memstream: {path}: the {what} table {'rewritten' if updated != document else 'was up to date'}")
     return 0
 
 
@@ -1061,6 +1073,7 @@ COMMANDS = {
     "passage": cmd_passage,
     "mcp": cmd_mcp,
     "settings-table": cmd_settings_table,
+    "stage-table": cmd_stage_table,
     "keys": cmd_keys,
 }
 

@@ -61,6 +61,18 @@ def test_no_code_or_doc_sends_the_reader_to_an_issue_number():
     assert found == []
 
 
+def test_docs_architecture_shows_the_stage_graph_it_is_generated_from():
+    """docs/architecture.md's stage table is the one topics/graph.py's STAGE_GRAPH generates: a
+    stage that starts producing or consuming a topic changes the doc with the graph."""
+    from topics.graph import with_stage_table
+
+    document = (ROOT / "docs" / "architecture.md").read_text()
+    assert document == with_stage_table(document), (
+        "docs/architecture.md's stage table is not the one topics/graph.py generates: "
+        "run `memstream stage-table --write docs/architecture.md`"
+    )
+
+
 def test_docs_configuration_lists_every_setting_and_no_other():
     """docs/configuration.md's settings table is the one the fields of workers/settings.py
     generate (a setting without its row, or a row left from a setting gone or changed, fails

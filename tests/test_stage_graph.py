@@ -330,3 +330,29 @@ def test_no_stage_names_a_topic_or_builds_an_emit_by_hand(module):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Emit"
     ]
     assert by_hand == []  # Emit.of(record): topic and key from the stage graph
+
+
+def test_the_stage_table_is_the_graphs_every_stage_with_what_it_consumes_and_produces(capsys):
+    """`memstream stage-table` prints, per stage of STAGE_GRAPH, the topic it consumes and the
+    topics it produces — read from the graph, so the docs' table (a gate) cannot drift from it;
+    a document without its markers is refused, not rewritten."""
+    from ops.cli import main
+    from topics import BadInput
+    from topics.graph import stage_table, with_stage_table
+
+    rows = {
+        cells[0]: cells
+        for line in stage_table().splitlines()[2:]
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    stages = {s for spec in STAGE_GRAPH for s in (*spec.producers, *spec.consumers)}
+    assert set(rows) == stages
+    for stage, (_, _, consumes, produces) in rows.items():
+        assert consumes == (f"`{CONSUMES[stage]}`" if stage in CONSUMES else "—")
+        made = [spec.topic for spec in STAGE_GRAPH if stage in spec.producers]
+        assert produces == ", ".join(f"`{t}`" for t in made)
+    assert rows["chunker"][3] == "`chunks`, `conflict-sets`, `indexed-facts`"
+    assert main(["stage-table"]) == 0
+    assert capsys.readouterr().out == stage_table()
+    with pytest.raises(BadInput, match="no stage table to replace"):
+        with_stage_table("# a document without the table's markers\n")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
+from topics.generated import spliced
 from topics.records import CandidateFact, Chunk, ConflictSet, DeadLetter, Document, FactEvent, Record
 
 R = TypeVar("R", bound=Record)
@@ -84,3 +85,41 @@ def spec_of(record: Record) -> TopicSpec[Any]:
 def partition_key(record: Record) -> str | None:
     """The partition key of `record` on its topic; None where the record cannot give it."""
     return spec_of(record).key(record)
+
+
+# The stages' own words for the rows of stage_table that are not a module of workers/stages
+_NOT_A_STAGE_MODULE = {
+    CLIENTS: "`memstream publish`/`delete`/`retract`/`erase`, the query API, MCP tools, your producers",
+    ENVELOPE: "`workers/envelope.py`: what a stage could not decode or kept failing on",
+}
+STAGE_TABLE_BEGIN = (
+    "<!-- stage table: generated from STAGE_GRAPH in topics/graph.py by "
+    "`memstream stage-table --write docs/architecture.md`; change the graph there, not here -->"
+)
+STAGE_TABLE_END = "<!-- end of the generated stage table -->"
+
+
+def stage_table() -> str:
+    """Markdown: each stage of STAGE_GRAPH (and the clients, and the envelope's dead letters) with
+    its module, the topic it consumes and the topics it produces. docs/architecture.md holds it
+    (checked by tests/test_gates.py); `memstream stage-table --write docs/architecture.md`
+    rewrites it."""
+    stages: dict[str, tuple[list[str], list[str]]] = {}
+    for spec in STAGE_GRAPH:
+        for stage in spec.consumers:
+            stages.setdefault(stage, ([], []))[0].append(spec.topic)
+        for stage in spec.producers:
+            stages.setdefault(stage, ([], []))[1].append(spec.topic)
+    lines = ["| stage | module | consumes | produces |", "|---|---|---|---|"]
+    for stage, (consumes, produces) in stages.items():
+        module = _NOT_A_STAGE_MODULE.get(stage, f"`workers/stages/{stage}.py`")
+        lines.append(
+            f"| {stage} | {module} | {', '.join(f'`{t}`' for t in consumes) or '—'} | "
+            f"{', '.join(f'`{t}`' for t in produces) or '—'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def with_stage_table(document: str) -> str:
+    """`document` (docs/architecture.md) with stage_table() between its markers."""
+    return spliced(document, STAGE_TABLE_BEGIN, STAGE_TABLE_END, stage_table(), "stage table")

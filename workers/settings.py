@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, get_args, get_origin, get_type_hints
 
 from topics import BadInput, Topics
+from topics.generated import spliced
 from workers.algorithms.expiry import parse_ttl_setting
 from workers.algorithms.reconstruction import DEFAULT_PASSAGES, DEFAULT_STEPS, DEFAULT_TOKENS
 
@@ -444,7 +445,4 @@ TABLE_END = "<!-- end of the generated settings table -->"
 def with_settings_table(document: str) -> str:
     """`document` (docs/configuration.md) with settings_table() between TABLE_BEGIN and TABLE_END,
     the prose around them as it was."""
-    start, end = document.find(TABLE_BEGIN), document.find(TABLE_END)
-    if start < 0 or end < start:
-        raise BadInput(f"no settings table to replace: it goes between a line {TABLE_BEGIN} and a line {TABLE_END}")
-    return f"{document[: start + len(TABLE_BEGIN)]}\n\n{settings_table()}\n{document[end:]}"
+    return spliced(document, TABLE_BEGIN, TABLE_END, settings_table(), "settings table")
