@@ -11,9 +11,9 @@ import time
 from store.facts import document_event
 from topics import FactEvent
 from workers.algorithms.normalize import short_hash
+from workers.derived import extraction_cache_keys, texts_of_records
 from workers.publisher import ClientPublisher
 from workers.settings import Settings
-from workers.stages.erasure import embedded_texts, extraction_cache_keys
 
 
 def llm_cache_keys(settings: Settings):
@@ -29,7 +29,7 @@ def tenant_texts(
 ) -> list[str]:
     """Every text the tenant's extraction embedded: each passage as indexed, entity names, and
     each fact and its schema (every schema came with a fact, and facts are kept)."""
-    return embedded_texts(passages, entities, facts, with_schemas=True)
+    return texts_of_records(passages, entities, facts, with_schemas=True)
 
 
 async def purge_tenant(settings: Settings, memory, tenant: str) -> dict[str, int]:

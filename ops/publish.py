@@ -26,9 +26,9 @@ from topics import BadInput, ContractError, Document, parse_json
 from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_from_json
 from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
+from workers.derived import left_to_erase
 from workers.publisher import ClientPublisher
 from workers.settings import Settings
-from workers.stages.erasure import left_to_erase
 
 if TYPE_CHECKING:
     from ops.processes import WorkerProcess
@@ -367,7 +367,7 @@ def wait_deleted(
 ) -> list[str]:
     """Poll until the chunker has taken each document out (its record holds no chunk: the text
     hash of nothing, all of its zero chunks done) — with `purge`, and erased what is left of it
-    (workers.stages.erasure.left_to_erase finds nothing). Returns the ids not yet out at the deadline."""
+    (workers.derived.left_to_erase finds nothing). Returns the ids not yet out at the deadline."""
     wanted = ERASED if purge else ""
     return asyncio.run(
         _wait_for(

@@ -43,10 +43,10 @@ from ops.stack import Stack, free_port, stderr
 from store import Memory
 from topics import Document
 from workers.algorithms.normalize import canonical_fact, entity_id
+from workers.derived import embedded_texts as extractor_texts
 from workers.models.extraction import RulesExtractor, drop_unnamed
 from workers.settings import Settings
 from workers.stages.chunker import pieces_of
-from workers.stages.work import embedded_texts as extractor_texts
 
 DEFAULT_DOCS = 100  # HotpotQA-100 passages → 100 chunks; about 2 minutes per tree on an idle 2-core machine
 COUNTED_DOCS = 20  # documents whose Redis round trips are counted in process

@@ -135,3 +135,19 @@ def test_one_module_makes_the_clients_kafka_producer():
         if "KafkaProducer(" in path.read_text(encoding="utf-8")
     )
     assert makers == ["workers/publisher.py"]
+
+
+def test_only_the_pipeline_and_the_benchmarks_import_a_stage():
+    """A stage module is imported by the other stages, the pipeline that runs them and the
+    benchmarks that time them; what a command shares with a stage (the texts an extraction
+    embedded, what an erasure takes) lives in workers.derived. Before, `publish --wait` and
+    `tenant delete --purge` imported the erasure stage for it."""
+    importers = sorted(
+        m
+        for m, deps in import_graph().items()
+        if any(d.startswith("workers.stages") for d in deps)
+        and not m.startswith("workers.stages")
+        and m != "workers.pipeline"
+        and not m.rpartition(".")[2].endswith("bench")
+    )
+    assert importers == []

@@ -20,75 +20,15 @@ The decision is fenced on every count it read: a passage's documents and support
 changes one between the reads and the commit makes it run again.
 
 The tenant-wide erasure (`memstream tenant delete --purge`, ops/erase.py) finds its cache
-entries with the same two helpers."""
+entries with the same two helpers (workers.derived)."""
 
 from __future__ import annotations
 
-from store.caches import LLMCache
 from store.facts import Fact, document_event
 from store.records import FACT_EXTRACTIONS, Erasure
-from topics.records import Triple
+from workers.derived import extraction_cache_keys, left_to_erase, texts_of_records
 from workers.envelope import Emit
-from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
-from workers.settings import Settings
 from workers.stages.context import Stage
-from workers.stages.work import embedded_texts as extractor_texts
-
-
-def extraction_cache_keys(settings: Settings, passages: list[tuple[str, dict]]) -> list[str]:
-    """The LLM cache keys of the extractions of passages ((id, fields) records), for the
-    extraction model the settings name (none without one: no LLM extracted them)."""
-    if not settings.llm_model:
-        return []
-    cache = LLMCache(None, settings.llm_model)
-    return [
-        cache.key(extraction_messages(row.get("text") or "", row.get("context") or ""), EXTRACTION_SCHEMA)
-        for _, row in passages
-        if row.get("text")
-    ]
-
-
-def embedded_texts(
-    passages: list[tuple[str, dict]],
-    entities: list[tuple[str, dict]],
-    facts: list[tuple[str, dict]],
-    with_schemas: bool = False,
-) -> list[str]:
-    """Every text the extraction embedded for these records (workers.stages.work.embedded_texts):
-    each passage as indexed (topics.Chunk.indexed_text: context line, then text), entity names,
-    each fact and, `with_schemas`, each fact's schema."""
-
-    indexed = [
-        f"{row['context']}\n{row['text']}" if row.get("context") else row["text"]
-        for _, row in passages
-        if row.get("text")
-    ]
-    triples = [
-        Triple(
-            row["head"],
-            row["relation"],
-            row["tail"],
-            row.get("head_type") or "ENTITY",
-            row.get("tail_type") or "ENTITY",
-        )
-        for _, row in facts
-        if row.get("head") and row.get("relation") and row.get("tail")
-    ]
-    texts = extractor_texts("", [row["name"] for _, row in entities if row.get("name")], triples)[1:]
-    if not with_schemas:  # a document's erasure: the schemas (types and a relation) stay, with their vectors
-        texts = texts[: len(texts) - len(triples)]
-    return list(dict.fromkeys(indexed + texts))
-
-
-async def left_to_erase(memory, pipe, tenant: str, doc_id: str) -> list[str]:
-    """The passages of the document's versions an erasure removes now: retired, and held by no
-    document's current version. With `pipe`, the decision is fenced on what it read of each."""
-    held = await memory.document_passages(tenant, doc_id)
-    states, owners = await memory.passage_states(tenant, held), await memory.passage_documents(tenant, held)
-    if pipe is not None:
-        for pid, state in zip(held, states):
-            memory.expect_passage(pipe, tenant, pid, state, counts=True)
-    return [pid for pid, state, docs in zip(held, states, owners) if state.retired and not docs]
 
 
 class Erasing(Stage):
@@ -148,7 +88,7 @@ class Erasing(Stage):
             vectors = memory.embedding_cache(embedder.cache_name)
             fact_rows = [(f.id, {"head": f.head, "relation": f.relation, "tail": f.tail}) for f in facts]
             cache_keys += [
-                vectors.key(text) for text in embedded_texts(rows, [(e, n) for e, n in names.items()], fact_rows)
+                vectors.key(text) for text in texts_of_records(rows, [(e, n) for e, n in names.items()], fact_rows)
             ]
         memory.stage_erase(
             pipe,

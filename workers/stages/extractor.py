@@ -19,13 +19,13 @@ from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import canonical_fact, entity_id, fact_id, has_entity_id, schema_id
 from workers.algorithms.turns import session_turn
+from workers.derived import embedded_texts, fact_text, schema_text
 from workers.envelope import Emit, PermanentError
 from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import Embedder, Extractor
 from workers.stages.context import Stage, StageContext, current_passage, needed
-from workers.stages.work import embedded_texts, fact_text, schema_text
 
 log = logging.getLogger(__name__)
 

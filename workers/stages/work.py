@@ -11,7 +11,6 @@ from dataclasses import replace
 from store.base import MemoryStore
 from store.facts import Fact
 from topics import CandidateFact, ConflictSet
-from topics.records import Triple
 from workers.algorithms.policy import CONTAINMENT_RELATIONS
 from workers.envelope import Emit
 from workers.publisher import fact_probe
@@ -114,19 +113,3 @@ async def containment_changed(settings: Settings, memory: MemoryStore, cand: Can
                     )
                 )
     return outbox
-
-
-def embedded_texts(indexed_text: str, entity_names: list[str], facts: list[Triple]) -> list[str]:
-    """Everything a chunk's extraction embeds, in one embed call: its passage (a turn: with who
-    said it and when), entity names, facts, then their schemas."""
-    return [indexed_text] + entity_names + [fact_text(t) for t in facts] + [schema_text(t) for t in facts]
-
-
-def fact_text(triple: Triple) -> str:
-    """The text a fact is embedded by (its record's `text`: store.facts.Fact.extracted)."""
-    return f"{triple.head} {triple.relation} {triple.tail}"
-
-
-def schema_text(triple: Triple) -> str:
-    """The text the schema of a fact is embedded by."""
-    return f"{triple.head_type} {triple.relation} {triple.tail_type}"
