@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ops.answers import format_answer, query_endpoint, read_answer
+from ops.answer_format import format_answer, query_endpoint, read_answer
 from store.errors import RedisClusterNode
 from topics import BadInput, ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, mode_names, registered

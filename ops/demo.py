@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ops.answers import format_answer, query_endpoint, read_answer
+from ops.answer_format import format_answer, query_endpoint, read_answer
 from ops.kafka_admin import ensure_topics
 from ops.processes import WorkerProcess
 from ops.publish import load_documents, publish, wait_indexed

@@ -32,9 +32,9 @@ from workers.models.extraction import Entity, LLMExtractor, RulesExtractor
 from workers.models.llm import LLMClient, LLMConfig
 from workers.models.prompts import extraction_messages, passage_fence
 from workers.models.resolution import unquoted_evidence
-from workers.query.answering import generate_answer
 from workers.query.answers import Answer
 from workers.query.answers import Passage as QueryPassage
+from workers.query.generation import generate_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 

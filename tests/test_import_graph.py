@@ -95,7 +95,7 @@ STAGES = {f"workers.stages.{name}" for name in ("chunker", "extractor", "detecto
 
 
 def test_no_stage_imports_another():
-    """A stage hands others work through workers.stages.work, never by importing their module."""
+    """A stage hands others work through workers.stages.handoffs, never by importing their module."""
     graph = import_graph()
     assert sorted((stage, other) for stage in STAGES for other in graph[stage] & STAGES) == []
 

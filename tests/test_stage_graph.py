@@ -27,7 +27,7 @@ from workers.pipeline import Pipeline
 from workers.publisher import retraction
 from workers.roles import ROLE_TOPICS
 from workers.settings import Settings
-from workers.stages.work import adjudication, duplicate, fact_probe
+from workers.stages.handoffs import adjudication, duplicate, fact_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_MODULES = sorted(p.stem for p in (ROOT / "workers" / "stages").glob("*.py") if p.stem not in ("__init__",))
@@ -123,7 +123,7 @@ def _fact(fid: str, head_id: str, triple: Triple, tail_id: str) -> Fact:
 
 
 def _old_candidate_key(head_id: str, relation: str, tail_id: str) -> str:
-    """workers.stages.work.candidate_key as it was before the stage graph."""
+    """workers.stages.handoffs.candidate_key as it was before the stage graph."""
     return min(head_id, tail_id) if relation in SYMMETRIC_RELATIONS else head_id
 
 

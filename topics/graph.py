@@ -47,7 +47,7 @@ def conflict_key(conflict: ConflictSet) -> str | None:
     """The head whose group the resolver decides: the candidate's (an adjudication's probe
     carries the group's head, a retraction's is the fact itself) — but None for a duplicate,
     keyed by its target's head, which the record does not hold (a symmetric twin's head is the
-    candidate's tail); its producer names it (workers.stages.work.duplicate)."""
+    candidate's tail); its producer names it (workers.stages.handoffs.duplicate)."""
     return None if conflict.kind == "duplicate" else conflict.candidate.head_id
 
 

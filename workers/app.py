@@ -28,7 +28,7 @@ from workers.models.embedding import make_embedder
 from workers.models.extraction import make_extractor
 from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
-from workers.query.parts import cached_embedder
+from workers.query.clients import cached_embedder
 from workers.query.server import check_exposure, query_app, serve, serve_metrics
 from workers.recovery import Recovery, applied_offsets
 from workers.retry import backoff

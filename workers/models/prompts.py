@@ -1,7 +1,7 @@
 """Every prompt the models are given, in one place: the system instructions, the JSON schema
 the answer must follow, and the function that lays out the messages. The parsers that validate
 the answers live with their stage (workers.models.extraction, workers.models.resolution,
-workers.query.answering); test doubles script answers by input, never by this layout."""
+workers.query.generation); test doubles script answers by input, never by this layout."""
 
 from __future__ import annotations
 

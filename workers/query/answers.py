@@ -2,7 +2,7 @@
 (FactRecord, Evidence, PassageRecord, StandingFacts) and the answer generation (Answer). The
 engine and reconstruct build these; HTTP serialises them (`to_json`), the MCP tools return them
 (the SDK publishes their JSON schemas as the tools' output schemas) and `memstream query` reads
-an HTTP answer back into a QueryResult to print it (ops.answers).
+an HTTP answer back into a QueryResult to print it (ops.answer_format).
 
 On the wire a field that is None is left out (`to_json`): a mode's own sections (`seeds`, `ppr`,
 `graph` of ppr; `path`, `cues`, `budget`, `stopped`, `router` of reconstruct) appear only in its

@@ -45,9 +45,9 @@ from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
 from workers.query.auth import SCOPE_MEANINGS
+from workers.query.clients import cached_embedder, query_memory
 from workers.query.engine import QueryEngine
 from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, registered
-from workers.query.parts import cached_embedder, query_memory
 from workers.query.request import QueryRequest, unknown_fields
 from workers.settings import Settings
 

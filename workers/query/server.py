@@ -34,10 +34,10 @@ from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
 from workers.publisher import ClientPublisher, PublishError
 from workers.query import auth, drilldown, http, mcp_server, page
-from workers.query.answering import generate_answer
 from workers.query.answers import Health, Retracted
+from workers.query.clients import cached_embedder, query_memory
 from workers.query.engine import QueryEngine
-from workers.query.parts import cached_embedder, query_memory
+from workers.query.generation import generate_answer
 from workers.query.request import QueryRequest, parse_json_body
 from workers.settings import Settings
 from workers.tenant_metrics import census_loop

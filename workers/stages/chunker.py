@@ -34,7 +34,7 @@ from workers.algorithms.turns import turn_context, when_of
 from workers.envelope import Emit, message_position
 from workers.stages.context import Stage, StageContext
 from workers.stages.erasure import Erasing
-from workers.stages.work import regroup
+from workers.stages.handoffs import regroup
 
 
 def chunking_mark(doc: Document, doc_hash: str, context: str = "", previous: DocumentRecord | None = None) -> str:

@@ -26,7 +26,7 @@ from workers.algorithms.policy import (
 )
 from workers.envelope import Emit, Finishes, PermanentError, spawned_work_ids
 from workers.stages.context import Stage, current_passage
-from workers.stages.work import adjudication, containment_changed, duplicate, is_promotion, is_readmission
+from workers.stages.handoffs import adjudication, containment_changed, duplicate, is_promotion, is_readmission
 
 MULTI_RULE = (MIN_MULTI_HEADS, MULTI_HEAD_SHARE)  # decided in Redis with the group join (Memory.join_group)
 
@@ -54,7 +54,7 @@ class DetectorStage(Stage):
                 )
             if fact.lapsed():  # its TTL is over (every passage's): nothing to admit; the expiry sweep expires it
                 return self._finish(pipe, cand, cand.work_id if cand.activation else None, [])
-            # a readmission (workers.stages.work) is decided as an extracted candidate, and finishes its work item
+            # a readmission (workers.stages.handoffs) is decided as an extracted candidate, and finishes its work item
             work = cand.work_id if is_readmission(cand) else None
             if cand.activation and work is None:  # a promoted pending fact
                 if fact.status == "pending" and await self.memory.schema_status(tenant, fact.schema_id) != "stable":

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 
 from workers.envelope import Emit
 from workers.stages.context import Stage
-from workers.stages.work import regroup
+from workers.stages.handoffs import regroup
 
 SWEEP_BATCH = 500  # lapsed facts read from the index at once
 GONE = ("merged", "expired", "retracted")  # no longer in memory: nothing to expire

@@ -2,7 +2,7 @@
 the fact it repeats; fact events on `indexed-facts`, and further groups to decide on
 `conflict-sets`.
 
-Its input, the conflict sets other stages send it, is built in workers.stages.work (`duplicate`,
+Its input, the conflict sets other stages send it, is built in workers.stages.handoffs (`duplicate`,
 `adjudication`, `containment_changed`) and, for a client's retraction, workers.publisher
 (`retraction`); their work ids give its done marks here.
 """
@@ -24,7 +24,7 @@ from workers.models.llm import LLMError, MalformedOutput
 from workers.models.protocols import ChatModel
 from workers.models.resolution import RESOLUTION_SCHEMA, parse_resolution, resolution_messages, unquoted_evidence
 from workers.stages.context import Stage, StageContext, current_passage
-from workers.stages.work import containment_changed, is_promotion, readmission, regroup
+from workers.stages.handoffs import containment_changed, is_promotion, readmission, regroup
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What one stage hands another: the work the resolver is sent (a duplicate to merge, a group to
-decide again; a client's retraction is workers.publisher's) with the probes and work ids that make its done marks, and the texts
-an extraction embeds (what an erasure must purge). Topics and partition keys are the stage
+decide again; a client's retraction is workers.publisher's) with the probes and work ids that
+make its done marks (the texts an extraction embeds are workers.derived's). Topics and partition keys are the stage
 graph's (topics.graph, through Emit.of). Stages import this module, never each other
 (tests/test_import_graph.py)."""
 
