@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 
 from store import Memory
 from store.base import MemoryStore
-from store.keys import entity_node, node_id, node_kind
+from store.nodes import entity_node, node_id, node_kind
 from workers.query.graph_cache import load_whole
 from workers.settings import Settings
 

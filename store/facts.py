@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from store.keys import entity_node
+from store.nodes import entity_node
 from store.records import Hit
 from topics import FactEvent
 from topics.contract import FactCategory, fact_category

@@ -26,8 +26,9 @@ from store.base import alias_target, broader_by_containment
 from store.caches import EmbeddingCache, LLMCache
 from store.facts import Fact, FactRecordHit
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LOAD_BATCH, NO_CHANGE, READ_BATCH, EdgeChange, adjacency_field
-from store.keys import LAYERS, entity_node, passage_node, type_node
+from store.keys import LAYERS
 from store.lexical import K1, LEXICAL_FIELD, B, search_terms
+from store.nodes import entity_node, passage_node, type_node
 from store.records import (
     ENTITY_MENTIONS,
     FACT_EXTRACTIONS,

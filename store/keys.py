@@ -6,6 +6,16 @@ other key starts with the tenant (`ms:{tenant}:...`)."""
 
 from dataclasses import dataclass
 
+from store.nodes import (  # noqa: F401 — re-exported: the bench phases that run over an older tree's packages import them from here
+    ENTITY_NODE,
+    PASSAGE_NODE,
+    TYPE_NODE,
+    entity_node,
+    node_id,
+    node_kind,
+    passage_node,
+    type_node,
+)
 from topics import validate_tenant
 
 LAYERS = ("passages", "facts", "entities", "schemas")
@@ -45,33 +55,6 @@ def parse_index_name(name: str) -> tuple[str, int, bool] | None:
     return layer, int(dims), tag == VECTOR_TYPE_TAG
 
 
-# Graph node names, as they appear in adjacency hashes and the graph change stream.
-ENTITY_NODE, PASSAGE_NODE, TYPE_NODE = "e:", "p:", "t:"
-
-
-def entity_node(entity_id: str) -> str:
-    return ENTITY_NODE + entity_id
-
-
-def passage_node(passage_id: str) -> str:
-    return PASSAGE_NODE + passage_id
-
-
-def type_node(entity_type: str) -> str:
-    return TYPE_NODE + entity_type
-
-
-def node_kind(node: str) -> str | None:
-    """ "entity", "passage" or "type": what a graph node name stands for (None: no known kind)."""
-    for prefix, kind in _NODE_KINDS:
-        if node.startswith(prefix):
-            return kind
-    return None
-
-
-_NODE_KINDS = ((ENTITY_NODE, "entity"), (PASSAGE_NODE, "passage"), (TYPE_NODE, "type"))
-
-
 # Namespaces of memstream's own, shared by every tenant. They start with "_", which no tenant
 # name can (topics.records.validate_tenant: a letter or digit first), so a tenant named
 # "llm-cache" has keys of its own and can never read, write or scan the caches.
@@ -90,11 +73,6 @@ def embedding_cache_key(embedder: str, text_sha256: str) -> str:
 
 
 LLM_CACHE_PATTERN = f"ms:{{{LLM_CACHE_NAMESPACE}}}:*"
-
-
-def node_id(node: str) -> str:
-    """The entity id, passage id or type behind a node name."""
-    return node[2:]
 
 
 @dataclass(frozen=True)

@@ -368,7 +368,7 @@ def test_a_sigterm_during_the_llm_call_loses_no_chunk(make_workers, tmp_path, wi
 def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stack_env):
     from store.facts import Fact, Lifecycle
     from store.graph_log import adjacency_field
-    from store.keys import entity_node
+    from store.nodes import entity_node
     from topics.records import Triple
 
     async def scenario():

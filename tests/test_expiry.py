@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from store.in_memory import InMemoryStore
-from store.keys import entity_node
+from store.nodes import entity_node
 from tests.inprocess import DIMS, InProcess
 from tests.test_query_bounds import NO_REDIS, GatedEmbedder, post, serve
 from topics import ContractError

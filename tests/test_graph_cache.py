@@ -8,7 +8,7 @@ import pytest
 
 from store import Memory
 from store.graph_log import adjacency_field
-from store.keys import entity_node, passage_node
+from store.nodes import entity_node, passage_node
 from workers.query.graph_cache import GraphCache
 
 

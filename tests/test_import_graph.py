@@ -151,3 +151,17 @@ def test_only_the_pipeline_and_the_benchmarks_import_a_stage():
         and not m.rpartition(".")[2].endswith("bench")
     )
     assert importers == []
+
+
+def test_the_pure_algorithms_read_no_redis_format():
+    """workers.algorithms is free of I/O and of Redis's formats: the graph's node names, which
+    PPR reads, are store.nodes' (pure), not store.keys' (the key layout). Before, retrieval
+    imported the key module for them."""
+    reaching = sorted(
+        (m, d)
+        for m, deps in import_graph().items()
+        if m.startswith("workers.algorithms")
+        for d in deps
+        if d.startswith("store") and d != "store.nodes"
+    )
+    assert reaching == []

@@ -11,7 +11,8 @@ from redis.exceptions import ResponseError
 
 from store import Memory
 from store.graph_log import NO_CHANGE, EdgeChange
-from store.keys import LAYERS, entity_node, node_kind, passage_node, shared_index_name
+from store.keys import LAYERS, shared_index_name
+from store.nodes import entity_node, node_kind, passage_node
 from tests.inprocess import DigitBlindEmbedder, InProcess, ScriptedExtractor
 from topics import Chunk
 from workers.query.graph_cache import GraphCache

@@ -15,7 +15,7 @@ from redis.asyncio.client import Redis
 
 from ops import rules_bench
 from store import AlreadyDone
-from store.keys import entity_node
+from store.nodes import entity_node
 from store.redis import base as redis_base
 from store.redis import lexical_index, outbox, search, vector_index
 from tests.inprocess import DigitBlindEmbedder, InProcess

@@ -6,7 +6,7 @@ import uuid
 
 from store import Memory
 from store.graph_log import NO_CHANGE, EdgeChange
-from store.keys import entity_node, passage_node, type_node
+from store.nodes import entity_node, passage_node, type_node
 
 ADA, BOB, OSTRA = entity_node("ada"), entity_node("bob"), entity_node("ostra")
 P1, P2 = passage_node("c1"), passage_node("c2")

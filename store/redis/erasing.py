@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from redisvl.query.filter import Tag
 
-from store.keys import entity_node, passage_node
+from store.nodes import entity_node, passage_node
 from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, TENANT_FIELD, Erasure
 from store.redis.base import RedisBase, _eval, _expected, _text
 from store.redis.lexical_index import stage_lexical_mirror

@@ -11,7 +11,7 @@ import numpy as np
 
 import store.graph_log as graph_log
 from store.graph_log import GRAPH_CHANGES_MAXLEN, LINK_FACT, READ_BATCH, UNLINK_FACT, EdgeChange, adjacency_field
-from store.keys import type_node
+from store.nodes import type_node
 from store.records import vector_from_bytes
 from store.redis.base import _eval, _text
 from store.redis.layers import LayersOps

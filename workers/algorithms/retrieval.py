@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from store.keys import node_id, type_node
+from store.nodes import node_id, type_node
 from topics import BadInput
 from workers.algorithms.ppr import SparseGraph
 
@@ -147,7 +147,7 @@ class RetrievalParams:
 @dataclass(frozen=True)
 class FactHit:
     id: str
-    head: str  # graph node names (store.keys.entity_node)
+    head: str  # graph node names (store.nodes.entity_node)
     tail: str
     score: float
     category: str = "DECLARATIVE"

@@ -30,7 +30,7 @@ import numpy as np
 
 from store.base import MemoryStore
 from store.facts import FactRecordHit
-from store.keys import entity_node, node_id, passage_node
+from store.nodes import entity_node, node_id, passage_node
 from store.records import Hit, is_current
 from workers import metrics
 from workers.algorithms.expiry import said_at, said_by, was_valid

@@ -16,7 +16,7 @@ import numpy as np
 
 from store.base import GraphReads
 from store.graph_log import NO_CHANGE, READ_BATCH, EdgeChange
-from store.keys import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
+from store.nodes import ENTITY_NODE, PASSAGE_NODE, TYPE_NODE, node_id
 from workers.algorithms.ppr import SparseGraph
 from workers.algorithms.retrieval import PassageStats
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from store.facts import document_event
-from store.keys import entity_node, passage_node
+from store.nodes import entity_node, passage_node
 from store.records import DocumentRecord
 from topics import Chunk, Document, DocumentDeletion
 from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id

@@ -13,7 +13,7 @@ import time
 
 from store import Hit
 from store.facts import Fact, event
-from store.keys import entity_node
+from store.nodes import entity_node
 from topics import CandidateFact
 from topics.records import VALUE_TYPES
 from workers.algorithms.normalize import fact_id, schema_id

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from store.facts import Fact
-from store.keys import entity_node, passage_node
+from store.nodes import entity_node, passage_node
 from store.records import HeldVector
 from topics import CandidateFact, Chunk
 from topics.records import VALUE_TYPES, passage_mark
