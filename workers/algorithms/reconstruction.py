@@ -280,11 +280,6 @@ class Branch:
         ~40 times a branch by a walk's filtering and ranking: made once)."""
         return f"{self.kind}:{self.tag_id}"
 
-    @functools.cached_property
-    def rank(self) -> tuple[float, str]:
-        """Its place in ranked and best: higher score first; equal scores by key."""
-        return (-self.score, self.key)
-
     @property
     def chain(self) -> str:
         return chain_text(self.cue.chain, chain_part(self.text) if self.kind == "passage" else self.text)
@@ -360,7 +355,8 @@ def best(branches) -> Branch | None:
 
 
 def _rank(branch: Branch) -> tuple[float, str]:
-    return branch.rank
+    """A branch's place in ranked and best: higher score first; equal scores by key."""
+    return (-branch.score, branch.key)
 
 
 @dataclass(frozen=True)
