@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from workers.algorithms.ppr import MAX_PASSES, LeafEliminated, SparseGraph, Transition, personalized_pagerank
+from workers.algorithms.ppr import SparseGraph, personalized_pagerank
+from workers.algorithms.ppr_solver import MAX_PASSES, LeafEliminated, Transition
 
 igraph = pytest.importorskip("igraph")
 
@@ -115,15 +116,15 @@ def test_split_long_rows_give_the_same_product():
 
 @pytest.mark.parametrize("threads", [2, 3, 4])
 def test_a_pass_in_row_blocks_on_threads_is_the_one_thread_pass_bit_for_bit(monkeypatch, threads):
-    """A large matrix's pass runs in row blocks on several threads (ppr.PARALLEL_ENTRIES): the
+    """A large matrix's pass runs in row blocks on several threads (ppr_solver.PARALLEL_ENTRIES): the
     same rows summed the same way, so the scores — and every answer — are those of one thread,
     also after a damping change rescales the matrix the blocks share."""
-    from workers.algorithms import ppr
+    from workers.algorithms import ppr_solver
 
     graph = hub_graph(8)
     single = graph.transition()
-    monkeypatch.setattr(ppr, "PARALLEL_ENTRIES", 0)
-    monkeypatch.setattr(ppr, "product_threads", lambda: threads)
+    monkeypatch.setattr(ppr_solver, "PARALLEL_ENTRIES", 0)
+    monkeypatch.setattr(ppr_solver, "product_threads", lambda: threads)
     graph._transition = None
     blocked = graph.transition()
     assert len(single.blocks) == 1 and len(blocked.blocks) == threads

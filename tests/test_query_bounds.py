@@ -174,7 +174,7 @@ def hub_graph():
 
 
 def test_ppr_stops_at_its_pass_cap_and_reports_it():
-    from workers.algorithms.ppr import MAX_PASSES
+    from workers.algorithms.ppr_solver import MAX_PASSES
 
     graph = hub_graph()
     reset = np.zeros(len(graph))
@@ -189,7 +189,7 @@ def test_ppr_stops_at_its_pass_cap_and_reports_it():
 
 
 def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monkeypatch):
-    from workers.algorithms.ppr import LeafEliminated, Transition
+    from workers.algorithms.ppr_solver import LeafEliminated, Transition
 
     graph = TenantGraph("t")
     for a, b, kind in [

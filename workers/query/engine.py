@@ -34,7 +34,7 @@ from store.nodes import entity_node, node_id, passage_node
 from store.records import Hit, is_current
 from workers import metrics
 from workers.algorithms.expiry import said_at, said_by, was_valid
-from workers.algorithms.ppr import PPR, LeafEliminated, Transition
+from workers.algorithms.ppr_solver import PPR, LeafEliminated, Transition
 from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
 from workers.algorithms.retrieval import (
     EPISODE_RADIUS,
@@ -448,7 +448,7 @@ class QueryEngine:
                 ],
             ),
             graph_version=version,
-            # converged: false only when the walk stopped at its pass cap (workers.algorithms.ppr.MAX_PASSES)
+            # converged: false only when the walk stopped at its pass cap (workers.algorithms.ppr_solver.MAX_PASSES)
             ppr=WalkStats(
                 passes=walk.ppr.passes,
                 converged=walk.ppr.converged,
