@@ -7,7 +7,8 @@ import pytest
 
 from tests.shared_data import SHARED_DATA, needs_shared
 from workers.algorithms.normalize import content_hash
-from workers.models.extraction import ReplayExtractor, RulesExtractor, make_extractor, type_of
+from workers.models.extraction import ReplayExtractor, RulesExtractor, make_extractor
+from workers.models.mentions import type_of
 
 OPENIE = SHARED_DATA / "musique_train_100/openie_musique_train_results_ner_gpt-3.5-turbo-1106_1890.json"
 

@@ -391,7 +391,7 @@ class Chunk(Record):
 
 # Entity types that are values — literals that qualify a fact (a constraint's amount, a deadline),
 # never nodes a walk passes through: such an entity gets no passage, fact, type or similarity edge,
-# and reconstruct takes no cue from it (workers.models.extraction reads them whole).
+# and reconstruct takes no cue from it (workers.models.mentions reads them whole).
 VALUE_TYPES = frozenset({"MONEY", "DATE", "TIME", "NUMBER", "PERCENT"})
 
 

@@ -2,7 +2,7 @@
 
 - `rules`: deterministic and offline. Entities are capitalised spans, typed by suffix and title
   cues; values (amounts, dates, times, numbers) are read whole and are never entities, except
-  as the tail of the constraint that names them; a fact links two neighbouring entities of a
+  as the tail of the constraint that names them (both read by workers.models.mentions); a fact links two neighbouring entities of a
   sentence by the words between them. Entity-centric: its value is the entity–passage graph, not its relations.
   Categories by wording (workers.algorithms.categories): every fact of a sentence that states
   a hard constraint, rejects an option or reports a tool failure gets that category, and such
@@ -26,12 +26,23 @@ from pathlib import Path
 from lemminflect import getAllLemmas
 
 from topics import ContractError
-from topics.records import VALUE_TYPES, Triple
-from topics.times import MONTHS
+from topics.records import Triple
 from workers.algorithms import categories
 from workers.algorithms.categories import Finding
 from workers.algorithms.normalize import content_hash, has_entity_id, relation_name
 from workers.algorithms.turns import parse_context
+from workers.models.mentions import (
+    DATE,
+    ERROR,
+    MONEY,
+    PERCENT,
+    TIME,
+    VALUE_WITH_PREPOSITION,
+    capitalised_spans,
+    naming_mentions,
+    type_of,
+    values,
+)
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
 from workers.models.protocols import Entity, Extraction, Extractor  # noqa: F401  (Entity re-exported)
 
@@ -59,352 +70,6 @@ def drop_unnamed(extraction: Extraction, where: str) -> Extraction:
 
 
 # ---- rules ------------------------------------------------------------------------------
-# '+' and '#' right after a word are part of it ('C++', 'C#', 'Google+'): entity ids keep them
-_WORD = re.compile(r"[\w][\w'’\-\.&]*[\w][+#]*|[\w][+#]*", re.U)
-_CONNECTORS = {"of", "de", "du", "la", "le", "von", "van", "der", "del", "the", "and", "for", "on", "upon"}
-_SENTENCE_STARTERS = {
-    "the",
-    "a",
-    "an",
-    "in",
-    "on",
-    "at",
-    "it",
-    "its",
-    "he",
-    "she",
-    "his",
-    "her",
-    "they",
-    "their",
-    "this",
-    "these",
-    "that",
-    "those",
-    "there",
-    "after",
-    "before",
-    "during",
-    "when",
-    "while",
-    "as",
-    "since",
-    "from",
-    "by",
-    "with",
-    "for",
-    "of",
-    "to",
-    "but",
-    "and",
-    "or",
-    "however",
-    "also",
-    "although",
-    "i",
-    "we",
-    "you",
-    "my",
-    "our",
-    "your",
-    "if",
-    "then",
-    "today",
-    "yesterday",
-    "tomorrow",
-    "following",
-    "later",
-    "some",
-}
-_ORG_WORDS = {
-    "university",
-    "college",
-    "school",
-    "company",
-    "corporation",
-    "corp",
-    "inc",
-    "ltd",
-    "llc",
-    "institute",
-    "party",
-    "club",
-    "records",
-    "band",
-    "group",
-    "association",
-    "council",
-    "society",
-    "agency",
-    "bank",
-    "church",
-    "army",
-    "navy",
-    "ministry",
-    "department",
-    "foundation",
-    "academy",
-    "museum",
-    "press",
-    "journal",
-    "league",
-    "team",
-    "fc",
-    "union",
-    "committee",
-    "organization",
-    "organisation",
-    "network",
-}
-_LOC_WORDS = {
-    "city",
-    "river",
-    "mountain",
-    "mountains",
-    "lake",
-    "county",
-    "island",
-    "islands",
-    "state",
-    "kingdom",
-    "republic",
-    "ocean",
-    "sea",
-    "park",
-    "street",
-    "bridge",
-    "province",
-    "district",
-    "valley",
-    "bay",
-    "coast",
-    "region",
-    "town",
-    "village",
-    "airport",
-    "station",
-    "road",
-    "square",
-    "castle",
-    "forest",
-    "desert",
-}
-_PERSON_TITLES = {
-    "mr",
-    "mrs",
-    "ms",
-    "dr",
-    "sir",
-    "lord",
-    "lady",
-    "king",
-    "queen",
-    "prince",
-    "princess",
-    "president",
-    "saint",
-    "st",
-    "pope",
-    "general",
-    "captain",
-    "professor",
-    "prof",
-}
-
-
-# ---- values: literals, never entities --------------------------------------------------------
-# Amounts, percentages, clock times, dates, years, ordinals and numbers are read whole ("3,000
-# EUR", "8 September 2024", "10:30 pm", "$45.50") and are no mention: a value qualifies a fact
-# (a constraint's amount, a deadline), it is never a node a walk passes through. Read as words
-# they were junk entities — "3", "000" and "EUR" from "3,000 EUR", "10" and "30" from "10:30",
-# "8" as the tail of "no later than 8 September" — and numbers and years joined every passage
-# that happened to share one ("Varn Lighthouse — in — 2010").
-MONEY, ERROR = "MONEY", "ERROR"  # types of a trigger fact's tail: an amount, a failure's code / status / exception
-DATE, TIME, NUMBER, PERCENT = "DATE", "TIME", "NUMBER", "PERCENT"
-assert VALUE_TYPES == {MONEY, DATE, TIME, NUMBER, PERCENT}
-
-_MONTH_NAME = "(?:" + "|".join(m.capitalize() for m in MONTHS) + ")"
-_MONTH = rf"(?:{_MONTH_NAME}|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.?)"
-_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
-_NUMERAL = r"\d+(?:[.,]\d+)*"
-_VALUES: tuple[tuple[str, str], ...] = (
-    (MONEY, categories.AMOUNT.pattern),
-    (PERCENT, rf"{_NUMERAL}\s?(?:%|per ?cent\b)"),
-    (TIME, r"\d{1,2}:\d{2}(?::\d{2})?(?:\s?[aApP]\.?[mM]\b\.?)?|\d{1,2}\s?[aApP]\.?[mM]\b\.?"),
-    (DATE, rf"{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"),  # 8 September [2024]
-    (DATE, rf"{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?\b"),  # September 8[th][, 2024]
-    (DATE, rf"(?:{_MONTH}\s+)?\d{{4}}s?\b"),  # [May] 2023, the 1990s
-    (DATE, _MONTH_NAME + r"\b"),  # a month alone (see `values`: not one next to a name, "Theresa May")
-    (NUMBER, rf"{_NUMERAL}(?:st|nd|rd|th)?\b"),
-)
-_MONTH_ALONE = len(_VALUES) - 2
-# a value is no part of a word: not after a letter and a hyphen nor before one ("COVID-19",
-# "7-Eleven", "Catch-22"), nor a number's digits before a unit ("1.5m")
-_VALUE = re.compile(
-    "|".join(
-        rf"(?P<v{n}>(?<![\w.,])(?<![^\W\d_]-)(?:{pattern})(?![.,]?\w)(?!-[^\W\d_]))"
-        for n, (_, pattern) in enumerate(_VALUES)
-    )
-)
-_WORD_BEFORE, _CAPITAL_AFTER = re.compile(r"([A-Z][\w'’\-]*)\s+$"), re.compile(r"\s+[A-Z]")
-
-
-def _in_a_name(sentence: str, start: int, end: int) -> bool:
-    """Whether the words at start:end stand next to a name's capitalised word (no punctuation
-    between): after one that opens no sentence, or before any."""
-    before = _WORD_BEFORE.search(sentence[:start])
-    return bool(
-        before
-        and before.group(1).lower() not in _SENTENCE_STARTERS | _CONNECTORS
-        or _CAPITAL_AFTER.match(sentence, end)
-    )
-
-
-# a value with the preposition that ties it to a relation: out of the words a relation is named by
-_VALUE_WITH_PREPOSITION = re.compile(
-    r"(?:\b(?:in|on|at|since|until|by|from|of|for|before|after|during|around|than|about)\s+)?(?:" + _VALUE.pattern + ")"
-)
-
-
-def values(sentence: str) -> list[tuple[int, int, str, str]]:
-    """The values a sentence states, whole: (start, end, surface, type)."""
-    out = []
-    for match in _VALUE.finditer(sentence):
-        which = int(match.lastgroup[1:])  # type: ignore[index]
-        if which == _MONTH_ALONE and _in_a_name(sentence, match.start(), match.end()):
-            continue  # "Theresa May", "June Carter": a name ("In June, …": a month)
-        kind = _VALUES[which][0]
-        surface = " ".join(match.group(0).split()).rstrip(".")
-        out.append((match.start(), match.start() + len(match.group(0).rstrip(".")), surface, kind))
-    return out
-
-
-def type_of(name: str) -> str:
-    """Entity type from the name alone (the `rules` typer; also types OpenIE entities)."""
-    words = name.replace(".", " ").lower().split()
-    if not words:
-        return "ENTITY"
-    whole = _VALUE.fullmatch(name.strip())
-    if whole:
-        return _VALUES[int(whole.lastgroup[1:])][0]  # type: ignore[index]
-    if any(w in _ORG_WORDS for w in words):
-        return "ORGANIZATION"
-    if any(w in _LOC_WORDS for w in words):
-        return "LOCATION"
-    if words[0] in _PERSON_TITLES:
-        return "PERSON"
-    return "ENTITY"
-
-
-def _is_capital(word: str) -> bool:
-    """A word that may open a name: capitalised, or a digit with letters ("3M", "7-Eleven"); a
-    number alone is a value ("xxvii,19", ".500" read as names were junk entities)."""
-    return word[0].isupper() or word[0].isdigit() and any(c.isalpha() for c in word)
-
-
-def _mentions(sentence: str) -> list[tuple[int, int, str]]:
-    """Capitalised spans (with inner connectors), values left out: (start, end, surface)."""
-    taken = [(start, end) for start, end, _, _ in values(sentence)]
-    words = [
-        (m.start(), m.end(), m.group().rstrip("."))
-        if not any(start < m.end() and m.start() < end for start, end in taken)
-        else (m.start(), m.end(), "")  # a value's word: no name, and it ends one
-        for m in _WORD.finditer(sentence)
-    ]
-    spans, i = [], 0
-    while i < len(words):
-        if not words[i][2] or not _is_capital(words[i][2]):
-            i += 1
-            continue
-        j = i + 1
-        # a name runs over capitalised words and inner connectors
-        while j < len(words) and words[j][2]:
-            if words[j][2][0].isupper():
-                j += 1
-            elif words[j][2].lower() in _CONNECTORS and j + 1 < len(words) and words[j + 1][2][:1].isupper():
-                j += 2
-            else:
-                break
-        span = words[i:j]
-        while span and span[0][2].lower() in _SENTENCE_STARTERS:
-            span = span[1:]
-        while span and span[-1][2].lower() in _CONNECTORS:
-            span = span[:-1]
-        if span:
-            start, end = span[0][0], span[-1][1]
-            surface = sentence[start:end].rstrip(".")
-            if len(surface) > 1 or surface.isdigit():
-                spans.append((start, start + len(surface), surface))
-        i = j
-    return spans
-
-
-# Words a turn starts with that are no names, capitalised only by their place: interjections
-# the verb lexicon lacks. Every other sentence-initial word the lexicon knows (lemminflect: "Wow",
-# "Thanks", "Glad", "What", "It's") is dropped from the front of a mention as well. Measured on
-# the first LoCoMo dev conversation (419 turns): 18 of its 20 entities of most passages were
-# such words ("It's" in 70 turns, "I'm" 66, "What" 46, "Wow Caroline" 34) — hubs joining turns
-# by how they begin, which PPR spread along.
-_INTERJECTIONS = frozenset(
-    "yeah yep yup hey hi hello oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split()
-)
-_FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'll", "i'd", "i’m", "i’ve", "i’ll", "i’d"})
-
-
-def _base(word: str) -> str:
-    """A word lowercased, without what follows an apostrophe ("It's" → "it")."""
-    return re.split(r"['’]", word.lower(), maxsplit=1)[0]
-
-
-def _common_word(word: str) -> bool:
-    """A word of the language, not a name: an interjection, a contraction of a common word
-    ("It's", "That's", "I'm"), or a word the lexicon knows in any part of speech."""
-    base = _base(word)
-    return base in _INTERJECTIONS or base in _SENTENCE_STARTERS or bool(getAllLemmas(base))
-
-
-# Greetings and reactions a turn opens with before a name ("Thanks, Caroline", "Wow Mel"):
-# dropped from the front of a longer mention; any other common first word stays in one ("New
-# York", "Grace Hopper", "United States" open Wikipedia sentences).
-_OPENERS = _INTERJECTIONS | frozenset(
-    "thanks thank congratulations glad sorry yes no well so great awesome nice good love "
-    "what how why where who when cool sure right okay".split()
-)
-
-
-def _opening_word(sentence: str, words: list[tuple[int, int]]) -> bool:
-    """Whether the first of a sentence-opening mention's words is no part of a name: the
-    mention's only word and a common one ("It's", "What", "Glad"), an opener ("Thanks"), or a
-    common word set off by punctuation ("Wow, Caroline")."""
-    word = sentence[words[0][0] : words[0][1]]
-    if not _common_word(word):
-        return False
-    if len(words) == 1:
-        return True
-    return _base(word) in _OPENERS or bool(re.search(r"[^\w\s]", sentence[words[0][1] : words[1][0]]))
-
-
-def _names(sentence: str, mentions: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """The mentions that name something: a first-person word is never a name, and a mention that
-    opens its sentence loses its leading common words ("Wow Caroline" → "Caroline", "It's" →
-    nothing); inside a sentence a capitalised common word is kept ("my dog Biscuit")."""
-    out = []
-    opening = re.search(r"\w", sentence)
-    first = opening.start() if opening else 0
-    for start, end, surface in mentions:
-        words = [(start + m.start(), start + m.end()) for m in _WORD.finditer(surface)]
-        at_start = start == first
-        while words and (
-            sentence[words[0][0] : words[0][1]].lower() in _FIRST_PERSON or at_start and _opening_word(sentence, words)
-        ):
-            words = words[1:]
-        if words:
-            new_start = words[0][0]
-            text = sentence[new_start:end].rstrip(".")
-            if len(text) > 1 or text.isdigit():
-                out.append((new_start, new_start + len(text), text))
-    return out
-
 
 # A speaker's first person: "I adopted a dog" said by Caroline is (Caroline, adopt, dog). The
 # subject, the words that may stand between it and its verb, the words before the object that
@@ -485,7 +150,7 @@ class RulesExtractor:
         entities: dict[str, Entity] = {}
         facts: list[Triple] = []
         for sentence in categories.sentences(text):
-            mentions = _names(sentence, _mentions(sentence))
+            mentions = naming_mentions(sentence, capitalised_spans(sentence))
             finding = categories.classify(sentence)
             if finding is not None and finding.category == categories.TOOL_FAILURE:
                 mentions = _tool_named_whole(sentence, mentions, finding)
@@ -493,7 +158,7 @@ class RulesExtractor:
                 entities.setdefault(surface, Entity(surface, type_of(surface)))
             found = []
             for (_, end_a, a), (start_b, _, b) in zip(mentions, mentions[1:]):
-                between = _VALUE_WITH_PREPOSITION.sub(
+                between = VALUE_WITH_PREPOSITION.sub(
                     " ", sentence[end_a:start_b]
                 )  # "restored in 2010 by" → "restored by"
                 words = re.findall(r"[A-Za-z][\w'’\-]*", between)
