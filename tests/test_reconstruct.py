@@ -33,7 +33,8 @@ from workers.algorithms.reconstruction import (
 from workers.models.extraction import RulesExtractor
 from workers.models.llm import LLMClient, LLMConfig
 from workers.query.engine import QueryEngine, QueryRequest
-from workers.query.reconstruct import LLMRouter, Reconstructor
+from workers.query.reconstruct import Reconstructor
+from workers.query.routing import LLMRouter
 from workers.settings import Settings
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
@@ -480,9 +481,9 @@ def test_an_entity_cue_reads_at_most_entity_passages_read_of_its_passages(redis_
     """A cue entity in more passages than the cap (a speaker of a long-lived tenant): the walk
     reads the ids and vectors of the first ENTITY_PASSAGES_READ by id only, on both stores."""
     from tests.test_expiry import PrefixEmbedder
-    from workers.query import reconstruct
+    from workers.query import reconstruct_walk
 
-    monkeypatch.setattr(reconstruct, "ENTITY_PASSAGES_READ", 2)
+    monkeypatch.setattr(reconstruct_walk, "ENTITY_PASSAGES_READ", 2)
     notes = {
         f"Tomás wrote note {n} about the harbour.": [("Tomás", "wrote", f"note {n}", "PERSON", "THING")]
         for n in range(6)

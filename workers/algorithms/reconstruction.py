@@ -4,8 +4,9 @@ read, and episodes: a conversation turn read recalls its session's neighbouring 
 (a cue's facts, and its passages: those mentioning its entity, the query's nearest, an
 episode's turns) → content (a fact's evidence passages, or the passage) → new cues from that
 content (the reverse step) — until the evidence suffices or a budget is spent. The walk with
-its reads is workers.query.reconstruct; here are the cue extraction, the branch scores (with
-the episode tie-break), the budget accounting and the stop rule it applies.
+its reads is workers.query.reconstruct_walk (the mode: workers.query.reconstruct); here are the
+cue extraction, the branch scores (with the episode tie-break), the budget accounting and the
+stop rule it applies.
 
 A branch is (cue → tag), the tag a fact or a passage. Its score is the cosine between the query
 and the branch's chain — the texts that led to the cue and this tag, as one text ("The Silent
@@ -252,7 +253,7 @@ class Cue:
     origin: str  # "query", "entity-knn", "fact:<id>", "passage:<id>"
     chain: str = ""  # the facts that led here, as one text ("" for a query cue)
     # the chain as a vector: the sum of its links' unit vectors (None for a query cue), so the
-    # next link's chain is scored without the model (workers.query.reconstruct: chain_cosines)
+    # next link's chain is scored without the model (workers.query.reconstruct_walk: chain_cosines)
     chain_vector: Any = field(default=None, compare=False, repr=False)
 
 
