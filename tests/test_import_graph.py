@@ -165,3 +165,25 @@ def test_the_pure_algorithms_read_no_redis_format():
         if d.startswith("store") and d != "store.nodes"
     )
     assert reaching == []
+
+
+def test_the_in_memory_store_loads_no_redis_code():
+    """store/in_memory/ restates store/redis/'s rules without its code: importing it loads
+    neither the Redis store's modules nor the redis client (the stages' logic is tested without
+    them), whatever it imports in turn."""
+    import subprocess
+    import sys
+
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, store.in_memory; print(sorted(m for m in sys.modules"
+            " if m.partition('.')[0] in ('redis', 'redisvl') or m.startswith(('store.redis', 'store.memory'))))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"

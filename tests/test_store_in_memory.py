@@ -7,7 +7,10 @@ does not depend on Redis round-trip times). On InMemoryStore alone the
 scenarios need no stack (`make test-unit`) and check what the mechanism must do; with the
 stack, each runs on Memory too, for the same tenant name, and the two runs must give the same
 export (modulo system time), the same messages on every topic — fact events with their ids —
-and the same query answers."""
+and the same query answers. Role by role (store.base's Outbox, Progress, Aliases, GraphWrites and
+GraphReads), the same calls on each store (fixture redis_url) must give the same answers; the
+other roles' are in the files of their features (tests/test_versions.py, test_erasure.py,
+test_expiry.py, test_lexical.py, ...)."""
 
 from __future__ import annotations
 
@@ -177,7 +180,7 @@ def passage(corpus, doc):
     return content_hash(corpus[doc][0])[:32]
 
 
-# ---- on InMemoryStore alone: what each mechanism must do ----------------------------------------
+# ---- the whole pipeline on InMemoryStore alone: what each mechanism must do --------------------
 def test_the_tau_gate_holds_a_schema_seen_once_and_activates_both_on_the_second_passage(tmp_path):
     scenario = SCENARIOS["tau gate"]
     script = write_script(tmp_path / "s.jsonl", scenario.corpus)
@@ -259,9 +262,19 @@ def test_redelivered_messages_change_nothing(tmp_path):
     )  # every copy found its message done; the failed publish was retried from the committed outbox
 
 
-async def fenced_commits(memory, tenant: str) -> list:
-    """The effectively-once primitives, chunk progress, aliases and the graph log called directly;
-    what each call gave."""
+# ---- role by role, on both stores (fixture redis_url): the same calls give the same answers -------
+async def on_store(redis_url: str | None, calls) -> list:
+    """What each call of `calls(memory, tenant)` gave, on a fresh tenant of Redis's Memory at
+    `redis_url`, or of an InMemoryStore when it is None."""
+    memory = InMemoryStore(DIMS) if redis_url is None else Memory.from_url(redis_url)
+    try:
+        return await calls(memory, f"im-role-{uuid.uuid4().hex[:10]}")
+    finally:
+        await memory.close()
+
+
+async def outbox_calls(memory, tenant: str) -> list:
+    """The effectively-once primitives (store.base.Outbox) called directly; what each call gave."""
     seen = []
     new = Fact("f1", "Ada", "lives in", "Ostra", "PERSON", "PLACE", "ada", "ostra", "s1")
     out = [Outgoing("indexed-facts", "f1", b'{"x": 1}')]
@@ -290,7 +303,63 @@ async def fenced_commits(memory, tenant: str) -> list:
             seen.append(await call)
         except AlreadyDone:
             seen.append("done")
-    pipe = memory.pipeline()  # chunk progress: two facts, one spawned work item
+    # causes: a message is decided only while memory holds the decision that sent it (m3's "d3";
+    # m1's, committed with no id, counts whatever id it is named with)
+    pipe = memory.pipeline()
+    memory.stage_outbox(pipe, tenant, "m3", out, "d3")
+    await memory.commit_once(pipe, tenant, "m3")
+    for turn in ("committed", "finished"):
+        for cause in ("m3@d3", "m3@d9", "m4@d4", "m1@d1"):
+            try:
+                seen.append((turn, cause, await memory.pending_outbox(tenant, "child", cause)))
+            except CauseNotInMemory:
+                seen.append((turn, cause, "not in memory"))
+        await memory.finish(tenant, "m3", "d3")
+    seen.append(await memory.pending_outbox(tenant, "m1-child", "m1@d1"))
+    return seen
+
+
+OUTBOX = [
+    None,
+    None,
+    Committed([Outgoing("indexed-facts", "f1", b'{"x": 1}')]),
+    "new",
+    "stale",
+    "new",
+    "done",
+    "done",
+    *[
+        (turn, cause, None if held else "not in memory")
+        for turn in ("committed", "finished")
+        for cause, held in (("m3@d3", True), ("m3@d9", False), ("m4@d4", False), ("m1@d1", True))
+    ],
+    None,
+]
+
+
+def test_outbox_fences_commits_on_the_done_mark_the_outbox_the_statuses_read_and_the_cause(redis_url):
+    assert asyncio.run(on_store(redis_url, outbox_calls)) == OUTBOX
+
+
+def test_outbox_sweep_finds_committed_unsent_outboxes_once_per_lock():
+    async def scenario():
+        memory = InMemoryStore(DIMS)
+        for mark in ("m2", "m1", "m3"):
+            pipe = memory.pipeline()
+            memory.stage_outbox(pipe, "im-sweep", mark, [Outgoing("indexed-facts", mark, b"{}")])
+            await memory.commit_once(pipe, "im-sweep", mark)
+        await memory.finish("im-sweep", "m1")
+        return await memory.unsent_outboxes(float("inf")), await memory.unsent_outboxes(float("inf"))
+
+    first, second = asyncio.run(scenario())
+    assert [(t, m) for t, m, _ in first] == [("im-sweep", "m2"), ("im-sweep", "m3")]  # commit order
+    assert second == []  # another sweeper holds the tenant's lock
+
+
+async def progress_calls(memory, tenant: str) -> list:
+    """Chunk progress (store.base.Progress): two facts, one spawned work item."""
+    seen = []
+    pipe = memory.pipeline()
     memory.stage_spawn(pipe, tenant, "c1", ["w1"])
     memory.stage_fact_done(pipe, tenant, "c1", 0, 2)
     memory.stage_fact_done(pipe, tenant, "c1", 1, 2)
@@ -300,14 +369,36 @@ async def fenced_commits(memory, tenant: str) -> list:
     memory.stage_work_done(pipe, tenant, "c1", "w1", 2)
     await pipe.execute()
     seen.append((await memory.chunk_done(tenant, "c1"), await memory.chunks_done_count(tenant)))
-    # aliases
+    return seen
+
+
+def test_progress_counts_a_chunk_done_once_its_facts_and_its_spawned_work_are(redis_url):
+    assert asyncio.run(on_store(redis_url, progress_calls)) == [(False, ["w1"]), (True, 1)]
+
+
+async def aliases_calls(memory, tenant: str) -> list:
+    """Entity aliases (store.base.Aliases): one added, its reverse refused."""
+    seen = []
     await memory.add_alias(tenant, "nyc", "new_york_city")
     try:
         await memory.add_alias(tenant, "new_york_city", "nyc")
     except ValueError as exc:
         seen.append(str(exc))
     seen.append((await memory.resolve_aliases(tenant, ["nyc", "ostra"]), await memory.alias_map(tenant)))
-    # the graph log: change ids are the store's own, the changes and what None means are not
+    return seen
+
+
+def test_aliases_resolve_and_refuse_a_cycle(redis_url):
+    assert asyncio.run(on_store(redis_url, aliases_calls)) == [
+        "'nyc' is already an alias of 'new_york_city'",
+        ({"nyc": "new_york_city", "ostra": "ostra"}, {"nyc": "new_york_city"}),
+    ]
+
+
+async def graph_calls(memory, tenant: str) -> list:
+    """The graph written and its log read (store.base.GraphWrites, GraphReads): change ids are
+    the store's own, the changes and what None means are not."""
+    seen = []
     seen.append(
         (
             await memory.graph_log_exists(tenant),
@@ -330,80 +421,31 @@ async def fenced_commits(memory, tenant: str) -> list:
             [edges async for edges in memory.adjacency(tenant, ["e:ada", "e:ostra", "p:c1"])],
         )
     )
-    # causes: a message is decided only while memory holds the decision that sent it (m3's "d3";
-    # m1's, committed with no id, counts whatever id it is named with)
-    pipe = memory.pipeline()
-    memory.stage_outbox(pipe, tenant, "m3", out, "d3")
-    await memory.commit_once(pipe, tenant, "m3")
-    for turn in ("committed", "finished"):
-        for cause in ("m3@d3", "m3@d9", "m4@d4", "m1@d1"):
-            try:
-                seen.append((turn, cause, await memory.pending_outbox(tenant, "child", cause)))
-            except CauseNotInMemory:
-                seen.append((turn, cause, "not in memory"))
-        await memory.finish(tenant, "m3", "d3")
-    seen.append(await memory.pending_outbox(tenant, "m1-child", "m1@d1"))
     return seen
 
 
-FENCED = [
-    None,
-    None,
-    Committed([Outgoing("indexed-facts", "f1", b'{"x": 1}')]),
-    "new",
-    "stale",
-    "new",
-    "done",
-    "done",
-    (False, ["w1"]),
-    (True, 1),
-    "'nyc' is already an alias of 'new_york_city'",
-    ({"nyc": "new_york_city", "ostra": "ostra"}, {"nyc": "new_york_city"}),
-    (False, [], None),
-    (
-        [
-            EdgeChange("e:ada", "e:ostra", 1.0, "fact"),
-            EdgeChange("e:ostra", "e:ada", 2.0, "fact"),
-            EdgeChange("e:ada", "p:c1", 1.0, "passage"),
-            EdgeChange("e:ada", "e:ostra", 1.0, "fact"),
-        ],
-        True,
-        [],
-    ),
-    EdgeChange("e:ada", "p:c1", 1.0, "passage"),
-    (
-        ["e:ada", "e:ostra", "p:c1"],
-        [[EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage")]],
-    ),
-    *[
-        (turn, cause, None if held else "not in memory")
-        for turn in ("committed", "finished")
-        for cause, held in (("m3@d3", True), ("m3@d9", False), ("m4@d4", False), ("m1@d1", True))
-    ],
-    None,
-]
+def test_graph_log_gives_each_change_once_and_the_edges_their_weights(redis_url):
+    assert asyncio.run(on_store(redis_url, graph_calls)) == [
+        (False, [], None),
+        (
+            [
+                EdgeChange("e:ada", "e:ostra", 1.0, "fact"),
+                EdgeChange("e:ostra", "e:ada", 2.0, "fact"),
+                EdgeChange("e:ada", "p:c1", 1.0, "passage"),
+                EdgeChange("e:ada", "e:ostra", 1.0, "fact"),
+            ],
+            True,
+            [],
+        ),
+        EdgeChange("e:ada", "p:c1", 1.0, "passage"),
+        (
+            ["e:ada", "e:ostra", "p:c1"],
+            [[EdgeChange("e:ada", "e:ostra", 1.0, "fact"), EdgeChange("e:ada", "p:c1", 1.0, "passage")]],
+        ),
+    ]
 
 
-def test_commits_are_fenced_on_the_done_mark_the_outbox_and_the_statuses_read():
-    assert asyncio.run(fenced_commits(InMemoryStore(DIMS), "im-fenced")) == FENCED
-
-
-def test_the_sweep_finds_committed_unsent_outboxes_once_per_lock():
-    async def scenario():
-        memory = InMemoryStore(DIMS)
-        for mark in ("m2", "m1", "m3"):
-            pipe = memory.pipeline()
-            memory.stage_outbox(pipe, "im-sweep", mark, [Outgoing("indexed-facts", mark, b"{}")])
-            await memory.commit_once(pipe, "im-sweep", mark)
-        await memory.finish("im-sweep", "m1")
-        return await memory.unsent_outboxes(float("inf")), await memory.unsent_outboxes(float("inf"))
-
-    first, second = asyncio.run(scenario())
-    assert [(t, m) for t, m, _ in first] == [("im-sweep", "m2"), ("im-sweep", "m3")]  # commit order
-    assert second == []  # another sweeper holds the tenant's lock
-
-
-# ---- on both stores: the same memory, messages and answers ----------------------------------------
+# ---- the whole pipeline on both stores: the same memory, messages and answers ------------------
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_redis_and_in_memory_give_the_same_memory_messages_and_answers(stack_env, tmp_path, name):
     scenario = SCENARIOS[name]
@@ -419,14 +461,3 @@ def test_redis_and_in_memory_give_the_same_memory_messages_and_answers(stack_env
         tie_order(on_redis[3]),
     )  # passages, entities, facts, seeds, scores
     assert on_redis[0]["facts"] and on_redis[2]
-
-
-def test_redis_and_in_memory_fence_commits_alike(stack_env):
-    async def on_redis():
-        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
-        try:
-            return await fenced_commits(memory, f"im-fenced-{uuid.uuid4().hex[:10]}")
-        finally:
-            await memory.close()
-
-    assert asyncio.run(on_redis()) == FENCED

@@ -33,7 +33,8 @@ VECTOR_OWN_INDEX_AT = 20_000
 INITIAL_SCAN_WAIT_S = 30.0  # how long a writer waits for a new index's initial scan (Memory._initial_scan_done)
 DONE_MARK_TTL_S = 8 * 24 * 3600  # longer than Kafka's default 7-day retention
 
-# The tenant's embedder, recorded unless one is: the first claim wins. KEYS: the record. ARGV: name, dims.
+# The tenant's embedder, recorded unless one is: the first claim wins (in process:
+# store/in_memory/base.py's claim_embedder). KEYS: the record. ARGV: name, dims.
 _CLAIM_EMBEDDER = """
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'name', ARGV[1], 'dims', ARGV[2]) end
 return redis.call('HMGET', KEYS[1], 'name', 'dims')

@@ -13,7 +13,8 @@ from store.redis.base import RedisBase, _eval, _expected, _text
 from store.redis.lexical_index import stage_lexical_mirror
 
 # A passage erased: nothing of it but what fences a chunk of it still in flight (retired, and
-# its incarnation), still its tenant's. KEYS[1]: the passage hash; ARGV: TENANT_FIELD, the tenant.
+# its incarnation), still its tenant's (in process: store/in_memory/erasing.py's stage_erase).
+# KEYS[1]: the passage hash; ARGV: TENANT_FIELD, the tenant.
 _ERASE_PASSAGE = """
 local incarnation = redis.call('HGET', KEYS[1], 'incarnation')
 redis.call('DEL', KEYS[1])

@@ -13,7 +13,8 @@ from store.redis.base import RedisBase, _eval
 # lapse of its passages, for ever once one never lapses. Only a fact some TTL applies to is
 # written: `expires_at` absent on an existing fact = for ever (a passage without TTL supported
 # it; none is ever taken back); the latest lapse is a running maximum, so no per-passage record.
-# Staged before the fact's creation, to tell its first passage from later ones.
+# Staged before the fact's creation, to tell its first passage from later ones. In process:
+# store/in_memory/expiry.py's _record_lapse; the scripts below, its methods of the same role.
 _RAISE_LAPSE = """
 local function raise_lapse(fact, index, id, at, first)  -- at: false = never
   local current = redis.call('HGET', fact, 'expires_at')

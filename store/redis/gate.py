@@ -9,6 +9,7 @@ import asyncio
 from store.redis.base import RedisBase, _expected, _text
 
 # The τ gate: park a fact as pending unless its schema is stable — checked and parked at once.
+# In process: store/in_memory/gate.py's hold_pending.
 _HOLD_PENDING = """
 if redis.call('HGET', KEYS[7], 'retired') == '1' then return -1 end
 if redis.call('HGET', KEYS[1], 'status') == 'stable' then return 0 end

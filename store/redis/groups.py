@@ -14,6 +14,7 @@ from store.redis.base import DONE_MARK_TTL_S, RedisBase, _text
 # remembered (KEYS[6]), so its redelivery spawns the same re-adjudications.
 # KEYS: group, relation heads, relation multi-heads, facts with tail, cardinality hash, flip mark.
 # ARGV: fact id, head id, relation, min multi heads, multi head share, ttl.
+# In process: store/in_memory/groups.py's join_group.
 _JOIN_GROUP = """
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])

@@ -114,7 +114,8 @@ for i = n + 1, #KEYS do vectors[#vectors + 1] = redis.call('HGET', KEYS[i], 'vec
 return {rows, names, vectors}
 """
 
-# Count a schema's distinct supporting passages and promote it at tau.
+# Count a schema's distinct supporting passages and promote it at tau (in process:
+# store/in_memory/layers.py's stage_schema).
 _SUPPORT_SCHEMA = """
 redis.call('SADD', KEYS[1], ARGV[1])
 local n = redis.call('SCARD', KEYS[1])
@@ -124,7 +125,8 @@ return n
 """
 
 # Keep the smallest of competing descriptions of one record (surface forms and types seen in
-# different passages), so the record does not depend on the order passages arrive in.
+# different passages), so the record does not depend on the order passages arrive in (in
+# process: store/in_memory/layers.py's _set_if_smaller).
 # KEYS[1]: hash. ARGV: rank, then field/value pairs.
 _SET_IF_SMALLER = """
 local current = redis.call('HGET', KEYS[1], '_rank')

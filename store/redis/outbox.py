@@ -35,7 +35,8 @@ return out
 
 
 # A partition's applied offset, raised only: the old owner of a partition finishing a message
-# after its new owner went past it leaves the newer one. KEYS: the group's hash. ARGV: field, offset.
+# after its new owner went past it leaves the newer one (in process: store/in_memory/outbox.py's
+# record_applied). KEYS: the group's hash. ARGV: field, offset.
 _RAISE_APPLIED = """
 local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
 if tonumber(ARGV[2]) > held then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end

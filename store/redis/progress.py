@@ -11,7 +11,8 @@ import time
 from store.records import DocumentStatus
 from store.redis.base import DONE_MARK_TTL_S, RedisBase, _eval, _text
 
-# The document record follows the latest publication, never an older version.
+# The document record follows the latest publication, never an older version (in process:
+# store/in_memory/progress.py's stage_document).
 _RECORD_DOCUMENT = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if current and tonumber(current) > tonumber(ARGV[2]) then return 0 end
@@ -21,7 +22,8 @@ return 1
 """
 
 # Chunk progress: a chunk is through the pipeline when every one of its facts has been
-# detected and no work it spawned (conflict sets, promoted activations) is outstanding.
+# detected and no work it spawned (conflict sets, promoted activations) is outstanding (in
+# process: store/in_memory/progress.py's _progress).
 # KEYS: facts-done set, outstanding-work set, chunks-done set.
 # ARGV: chunk id, fact count, ttl, fact index to add ('' for none), work id to finish ('' for none)
 _CHUNK_PROGRESS = """

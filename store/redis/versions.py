@@ -13,7 +13,8 @@ from store.redis.base import RedisBase, _eval, _expected, _text
 from store.redis.lexical_index import stage_lexical_mirror
 
 # A passage out of memory: its vector and terms moved aside (out of the KNN and full-text
-# indexes), kept for audit. KEYS[1]: the passage hash; ARGV: stored name, name while retired, ...
+# indexes), kept for audit (in process: store/in_memory/versions.py, the same names).
+# KEYS[1]: the passage hash; ARGV: stored name, name while retired, ...
 _RETIRE_PASSAGE = """
 if redis.call('HGET', KEYS[1], 'retired') == '1' then return 0 end
 for i = 1, #ARGV, 2 do
