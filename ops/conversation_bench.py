@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from ops.datasets import recall_at
-from ops.local_run import LocalIndexer
 from ops.stack import stderr
+from ops.testing import LocalIndexer
 from topics import BadInput, ContractError
 from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
 from workers.algorithms.retrieval import RetrievalParams
