@@ -34,10 +34,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ops.fake_llm import FakeOpenAI
-from ops.kafka_admin import delete_namespace_topics, ensure_topics
-from ops.processes import WorkerProcess, worker_env
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr
+from ops.stack.kafka_admin import delete_namespace_topics, ensure_topics
+from ops.stack.processes import WorkerProcess, worker_env
+from ops.stack.services import Stack, free_port, stderr
 from store import Memory
 from store.facts import Fact
 from topics import Chunk, Document

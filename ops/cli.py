@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_stack(settings: Settings, args) -> int:
-    from ops.stack import Stack, StackError, stderr
+    from ops.stack.services import Stack, StackError, stderr
 
     if args.brokers is not None:
         if args.brokers < 1:
@@ -381,7 +381,7 @@ def cmd_stack(settings: Settings, args) -> int:
 
 
 def cmd_topics(settings: Settings, args) -> int:
-    from ops.kafka_admin import ensure_topics
+    from ops.stack.kafka_admin import ensure_topics
 
     created = ensure_topics(settings, args.partitions)
     print(f"created: {', '.join(created) or 'none (all exist)'}")
@@ -409,7 +409,7 @@ def cmd_worker(settings: Settings, args) -> int:
         from workers.query.server import settings_keys
 
         check_listener(settings.http_host, settings.http_port, settings_keys(settings))
-    from ops.kafka_admin import ensure_topics
+    from ops.stack.kafka_admin import ensure_topics
     from workers.app import run_worker
 
     # A worker (re)started while the broker restarts waits for it, up to the outage deadline,

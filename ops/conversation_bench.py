@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from ops.datasets import recall_at
-from ops.stack import stderr
+from ops.stack.services import stderr
 from ops.testing import LocalIndexer
 from topics import BadInput, ContractError
 from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns

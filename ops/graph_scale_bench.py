@@ -64,7 +64,7 @@ def run_graph_bench(
     redis_url: str | None,
     as_json: bool,
 ) -> int:
-    from ops.stack import Stack, free_port, stderr
+    from ops.stack.services import Stack, free_port, stderr
     from ops.tenant_bench import baseline_checkout
     from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.settings import Settings

@@ -15,10 +15,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ops.datasets import Dataset, load_dataset, recall_at
-from ops.kafka_admin import ensure_topics
-from ops.processes import WorkerProcess, stop_all, worker_env
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr
+from ops.stack.kafka_admin import ensure_topics
+from ops.stack.processes import WorkerProcess, stop_all, worker_env
+from ops.stack.services import Stack, free_port, stderr
 from store import Memory
 from topics import BadInput, Document
 from workers.algorithms.retrieval import RetrievalParams

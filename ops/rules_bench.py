@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ops.datasets import load_dataset
-from ops.kafka_admin import delete_namespace_topics, ensure_topics
-from ops.processes import WorkerProcess, worker_env
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr
+from ops.stack.kafka_admin import delete_namespace_topics, ensure_topics
+from ops.stack.processes import WorkerProcess, worker_env
+from ops.stack.services import Stack, free_port, stderr
 from store import Memory
 from topics import Document
 from workers.algorithms.normalize import canonical_fact, entity_id

@@ -122,7 +122,7 @@ def run_scale_bench(
     as_json: bool,
     http: bool = True,
 ) -> int:
-    from ops.stack import Stack, free_port, stderr
+    from ops.stack.services import Stack, free_port, stderr
     from ops.tenant_bench import baseline_checkout, percentiles, phase_in_tree, ratios
     from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.query.modes import table_order  # this tree's: a baseline's children get the built-in names
@@ -382,7 +382,10 @@ async def _serve(spec: dict) -> None:
     engine = QueryEngine(memory, embedder)
     runner = session = None
     if spec.get("http"):
-        from ops.stack import free_port
+        try:  # this code runs over a baseline tree's packages too: ops/stack.py before the ops/ split
+            from ops.stack.services import free_port
+        except ImportError:
+            from ops.stack import free_port  # type: ignore[attr-defined,no-redef]
 
         settings = Settings.from_env({"MEMSTREAM_REDIS_URL": spec["redis_url"], "MEMSTREAM_TENANT": TENANT})
         runner = web.AppRunner(query_app(settings, embedder))

@@ -58,7 +58,7 @@ def run_tenant_bench(
     dims: int = DIMS,
     rounds: int = 5,
 ) -> int:
-    from ops.stack import Stack, free_port, stderr
+    from ops.stack.services import Stack, free_port, stderr
     from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.settings import Settings
 

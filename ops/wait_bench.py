@@ -26,8 +26,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ops.kafka_admin import delete_namespace_topics
-from ops.stack import Stack, free_port, stderr
+from ops.stack.kafka_admin import delete_namespace_topics
+from ops.stack.services import Stack, free_port, stderr
 from ops.tenant_bench import baseline_checkout
 from store.server_stats import server_usage
 from workers.settings import Settings
