@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench.add_argument("--url", default=None, help="load: the query worker to load (default: one started here)")
     bench.add_argument("--json", action="store_true")
-    # bench index --rules (ops/rules_bench.py)
+    # bench index --rules (ops/bench/rules.py)
     bench.add_argument(
         "--rules",
         action="store_true",
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--docs", type=int, default=None, help="index --rules: the first N documents of HotpotQA-100 (default 100)"
     )
-    # bench conversation (ops/conversation_bench.py)
+    # bench conversation (ops/bench/conversation.py)
     bench.add_argument(
         "file", nargs="?", metavar="FILE", help="conversation: a LoCoMo-layout file (default: the sample conversation)"
     )
@@ -256,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--ablations",
         action="store_true",
-        help="conversation: also ask each ablation of the graph modes (ops/conversation_bench.py ABLATIONS)",
+        help="conversation: also ask each ablation of the graph modes (ops/bench/conversation.py ABLATIONS)",
     )
-    # bench wait (ops/wait_bench.py)
+    # bench wait (ops/bench/wait.py)
     bench.add_argument("--pending", type=int, default=5000, help="wait: documents published that no worker consumes")
     bench.add_argument("--window", type=float, default=30.0, help="wait: seconds of --wait measured")
     bench.add_argument(
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="wait: also measure the CLI of this checkout; index --rules: also run its workers (e.g. a git worktree of an older commit), side by side; tenants, graph: measure it too, interleaved",
     )
-    # bench tenants (ops/tenant_bench.py)
+    # bench tenants (ops/bench/tenants.py)
     bench.add_argument("--tenants", type=int, default=10_000, help="tenants: how many small tenants")
     bench.add_argument("--large", type=int, default=5_000, help="tenants: passages of the one large tenant")
     bench.add_argument(
@@ -768,11 +768,11 @@ def _counts(text: str, flag: str = "--sizes") -> list[int]:
 def cmd_bench(settings: Settings, args) -> int:
     data = Path(args.data) if args.data else Path("..") / "shared" / "data"
     if args.kind == "memory-tax":  # offline: its own in-memory store, no stack
-        from ops.memory_tax import run_memory_tax_bench
+        from ops.bench.memory_tax import run_memory_tax_bench
 
         return run_memory_tax_bench(args.json)
     if args.kind == "conversation":
-        from ops.conversation_bench import run_conversation_bench
+        from ops.bench.conversation import run_conversation_bench
 
         return run_conversation_bench(
             settings, Path(args.file) if args.file else None, args.modes, args.redis_url, args.json, args.ablations
@@ -791,7 +791,7 @@ def cmd_bench(settings: Settings, args) -> int:
     if args.sizes and args.passages and args.kind in ("graph", "scale"):
         raise BadInput(f"bench {args.kind}: give the tenant sizes once, as --sizes or as --passages")
     if args.kind == "tenants":
-        from ops.tenant_bench import run_tenant_bench
+        from ops.bench.tenants import run_tenant_bench
 
         return run_tenant_bench(
             settings,
@@ -807,33 +807,33 @@ def cmd_bench(settings: Settings, args) -> int:
             rounds=args.rounds or 5,
         )
     if args.kind == "graph":
-        from ops.graph_scale_bench import run_graph_bench
+        from ops.bench.graph import run_graph_bench
 
         sizes = _counts(args.sizes or args.passages or "5000,50000,200000")
         return run_graph_bench(
             settings, sizes, args.queries, args.rounds or 2, args.baseline_tree, args.redis_url, args.json
         )
     if args.kind == "scale":
-        from ops.scale_bench import run_scale_bench
+        from ops.bench.scale import run_scale_bench
 
         sizes = _counts(args.sizes or args.passages or "5000,50000,200000")
         return run_scale_bench(sizes, args.queries, args.rounds or 3, args.baseline_tree, data, args.json)
     if args.kind == "wait":
-        from ops.wait_bench import run_wait_bench
+        from ops.bench.wait import run_wait_bench
 
         return run_wait_bench(settings, args.pending, args.window, args.baseline_tree, args.seen, args.json)
     if args.kind == "recall":
-        from ops.recall import run_recall_bench
+        from ops.bench.recall import run_recall_bench
 
         return run_recall_bench(
             settings, args.dataset, args.extractor, data, args.json, args.tenant, not args.no_index_ablations
         )
     if args.kind == "ppr":
-        from ops.ppr_bench import run_ppr_bench
+        from ops.bench.ppr import run_ppr_bench
 
         return run_ppr_bench(settings, _counts(args.edges, "--edges"), args.queries, data, args.tenant, args.json)
     if args.kind == "load":
-        from ops.load_bench import run_load_bench
+        from ops.bench.load import run_load_bench
 
         clients = _counts(args.clients, "--clients")
         return run_load_bench(
@@ -848,7 +848,7 @@ def cmd_bench(settings: Settings, args) -> int:
             args.json,
         )
     if args.rules:
-        from ops.rules_bench import DEFAULT_DOCS, run_rules_bench
+        from ops.bench.rules import DEFAULT_DOCS, run_rules_bench
 
         return run_rules_bench(
             settings,
@@ -857,7 +857,7 @@ def cmd_bench(settings: Settings, args) -> int:
             Path(args.baseline_tree) if args.baseline_tree else None,
             args.json,
         )
-    from ops.bench import run_index_bench
+    from ops.bench.index import run_index_bench
 
     sizes = sorted(_counts(args.sizes or "1000,5000,20000"))
     extractors = _counts(args.extractors, "--extractors")

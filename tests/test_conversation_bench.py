@@ -10,8 +10,7 @@ import subprocess
 
 import pytest
 
-from ops.cli import main
-from ops.conversation_bench import (
+from ops.bench.conversation import (
     SAMPLE_CONVERSATION,
     Answer,
     format_ablations,
@@ -20,6 +19,7 @@ from ops.conversation_bench import (
     run,
     summarize,
 )
+from ops.cli import main
 from tests import inprocess
 from tests.conftest import MEMSTREAM, ROOT
 from topics.conversations import locomo_questions, locomo_turns, parse_evidence, unreadable_evidence

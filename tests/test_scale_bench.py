@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ops.scale_bench import WordHashEmbedder, build_corpus, entities_of
+from ops.bench.scale import WordHashEmbedder, build_corpus, entities_of
 from tests.conftest import ROOT, Cli
 from tests.shared_data import SHARED_DATA as DATA
 from tests.shared_data import needs_shared

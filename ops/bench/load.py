@@ -27,8 +27,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ops.datasets import Dataset, load_dataset
-from ops.recall import index_corpus
+from ops.bench.corpora import index_corpus
+from ops.bench.datasets import Dataset, load_dataset
 from ops.stack.processes import WorkerProcess, worker_env
 from ops.stack.services import Stack, free_port, stderr
 from topics import BadInput

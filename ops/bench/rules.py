@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ops.datasets import load_dataset
+from ops.bench.datasets import load_dataset
 from ops.publish import publish, wait_indexed
 from ops.stack.kafka_admin import delete_namespace_topics, ensure_topics
 from ops.stack.processes import WorkerProcess, worker_env
