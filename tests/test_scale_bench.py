@@ -70,8 +70,8 @@ def test_bench_scale_reads_its_sizes_from_sizes_and_refuses_it_where_no_bench_re
         (["ppr", "--edges", "1000,1e6"], "--edges takes counts, comma-separated; '1e6' is not one"),
         (["load", "--clients", "0"], "--clients takes counts of at least 1"),
         (["index", "--extractors", "1,x"], "--extractors takes counts, comma-separated; 'x' is not one"),
-        (["scale", "--sizes", "300", "--passages", "300"], "give the tenant sizes once"),
-        (["recall", "--sizes", "300"], "not bench recall"),
+        (["scale", "--sizes", "300", "--passages", "300"], "not allowed with argument --sizes"),
+        (["recall", "--sizes", "300"], "unrecognized arguments: --sizes 300"),  # argparse: not recall's flag
         (["index", "--rules", "--sizes", "300"], "not bench index --rules"),
     ]:
         proc = cli.run("bench", *argv, check=False, timeout=60)
