@@ -338,6 +338,6 @@ if __name__ == "__main__":
 
     sys.path[:] = [
         p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent
-    ]  # ops/ itself shadows nothing
+    ]  # ops/bench/ itself shadows nothing
     spec = json.loads(sys.argv[1])
     print(json.dumps(asyncio.run(_write(spec) if spec["phase"] == "write" else _query(spec))))
