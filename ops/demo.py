@@ -11,10 +11,10 @@ import urllib.request
 from pathlib import Path
 
 from ops.answer_format import format_answer, query_endpoint, read_answer
-from ops.kafka_admin import ensure_topics
-from ops.processes import WorkerProcess
 from ops.publish import load_documents, publish, wait_indexed
-from ops.stack import Stack, stderr
+from ops.stack.kafka_admin import ensure_topics
+from ops.stack.processes import WorkerProcess
+from ops.stack.services import Stack, stderr
 from workers.settings import Settings
 
 SAMPLE_CORPUS = Path(__file__).parent / "sample_corpus"

@@ -12,7 +12,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from ops.datasets import load_dataset
+from ops.bench.datasets import load_dataset
 from workers.algorithms.grounding import Passage, ground
 from workers.algorithms.normalize import content_hash
 from workers.models.extraction import ReplayExtractor, RulesExtractor

@@ -31,7 +31,7 @@ from workers.publisher import ClientPublisher
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from ops.processes import WorkerProcess
+    from ops.stack.processes import WorkerProcess
 
 TEXT_SUFFIXES = {".txt", ".md"}
 READ_SUFFIXES = TEXT_SUFFIXES | {".json", ".jsonl"}

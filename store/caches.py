@@ -53,7 +53,7 @@ class EmbeddingCache:
             pipe.set(self.key(text), np.asarray(vector, dtype=np.float32).tobytes(), ex=EMBEDDING_CACHE_TTL_S)
         await pipe.execute()
 
-    # ---- benchmarks: a run that must embed a corpus itself (ops/rules_bench.py) ----
+    # ---- benchmarks: a run that must embed a corpus itself (ops/bench/rules.py) ----
     async def forget_many(self, texts: list[str]) -> None:
         """Drop the cached vectors of these texts (the others stay)."""
         for start in range(0, len(texts), 1000):

@@ -18,15 +18,15 @@ from pathlib import Path
 from kafka import KafkaAdminClient
 
 from ops.fake_llm import FakeOpenAI
-from ops.processes import WorkerProcess, stop_all
-from ops.stack import Stack, free_ports
+from ops.stack.processes import WorkerProcess, stop_all
+from ops.stack.services import Stack, free_ports
 
 TERM_TIMEOUT_S = 60  # a graceful stop that takes longer is finished with SIGKILL (and logged)
 
 
 def free_kafka_port(brokers: int = 1) -> int:
     """A free port followed by free ports for every broker and its controller (broker n listens
-    on port + 2(n - 1), its controller on the next: ops.stack.Stack)."""
+    on port + 2(n - 1), its controller on the next: ops.stack.services.Stack)."""
     return free_ports(2 * brokers)
 
 

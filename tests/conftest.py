@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.processes import WorkerProcess, stop_all
-from ops.stack import free_port
+from ops.stack.processes import WorkerProcess, stop_all
+from ops.stack.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMSTREAM = [sys.executable, "-m", "ops.cli"]
@@ -39,7 +39,7 @@ def redis_url(request) -> str | None:
 def stack_env():
     """Environment pointing at a running local stack; starts one if none answers (and stops
     only what it started)."""
-    from ops.stack import Stack
+    from ops.stack.services import Stack
     from workers.settings import Settings
 
     settings = Settings.from_env()

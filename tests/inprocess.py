@@ -1,14 +1,14 @@
 """The indexing stages in the test's own process, over any store (store.base.MemoryStore): the
 real Redis of the test stack (store.memory.Memory) or the memory of this process
 (store.in_memory.InMemoryStore, no stack needed), with Kafka replaced by the in-memory broker of
-ops.local_run (`InProcessBroker`) — a test double, for tests of the stages' logic: no torch
+ops.testing (`InProcessBroker`) — a test double, for tests of the stages' logic: no torch
 unless a test asks for the real embedder, no worker processes, no Kafka round trips.
 
 `InProcess` is one fresh tenant's stages over that broker: it publishes and deletes as the CLI
 does and keeps everything the stages sent (`sent`). By default the broker delivers one message
 at a time, oldest first; `Delivery` (re-exported here) makes it behave like several partitions
 and consumers, with seeded orders, redeliveries and a failed first publish of a fact event (see
-ops/local_run.py); its counters are the broker's (`InProcess.broker`).
+ops/testing.py); its counters are the broker's (`InProcess.broker`).
 
 Reading the memory goes through the same code as the CLI: `export()` is `memstream export`'s
 function, `events()` decodes the indexed-facts events like `memstream tail`, `query()` runs the
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from ops.export import export_memory
-from ops.local_run import Delivery, InProcessBroker  # Delivery: the tests import it from here
+from ops.testing import Delivery, InProcessBroker  # Delivery: the tests import it from here
 from store import Memory, Outgoing
 from store.base import MemoryStore
 from store.in_memory import InMemoryStore
@@ -199,7 +199,7 @@ class InProcess:
         )
         self.pipeline = Pipeline(self.settings, self.memory, self.broker.send, self.embedder, extractor, resolver_llm)
 
-    # ---- the broker (ops.local_run.InProcessBroker) -----------------------------------------
+    # ---- the broker (ops.testing.InProcessBroker) -----------------------------------------
     @property
     def sent(self) -> list[Outgoing]:
         """Everything the stages sent, in order: the topics' contents."""

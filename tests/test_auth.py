@@ -345,7 +345,7 @@ def test_mcp_over_http_needs_a_key_for_its_tenant_and_the_tool_s_scope(api):
 
 def test_memstream_query_sends_memstream_api_key(api, monkeypatch, capsys):
     from ops.cli import main as cli
-    from ops.stack import free_port
+    from ops.stack.services import free_port
     from workers.query.server import query_app, serve
 
     settings, written, a, b = api
@@ -511,7 +511,7 @@ def test_compose_serves_the_api_beyond_loopback_only_with_keys():
 def test_metrics_port_serves_metrics_without_a_key_on_loopback_by_default():
     import urllib.request
 
-    from ops.stack import free_port
+    from ops.stack.services import free_port
     from workers.query.server import serve_metrics
 
     port = free_port()

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-from ops.stack import Stack
+from ops.stack.services import Stack
 from tests.chaos import comparable_export, export_differences, free_kafka_port, leading_broker
 from tests.conftest import write_docs
 from tests.test_crash import chunks_done, corpus, expected_fact_ids
@@ -76,7 +76,7 @@ def test_topics_created_while_a_broker_is_away_wait_for_it_rather_than_keep_two_
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaConnectionError
 
-    from ops.kafka_admin import ensure_topics
+    from ops.stack.kafka_admin import ensure_topics
 
     stack = three_brokers
     away = stack.brokers[2]

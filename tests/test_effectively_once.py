@@ -523,7 +523,7 @@ def test_a_worker_started_while_the_broker_is_down_waits_for_it(tmp_path):
     import subprocess
     import sys
 
-    from ops.stack import free_port
+    from ops.stack.services import free_port
 
     env = {
         **os.environ,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.stack import free_port
+from ops.stack.services import free_port
 from tests.browser import chromium_path
 from tests.test_query_server import PASSAGES, ExactEmbedder, write_memory
 from workers.settings import Settings

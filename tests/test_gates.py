@@ -83,7 +83,7 @@ def test_docs_configuration_lists_every_setting_and_no_other():
 
     from workers.settings import TABLE_BEGIN, TABLE_END, Settings, variable, with_settings_table
 
-    outside_settings = {"MEMSTREAM_KAFKA_HEAP"}  # ops/stack.py reads it when it starts Kafka
+    outside_settings = {"MEMSTREAM_KAFKA_HEAP"}  # ops/stack/services.py reads it when it starts Kafka
     document = (ROOT / "docs" / "configuration.md").read_text()
     assert document == with_settings_table(document), (
         "docs/configuration.md's settings table is not the one workers/settings.py generates: "

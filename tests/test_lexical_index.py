@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ops.datasets import load_dataset
+from ops.bench.datasets import load_dataset
 from store.records import Erasure
 from store.redis.search import LEXICAL_READ_ALL
 from tests.shared_data import SHARED_DATA, needs_shared

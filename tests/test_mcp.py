@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from ops.stack import free_port
+from ops.stack.services import free_port
 from tests import inprocess
 from tests.conftest import ROOT
 from tests.inprocess import InProcess, ScriptedExtractor
@@ -148,7 +148,7 @@ async def check_tools(client: Client, tenant: str, written: dict) -> None:
 def test_stdio_memstream_mcp_serves_one_tenant_and_remembers_onto_the_documents_topic(stack_env, real_embedder):
     from kafka import KafkaConsumer, TopicPartition
 
-    from ops.kafka_admin import ensure_topics
+    from ops.stack.kafka_admin import ensure_topics
 
     ns = f"t{uuid.uuid4().hex[:10]}"
     settings = Settings.from_env(stack_env, topic_namespace=ns, partitions=1)

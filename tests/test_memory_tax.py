@@ -3,8 +3,8 @@
 
 import asyncio
 
-from ops import memory_tax
-from ops.memory_tax import PROCESS_ITEMS, ROOM_CONFLICT, VISA_REFUSAL, kept
+from ops.bench import memory_tax
+from ops.bench.memory_tax import PROCESS_ITEMS, ROOM_CONFLICT, VISA_REFUSAL, kept
 from tests import inprocess
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ops.fake_llm import FakeOpenAI
-from ops.stack import free_port
+from ops.stack.services import free_port
 from tests.chaos_corpus import corpus, extraction
 from tests.conftest import MEMSTREAM, ROOT, write_docs
 

@@ -1,4 +1,4 @@
-"""ops.processes.WorkerProcess, the one way benchmarks, the demo, chaos and the test fixtures
+"""ops.stack.processes.WorkerProcess, the one way benchmarks, the demo, chaos and the test fixtures
 start and stop `memstream worker`: a worker that exits while awaited fails the wait at once,
 with its log's tail, instead of after the health timeout."""
 
@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from ops import processes
-from ops.processes import WorkerFailed, WorkerProcess
 from ops.publish import _wait_indexed
-from ops.stack import ephemeral_ports, free_port
+from ops.stack import processes
+from ops.stack.processes import WorkerFailed, WorkerProcess
+from ops.stack.services import ephemeral_ports, free_port
 from store.in_memory import InMemoryStore
 from topics import Document
 from workers.liveness import EXIT_STALLED
@@ -39,10 +39,10 @@ def test_settings_a_worker_would_refuse_raise_before_anything_is_spawned(tmp_pat
 
 
 def test_services_stop_together_and_are_gone_when_stop_returns(tmp_path):
-    """ops.stack.stop_together: one service that stops on SIGTERM, one that ignores it (a KRaft
+    """ops.stack.services.stop_together: one service that stops on SIGTERM, one that ignores it (a KRaft
     broker whose quorum is gone): both get SIGTERM at once, the second SIGKILL after the grace,
     and neither is alive when it returns (a start right after found a port still open)."""
-    from ops.stack import Service, _alive, stop_together
+    from ops.stack.services import Service, _alive, stop_together
 
     polite = Service("polite", 0, tmp_path / "polite", "polite-sleeper")
     stubborn = Service("stubborn", 0, tmp_path / "stubborn", "stubborn-sleeper")

@@ -13,7 +13,7 @@ import uuid
 
 import numpy as np
 
-from ops.stack import free_port
+from ops.stack.services import free_port
 from store import Memory
 from store.facts import Fact
 from tests.test_query_worker import call
@@ -129,7 +129,7 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     from aiohttp.test_utils import TestClient, TestServer
     from kafka import KafkaConsumer, TopicPartition
 
-    from ops.kafka_admin import ensure_topics
+    from ops.stack.kafka_admin import ensure_topics
     from workers.query.server import query_app
 
     tenant = f"routes-{uuid.uuid4().hex[:8]}"

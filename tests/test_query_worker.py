@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from ops.fake_llm import FakeOpenAI
-from ops.stack import free_port
+from ops.stack.services import free_port
 from tests.conftest import running_workers, write_docs
 from workers.algorithms.chunking import chunk_id_of
 

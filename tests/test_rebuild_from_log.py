@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.stack import Stack, free_port
+from ops.stack.services import Stack, free_port
 from tests.chaos import comparable_export, export_differences
 from tests.conftest import write_docs
 from tests.test_crash import corpus

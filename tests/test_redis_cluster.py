@@ -1,4 +1,4 @@
-"""A local Redis Cluster (`memstream stack up --redis-cluster 3`, ops/stack.py) and what the store
+"""A local Redis Cluster (`memstream stack up --redis-cluster 3`, ops/stack/services.py) and what the store
 does on one today: it refuses it with a clear error, where it ran on the first shard and failed
 (MOVED) or read another shard's tenants as empty. The engine's behaviour a cluster store rests
 on is pinned here too: with no coordinator in the query engine shipped here, an index is a key
@@ -17,7 +17,7 @@ from redis.cluster import RedisCluster
 from redis.commands.search.query import Query
 from redis.crc import key_slot
 
-from ops.stack import CLUSTER_SLOTS, Stack, cluster_info, free_ports, own_slots
+from ops.stack.services import CLUSTER_SLOTS, Stack, cluster_info, free_ports, own_slots
 from tests.conftest import MEMSTREAM, ROOT
 from workers.settings import Settings
 
@@ -50,7 +50,7 @@ def _shards(env: dict) -> list[redis.Redis]:
 def _redis_up(env: dict, *flags: str) -> subprocess.CompletedProcess:
     """`stack up`'s Redis part: the Kafka part is the three-broker tests' (tests/test_brokers.py)."""
     code = (
-        "import sys, dataclasses; from ops.cli import main; import ops.stack as s; "
+        "import sys, dataclasses; from ops.cli import main; import ops.stack.services as s; "
         "s.Stack._kafka_up = lambda self, progress: None; sys.exit(main(sys.argv[1:]))"
     )
     import sys

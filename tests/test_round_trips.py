@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio.client import Pipeline as RedisPipeline
 from redis.asyncio.client import Redis
 
-from ops import rules_bench
+from ops.bench import rules as rules_bench
 from store import AlreadyDone
 from store.nodes import entity_node
 from store.redis import base as redis_base

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ops.scale_bench import WordHashEmbedder, build_corpus, entities_of
+from ops.bench.scale import WordHashEmbedder, build_corpus, entities_of
 from tests.conftest import ROOT, Cli
 from tests.shared_data import SHARED_DATA as DATA
 from tests.shared_data import needs_shared
@@ -70,8 +70,8 @@ def test_bench_scale_reads_its_sizes_from_sizes_and_refuses_it_where_no_bench_re
         (["ppr", "--edges", "1000,1e6"], "--edges takes counts, comma-separated; '1e6' is not one"),
         (["load", "--clients", "0"], "--clients takes counts of at least 1"),
         (["index", "--extractors", "1,x"], "--extractors takes counts, comma-separated; 'x' is not one"),
-        (["scale", "--sizes", "300", "--passages", "300"], "give the tenant sizes once"),
-        (["recall", "--sizes", "300"], "not bench recall"),
+        (["scale", "--sizes", "300", "--passages", "300"], "not allowed with argument --sizes"),
+        (["recall", "--sizes", "300"], "unrecognized arguments: --sizes 300"),  # argparse: not recall's flag
         (["index", "--rules", "--sizes", "300"], "not bench index --rules"),
     ]:
         proc = cli.run("bench", *argv, check=False, timeout=60)

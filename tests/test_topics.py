@@ -1,4 +1,4 @@
-"""`ensure_topics` (ops/kafka_admin.py) on the local broker: `documents` is compacted — memory is
+"""`ensure_topics` (ops/stack/kafka_admin.py) on the local broker: `documents` is compacted — memory is
 a function of that log, so it must keep each document's last message past the 7 days the other
 topics keep — and a documents topic made before, with the broker's `delete` policy, is made so."""
 
@@ -12,8 +12,8 @@ from kafka import KafkaAdminClient
 from kafka import errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from ops import kafka_admin
-from ops.kafka_admin import delete_namespace_topics, ensure_topics
+from ops.stack import kafka_admin
+from ops.stack.kafka_admin import delete_namespace_topics, ensure_topics
 from workers.settings import Settings
 
 pytestmark = pytest.mark.stack

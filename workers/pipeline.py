@@ -19,7 +19,7 @@ expires facts whose TTL lapsed — `expire_lapsed`, run on a timer by the resolv
 indexed-facts and groups to decide again on conflict-sets.
 
 Any stage: a message that cannot be decoded or keeps failing goes to `dlq` (the envelope).
-workers/app.py runs each role's agents over `Pipeline.process`; ops/local_run.py's
+workers/app.py runs each role's agents over `Pipeline.process`; ops/testing.py's
 InProcessBroker (the benchmarks' and tests' broker) routes the outgoing messages to the next
 stage itself.
 """

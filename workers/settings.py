@@ -127,7 +127,7 @@ class Settings:
     expiry_sweep_interval: float = _setting(
         60.0, "indexing", "seconds between the resolver workers' sweeps that expire lapsed facts"
     )
-    # ---- ablations: each mechanism switched off to measure what it adds (ops/recall.py) ----
+    # ---- ablations: each mechanism switched off to measure what it adds (ops/bench/recall.py) ----
     schema_filter: bool = _setting(
         True, "ablations", "the τ gate (off: every schema is stable at once, τ = 1, and no fact waits `pending`)"
     )

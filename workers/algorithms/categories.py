@@ -29,7 +29,7 @@ constrained, rejected or failed on): "failed with" (an error code, exception or 
 "never fly"); and where that thing is written: after the cue ("we won't transit through
 Miami"), before it ("Miami is not an option"), or the cue itself (an error code).
 
-Measured on the 994 HotpotQA-100 passages (Wikipedia prose, as ops.datasets builds them): 40
+Measured on the 994 HotpotQA-100 passages (Wikipedia prose, as ops.bench.datasets builds them): 40
 of the rules extractor's 6,088 facts (0.7%) get a category (33 HARD_CONSTRAINT, mostly "only"
 and "never"; 4 REJECTED_OPTION; 3 TOOL_FAILURE), 10 sentences without a fact gain their trigger
 fact (and 4 entities); every other entity and fact is exactly what the extractor gave without

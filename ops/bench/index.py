@@ -33,11 +33,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ops.bench.corpora import TOWNS, synthetic_doc
 from ops.fake_llm import FakeOpenAI
-from ops.kafka_admin import delete_namespace_topics, ensure_topics
-from ops.processes import WorkerProcess, worker_env
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr
+from ops.stack.kafka_admin import delete_namespace_topics, ensure_topics
+from ops.stack.processes import WorkerProcess, worker_env
+from ops.stack.services import Stack, free_port, stderr
 from store import Memory
 from store.facts import Fact
 from topics import Chunk, Document
@@ -46,37 +47,6 @@ from workers.algorithms.chunking import chunk_id_of
 from workers.algorithms.normalize import entity_id, fact_id, relation_name, schema_id
 from workers.models.extraction import RulesExtractor
 from workers.settings import Settings
-
-FIRST = [
-    "Ada",
-    "Bram",
-    "Cora",
-    "Dag",
-    "Eira",
-    "Finn",
-    "Gro",
-    "Hal",
-    "Ines",
-    "Jon",
-    "Kari",
-    "Lars",
-    "Mina",
-    "Nils",
-    "Olga",
-    "Per",
-]
-LAST = ["Aune", "Berg", "Dahl", "Eide", "Foss", "Haug", "Lund", "Moe", "Nes", "Rud", "Sand", "Vik"]
-THINGS = ["Ropes", "Sails", "Clocks", "Maps", "Bells", "Looms", "Kites", "Oars", "Nets", "Glass", "Salt", "Cider"]
-TOWNS = ["Brightwater", "Port Selka", "Kestrel Point", "Norland", "Calder", "Ostra", "Merrow", "Halden"]
-
-
-def synthetic_doc(i: int) -> str:
-    person = f"{FIRST[i % 16]} {LAST[(i // 16) % 12]}{i}"
-    company = f"{THINGS[i % 12]} Works{i}"
-    return (
-        f"{person} founded {company} in {1900 + i % 100}. {company} sells goods in {TOWNS[i % 8]}. "
-        f"{person} lives in {TOWNS[(i + 3) % 8]}."
-    )
 
 
 def rules_llm(texts: Iterable[str], latency_s: float) -> FakeOpenAI:

@@ -27,10 +27,10 @@ from typing import Iterator
 
 import numpy as np
 
-from ops.datasets import Dataset, load_dataset
-from ops.processes import WorkerProcess, worker_env
-from ops.recall import index_corpus
-from ops.stack import Stack, free_port, stderr
+from ops.bench.corpora import index_corpus
+from ops.bench.datasets import Dataset, load_dataset
+from ops.stack.processes import WorkerProcess, worker_env
+from ops.stack.services import Stack, free_port, stderr
 from topics import BadInput
 from workers.settings import Settings
 

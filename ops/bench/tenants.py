@@ -3,7 +3,7 @@ new tenant's first write spends on its indexes, and query latency for a small an
 
 Each tree measured (this checkout, and with `baseline_tree` an older one, e.g. `git worktree add
 --detach DIR a268134`) gets a Redis of its own (started on a free port, stopped at the end), and
-writes through its own store (`python ops/tenant_bench.py` with PYTHONPATH at the tree): the
+writes through its own store (`python ops/bench/tenants.py` with PYTHONPATH at the tree): the
 store's public staging calls only, which every version since the lexical leg has. A tenant is
 `passages` passages of one short sentence (12 words of a 5,000-word vocabulary, Zipf-drawn), an entity and a fact
 per passage and one schema, every record with a random 384-dim vector (the local embedder's
@@ -30,16 +30,13 @@ compares."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DIMS = 384  # the default size: the local embedder's
 VOCABULARY_SIZE = 5_000  # words drawn by Zipf's law (s = 1.1), as in prose: a few common, most rare
 GOALS = {"idle_core_share": 0.05, "memory_vs_raw": 1.5, "two_document_tenant_kb": 150.0, "small_p50_vs_baseline": 1.2}
@@ -58,7 +55,8 @@ def run_tenant_bench(
     dims: int = DIMS,
     rounds: int = 5,
 ) -> int:
-    from ops.stack import Stack, free_port, stderr
+    from ops.bench.trees import baseline_checkout, percentiles, ratios
+    from ops.stack.services import Stack, free_port, stderr
     from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.settings import Settings
 
@@ -126,52 +124,11 @@ def run_tenant_bench(
 def _phase(name: str, tree: Path, spec: dict) -> dict:
     """One phase of the measurement (_write or _query), in a subprocess that imports the tree's
     store: this file's code, the tree's Memory."""
+    from ops.bench.trees import phase_in_tree
+
     return phase_in_tree(
         Path(__file__), tree, [json.dumps(spec)], f"bench tenants: the {name} tree's {spec['phase']} phase"
     )
-
-
-def tree_env(tree: Path) -> dict:
-    """This process's environment with PYTHONPATH at `tree`: a subprocess imports that checkout's code."""
-    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tree)}
-
-
-def baseline_checkout(given: str, holding: str) -> Path:
-    """A bench's --baseline-tree as a path, once it is seen to be a checkout of memstream (it
-    holds `holding`, a file the bench runs from it); BadInput otherwise."""
-    from topics import BadInput  # here: this file also runs over a baseline tree's packages
-
-    tree = Path(given).resolve()
-    if not (tree / holding).is_file():
-        raise BadInput(f"--baseline-tree {tree}: no {holding} there (expected a checkout of memstream)")
-    return tree
-
-
-def phase_in_tree(script: Path, tree: Path, argv: list[str], what: str) -> dict:
-    """`script` run over another checkout's code (the benches' baseline trees: the script is this
-    checkout's, what it imports the tree's), its last stdout line read as JSON. The benches
-    that measure two trees side by side share it (tenants, graph, scale)."""
-    proc = subprocess.run(
-        [sys.executable, str(script.resolve()), *argv],
-        cwd=tree,
-        env=tree_env(tree),
-        stdout=subprocess.PIPE,
-        stderr=None,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def ratios(this: list[float], base: list[float]) -> dict[str, float]:
-    """This tree's p50 over the baseline's, round by round: the median, the least and the most."""
-    by_round = sorted(a / b for a, b in zip(this, base))
-    return {
-        "median": round(statistics.median(by_round), 3),
-        "min": round(by_round[0], 3),
-        "max": round(by_round[-1], 3),
-    }
 
 
 def _print_table(rows: list[dict], passages: int, dims: int) -> None:
@@ -220,9 +177,11 @@ def _print_table(rows: list[dict], passages: int, dims: int) -> None:
 
 
 # ---- the measurement, run in a subprocess against one tree's store ----------------------------
-def percentiles(values: list[float]) -> tuple[float, float]:
+def _p99(values: list[float]) -> float:
+    """ops.bench.trees.percentiles's p99, here: this runs over a baseline tree's packages, and a
+    tree from before the ops/ split has no ops.bench.trees."""
     ordered = sorted(values)
-    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def _words(rng):
@@ -331,7 +290,7 @@ async def _write(spec: dict) -> dict:
         "memory_vs_raw": round(small_memory / small_raw, 3),
         "idle_core_share": round(idle_share, 4),
         "index_ms_mean": round(sum(index_ms) / len(index_ms), 3),
-        "index_ms_p99": round(percentiles(index_ms)[1], 3),
+        "index_ms_p99": round(_p99(index_ms), 3),
         "write_s": round(write_s, 1),
     }
 
@@ -379,6 +338,6 @@ if __name__ == "__main__":
 
     sys.path[:] = [
         p for p in sys.path if Path(p).resolve() != Path(__file__).resolve().parent
-    ]  # ops/ itself shadows nothing
+    ]  # ops/bench/ itself shadows nothing
     spec = json.loads(sys.argv[1])
     print(json.dumps(asyncio.run(_write(spec) if spec["phase"] == "write" else _query(spec))))

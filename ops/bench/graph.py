@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOALS = {"bytes_per_passage": 1500, "query_p50_ms": 40.0}
 TYPES = 24
 DELTA_PASSAGES = 100
@@ -64,8 +64,8 @@ def run_graph_bench(
     redis_url: str | None,
     as_json: bool,
 ) -> int:
-    from ops.stack import Stack, free_port, stderr
-    from ops.tenant_bench import baseline_checkout
+    from ops.bench.trees import baseline_checkout
+    from ops.stack.services import Stack, free_port, stderr
     from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.settings import Settings
 
@@ -115,7 +115,7 @@ def run_graph_bench(
 
 def _phase(name: str, tree: Path, spec: dict) -> dict:
     """One phase in a subprocess that imports the tree's code (this file's measurement)."""
-    from ops.tenant_bench import phase_in_tree
+    from ops.bench.trees import phase_in_tree
 
     return phase_in_tree(
         Path(__file__), tree, [json.dumps(spec)], f"bench graph: the {name} tree's {spec['phase']} phase"
@@ -128,7 +128,7 @@ def _median(values: list[float]) -> float:
 
 def _pooled(results: list[dict]) -> dict:
     """A tree's rounds at one size: medians of the once-per-round figures, percentiles of the pooled walks."""
-    from ops.tenant_bench import percentiles
+    from ops.bench.trees import percentiles
 
     out: dict = {"rounds": len(results)}
     for key in ("load_s", "transition_s", "rss_mb", "delta_read_ms", "delta_fold_ms", "nodes", "edges"):

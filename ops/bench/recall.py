@@ -8,87 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
-import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from ops.datasets import Dataset, load_dataset, recall_at
-from ops.kafka_admin import ensure_topics
-from ops.processes import WorkerProcess, stop_all, worker_env
-from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr
+from ops.bench.corpora import index_corpus, passage_index
+from ops.bench.datasets import Dataset, load_dataset, recall_at
+from ops.stack.services import Stack, stderr
 from store import Memory
-from topics import BadInput, Document
 from workers.algorithms.retrieval import RetrievalParams
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 from workers.query.engine import QueryEngine, QueryRequest
 from workers.query.modes import QueryMode, table_order
 from workers.settings import Settings
-
-# Every passage of these sets fits one chunk (≤ 300 words): the replay extractor is keyed by
-# whole passages, and HippoRAG's recall counts passages.
-BENCH_CHUNK_TOKENS = 100_000
-
-
-def corpus_documents(dataset: Dataset, tenant: str) -> list[Document]:
-    return [
-        Document(tenant=tenant, doc_id=f"{dataset.name}-{i:05d}", text=text) for i, text in enumerate(dataset.passages)
-    ]
-
-
-def passage_index(doc_id: str) -> int:
-    return int(doc_id.rsplit("-", 1)[1])
-
-
-def corpus_worker_env(
-    settings: Settings, namespace: str, home: Path, extractor: str, replay_file: Path | None, **extra: str
-) -> dict:
-    replay = {"MEMSTREAM_REPLAY_FILE": str(replay_file)} if replay_file else {}
-    return worker_env(
-        settings,
-        namespace,
-        home,
-        MEMSTREAM_EXTRACTOR=extractor,
-        MEMSTREAM_CHUNK_TOKENS=str(BENCH_CHUNK_TOKENS),
-        **replay,
-        **extra,
-    )
-
-
-def index_corpus(
-    settings: Settings, dataset: Dataset, tenant: str, extractor: str, workers: int = 1, **extra: str
-) -> float:
-    """Publish every passage as a document and wait until the pipeline has indexed it all;
-    returns the seconds taken. Indexing an already indexed tenant again changes nothing."""
-    if extractor == "replay" and dataset.openie_file is None:
-        raise BadInput(f"{dataset.name} has no recorded OpenIE extraction; use --extractor rules")
-    namespace = f"recall{uuid.uuid4().hex[:8]}"
-    home = Path(tempfile.mkdtemp(prefix="memstream-recall-"))
-    env = corpus_worker_env(
-        settings, namespace, home, extractor, dataset.openie_file if extractor == "replay" else None, **extra
-    )
-    bench = Settings.from_env(env)
-    ensure_topics(bench)
-    processes: list[WorkerProcess] = []
-    try:
-        for n in range(workers):
-            processes.append(
-                WorkerProcess.spawn(home / f"worker{n}.log", {**env, "MEMSTREAM_HTTP_PORT": str(free_port())})
-            )
-        for worker in processes:
-            worker.wait_healthy()
-        documents = corpus_documents(dataset, tenant)
-        started = time.perf_counter()
-        publish(bench, documents)
-        pending = wait_indexed(bench, documents, timeout_s=3600, workers=processes)
-        if pending:
-            raise RuntimeError(f"{len(pending)} passages not indexed in time; see {home}")
-        return time.perf_counter() - started
-    finally:
-        stop_all(processes)
-
 
 # name → (RetrievalParams overrides, worker environment overrides for indexing)
 ABLATIONS: dict[str, tuple[dict[str, float | bool], dict[str, str]]] = {

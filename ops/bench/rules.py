@@ -9,7 +9,7 @@ HotpotQA-100 corpus. Printed side by side, all measured in this one run:
   names, facts, schemas), one embed call per chunk as the extractor makes it, by LocalEmbedder
   alone in this process — no Kafka, no Redis; and the passages alone. Measured just before
   each tree's run, so that run and its limit see the same load on a shared machine;
-- Redis round trips per chunk, counted in process (ops.local_run.LocalIndexer over Redis with a
+- Redis round trips per chunk, counted in process (ops.testing.LocalIndexer over Redis with a
   counting client) on the first few documents;
 - the texts the worker's model embedded (its shared-cache misses, read from its /metrics over the
   corpus) against the texts the chunks need vectors of: the share of model calls saved (by the
@@ -35,11 +35,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ops.datasets import load_dataset
-from ops.kafka_admin import delete_namespace_topics, ensure_topics
-from ops.processes import WorkerProcess, worker_env
+from ops.bench.datasets import load_dataset
 from ops.publish import publish, wait_indexed
-from ops.stack import Stack, free_port, stderr
+from ops.stack.kafka_admin import delete_namespace_topics, ensure_topics
+from ops.stack.processes import WorkerProcess, worker_env
+from ops.stack.services import Stack, free_port, stderr
 from store import Memory
 from topics import Document
 from workers.algorithms.normalize import canonical_fact, entity_id
@@ -57,7 +57,10 @@ COUNT_ROUND_TRIPS = r"""
 import asyncio, collections, json, sys, uuid
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline as RedisPipeline
-from ops.local_run import LocalIndexer
+try:  # ops.testing since the ops/ split; a baseline tree from before it has ops.local_run
+    from ops.testing import LocalIndexer
+except ImportError:
+    from ops.local_run import LocalIndexer
 from store import Memory
 from topics import Document
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ops.datasets import load_dataset
-from ops.processes import WorkerProcess
-from ops.recall import corpus_worker_env, index_corpus
-from ops.stack import Stack, free_port, stderr
+from ops.bench.corpora import corpus_worker_env, index_corpus
+from ops.bench.datasets import load_dataset
+from ops.stack.processes import WorkerProcess
+from ops.stack.services import Stack, free_port, stderr
 from store import Memory
 from workers.algorithms.ppr import SparseGraph
 from workers.query.graph_cache import TenantGraph, load_whole

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from ops.datasets import recall_at
-from ops.local_run import LocalIndexer
-from ops.stack import stderr
+from ops.bench.datasets import recall_at
+from ops.stack.services import stderr
+from ops.testing import LocalIndexer
 from topics import BadInput, ContractError
 from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
 from workers.algorithms.retrieval import RetrievalParams
@@ -43,7 +43,7 @@ from workers.settings import Settings
 if TYPE_CHECKING:
     from store.base import MemoryStore
 
-SAMPLE_CONVERSATION = Path(__file__).parent / "sample_conversation" / "maya-jonas.json"
+SAMPLE_CONVERSATION = Path(__file__).parents[1] / "sample_conversation" / "maya-jonas.json"
 # The category numbers as in the public LoCoMo file; papers disagree on this map, so the
 # benchmark prints it with every table.
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open domain", 4: "single hop", 5: "adversarial"}

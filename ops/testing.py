@@ -1,4 +1,10 @@
-"""Kafka in this process: `InProcessBroker` routes every message a stage sends on a topic some
+"""memstream's public testing module (as `bytewax.testing` is bytewax's): the pipeline run in
+one process, with no Kafka and, over store.in_memory.InMemoryStore, no Redis either. It offers
+`InProcessBroker` and its `Delivery` (how messages are delivered), and `LocalIndexer` (the four
+stages over a store and this broker). It is public: an application's tests may use it, as
+memstream's own (tests/inprocess.py) and its benchmarks do.
+
+Kafka in this process: `InProcessBroker` routes every message a stage sends on a topic some
 stage consumes to that stage's handler (`Pipeline.process`), as the topics do, and keeps what
 is read outside the pipeline (indexed-facts, dlq). The stages, the envelope, the store and the
 query engine are the production code; only the broker is not, so runs need no services (with

@@ -10,7 +10,7 @@ no context repeats it):
   has been compressed into a summary that keeps the destination, origin, party and budget
   (deterministic rules, not an LLM), and the turns since are kept raw.
 - `full history`: every earlier turn, raw.
-- `memstream`: the earlier turns indexed through the real pipeline (ops.local_run.LocalIndexer:
+- `memstream`: the earlier turns indexed through the real pipeline (ops.testing.LocalIndexer:
   the four stages over store.in_memory.InMemoryStore, the `rules` extractor, the local MiniLM
   embedder), then the query engine (workers.query.engine.QueryEngine, PPR mode) for the final
   turn's text (its top TOP_K passages), plus the tenant's standing HARD_CONSTRAINT /
@@ -247,7 +247,7 @@ class MemstreamContext:
 
 
 async def memstream_context(history: list[Turn], decision: Turn, embedder) -> MemstreamContext:
-    from ops.local_run import LocalIndexer
+    from ops.testing import LocalIndexer
     from workers.models.extraction import RulesExtractor
     from workers.query.engine import QueryEngine, QueryRequest
 

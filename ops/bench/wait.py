@@ -26,13 +26,14 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ops.kafka_admin import delete_namespace_topics
-from ops.stack import Stack, free_port, stderr
-from ops.tenant_bench import baseline_checkout
+from ops.bench.corpora import synthetic_doc
+from ops.bench.trees import baseline_checkout
+from ops.stack.kafka_admin import delete_namespace_topics
+from ops.stack.services import Stack, free_port, stderr
 from store.server_stats import server_usage
 from workers.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ACCEPTABLE_SHARE = 0.05  # of one core, with 5,000 documents pending
 
 
@@ -53,7 +54,9 @@ def run_wait_bench(
     settings: Settings, pending: int, window_s: float, baseline_tree: str | None, seen: bool, as_json: bool
 ) -> int:
     Stack(settings).up(stderr)  # Kafka, which the CLI publishes to
-    trees = [("this", ROOT)] + ([("baseline", baseline_checkout(baseline_tree, "ops/cli.py"))] if baseline_tree else [])
+    trees = [("this", ROOT)] + (
+        [("baseline", baseline_checkout(baseline_tree, "ops/cli/__main__.py", "ops/cli.py"))] if baseline_tree else []
+    )
     work = Path(tempfile.mkdtemp(prefix="memstream-waitbench-"))
     redis_stack = Stack(Settings(home=work, redis_port=free_port()))
     redis_stack.service_up("redis", stderr)
@@ -105,8 +108,6 @@ def _measure(
     window_s: float,
     seen: bool,
 ) -> WaitCost:
-    from ops.bench import synthetic_doc
-
     tenant = f"waitbench-{ns[-8:]}"
     texts = {f"wait-{i}": synthetic_doc(i) for i in range(pending)}
     docs = work / f"{ns}.jsonl"

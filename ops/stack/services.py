@@ -21,7 +21,7 @@ from pathlib import Path
 
 from workers.settings import Settings
 
-KAFKA_POM = Path(__file__).parent / "kafka" / "pom.xml"
+KAFKA_POM = Path(__file__).parent.parent / "kafka" / "pom.xml"  # the resource stays in ops/kafka
 START_TIMEOUT_S = 120
 # A record's hash stays one compact listpack up to this value size (Redis's default, 64 bytes,
 # turns every record with a vector into a table of separately allocated fields): 12% less

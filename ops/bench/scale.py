@@ -38,7 +38,7 @@ import time
 import zlib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DIMS = 384
 SIZES = (5_000, 50_000, 200_000)
 TENANT = os.environ.get("MEMSTREAM_SCALE_TENANT", "scale")
@@ -80,7 +80,7 @@ def build_corpus(data_dir: Path, size: int, seed: int = 7) -> tuple[list[str], l
     """`size` passages (the corpora's own first, then recombined sentences) and the questions."""
     import random
 
-    from ops.datasets import load_dataset
+    from ops.bench.datasets import load_dataset
 
     passages: list[str] = []
     questions: list[str] = []
@@ -122,8 +122,8 @@ def run_scale_bench(
     as_json: bool,
     http: bool = True,
 ) -> int:
-    from ops.stack import Stack, free_port, stderr
-    from ops.tenant_bench import baseline_checkout, percentiles, phase_in_tree, ratios
+    from ops.bench.trees import baseline_checkout, percentiles, phase_in_tree, ratios
+    from ops.stack.services import Stack, free_port, stderr
     from topics import BadInput  # here: this file also runs over a baseline tree's packages
     from workers.query.modes import table_order  # this tree's: a baseline's children get the built-in names
     from workers.settings import Settings
@@ -208,7 +208,7 @@ class _QueryProcess:
     """A tree's query process: one JSON request a line in, one JSON answer a line out."""
 
     def __init__(self, tree: Path, spec: dict):
-        from ops.tenant_bench import tree_env
+        from ops.bench.trees import tree_env
 
         self.tree = tree
         self.proc = subprocess.Popen(
@@ -382,7 +382,10 @@ async def _serve(spec: dict) -> None:
     engine = QueryEngine(memory, embedder)
     runner = session = None
     if spec.get("http"):
-        from ops.stack import free_port
+        try:  # this code runs over a baseline tree's packages too: ops/stack.py before the ops/ split
+            from ops.stack.services import free_port
+        except ImportError:
+            from ops.stack import free_port  # type: ignore[attr-defined,no-redef]
 
         settings = Settings.from_env({"MEMSTREAM_REDIS_URL": spec["redis_url"], "MEMSTREAM_TENANT": TENANT})
         runner = web.AppRunner(query_app(settings, embedder))
