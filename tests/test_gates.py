@@ -98,3 +98,16 @@ def test_docs_configuration_lists_every_setting_and_no_other():
     }
     assert named == outside_settings
     assert not outside_settings & {variable(f.name) for f in fields(Settings)}
+
+
+MAX_MODULE_LINES = 600  # a module longer than this holds more than one thing: split it by meaning
+
+
+def test_no_module_in_ops_workers_or_store_is_longer_than_600_lines():
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for folder in ("ops", "workers", "store")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
