@@ -149,6 +149,19 @@ def test_an_index_a_shard_sees_that_shards_tenants_also_after_their_slot_moves(c
     for tenant in tenants:
         assert [found(n, tenant) for n in range(3)] == [3 if n == home(tenant) else 0 for n in range(3)], tenant
 
+    # A tenant's read script (the walk's _SEARCH_READ: its one key in the tenant's slot) may run
+    # FT.SEARCH on its shard's index only when the script declares cross-slot access: the index
+    # name is a key of another slot, on the same shard.
+    tenant = tenants[0]
+    search = "return redis.call('FT.SEARCH', ARGV[1], '@tenant:{' .. ARGV[2] .. '}', 'NOCONTENT')"
+    index, shard = f"ms:index:{{{tags[home(tenant)]}}}", shards[home(tenant)]
+    with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
+        shard.eval("#!lua flags=no-writes\n" + search, 1, f"ms:{{{tenant}}}:route", index, tenant)
+    reply = shard.eval(
+        "#!lua flags=no-writes,allow-cross-slot-keys\n" + search, 1, f"ms:{{{tenant}}}:route", index, tenant
+    )
+    assert reply[0] == 3, reply
+
     moved = tenants[0]
     slot, source = key_slot(f"{{{moved}}}".encode()), home(moved)
     target = (source + 1) % 3
