@@ -3,17 +3,23 @@ import the Redis client: an outage is waited out (indexing) or answered 503 (que
 
 from __future__ import annotations
 
+from redis.exceptions import AskError, ClusterDownError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+# A Redis Cluster's slot moved (MOVED), is moving (ASK, TRYAGAIN) or has no serving shard
+# (CLUSTERDOWN): the store's router reads the slot map again (store.redis.topology), and a retry
+# after a wait reaches the slot's owner — as after a connection lost.
+_SLOT_MOVING = (AskError, TryAgainError, ClusterDownError)  # AskError covers MovedError
 
 
 def redis_unavailable(exc: BaseException | None) -> BaseException | None:
-    """The Redis connection or timeout error behind `exc` (redisvl wraps them), if any. A pool
-    that stays exhausted past its timeout raises ConnectionError("No connection available.")."""
+    """The Redis connection or timeout error behind `exc` (redisvl wraps them), or a cluster
+    slot's move, if any. A pool that stays exhausted past its timeout raises
+    ConnectionError("No connection available.")."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+        if isinstance(exc, (RedisConnectionError, RedisTimeoutError, *_SLOT_MOVING)):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

@@ -8,6 +8,7 @@ slot moves (docs/operations.md, "Redis Cluster")."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 
@@ -18,6 +19,9 @@ from redis.commands.search.query import Query
 from redis.crc import key_slot
 
 from ops.stack.services import CLUSTER_SLOTS, Stack, cluster_info, free_ports, own_slots
+from store.errors import redis_unavailable
+from store.keys import llm_cache_key
+from store.redis.topology import REFRESH_MIN_INTERVAL_S, ShardRouter, tenant_slot
 from tests.conftest import MEMSTREAM, ROOT
 from workers.settings import Settings
 
@@ -163,18 +167,83 @@ def test_an_index_a_shard_sees_that_shards_tenants_also_after_their_slot_moves(c
     assert reply[0] == 3, reply
 
     moved = tenants[0]
-    slot, source = key_slot(f"{{{moved}}}".encode()), home(moved)
+    source = home(moved)
     target = (source + 1) % 3
+    _move_slot(cluster_env, key_slot(f"{{{moved}}}".encode()), source, target)
+    assert [found(n, moved) for n in range(3)] == [3 if n == target else 0 for n in range(3)]
+    client.close()
+
+
+def _move_slot(env: dict, slot: int, source: int, target: int) -> None:
+    """Reshard one slot from shard `source` to shard `target` with its keys, as
+    `redis-cli --cluster reshard` does: IMPORTING, MIGRATING, MIGRATE, then SETSLOT NODE on all."""
+    shards = _shards(env)
     ids = [s.execute_command("CLUSTER", "MYID").decode() for s in shards]
-    port = int(cluster_env["MEMSTREAM_REDIS_PORT"])
+    port = int(env["MEMSTREAM_REDIS_PORT"])
     shards[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
     shards[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
     keys = shards[source].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
-    shards[source].execute_command("MIGRATE", "127.0.0.1", port + target, "", 0, 5000, "KEYS", *keys)
+    if keys:
+        shards[source].execute_command("MIGRATE", "127.0.0.1", port + target, "", 0, 5000, "KEYS", *keys)
     for shard in shards:
         shard.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
-    assert [found(n, moved) for n in range(3)] == [3 if n == target else 0 for n in range(3)]
-    client.close()
+
+
+def test_the_shard_router_sends_a_tenants_commands_to_its_slots_shard_and_follows_a_reshard(cluster_env):
+    """store.redis.topology.ShardRouter: each tenant's keys (one hash tag: one slot) reach the
+    shard serving that slot, one command or a transaction, with no MOVED; after the slot is
+    resharded, the old owner's MOVED fails one command as an outage would (redis_unavailable)
+    and the next reaches the new owner, where the tenant's keys now are."""
+    assert _redis_up(cluster_env, "--redis-cluster", "3").returncode == 0
+    port = int(cluster_env["MEMSTREAM_REDIS_PORT"])
+    asyncio.run(_route_and_reshard(cluster_env, port))
+
+
+async def _route_and_reshard(env: dict, port: int) -> None:
+    router = ShardRouter.from_url(f"redis://127.0.0.1:{port}/0")
+    try:
+        tenants = [f"t{n}" for n in range(30)]
+        assert len({router.node_of(t) for t in tenants}) == 3  # thirty tenants land on every shard
+        for tenant in tenants:
+            pipe = router.for_tenant(tenant).pipeline(transaction=True)
+            pipe.hset(f"ms:{{{tenant}}}:doc:a", "v", tenant).sadd(f"ms:{{{tenant}}}:docs", "a")
+            await pipe.execute()
+        assert await router.for_key(llm_cache_key("m", "0" * 64)).set(llm_cache_key("m", "0" * 64), b"x")
+        for tenant in tenants:
+            client = router.for_tenant(tenant)
+            assert await client.hget(f"ms:{{{tenant}}}:doc:a", "v") == tenant.encode()
+            assert client is router.for_key(f"ms:pas:{{{tenant}}}:p1")
+        assert len(router.servers()) == 3
+
+        tenant = tenants[0]
+        before = router.node_of(tenant)
+        source = [("127.0.0.1", port + n) for n in range(3)].index(before)
+        target = (source + 1) % 3
+        _move_slot(env, tenant_slot(tenant), source, target)
+        with pytest.raises(redis.ResponseError) as moved:
+            await router.for_tenant(tenant).hget(f"ms:{{{tenant}}}:doc:a", "v")
+        assert redis_unavailable(moved.value) is moved.value  # the envelope waits it out and retries
+        assert router.node_of(tenant) == ("127.0.0.1", port + target)
+        assert await router.for_tenant(tenant).hget(f"ms:{{{tenant}}}:doc:a", "v") == tenant.encode()
+        pipe = router.for_tenant(tenant).pipeline(transaction=True)
+        await pipe.hset(f"ms:{{{tenant}}}:doc:b", "v", "after").smembers(f"ms:{{{tenant}}}:docs").execute()
+
+        # a transaction sent to the old owner (a map not refreshed yet) fails whole, and reroutes
+        _move_slot(env, tenant_slot(tenant), target, source)
+        pipe = router.for_tenant(tenant).pipeline(transaction=True)
+        pipe.hset(f"ms:{{{tenant}}}:doc:c", "v", "lost?").sadd(f"ms:{{{tenant}}}:docs", "c")
+        with pytest.raises(redis.RedisError) as aborted:
+            await pipe.execute()
+        assert redis_unavailable(aborted.value) is not None, repr(aborted.value)
+        await asyncio.sleep(REFRESH_MIN_INTERVAL_S)
+        await router.refresh()
+        assert router.node_of(tenant) == before
+        client = router.for_tenant(tenant)
+        assert await client.hget(f"ms:{{{tenant}}}:doc:c", "v") is None  # nothing of it was written
+        assert await client.smembers(f"ms:{{{tenant}}}:docs") == {b"a"}
+        assert await client.hget(f"ms:{{{tenant}}}:doc:b", "v") == b"after"
+    finally:
+        await router.close()
 
 
 def test_a_cluster_does_not_grow_under_its_shards(cluster_env):
