@@ -378,7 +378,7 @@ def test_each_transition_stages_status_times_and_edge_and_returns_its_event(stac
         seen = []
 
         async def step(transition, *args, **kwargs):
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             if transition is None:
                 memory.stage_new_fact(pipe, tenant, fact, [1.0] * 384)
                 await pipe.execute()
@@ -489,7 +489,7 @@ def test_a_decision_whose_facts_changed_before_its_commit_is_made_again(stack_en
     async def scenario():
         stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], ScriptedExtractor({}))
         memory, tenant, lifecycle = stages.memory, stages.tenant, Lifecycle(stages.memory)
-        pipe = memory.pipeline()
+        pipe = memory.pipeline(tenant)
         memory.stage_new_fact(
             pipe, tenant, Fact.extracted("f1", Triple("Ada", "lives in", "Ostra"), "ada", "ostra", "s1"), [1.0] * 384
         )
@@ -500,7 +500,7 @@ def test_a_decision_whose_facts_changed_before_its_commit_is_made_again(stack_en
             fact = await memory.fact(tenant, "f1")
             seen.append(fact.status)
             if len(seen) == 1:  # another stage activates it between our read and our commit
-                other = memory.pipeline()
+                other = memory.pipeline(tenant)
                 lifecycle.activate(other, tenant, await memory.fact(tenant, "f1"), 1)
                 await other.execute()
             if fact.status != "active":

@@ -246,7 +246,7 @@ def test_the_sweep_decides_again_when_the_resolver_changes_the_fact_under_it(red
             async def bump_and_race(tenant):  # the sweep has read the fact active: another stage invalidates it now
                 if not raced:
                     raced.append(True)
-                    pipe, fact = ip.memory.pipeline(), await ip.memory.fact(tenant, tool.id)
+                    pipe, fact = ip.memory.pipeline(tenant), await ip.memory.fact(tenant, tool.id)
                     ip.pipeline.expiry.lifecycle.invalidate(
                         pipe, tenant, fact, await bump(tenant), {}, "excluded meanwhile"
                     )

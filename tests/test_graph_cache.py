@@ -13,7 +13,7 @@ from workers.query.graph_cache import GraphCache
 
 
 async def _write_graph(memory: Memory, tenant: str, edges: int) -> None:
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     for i in range(edges):
         memory.stage_edge(
             pipe, tenant, 1, entity_node(f"{tenant}-{i}"), passage_node(f"{tenant}-{i % 3}"), 1.0, "passage"

@@ -71,7 +71,7 @@ def _chunk(i: int, context: str, text: str) -> Chunk:
 
 async def _fill(store, tenant: str) -> None:
     await store.ensure_indexes(tenant)
-    pipe = store.pipeline()
+    pipe = store.pipeline(tenant)
     rng = np.random.default_rng(7)
     for i, (context, text) in enumerate(CORPUS):
         store.stage_passage(pipe, tenant, _chunk(i, context, text), [], rng.normal(size=store.dims))
@@ -93,7 +93,7 @@ def test_in_memory_bm25_ranks_by_rare_words_and_stems():
         assert [pid for pid, _ in found["museum_trip"]] == ["p07"]
         assert await store.lexical("nobody", "Biscuit", 5) == []  # an unknown tenant has no passages
         # a passage added later is found: the index follows the passages
-        pipe = store.pipeline()
+        pipe = store.pipeline("t")
         store.stage_passage(pipe, "t", _chunk(50, "", "Biscuit again"), [], np.ones(8))
         await pipe.execute()
         assert [h.id for h in await store.lexical("t", "Biscuit", 1)] == ["p50"]
@@ -155,7 +155,7 @@ def test_past_the_candidate_limit_the_ranking_is_the_in_memory_stores(stack_env,
         try:
             await _fill(memory, tenant)
             await memory.ensure_indexes(other)  # another tenant saying "lake" often: the shared idf of "lake" falls
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(other)
             for i in range(12):
                 memory.stage_passage(
                     pipe, other, _chunk(i, "", "lake lake lake caroline " + "word " * i), [], np.ones(8)

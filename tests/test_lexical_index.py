@@ -52,7 +52,7 @@ def _chunk(tenant: str, i: int, text: str) -> Chunk:
 async def _write(memory, tenant: str, texts: list[str], start: int = 0) -> None:
     await memory.ensure_indexes(tenant)
     rng = np.random.default_rng(start)
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     for i, text in enumerate(texts, start):
         memory.stage_passage(pipe, tenant, _chunk(tenant, i, text), [], rng.normal(size=memory.dims))
     await pipe.execute()
@@ -73,7 +73,7 @@ async def _copies(memory, tenant: str, generation: int) -> int:
 async def _retire_and_erase(memory, tenant: str) -> None:
     """Passages out of memory, as versions and erasures leave them: retired (p0003, p0007) and
     erased (p0011). Both still count in the tenant's passages, as on the shared path."""
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     memory.stage_retire_passage(pipe, tenant, "p0003")
     memory.stage_retire_passage(pipe, tenant, "p0007")
     memory.stage_erase(pipe, tenant, Erasure("d0011", ("p0011",), (), (), (), (), ()))
@@ -143,11 +143,11 @@ def test_a_tenant_promoted_to_its_own_index_ranks_as_before_and_follows_its_writ
             # writes after the promotion reach the own index: a new passage, a retirement, a return
             await _write(memory, tenant, ["Zyxquorp the unmistakable lighthouse keeper of Brannoc"], start=9000)
             assert [h.id for h in await memory.lexical(tenant, "Zyxquorp lighthouse", 1)] == ["p9000"]
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             memory.stage_retire_passage(pipe, tenant, "p9000")
             await pipe.execute()
             assert "p9000" not in [h.id for h in await memory.lexical(tenant, "Zyxquorp", 5)]
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             memory.stage_restore_passage(pipe, tenant, "p9000", 2)
             await pipe.execute()
             assert [h.id for h in await memory.lexical(tenant, "Zyxquorp", 5)] == ["p9000"]
@@ -205,7 +205,7 @@ def test_a_writer_promotes_a_tenant_that_crosses_the_size_in_the_background(stac
 
 
 async def _retire(memory, tenant: str, passage_ids: list[str]) -> None:
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     for pid in passage_ids:
         memory.stage_retire_passage(pipe, tenant, pid)
     await pipe.execute()
@@ -231,7 +231,7 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
             await memory.promote_lexical(tenant)
             await _retire(memory, tenant, ["p0041"])
             await _retire(twin, exact, ["p0041"])  # replaced after the promotion
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             for pid in edited:  # back, and retired again: each one's copy replaced twice more
                 memory.stage_restore_passage(pipe, tenant, pid, 2)
             await pipe.execute()

@@ -225,7 +225,7 @@ def test_redis_records_the_first_claim_and_reads_an_old_tenant_size_from_its_ind
             await memory.ensure_indexes(
                 old
             )  # a tenant with 12-dim vectors indexed and no record (written before records were kept)
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(old)
             memory.stage_passage(pipe, old, Chunk(old, "c1", "d1", 0, 1, "an old passage"), [], np.ones(12))
             await pipe.execute()
             refused = await memory.claim_embedder(old, EmbedderId("big", 1536), True)

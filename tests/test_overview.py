@@ -27,7 +27,7 @@ def test_overview_and_an_entity_s_facts(redis_url):
             oskar = await drilldown.neighbourhood(memory, tenant, entity_id("Oskar Lind"))
             limited = await drilldown.neighbourhood(memory, tenant, entity_id("Tarn Mill"), limit=1)
             nobody = await drilldown.neighbourhood(memory, tenant, "nobody")
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             memory.stage_fact_update(pipe, tenant, written["ferry"]["fact"], {"status": "invalid", "reason": "lost"})
             await pipe.execute()
             newest = await drilldown.recent_facts(memory, tenant, (), 10)

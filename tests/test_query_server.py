@@ -60,7 +60,7 @@ async def stage_memory(memory, tenant: str, seed: int = 7, passages: dict = PASS
     random unit vectors. Returns {doc_id: {"passage": id, "fact": id, "vector": passage vector}}."""
     written = {}
     await memory.ensure_indexes(tenant)
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     for (doc_id, (head, relation, tail, text)), vectors in zip(
         passages.items(), unit_vectors(4 * len(passages), seed).reshape(-1, 4, DIMS)
     ):
@@ -301,7 +301,7 @@ def test_both_stores_list_the_standing_facts_most_specific_first(stack_env):
             one = (await drilldown.standing_facts(memory, tenant, ("HARD_CONSTRAINT", "TOOL_FAILURE"), 1)).to_json()
             plain = (await drilldown.standing_facts(memory, tenant, ("DECLARATIVE",))).to_json()
             lapsed, later = default["facts"][0]["id"], default["facts"][1]["id"]
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             memory.stage_fact_update(pipe, tenant, lapsed, {"expires_at": 1.0})  # its TTL over, not yet swept
             memory.stage_fact_update(pipe, tenant, later, {"expires_at": time.time() + 1e6})  # lapses, but not yet
             await pipe.execute()

@@ -39,7 +39,7 @@ async def _lose(memory: Memory, tenant: str) -> None:
 
 
 async def _write_passage(memory: Memory, tenant: str, chunk_id: str) -> None:
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     memory.stage_passage(
         pipe, tenant, Chunk(tenant, chunk_id, f"doc-{chunk_id}", 0, 1, f"text of {chunk_id}"), [], VECTOR
     )
@@ -142,7 +142,7 @@ def test_a_writer_that_knew_its_indexes_bridges_entities_written_after_redis_los
 
 
 async def _write_edges(memory: Memory, tenant: str, edges: list[tuple[str, str]]) -> None:
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     for entity, passage in edges:
         memory.stage_edge(pipe, tenant, 1, entity, passage, 1.0, "passage")
     await pipe.execute()

@@ -109,7 +109,7 @@ def test_a_message_with_nothing_to_publish_is_done_with_its_commit(redis_url):
 async def _empty_outbox(redis_url: str | None) -> None:
     ip = InProcess(redis_url, NamesOnly())
     try:
-        pipe = ip.memory.pipeline()
+        pipe = ip.memory.pipeline(ip.tenant)
         ip.memory.stage_chunk_done(pipe, ip.tenant, "c1")
         ip.memory.stage_outbox(pipe, ip.tenant, "m-empty", [])
         assert await ip.memory.commit_once(pipe, ip.tenant, "m-empty") is None

@@ -51,7 +51,7 @@ async def _write(memory, tenant: str, texts: list[str], seed: int, dims: int = D
 
     rng = np.random.default_rng(seed)
     await memory.ensure_indexes(tenant)
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     for i, text in enumerate(texts):
         chunk = _chunk(i, "", text)
         memory.stage_passage(
@@ -227,7 +227,7 @@ def test_memstream_migrate_moves_a_tenant_off_its_own_indexes(stack_env):
             await _settled(memory, [tenant], [len(CORPUS)])
             found = await _rankings(memory, tenant), await _answers(memory, tenant, probes, QUERIES)
             again = {layer: await memory.records(tenant, layer) for layer in LAYERS}
-            names = await memory._index_names()
+            names = await memory._index_names(memory.redis)
             left = await memory.legacy_tenants()
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
             return found, again, names, left
@@ -349,7 +349,7 @@ def test_memstream_migrate_reencodes_the_float32_vectors_of_the_shared_indexes_b
         try:
             await _settled(memory, [tenant], [len(texts)], dims)
             found = await _answers(memory, tenant, probes, ["dog lake", "pottery"])
-            names = await memory._index_names()
+            names = await memory._index_names(memory.redis)
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
             return found, names
         finally:

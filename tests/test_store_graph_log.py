@@ -23,7 +23,7 @@ async def _drop(memory: Memory, tenant: str) -> None:
 
 
 async def _write(memory: Memory, tenant: str, stage) -> None:
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     stage(pipe)
     await pipe.execute()
 

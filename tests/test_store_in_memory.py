@@ -279,16 +279,16 @@ async def outbox_calls(memory, tenant: str) -> list:
     new = Fact("f1", "Ada", "lives in", "Ostra", "PERSON", "PLACE", "ada", "ostra", "s1")
     out = [Outgoing("indexed-facts", "f1", b'{"x": 1}')]
     seen.append(await memory.pending_outbox(tenant, "m1"))
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     memory.stage_new_fact(pipe, tenant, new, [1.0] * DIMS)
     memory.stage_outbox(pipe, tenant, "m1", out)
     seen.append(await memory.commit_once(pipe, tenant, "m1"))
-    pipe = memory.pipeline()  # a second delivery of m1: finds the first one's outbox, its own writes discarded
+    pipe = memory.pipeline(tenant)  # a second delivery of m1: finds the first one's outbox, its own writes discarded
     memory.stage_fact_update(pipe, tenant, "f1", {"status": "active"})
     memory.stage_outbox(pipe, tenant, "m1", [])
     seen.append(await memory.commit_once(pipe, tenant, "m1"))
     seen.append((await memory.fact(tenant, "f1")).status)
-    pipe = memory.pipeline()  # a decision that read f1 as active: it is new
+    pipe = memory.pipeline(tenant)  # a decision that read f1 as active: it is new
     memory.expect_status(pipe, tenant, "f1", "active")
     memory.stage_fact_update(pipe, tenant, "f1", {"status": "invalid"})
     memory.stage_outbox(pipe, tenant, "m2", [])
@@ -298,14 +298,14 @@ async def outbox_calls(memory, tenant: str) -> list:
         seen.append("stale")
     seen.append((await memory.fact(tenant, "f1")).status)
     await memory.finish(tenant, "m1")
-    for call in (memory.pending_outbox(tenant, "m1"), memory.commit_once(memory.pipeline(), tenant, "m1")):
+    for call in (memory.pending_outbox(tenant, "m1"), memory.commit_once(memory.pipeline(tenant), tenant, "m1")):
         try:
             seen.append(await call)
         except AlreadyDone:
             seen.append("done")
     # causes: a message is decided only while memory holds the decision that sent it (m3's "d3";
     # m1's, committed with no id, counts whatever id it is named with)
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     memory.stage_outbox(pipe, tenant, "m3", out, "d3")
     await memory.commit_once(pipe, tenant, "m3")
     for turn in ("committed", "finished"):
@@ -345,7 +345,7 @@ def test_outbox_sweep_finds_committed_unsent_outboxes_once_per_lock():
     async def scenario():
         memory = InMemoryStore(DIMS)
         for mark in ("m2", "m1", "m3"):
-            pipe = memory.pipeline()
+            pipe = memory.pipeline("im-sweep")
             memory.stage_outbox(pipe, "im-sweep", mark, [Outgoing("indexed-facts", mark, b"{}")])
             await memory.commit_once(pipe, "im-sweep", mark)
         await memory.finish("im-sweep", "m1")
@@ -359,13 +359,13 @@ def test_outbox_sweep_finds_committed_unsent_outboxes_once_per_lock():
 async def progress_calls(memory, tenant: str) -> list:
     """Chunk progress (store.base.Progress): two facts, one spawned work item."""
     seen = []
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     memory.stage_spawn(pipe, tenant, "c1", ["w1"])
     memory.stage_fact_done(pipe, tenant, "c1", 0, 2)
     memory.stage_fact_done(pipe, tenant, "c1", 1, 2)
     await pipe.execute()
     seen.append((await memory.chunk_done(tenant, "c1"), await memory.outstanding_work(tenant, "c1")))
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     memory.stage_work_done(pipe, tenant, "c1", "w1", 2)
     await pipe.execute()
     seen.append((await memory.chunk_done(tenant, "c1"), await memory.chunks_done_count(tenant)))
@@ -406,7 +406,7 @@ async def graph_calls(memory, tenant: str) -> list:
             await memory.changes_since(tenant, "7-0"),
         )
     )
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     memory.stage_fact_edge(pipe, tenant, 1, "e:ada", "e:ostra", "f1")
     memory.stage_fact_edge(pipe, tenant, 1, "e:ostra", "e:ada", "f2")
     memory.stage_edge(pipe, tenant, 2, "e:ada", "p:c1", 1.0, "passage")

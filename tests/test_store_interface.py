@@ -123,3 +123,20 @@ def test_every_memory_method_the_workers_and_ops_call_is_in_the_interface():
         called |= set(re.findall(r"\bmemory\.([a-z_]+)\(", path.read_text()))
     assert called, "no call found: the pattern is stale"
     assert called <= set(_members(MemoryStore)), sorted(called - set(_members(MemoryStore)))
+
+
+def test_every_redis_command_of_the_store_goes_to_the_server_its_key_lives_on():
+    """On a Redis Cluster a tenant's keys and indexes live on its slot's shard (store.redis.topology):
+    no role of the Redis store sends a command through one client for all (self.redis, which only
+    a store on one server has); each goes to shard(tenant), topology.for_key(key), or each of
+    topology.servers() — and a store module other than topology.py and connection.py makes no
+    client of its own."""
+    offenders = []
+    for path in sorted((ROOT / "store" / "redis").glob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"\bself\.redis\b", code) or (
+                path.name not in ("topology.py", "connection.py") and re.search(r"\b(from_url|from_pool)\(", code)
+            ):
+                offenders.append(f"{path.name}:{number}: {line.strip()}")
+    assert offenders == [], offenders

@@ -21,7 +21,7 @@ def gauge(name: str, **labels) -> float | None:
 
 async def _fill(store, tenant: str, passages: int, active: int) -> None:
     await store.ensure_indexes(tenant)
-    pipe = store.pipeline()
+    pipe = store.pipeline(tenant)
     for i in range(passages):
         store.stage_passage(pipe, tenant, Chunk(tenant, f"c{i}", f"d{i}", 0, 1, f"passage {i}"), [], np.ones(8))
     for i in range(active + 1):
@@ -39,7 +39,7 @@ async def _fill(store, tenant: str, passages: int, active: int) -> None:
         store.stage_new_fact(pipe, tenant, fact, np.ones(8))
     await pipe.execute()
     for i in range(active):
-        pipe = store.pipeline()
+        pipe = store.pipeline(tenant)
         store.stage_fact_update(pipe, tenant, f"f{i}", {"status": "active"})
         await pipe.execute()
 

@@ -27,7 +27,7 @@ async def _write(memory, tenant: str, count: int, start: int = 0) -> np.ndarray:
     """`count` passages of random vectors (seeded by `start`); returns the vectors."""
     await memory.ensure_indexes(tenant)
     vectors = np.random.default_rng(start).normal(size=(count, DIMS)).astype(np.float32)
-    pipe = memory.pipeline()
+    pipe = memory.pipeline(tenant)
     for i, vector in enumerate(vectors, start):
         memory.stage_passage(pipe, tenant, _chunk(tenant, i, f"passage number {i}"), [], vector)
     await pipe.execute()
@@ -81,11 +81,11 @@ def test_a_promoted_tenant_finds_the_same_nearest_records_and_follows_its_writes
             ] == ["p0005"]
             # a passage written after the promotion is found; an erased one is not
             target = np.ones(DIMS, dtype=np.float32)
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             memory.stage_passage(pipe, tenant, _chunk(tenant, 9000, "the newest passage"), [], target)
             await pipe.execute()
             assert (await memory.knn(tenant, "passages", target, 1, []))[0].id == "p9000"
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             memory.stage_erase(pipe, tenant, Erasure("d9000", ("p9000",), (), (), (), (), ()))
             await pipe.execute()
             assert "p9000" not in [h.id for h in await memory.knn(tenant, "passages", target, TOP, [])]
@@ -137,7 +137,7 @@ def test_a_tenant_promoted_under_an_older_schema_is_promoted_again_with_the_enti
         try:
             await memory.ensure_indexes(tenant)
             vectors = np.random.default_rng(5).normal(size=(250, DIMS)).astype(np.float32)
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             for i, vector in enumerate(vectors):
                 entities = ["harbour"] if i % 10 == 0 else []
                 memory.stage_passage(pipe, tenant, _chunk(tenant, i, f"passage number {i}"), entities, vector)
@@ -232,7 +232,7 @@ def test_a_reader_asks_whether_an_own_index_scanned_once_a_redis_run(stack_env):
             assert await info_after_a_recheck() == 0
             assert await info_after_a_recheck() == 0
 
-            async def restarted() -> str:
+            async def restarted(client) -> str:
                 return "another run"
 
             memory._server_run = restarted

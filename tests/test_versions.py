@@ -660,7 +660,7 @@ def _race(stages: InProcess, method: str, concurrent) -> None:
         found = await original(*args, **kwargs)
         if not fired:
             fired.append(True)
-            pipe = stages.memory.pipeline()
+            pipe = stages.memory.pipeline(stages.tenant)
             concurrent(pipe)
             await pipe.execute()
         return found

@@ -29,7 +29,7 @@ async def _record(
     store, tenant: str, doc_id: str, text: str, chunk_ids: list[str], done: list[str], version: int = 1
 ) -> None:
     """What the chunker and the stages after it write about a document's progress."""
-    pipe = store.pipeline()
+    pipe = store.pipeline(tenant)
     store.stage_document(pipe, tenant, doc_id, content_hash(text), version, chunk_ids)
     for chunk_id in done:
         store.stage_chunk_done(pipe, tenant, chunk_id)

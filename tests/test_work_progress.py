@@ -29,13 +29,13 @@ def test_a_work_item_spawned_again_after_it_finished_does_not_hold_its_chunk(sta
             return []
 
         try:
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             memory.stage_spawn(pipe, tenant, chunk_id, [work])
             memory.stage_fact_done(pipe, tenant, chunk_id, 0, 1)
             await pipe.execute()
             await pipeline.envelope.once(tenant, work, decide, Finishes(chunk_id, work, 1))
             first = await memory.chunk_done(tenant, chunk_id)
-            pipe = memory.pipeline()  # spawned again by another message, after it finished
+            pipe = memory.pipeline(tenant)  # spawned again by another message, after it finished
             memory.stage_spawn(pipe, tenant, chunk_id, [work])
             await pipe.execute()
             await memory.redis.srem(memory.keys(tenant).chunks_done, chunk_id)  # as if not yet done

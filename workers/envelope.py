@@ -369,7 +369,7 @@ class Envelope:
         except AlreadyDone:
             metrics.REDELIVERIES.labels(stage=stage, found="done").inc()
             if finishes:
-                pipe = self.memory.pipeline()
+                pipe = self.memory.pipeline(tenant)
                 self.memory.stage_work_done(
                     pipe, tenant, finishes.chunk_id, finishes.work_id, finishes.chunk_fact_count
                 )
@@ -392,7 +392,7 @@ class Envelope:
         (optimistic: the commit checks what the decision read). Returns the committed outbox:
         each of its messages names this decision as its cause (`decision_id`)."""
         for _ in range(MAX_REDECISIONS):
-            pipe = self.memory.pipeline()
+            pipe = self.memory.pipeline(tenant)
             decided = stamp_event_ids(tenant, mark, await decide(pipe))
             decision = decision_id(mark, decided)
             decided = stamp_causes(decided, cause(mark, decision))

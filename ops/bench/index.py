@@ -113,7 +113,7 @@ async def fill_memory(
     try:
         await memory.ensure_indexes(tenant)
         for start in range(offset, offset + passages, batch):
-            pipe = memory.pipeline()
+            pipe = memory.pipeline(tenant)
             for i in range(start, min(start + batch, offset + passages)):
                 text = f"filler passage {i}: " + synthetic_doc(i)
                 chunk = Chunk(tenant, f"fill{i:08d}", f"fill-{i}", 0, 1, text)

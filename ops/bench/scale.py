@@ -293,7 +293,7 @@ async def _write(spec: dict) -> dict:
         started = time.perf_counter()
         for start in range(0, len(texts), WRITE_BATCH):
             version = await memory.bump_graph_version(TENANT)
-            pipe = memory.pipeline()
+            pipe = _pipeline(memory, TENANT)
             for i in range(start, min(start + WRITE_BATCH, len(texts))):
                 text = texts[i]
                 chunk = Chunk(TENANT, f"s{i:07d}", f"doc-{i}", 0, 1, text)
@@ -436,6 +436,14 @@ async def _serve(spec: dict) -> None:
             await runner.cleanup()
         engine.close()
         await memory.close()
+
+
+def _pipeline(memory, tenant: str):
+    """memory.pipeline(tenant): a baseline tree's store from before it routed by tenant takes none."""
+    try:
+        return memory.pipeline(tenant)
+    except TypeError:
+        return memory.pipeline()
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ async def _record_chunked(redis_url: str, tenant: str, texts: dict[str, str]) ->
 
     memory = Memory.from_url(redis_url)
     try:
-        pipe = memory.pipeline()
+        pipe = memory.pipeline(tenant)
         for doc_id, text in texts.items():
             memory.stage_document(pipe, tenant, doc_id, content_hash(text), 1, [chunk_id_of(text)])
         await pipe.execute()

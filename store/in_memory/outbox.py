@@ -30,7 +30,8 @@ class OutboxOps(InMemoryBase):
             cause_held(cause, held)
         return None
 
-    def pipeline(self) -> StagedWrites:
+    def pipeline(self, tenant: str) -> StagedWrites:
+        """A transaction of the tenant's writes, as Memory.pipeline."""
         return StagedWrites()
 
     def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing], decision: str = "") -> None:

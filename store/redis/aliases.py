@@ -14,13 +14,13 @@ class AliasesOps(RedisBase):
         """entity id → its canonical id (itself when it is no alias)."""
         if not entity_ids:
             return {}
-        found = await self.redis.hmget(self.keys(tenant).aliases, entity_ids)
+        found = await self.shard(tenant).hmget(self.keys(tenant).aliases, entity_ids)
         return {eid: (_text(c) if c else eid) for eid, c in zip(entity_ids, found)}
 
     async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
-        await self.redis.hset(
+        await self.shard(tenant).hset(
             self.keys(tenant).aliases, alias_id, await alias_target(self, tenant, alias_id, canonical_id)
         )
 
     async def alias_map(self, tenant: str) -> dict[str, str]:
-        return {_text(k): _text(v) for k, v in (await self.redis.hgetall(self.keys(tenant).aliases)).items()}
+        return {_text(k): _text(v) for k, v in (await self.shard(tenant).hgetall(self.keys(tenant).aliases)).items()}

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
 from redis.commands.search.query import Query
 from redisvl.index import AsyncSearchIndex
 
 from store.caches import EmbeddingCache, LLMCache
 from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, tenant_filter
-from store.keys import TenantKeys, parse_index_name
+from store.keys import TenantKeys, embedding_cache_key, llm_cache_key, parse_index_name
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
+from store.redis.topology import OneServer, Topology
 
 TENANT_DIMS_RECHECK_S = 30.0  # as workers.models.embedding.EMBEDDER_RECHECK_S
 # A tenant with at least this many passages gets a lexical index of its own (store.redis.lexical_index).
@@ -75,12 +78,16 @@ class RedisBase:
     class it names: GraphOps and StandingOps read records through LayersOps, TenantsOps
     through ExportOps."""
 
-    def __init__(self, client: aioredis.Redis, dims: int = 384, tau: int = 2, vector_index: str = "flat"):
-        self.redis = client
+    def __init__(self, client: aioredis.Redis | Topology, dims: int = 384, tau: int = 2, vector_index: str = "flat"):
+        # where each key lives (store.redis.topology): every command goes to shard(tenant) or
+        # to for_key(key) of memstream's own namespaces
+        self.topology: Topology = OneServer(client) if isinstance(client, aioredis.Redis) else client
         self.dims = dims
         self.tau = tau
         self.vector_index = vector_index
-        self._indexes: dict[tuple[str, int], AsyncSearchIndex] = {}  # (layer, dims) → its shared index
+        self._scripts: dict[tuple[int, str], AsyncScript] = {}  # (client, script) → registered there
+        # (the server's client, layer, dims) → that server's shared index
+        self._indexes: dict[tuple[int, str, int], AsyncSearchIndex] = {}
         self._tenant_dims_read: dict[str, tuple[int, float]] = {}  # tenant → (its vectors' size, when read)
         self._tenant_large: dict[str, float] = {}  # tenant → when it had over LEXICAL_READ_ALL passages
         self.index_recheck_s = INDEX_RECHECK_S
@@ -96,7 +103,30 @@ class RedisBase:
         self._own_vectors_read: dict[tuple[str, int], tuple[bool, bool, float]] = {}
         self._scanned_under: dict[str, str] = {}  # index name → the Redis run it was seen scanned in
         self.vector_own_index_at = VECTOR_OWN_INDEX_AT
-        self._each = client.register_script(_EACH)
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The client of a store on one Redis server (tests, and ops that read one server); the
+        store's own code sends each command to shard(tenant) or topology.for_key(key)."""
+        if not isinstance(self.topology, OneServer):
+            raise TypeError("a store on a Redis Cluster has a client per shard: shard(tenant) or topology.for_key(key)")
+        return self.topology.client
+
+    def shard(self, tenant: str) -> aioredis.Redis:
+        """The client of the Redis holding the tenant's keys, transactions and own indexes."""
+        return self.topology.for_tenant(tenant)
+
+    async def _run_script(self, tenant: str, source: str, keys: Sequence, args: Sequence):
+        """A script over the tenant's keys, on its shard (EVALSHA; EVAL when not cached there)."""
+        return await self.script(self.shard(tenant), source)(keys=keys, args=args)
+
+    def script(self, client: aioredis.Redis, source: str) -> AsyncScript:
+        """`source` registered with `client` (its SHA computed once; EVALSHA, EVAL on NOSCRIPT)."""
+        key = (id(client), source)
+        found = self._scripts.get(key)
+        if found is None:
+            found = self._scripts[key] = client.register_script(source)
+        return found
 
     async def close(self) -> None:
         """Cancel this process's lexical promotions (each resumes at a writer's next check), then
@@ -106,45 +136,48 @@ class RedisBase:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._promotions.clear()
-        await self.redis.aclose()
+        await self.topology.close()
 
     async def ping(self) -> None:
-        """Raises when Redis cannot be reached (health checks)."""
-        await self.redis.ping()
+        """Raises when Redis (any shard of it) cannot be reached (health checks)."""
+        await asyncio.gather(*(client.ping() for client in self.topology.servers()))
 
     def llm_cache(self, model: str) -> LLMCache:
-        return LLMCache(self.redis, model)
+        return LLMCache(self.topology.for_key(llm_cache_key(model, "")), model)
 
     def embedding_cache(self, embedder: str) -> EmbeddingCache:
-        return EmbeddingCache(self.redis, embedder)
+        return EmbeddingCache(self.topology.for_key(embedding_cache_key(embedder, "")), embedder)
 
     @staticmethod
     def keys(tenant: str) -> TenantKeys:
         return TenantKeys(tenant)
 
-    async def _read_each(self, keys: list[str], command: str, *arguments: str) -> list:
+    async def _read_each(self, tenant: str, keys: list[str], command: str, *arguments: str) -> list:
         """`command key *arguments` for each key, in one round trip and one command (_EACH); the
         replies in the keys' order. Every key of one call is one tenant's (one hash tag: one slot)."""
         if command not in _READS:
             raise ValueError(f"_read_each: {command!r} is not one of {sorted(_READS)}")
         if not keys:
             return []
-        return list(await self._each(keys=keys, args=[command, *arguments]))
+        return list(await self._run_script(tenant, _EACH, keys, [command, *arguments]))
 
     # ---- vector indexes: one per layer, shared by every tenant (store.indexes) ---------------
-    async def index(self, layer: str, create: bool = True, dims: int | None = None) -> AsyncSearchIndex | None:
-        """The shared index of a layer for vectors of `dims` (default: this store's embedder's);
-        created on first write. Readers pass create=False: a query creates nothing."""
+    async def index(
+        self, client: aioredis.Redis, layer: str, create: bool = True, dims: int | None = None
+    ) -> AsyncSearchIndex | None:
+        """The shared index of a layer for vectors of `dims` (default: this store's embedder's)
+        on the server of `client`; created on first write. Readers pass create=False: a query
+        creates nothing."""
         dims = dims or self.dims
-        found = self._indexes.get((layer, dims))
+        found = self._indexes.get((id(client), layer, dims))
         if found is None:
-            found = AsyncSearchIndex(layer_schema(layer, dims, self.vector_index), redis_client=self.redis)
+            found = AsyncSearchIndex(layer_schema(layer, dims, self.vector_index), redis_client=client)
             if not await found.exists():
                 if not create:
                     return None
                 await self._create_index(found)
-                await self._initial_scan_done(found.name)
-            self._indexes[(layer, dims)] = found
+                await self._initial_scan_done(client, found.name)
+            self._indexes[(id(client), layer, dims)] = found
         return found
 
     async def searchable(self, tenant: str, layer: str, dims: int | None = None) -> TenantIndex | None:
@@ -152,15 +185,16 @@ class RedisBase:
         when there is no index yet. Every search of the store goes through it. The index is the
         one of `dims` (a query vector's size), else of the tenant's recorded embedder: a process
         that embeds nothing (a detector, an ops command) reads a tenant of any embedder."""
-        index = await self.index(layer, create=False, dims=dims or await self._tenant_dims(tenant))
-        return None if index is None else TenantIndex(self.redis, index, tenant, layer)
+        client = self.shard(tenant)
+        index = await self.index(client, layer, create=False, dims=dims or await self._tenant_dims(tenant))
+        return None if index is None else TenantIndex(client, index, tenant, layer)
 
     async def _tenant_dims(self, tenant: str) -> int:
         """The vector size of the tenant's recorded embedder (this store's when none is), read
         once per TENANT_DIMS_RECHECK_S (a tenant erased and indexed anew by another embedder)."""
         now, known = time.monotonic(), self._tenant_dims_read.get(tenant)
         if known is None or now - known[1] >= TENANT_DIMS_RECHECK_S:
-            recorded = await self.redis.hget(self.keys(tenant).embedder, "dims")
+            recorded = await self.shard(tenant).hget(self.keys(tenant).embedder, "dims")
             known = (int(recorded) if recorded else self.dims, now)
             if len(self._tenant_dims_read) >= 100_000:
                 self._tenant_dims_read.clear()
@@ -176,16 +210,17 @@ class RedisBase:
             if "already exists" not in str(exc).lower():
                 raise
 
-    async def _index_info(self, name: str) -> dict | None:
-        """FT.INFO of an index (or of the index an alias names), None when there is none."""
+    async def _index_info(self, client: aioredis.Redis, name: str) -> dict | None:
+        """FT.INFO of an index (or of the index an alias names) on the server of `client`, None
+        when there is none."""
         try:
-            return await self.redis.ft(name).info()
+            return await client.ft(name).info()
         except Exception as exc:
             if index_missing(exc):
                 return None
             raise
 
-    async def _initial_scan_done(self, name: str) -> None:
+    async def _initial_scan_done(self, client: aioredis.Redis, name: str) -> None:
         """Wait (at most INITIAL_SCAN_WAIT_S) for a new index's scan of the keys it covers: a key
         written while that scan runs is indexed twice — measured: every term's document
         frequency and the average length doubled for good (FT.DEBUG GC_FORCEINVOKE leaves them),
@@ -193,7 +228,7 @@ class RedisBase:
         milliseconds; a writer waits for it once per index."""
         deadline = time.monotonic() + INITIAL_SCAN_WAIT_S
         while time.monotonic() < deadline:
-            info = await self.redis.ft(name).info()
+            info = await client.ft(name).info()
             indexing = info.get("indexing", info.get(b"indexing", 0))
             if float(indexing.decode() if isinstance(indexing, bytes) else indexing) == 0:
                 return
@@ -208,7 +243,7 @@ class RedisBase:
     # ---- the embedder a tenant's indexes were built with -------------------------------------
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None:
         """The embedder recorded for the tenant's indexes (None: none recorded)."""
-        name, dims = await self.redis.hmget(self.keys(tenant).embedder, "name", "dims")
+        name, dims = await self.shard(tenant).hmget(self.keys(tenant).embedder, "name", "dims")
         if name is None:
             return None
         assert dims is not None  # _CLAIM_EMBEDDER records name and dims together
@@ -220,15 +255,15 @@ class RedisBase:
         else is EmbedderId(UNRECORDED_EMBEDDER, their dims); a tenant without indexes adopts it
         when `create` (a writer, about to create them), else None (a reader records nothing).
         Adopting is one atomic claim: of two writers, the first wins and both get its record."""
-        key = self.keys(tenant).embedder
-        recorded = await self.redis.hmget(key, "name", "dims")
+        key, client = self.keys(tenant).embedder, self.shard(tenant)
+        recorded = await client.hmget(key, "name", "dims")
         if recorded[0] is None:
             dims = await self._indexed_dims(tenant)
             if dims is not None and dims != embedder.dims:
                 return EmbedderId(UNRECORDED_EMBEDDER, dims)
             if dims is None and not create:
                 return None
-            recorded = await self.redis.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
+            recorded = await client.eval(_CLAIM_EMBEDDER, 1, key, embedder.name, embedder.dims)
         name, size = recorded[0], recorded[1]
         assert name is not None and size is not None  # recorded before, or by the claim: both fields at once
         return EmbedderId(_text(name), int(size))
@@ -240,23 +275,26 @@ class RedisBase:
         legacy = await self._legacy_index_dims(tenant)
         if legacy is not None:
             return legacy
-        for name in await self._index_names():
+        client = self.shard(tenant)
+        for name in await self._index_names(client):
             parsed = parse_index_name(name)
             if parsed is not None and parsed[0] == "passages":
-                found = await self.redis.ft(name).search(
+                found = await client.ft(name).search(
                     Query(str(tenant_filter(tenant))).no_content().paging(0, 0).dialect(2)
                 )
                 if found.total:
                     return parsed[1]
         return None
 
-    async def _index_names(self) -> list[str]:
-        return sorted(n.decode() if isinstance(n, bytes) else n for n in await self.redis.execute_command("FT._LIST"))
+    @staticmethod
+    async def _index_names(client: aioredis.Redis) -> list[str]:
+        """The indexes on the server of `client`."""
+        return sorted(n.decode() if isinstance(n, bytes) else n for n in await client.execute_command("FT._LIST"))
 
     async def _legacy_index_dims(self, tenant: str) -> int | None:
         """The vector size of the tenant's own passages index from before shared indexes
         (FT.INFO), None when it has none (never had, or migrated)."""
-        info = await self._index_info(self.keys(tenant).legacy_index_name("passages"))
+        info = await self._index_info(self.shard(tenant), self.keys(tenant).legacy_index_name("passages"))
         if info is None:
             return None
         for attribute in info.get("attributes") or info.get(b"attributes") or []:
@@ -267,27 +305,31 @@ class RedisBase:
         return None
 
     # ---- reads of more than one role ------------------------------------------------------
-    async def _set_members(self, set_keys: list[str]) -> list[set[str]]:
-        """Each set's members, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
+    async def _set_members(self, tenant: str, set_keys: list[str]) -> list[set[str]]:
+        """Each of the tenant's sets' members, in one round trip."""
+        pipe = self.shard(tenant).pipeline(transaction=False)
         for key in set_keys:
             pipe.smembers(key)
         return [{m.decode() for m in members} for members in (await pipe.execute() if set_keys else [])]
 
-    async def _delete_matching(self, pattern: str) -> int:
-        """Delete every key matching the SCAN pattern, a thousand at a time; how many went."""
+    @staticmethod
+    async def _delete_matching(client: aioredis.Redis, pattern: str) -> int:
+        """Delete every key matching the SCAN pattern on the server of `client`, a thousand at a
+        time; how many went."""
         deleted, batch = 0, []
-        async for key in self.redis.scan_iter(match=pattern, count=1000):
+        async for key in client.scan_iter(match=pattern, count=1000):
             batch.append(key)
             if len(batch) >= 1000:
-                deleted += await self.redis.delete(*batch)
+                deleted += await client.delete(*batch)
                 batch = []
         if batch:
-            deleted += await self.redis.delete(*batch)
+            deleted += await client.delete(*batch)
         return deleted
 
-    async def _scan_suffixes(self, prefix: str) -> list[str]:
+    @staticmethod
+    async def _scan_suffixes(client: aioredis.Redis, prefix: str) -> list[str]:
+        """What follows `prefix` in each key of the server of `client` that starts with it."""
         out = []
-        async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
+        async for key in client.scan_iter(match=prefix + "*", count=1000):
             out.append(key.decode()[len(prefix) :])
         return sorted(out)

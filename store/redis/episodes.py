@@ -3,7 +3,6 @@ session's turns in order."""
 
 from __future__ import annotations
 
-import functools
 from typing import cast
 
 import numpy as np
@@ -30,19 +29,17 @@ return out
 class EpisodesOps(RedisBase):
     """store.base.Episodes on Redis."""
 
-    @functools.cached_property
-    def _entity_passage_vectors(self):
-        return self.redis.register_script(_ENTITY_PASSAGE_VECTORS)
-
     # ---- reconstruct: an entity's passages, passage vectors ------------------------------
     async def entity_passages(self, tenant: str, entity_id: str, limit: int | None = None) -> list[str]:
         """The ids of the passages the entity was extracted from, sorted; the first `limit` of
         them (SORT ... ALPHA LIMIT: a partial sort in Redis, only `limit` ids come back)."""
         key = self.keys(tenant).entity_passages(entity_id)
         if limit is None:
-            return sorted(_text(p) for p in await self.redis.smembers(key))
+            return sorted(_text(p) for p in await self.shard(tenant).smembers(key))
         # without GET or groups: the members alone
-        return [p.decode() for p in cast(list[bytes], await self.redis.sort(key, start=0, num=limit, alpha=True))]
+        return [
+            p.decode() for p in cast(list[bytes], await self.shard(tenant).sort(key, start=0, num=limit, alpha=True))
+        ]
 
     async def entity_passage_vectors(
         self, tenant: str, entity_ids: list[str], limit: int
@@ -52,8 +49,11 @@ class EpisodesOps(RedisBase):
         if not entity_ids:
             return []
         keys = self.keys(tenant)
-        replies = await self._entity_passage_vectors(
-            keys=[keys.entity_passages(eid) for eid in entity_ids], args=[limit, keys.passage("")]
+        replies = await self._run_script(
+            tenant,
+            _ENTITY_PASSAGE_VECTORS,
+            [keys.entity_passages(eid) for eid in entity_ids],
+            [limit, keys.passage("")],
         )
         return [
             [(pid.decode(), vector_from_bytes(raw)) for pid, raw in zip(ids, vectors) if raw]
@@ -62,7 +62,7 @@ class EpisodesOps(RedisBase):
 
     async def passage_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         """Each passage's stored vector (of its indexed text), in one command; None for a missing id."""
-        replies = await self._read_each([self.keys(tenant).passage(pid) for pid in passage_ids], "HGET", "vec")
+        replies = await self._read_each(tenant, [self.keys(tenant).passage(pid) for pid in passage_ids], "HGET", "vec")
         return [None if raw is None else vector_from_bytes(raw) for raw in replies]
 
     # ---- episodes: a session's turns in order (reconstruct's temporal contiguity) -----------
@@ -77,7 +77,7 @@ class EpisodesOps(RedisBase):
         itself left out; by turn, then passage id."""
         rows = cast(  # WITHSCORES: (member, score) pairs
             list[tuple[bytes, float]],
-            await self.redis.zrangebyscore(
+            await self.shard(tenant).zrangebyscore(
                 self.keys(tenant).session_turns(session_id), turn - radius, turn + radius, withscores=True
             ),
         )

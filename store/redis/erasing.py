@@ -42,29 +42,31 @@ class ErasingOps(RedisBase):
 
     # ---- erasure: a document's passages and what only they said, gone (workers.stages.erasure) --
     async def document_passages(self, tenant: str, doc_id: str) -> list[str]:
-        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).document_passages(doc_id)))
+        return sorted(_text(m) for m in await self.shard(tenant).smembers(self.keys(tenant).document_passages(doc_id)))
 
     async def passage_extracted(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
         keys = self.keys(tenant)
-        return await self._set_members([keys.passage_extracted(pid) for pid in passage_ids])
+        return await self._set_members(tenant, [keys.passage_extracted(pid) for pid in passage_ids])
 
     async def fact_sources(self, tenant: str, fact_ids: list[str]) -> list[tuple[set[str], str | None]]:
         """Each fact's source passages and its extraction count (what expect_field fences on)."""
         keys = self.keys(tenant)
         return await self._set_and_counter(
-            [(keys.fact_sources(fid), keys.fact(fid)) for fid in fact_ids], FACT_EXTRACTIONS
+            tenant, [(keys.fact_sources(fid), keys.fact(fid)) for fid in fact_ids], FACT_EXTRACTIONS
         )
 
     async def entity_mentions(self, tenant: str, entity_ids: list[str]) -> list[tuple[set[str], str | None]]:
         """Each entity's current passages and its mention count (what expect_entity fences on)."""
         keys = self.keys(tenant)
         return await self._set_and_counter(
-            [(keys.entity_passages(eid), keys.entity(eid)) for eid in entity_ids], ENTITY_MENTIONS
+            tenant, [(keys.entity_passages(eid), keys.entity(eid)) for eid in entity_ids], ENTITY_MENTIONS
         )
 
-    async def _set_and_counter(self, keys: list[tuple[str, str]], counter: str) -> list[tuple[set[str], str | None]]:
+    async def _set_and_counter(
+        self, tenant: str, keys: list[tuple[str, str]], counter: str
+    ) -> list[tuple[set[str], str | None]]:
         """For each (set key, hash key): the set's members and the hash's `counter`, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.shard(tenant).pipeline(transaction=False)
         for set_key, hash_key in keys:
             pipe.smembers(set_key)
             pipe.hget(hash_key, counter)

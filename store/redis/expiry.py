@@ -81,7 +81,9 @@ class ExpiryOps(RedisBase):
         """(fact id, expires_at) of the tenant's facts whose TTL lapsed by `now`, earliest first."""
         rows = cast(  # WITHSCORES: (member, score) pairs
             list[tuple[bytes, float]],
-            await self.redis.zrangebyscore(self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True),
+            await self.shard(tenant).zrangebyscore(
+                self.keys(tenant).expiry, "-inf", now, start=0, num=limit, withscores=True
+            ),
         )
         return [(fid.decode(), float(at)) for fid, at in rows]
 

@@ -13,7 +13,7 @@ class ExportOps(RedisBase):
     # ---- export ------------------------------------------------------------------------------
     async def scan_ids(self, tenant: str, layer: str) -> list[str]:
         """Ids of every record of a layer (passages, facts, entities, schemas)."""
-        return await self._scan_suffixes(self.keys(tenant).prefix(layer))
+        return await self._scan_suffixes(self.shard(tenant), self.keys(tenant).prefix(layer))
 
     async def records(
         self, tenant: str, layer: str, skip: tuple[str, ...] = RECORD_INTERNALS
@@ -24,7 +24,7 @@ class ExportOps(RedisBase):
         ids, out = await self.scan_ids(tenant, layer), []
         for start in range(0, len(ids), 500):
             batch = ids[start : start + 500]
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.shard(tenant).pipeline(transaction=False)
             for record_id in batch:
                 pipe.hgetall(keys.prefix(layer) + record_id)
             for record_id, row in zip(batch, await pipe.execute()):

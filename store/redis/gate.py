@@ -32,7 +32,7 @@ class GateOps(RedisBase):
         do nothing (False); if a version retired the passage meanwhile, nothing either (None). Checking and parking in one step is what lets the promoting
         detector's drain see every fact parked before the promotion."""
         keys = self.keys(tenant)
-        held = await self.redis.eval(
+        held = await self.shard(tenant).eval(
             _HOLD_PENDING,
             7,
             keys.schema(schema_id),
@@ -48,7 +48,7 @@ class GateOps(RedisBase):
         return None if held == -1 else bool(held)
 
     async def pending_facts(self, tenant: str, schema_id: str) -> list[str]:
-        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).schema_pending(schema_id)))
+        return sorted(_text(m) for m in await self.shard(tenant).smembers(self.keys(tenant).schema_pending(schema_id)))
 
     def stage_unpend(self, pipe, tenant: str, schema_id: str, fact_ids: list[str]) -> None:
         if fact_ids:
@@ -61,15 +61,15 @@ class GateOps(RedisBase):
 
     async def schema_status(self, tenant: str, schema_id: str) -> str | None:
         """The schema's status alone (None: no such schema): one HGET, not its passage set."""
-        status = await self.redis.hget(self.keys(tenant).schema(schema_id), "status")
+        status = await self.shard(tenant).hget(self.keys(tenant).schema(schema_id), "status")
         return _text(status) if status else None
 
     async def schema_support(self, tenant: str, schema_id: str) -> tuple[str | None, list[str], str | None]:
         """(the schema's status, None: no such schema; its supporting passages; its frequency as stored)."""
         keys = self.keys(tenant)
         (status, frequency), passages = await asyncio.gather(
-            self.redis.hmget(keys.schema(schema_id), ["status", "frequency"]),
-            self.redis.smembers(keys.schema_passages(schema_id)),
+            self.shard(tenant).hmget(keys.schema(schema_id), ["status", "frequency"]),
+            self.shard(tenant).smembers(keys.schema_passages(schema_id)),
         )
         return (
             (_text(status) if status else None),

@@ -23,10 +23,10 @@ class GraphOps(LayersOps):
     # ---- graph -------------------------------------------------------------------------
     async def bump_graph_version(self, tenant: str) -> int:
         # A replayed message may bump it again: versions may skip, never go back.
-        return int(await self.redis.incr(self.keys(tenant).graph_version))
+        return int(await self.shard(tenant).incr(self.keys(tenant).graph_version))
 
     async def graph_version(self, tenant: str) -> int:
-        return int(await self.redis.get(self.keys(tenant).graph_version) or 0)
+        return int(await self.shard(tenant).get(self.keys(tenant).graph_version) or 0)
 
     def stage_fact_edge(self, pipe, tenant: str, version: int, head_node: str, tail_node: str, fact_id: str) -> None:
         keys = self.keys(tenant)
@@ -97,7 +97,7 @@ class GraphOps(LayersOps):
         entity_ids = await self.passage_entities(tenant, passage_id)
         if not entity_ids:
             return {}
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.shard(tenant).pipeline(transaction=False)
         pipe.smismember(keys.similarity_bridged, entity_ids)
         for eid in entity_ids:
             pipe.hget(keys.entity(eid), "vec")
@@ -111,16 +111,16 @@ class GraphOps(LayersOps):
     # ---- reading the graph log (store.graph_log: the format, and why a reader reloads) --------
     async def graph_log_exists(self, tenant: str) -> bool:
         """Whether the tenant has a graph change stream (no stream: no graph yet)."""
-        return await graph_log.exists(self.redis, self.keys(tenant))
+        return await graph_log.exists(self.shard(tenant), self.keys(tenant))
 
     async def graph_log_head(self, tenant: str) -> str:
         """The cursor of the latest change (graph_log.NO_CHANGE when there is none): read it
         before loading the adjacency, then apply changes_since(it)."""
-        return await graph_log.head(self.redis, self.keys(tenant))
+        return await graph_log.head(self.shard(tenant), self.keys(tenant))
 
     def adjacency(self, tenant: str, nodes: list[str]) -> AsyncIterator[list[EdgeChange]]:
         """Every edge the adjacency hashes of `nodes` hold (each once), a list per round trip."""
-        return graph_log.adjacency(self.redis, self.keys(tenant), nodes)
+        return graph_log.adjacency(self.shard(tenant), self.keys(tenant), nodes)
 
     async def changes_since(
         self, tenant: str, cursor: str, count: int = READ_BATCH
@@ -128,18 +128,18 @@ class GraphOps(LayersOps):
         """The first `count` changes after `cursor`, each with its id (the cursor once it is applied);
         None when the log no longer holds the cursor's entry (trimmed, lost or begun again): load
         the graph again."""
-        return await graph_log.changes_since(self.redis, self.keys(tenant), cursor, count)
+        return await graph_log.changes_since(self.shard(tenant), self.keys(tenant), cursor, count)
 
     async def adjacency_nodes(self, tenant: str) -> list[str]:
         """The tenant's graph nodes from its node set — O(tenant). Nodes written before the set
         existed are found once by a keyspace scan and added to it; writers add to the set with
         every edge, so nothing written meanwhile is missed."""
         keys = self.keys(tenant)
-        if not await self.redis.exists(keys.graph_nodes_complete):
-            legacy = await self._scan_suffixes(keys.adjacency(""))
-            pipe = self.redis.pipeline(transaction=True)
+        if not await self.shard(tenant).exists(keys.graph_nodes_complete):
+            legacy = await self._scan_suffixes(self.shard(tenant), keys.adjacency(""))
+            pipe = self.shard(tenant).pipeline(transaction=True)
             for start in range(0, len(legacy), 1000):
                 pipe.sadd(keys.graph_nodes, *legacy[start : start + 1000])
             pipe.set(keys.graph_nodes_complete, 1)
             await pipe.execute()
-        return sorted(_text(m) for m in await self.redis.smembers(keys.graph_nodes))
+        return sorted(_text(m) for m in await self.shard(tenant).smembers(keys.graph_nodes))

@@ -55,7 +55,7 @@ class GroupsOps(RedisBase):
         make a relation multi-valued (workers.algorithms.policy). Idempotent; a redelivery of the message
         `mark` that flipped the verdict is told it flipped it."""
         keys = self.keys(tenant)
-        heads, multi, size, verdict, flipped = await self.redis.eval(
+        heads, multi, size, verdict, flipped = await self.shard(tenant).eval(
             _JOIN_GROUP,
             6,
             keys.group(head_id, relation),
@@ -74,21 +74,23 @@ class GroupsOps(RedisBase):
         return GroupJoin(int(heads), int(multi), int(size), verdict.decode(), bool(flipped))
 
     async def facts_with_tail(self, tenant: str, tail_id: str) -> list[str]:
-        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).facts_with_tail(tail_id)))
+        return sorted(_text(m) for m in await self.shard(tenant).smembers(self.keys(tenant).facts_with_tail(tail_id)))
 
     async def group(self, tenant: str, head_id: str, relation: str) -> list[str]:
-        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).group(head_id, relation)))
+        return sorted(_text(m) for m in await self.shard(tenant).smembers(self.keys(tenant).group(head_id, relation)))
 
     async def group_size(self, tenant: str, head_id: str, relation: str) -> int:
-        return await self.redis.scard(self.keys(tenant).group(head_id, relation))
+        return await self.shard(tenant).scard(self.keys(tenant).group(head_id, relation))
 
     async def relation_multi_heads(self, tenant: str, relation: str) -> list[str]:
-        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).relation_multi_heads(relation)))
+        return sorted(
+            _text(m) for m in await self.shard(tenant).smembers(self.keys(tenant).relation_multi_heads(relation))
+        )
 
     async def relation_counts(self, tenant: str, relation: str) -> tuple[int, int]:
         """(heads seen with the relation, heads with two or more tails)."""
         keys = self.keys(tenant)
-        return await self.redis.scard(keys.relation_heads(relation)), await self.redis.scard(
+        return await self.shard(tenant).scard(keys.relation_heads(relation)), await self.shard(tenant).scard(
             keys.relation_multi_heads(relation)
         )
 

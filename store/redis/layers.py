@@ -5,7 +5,6 @@ _RECORD_LAPSE), staged, and read in one round trip."""
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any, cast
 
@@ -221,28 +220,25 @@ class LayersOps(RedisBase):
     async def fact(self, tenant: str, fact_id: str) -> Fact | None:
         return (await self.facts(tenant, [fact_id]))[0]
 
-    @functools.cached_property
-    def _facts_script(self):
-        return self.redis.register_script(_FACTS)
-
     async def facts(self, tenant: str, fact_ids: list[str]) -> list[Fact | None]:
         """The facts (with their passage ids) in one command (_FACTS); None for a missing id."""
         if not fact_ids:
             return []
         keys = self.keys(tenant)
-        replies = await self._facts_script(
-            keys=[k for fid in fact_ids for k in (keys.fact(fid), keys.fact_passages(fid))], args=FACT_FIELDS_UNREAD
+        replies = await self._run_script(
+            tenant,
+            _FACTS,
+            [k for fid in fact_ids for k in (keys.fact(fid), keys.fact_passages(fid))],
+            FACT_FIELDS_UNREAD,
         )
         return [fact_of(fid, flat, passages) for fid, flat, passages in zip(fact_ids, replies[0::2], replies[1::2])]
 
     async def passages(self, tenant: str, passage_ids: list[str]) -> list[dict | None]:
         keys = self.keys(tenant)
-        replies = await self._read_each([keys.passage(pid) for pid in passage_ids], "HMGET", *PASSAGE_ROW_FIELDS)
+        replies = await self._read_each(
+            tenant, [keys.passage(pid) for pid in passage_ids], "HMGET", *PASSAGE_ROW_FIELDS
+        )
         return [passage_row(pid, values) for pid, values in zip(passage_ids, replies)]
-
-    @functools.cached_property
-    def _read_passages_script(self):
-        return self.redis.register_script(_READ_PASSAGES)
 
     async def read_passages(self, tenant: str, passage_ids: list[str], vectors: list[tuple[str, str]]) -> PassagesRead:
         """A reconstruct step's reads in one command (_READ_PASSAGES): the passages' rows, the
@@ -252,9 +248,11 @@ class LayersOps(RedisBase):
             return PassagesRead([], [], {}, {})
         keys = self.keys(tenant)
         held = [keys.fact(tid) if kind == "fact" else keys.passage(tid) for kind, tid in vectors]
-        rows, names, found = await self._read_passages_script(
-            keys=[*(keys.passage(pid) for pid in passage_ids), *held],
-            args=[len(passage_ids), keys.entity(""), ENTITIES_FIELD, *PASSAGE_ROW_FIELDS],
+        rows, names, found = await self._run_script(
+            tenant,
+            _READ_PASSAGES,
+            [*(keys.passage(pid) for pid in passage_ids), *held],
+            [len(passage_ids), keys.entity(""), ENTITIES_FIELD, *PASSAGE_ROW_FIELDS],
         )
         return PassagesRead(
             [passage_row(pid, row[1:]) for pid, row in zip(passage_ids, rows)],
@@ -274,18 +272,18 @@ class LayersOps(RedisBase):
         return {
             eid: {"name": name.decode(), "type": (type_ or b"").decode()}
             for eid, (name, type_) in zip(
-                unique, await self._read_each([keys.entity(e) for e in unique], "HMGET", "name", "type")
+                unique, await self._read_each(tenant, [keys.entity(e) for e in unique], "HMGET", "name", "type")
             )
             if name is not None
         }
 
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
-        return entity_list(await self.redis.hget(self.keys(tenant).passage(passage_id), ENTITIES_FIELD))
+        return entity_list(await self.shard(tenant).hget(self.keys(tenant).passage(passage_id), ENTITIES_FIELD))
 
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
         """passage_entities of each passage, in one command."""
         keys = self.keys(tenant)
-        replies = await self._read_each([keys.passage(pid) for pid in passage_ids], "HGET", ENTITIES_FIELD)
+        replies = await self._read_each(tenant, [keys.passage(pid) for pid in passage_ids], "HGET", ENTITIES_FIELD)
         return [entity_list(raw) for raw in replies]
 
     async def fact_vector(self, tenant: str, fact_id: str) -> np.ndarray | None:
@@ -293,7 +291,7 @@ class LayersOps(RedisBase):
 
     async def fact_vectors(self, tenant: str, fact_ids: list[str]) -> list[np.ndarray | None]:
         """Each fact's stored vector, in one command; None for a missing id."""
-        replies = await self._read_each([self.keys(tenant).fact(fid) for fid in fact_ids], "HGET", "vec")
+        replies = await self._read_each(tenant, [self.keys(tenant).fact(fid) for fid in fact_ids], "HGET", "vec")
         return [None if raw is None else vector_from_bytes(cast(bytes, raw)) for raw in replies]  # bytes (_text)
 
     async def held_vectors(
@@ -312,7 +310,7 @@ class LayersOps(RedisBase):
         )
         if not asked:
             return {}
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.shard(tenant).pipeline(transaction=False)
         for key, fields, _ in asked:
             pipe.hmget(key, [*fields, "vec"])
         size, held = VECTOR_ITEM_BYTES * self.dims, {}
@@ -329,7 +327,7 @@ class LayersOps(RedisBase):
     async def facts_said(self, tenant: str, fact_ids: list[str]) -> list[dict[str, float]]:
         """Each fact's doc id → when that document first said it (stage_fact_said), in one command."""
         keys = self.keys(tenant)
-        rows = await self._read_each([keys.fact_said(fid) for fid in fact_ids], "HGETALL")
+        rows = await self._read_each(tenant, [keys.fact_said(fid) for fid in fact_ids], "HGETALL")
         return [{k.decode(): float(v) for k, v in zip(row[0::2], row[1::2])} for row in rows]
 
     def stage_unsupport(self, pipe, tenant: str, fact_id: str, passage_ids: list[str]) -> None:
@@ -344,7 +342,7 @@ class LayersOps(RedisBase):
 
     async def set_aside_passages(self, tenant: str, fact_id: str) -> list[str]:
         """The passages the fact's last retraction set aside (stage_unsupport), sorted."""
-        return sorted(_text(p) for p in await self.redis.smembers(self.keys(tenant).fact_set_aside(fact_id)))
+        return sorted(_text(p) for p in await self.shard(tenant).smembers(self.keys(tenant).fact_set_aside(fact_id)))
 
     def stage_fact_update(self, pipe, tenant: str, fact_id: str, fields: dict[str, Any]) -> None:
         pipe.hset(self.keys(tenant).fact(fact_id), mapping={k: ("" if v is None else v) for k, v in fields.items()})

@@ -141,7 +141,7 @@ class LexicalIndexOps(VectorIndexOps):
             self._indexes.clear()
             self._indexes_checked = now
         for layer in LAYERS:
-            await self.index(layer)
+            await self.index(self.shard(tenant), layer)
         self.maybe_promote_lexical(tenant)
 
     async def own_lexical_ready(self, tenant: str) -> bool:
@@ -149,7 +149,7 @@ class LexicalIndexOps(VectorIndexOps):
         per LEXICAL_STATE_RECHECK_S."""
         now, known = time.monotonic(), self._own_lexical_read.get(tenant)
         if known is None or now - known[1] >= LEXICAL_STATE_RECHECK_S:
-            state = await self.redis.hget(self.keys(tenant).lexical_index_state, "state")
+            state = await self.shard(tenant).hget(self.keys(tenant).lexical_index_state, "state")
             if len(self._own_lexical_read) >= 100_000:
                 self._own_lexical_read.clear()
             known = (state == b"ready", now)
@@ -187,7 +187,9 @@ class LexicalIndexOps(VectorIndexOps):
         if searchable is None:
             return 0
         try:
-            reply = await self.redis.execute_command(*searchable.command("FT.SEARCH", "", "NOCONTENT", "LIMIT", 0, 0))
+            reply = await self.shard(tenant).execute_command(
+                *searchable.command("FT.SEARCH", "", "NOCONTENT", "LIMIT", 0, 0)
+            )
         except ResponseError as exc:
             if not index_missing(exc):
                 raise
@@ -201,8 +203,8 @@ class LexicalIndexOps(VectorIndexOps):
         past vector_own_index_at: one count, each promotion where its state is not 'ready' yet."""
         keys = self.keys(tenant)
         lexical, (vectors, schema) = await asyncio.gather(
-            self.redis.hget(keys.lexical_index_state, "state"),
-            self.redis.hmget(keys.vector_index_state, "state", "schema"),
+            self.shard(tenant).hget(keys.lexical_index_state, "state"),
+            self.shard(tenant).hmget(keys.vector_index_state, "state", "schema"),
         )
         if vectors == b"ready" and int(schema or 1) != OWN_VECTOR_SCHEMA:
             vectors = b"older"  # promoted under an older schema (store.indexes.OWN_VECTOR_SCHEMA): again
@@ -231,7 +233,7 @@ class LexicalIndexOps(VectorIndexOps):
         was built (0.0: its BM25 statistics are exact; no index: 0.0). Document ids are never
         reused, so every replacement, deletion or second indexing of a copy shows as max_doc_id
         past num_docs."""
-        info = await self._index_info(self.keys(tenant).lexical_index_name)
+        info = await self._index_info(self.shard(tenant), self.keys(tenant).lexical_index_name)
         if info is None:
             return 0.0
         held = int(info["num_docs"])
@@ -253,18 +255,20 @@ class LexicalIndexOps(VectorIndexOps):
         off; idempotent. Returns how many passages it copied or checked; `progress(done, total)`
         is called after each batch."""
         keys = self.keys(tenant)
-        redis = self.redis
-        if await self._index_info(keys.lexical_index_name) is None:  # no index, nor a later generation's alias
+        redis = self.shard(tenant)
+        if (
+            await self._index_info(self.shard(tenant), keys.lexical_index_name) is None
+        ):  # no index, nor a later generation's alias
             # copies of an index since dropped: gone first, with the state, so no writer copies
             # while the new index scans its prefix
             await redis.delete(keys.lexical_index_state)
-            await self._delete_matching(keys.lexical_mirror_prefix() + "*")
+            await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix() + "*")
             await self._create_lexical(tenant, 0)
         await redis.hsetnx(keys.lexical_index_state, "state", "building")
         copied = await self._copy_passages(tenant, progress)
         # a resumed promotion may find its index scanning again (Redis reloaded it from a snapshot):
         # readers move to it only once it holds every copy
-        await self._initial_scan_done(keys.lexical_index_name)
+        await self._initial_scan_done(self.shard(tenant), keys.lexical_index_name)
         await redis.hset(keys.lexical_index_state, "state", "ready")
         self._own_lexical_read[tenant] = (True, time.monotonic())
         return copied
@@ -276,21 +280,21 @@ class LexicalIndexOps(VectorIndexOps):
         dropped. Readers search g until the move, g+1 after. Idempotent and resumable (the state's
         'next'); a tenant with no ready index is promoted instead. Returns the passages copied."""
         keys = self.keys(tenant)
-        redis = self.redis
+        redis = self.shard(tenant)
         state, searched, building = await redis.hmget(keys.lexical_index_state, "state", "gen", "next")
         if state != b"ready":
             return await self.promote_lexical(tenant, progress)
         current = int(searched or 0)
         target = int(building) if building else current + 1
         if current:  # copies of the generation before, left by a rebuild cut off after its move
-            await self._delete_matching(keys.lexical_mirror_prefix(current - 1) + "*")
-        if await self._index_info(keys.lexical_generation_index(target)) is None:
+            await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix(current - 1) + "*")
+        if await self._index_info(self.shard(tenant), keys.lexical_generation_index(target)) is None:
             await redis.hdel(keys.lexical_index_state, "next")  # no writer copies while the prefix is emptied
-            await self._delete_matching(keys.lexical_mirror_prefix(target) + "*")
+            await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix(target) + "*")
             await self._create_lexical(tenant, target)
         await redis.hset(keys.lexical_index_state, "next", target)
         copied = await self._copy_passages(tenant, progress)
-        await self._initial_scan_done(keys.lexical_generation_index(target))
+        await self._initial_scan_done(self.shard(tenant), keys.lexical_generation_index(target))
         move = redis.pipeline(transaction=True)
         if current == 0:  # generation 0's index holds the searched name: dropped, the name becomes an alias
             move.execute_command("FT.DROPINDEX", keys.lexical_index_name)
@@ -305,21 +309,21 @@ class LexicalIndexOps(VectorIndexOps):
         except ResponseError as exc:  # another process moved it first (its generation dropped already)
             if not index_missing(exc):
                 raise
-        await self._delete_matching(keys.lexical_mirror_prefix(current) + "*")
+        await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix(current) + "*")
         return copied
 
     async def _create_lexical(self, tenant: str, generation: int) -> None:
-        index = AsyncSearchIndex(own_lexical_schema(tenant, generation), redis_client=self.redis)
+        index = AsyncSearchIndex(own_lexical_schema(tenant, generation), redis_client=self.shard(tenant))
         await self._create_index(index)
-        await self._initial_scan_done(index.name)
+        await self._initial_scan_done(self.shard(tenant), index.name)
 
     async def _copy_passages(self, tenant: str, progress: Callable[[int, int], None] | None) -> int:
         """Every passage of the tenant through the mirror script (each generation's copy made
         equal), PROMOTION_BATCH a round trip; how many."""
         keys = self.keys(tenant)
-        passage_ids = await self._scan_suffixes(keys.prefix("passages"))
+        passage_ids = await self._scan_suffixes(self.shard(tenant), keys.prefix("passages"))
         for start in range(0, len(passage_ids), PROMOTION_BATCH):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.shard(tenant).pipeline(transaction=False)
             for pid in passage_ids[start : start + PROMOTION_BATCH]:
                 stage_lexical_mirror(pipe, keys, pid)
             await pipe.execute()
@@ -331,13 +335,13 @@ class LexicalIndexOps(VectorIndexOps):
         """The tenant's own lexical index dropped (its copies are keys of the tenant: a purge
         deletes them), the state with it."""
         keys = self.keys(tenant)
-        searched = await self.redis.hget(keys.lexical_index_state, "gen")
-        await self.redis.delete(keys.lexical_index_state)
+        searched = await self.shard(tenant).hget(keys.lexical_index_state, "gen")
+        await self.shard(tenant).delete(keys.lexical_index_state)
         # the searched name (generation 0's index, or the alias: dropping it drops the index it
         # names), and the next generation's, left by a rebuild cut off before its move
         for name in (keys.lexical_index_name, keys.lexical_generation_index(int(searched or 0) + 1)):
             try:
-                await self.redis.execute_command("FT.DROPINDEX", name)
+                await self.shard(tenant).execute_command("FT.DROPINDEX", name)
             except ResponseError as exc:
                 if not index_missing(exc):
                     raise

@@ -58,7 +58,7 @@ class OutboxOps(RedisBase):
         read = [keys.done_mark(mark), keys.outbox(mark)]
         if upstream is not None:
             read += [keys.done_mark(upstream), keys.outbox(upstream)]
-        done, outbox, *cause_keys = await self.redis.mget(read)
+        done, outbox, *cause_keys = await self.shard(tenant).mget(read)
         if done is not None:
             raise AlreadyDone(mark)
         if outbox is not None:
@@ -67,8 +67,10 @@ class OutboxOps(RedisBase):
             cause_held(cause, _decision(*cause_keys))
         return None
 
-    def pipeline(self):
-        return self.redis.pipeline(transaction=True)
+    def pipeline(self, tenant: str):
+        """A transaction of the tenant's writes (on its shard), staged by the stage_* methods and
+        sent by commit_once."""
+        return self.shard(tenant).pipeline(transaction=True)
 
     # ---- memory = f(log): what Redis holds of each input partition -------------------------
     async def record_applied(self, group: str, topic: str, partition: int, offset: int) -> None:
@@ -76,13 +78,15 @@ class OutboxOps(RedisBase):
         written: recorded after them, so a Redis that holds this offset holds those effects (a
         snapshot, a replica, an AOF are each a prefix of the writes), and one that lost writes
         holds an older offset or none (workers.recovery)."""
-        await self.redis.eval(_RAISE_APPLIED, 1, applied_offsets_key(group), f"{topic}:{partition}", offset)
+        key = applied_offsets_key(group)
+        await self.topology.for_key(key).eval(_RAISE_APPLIED, 1, key, f"{topic}:{partition}", offset)
 
     async def applied_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
         """partition → the last offset recorded applied (None: none)."""
         if not partitions:
             return {}
-        held = await self.redis.hmget(applied_offsets_key(group), [f"{topic}:{p}" for p in partitions])
+        key = applied_offsets_key(group)
+        held = await self.topology.for_key(key).hmget(key, [f"{topic}:{p}" for p in partitions])
         return {p: None if raw is None else int(raw) for p, raw in zip(partitions, held)}
 
     def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing], decision: str = "") -> None:
@@ -119,7 +123,9 @@ class OutboxOps(RedisBase):
         keys = self.keys(tenant)
         now = time.monotonic()
         if self._sweep_registered.get(tenant, 0.0) < now - SWEEP_REGISTRATION_S:  # where the sweep looks
-            await self.redis.sadd(TENANTS_WITH_OUTBOXES, tenant)  # again now and then: Redis may have restarted empty
+            await self.topology.for_key(TENANTS_WITH_OUTBOXES).sadd(
+                TENANTS_WITH_OUTBOXES, tenant
+            )  # again now and then: Redis may have restarted empty
             self._sweep_registered[tenant] = now
         expected = pipe.__dict__.get("memstream_expected", {})
         try:
@@ -145,7 +151,7 @@ class OutboxOps(RedisBase):
 
     async def finish(self, tenant: str, mark: str, decision: str = "") -> None:
         keys = self.keys(tenant)
-        pipe = self.pipeline()
+        pipe = self.pipeline(tenant)
         pipe.set(keys.done_mark(mark), decision or b"1", ex=DONE_MARK_TTL_S)
         pipe.delete(keys.outbox(mark))
         pipe.zrem(keys.outboxes, mark)
@@ -156,13 +162,14 @@ class OutboxOps(RedisBase):
         published, oldest first per tenant — for the sweep. A tenant is skipped while another
         worker sweeps it (a lock that expires, so a dead sweeper holds nothing for long)."""
         found = []
-        for raw in sorted(await self.redis.smembers(TENANTS_WITH_OUTBOXES)):
+        registered = self.topology.for_key(TENANTS_WITH_OUTBOXES)
+        for raw in sorted(await registered.smembers(TENANTS_WITH_OUTBOXES)):
             tenant = _text(raw)
-            keys = self.keys(tenant)
+            keys, client = self.keys(tenant), self.shard(tenant)
             marks = cast(  # without WITHSCORES: the members alone
-                list[bytes], await self.redis.zrangebyscore(keys.outboxes, "-inf", committed_before, start=0, num=limit)
+                list[bytes], await client.zrangebyscore(keys.outboxes, "-inf", committed_before, start=0, num=limit)
             )
-            if not marks or not await self.redis.set(keys.outbox_sweep_lock, b"1", nx=True, ex=OUTBOX_SWEEP_LOCK_S):
+            if not marks or not await client.set(keys.outbox_sweep_lock, b"1", nx=True, ex=OUTBOX_SWEEP_LOCK_S):
                 continue
             for mark in (m.decode() for m in marks):
                 try:
@@ -170,7 +177,7 @@ class OutboxOps(RedisBase):
                 except AlreadyDone:
                     outbox = None
                 if outbox is None:  # finished meanwhile (or expired): nothing to send
-                    await self.redis.zrem(keys.outboxes, mark)
+                    await client.zrem(keys.outboxes, mark)
                 else:
                     found.append((tenant, mark, outbox))
         return found

@@ -127,14 +127,16 @@ class ProgressOps(RedisBase):
 
     async def chunk_done(self, tenant: str, chunk_id: str) -> bool:
         """Whether the chunk is through the pipeline (its facts detected, its spawned work done)."""
-        return bool(await self.redis.sismember(self.keys(tenant).chunks_done, chunk_id))
+        return bool(await self.shard(tenant).sismember(self.keys(tenant).chunks_done, chunk_id))
 
     async def chunks_done_count(self, tenant: str) -> int:
-        return await self.redis.scard(self.keys(tenant).chunks_done)
+        return await self.shard(tenant).scard(self.keys(tenant).chunks_done)
 
     async def outstanding_work(self, tenant: str, chunk_id: str) -> list[str]:
         """Ids of the work a chunk's facts spawned that has not finished yet."""
-        return sorted(_text(m) for m in await self.redis.smembers(self.keys(tenant).chunk_outstanding(chunk_id)))
+        return sorted(
+            _text(m) for m in await self.shard(tenant).smembers(self.keys(tenant).chunk_outstanding(chunk_id))
+        )
 
     async def document_status(self, tenant: str, doc_id: str) -> DocumentStatus | None:
         """None if the chunker has not seen the document."""
@@ -144,7 +146,7 @@ class ProgressOps(RedisBase):
         """Each document's status (None: not seen by the chunker) in one round trip, counted in
         Redis: nothing but four values per document crosses the wire."""
         keys = self.keys(tenant)
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.shard(tenant).pipeline(transaction=False)
         for start in range(0, len(doc_ids), DOCUMENT_STATUS_BATCH):
             batch = [keys.document(doc_id) for doc_id in doc_ids[start : start + DOCUMENT_STATUS_BATCH]]
             _eval(pipe, _DOCUMENT_STATUSES, [keys.chunks_done, *batch], [])
@@ -155,4 +157,4 @@ class ProgressOps(RedisBase):
 
     async def document_ids(self, tenant: str) -> list[str]:
         """Every document the chunker recorded for the tenant (deleted ones too), by a SCAN."""
-        return await self._scan_suffixes(self.keys(tenant).document(""))
+        return await self._scan_suffixes(self.shard(tenant), self.keys(tenant).document(""))

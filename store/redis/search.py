@@ -268,7 +268,7 @@ class SearchOps(LexicalIndexOps):
             return []
         dims = len(searches[0][0])
         if ensure_index:  # known indexes cost no round trip; a lost one is created here
-            await self.index(layer, dims=dims)
+            await self.index(self.shard(tenant), layer, dims=dims)
         searchable = await self.vector_searchable(tenant, layer, dims)
         if searchable is None:
             return [[] for _ in searches]
@@ -297,7 +297,7 @@ class SearchOps(LexicalIndexOps):
             self._lost_indexes()
             if not ensure_index:
                 return [[] for _ in searches]
-            await self.index(layer, dims=dims)
+            await self.index(self.shard(tenant), layer, dims=dims)
             again = await self.searchable(tenant, layer, dims=dims)
             assert again is not None  # just created
             results = await search(again)  # lost again: the handler's retry
@@ -345,7 +345,7 @@ class SearchOps(LexicalIndexOps):
         Redis restarted empty): the caller scores on the shared index."""
         keys = self.keys(tenant)
         try:
-            reply = await self.redis.execute_command(
+            reply = await self.shard(tenant).execute_command(
                 "FT.SEARCH",
                 keys.lexical_index_name,
                 redis_query(terms),
@@ -383,7 +383,7 @@ class SearchOps(LexicalIndexOps):
         # 50,000 passages, every TENANT_DIMS_RECHECK_S a query process
         if known is not None and (now - known < TENANT_DIMS_RECHECK_S or await self.own_lexical_ready(tenant)):
             return None
-        reply = await self.redis.execute_command(
+        reply = await self.shard(tenant).execute_command(
             *searchable.command("FT.SEARCH", "", "RETURN", 2, "doc_id", LEXICAL_FIELD, "LIMIT", 0, LEXICAL_READ_ALL)
         )
         read = _lexical_rows(searchable, reply, terms)
@@ -421,7 +421,7 @@ class SearchOps(LexicalIndexOps):
         )
         matching = _lexical_page(searchable, terms, 0, LEXICAL_CANDIDATES)
         stats, found = await asyncio.gather(
-            self.redis.execute_command(*statistics), self.redis.execute_command(*matching)
+            searchable.redis.execute_command(*statistics), searchable.redis.execute_command(*matching)
         )
         row = (reply_rows(stats)[1] or [(None, {})])[0][1]
         count, length = int(row.get("n", 0)), float(row.get("length", 0) or 0)
@@ -437,7 +437,7 @@ class SearchOps(LexicalIndexOps):
         """How many of the tenant's passages hold each term (one count each, sent at once)."""
         counted = await asyncio.gather(
             *(
-                self.redis.execute_command(
+                searchable.redis.execute_command(
                     *searchable.command("FT.SEARCH", redis_query([t]), "VERBATIM", "NOCONTENT", "LIMIT", 0, 0)
                 )
                 for t in terms
@@ -500,7 +500,7 @@ class SearchOps(LexicalIndexOps):
         """The terms and doc ids of the tenant's passages holding any of `terms`, a page of them
         in the index's BM25STD order (the same order every page, the index unchanged between
         them), added to `documents` and `doc_ids`; how many came."""
-        reply = await self.redis.execute_command(*_lexical_page(searchable, terms, offset, limit))
+        reply = await searchable.redis.execute_command(*_lexical_page(searchable, terms, offset, limit))
         _, read, ids, _ = _lexical_rows(searchable, reply)
         documents.update(read)
         doc_ids.update(ids)

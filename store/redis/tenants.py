@@ -4,6 +4,9 @@ one, and the migrations of `memstream migrate` — off a tenant's own indexes an
 
 from __future__ import annotations
 
+import itertools
+
+from redis.crc import key_slot
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
@@ -39,11 +42,12 @@ class TenantsOps(ExportOps, LexicalIndexOps):
 
     async def tenants(self) -> list[str]:
         """Every tenant that committed a message (commit_once registers it): where to sweep."""
-        return sorted(_text(raw) for raw in await self.redis.smembers(TENANTS_WITH_OUTBOXES))
+        registered = self.topology.for_key(TENANTS_WITH_OUTBOXES)
+        return sorted(_text(raw) for raw in await registered.smembers(TENANTS_WITH_OUTBOXES))
 
     async def tenant_known(self, tenant: str) -> bool:
         """Whether anything was ever committed for the tenant (commit_once registers it)."""
-        return bool(await self.redis.sismember(TENANTS_WITH_OUTBOXES, tenant))
+        return bool(await self.topology.for_key(TENANTS_WITH_OUTBOXES).sismember(TENANTS_WITH_OUTBOXES, tenant))
 
     async def purge_tenant(self, tenant: str, llm_cache_keys, embedded_texts) -> dict[str, int]:
         """Erase a tenant: the model-cache entries of its texts (`llm_cache_keys(passages)`: the
@@ -60,30 +64,32 @@ class TenantsOps(ExportOps, LexicalIndexOps):
                 cached_vectors.key(text)
                 for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])
             ]
-        for start in range(0, len(cache), 1000):
-            await self.redis.delete(*cache[start : start + 1000])
+        for key_slot_keys in _by_slot(cache).values():  # a DEL's keys in one slot (a cluster's rule)
+            for start in range(0, len(key_slot_keys), 1000):
+                batch = key_slot_keys[start : start + 1000]
+                await self.topology.for_key(batch[0]).delete(*batch)
         await self.drop_own_lexical(tenant)  # a large tenant's own lexical index; its copies go below
         await self.drop_own_vectors(tenant)  # ... and its own vector indexes
         for layer in LAYERS:  # an index of its own from before shared indexes (not migrated); its keys go below
             try:
-                await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
+                await self.shard(tenant).execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
             except ResponseError:
                 pass  # none
         deleted = 0
         for pattern in keys.patterns():
-            deleted += await self._delete_matching(pattern)
-        await self.redis.srem(TENANTS_WITH_OUTBOXES, tenant)
+            deleted += await self._delete_matching(self.shard(tenant), pattern)
+        await self.topology.for_key(TENANTS_WITH_OUTBOXES).srem(TENANTS_WITH_OUTBOXES, tenant)
         self._sweep_registered.pop(tenant, None)
         self._tenant_dims_read.pop(tenant, None)
         return {"keys": deleted, "cache entries": len(cache), **{layer: len(rows) for layer, rows in layers.items()}}
 
     async def tenant_counts(self) -> dict[str, dict[str, int]]:
         """Every tenant with records → how many of each layer it holds (passages retired by a
-        later version included), in one SCAN over the keyspace."""
+        later version included), in one SCAN over the keyspace (of each server)."""
         counts: dict[str, dict[str, int]] = {}
-        for layer in LAYERS:
+        for client, layer in itertools.product(self.topology.servers(), LAYERS):
             prefix = layer_prefix(layer)
-            async for key in self.redis.scan_iter(match=prefix + "{*}:*", count=1000):
+            async for key in client.scan_iter(match=prefix + "{*}:*", count=1000):
                 tenant = key.decode()[len(prefix) + 1 :].partition("}:")[0]
                 counts.setdefault(tenant, dict.fromkeys(LAYERS, 0))[layer] += 1
         return dict(sorted(counts.items()))
@@ -94,11 +100,18 @@ class TenantsOps(ExportOps, LexicalIndexOps):
         each, for metrics. Not a tenant's search, so not filtered on one: it answers no query."""
         out: dict[str, dict[str, int]] = {}
         groups = ["GROUPBY", 2, f"@{TENANT_FIELD}", f"@{by}"] if by else ["GROUPBY", 1, f"@{TENANT_FIELD}"]
-        for name in await self._index_names():
+        for client in self.topology.servers():
+            out = _summed(out, await self._census_of(client, layer, groups, by))
+        return out
+
+    async def _census_of(self, client, layer: str, groups: list, by: str | None) -> dict[str, dict[str, int]]:
+        """census over the shared indexes of the layer on the server of `client`."""
+        out: dict[str, dict[str, int]] = {}
+        for name in await self._index_names(client):
             parsed = parse_index_name(name)
             if parsed is None or parsed[0] != layer or not parsed[2]:
                 continue
-            reply = await self.redis.execute_command(
+            reply = await client.execute_command(
                 "FT.AGGREGATE",
                 name,
                 "*",
@@ -127,15 +140,16 @@ class TenantsOps(ExportOps, LexicalIndexOps):
         """Tenants with an index of their own or records under the key layout from before shared
         indexes (`ms:{tenant}:pas:<id>`): what `migrate_tenant` has left to move."""
         found: set[str] = set()
-        for name in await self._index_names():
-            for layer in LAYERS:
-                if name.startswith("ms_") and name.endswith(f"_{layer}"):
-                    found.add(name[len("ms_") : -len(f"_{layer}")])
+        for client in self.topology.servers():
+            for name in await self._index_names(client):
+                for layer in LAYERS:
+                    if name.startswith("ms_") and name.endswith(f"_{layer}"):
+                        found.add(name[len("ms_") : -len(f"_{layer}")])
         short = {
             TenantKeys("x").legacy_prefix(layer).removeprefix("ms:{x}:") for layer in LAYERS
         }  # 'pas:', 'fact:', ...
-        for kind in short:
-            async for key in self.redis.scan_iter(match="ms:{*}:" + kind + "*", count=1000):
+        for client, kind in itertools.product(self.topology.servers(), short):
+            async for key in client.scan_iter(match="ms:{*}:" + kind + "*", count=1000):
                 tenant, _, rest = key.decode()[len("ms:{") :].partition("}:")
                 if rest.startswith(kind) and not tenant.startswith("_"):
                     found.add(tenant)
@@ -149,15 +163,15 @@ class TenantsOps(ExportOps, LexicalIndexOps):
         size of the tenant's vectors. Idempotent, and safe to run again after a crash: a record
         already moved by a writer of this version keeps its fields, those it lacks are copied.
         Returns how many records of each layer moved. Run it with the workers stopped."""
-        keys = self.keys(tenant)
+        keys, client = self.keys(tenant), self.shard(tenant)
         dims = await self._legacy_index_dims(tenant) or self.dims
         for layer in LAYERS:
-            await self.index(layer, dims=dims)
+            await self.index(client, layer, dims=dims)
         moved = dict.fromkeys(LAYERS, 0)
         for layer in LAYERS:
             old_prefix, new_prefix = keys.legacy_prefix(layer), keys.prefix(layer)
             pending: list[bytes] = []
-            async for key in self.redis.scan_iter(match=old_prefix + "*", count=1000):
+            async for key in client.scan_iter(match=old_prefix + "*", count=1000):
                 pending.append(key)
                 if len(pending) >= batch:
                     moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix, dims)
@@ -165,7 +179,7 @@ class TenantsOps(ExportOps, LexicalIndexOps):
             moved[layer] += await self._move_records(tenant, layer, pending, old_prefix, new_prefix, dims)
         for layer in LAYERS:
             try:
-                await self.redis.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
+                await client.execute_command("FT.DROPINDEX", keys.legacy_index_name(layer))
             except ResponseError as exc:
                 if not index_missing(exc):
                     raise
@@ -177,16 +191,17 @@ class TenantsOps(ExportOps, LexicalIndexOps):
         if not old_keys:
             return 0
         renamed = [new_prefix + key.decode().removeprefix(old_prefix) for key in old_keys]
-        pipe = self.redis.pipeline(transaction=False)
+        client = self.shard(tenant)
+        pipe = client.pipeline(transaction=False)
         for old, new in zip(old_keys, renamed):
             pipe.eval(_MOVE_RECORD, 2, old, new, TENANT_FIELD, tenant)
         await pipe.execute()
-        await self._float16_vectors(renamed, dims, {})
+        await self._float16_vectors(client, renamed, dims, {})
         if layer == "passages":  # the lexical leg's fields, where missing
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for key in renamed:
                 pipe.hmget(key, ["context", "text", "retired", LEXICAL_FIELD, RETIRED_FIELDS[LEXICAL_FIELD]])
-            writes = self.redis.pipeline(transaction=False)
+            writes = client.pipeline(transaction=False)
             for key, (context, text, retired, terms, retired_terms) in zip(renamed, await pipe.execute()):
                 if text is None:
                     continue  # an erased passage's skeleton
@@ -206,11 +221,14 @@ class TenantsOps(ExportOps, LexicalIndexOps):
     async def float32_indexes(self) -> list[str]:
         """The shared indexes from when vectors were held as float32: what `migrate_vectors` has
         left to do."""
-        return [
-            name
-            for name in await self._index_names()
-            if (parsed := parse_index_name(name)) is not None and not parsed[2]
-        ]
+        return sorted(
+            {
+                name
+                for client in self.topology.servers()
+                for name in await self._index_names(client)
+                if (parsed := parse_index_name(name)) is not None and not parsed[2]
+            }
+        )
 
     async def migrate_vectors(self, name: str, batch: int = 500) -> int:
         """Re-encodes the records of a float32 shared index (`float32_indexes`) as float16 under
@@ -222,32 +240,35 @@ class TenantsOps(ExportOps, LexicalIndexOps):
         if parsed is None or parsed[2]:
             raise ValueError(f"{name!r} is not a float32 shared index")
         layer, dims, _ = parsed
-        await self.index(layer, dims=dims)
-        done, pending = 0, []
+        done = 0
         recorded: dict[str, int | None] = {}  # tenant → its recorded embedder's size (_float16_vectors)
-        async for key in self.redis.scan_iter(match=layer_prefix(layer) + "*", count=1000):
-            pending.append(key.decode())
-            if len(pending) >= batch:
-                done += await self._float16_vectors(pending, dims, recorded)
-                pending = []
-        done += await self._float16_vectors(pending, dims, recorded)
-        try:
-            await self.redis.execute_command("FT.DROPINDEX", name)
-        except ResponseError as exc:
-            if not index_missing(exc):
-                raise
+        for client in self.topology.servers():
+            await self.index(client, layer, dims=dims)
+            pending: list[str] = []
+            async for key in client.scan_iter(match=layer_prefix(layer) + "*", count=1000):
+                pending.append(key.decode())
+                if len(pending) >= batch:
+                    done += await self._float16_vectors(client, pending, dims, recorded)
+                    pending = []
+            done += await self._float16_vectors(client, pending, dims, recorded)
+            try:
+                await client.execute_command("FT.DROPINDEX", name)
+            except ResponseError as exc:
+                if not index_missing(exc):
+                    raise
         return done
 
-    async def _float16_vectors(self, keys: list[str], dims: int, recorded: dict[str, int | None]) -> int:
+    async def _float16_vectors(self, client, keys: list[str], dims: int, recorded: dict[str, int | None]) -> int:
         """Each record's float32 vectors of `dims` (its vector, and a retired passage's) held
-        as vector_bytes holds them; `recorded` caches tenant → its recorded embedder's size."""
+        as vector_bytes holds them, on the server of `client` that holds `keys`; `recorded`
+        caches tenant → its recorded embedder's size."""
         if not keys:
             return 0
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = client.pipeline(transaction=False)
         for key in keys:
             pipe.hmget(key, [TENANT_FIELD, "vec", RETIRED_FIELDS["vec"]])
         rows = await pipe.execute()
-        writes, done = self.redis.pipeline(transaction=False), 0
+        writes, done = client.pipeline(transaction=False), 0
         for key, (tenant, *vectors) in zip(keys, rows):
             name = tenant.decode() if tenant is not None else None
             if name is not None and name not in recorded:
@@ -265,3 +286,20 @@ class TenantsOps(ExportOps, LexicalIndexOps):
                 done += 1
         await writes.execute()
         return done
+
+
+def _by_slot(keys: list[str]) -> dict[int, list[str]]:
+    """Keys grouped by their Redis Cluster hash slot (one server's keys are all of one group)."""
+    grouped: dict[int, list[str]] = {}
+    for key in keys:
+        grouped.setdefault(key_slot(key.encode()), []).append(key)
+    return grouped
+
+
+def _summed(into: dict[str, dict[str, int]], more: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Two censuses as one (a tenant is on one server; summed all the same)."""
+    for tenant, values in more.items():
+        for value, n in values.items():
+            into.setdefault(tenant, {}).setdefault(value, 0)
+            into[tenant][value] += n
+    return into

@@ -57,7 +57,8 @@ class VectorIndexOps(RedisBase):
         ready = await self._own_vectors_ready(tenant, dims)
         if ready and layer in OWN_VECTOR_LAYERS:
             schema = own_vector_schema(tenant, layer, dims)
-            return OwnVectorIndex(self.redis, AsyncSearchIndex(schema, redis_client=self.redis), tenant, layer)
+            client = self.shard(tenant)
+            return OwnVectorIndex(client, AsyncSearchIndex(schema, redis_client=client), tenant, layer)
         return await self.searchable(tenant, layer, dims=dims)
 
     async def _own_vectors_ready(self, tenant: str, dims: int) -> bool:
@@ -78,15 +79,16 @@ class VectorIndexOps(RedisBase):
         anew, and a promotion marks it ready after its scan."""
         now, known = time.monotonic(), self._own_vectors_read.get((tenant, dims))
         if known is None or now - known[2] >= VECTOR_STATE_RECHECK_S:
-            state, of_dims, schema = await self.redis.hmget(
+            state, of_dims, schema = await self.shard(tenant).hmget(
                 self.keys(tenant).vector_index_state, "state", "dims", "schema"
             )
             ready = state == b"ready" and of_dims is not None and int(of_dims) == dims
             names = [self.keys(tenant).vector_index_name(layer, dims) for layer in OWN_VECTOR_LAYERS]
             if ready:  # (a small tenant, with no index of its own, pays the state's read alone)
-                run = await self._server_run()
+                client = self.shard(tenant)
+                run = await self._server_run(client)
                 unseen = [name for name in names if self._scanned_under.get(name) != run]
-                scanned = await asyncio.gather(*(self._scanned(name) for name in unseen))
+                scanned = await asyncio.gather(*(self._scanned(client, name) for name in unseen))
                 if len(self._scanned_under) >= 100_000:
                     self._scanned_under.clear()
                 self._scanned_under.update((name, run) for name, done in zip(unseen, scanned) if done)
@@ -100,14 +102,17 @@ class VectorIndexOps(RedisBase):
             self._own_vectors_read[(tenant, dims)] = known
         return known
 
-    async def _server_run(self) -> str:
+    @staticmethod
+    async def _server_run(client) -> str:
         """The Redis server's run id: another after a restart or a failover."""
-        return str((await self.redis.info("server")).get("run_id", ""))
+        return str((await client.info("server")).get("run_id", ""))
 
-    async def _scanned(self, name: str) -> bool:
-        """Whether the index exists and holds every key of its prefix (no scan running)."""
+    @staticmethod
+    async def _scanned(client, name: str) -> bool:
+        """Whether the index exists on the server of `client` and holds every key of its prefix
+        (no scan running)."""
         try:
-            info = await self.redis.execute_command("FT.INFO", name)
+            info = await client.execute_command("FT.INFO", name)
         except ResponseError as exc:
             if index_missing(exc):
                 return False
@@ -126,7 +131,7 @@ class VectorIndexOps(RedisBase):
         indexes hold."""
         keys = self.keys(tenant)
         dims = await self._tenant_dims(tenant)
-        state = await self.redis.hmget(keys.vector_index_state, "state", "dims", "schema")
+        state = await self.shard(tenant).hmget(keys.vector_index_state, "state", "dims", "schema")
         if state[1] is not None and int(state[1]) != dims:  # indexes of another embedder's size
             await self.drop_own_vectors(tenant)
         elif state[0] is not None and int(state[2] or 1) != OWN_VECTOR_SCHEMA:  # an older schema's
@@ -134,13 +139,13 @@ class VectorIndexOps(RedisBase):
         await self._comma_entities(tenant)
         held = 0
         for layer in OWN_VECTOR_LAYERS:
-            index = AsyncSearchIndex(own_vector_schema(tenant, layer, dims), redis_client=self.redis)
+            index = AsyncSearchIndex(own_vector_schema(tenant, layer, dims), redis_client=self.shard(tenant))
             if not await index.exists():
                 await self._create_index(index)
-            while not await self._scanned(index.name):
+            while not await self._scanned(self.shard(tenant), index.name):
                 await asyncio.sleep(0.1)
-            held += int(_text((await self.redis.ft(index.name).info())["num_docs"]))
-        await self.redis.hset(
+            held += int(_text((await self.shard(tenant).ft(index.name).info())["num_docs"]))
+        await self.shard(tenant).hset(
             keys.vector_index_state, mapping={"state": "ready", "dims": dims, "schema": OWN_VECTOR_SCHEMA}
         )
         self._own_vectors_read[(tenant, dims)] = (True, True, time.monotonic())  # OWN_VECTOR_SCHEMA tags
@@ -151,13 +156,13 @@ class VectorIndexOps(RedisBase):
         list) rewritten comma-joined, so its own passages index tags it by entity; idempotent,
         500 a round trip (a passage written meanwhile is written comma-joined already)."""
         prefix = self.keys(tenant).prefix("passages")
-        keys = [prefix + pid for pid in await self._scan_suffixes(prefix)]
+        keys = [prefix + pid for pid in await self._scan_suffixes(self.shard(tenant), prefix)]
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
-            read = self.redis.pipeline(transaction=False)
+            read = self.shard(tenant).pipeline(transaction=False)
             for key in batch:
                 read.hget(key, ENTITIES_FIELD)
-            write = self.redis.pipeline(transaction=False)
+            write = self.shard(tenant).pipeline(transaction=False)
             for key, raw in zip(batch, await read.execute()):
                 if raw and raw.startswith(b"["):
                     write.hset(key, ENTITIES_FIELD, ",".join(entity_list(raw)))
@@ -166,12 +171,12 @@ class VectorIndexOps(RedisBase):
     async def drop_own_vectors(self, tenant: str) -> None:
         """The tenant's own vector indexes dropped (not their records), the state with them."""
         keys = self.keys(tenant)
-        state = await self.redis.hget(keys.vector_index_state, "dims")
-        await self.redis.delete(keys.vector_index_state)
+        state = await self.shard(tenant).hget(keys.vector_index_state, "dims")
+        await self.shard(tenant).delete(keys.vector_index_state)
         for dims in {self.dims, *([int(state)] if state is not None else [])}:
             for layer in OWN_VECTOR_LAYERS:
                 try:
-                    await self.redis.execute_command("FT.DROPINDEX", keys.vector_index_name(layer, dims))
+                    await self.shard(tenant).execute_command("FT.DROPINDEX", keys.vector_index_name(layer, dims))
                 except ResponseError as exc:
                     if not index_missing(exc):
                         raise

@@ -49,7 +49,7 @@ class VersionsOps(RedisBase):
     # ---- document versions: what a new version retires, and what a revert brings back -------
     async def document_record(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         """The document's current version as the chunker recorded it (None: never seen)."""
-        doc_hash, version, chunk_ids, mark, seq, position = await self.redis.hmget(
+        doc_hash, version, chunk_ids, mark, seq, position = await self.shard(tenant).hmget(
             self.keys(tenant).document(doc_id), ["doc_hash", "version", "chunk_ids", "mark", "seq", "position"]
         )
         if version is None:
@@ -86,12 +86,12 @@ class VersionsOps(RedisBase):
 
     async def passage_documents(self, tenant: str, passage_ids: list[str]) -> list[set[str]]:
         keys = self.keys(tenant)
-        return await self._set_members([keys.passage_documents(pid) for pid in passage_ids])
+        return await self._set_members(tenant, [keys.passage_documents(pid) for pid in passage_ids])
 
     async def passage_states(self, tenant: str, passage_ids: list[str]) -> list[PassageState]:
         """Each passage's state (a passage never written: in memory, incarnation 0)."""
         keys = self.keys(tenant)
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.shard(tenant).pipeline(transaction=False)
         for pid in passage_ids:
             pipe.hmget(keys.passage(pid), ["retired", "incarnation"])
             pipe.hget(keys.passage_revision(pid), "n")
@@ -137,7 +137,8 @@ class VersionsOps(RedisBase):
         """(fact ids, schema ids) whose support counts the passage."""
         keys = self.keys(tenant)
         facts, schemas = await asyncio.gather(
-            self.redis.smembers(keys.passage_facts(passage_id)), self.redis.smembers(keys.passage_schemas(passage_id))
+            self.shard(tenant).smembers(keys.passage_facts(passage_id)),
+            self.shard(tenant).smembers(keys.passage_schemas(passage_id)),
         )
         return sorted(_text(m) for m in facts), sorted(_text(m) for m in schemas)
 

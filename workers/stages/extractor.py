@@ -291,7 +291,7 @@ class ExtractorStage(Stage):
             ]
             for eid, hits in zip(vectors, found)
         }
-        pipe = self.memory.pipeline()
+        pipe = self.memory.pipeline(tenant)
         if any(similar.values()):
             version = await self.memory.bump_graph_version(tenant)
             for eid, hits in similar.items():
