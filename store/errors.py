@@ -27,7 +27,7 @@ def redis_unavailable(exc: BaseException | None) -> BaseException | None:
 
 
 class RedisClusterNode(RedisError):
-    """The Redis at the store's URL is a node of a Redis Cluster. The store runs on one Redis server:
-    the query engine reachable here (RediSearch 2.10 without its coordinator) searches one shard
-    only, so a tenant whose slot lives elsewhere would read as empty and a write across slots
-    fails with MOVED (docs/operations.md, "Redis Cluster")."""
+    """The Redis at a one-server URL (`redis://`) is a node of a Redis Cluster: the store on a
+    cluster is named `redis+cluster://` (store.redis.topology) — as one server, a tenant whose slot
+    lives elsewhere would fail with MOVED, and the query engine (no coordinator) searches one
+    shard only (docs/operations.md, "Redis Cluster")."""

@@ -76,15 +76,16 @@ def index_missing(exc: BaseException) -> bool:
     return any(wording in str(cause).lower() for wording in _MISSING_INDEX)
 
 
-def layer_schema(layer: str, dims: int, algorithm: str = "flat") -> IndexSchema:
-    """The shared index of a layer's records with `dims`-sized vectors, every tenant's."""
+def layer_schema(layer: str, dims: int, algorithm: str = "flat", shard_tag: str | None = None) -> IndexSchema:
+    """The shared index of a layer's records with `dims`-sized vectors, every tenant's (on a
+    Redis Cluster, every tenant's of the shard whose `shard_tag` it is named with)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"vector index algorithm {algorithm!r}: expected flat or hnsw")
     return IndexSchema.from_dict(
         {
             # no stop words: the lexical terms are final (store.lexical); no other field is TEXT
             "index": {
-                "name": shared_index_name(layer, dims),
+                "name": shared_index_name(layer, dims, shard_tag),
                 "prefix": layer_prefix(layer),
                 "storage_type": "hash",
                 "stopwords": [],
@@ -130,12 +131,13 @@ OWN_ENTITY_TAG_SCHEMA = 2  # the first schema whose passages index tags entities
 
 
 @functools.lru_cache(maxsize=4096)  # every KNN search of a promoted tenant: building it cost ~50 us
-def own_vector_schema(tenant: str, layer: str, dims: int) -> IndexSchema:
+def own_vector_schema(tenant: str, layer: str, dims: int, tagged: bool = False) -> IndexSchema:
     """A large tenant's own HNSW index of a layer: its records alone (the layer's prefix for the
     tenant), the shared index's tag fields for filters and no text (its lexical search has an
     index of its own). Over existing keys: a record written during its scan is indexed again,
-    which for a vector only replaces the first (no statistics to double, unlike BM25's)."""
-    keys = TenantKeys(tenant)
+    which for a vector only replaces the first (no statistics to double, unlike BM25's).
+    `tagged`: named for a Redis Cluster (TenantKeys.tagged_indexes)."""
+    keys = TenantKeys(tenant, tagged)
     return IndexSchema.from_dict(
         {
             "index": {
@@ -163,14 +165,15 @@ def own_vector_schema(tenant: str, layer: str, dims: int) -> IndexSchema:
     )
 
 
-def own_lexical_schema(tenant: str, generation: int = 0) -> IndexSchema:
+def own_lexical_schema(tenant: str, generation: int = 0, tagged: bool = False) -> IndexSchema:
     """A large tenant's own lexical index (store.redis.lexical_index): the terms of its passages'
     copies and nothing else, so the query engine's BM25STD counts this tenant's statistics alone
     — its passage count (retired and erased passages too, as the shared index's tenant count
     does), their average length, each term's document frequency — and scores exactly what
     store.lexical.bm25 does. No vector, no tag: a text index of 50,000 passages answers in
-    1-3 ms where moving their terms to the client took 20-900 ms."""
-    keys = TenantKeys(tenant)
+    1-3 ms where moving their terms to the client took 20-900 ms. `tagged`: named for a Redis
+    Cluster (TenantKeys.tagged_indexes)."""
+    keys = TenantKeys(tenant, tagged)
     return IndexSchema.from_dict(
         {
             "index": {
@@ -257,7 +260,9 @@ _HIT_READS = frozenset({"HGET", "HMGET", "SMEMBERS"})
 # ARGV: the records' key prefix; the reads (each: command, on the hit's key or not, key prefix,
 # suffix, argument count, arguments); then the searches to the end (each: argument count, the
 # FT.SEARCH's arguments). A search's reply beside, for each of its hits, the reads' replies.
-_SEARCH_READ = """#!lua flags=no-writes
+# On a Redis Cluster the index's name is a key of another slot (of the same shard) than the
+# tenant's route key: allow-cross-slot-keys (tests/test_redis_cluster.py pins it).
+_SEARCH_READ = """#!lua flags=no-writes,allow-cross-slot-keys
 local prefix, i, reads = ARGV[1], 3, {}
 for r = 1, tonumber(ARGV[2]) do
   local n = tonumber(ARGV[i + 4])
@@ -285,16 +290,58 @@ return out
 """
 
 
+# An FT.SEARCH whose RETURN fields are read from each hit's hash, on a Redis Cluster's shard
+# (where the query engine returns none of them): the reply shaped as the search's own (RESP2:
+# total, then each key, its score WITHSCORES, its fields). KEYS: a key of the tenant (its slot).
+# ARGV: WITHSCORES or not ('1'/'0'), the field count, the fields, the search with NOCONTENT.
+_SEARCH_FIELDS = """#!lua flags=no-writes,allow-cross-slot-keys
+local withscores, n = ARGV[1] == '1', tonumber(ARGV[2])
+local fields = {unpack(ARGV, 3, 2 + n)}
+local reply = redis.call(unpack(ARGV, 3 + n, #ARGV))
+local out, h = {reply[1]}, 2
+while h <= #reply do
+  local key = reply[h]
+  out[#out + 1] = key
+  if withscores then h = h + 1; out[#out + 1] = reply[h] end
+  local values, row = redis.call('HMGET', key, unpack(fields)), {}
+  for f = 1, n do
+    if values[f] then row[#row + 1] = fields[f]; row[#row + 1] = values[f] end
+  end
+  out[#out + 1] = row
+  h = h + 1
+end
+return out
+"""
+
+
+async def search_with_fields(client, command: list | tuple, route_key: str | None = None):
+    """Send an FT.SEARCH (its fields asked with RETURN). With `route_key` (a key of the tenant:
+    a store on a Redis Cluster) the fields are read from the hits' hashes by _SEARCH_FIELDS in
+    the same command, the reply shaped the same."""
+    if route_key is None:
+        return await client.execute_command(*command)
+    words = [w.upper() if isinstance(w, str) else w for w in command]
+    at = words.index("RETURN")
+    count = int(command[at + 1])
+    fields = list(command[at + 2 : at + 2 + count])
+    searched = [*command[:at], "NOCONTENT", *command[at + 2 + count :]]
+    withscores = "1" if "WITHSCORES" in words else "0"
+    return await client.eval(_SEARCH_FIELDS, 1, route_key, withscores, len(fields), *fields, *searched)
+
+
 class TenantIndex:
     """A layer's shared index as one tenant sees it: every query it sends is ANDed with the
     tenant's tag, and the ids it returns are the tenant's record ids. The only way the store
     searches (store.memory.Memory.searchable)."""
 
-    def __init__(self, redis, index: AsyncSearchIndex, tenant: str, layer: str):
+    def __init__(self, redis, index: AsyncSearchIndex, tenant: str, layer: str, clustered: bool = False):
         self.redis = redis
         self.index = index
         self.tenant = tenant
         self.prefix = TenantKeys(tenant).prefix(layer)
+        # on a Redis Cluster's shard the query engine returns no stored field of a hit (only
+        # what it computes, as a KNN distance): they are read from the records (knn_each)
+        self.clustered = clustered
 
     @property
     def name(self) -> str:
@@ -349,7 +396,19 @@ class TenantIndex:
         search — the tenant's records whose tag fields equal every value in `where` — nearest
         first, all searches in one round trip. Raw FT.SEARCH, not redisvl's query objects: for a
         small tenant their building and parsing cost more than the search (measured: 1.34 → 0.6
-        ms p50 with 10,000 tenants in the index)."""
+        ms p50 with 10,000 tenants in the index). On a cluster the fields come from the records,
+        read by the search's script."""
+        if self.clustered and return_fields:
+            read = await self.knn_each_read(
+                searches, k, [], [HitRead("HMGET", tuple(return_fields))], TenantKeys(self.tenant).base
+            )
+            return [
+                [
+                    (rid, distance, {f: _text(v) for f, v in zip(return_fields, got[0]) if v is not None})
+                    for rid, distance, _, got in hits
+                ]
+                for hits in read
+            ]
         commands = [self._knn_command(vector, where, k, return_fields) for vector, where in searches]
         if len(commands) == 1:  # a pipeline of one costs ~0.4 ms more than the command
             replies = [await self.redis.execute_command(*commands[0])]
@@ -390,6 +449,15 @@ class TenantIndex:
             rows = self._knn_rows(reply)
             out.append([(rid, distance, fields, got) for (rid, distance, fields), got in zip(rows, found)])
         return out
+
+    async def run(self, command: list | tuple):
+        """A command of `command()` sent, its fields read from the records on a cluster
+        (search_with_fields): the reply as the search's own."""
+        if command[0] == "FT.SEARCH" and "RETURN" in command:
+            return await search_with_fields(
+                self.redis, command, TenantKeys(self.tenant).base if self.clustered else None
+            )
+        return await self.redis.execute_command(*command)
 
     def command(self, verb: str, query: str, *arguments) -> list:
         """A raw FT.SEARCH or FT.AGGREGATE of `query` within the tenant's records, for a pipeline

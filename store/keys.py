@@ -31,10 +31,13 @@ SHARED_INDEX_PREFIX = "ms:index:"
 VECTOR_TYPE_TAG = "f16"  # in the name: the float32 indexes before it (float32_index_name) held the same keys
 
 
-def shared_index_name(layer: str, dims: int) -> str:
+def shared_index_name(layer: str, dims: int, shard_tag: str | None = None) -> str:
     """The index of a layer's records with vectors of `dims` (one per layer and vector size).
-    The colons keep it apart from every per-tenant name (legacy_index_name) a tenant could make."""
-    return f"{SHARED_INDEX_PREFIX}{layer}:{dims}:{VECTOR_TYPE_TAG}"
+    The colons keep it apart from every per-tenant name (legacy_index_name) a tenant could make.
+    On a Redis Cluster each shard has its own, named with a hash tag of a slot it serves (an
+    index name is a key to the cluster: store.redis.topology.ShardRouter.shard_tag)."""
+    tag = f"{{{shard_tag}}}:" if shard_tag is not None else ""
+    return f"{SHARED_INDEX_PREFIX}{tag}{layer}:{dims}:{VECTOR_TYPE_TAG}"
 
 
 def float32_index_name(layer: str, dims: int) -> str:
@@ -48,7 +51,10 @@ def parse_index_name(name: str) -> tuple[str, int, bool] | None:
     for any other name."""
     if not name.startswith(SHARED_INDEX_PREFIX):
         return None
-    layer, _, rest = name.removeprefix(SHARED_INDEX_PREFIX).partition(":")
+    named = name.removeprefix(SHARED_INDEX_PREFIX)
+    if named.startswith("{"):  # a cluster shard's (shared_index_name's shard_tag)
+        named = named.partition("}:")[2]
+    layer, _, rest = named.partition(":")
     dims, _, tag = rest.partition(":")
     if layer not in LAYERS or not dims.isdigit() or tag not in ("", VECTOR_TYPE_TAG):
         return None
@@ -78,6 +84,10 @@ LLM_CACHE_PATTERN = f"ms:{{{LLM_CACHE_NAMESPACE}}}:*"
 @dataclass(frozen=True)
 class TenantKeys:
     tenant: str
+    # a store on a Redis Cluster: the tenant's own index names carry its hash tag (an index name
+    # is a key to the cluster: in the tenant's slot, on its shard); on one server they keep the
+    # names they were made with
+    tagged_indexes: bool = False
 
     def __post_init__(self):
         validate_tenant(self.tenant)
@@ -133,7 +143,7 @@ class TenantKeys:
     def lexical_index_name(self) -> str:
         """What its searches name: generation 0's index, or the alias of a later one's (an index
         name, not a key: FT.DROPINDEX removes the index it names)."""
-        return f"ms:own:{self.tenant}:lexical"
+        return f"ms:own:{self._index_tenant}:lexical"
 
     def lexical_generation_index(self, generation: int) -> str:
         """A generation's own index (0: the name searched; later ones are reached by its alias)."""
@@ -147,7 +157,11 @@ class TenantKeys:
 
     def vector_index_name(self, layer: str, dims: int) -> str:
         """Its own HNSW index of a layer's records (store.redis.vector_index)."""
-        return f"ms:own:{self.tenant}:{layer}:{dims}:{VECTOR_TYPE_TAG}"
+        return f"ms:own:{self._index_tenant}:{layer}:{dims}:{VECTOR_TYPE_TAG}"
+
+    @property
+    def _index_tenant(self) -> str:
+        return f"{{{self.tenant}}}" if self.tagged_indexes else self.tenant
 
     def fact(self, fact_id: str) -> str:
         return self.prefix("facts") + fact_id
@@ -319,7 +333,10 @@ class TenantKeys:
 TENANTS_WITH_OUTBOXES = "ms:tenants:outboxes"
 
 
-def applied_offsets_key(group: str) -> str:
+def applied_offsets_key(group: str, shard_tag: str | None = None) -> str:
     """Hash of a consumer group's applied offsets: field '<topic>:<partition>' → the last offset
-    whose effects Redis holds (store.redis.outbox: record_applied)."""
+    whose effects Redis holds (store.redis.outbox: record_applied). On a Redis Cluster one per
+    shard, in a slot of that shard (`shard_tag`): each proves what its own shard holds."""
+    if shard_tag is not None:
+        return f"ms:applied:{{{shard_tag}}}:{group}"
     return f"ms:applied:{{{group}}}"

@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 from store.records import Hit
 from store.redis.aliases import AliasesOps
 from store.redis.base import DONE_MARK_TTL_S, INITIAL_SCAN_WAIT_S, TENANT_DIMS_RECHECK_S, RedisBase
-from store.redis.connection import store_connection
+from store.redis.connection import hiredis_packing, store_connection
 from store.redis.episodes import EpisodesOps
 from store.redis.erasing import ErasingOps
 from store.redis.expiry import ExpiryOps
@@ -54,6 +54,7 @@ from store.redis.progress import DOCUMENT_STATUS_BATCH, ProgressOps
 from store.redis.search import LEXICAL_CANDIDATES, LEXICAL_MAX_READ, LEXICAL_READ_ALL, SearchOps
 from store.redis.standing import StandingOps
 from store.redis.tenants import CENSUS_MAX_GROUPS, TenantsOps
+from store.redis.topology import ShardRouter, cluster_seed
 from store.redis.versions import VersionsOps
 
 __all__ = [
@@ -96,9 +97,18 @@ class Memory(
     def from_url(cls, url: str, max_connections: int = 64, pool_timeout: float = 20.0, **kwargs) -> "Memory":
         """A client whose pool holds at most `max_connections`; a command finding them all busy
         waits up to `pool_timeout` seconds for one (then redis ConnectionError) instead of
-        failing at once with "Too many connections" as redis-py's default pool does."""
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False
-        )
-        pool.connection_class = store_connection(pool.connection_class)
-        return cls(aioredis.Redis.from_pool(pool), **kwargs)
+        failing at once with "Too many connections" as redis-py's default pool does. A
+        `redis+cluster://` (or `rediss+cluster://`) URL names any node of a Redis Cluster: a
+        client and pool like that per primary (store.redis.topology.ShardRouter)."""
+
+        def pool(node_url: str, one_server: bool) -> aioredis.ConnectionPool:
+            made = aioredis.BlockingConnectionPool.from_url(
+                node_url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False
+            )
+            made.connection_class = (store_connection if one_server else hiredis_packing)(made.connection_class)
+            return made
+
+        seed = cluster_seed(url)
+        if seed is not None:
+            return cls(ShardRouter.from_url(seed, lambda node_url: pool(node_url, False)), **kwargs)
+        return cls(aioredis.Redis.from_pool(pool(url, True)), **kwargs)

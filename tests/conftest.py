@@ -23,16 +23,36 @@ MEMSTREAM = [sys.executable, "-m", "ops.cli"]
 def pytest_collection_modifyitems(items):
     for item in items:
         # a test over both stores (fixture redis_url) asks for the stack at run time, in its Redis case
-        over_redis = getattr(getattr(item, "callspec", None), "params", {}).get("redis_url") == "redis"
+        over_redis = getattr(getattr(item, "callspec", None), "params", {}).get("redis_url") in (
+            "redis",
+            "redis-cluster",
+        )
         if "stack_env" in getattr(item, "fixturenames", ()) or over_redis:
             item.add_marker(pytest.mark.stack)
 
 
-@pytest.fixture(params=["in-memory", "redis"])
+@pytest.fixture(params=["in-memory", "redis", "redis-cluster"])
 def redis_url(request) -> str | None:
-    """A test over both stores: None (InMemoryStore, tests/inprocess.py's default) and the
-    stack's Redis URL."""
+    """A test over every store: None (InMemoryStore, tests/inprocess.py's default), the stack's
+    Redis URL, and a local 3-shard Redis Cluster's (the store conformance run on a cluster)."""
+    if request.param == "redis-cluster":
+        return request.getfixturevalue("redis_cluster_url")
     return request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"] if request.param == "redis" else None
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory):
+    """A local 3-shard Redis Cluster for the session (`stack up --redis-cluster 3`'s Redis)."""
+    from ops.stack.services import Stack, free_ports
+    from workers.settings import Settings
+
+    port = free_ports(6)  # three shards, then their cluster buses
+    stack = Stack(Settings(home=tmp_path_factory.mktemp("redis-cluster"), redis_port=port, redis_shards=3))
+    stack.service_up("redis", progress=lambda message: None)
+    try:
+        yield f"redis+cluster://127.0.0.1:{port}/0"
+    finally:
+        stack.service_down("redis")
 
 
 @pytest.fixture(scope="session")

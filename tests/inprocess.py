@@ -103,16 +103,27 @@ def redis_keys_holding(redis_url: str, needles: list[bytes]) -> list[str]:
     set, sorted set, list, stream) holds one of `needles` — what an erasure must leave none of."""
     import redis as redis_sync
 
-    client = redis_sync.Redis.from_url(redis_url)
+    from store.redis.topology import cluster_seed
+
+    seed = cluster_seed(redis_url)
+    if seed is None:
+        clients = [redis_sync.Redis.from_url(redis_url)]
+    else:  # every primary of the cluster
+        with redis_sync.Redis.from_url(seed) as node:
+            ranges = node.execute_command("CLUSTER", "SLOTS")
+        nodes = {(r[2][0].decode() if isinstance(r[2][0], bytes) else r[2][0], int(r[2][1])) for r in ranges}
+        clients = [redis_sync.Redis(host=host, port=port) for host, port in sorted(nodes)]
+    found = []
     try:
-        found = []
-        for key in client.scan_iter(count=1000):
-            values = _values(client, key)
-            if any(blob and any(n in blob for n in needles) for blob in [key, *values]):
-                found.append(key.decode(errors="replace"))
+        for client in clients:
+            for key in client.scan_iter(count=1000):
+                values = _values(client, key)
+                if any(blob and any(n in blob for n in needles) for blob in [key, *values]):
+                    found.append(key.decode(errors="replace"))
         return found
     finally:
-        client.close()
+        for client in clients:
+            client.close()
 
 
 def _values(client, key: bytes) -> list:

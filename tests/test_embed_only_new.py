@@ -225,7 +225,7 @@ async def _vectors(ip: InProcess) -> dict[tuple[str, str], bytes]:
             if isinstance(ip.memory, InMemoryStore):
                 vec = ip.memory._tenant(ip.tenant).records[layer][record_id].get("vec")
             else:
-                vec = await ip.memory.redis.hget(ip.memory.keys(ip.tenant).prefix(layer) + record_id, "vec")
+                vec = await ip.memory.shard(ip.tenant).hget(ip.memory.keys(ip.tenant).prefix(layer) + record_id, "vec")
             out[(layer, record_id)] = vec
     assert out and all(out.values())
     return out

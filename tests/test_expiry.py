@@ -409,13 +409,13 @@ async def stored_fields(ip: InProcess, fact_id: str) -> set[str]:
     """The fields of the fact as the store holds it (test-only peek at each store's layout)."""
     if isinstance(ip.memory, InMemoryStore):
         return set(ip.memory._tenant(ip.tenant).records["facts"][fact_id])
-    return {k.decode() for k in await ip.memory.redis.hkeys(ip.memory.keys(ip.tenant).fact(fact_id))}
+    return {k.decode() for k in await ip.memory.shard(ip.tenant).hkeys(ip.memory.keys(ip.tenant).fact(fact_id))}
 
 
 async def tenant_key_count(ip: InProcess) -> int | None:
     if isinstance(ip.memory, InMemoryStore):
         return None
-    return len(await ip.memory.redis.keys(ip.memory.keys(ip.tenant).base + ":*"))
+    return len(await ip.memory.shard(ip.tenant).keys(ip.memory.keys(ip.tenant).base + ":*"))
 
 
 @pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
@@ -446,7 +446,7 @@ def test_no_lapse_record_without_a_ttl_and_forever_wins_in_either_order(redis_ur
                 and (await ip.memory.fact(ip.tenant, home.id)).status == "active"
             )
             if first == "a" and keys_before is not None:  # the TTL'd passage adds no key of its own for the fact
-                after = await ip.memory.redis.keys(ip.memory.keys(ip.tenant).base + ":*")
+                after = await ip.memory.shard(ip.tenant).keys(ip.memory.keys(ip.tenant).base + ":*")
                 assert not [k for k in after if b"lapse" in k]
         finally:
             await ip.close()

@@ -572,7 +572,9 @@ def test_a_steps_reads_in_one_command_equal_the_reads_they_replace(redis_url):
             pids = sorted(await memory.scan_ids(tenant, "passages"))
             if redis_url:  # one passage as a release before this one wrote it
                 key = memory.keys(tenant).passage(pids[0])
-                await memory.redis.hset(key, "entities", json.dumps(await memory.passage_entities(tenant, pids[0])))
+                await memory.shard(tenant).hset(
+                    key, "entities", json.dumps(await memory.passage_entities(tenant, pids[0]))
+                )
             fids = sorted(await memory.scan_ids(tenant, "facts"))
             asked = [*pids, "missing"]
             tags = [("fact", fids[0]), ("passage", pids[1]), ("fact", "missing")]

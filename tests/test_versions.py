@@ -820,3 +820,29 @@ def test_a_version_that_retires_passages_says_so(redis_url):
         ("ilse", [second], "", {}),
     ]
     assert [o.key for o in sent if b'"retired"' in o.value] == [f"{retired[0]['tenant']}/ilse"] * 2
+
+
+def test_similarity_bridges_do_not_depend_on_the_order_documents_arrive_in(redis_url):
+    """Memory = f(log) for the similarity edges too (CI: a Redis rebuilt from the log lacked one
+    similar edge of the original, tests/test_rebuild_from_log.py). An entity was bridged to its 10
+    nearest known entities at cosine ≥ sim_edge, so which pairs were joined depended on which
+    entities existed when each arrived: 12 names of one vector, published in two orders, were
+    joined by different sets of edges. Now every pair at cosine ≥ sim_edge is joined, whichever
+    arrives first (up to SIMILAR_NEIGHBOURS_MAX neighbours an entity)."""
+    from tests.test_round_trips import NamesOnly
+
+    names = [f"Cora Person{i}" for i in range(10, 22)]
+
+    async def similar_edges(order: list[str]) -> set:
+        stages = InProcess(redis_url, NamesOnly(), sim_bridging=True)
+        try:
+            for n, name in enumerate(order):
+                await stages.publish(f"d{n}", f"{name}, Unrelated{'x' * n}")
+            memory = await stages.export()
+            return {frozenset((e["source"], e["target"])) for e in memory["edges"] if e["kind"] == "similar"}
+        finally:
+            await stages.close()
+
+    forward, backward = run(similar_edges(names)), run(similar_edges(names[::-1]))
+    assert forward == backward
+    assert len(forward) == len(names) * (len(names) - 1) // 2  # the digit-blind embedder: one vector, every pair

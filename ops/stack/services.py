@@ -158,8 +158,13 @@ class Stack:
         CLI started next sees them (plain assignments reached only this shell)."""
         return [
             f"export MEMSTREAM_KAFKA_BOOTSTRAP={shlex.quote(self.bootstrap)}",
-            f"export MEMSTREAM_REDIS_URL={shlex.quote(f'redis://127.0.0.1:{self.redis.port}/0')}",
+            f"export MEMSTREAM_REDIS_URL={shlex.quote(f'{self.redis_scheme}://127.0.0.1:{self.redis.port}/0')}",
         ]
+
+    @property
+    def redis_scheme(self) -> str:
+        """The store's URL scheme for this stack's Redis: a cluster's (store.redis.topology) or one server's."""
+        return "redis+cluster" if self.cluster else "redis"
 
     def up(self, progress=print) -> None:
         self._redis_up(progress)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.commands.search.query import Query
+from redis.crc import key_slot
 from redisvl.index import AsyncSearchIndex
 
 from store.caches import EmbeddingCache, LLMCache
@@ -64,6 +65,12 @@ def _eval(pipe, script: str, keys: list, args: list) -> None:
 def _expected(pipe) -> dict[tuple[str, str], str | None]:
     """The (key, hash field) → value a decision staged on `pipe` read; commit_once checks them."""
     return pipe.__dict__.setdefault("memstream_expected", {})
+
+
+def _shared_deletes(pipe) -> list[str]:
+    """Keys of memstream's own namespaces a decision staged on `pipe` deletes; commit_once
+    deletes them before the tenant's transaction (they may live on another shard)."""
+    return pipe.__dict__.setdefault("memstream_shared_deletes", [])
 
 
 def _text(value: bytes | str) -> str:
@@ -148,9 +155,13 @@ class RedisBase:
     def embedding_cache(self, embedder: str) -> EmbeddingCache:
         return EmbeddingCache(self.topology.for_key(embedding_cache_key(embedder, "")), embedder)
 
-    @staticmethod
-    def keys(tenant: str) -> TenantKeys:
-        return TenantKeys(tenant)
+    def keys(self, tenant: str) -> TenantKeys:
+        return TenantKeys(tenant, self.clustered)
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the store is on a Redis Cluster's shards (not one server)."""
+        return not isinstance(self.topology, OneServer)
 
     async def _read_each(self, tenant: str, keys: list[str], command: str, *arguments: str) -> list:
         """`command key *arguments` for each key, in one round trip and one command (_EACH); the
@@ -171,7 +182,8 @@ class RedisBase:
         dims = dims or self.dims
         found = self._indexes.get((id(client), layer, dims))
         if found is None:
-            found = AsyncSearchIndex(layer_schema(layer, dims, self.vector_index), redis_client=client)
+            schema = layer_schema(layer, dims, self.vector_index, self.topology.shard_tag(client))
+            found = AsyncSearchIndex(schema, redis_client=client)
             if not await found.exists():
                 if not create:
                     return None
@@ -187,7 +199,7 @@ class RedisBase:
         that embeds nothing (a detector, an ops command) reads a tenant of any embedder."""
         client = self.shard(tenant)
         index = await self.index(client, layer, create=False, dims=dims or await self._tenant_dims(tenant))
-        return None if index is None else TenantIndex(client, index, tenant, layer)
+        return None if index is None else TenantIndex(client, index, tenant, layer, self.clustered)
 
     async def _tenant_dims(self, tenant: str) -> int:
         """The vector size of the tenant's recorded embedder (this store's when none is), read
@@ -293,7 +305,9 @@ class RedisBase:
 
     async def _legacy_index_dims(self, tenant: str) -> int | None:
         """The vector size of the tenant's own passages index from before shared indexes
-        (FT.INFO), None when it has none (never had, or migrated)."""
+        (FT.INFO), None when it has none (never had, or migrated; on a cluster, never made)."""
+        if self.clustered:
+            return None
         info = await self._index_info(self.shard(tenant), self.keys(tenant).legacy_index_name("passages"))
         if info is None:
             return None
@@ -311,6 +325,17 @@ class RedisBase:
         for key in set_keys:
             pipe.smembers(key)
         return [{m.decode() for m in members} for members in (await pipe.execute() if set_keys else [])]
+
+    async def _delete_shared_keys(self, keys) -> None:
+        """Delete keys of memstream's own namespaces (the model caches' entries), a thousand at a
+        time, each DEL's keys of one hash slot (a cluster's rule), on the server of each."""
+        by_slot: dict[int, list[str]] = {}
+        for key in keys:
+            by_slot.setdefault(key_slot(key.encode() if isinstance(key, str) else key), []).append(key)
+        for held in by_slot.values():
+            for start in range(0, len(held), 1000):
+                batch = held[start : start + 1000]
+                await self.topology.for_key(batch[0]).delete(*batch)
 
     @staticmethod
     async def _delete_matching(client: aioredis.Redis, pattern: str) -> int:

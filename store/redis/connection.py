@@ -74,8 +74,8 @@ class _OneServerOnly:
             port = getattr(self, "port", "")
             raise RedisClusterNode(
                 f"the Redis at {host}{f':{port}' if port else ''} is a Redis Cluster node (cluster_enabled:1): "
-                "memstream's store runs on one Redis server for now — point MEMSTREAM_REDIS_URL at one "
-                '(docs/operations.md, "Redis Cluster")'
+                f"name it as one — MEMSTREAM_REDIS_URL=redis+cluster://{host}{f':{port}' if port else ''}/0 — so each "
+                "tenant's commands go to its slot's shard (docs/operations.md, \"Redis Cluster\")"
             )
 
 

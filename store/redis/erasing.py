@@ -9,7 +9,7 @@ from redisvl.query.filter import Tag
 
 from store.nodes import entity_node, passage_node
 from store.records import ENTITY_MENTIONS, FACT_EXTRACTIONS, TENANT_FIELD, Erasure
-from store.redis.base import RedisBase, _eval, _expected, _text
+from store.redis.base import RedisBase, _eval, _expected, _shared_deletes, _text
 from store.redis.lexical_index import stage_lexical_mirror
 
 # A passage erased: nothing of it but what fences a chunk of it still in flight (retired, and
@@ -127,5 +127,7 @@ class ErasingOps(RedisBase):
             # the change stream names the erased nodes: gone, so every reader loads the graph again
             # (graph_log.changes_since: its cursor is no longer in the stream)
             pipe.delete(keys.graph_changes)
-        for start in range(0, len(erasure.cache_keys), 1000):
-            pipe.delete(*erasure.cache_keys[start : start + 1000])
+        # the model caches' entries of its texts: keys of other slots than the tenant's (on a
+        # cluster, maybe another shard), deleted by commit_once before the transaction — early
+        # is safe (an entry deleted costs a model call at most), and a redelivery deletes again
+        _shared_deletes(pipe).extend(erasure.cache_keys)

@@ -313,7 +313,9 @@ class LexicalIndexOps(VectorIndexOps):
         return copied
 
     async def _create_lexical(self, tenant: str, generation: int) -> None:
-        index = AsyncSearchIndex(own_lexical_schema(tenant, generation), redis_client=self.shard(tenant))
+        index = AsyncSearchIndex(
+            own_lexical_schema(tenant, generation, self.clustered), redis_client=self.shard(tenant)
+        )
         await self._create_index(index)
         await self._initial_scan_done(self.shard(tenant), index.name)
 

@@ -5,6 +5,7 @@ here by _FIELDS); the tenants the outbox sweep looks at, and the outboxes it fin
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import cast
@@ -21,7 +22,7 @@ from store.records import (
     cause_held,
     parse_cause,
 )
-from store.redis.base import DONE_MARK_TTL_S, RedisBase, _expected, _text
+from store.redis.base import DONE_MARK_TTL_S, RedisBase, _expected, _shared_deletes, _text
 
 SWEEP_REGISTRATION_S = 60
 
@@ -78,16 +79,33 @@ class OutboxOps(RedisBase):
         written: recorded after them, so a Redis that holds this offset holds those effects (a
         snapshot, a replica, an AOF are each a prefix of the writes), and one that lost writes
         holds an older offset or none (workers.recovery)."""
-        key = applied_offsets_key(group)
-        await self.topology.for_key(key).eval(_RAISE_APPLIED, 1, key, f"{topic}:{partition}", offset)
+        await asyncio.gather(
+            *(
+                client.eval(_RAISE_APPLIED, 1, key, f"{topic}:{partition}", offset)
+                for client, key in self._applied_keys(group)
+            )
+        )
 
     async def applied_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
         """partition → the last offset recorded applied (None: none)."""
         if not partitions:
             return {}
-        key = applied_offsets_key(group)
-        held = await self.topology.for_key(key).hmget(key, [f"{topic}:{p}" for p in partitions])
-        return {p: None if raw is None else int(raw) for p, raw in zip(partitions, held)}
+        fields = [f"{topic}:{p}" for p in partitions]
+        shards = await asyncio.gather(*(client.hmget(key, fields) for client, key in self._applied_keys(group)))
+        # on a cluster, the least any shard holds: what every shard holds the effects of
+        return {
+            p: None if any(held[n] is None for held in shards) else min(int(held[n]) for held in shards)
+            for n, p in enumerate(partitions)
+        }
+
+    def _applied_keys(self, group: str) -> list[tuple]:
+        """(client, key) of each server's applied offsets of `group` (one on one server)."""
+        if not self.clustered:
+            key = applied_offsets_key(group)
+            return [(self.topology.for_key(key), key)]
+        return [
+            (client, applied_offsets_key(group, self.topology.shard_tag(client))) for client in self.topology.servers()
+        ]
 
     def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing], decision: str = "") -> None:
         """The message's outbox and decision id, published after the commit and then `finish`ed.
@@ -121,6 +139,7 @@ class OutboxOps(RedisBase):
           StaleDecision, decide again.
         WATCH makes both checks hold until EXEC. None: ours committed."""
         keys = self.keys(tenant)
+        await self._delete_shared_keys(_shared_deletes(pipe))
         now = time.monotonic()
         if self._sweep_registered.get(tenant, 0.0) < now - SWEEP_REGISTRATION_S:  # where the sweep looks
             await self.topology.for_key(TENANTS_WITH_OUTBOXES).sadd(

@@ -11,7 +11,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from store.facts import FactRecordHit, stored_fields
-from store.indexes import HitRead, OwnVectorIndex, TenantIndex, index_missing, reply_rows
+from store.indexes import HitRead, OwnVectorIndex, TenantIndex, index_missing, reply_rows, search_with_fields
 from store.lexical import (
     K1,
     LEXICAL_FIELD,
@@ -345,22 +345,26 @@ class SearchOps(LexicalIndexOps):
         Redis restarted empty): the caller scores on the shared index."""
         keys = self.keys(tenant)
         try:
-            reply = await self.shard(tenant).execute_command(
-                "FT.SEARCH",
-                keys.lexical_index_name,
-                redis_query(terms),
-                "VERBATIM",
-                "SCORER",
-                "BM25STD",
-                "WITHSCORES",
-                "RETURN",
-                1,
-                "doc_id",
-                "LIMIT",
-                0,
-                k + OWN_INDEX_TIE_MARGIN,
-                "DIALECT",
-                2,
+            reply = await search_with_fields(
+                self.shard(tenant),
+                (
+                    "FT.SEARCH",
+                    keys.lexical_index_name,
+                    redis_query(terms),
+                    "VERBATIM",
+                    "SCORER",
+                    "BM25STD",
+                    "WITHSCORES",
+                    "RETURN",
+                    1,
+                    "doc_id",
+                    "LIMIT",
+                    0,
+                    k + OWN_INDEX_TIE_MARGIN,
+                    "DIALECT",
+                    2,
+                ),
+                keys.base if self.clustered else None,
             )
         except Exception as exc:
             if not index_missing(exc):
@@ -383,8 +387,8 @@ class SearchOps(LexicalIndexOps):
         # 50,000 passages, every TENANT_DIMS_RECHECK_S a query process
         if known is not None and (now - known < TENANT_DIMS_RECHECK_S or await self.own_lexical_ready(tenant)):
             return None
-        reply = await self.shard(tenant).execute_command(
-            *searchable.command("FT.SEARCH", "", "RETURN", 2, "doc_id", LEXICAL_FIELD, "LIMIT", 0, LEXICAL_READ_ALL)
+        reply = await searchable.run(
+            searchable.command("FT.SEARCH", "", "RETURN", 2, "doc_id", LEXICAL_FIELD, "LIMIT", 0, LEXICAL_READ_ALL)
         )
         read = _lexical_rows(searchable, reply, terms)
         if read.total > LEXICAL_READ_ALL:
@@ -420,9 +424,7 @@ class SearchOps(LexicalIndexOps):
             "length",
         )
         matching = _lexical_page(searchable, terms, 0, LEXICAL_CANDIDATES)
-        stats, found = await asyncio.gather(
-            searchable.redis.execute_command(*statistics), searchable.redis.execute_command(*matching)
-        )
+        stats, found = await asyncio.gather(searchable.run(statistics), searchable.run(matching))
         row = (reply_rows(stats)[1] or [(None, {})])[0][1]
         count, length = int(row.get("n", 0)), float(row.get("length", 0) or 0)
         average = length / count if count else 0.0
@@ -500,7 +502,7 @@ class SearchOps(LexicalIndexOps):
         """The terms and doc ids of the tenant's passages holding any of `terms`, a page of them
         in the index's BM25STD order (the same order every page, the index unchanged between
         them), added to `documents` and `doc_ids`; how many came."""
-        reply = await searchable.redis.execute_command(*_lexical_page(searchable, terms, offset, limit))
+        reply = await searchable.run(_lexical_page(searchable, terms, offset, limit))
         _, read, ids, _ = _lexical_rows(searchable, reply)
         documents.update(read)
         doc_ids.update(ids)

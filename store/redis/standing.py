@@ -9,7 +9,7 @@ from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest, Asc, Desc
 
 from store.facts import Fact
-from store.indexes import index_missing
+from store.indexes import TenantIndex, index_missing, reply_rows
 from store.redis.layers import LayersOps
 
 
@@ -28,6 +28,8 @@ class StandingOps(LayersOps):
         searchable = await self.searchable(tenant, "facts")
         if searchable is None or not categories:
             return [], 0
+        if self.clustered:
+            return await self._active_facts_read(searchable, tenant, categories, limit, now)
         holds = f"!exists(@expires_at) || @expires_at > {float(time.time() if now is None else now)!r}"
 
         def active(of: tuple[str, ...]) -> str:
@@ -70,6 +72,10 @@ class StandingOps(LayersOps):
         if searchable is None or limit <= 0:
             return []
         query = f"@status:{{{' | '.join(statuses)}}}" if statuses else ""
+        if self.clustered:
+            times = await _fact_times(searchable, query)
+            newest = sorted(times, key=lambda row: (-row[1], row[0]))[:limit]
+            return [f for f in await self.facts(tenant, [fid for fid, _, _ in newest]) if f is not None]
         try:
             page = await searchable.aggregate(
                 query,
@@ -86,3 +92,46 @@ class StandingOps(LayersOps):
             return []
         ids = [searchable.record_id(dict(zip(row[::2], row[1::2]))[b"__key"]) for row in page.rows]
         return [f for f in await self.facts(tenant, ids) if f is not None]
+
+    async def _active_facts_read(
+        self, searchable: TenantIndex, tenant: str, categories: tuple[str, ...], limit: int, now: float | None
+    ) -> tuple[list[Fact], int]:
+        """active_facts on a Redis Cluster's shard, where an aggregate loads no field from the
+        records (RediSearch #5034): every active fact of the categories with its times read from
+        its record (_fact_times), ordered here as the aggregate orders them."""
+        moment = time.time() if now is None else now
+        ids: list[str] = []
+        total = 0
+        for category in categories:
+            times = await _fact_times(searchable, f"@status:{{active}} @category:{{{category}}}")
+            holding = sorted(((created, fid) for fid, created, expires in times if expires is None or expires > moment))
+            total += len(holding)
+            ids += [fid for _, fid in holding[: max(limit - len(ids), 0)]]
+        return [f for f in await self.facts(tenant, ids) if f is not None], total
+
+
+_TIMES_PAGE = 1000
+
+
+async def _fact_times(searchable: TenantIndex, query: str) -> list[tuple[str, float, float | None]]:
+    """(fact id, created_at, expires_at) of each of the tenant's facts matching `query`, read
+    from the records a page at a time (search_with_fields)."""
+    out: list[tuple[str, float, float | None]] = []
+    while True:
+        reply = await searchable.run(
+            searchable.command(
+                "FT.SEARCH", query, "RETURN", 2, "created_at", "expires_at", "LIMIT", len(out), _TIMES_PAGE
+            )
+        )
+        total, rows = reply_rows(reply)
+        for key, fields in rows:
+            expires = fields.get("expires_at")
+            out.append(
+                (
+                    searchable.record_id(key or ""),
+                    float(fields.get("created_at") or 0),
+                    float(expires) if expires else None,
+                )
+            )
+        if not rows or len(out) >= total:
+            return out

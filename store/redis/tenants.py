@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 
-from redis.crc import key_slot
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
@@ -64,10 +63,7 @@ class TenantsOps(ExportOps, LexicalIndexOps):
                 cached_vectors.key(text)
                 for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])
             ]
-        for key_slot_keys in _by_slot(cache).values():  # a DEL's keys in one slot (a cluster's rule)
-            for start in range(0, len(key_slot_keys), 1000):
-                batch = key_slot_keys[start : start + 1000]
-                await self.topology.for_key(batch[0]).delete(*batch)
+        await self._delete_shared_keys(cache)
         await self.drop_own_lexical(tenant)  # a large tenant's own lexical index; its copies go below
         await self.drop_own_vectors(tenant)  # ... and its own vector indexes
         for layer in LAYERS:  # an index of its own from before shared indexes (not migrated); its keys go below
@@ -286,14 +282,6 @@ class TenantsOps(ExportOps, LexicalIndexOps):
                 done += 1
         await writes.execute()
         return done
-
-
-def _by_slot(keys: list[str]) -> dict[int, list[str]]:
-    """Keys grouped by their Redis Cluster hash slot (one server's keys are all of one group)."""
-    grouped: dict[int, list[str]] = {}
-    for key in keys:
-        grouped.setdefault(key_slot(key.encode()), []).append(key)
-    return grouped
 
 
 def _summed(into: dict[str, dict[str, int]], more: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:

@@ -56,9 +56,9 @@ class VectorIndexOps(RedisBase):
         own (ready, scanned, of that size) or else the shared one."""
         ready = await self._own_vectors_ready(tenant, dims)
         if ready and layer in OWN_VECTOR_LAYERS:
-            schema = own_vector_schema(tenant, layer, dims)
+            schema = own_vector_schema(tenant, layer, dims, self.clustered)
             client = self.shard(tenant)
-            return OwnVectorIndex(client, AsyncSearchIndex(schema, redis_client=client), tenant, layer)
+            return OwnVectorIndex(client, AsyncSearchIndex(schema, redis_client=client), tenant, layer, self.clustered)
         return await self.searchable(tenant, layer, dims=dims)
 
     async def _own_vectors_ready(self, tenant: str, dims: int) -> bool:
@@ -139,7 +139,9 @@ class VectorIndexOps(RedisBase):
         await self._comma_entities(tenant)
         held = 0
         for layer in OWN_VECTOR_LAYERS:
-            index = AsyncSearchIndex(own_vector_schema(tenant, layer, dims), redis_client=self.shard(tenant))
+            index = AsyncSearchIndex(
+                own_vector_schema(tenant, layer, dims, self.clustered), redis_client=self.shard(tenant)
+            )
             if not await index.exists():
                 await self._create_index(index)
             while not await self._scanned(self.shard(tenant), index.name):

@@ -38,6 +38,11 @@ def extraction_mark(chunk: Chunk) -> str:
     return f"ext:{passage_mark(chunk.chunk_id, chunk.incarnation)}"
 
 
+# The most entities a new entity is similarity-bridged to. Every pair at cosine ≥ sim_edge is
+# joined whichever arrives first only while no entity has more such neighbours than this: with the
+# 10 nearest (before), which pairs were joined depended on the order chunks arrived in, so a memory
+# rebuilt from the log could lack an edge of the original (CI, tests/test_rebuild_from_log.py).
+SIMILAR_NEIGHBOURS_MAX = 64
 MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle (far above any read-ahead window)
 
 
@@ -274,14 +279,16 @@ class ExtractorStage(Stage):
         return (lambda category: lapse_time(extracted_at, ttls.get(category, 0))), turn_time(chunk.metadata)
 
     async def _bridge_similar(self, tenant: str, chunk_id: str) -> None:
-        """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge).
-        Run after the chunk's commit: of two chunks extracted concurrently, the later committer
-        always sees the other's entities. Also run on redelivery, so a crash loses no edge."""
+        """Each entity, once, links to the known entities it is close to (cosine ≥ sim_edge, at
+        most SIMILAR_NEIGHBOURS_MAX). Run after the chunk's commit: of two chunks extracted
+        concurrently, the later committer always sees the other's entities — so every pair
+        within sim_edge is joined whichever arrives first. Also run on redelivery, so a crash
+        loses no edge."""
         vectors = await self.memory.unbridged_entity_vectors(tenant, chunk_id)
         if not vectors:
             return
         found = await self.memory.knn_many(
-            tenant, "entities", list(vectors.values()), 10, ["name", "type"], ensure_index=True
+            tenant, "entities", list(vectors.values()), SIMILAR_NEIGHBOURS_MAX + 1, ["name", "type"], ensure_index=True
         )
         similar = {  # a value (an amount, a date) is bridged to nothing
             eid: [

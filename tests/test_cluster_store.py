@@ -1,0 +1,192 @@
+"""The store on a local 3-shard Redis Cluster (`Memory.from_url("redis+cluster://…")`, store.redis
+.topology.ShardRouter): each tenant's records, transactions, scripts and indexes on the shard of
+its slot, every search sent there, the fields the query engine does not return there read from
+the records. What it holds and answers equals the same documents on one Redis server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from ops.stack.services import own_slots
+from tests.inprocess import InProcess
+from tests.test_versions import GRETA, ILSE, ILSE_EDITED, NORA_ELSEWHERE, current_memory
+from workers.models.extraction import RulesExtractor
+
+pytestmark = pytest.mark.stack
+
+MODES = ("dense", "lexical", "hybrid", "ppr", "reconstruct")
+QUESTIONS = ("Where does Ilse Marr live?", "Who founded the Salt Cellar Bakery?", "Who works for Orsk Mills?")
+
+
+def _shards(url: str) -> list[redis.Redis]:
+    """A client of each shard of the session's cluster (conftest's redis_cluster_url)."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    return [redis.Redis(host="127.0.0.1", port=port + n) for n in range(3)]
+
+
+def _tenants_on_every_shard(url: str, per_shard: int = 2) -> list[str]:
+    """Tenant names whose slots are served by each of the three shards, `per_shard` each."""
+    owned = [own_slots(shard) for shard in _shards(url)]
+    names: list[str] = []
+    for slots in owned:
+        names += [t for t in (f"cl{n}" for n in range(2000)) if key_slot(f"{{{t}}}".encode()) in slots][:per_shard]
+    return names
+
+
+async def _build(url: str, tenant: str) -> tuple[dict, dict]:
+    """A tenant's memory after an edit and a deletion, and its answers in every mode."""
+    stages = InProcess(url, RulesExtractor(), tenant=tenant, tau=1)
+    try:
+        await stages.publish("ilse", ILSE, version=1)
+        await stages.publish("greta", GRETA)
+        await stages.publish("nora", NORA_ELSEWHERE)
+        await stages.publish("ilse", ILSE_EDITED, version=2)
+        await stages.delete("nora")
+        answers = {}
+        for question in QUESTIONS:
+            for mode in MODES:
+                found = await stages.query(question, mode=mode)
+                answers[(question, mode)] = [(p["id"], round(p["score"], 4)) for p in found["passages"]]
+        return await current_memory(stages), answers
+    finally:
+        await stages.close()
+
+
+def test_a_tenant_on_a_cluster_holds_and_answers_what_it_does_on_one_server(redis_cluster_url, stack_env):
+    cluster = redis_cluster_url
+    tenants = _tenants_on_every_shard(cluster)
+
+    async def main():
+        for tenant in tenants:
+            on_cluster = await _build(cluster, tenant)
+            on_one = await _build(stack_env["MEMSTREAM_REDIS_URL"], tenant + "-one")
+            assert on_cluster[0] == on_one[0], tenant
+            assert on_cluster[0]["facts"], tenant  # something was held
+            assert on_cluster[1] == on_one[1], tenant
+            assert all(on_cluster[1][(q, "dense")] for q in QUESTIONS)
+
+    asyncio.run(main())
+    # each shard holds the records of its tenants only
+    for n, shard in enumerate(_shards(cluster)):
+        held = {key.decode().split("{")[1].split("}")[0] for key in shard.scan_iter(match="ms:pas:{cl*", count=1000)}
+        assert held == {t for t in tenants if _shard_of(cluster, t) == n}, (n, held)
+
+
+def _shard_of(url: str, tenant: str) -> int:
+    slot = key_slot(f"{{{tenant}}}".encode())
+    return next(n for n, shard in enumerate(_shards(url)) if slot in own_slots(shard))
+
+
+def test_a_purged_tenant_leaves_nothing_on_any_shard(redis_cluster_url):
+    """`delete --purge` of its document and a tenant purge on a cluster: no key of the tenant, nor
+    its text, on any shard (the cache entries of its texts are on another shard's slot)."""
+    cluster = redis_cluster_url
+    tenant = "purged-" + _tenants_on_every_shard(cluster, 1)[2]
+
+    async def main():
+        stages = InProcess(cluster, RulesExtractor(), tenant=tenant, tau=1)
+        try:
+            await stages.publish("wendel", "Wendel Quast founded the Brine Vault Forge. Wendel Quast lives in Osk.")
+            await stages.delete("wendel", purge=True)
+            purged = await stages.memory.purge_tenant(tenant, lambda passages: [], lambda *layers: [])
+            assert purged["keys"] > 0
+        finally:
+            await stages.close()
+
+    asyncio.run(main())
+    for shard in _shards(cluster):
+        left = [k for k in shard.scan_iter(count=1000) if f"{{{tenant}}}".encode() in k or b"Brine Vault" in k]
+        assert left == []
+        for key in shard.scan_iter(count=1000):
+            if shard.type(key) == b"hash":
+                assert not any(b"Brine Vault" in (v or b"") for v in shard.hvals(key)), key
+    with pytest.raises(redis.ResponseError):  # a key of the tenant on a shard that does not serve it
+        _shards(cluster)[(_shard_of(cluster, tenant) + 1) % 3].get(f"ms:{{{tenant}}}:x")
+
+
+def test_the_applied_offsets_are_the_least_any_shard_holds(redis_cluster_url):
+    """memory = f(log) on a cluster: each shard keeps the offsets whose effects it holds (a shard
+    restored from an older snapshot holds older ones), and a worker rewinds to the least of them
+    (workers.recovery) — one hash on one shard proved nothing of the others."""
+    from store import Memory
+
+    group = f"g-{uuid.uuid4().hex[:6]}"
+
+    async def main():
+        memory = Memory.from_url(redis_cluster_url)
+        try:
+            await memory.record_applied(group, "memstream.chunks", 0, 10)
+            assert await memory.applied_offsets(group, "memstream.chunks", [0, 1]) == {0: 10, 1: None}
+            held = [[k for k in shard.scan_iter(match=f"ms:applied:*{group}")] for shard in _shards(redis_cluster_url)]
+            assert all(len(keys) == 1 for keys in held), held  # one on each shard, in its own slots
+            _shards(redis_cluster_url)[1].hset(held[1][0], "memstream.chunks:0", 7)  # that shard lost 8-10
+            assert await memory.applied_offsets(group, "memstream.chunks", [0]) == {0: 7}
+            _shards(redis_cluster_url)[2].delete(held[2][0])  # that shard lost everything
+            assert await memory.applied_offsets(group, "memstream.chunks", [0]) == {0: None}
+            await memory.record_applied(group, "memstream.chunks", 0, 11)
+            assert await memory.applied_offsets(group, "memstream.chunks", [0]) == {0: 11}
+        finally:
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def _reshard(url: str, tenant: str) -> None:
+    """Move the tenant's slot to the next shard while writers run, as `redis-cli --cluster
+    reshard` does: IMPORTING / MIGRATING, then MIGRATE its keys until none is left (a writer
+    meanwhile adds keys the first pass did not see), then SETSLOT NODE everywhere."""
+    shards = _shards(url)
+    slot, source = key_slot(f"{{{tenant}}}".encode()), _shard_of(url, tenant)
+    target = (source + 1) % 3
+    ids = [s.execute_command("CLUSTER", "MYID").decode() for s in shards]
+    port = shards[target].connection_pool.connection_kwargs["port"]
+    shards[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
+    shards[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+    while keys := shards[source].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+        shards[source].execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *keys)
+    for shard in (shards[target], shards[source], *shards):
+        shard.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+
+
+def test_a_tenant_resharded_while_it_is_written_loses_nothing(redis_cluster_url, stack_env):
+    """A live tenant's slot moves to another shard mid-ingestion: the writes that meet MOVED or
+    ASK are retried as after an outage (the router reads the slot map again), and the memory
+    ends equal to the same documents on one server."""
+    import threading
+
+    tenant = f"moving-{uuid.uuid4().hex[:6]}"
+    documents = {
+        f"d{n}": f"Person{n} Vale lives in Town{n % 3}. Person{n} Vale works for Mill{n % 2}." for n in range(8)
+    }
+    moved = threading.Event()
+
+    async def ingest(url: str, name: str, reshard: bool) -> dict:
+        stages = InProcess(url, RulesExtractor(), tenant=name, tau=1)
+        try:
+            for n, (doc_id, text) in enumerate(documents.items()):
+                await stages.publish(doc_id, text, wait=False)
+                if reshard and n == 3:
+                    mover = threading.Thread(target=lambda: (_reshard(url, name), moved.set()))
+                    mover.start()
+                await stages.drain()
+            if reshard:
+                await asyncio.get_running_loop().run_in_executor(None, moved.wait, 60)
+                await stages.drain()
+            return await current_memory(stages)
+        finally:
+            await stages.close()
+
+    home = _shard_of(redis_cluster_url, tenant)
+    after = asyncio.run(ingest(redis_cluster_url, tenant, True))
+    assert moved.is_set() and _shard_of(redis_cluster_url, tenant) == (home + 1) % 3
+    assert after == asyncio.run(ingest(stack_env["MEMSTREAM_REDIS_URL"], tenant + "-one", False))
+    assert len(after["facts"]) >= 8
+    left = _shards(redis_cluster_url)[home].execute_command(
+        "CLUSTER", "COUNTKEYSINSLOT", key_slot(f"{{{tenant}}}".encode())
+    )
+    assert left == 0
