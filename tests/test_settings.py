@@ -120,3 +120,13 @@ def test_the_cli_says_bad_input_in_a_line_and_shows_a_bug_whole(monkeypatch, cap
     monkeypatch.setenv("MEMSTREAM_CHUNK_TOKENS", "many")  # a setting: bad input
     assert cli.main(["status"]) == 2
     assert "MEMSTREAM_CHUNK_TOKENS='many': expected int" in capsys.readouterr().err
+
+
+def test_a_local_stack_of_redis_shards_is_reached_as_a_cluster():
+    """MEMSTREAM_REDIS_SHARDS=3 (`stack up --redis-cluster 3`) and no MEMSTREAM_REDIS_URL: the
+    store's URL names the cluster (redis+cluster://, store.redis.topology), not its first shard
+    as one server (which the store refuses: a cluster node)."""
+    assert Settings.from_env({"MEMSTREAM_REDIS_SHARDS": "3", "MEMSTREAM_REDIS_PORT": "7000"}).redis_url == (
+        "redis+cluster://127.0.0.1:7000/0"
+    )
+    assert Settings.from_env({"MEMSTREAM_REDIS_PORT": "7000"}).redis_url == "redis://127.0.0.1:7000/0"

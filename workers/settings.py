@@ -264,8 +264,9 @@ class Settings:
         if not self.kafka_bootstrap:
             ports = [self.kafka_port + 2 * n for n in range(self.kafka_brokers)]
             object.__setattr__(self, "kafka_bootstrap", ",".join(f"127.0.0.1:{port}" for port in ports))
-        if not self.redis_url:
-            object.__setattr__(self, "redis_url", f"redis://127.0.0.1:{self.redis_port}/0")
+        if not self.redis_url:  # the local stack's: a cluster's first shard (store.redis.topology) or its one Redis
+            scheme = "redis+cluster" if self.redis_shards > 1 else "redis"
+            object.__setattr__(self, "redis_url", f"{scheme}://127.0.0.1:{self.redis_port}/0")
         level = self.log_level.lower() if isinstance(self.log_level, str) else self.log_level
         if level in get_args(LogLevelSetting):  # read in any case, kept in lower case
             object.__setattr__(self, "log_level", level)
