@@ -190,3 +190,51 @@ def test_a_tenant_resharded_while_it_is_written_loses_nothing(redis_cluster_url,
         "CLUSTER", "COUNTKEYSINSLOT", key_slot(f"{{{tenant}}}".encode())
     )
     assert left == 0
+
+
+def test_a_large_tenant_resharded_gets_its_own_indexes_again_on_its_new_shard(redis_cluster_url):
+    """A slot's keys move with it, an index does not: a promoted tenant whose slot moved found its
+    state 'ready' and no index — its searches fell back to the shared ones for good. A writer's
+    check now makes them again on the new shard, and its searches answer as before the move."""
+    import numpy as np
+
+    from store import Memory
+    from store.indexes import OwnVectorIndex
+    from tests.test_lexical_index import _chunk
+
+    tenant = f"big-{uuid.uuid4().hex[:6]}"
+
+    async def main():
+        memory = Memory.from_url(redis_cluster_url, dims=8)
+        memory.lexical_own_index_at = memory.vector_own_index_at = 50
+        try:
+            await memory.ensure_indexes(tenant)
+            vectors = np.random.default_rng(1).normal(size=(60, 8)).astype(np.float32)
+            pipe = memory.pipeline(tenant)
+            for i, vector in enumerate(vectors):
+                memory.stage_passage(pipe, tenant, _chunk(tenant, i, f"harbour lantern number {i}"), [], vector)
+            await pipe.execute()
+            await memory._promote_if_large(tenant)
+            assert isinstance(await memory.vector_searchable(tenant, "passages", 8), OwnVectorIndex)
+            query = vectors[7] + 0.01
+            dense = [h.id for h in await memory.knn(tenant, "passages", query, 5, [])]
+            lexical = [h.id for h in await memory.lexical(tenant, "lantern number 7", 5)]
+            assert dense[0] == "p0007" and lexical[0] == "p0007"
+
+            await asyncio.get_running_loop().run_in_executor(None, _reshard, redis_cluster_url, tenant)
+            await memory.topology.refresh()  # type: ignore[attr-defined]  # as after its first MOVED
+            memory._own_vectors_read.clear()  # as after VECTOR_STATE_RECHECK_S
+            memory._own_lexical_read.clear()
+            memory._lexical_size_checked.clear()  # as after LEXICAL_SIZE_RECHECK_S
+            await memory.ensure_indexes(tenant)  # a writer's next chunk: the new shard's shared indexes, and
+            await asyncio.gather(*memory._promotions.values())  # its check for indexes of the tenant's own
+            names = {n.decode() for n in await memory.shard(tenant).execute_command("FT._LIST")}
+            assert memory.keys(tenant).lexical_index_name in names
+            assert memory.keys(tenant).vector_index_name("passages", 8) in names
+            assert isinstance(await memory.vector_searchable(tenant, "passages", 8), OwnVectorIndex)
+            assert [h.id for h in await memory.knn(tenant, "passages", query, 5, [])] == dense
+            assert [h.id for h in await memory.lexical(tenant, "lantern number 7", 5)] == lexical
+        finally:
+            await memory.close()
+
+    asyncio.run(main())

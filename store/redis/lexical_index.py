@@ -208,13 +208,19 @@ class LexicalIndexOps(VectorIndexOps):
         )
         if vectors == b"ready" and int(schema or 1) != OWN_VECTOR_SCHEMA:
             vectors = b"older"  # promoted under an older schema (store.indexes.OWN_VECTOR_SCHEMA): again
+        if vectors == b"ready" and not await self._own_vectors_ready(tenant, await self._tenant_dims(tenant)):
+            # ready, yet not on the tenant's server: its slot moved to another cluster shard (the
+            # keys move with it, an index does not): made again there
+            vectors = b"elsewhere"
         if lexical == b"ready":
             try:
-                drifted = await self.lexical_drift(tenant) > LEXICAL_REBUILD_DRIFT
+                info = await self._index_info(self.shard(tenant), keys.lexical_index_name)
             except Exception:  # the next check tries again
                 log.exception("tenant %s: reading its own lexical index failed", tenant)
-                drifted = False
-            if drifted:
+                info = {}
+            if info is None:  # ready, yet not on the tenant's server (as above): made again there
+                lexical = b"elsewhere"
+            elif info and _drift(info) > LEXICAL_REBUILD_DRIFT:
                 await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
         if lexical == b"ready" and vectors == b"ready":
             return
@@ -234,10 +240,7 @@ class LexicalIndexOps(VectorIndexOps):
         reused, so every replacement, deletion or second indexing of a copy shows as max_doc_id
         past num_docs."""
         info = await self._index_info(self.shard(tenant), self.keys(tenant).lexical_index_name)
-        if info is None:
-            return 0.0
-        held = int(info["num_docs"])
-        return (int(info["max_doc_id"]) - held) / max(held, 1)
+        return 0.0 if info is None else _drift(info)
 
     @staticmethod
     async def _promote(tenant: str, what: str, promote) -> None:
@@ -348,6 +351,12 @@ class LexicalIndexOps(VectorIndexOps):
                 if not index_missing(exc):
                     raise
         self._own_lexical_read.pop(tenant, None)
+
+
+def _drift(info: dict) -> float:
+    """lexical_drift of an own lexical index's FT.INFO."""
+    held = int(info["num_docs"])
+    return (int(info["max_doc_id"]) - held) / max(held, 1)
 
 
 def own_lexical_hits(reply) -> list[tuple[str, float, str | None]]:
