@@ -88,14 +88,19 @@ async def _settled(memory, tenants: list[str], counts: list[int], dims: int = DI
     raise AssertionError(f"indexed {seen}, expected {counts}")
 
 
-def test_no_query_of_a_tenant_returns_another_tenants_records_or_moves_its_scores(stack_env):
+@pytest.mark.parametrize("redis", ["one server", "cluster"])
+def test_no_query_of_a_tenant_returns_another_tenants_records_or_moves_its_scores(redis, request):
     """Property: tenants with the same record ids and overlapping words. Every answer of the
     first tenant — nearest records of each layer, BM25 ids and scores, facts by entity — is the
     same before the others are written, with them, and after they are erased; every passage
-    any tenant finds is its own. So no id, field or BM25 statistic of one reaches another."""
+    any tenant finds is its own. So no id, field or BM25 statistic of one reaches another — on one
+    Redis and on a 3-shard cluster (conftest's redis_cluster_url: tenants on one shard or several)."""
     from store import Memory
 
-    url = stack_env["MEMSTREAM_REDIS_URL"]
+    if redis == "cluster":
+        url = request.getfixturevalue("redis_cluster_url")
+    else:
+        url = request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"]
 
     @settings(
         max_examples=12,
