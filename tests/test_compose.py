@@ -119,19 +119,22 @@ def test_the_redis_acl_of_compose_admits_the_whole_pipeline_and_nothing_else(tmp
                 time.sleep(0.1)
 
         async def pipeline_over_the_acl():
-            ip = InProcess(url, RulesExtractor(), DigitBlindEmbedder(), tau=1, ttl_seconds="TOOL_FAILURE=1")
+            # the tool failure lapses after 3 s: read as standing first (at 1 s, a loaded machine read
+            # it after its lapse: total 0), then swept once lapsed
+            ip = InProcess(url, RulesExtractor(), DigitBlindEmbedder(), tau=1, ttl_seconds="TOOL_FAILURE=3")
             try:
                 await ip.publish(
                     "d1",
                     "Alice Smith wrote Book Xylo. Alice Smith was born in Lyon. The booking API failed with ROOM_UNAVAILABLE.",
                 )
+                standing = await drilldown.standing_facts(ip.memory, ip.tenant, ("TOOL_FAILURE",), 10)
+                published = time.monotonic()
                 await ip.publish("d2", "Bob Jones visited Lyon.", session_id="s", turn=1, speaker="Bob", ts=1700000000)
                 answers = [
                     await ip.query("Where was Alice Smith born?", mode=mode) for mode in ("ppr", "dense", "reconstruct")
                 ]
                 exported = await ip.export()
-                standing = await drilldown.standing_facts(ip.memory, ip.tenant, ("TOOL_FAILURE",), 10)
-                await asyncio.sleep(1.1)
+                await asyncio.sleep(max(0.0, 3.1 - (time.monotonic() - published)))
                 expired = await ip.pipeline.expire_lapsed()
                 return ip.dead_letters(), answers, exported, standing, expired
             finally:
@@ -167,5 +170,29 @@ def test_the_brokers_override_runs_three_kafka_nodes_every_worker_reaches():
 @pytest.mark.skipif(not _has_compose(), reason="docker client with the compose plugin not installed")
 def test_docker_compose_config_validates_with_three_brokers():
     files = ["-f", str(COMPOSE), "-f", str(ROOT / "docker-compose.brokers.yml")]
+    proc = subprocess.run(["docker", "compose", *files, "config", "-q"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_redis_cluster_override_runs_three_shards_every_worker_reaches_as_a_cluster():
+    """docker-compose.redis-cluster.yml: three cluster-enabled Redis nodes with the base file's ACL
+    user (and CLUSTER SLOTS, which the store's router reads), formed once by a one-shot service
+    before the topics and workers start; every worker names the cluster (redis+cluster://)."""
+    base = yaml.safe_load(COMPOSE.read_text())["services"]
+    override = yaml.safe_load((ROOT / "docker-compose.redis-cluster.yml").read_text())["services"]
+    for name in ("redis", "redis-2", "redis-3"):
+        line = " ".join(override[name]["command"])
+        assert "--cluster-enabled yes" in line and "'+cluster|slots'" in line
+        assert "--user memstream on" in line and "'-@dangerous'" in line  # the base file's rules kept
+        assert override[name]["image"] == base["redis"]["image"]
+    assert override["topics"]["depends_on"]["redis-cluster"]["condition"] == "service_completed_successfully"
+    assert "--cluster create" in " ".join(override["redis-cluster"]["command"])
+    for role in [*ROLE_TOPICS, "query"]:
+        assert override[role]["environment"]["MEMSTREAM_REDIS_URL"].startswith("redis+cluster://memstream:")
+
+
+@pytest.mark.skipif(not _has_compose(), reason="docker client with the compose plugin not installed")
+def test_docker_compose_config_validates_with_a_redis_cluster():
+    files = ["-f", str(COMPOSE), "-f", str(ROOT / "docker-compose.redis-cluster.yml")]
     proc = subprocess.run(["docker", "compose", *files, "config", "-q"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
