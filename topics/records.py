@@ -233,6 +233,10 @@ class Document(Record):
     turn: Optional[int] = None
     speaker: Optional[str] = None
     ts: Optional[float] = None
+    # What the document is about (a Wikipedia page's or a note's title): the subject entity every
+    # passage of it holds, so a passage elsewhere naming it links to it (workers.algorithms.subjects).
+    # Optional: a message without it decodes as before, its passages with no subject.
+    title: Optional[str] = None
 
     @property
     def key(self) -> str:
@@ -378,6 +382,9 @@ class Chunk(Record):
     # envelope when it commits: a worker passes over a message whose cause memory does not hold
     # (Redis lost it; workers.recovery). "" from outside the pipeline: decided as it comes.
     cause: str = ""
+    # The entity its document's title names (workers.algorithms.subjects.subject_name), held by
+    # the passage beside what its text mentions; "" for an untitled document (and older chunks).
+    subject: str = ""
 
     @property
     def key(self) -> str:

@@ -61,8 +61,11 @@ BENCH_CHUNK_TOKENS = 100_000
 
 
 def corpus_documents(dataset: Dataset, tenant: str) -> list[Document]:
+    """One document per passage, titled by its first line (the sets' passages are HippoRAG's
+    "title\\ntext"): a Wikipedia page's title is its subject (workers.algorithms.subjects)."""
     return [
-        Document(tenant=tenant, doc_id=f"{dataset.name}-{i:05d}", text=text) for i, text in enumerate(dataset.passages)
+        Document(tenant=tenant, doc_id=f"{dataset.name}-{i:05d}", text=text, title=text.partition("\n")[0] or None)
+        for i, text in enumerate(dataset.passages)
     ]
 
 

@@ -30,6 +30,7 @@ from topics import Chunk, Document, DocumentDeletion
 from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
 from workers.algorithms.policy import TRACE_CATEGORIES
+from workers.algorithms.subjects import subject_name, titled_pieces
 from workers.algorithms.turns import turn_context, when_of
 from workers.envelope import Emit, message_position
 from workers.stages.context import Stage, StageContext
@@ -76,10 +77,10 @@ def context_of(doc: Document) -> str:
 
 def pieces_of(doc: Document, context: str, window: int, overlap: int) -> list[TextChunk]:
     """A turn: one piece, its text verbatim, its id of (doc id, context, text). Other documents:
-    token windows (ids: content hashes of their text)."""
+    token windows (ids: content hashes of their text, and of their subject when titled)."""
     if doc.is_turn:
         return [TextChunk(turn_chunk_id(doc.doc_id, context, doc.text), 0, doc.text)]
-    return chunk_text(doc.text, window, overlap)
+    return titled_pieces(subject_name(doc.title), chunk_text(doc.text, window, overlap))
 
 
 class ChunkerStage(Stage):
@@ -131,6 +132,7 @@ class ChunkerStage(Stage):
                         context=context,
                         metadata=passage_metadata(doc),
                         incarnation=changes.incarnations.get(p.chunk_id, 0),
+                        subject="" if doc.is_turn else subject_name(doc.title),
                     ),
                 )
                 for p in pieces

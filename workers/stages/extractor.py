@@ -24,6 +24,7 @@ from workers.envelope import Emit, PermanentError
 from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
 from workers.models.extraction import Entity, Extraction, drop_unnamed
 from workers.models.llm import LLMError, MalformedOutput
+from workers.models.mentions import type_of
 from workers.models.protocols import Embedder, Extractor
 from workers.stages.context import Stage, StageContext, current_passage, needed
 
@@ -36,6 +37,15 @@ def extraction_mark(chunk: Chunk) -> str:
     the same content is extracted once — and once more each time a revert brings it back
     (Chunk.incarnation)."""
     return f"ext:{passage_mark(chunk.chunk_id, chunk.incarnation)}"
+
+
+def with_subject(extraction: Extraction, subject: str) -> Extraction:
+    """The extraction with the passage's subject (its document's title: Chunk.subject) among its
+    entities — said by the document, not by the text, so no grounding applies — typed by its
+    name unless the extraction typed it already (workers.algorithms.subjects)."""
+    if not subject or any(entity_id(e.name) == entity_id(subject) for e in extraction.entities):
+        return extraction
+    return Extraction([*extraction.entities, Entity(subject, type_of(subject))], extraction.facts)
 
 
 # The most entities a new entity is similarity-bridged to. Every pair at cosine ≥ sim_edge is
@@ -137,6 +147,7 @@ class ExtractorStage(Stage):
                 raise PermanentError(str(exc)) from None
             if not getattr(self.extractor, "grounded", False):  # a model's output: only what the passage says
                 extraction = await self._grounded(chunk, extraction)
+            extraction = with_subject(extraction, chunk.subject)
             lapse_of, said_at = self._time_of(chunk)
             names = [e.name for e in extraction.entities] + [n for t in extraction.facts for n in (t.head, t.tail)]
             canonical = await self.memory.resolve_aliases(tenant, sorted({entity_id(n) for n in names}))
