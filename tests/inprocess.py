@@ -103,16 +103,15 @@ def redis_keys_holding(redis_url: str, needles: list[bytes]) -> list[str]:
     set, sorted set, list, stream) holds one of `needles` — what an erasure must leave none of."""
     import redis as redis_sync
 
-    from store.redis.topology import cluster_seed
+    from store.redis.topology import cluster_seed, parse_cluster_slots
 
     seed = cluster_seed(redis_url)
     if seed is None:
         clients = [redis_sync.Redis.from_url(redis_url)]
     else:  # every primary of the cluster
         with redis_sync.Redis.from_url(seed) as node:
-            ranges = node.execute_command("CLUSTER", "SLOTS")
-        nodes = {(r[2][0].decode() if isinstance(r[2][0], bytes) else r[2][0], int(r[2][1])) for r in ranges}
-        clients = [redis_sync.Redis(host=host, port=port) for host, port in sorted(nodes)]
+            ranges = parse_cluster_slots(node.execute_command("CLUSTER", "SLOTS"))
+        clients = [redis_sync.Redis(host=host, port=port) for host, port in sorted({n for _, _, n in ranges})]
     found = []
     try:
         for client in clients:

@@ -22,7 +22,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import AskError, ClusterDownError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,7 @@ class ShardRouter:
         self._owner: list[Node] = [("", 0)] * REDIS_CLUSTER_HASH_SLOTS
         self._refreshing: asyncio.Task | None = None
         self._refreshed_at = 0.0
+        self._first_slot: dict[Node, int] = {}  # each primary's first slot (its shard tag's)
         self._apply(ranges)
 
     @classmethod
@@ -153,7 +154,7 @@ class ShardRouter:
     def shard_tag(self, client: aioredis.Redis) -> str | None:
         """The tag of the first slot the server of `client` serves (slot_tag)."""
         node = next(node for node, known in self._clients.items() if known is client)
-        return slot_tag(self._owner.index(node))
+        return slot_tag(self._first_slot[node])
 
     def node_of(self, tenant: str) -> Node:
         """The (host, port) of the primary serving the tenant's slot, as this router knows it."""
@@ -184,8 +185,9 @@ class ShardRouter:
     def rerouted(self, exc: Exception) -> None:
         """A shard answered MOVED, ASK or TRYAGAIN: take a MOVED reply's new owner now, and read
         the whole map again in the background (at most every REFRESH_MIN_INTERVAL_S)."""
-        if type(exc).__name__ == "MovedError" and getattr(exc, "host", None):
-            self._owner[exc.slot_id] = (str(exc.host), int(exc.port))  # type: ignore[attr-defined]
+        if isinstance(exc, MovedError) and exc.host:
+            self._owner[exc.slot_id] = (str(exc.host), int(exc.port))
+            self._derive_first_slots()
         loop = asyncio.get_running_loop()
         if self._refreshing is not None and not self._refreshing.done():
             return
@@ -202,6 +204,15 @@ class ShardRouter:
     def _apply(self, ranges: list[tuple[int, int, Node]]) -> None:
         for first, last, node in ranges:
             self._owner[first : last + 1] = [node] * (last - first + 1)
+        self._derive_first_slots()
+
+    def _derive_first_slots(self) -> None:
+        """Each primary's first slot, once per change of the map (shard_tag is asked for every
+        message's applied offsets: a scan of the 16,384 owners each time)."""
+        first: dict[Node, int] = {}
+        for slot, node in enumerate(self._owner):
+            first.setdefault(node, slot)
+        self._first_slot = first
 
     def _client(self, node: Node) -> aioredis.Redis:
         client = self._clients.get(node)
