@@ -35,9 +35,16 @@ def shared_index_name(layer: str, dims: int, shard_tag: str | None = None) -> st
     """The index of a layer's records with vectors of `dims` (one per layer and vector size).
     The colons keep it apart from every per-tenant name (legacy_index_name) a tenant could make.
     On a Redis Cluster each shard has its own, named with a hash tag of a slot it serves (an
-    index name is a key to the cluster: store.redis.topology.ShardRouter.shard_tag)."""
+    index name is a key to the cluster: store.redis.base.RedisBase.index)."""
     tag = f"{{{shard_tag}}}:" if shard_tag is not None else ""
     return f"{SHARED_INDEX_PREFIX}{tag}{layer}:{dims}:{VECTOR_TYPE_TAG}"
+
+
+def index_name_tag(name: str) -> str | None:
+    """The hash tag a cluster shard's shared index is named with (shared_index_name), None
+    for an untagged name."""
+    named = name.removeprefix(SHARED_INDEX_PREFIX)
+    return named[1:].partition("}")[0] if named.startswith("{") else None
 
 
 def float32_index_name(layer: str, dims: int) -> str:

@@ -136,13 +136,14 @@ def test_the_applied_offsets_are_the_least_any_shard_holds(redis_cluster_url):
     asyncio.run(main())
 
 
-def _reshard(url: str, tenant: str) -> None:
-    """Move the tenant's slot to the next shard while writers run, as `redis-cli --cluster
-    reshard` does: IMPORTING / MIGRATING, then MIGRATE its keys until none is left (a writer
-    meanwhile adds keys the first pass did not see), then SETSLOT NODE everywhere."""
+def _move(url: str, slot: int, target: int) -> None:
+    """Reshard one slot to shard `target` as `redis-cli --cluster reshard` does: IMPORTING /
+    MIGRATING, then MIGRATE its keys until none is left (a writer meanwhile adds keys the first
+    pass did not see), then SETSLOT NODE everywhere."""
     shards = _shards(url)
-    slot, source = key_slot(f"{{{tenant}}}".encode()), _shard_of(url, tenant)
-    target = (source + 1) % 3
+    source = next(n for n, shard in enumerate(shards) if slot in own_slots(shard))
+    if source == target:
+        return
     ids = [s.execute_command("CLUSTER", "MYID").decode() for s in shards]
     port = shards[target].connection_pool.connection_kwargs["port"]
     shards[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
@@ -151,6 +152,11 @@ def _reshard(url: str, tenant: str) -> None:
         shards[source].execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *keys)
     for shard in (shards[target], shards[source], *shards):
         shard.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+
+
+def _reshard(url: str, tenant: str) -> None:
+    """Move the tenant's slot to the next shard while writers run (_move)."""
+    _move(url, key_slot(f"{{{tenant}}}".encode()), (_shard_of(url, tenant) + 1) % 3)
 
 
 def test_a_tenant_resharded_while_it_is_written_loses_nothing(redis_cluster_url, stack_env):
@@ -238,3 +244,65 @@ def test_a_large_tenant_resharded_gets_its_own_indexes_again_on_its_new_shard(re
             await memory.close()
 
     asyncio.run(main())
+
+
+def test_a_shard_whose_slots_change_keeps_one_reachable_index_per_layer(redis_cluster_url):
+    """An index name is a key to a cluster (a name in another shard's slot answers MOVED), and an
+    index does not move with its name's slot. CI failed on it: a shard that gained a slot below
+    its first one got a second passages index under a new name beside its first, both indexing
+    every passage of the shard, so the census (GET /v1/overview) counted each record twice. Now
+    a shard's index is the one it has whose name it can still reach; one out of its reach (its
+    name's slot moved away) is skipped by every read, and another is made."""
+    from store import Memory
+    from tests.test_query_server import PASSAGES, stage_memory
+    from workers.query import drilldown
+
+    shards = _shards(redis_cluster_url)
+    first = min(own_slots(shards[1]))
+    names = iter(f"slots-{uuid.uuid4().hex[:6]}-{n}" for n in range(10_000))
+    on_one = [t for t in names if key_slot(f"{{{t}}}".encode()) in own_slots(shards[1])][:3]
+    owners = {slot: next(k for k, s in enumerate(shards) if slot in own_slots(s)) for slot in (first - 1, first)}
+    n = len(PASSAGES)
+    expected = {"passages": n, "facts": n, "entities": 2 * n, "schemas": 0}
+
+    group = f"slots-{uuid.uuid4().hex[:6]}"
+
+    async def write_and_read(tenant: str, write: bool) -> tuple[dict, list]:
+        memory = Memory.from_url(redis_cluster_url)  # a process started after the move
+        try:
+            if write:
+                await stage_memory(memory, tenant)
+            overview = await drilldown.overview(memory, tenant)
+            found = [h.id for h in await memory.lexical(tenant, "Tarn Mill rye", 3)]
+            return overview.layers, found
+        finally:
+            await memory.close()
+
+    async def applied(record: bool) -> dict:
+        memory = Memory.from_url(redis_cluster_url)
+        try:
+            if record:
+                await memory.record_applied(group, "memstream.chunks", 0, 41)
+            return await memory.applied_offsets(group, "memstream.chunks", [0])
+        finally:
+            await memory.close()
+
+    assert asyncio.run(write_and_read(on_one[0], True))[0] == expected
+    assert asyncio.run(applied(True)) == {0: 41}
+    try:
+        _move(redis_cluster_url, first - 1, 1)  # shard 1 gains a slot below its first one
+        for tenant, write in ((on_one[1], True), (on_one[0], False)):
+            layers, found = asyncio.run(write_and_read(tenant, write))
+            assert layers == expected and found[0] == "passage-mill"
+        assert asyncio.run(applied(False)) == {0: 41}  # each shard's applied offsets kept their name
+        _move(redis_cluster_url, first - 1, 0)
+        _move(redis_cluster_url, first, 2)  # ... then loses the slot its indexes are named in
+        for tenant, write in ((on_one[2], True), (on_one[0], False), (on_one[1], False)):
+            layers, found = asyncio.run(write_and_read(tenant, write))
+            assert layers == expected and found[0] == "passage-mill"
+    finally:
+        for slot, owner in owners.items():
+            _move(redis_cluster_url, slot, owner)
+    for tenant in on_one:  # both of its indexes in reach again: still counted once
+        layers, found = asyncio.run(write_and_read(tenant, False))
+        assert layers == expected and found[0] == "passage-mill"

@@ -21,7 +21,7 @@ from redisvl.index import AsyncSearchIndex
 
 from store.caches import EmbeddingCache, LLMCache
 from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, tenant_filter
-from store.keys import TenantKeys, embedding_cache_key, llm_cache_key, parse_index_name
+from store.keys import TenantKeys, embedding_cache_key, index_name_tag, llm_cache_key, parse_index_name
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
 from store.redis.topology import OneServer, Topology
 
@@ -95,6 +95,7 @@ class RedisBase:
         self._scripts: dict[tuple[int, str], AsyncScript] = {}  # (client, script) → registered there
         # (the server's client, layer, dims) → that server's shared index
         self._indexes: dict[tuple[int, str, int], AsyncSearchIndex] = {}
+        self._applied_key_of: dict[tuple[int, str], str] = {}  # (server's client, group) → its applied offsets
         self._tenant_dims_read: dict[str, tuple[int, float]] = {}  # tenant → (its vectors' size, when read)
         self._tenant_large: dict[str, float] = {}  # tenant → when it had over LEXICAL_READ_ALL passages
         self.index_recheck_s = INDEX_RECHECK_S
@@ -181,8 +182,10 @@ class RedisBase:
         creates nothing."""
         dims = dims or self.dims
         found = self._indexes.get((id(client), layer, dims))
+        if found is not None and not self.topology.serves(client, found.name):
+            found = None  # a reshard moved its name's slot away: out of reach (see _shard_index_tag)
         if found is None:
-            schema = layer_schema(layer, dims, self.vector_index, self.topology.shard_tag(client))
+            schema = layer_schema(layer, dims, self.vector_index, await self._shard_index_tag(client, layer, dims))
             found = AsyncSearchIndex(schema, redis_client=client)
             if not await found.exists():
                 if not create:
@@ -191,6 +194,29 @@ class RedisBase:
                 await self._initial_scan_done(client, found.name)
             self._indexes[(id(client), layer, dims)] = found
         return found
+
+    async def _shard_index_tag(self, client: aioredis.Redis, layer: str, dims: int) -> str | None:
+        """The tag of the layer's shared index on a cluster shard: that of the one the shard has
+        and can reach, else of a slot it serves now (Topology.shard_tag). An index is named in a
+        slot (a name is a key to a cluster) but is not moved with it: naming a shard's index after
+        its first slot of the day made a second one beside the first whenever a reshard gave the
+        shard a lower slot, both indexing every record of the shard (CI: a census counted each
+        twice). One whose slot moved away can be neither searched nor dropped; its shard gets
+        another, and every read skips it (_index_names)."""
+        if not self.clustered:
+            return None
+        for name in await self._index_names(client):
+            if parse_index_name(name) == (layer, dims, True):
+                return index_name_tag(name)
+        return await self.shard_tag(client)
+
+    async def shard_tag(self, client: aioredis.Redis) -> str | None:
+        """The tag a cluster shard's names are in (None on one server): that of a shared index
+        it has and can reach, else of its first slot (Topology.shard_tag)."""
+        for name in await self._index_names(client):
+            if (tag := index_name_tag(name)) is not None:
+                return tag
+        return self.topology.shard_tag(client)
 
     async def searchable(self, tenant: str, layer: str, dims: int | None = None) -> TenantIndex | None:
         """The layer's index as the tenant sees it (every query filtered on the tenant); None
@@ -298,10 +324,11 @@ class RedisBase:
                     return parsed[1]
         return None
 
-    @staticmethod
-    async def _index_names(client: aioredis.Redis) -> list[str]:
-        """The indexes on the server of `client`."""
-        return sorted(n.decode() if isinstance(n, bytes) else n for n in await client.execute_command("FT._LIST"))
+    async def _index_names(self, client: aioredis.Redis) -> list[str]:
+        """The indexes on the server of `client` it can reach (on a cluster, those named in a
+        slot it serves: _shard_index_tag)."""
+        names = (n.decode() if isinstance(n, bytes) else n for n in await client.execute_command("FT._LIST"))
+        return sorted(n for n in names if self.topology.serves(client, n))
 
     async def _legacy_index_dims(self, tenant: str) -> int | None:
         """The vector size of the tenant's own passages index from before shared indexes

@@ -82,7 +82,7 @@ class OutboxOps(RedisBase):
         await asyncio.gather(
             *(
                 client.eval(_RAISE_APPLIED, 1, key, f"{topic}:{partition}", offset)
-                for client, key in self._applied_keys(group)
+                for client, key in await self._applied_keys(group)
             )
         )
 
@@ -91,21 +91,30 @@ class OutboxOps(RedisBase):
         if not partitions:
             return {}
         fields = [f"{topic}:{p}" for p in partitions]
-        shards = await asyncio.gather(*(client.hmget(key, fields) for client, key in self._applied_keys(group)))
+        shards = await asyncio.gather(*(client.hmget(key, fields) for client, key in await self._applied_keys(group)))
         # on a cluster, the least any shard holds: what every shard holds the effects of
         return {
             p: None if any(held[n] is None for held in shards) else min(int(held[n]) for held in shards)
             for n, p in enumerate(partitions)
         }
 
-    def _applied_keys(self, group: str) -> list[tuple]:
-        """(client, key) of each server's applied offsets of `group` (one on one server)."""
+    async def _applied_keys(self, group: str) -> list[tuple]:
+        """(client, key) of each server's applied offsets of `group` (one on one server). On a
+        cluster each in the slot of its shard's names (shard_tag), kept while the shard serves
+        it: a reshard that moves it away moves the key too, and the shard starts another, empty
+        (its partitions read as never applied: one replay of the log, which is idempotent)."""
         if not self.clustered:
             key = applied_offsets_key(group)
             return [(self.topology.for_key(key), key)]
-        return [
-            (client, applied_offsets_key(group, self.topology.shard_tag(client))) for client in self.topology.servers()
-        ]
+        found = []
+        for client in self.topology.servers():
+            known = self._applied_key_of.get((id(client), group))
+            if known is None or not self.topology.serves(client, known):
+                known = self._applied_key_of[(id(client), group)] = applied_offsets_key(
+                    group, await self.shard_tag(client)
+                )
+            found.append((client, known))
+        return found
 
     def stage_outbox(self, pipe, tenant: str, mark: str, outbox: list[Outgoing], decision: str = "") -> None:
         """The message's outbox and decision id, published after the commit and then `finish`ed.

@@ -103,10 +103,12 @@ class TenantsOps(ExportOps, LexicalIndexOps):
     async def _census_of(self, client, layer: str, groups: list, by: str | None) -> dict[str, dict[str, int]]:
         """census over the shared indexes of the layer on the server of `client`."""
         out: dict[str, dict[str, int]] = {}
+        counted: set[int] = set()  # vector sizes: two indexes of one size hold the same records
         for name in await self._index_names(client):
             parsed = parse_index_name(name)
-            if parsed is None or parsed[0] != layer or not parsed[2]:
+            if parsed is None or parsed[0] != layer or not parsed[2] or parsed[1] in counted:
                 continue
+            counted.add(parsed[1])
             reply = await client.execute_command(
                 "FT.AGGREGATE",
                 name,

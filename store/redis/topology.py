@@ -55,6 +55,10 @@ class Topology(Protocol):
         """A hash tag of a slot the server of `client` serves, for the names of its shared
         indexes (an index name is a key to a cluster); None on one server (names untagged)."""
 
+    def serves(self, client: aioredis.Redis, key: str | bytes) -> bool:
+        """Whether the server of `client` serves the slot of `key` (a name it can reach: a
+        cluster answers MOVED for any other, an index's name included)."""
+
     async def close(self) -> None: ...
 
 
@@ -75,6 +79,9 @@ class OneServer:
 
     def shard_tag(self, client: aioredis.Redis) -> str | None:
         return None
+
+    def serves(self, client: aioredis.Redis, key: str | bytes) -> bool:
+        return True
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -152,9 +159,14 @@ class ShardRouter:
         return [self._client(node) for node in sorted(set(self._owner))]
 
     def shard_tag(self, client: aioredis.Redis) -> str | None:
-        """The tag of the first slot the server of `client` serves (slot_tag)."""
-        node = next(node for node, known in self._clients.items() if known is client)
-        return slot_tag(self._first_slot[node])
+        """The tag of the first slot the server of `client` serves (slot_tag): the name of
+        what a shard makes first; what it has made keeps its name while the shard serves it
+        (serves), though its first slot changes with every reshard."""
+        return slot_tag(self._first_slot[cast(_ShardClient, client).memstream_node])
+
+    def serves(self, client: aioredis.Redis, key: str | bytes) -> bool:
+        slot = key_slot(key.encode() if isinstance(key, str) else key)
+        return self._owner[slot] == cast(_ShardClient, client).memstream_node
 
     def node_of(self, tenant: str) -> Node:
         """The (host, port) of the primary serving the tenant's slot, as this router knows it."""
@@ -222,6 +234,7 @@ class ShardRouter:
             url = urlunsplit(self._seed._replace(netloc=_netloc(self._seed, node)))
             shard = cast(_ShardClient, _ShardClient.from_pool(self._pool(url)))
             shard.memstream_router = self
+            shard.memstream_node = node
             self._clients[node] = client = shard
         return client
 
@@ -255,6 +268,8 @@ class _ShardPipeline(_TellsRouter, Pipeline):  # type: ignore[misc]  # redis-py'
 
 class _ShardClient(_TellsRouter, aioredis.Redis):  # type: ignore[misc]  # redis-py's own mixins disagree
     """A shard's client: its pipelines tell the router too."""
+
+    memstream_node: Node  # the primary it talks to
 
     def pipeline(self, transaction: bool = True, shard_hint=None) -> Pipeline:
         pipe = _ShardPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
