@@ -92,7 +92,9 @@ def test_every_roles_metrics_move_while_a_corpus_is_indexed(make_workers, tmp_pa
         workers = make_workers(
             extractor="llm",
             llm_base_url=llm.base_url,
-            llm_model="scrape-fake",
+            # a model of its own: an LLM cache entry of an earlier run on the same Redis (a kept
+            # stack, a second run) answers every prompt, and no token or request time moves
+            llm_model=f"scrape-fake-{uuid.uuid4().hex[:8]}",
             resolver="rules",
             tau=2,
             stall_seconds=4,
