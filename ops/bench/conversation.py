@@ -157,9 +157,11 @@ ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),
     "ppr, entity links": ("ppr", {"entity_links": True}),
     "ppr, no time cue": ("ppr", {"time_weight": 0.0}),
+    "ppr, first_kept 0": ("ppr", {"first_kept": 0}),
     "reconstruct, no episodes": ("reconstruct", {"episode_weight": 0.0}),
     "reconstruct, no time cue": ("reconstruct", {"time_weight": 0.0}),
     "reconstruct, no walk": ("reconstruct", {"read_weight": 0.0}),
+    "reconstruct, first_kept 0": ("reconstruct", {"first_kept": 0}),
 }
 
 

@@ -22,16 +22,20 @@ from workers.query.engine import QueryEngine, QueryRequest
 from workers.query.modes import QueryMode, table_order
 from workers.settings import Settings
 
-# name → (RetrievalParams overrides, worker environment overrides for indexing)
-ABLATIONS: dict[str, tuple[dict[str, float | bool], dict[str, str]]] = {
-    "no_schema_filter": ({}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
-    "no_conflict_resolution": ({}, {"MEMSTREAM_CONFLICTS": "off"}),
-    "no_walk": ({"walk_weight": 0.0}, {}),  # the first stage alone: what the walk adds
-    "walk_weight_1": ({"walk_weight": 1.0}, {}),
-    "walk_weight_0.25": ({"walk_weight": 0.25}, {}),  # the weight over conversation turns
-    "with_entity_links": ({"entity_links": True}, {}),
-    "no_hub_suppression": ({"hub_suppression": False}, {}),
-    "no_information_density": ({"information_density": False}, {}),
+# name → (mode, RetrievalParams overrides, worker environment overrides for indexing)
+ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool], dict[str, str]]] = {
+    "no_schema_filter": ("ppr", {}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
+    "no_conflict_resolution": ("ppr", {}, {"MEMSTREAM_CONFLICTS": "off"}),
+    "no_walk": ("ppr", {"walk_weight": 0.0}, {}),  # the first stage alone: what the walk adds
+    "walk_weight_1": ("ppr", {"walk_weight": 1.0}, {}),
+    "walk_weight_0.25": ("ppr", {"walk_weight": 0.25}, {}),  # the weight over conversation turns
+    "with_entity_links": ("ppr", {"entity_links": True}, {}),
+    "no_hub_suppression": ("ppr", {"hub_suppression": False}, {}),
+    "no_information_density": ("ppr", {"information_density": False}, {}),
+    # the first stage's top passage kept in place (first_kept 1), or not: the walk re-ranks it all
+    "first_kept_0": ("ppr", {"first_kept": 0}, {}),
+    "first_kept_2": ("ppr", {"first_kept": 2}, {}),
+    "reconstruct_first_kept_0": ("reconstruct", {"first_kept": 0}, {}),
 }
 
 
@@ -82,7 +86,7 @@ def run_recall_bench(
         evaluate(settings, dataset, tenant, {mode: (mode, defaults) for mode in table_order()}, embedder)
     )
     ablations = {}
-    for name, (retrieval, indexing) in ABLATIONS.items():
+    for name, (mode, retrieval, indexing) in ABLATIONS.items():
         if indexing and not index_ablations:
             continue
         ablation_tenant = tenant
@@ -92,7 +96,7 @@ def run_recall_bench(
             # workers named: else mypy matches **indexing (str values) to it
             index_corpus(settings, dataset, ablation_tenant, extractor, workers=1, **indexing)
         params = RetrievalParams(**{**asdict(defaults), **retrieval})
-        ablations[name] = asyncio.run(evaluate(settings, dataset, ablation_tenant, {name: ("ppr", params)}, embedder))[
+        ablations[name] = asyncio.run(evaluate(settings, dataset, ablation_tenant, {name: (mode, params)}, embedder))[
             name
         ]
     result = {
@@ -114,6 +118,6 @@ def run_recall_bench(
             f"{dataset_name}: {len(dataset.questions)} questions, {len(dataset.passages)} passages, {extractor} extractor, all-MiniLM-L6-v2"
         )
         print(f"{'run':<28} {'R@2':>6} {'R@5':>6}")
-        for name, row in list(main.items()) + [(f"ppr {k}", v) for k, v in ablations.items()]:
+        for name, row in list(main.items()) + [(f"{ABLATIONS[k][0]} {k}", v) for k, v in ablations.items()]:
             print(f"{name:<28} {row['R@2']:>6} {row['R@5']:>6}")
     return 0

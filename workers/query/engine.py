@@ -7,7 +7,8 @@ reciprocal rank. `dense` and `lexical` are each leg alone, `hybrid` the first st
 PPR mode (docs/architecture.md §5): KNN over stable schemas and active facts, and the first stage, in
 parallel with the graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`),
 PPR over the cached graph (`workers.query.graph_cache`), then the first stage's ranking fused with
-the walk's, so the walk re-ranks the first stage and top_k is always filled. When no schema or
+the walk's (fuse_walk), so the walk re-ranks the first stage below its top passage and top_k is
+always filled. When no schema or
 fact passes τ_q the answer is the first stage's and says so (`"fallback": "first_stage"`). Answers are cached by
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
 embedding lookup and one XREAD.
@@ -46,6 +47,7 @@ from workers.algorithms.retrieval import (
     cosines,
     episode_smoothing,
     fuse,
+    fuse_walk,
     linked_weights,
     rank_passages,
     seed,
@@ -408,11 +410,8 @@ class QueryEngine:
         )
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
-        ranked = fuse(
-            [first_ids, [node_id(node) for node, _ in walk.passages]],
-            params.rrf_k,
-            [1.0, walk_weight(params, first.turn_share)],
-        )
+        walked = [node_id(node) for node, _ in walk.passages]
+        ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share))
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]

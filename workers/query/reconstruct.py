@@ -44,8 +44,8 @@ OpenAI-compatible client; when it fails the walk goes on with the similarity rou
 response says so). The response carries the path: each step's cue → tag → content with scores,
 and why the walk stopped. The answer's passages are the first stage's ranking (the engine's
 hybrid of BM25 and dense) fused with the walk's, the passages read in reading order
-(`read_weight`, workers.algorithms.retrieval): the walk re-ranks the first stage and never
-empties it, a passage both found ranks first, and top_k is always filled ("via": "walk" for a
+(`read_weight`, workers.algorithms.retrieval.fuse_walk): the walk re-ranks the first stage below
+its top passage (`first_kept`) and never empties it, and top_k is always filled ("via": "walk" for a
 passage the walk read, "first_stage" for the rest). The query cue's passages are the first
 stage's top, with their cosines to the query.
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from store.records import is_current
 from workers.algorithms.expiry import said_by
 from workers.algorithms.reconstruction import Cue, Stop
-from workers.algorithms.retrieval import fuse
+from workers.algorithms.retrieval import fuse_walk
 from workers.query.answers import (
     BudgetView,
     CueView,
@@ -33,9 +33,8 @@ async def walk_result(
     a passage both found ranks above either alone, and top_k is always filled."""
     walked = list(walk.read)
     params = walk.request.params
-    ranked = fuse([[pid for pid, _ in walk.first.fused], walked], params.rrf_k, [1.0, params.read_weight])[
-        : walk.request.top_k + len(walked)
-    ]
+    first = [pid for pid, _ in walk.first.fused]
+    ranked = fuse_walk(first, walked, params, params.read_weight)[: walk.request.top_k + len(walked)]
     missing = [pid for pid, _ in ranked if pid not in walk.read and pid not in walk.first.rows]
     rows = {
         **walk.first.rows,
