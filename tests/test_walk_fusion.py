@@ -3,7 +3,7 @@
 (RetrievalParams.first_kept) and the walk ranks what follows them, so a walk can bring a second
 hop up but never push down the passage that matches the question best. Over documents the walk
 weighs 8 against the first stage's 1, and it re-ranked the whole list: on a 2Wiki-style set that
-cost ppr five points of R@2 under hybrid (issue 35)."""
+cost ppr five points of R@2 under hybrid."""
 
 import asyncio
 
