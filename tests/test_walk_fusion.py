@@ -26,6 +26,11 @@ def test_the_first_stages_top_passages_stay_in_place_and_scores_still_fall():
         assert sorted(pid for pid, _ in ranked) == sorted(pid for pid, _ in fused)
         scores = [score for _, score in ranked]
         assert scores == sorted(scores, reverse=True)
+    # the walk favours the second kept passage over the first: scores still fall
+    favoured = fuse([first, ["b", "d"]], 1.0, [1.0, 8.0])
+    ranked = keep_first(favoured, first, 2)
+    assert [pid for pid, _ in ranked][:2] == ["a", "b"]
+    assert [score for _, score in ranked] == sorted((score for _, score in ranked), reverse=True)
     assert keep_first(fused, first, 0) == fused
     params = RetrievalParams()
     assert fuse_walk(first, walked, params, 8.0) == keep_first(fused, first, params.first_kept)

@@ -365,8 +365,11 @@ def keep_first(ranked: list[tuple[str, float]], first: list[str], kept: int) -> 
         return ranked
     score, held = dict(ranked), set(top)
     rest = [(pid, s) for pid, s in ranked if pid not in held]
-    best_rest = rest[0][1] if rest else 0.0
-    return [(pid, max(score.get(pid, 0.0), best_rest)) for pid in top] + rest
+    floor, kept_scores = rest[0][1] if rest else 0.0, []
+    for pid in reversed(top):  # from the last kept up: each at least the one below it
+        floor = max(score.get(pid, 0.0), floor)
+        kept_scores.append((pid, floor))
+    return kept_scores[::-1] + rest
 
 
 def fuse_walk(first: list[str], walked: list[str], params: RetrievalParams, weight: float) -> list[tuple[str, float]]:
