@@ -141,6 +141,8 @@ def test_ingest_maps_every_passage_back_to_its_turn(real_embedder, tmp_path):
     result = asyncio.run(run(Settings.from_env({}), path, ["dense", "ppr"], None, embedder=real_embedder))
     assert (result["turns"], result["questions"], result["evaluated"]) == (5, 6, 4)
     assert (result["skipped_no_evidence"], result["unreadable_evidence"], result["unknown_evidence"]) == (2, 1, 1)
+    shape = result["graph_shape"]  # the indexed turns' graph (workers.algorithms.graph_shape)
+    assert shape["passages"] == 5 and shape["entities"] >= 1 and 0 <= shape["joined"] <= 1
     # five passages in all: the top 10 holds every one, so each evidence turn is found — only if
     # passages map back to their turns through their doc ids
     for mode in ("dense", "ppr"):
@@ -198,6 +200,7 @@ def test_cli_on_the_sample_conversation_prints_a_row_per_category():
         row = rows[f"{category} {name}"]
         assert int(row[0]) == counts[category]
         assert all(0 <= float(cell) <= 100 for cell in row[1:5])
+    assert lines[-1].startswith("graph: ") and "entities a passage" in lines[-1]
     assert len(rows["p50 ms"]) == 2 and len(rows["p99 ms"]) == 2
 
 

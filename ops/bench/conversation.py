@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from ops.bench.datasets import recall_at
+from ops.bench.shape import measure_shape, shape_line
 from ops.stack.services import stderr
 from ops.testing import LocalIndexer
 from topics import BadInput, ContractError
@@ -264,6 +265,7 @@ def format_table(result: dict) -> str:
         lines.append(
             "fell back to the first stage: " + ", ".join(f"{m} {n}/{result['evaluated']}" for m, n in fallbacks.items())
         )
+    lines.append(shape_line(result["graph_shape"]))
     return "\n".join(lines)
 
 
@@ -303,6 +305,7 @@ async def run(
         )
         await ingest(memory, settings, embedder, turns, work.tenants, every(len(turns), "turns indexed", started))
         index_seconds = time.perf_counter() - started
+        shape = await measure_shape(memory, list(work.tenants.values()))
         started = time.perf_counter()
         runs = len(modes) + len(ablations or {})
         answers = await ask(
@@ -323,6 +326,7 @@ async def run(
         "extractor": "rules",
         "embedder": EMBEDDER,
         "index_seconds": round(index_seconds, 1),
+        "graph_shape": shape,
         "questions": work.questions,
         "evaluated": len(work.probes),
         "skipped_no_evidence": work.no_evidence,

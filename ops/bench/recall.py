@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ops.bench.corpora import index_corpus, passage_index
 from ops.bench.datasets import Dataset, load_dataset, recall_at
+from ops.bench.shape import measure_shape, shape_line
 from ops.stack.services import Stack, stderr
 from store import Memory
 from workers.algorithms.retrieval import RetrievalParams
@@ -80,6 +81,7 @@ def run_recall_bench(
     )
     seconds = index_corpus(settings, dataset, tenant, extractor)
     stderr(f"recall: indexed in {seconds:.0f} s; ranking {len(dataset.questions)} questions")
+    shape = asyncio.run(_shape(settings, tenant))
     defaults = RetrievalParams()
     embedder = BatchingEmbedder(LocalEmbedder())
     main = asyncio.run(
@@ -107,6 +109,7 @@ def run_recall_bench(
         "embedder": "all-MiniLM-L6-v2",
         "tenant": tenant,
         "index_seconds": round(seconds, 1),
+        "graph_shape": shape,
         **main,
         "ablations": ablations,
         "params": asdict(defaults),
@@ -117,7 +120,17 @@ def run_recall_bench(
         print(
             f"{dataset_name}: {len(dataset.questions)} questions, {len(dataset.passages)} passages, {extractor} extractor, all-MiniLM-L6-v2"
         )
-        print(f"{'run':<28} {'R@2':>6} {'R@5':>6}")
+        print(f"{'run':<38} {'R@2':>6} {'R@5':>6}")
         for name, row in list(main.items()) + [(f"{ABLATIONS[k][0]} {k}", v) for k, v in ablations.items()]:
-            print(f"{name:<28} {row['R@2']:>6} {row['R@5']:>6}")
+            print(f"{name:<38} {row['R@2']:>6} {row['R@5']:>6}")
+        print(shape_line(shape))
     return 0
+
+
+async def _shape(settings: Settings, tenant: str) -> dict:
+    """The indexed tenant's graph shape (workers.algorithms.graph_shape), printed beside its runs."""
+    memory = Memory.from_url(settings.redis_url)
+    try:
+        return await measure_shape(memory, [tenant])
+    finally:
+        await memory.close()

@@ -157,6 +157,13 @@ def add_parsers(sub) -> None:
     baseline(scale, "measure this checkout too, interleaved")
     data(scale)
 
+    shape = kind("shape", "the graph indexing builds from each dev set: entities a passage, joins, junk")
+    shape.add_argument(
+        "--datasets", default="hotpotqa,musique,locomo", help="comma-separated, of hotpotqa, musique, locomo"
+    )
+    baseline(shape, "measure this checkout's graph too, side by side")
+    data(shape)
+
 
 def _counts(text: str, flag: str = "--sizes") -> list[int]:
     """A flag's comma-separated counts (passages, edges, clients, processes); ValueError naming
@@ -284,6 +291,13 @@ def bench_scale(settings: Settings, args) -> int:
     return run_scale_bench(sizes, args.queries, args.rounds, args.baseline_tree, _data(args), args.json)
 
 
+def bench_shape(settings: Settings, args) -> int:
+    from ops.bench.shape import run_shape_bench
+
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    return run_shape_bench(datasets, _data(args), args.baseline_tree, args.json)
+
+
 BENCHES = {
     "index": bench_index,
     "recall": bench_recall,
@@ -295,6 +309,7 @@ BENCHES = {
     "tenants": bench_tenants,
     "graph": bench_graph,
     "scale": bench_scale,
+    "shape": bench_shape,
 }
 
 
