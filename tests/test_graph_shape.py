@@ -95,3 +95,36 @@ def test_bench_shape_refuses_an_unknown_set():
     )  # fmt: skip
     assert proc.returncode == 2
     assert "unknown dataset wiki" in proc.stderr
+
+
+def test_turns_about_the_same_thing_are_joined_through_their_tag():
+    """Two turns in different sessions that name no one but share a topic ("pottery") are joined
+    to another through an entity — the tag — where without tags neither turn had one (no name,
+    no first-person fact)."""
+    import asyncio
+
+    from ops.bench.shape import _HashEmbedder, measure_shape, tenant_joins
+    from ops.testing import LocalIndexer
+    from store.in_memory import InMemoryStore
+    from topics import Document
+    from workers.models.extraction import RulesExtractor
+    from workers.settings import Settings
+
+    turns = [
+        ("s1", 1, "Joanna", "I signed up for a pottery class, it is so relaxing."),
+        ("s1", 2, "Nate", "That sounds great, enjoy it!"),
+        ("s2", 1, "Nate", "Guess what, my first pottery bowl came out of the kiln today."),
+    ]
+
+    async def run():
+        memory = InMemoryStore()
+        indexer = LocalIndexer(Settings.from_env({}), memory, _HashEmbedder(), RulesExtractor())
+        for n, (session, turn, speaker, text) in enumerate(turns):
+            doc = Document(tenant="tags", doc_id=f"t{n}", text=text, session_id=session, turn=turn, speaker=speaker)
+            await indexer.index([doc])
+        return await tenant_joins(memory, "tags"), await measure_shape(memory, ["tags"])
+
+    joins, shape = asyncio.run(run())
+    pottery = [p for e, p in joins["edges"] if joins["names"][e] == "pottery"]
+    assert len(pottery) == 2  # the first and the third turn, a session apart
+    assert shape["joined"] == round(2 / 3, 4)  # the second turn shares nothing but a speaker

@@ -36,10 +36,12 @@ from workers.models.mentions import (
     ERROR,
     MONEY,
     PERCENT,
+    TAG,
     TIME,
     VALUE_WITH_PREPOSITION,
     capitalised_spans,
     naming_mentions,
+    turn_tags,
     type_of,
     values,
 )
@@ -189,6 +191,10 @@ class RulesExtractor:
                         entities.setdefault(fact.head, Entity(fact.head, fact.head_type))
                         entities.setdefault(fact.tail, Entity(fact.tail, fact.tail_type))
             facts.extend(found)
+        if speaker:  # a turn's topics as tags: the nodes that join turns about the same thing
+            taken = {name.lower() for name in entities} | {speaker.lower()}
+            for tag in turn_tags(text, taken):
+                entities[tag] = Entity(tag, TAG)
         return Extraction(list(entities.values()), facts)
 
 

@@ -10,7 +10,7 @@ import re
 
 from lemminflect import getAllLemmas
 
-from topics.records import VALUE_TYPES
+from topics.records import TAG_TYPE, VALUE_TYPES
 from topics.times import MONTHS
 from workers.algorithms import categories
 
@@ -359,3 +359,74 @@ def naming_mentions(sentence: str, mentions: list[tuple[int, int, str]]) -> list
             if len(text) > 1 or text.isdigit():
                 out.append((new_start, new_start + len(text), text))
     return out
+
+
+# ---- a turn's tags (MRAgent's cue → tag → content) ---------------------------------------------
+
+TAG = TAG_TYPE  # the type of a turn's tag: a topic word, joining turns about the same thing
+TAG_MIN_LETTERS = 3  # "dog", "art", "job"; shorter ones are function words the lexicon lists as nouns
+_TAG_WORD = re.compile(r"[A-Za-z][a-z\-]*[a-z]")
+_NOT_TAGS = (
+    _INTERJECTIONS
+    | _OPENERS
+    | frozenset(
+        """thing things something anything everything nothing someone anyone everyone lot lots bit kind
+        sort way time times day days today tonight tomorrow yesterday week weeks weekend month months
+        year years while moment bunch couple one ones""".split()
+    )
+    | frozenset(
+        """i me my mine myself you your yours yourself yourselves he him his himself she her hers herself
+        it its itself we us our ours ourselves they them their theirs themselves this that these those
+        all some any other others such each both many much few several another either neither none
+        which what who whom whose whatever""".split()
+    )
+)
+# a word the lexicon reads as a noun and a verb is a noun after these ("my dog", "for support");
+# not after "that", a pronoun as often as a determiner in a turn ("that sounds great")
+_NOUN_AFTER = frozenset(
+    """a an the my your his her its our their this these those some any no every each another
+    of for with about in on at from by into""".split()
+)
+# the verbs whose -ing form says nothing of a topic ("doing", "going", "feeling")
+_LIGHT_VERBS = frozenset(
+    """be do have go get make take come feel find help work look say think try keep give see know want
+    need put let mean tell talk use start stay happen seem call ask wait hope plan""".split()
+)
+
+
+def _is_tag(word: str, previous: str) -> bool:
+    """Whether `word` (lowercase, in a sentence after `previous`) names a topic: a noun, a noun
+    that is also a verb only after a determiner or a preposition, a gerund of a verb that is not
+    a light one ("hiking", "painting"); never a word that can be an adjective, an adverb or an
+    auxiliary ("tough", "home", "can")."""
+    lemmas = getAllLemmas(word)
+    if not lemmas or {"ADJ", "ADV", "AUX"} & set(lemmas):
+        return False
+    nouns, verbs = lemmas.get("NOUN"), lemmas.get("VERB")
+    if word.endswith("ing") and verbs and verbs[0] not in _LIGHT_VERBS:
+        return True
+    return bool(nouns) and (not verbs or previous in _NOUN_AFTER)
+
+
+def turn_tags(text: str, taken: set[str]) -> list[str]:
+    """A turn's tags (MRAgent's cue → tag → content): its lowercase words that name a topic
+    (_is_tag), as written — a name the passage holds, as a grounded extractor's must be; the
+    similarity bridges join "painting" and "paintings" — so turns about the same thing share a
+    node across sessions where a turn names no one ("I took up pottery"). Never a name (a
+    capitalised word: mentions read those), an interjection, a pronoun or a word of time
+    ("week", "yesterday": the time cue reads those); none in `taken` (lowercased names the
+    turn already holds)."""
+    tags: dict[str, None] = {}
+    previous = ""
+    for match in _TAG_WORD.finditer(text):
+        word = match.group()
+        if (
+            word.islower()
+            and len(word) >= TAG_MIN_LETTERS
+            and word not in _NOT_TAGS
+            and word not in taken
+            and _is_tag(word, previous)
+        ):
+            tags[word] = None
+        previous = word.lower()
+    return list(tags)

@@ -15,7 +15,7 @@ import numpy as np
 
 from store.facts import Fact, FactRecordHit
 from store.records import Hit, is_current
-from topics.records import VALUE_TYPES
+from topics.records import NO_CUE_TYPES
 from workers.algorithms.chunking import token_count
 from workers.algorithms.reconstruction import (
     Branch,
@@ -135,7 +135,7 @@ class Walk:
         candidates, near_entities, canonical, version, names = await self._mentions()
         chosen = choose_mentions(
             candidates,
-            {cid: eid for cid, eid in canonical.items() if eid in names and names[eid]["type"] not in VALUE_TYPES},
+            {cid: eid for cid, eid in canonical.items() if eid in names and names[eid]["type"] not in NO_CUE_TYPES},
         )
         times = time_expressions(self.request.query)
         self.keys = time_keys(times)
@@ -148,7 +148,7 @@ class Walk:
             cues = [
                 Cue("entity", h.id, h.fields["name"], h.score, 0, "entity-knn")
                 for h in near_entities
-                if h.score >= ENTITY_CUE_MIN and h.fields.get("type") not in VALUE_TYPES
+                if h.score >= ENTITY_CUE_MIN and h.fields.get("type") not in NO_CUE_TYPES
             ]
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
@@ -249,7 +249,7 @@ class Walk:
         # a passage's value (an amount, a date) is no cue, nor does it take a real entity's place
         fresh = dict(
             islice(
-                ((e, lead) for e, lead in fresh.items() if names.get(e, {}).get("type") not in VALUE_TYPES),
+                ((e, lead) for e, lead in fresh.items() if names.get(e, {}).get("type") not in NO_CUE_TYPES),
                 MAX_NEW_CUES,
             )
         )
@@ -518,7 +518,7 @@ def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
     """The entities a fact leads to from a cue: its other end (both ends for the query cue), a
     value (an amount, a date) never."""
     ends = [(fact.head_id, fact.head, fact.head_type), (fact.tail_id, fact.tail, fact.tail_type)]
-    return [(eid, name) for eid, name, kind in ends if eid != cue_id and kind not in VALUE_TYPES]
+    return [(eid, name) for eid, name, kind in ends if eid != cue_id and kind not in NO_CUE_TYPES]
 
 
 def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | None:
