@@ -104,7 +104,7 @@ def pooled(tenants: Iterable[tuple[Iterable[str], Mapping[str, str], Iterable[tu
             kind = junk_kind(names.get(entity) or "")
             if kind:
                 junk[kind] += 1
-                junk_names[names.get(entity) or ""] += degree[entity]
+                junk_names[(names.get(entity) or "").strip()] += degree[entity]
     return GraphShape(
         passages=n_passages,
         entities=n_entities,
