@@ -1,8 +1,9 @@
 """The query worker's answer over one tenant's memory, in one of its registered modes (workers.query.modes).
 
-The first stage (modes hybrid, ppr, reconstruct): the passages nearest the query vector (dense)
-and those best matching its words (lexical: the store's BM25, store.lexical), fused by
-reciprocal rank. `dense` and `lexical` are each leg alone, `hybrid` the first stage alone.
+The first stage (modes hybrid, ppr, reconstruct; workers.query.first_stage): the passages
+nearest the query vector (dense) and those best matching its words (lexical: the store's BM25,
+store.lexical), fused by reciprocal rank. `dense` and `lexical` are each leg alone, `hybrid` the
+first stage alone; reconstruct's walk is workers.query.reconstruct's.
 
 PPR mode (docs/architecture.md §5): KNN over stable schemas and active facts, and the first stage, in
 parallel with the graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`),
@@ -20,7 +21,6 @@ the other requests and the Kafka consumer's heartbeats."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -32,21 +32,17 @@ import numpy as np
 from store.base import MemoryStore
 from store.facts import FactRecordHit
 from store.nodes import entity_node, node_id, passage_node
-from store.records import Hit, is_current
+from store.records import Hit
 from workers import metrics
-from workers.algorithms.expiry import said_at, said_by, was_valid
+from workers.algorithms.expiry import said_by, was_valid
 from workers.algorithms.ppr_solver import PPR, LeafEliminated, Transition
 from workers.algorithms.reconstruction import choose_mentions, mention_candidates, names_something
 from workers.algorithms.retrieval import (
-    EPISODE_RADIUS,
     FactHit,
     FirstStage,
     RetrievalParams,
     SchemaHit,
     Seeds,
-    cosines,
-    episode_smoothing,
-    fuse,
     fuse_walk,
     linked_weights,
     rank_passages,
@@ -54,8 +50,6 @@ from workers.algorithms.retrieval import (
     top_stable,
     walk_weight,
 )
-from workers.algorithms.time_cue import matches, time_boost, time_cue
-from workers.algorithms.turns import session_turn
 from workers.models.embedding import TenantEmbedders
 from workers.query.answers import (
     EntityView,
@@ -69,6 +63,7 @@ from workers.query.answers import (
     WalkStats,
     empty_tenant_warning,
 )
+from workers.query.first_stage import FirstStageSearch, ready
 from workers.query.graph_cache import GraphCache
 from workers.query.modes import mode_of
 from workers.query.reconstruct import Reconstructor
@@ -93,6 +88,7 @@ class QueryEngine:
     ):
         self.memory = memory
         self.embedder = embedder
+        self.first_stage = FirstStageSearch(memory)
         self.graphs = graphs or GraphCache(memory)
         self.reconstructor = reconstructor or Reconstructor(memory)
         self.tenant_embedders = TenantEmbedders(
@@ -144,7 +140,7 @@ class QueryEngine:
             result = await self._first_stage_only(request, vector, timings)
         elif mode.recipe == "reconstruct":
             assert vector is not None  # every mode but lexical embeds the query
-            first = self._graph_first_stage(request, vector)  # awaited beside the walk's cue lookup
+            first = self.first_stage.for_graph(request, vector)  # awaited beside the walk's cue lookup
             result = await self.reconstructor.answer(request, vector, self._fact_search(request), timings, first)
         else:
             result = await self._ppr(request, vector, timings)
@@ -156,114 +152,6 @@ class QueryEngine:
         metrics.QUERY_SECONDS.labels(mode=request.mode).observe(timings["total"] / 1000)
         result.timings_ms = {k: round(v, 3) for k, v in timings.items()}
         return result
-
-    async def _first_stage(
-        self, request: QueryRequest, vector, with_cosines: bool = True, with_rows: bool = False
-    ) -> FirstStage:
-        """Both legs' candidates (first_stage_k each, at least top_k) and their fusion; with
-        `with_cosines`, every fused candidate's cosine to the query (a lexical-only candidate's
-        vector is read), which graph modes seed and score with; with `with_rows`, every fused
-        candidate's row too (graph modes read them for their episodes and their answer), read
-        with the vectors: one round trip for both."""
-        k = max(request.params.first_stage_k, request.top_k)
-        dense, lexical = await asyncio.gather(
-            self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]) if vector is not None else _ready([]),
-            self.memory.lexical(request.tenant, request.query, k),
-        )
-        rows: dict[str, dict] = {}
-        if request.as_of is not None:  # passages said after as_of are not yet in memory then
-            rows = await self._read_rows(request.tenant, [h.id for h in dense + lexical], rows)
-            dense, lexical = (
-                [h for h in dense if _said(rows, h.id, request.as_of)],
-                [h for h in lexical if _said(rows, h.id, request.as_of)],
-            )
-        fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
-        similarity = {h.id: h.score for h in dense}
-        ids = [pid for pid, _ in fused]
-        _, rows = await asyncio.gather(
-            self._add_cosines(request.tenant, ids, vector, similarity) if with_cosines else _ready(None),
-            self._read_rows(request.tenant, ids, rows) if with_rows else _ready(rows),
-        )
-        return FirstStage(dense, lexical, fused, similarity, rows=rows)
-
-    async def _add_cosines(self, tenant: str, passage_ids: list[str], vector, similarity: dict[str, float]) -> None:
-        """Each passage's cosine to the query, into `similarity`, for those not in it (their
-        vectors read in one round trip)."""
-        missing = [pid for pid in passage_ids if pid not in similarity]
-        if vector is None or not missing:
-            return
-        found = [
-            (pid, vec)
-            for pid, vec in zip(missing, await self.memory.passage_vectors(tenant, missing))
-            if vec is not None
-        ]
-        if found:
-            similarity.update(zip([pid for pid, _ in found], cosines([vec for _, vec in found], vector)))
-
-    async def _read_rows(self, tenant: str, passage_ids: list[str], known: dict[str, dict]) -> dict[str, dict]:
-        """`known` and the stored rows of the passages not in it (one round trip for those),
-        leaving out those a later version retired (store.records.is_current)."""
-        missing = [pid for pid in dict.fromkeys(passage_ids) if pid not in known]
-        if not missing:
-            return known
-        return {
-            **known,
-            **{pid: row for pid, row in zip(missing, await self.memory.passages(tenant, missing)) if is_current(row)},
-        }
-
-    async def _graph_first_stage(self, request: QueryRequest, vector) -> FirstStage:
-        """What the graph modes start from: the first stage, with episodes (_with_episodes) and
-        the question's time cue (_with_time_cue)."""
-        first = await self._with_episodes(request, vector, await self._first_stage(request, vector, with_rows=True))
-        return await self._with_time_cue(request, first)
-
-    async def _with_time_cue(self, request: QueryRequest, first: FirstStage) -> FirstStage:
-        """Graph modes: the turns that meet the question's time cue (workers.algorithms.time_cue)
-        raised by time_weight; nothing changes for a question without one."""
-        cue = time_cue(request.query)
-        if not cue or request.params.time_weight <= 0 or not first.fused:
-            return first
-        rows = await self._read_rows(request.tenant, [pid for pid, _ in first.fused], first.rows)
-        matched = {
-            pid
-            for pid, _ in first.fused
-            if pid in rows and matches(cue, rows[pid].get("text") or "", said_at(rows[pid]))
-        }
-        return dataclasses.replace(first, fused=time_boost(first.fused, matched, request.params.time_weight), rows=rows)
-
-    async def _with_episodes(self, request: QueryRequest, vector, first: FirstStage) -> FirstStage:
-        """Graph modes: the first stage re-ranked by temporal contiguity (episode_smoothing): a
-        conversation turn's score is raised by its session neighbours' (turn ± 1), and the
-        neighbours of the candidates join them. Passages that are not turns are left as they are."""
-        if not first.fused:
-            return first
-        ids = [pid for pid, _ in first.fused]
-        rows = await self._read_rows(request.tenant, ids, first.rows)
-        moments = {
-            pid: moment
-            for pid in ids
-            if pid in rows and (moment := session_turn(rows[pid].get("metadata") or {})) is not None
-        }
-        weight, turn_share = request.params.episode_weight, len(moments) / len(ids)
-        if weight <= 0 or not moments:
-            return dataclasses.replace(first, turn_share=turn_share, rows=rows)
-        found = await asyncio.gather(
-            *(
-                self.memory.session_neighbours(request.tenant, session, turn, EPISODE_RADIUS)
-                for session, turn in moments.values()
-            )
-        )
-        neighbours = {pid: [other for _, other in near] for pid, near in zip(moments, found)}
-        smoothed = episode_smoothing(dict(first.fused), neighbours, weight)
-        candidates = set(ids)
-        new = [pid for pid, _ in smoothed if pid not in candidates]  # the neighbours that joined
-        if request.as_of is not None and new:
-            rows = await self._read_rows(request.tenant, new, rows)
-            smoothed = [(pid, score) for pid, score in smoothed if pid not in new or _said(rows, pid, request.as_of)]
-            new = [pid for pid in new if _said(rows, pid, request.as_of)]
-        similarity = dict(first.cosines)
-        await self._add_cosines(request.tenant, new, vector, similarity)
-        return FirstStage(first.dense, first.lexical, smoothed, similarity, turn_share, rows)
 
     async def _first_stage_only(
         self, request: QueryRequest, vector, timings: dict[str, float], first: FirstStage | None = None
@@ -283,7 +171,7 @@ class QueryEngine:
             ranked = [(h.id, h.score) for h in lexical]
         else:
             stage, facts, entities, version = await asyncio.gather(
-                _ready(first) if first is not None else self._first_stage(request, vector, with_cosines=False),
+                ready(first) if first is not None else self.first_stage.search(request, vector, with_cosines=False),
                 self._facts(request.tenant, vector, request.params.layer_k, as_of=request.as_of),
                 self.memory.knn(request.tenant, "entities", vector, TOP_ENTITIES, ["name", "type"]),
                 self.memory.graph_version(request.tenant),
@@ -337,10 +225,8 @@ class QueryEngine:
                     tenant, "schemas", vector, params.layer_k, ["head_type", "tail_type"], {"status": "stable"}
                 ),
                 self._facts(tenant, vector, params.layer_k, as_of=request.as_of),
-                self._graph_first_stage(request, vector),
-                self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions}))
-                if mentions
-                else _ready({}),
+                self.first_stage.for_graph(request, vector),
+                self.memory.resolve_aliases(tenant, sorted({m.entity_id for m in mentions})) if mentions else ready({}),
             ),
         )
         timings["retrieve"] = _ms(t)
@@ -479,7 +365,7 @@ class QueryEngine:
         batch = request.top_k if request.as_of is None else request.top_k * AS_OF_OVERFETCH
         for start in range(0, len(ranked), batch):
             part = ranked[start : start + batch]
-            rows = await self._read_rows(request.tenant, [pid for pid, _ in part], rows)
+            rows = await self.first_stage.read_rows(request.tenant, [pid for pid, _ in part], rows)
             out += [(rows[pid], score) for pid, score in part if pid in rows and said_by(rows[pid], request.as_of)]
             if len(out) >= request.top_k:
                 break
@@ -579,17 +465,6 @@ def _walk(
         else np.zeros(0, dtype=np.int64)
     )
     return Walk(ppr, ranked, entities)
-
-
-async def _ready(value):
-    """`value`, awaitable: a search asyncio.gather may skip."""
-    return value
-
-
-def _said(rows: dict[str, dict], passage_id: str, as_of: float) -> bool:
-    """A passage read (`rows`) was said by `as_of`; one not found stays (nothing says otherwise)."""
-    row = rows.get(passage_id)
-    return row is None or said_by(row, as_of)
 
 
 def _ms(since: float) -> float:
