@@ -4,6 +4,7 @@ pyproject.toml. A new violation fails here with the tool's own report."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -31,8 +32,11 @@ def test_the_code_is_as_ruff_formats_it():
 
 def test_mypy_finds_nothing_to_report():
     """mypy over the four packages as pyproject.toml configures it (check_untyped_defs, the
-    pydantic plugin). Its cache lives outside the work tree; mypy invalidates it itself."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memstream" / "mypy"
+    pydantic plugin). Its cache lives outside the work tree, one per checkout: mypy invalidates
+    its own entries, but two checkouts sharing one (a worktree's suite beside main's) left
+    entries of the other's code it took as current — 9 errors in code that had none."""
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memstream" / "mypy" / checkout
     found = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", str(cache)],
         cwd=ROOT,
