@@ -135,6 +135,7 @@ def test_a_turns_topic_words_are_its_tags():
     assert tags("I went hiking with my kids near Boston yesterday.") == ["hiking", "kids"]
     assert tags("I need to help them make it work.") == []  # verbs, pronouns: no topic
     assert tags("My dog loves the shelter, we support it.") == ["dog", "shelter"]
+    assert tags("We went to a dance at the festival.") == ["dance", "festival"]  # a noun after "a"
     assert tags("I adopted a dog last week.") == []  # the fact's tail "dog" is its entity already
     assert tags("I took up pottery last month.", "") == []  # a plain document: no speaker, no tags
 

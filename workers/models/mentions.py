@@ -365,7 +365,7 @@ def naming_mentions(sentence: str, mentions: list[tuple[int, int, str]]) -> list
 
 TAG = TAG_TYPE  # the type of a turn's tag: a topic word, joining turns about the same thing
 TAG_MIN_LETTERS = 3  # "dog", "art", "job"; shorter ones are function words the lexicon lists as nouns
-_TAG_WORD = re.compile(r"[A-Za-z][a-z\-]*[a-z]")
+_TAG_WORD = re.compile(r"[A-Za-z](?:[a-z\-]*[a-z])?")  # one letter too: "a" before a noun counts
 _NOT_TAGS = (
     _INTERJECTIONS
     | _OPENERS
