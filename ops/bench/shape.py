@@ -28,7 +28,6 @@ DATASETS = ("hotpotqa", "musique", "locomo")
 def run_shape_bench(datasets: list[str], data_dir: Path, baseline_tree: str | None, as_json: bool) -> int:
     from ops.bench.trees import baseline_checkout, phase_in_tree
     from topics import BadInput
-    from workers.algorithms.graph_shape import pooled
 
     unknown = [d for d in datasets if d not in DATASETS]
     if unknown:
@@ -43,7 +42,7 @@ def run_shape_bench(datasets: list[str], data_dir: Path, baseline_tree: str | No
             print(f"shape: {dataset} in {name} ({tree})", file=sys.stderr, flush=True)
             spec = {"dataset": dataset, "data": str(Path(data_dir).resolve())}
             got = phase_in_tree(Path(__file__), tree, [json.dumps(spec)], f"bench shape: {dataset} in {tree}")
-            shape = pooled((t["passages"], t["names"], [tuple(e) for e in t["edges"]]) for t in got["tenants"])
+            shape = shape_of(got["tenants"])
             rows.append(
                 {"dataset": dataset, "tree": name, "directory": str(tree), "index_s": got["seconds"], **shape.to_json()}
             )
@@ -117,12 +116,17 @@ async def tenant_joins(memory, tenant: str) -> dict:
     return {"tenant": tenant, "passages": await memory.scan_ids(tenant, "passages"), "names": names, "edges": edges}
 
 
-async def measure_shape(memory, tenants: list[str]) -> dict:
-    """The shape of `tenants` of `memory` taken together, as JSON (bench recall, bench conversation)."""
+def shape_of(joins: list[dict]):
+    """The shape (workers.algorithms.graph_shape.GraphShape) of tenants' joins (tenant_joins,
+    or a phase's JSON of them), taken together."""
     from workers.algorithms.graph_shape import pooled
 
-    joins = [await tenant_joins(memory, tenant) for tenant in tenants]
-    return pooled((t["passages"], t["names"], [tuple(e) for e in t["edges"]]) for t in joins).to_json()
+    return pooled((t["passages"], t["names"], [tuple(e) for e in t["edges"]]) for t in joins)
+
+
+async def measure_shape(memory, tenants: list[str]) -> dict:
+    """The shape of `tenants` of `memory` taken together, as JSON (bench recall, bench conversation)."""
+    return shape_of([await tenant_joins(memory, tenant) for tenant in tenants]).to_json()
 
 
 def shape_line(shape: dict) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from lemminflect import getAllLemmas
 
 from topics import ContractError
-from topics.records import Triple
+from topics.records import TAG_TYPE, Triple
 from workers.algorithms import categories
 from workers.algorithms.categories import Finding
 from workers.algorithms.normalize import content_hash, has_entity_id, relation_name
@@ -36,7 +36,6 @@ from workers.models.mentions import (
     ERROR,
     MONEY,
     PERCENT,
-    TAG,
     TIME,
     VALUE_WITH_PREPOSITION,
     capitalised_spans,
@@ -194,7 +193,7 @@ class RulesExtractor:
         if speaker:  # a turn's topics as tags: the nodes that join turns about the same thing
             taken = {name.lower() for name in entities} | {speaker.lower()}
             for tag in turn_tags(text, taken):
-                entities[tag] = Entity(tag, TAG)
+                entities[tag] = Entity(tag, TAG_TYPE)
         return Extraction(list(entities.values()), facts)
 
 

@@ -10,7 +10,7 @@ import re
 
 from lemminflect import getAllLemmas
 
-from topics.records import TAG_TYPE, VALUE_TYPES
+from topics.records import VALUE_TYPES
 from topics.times import MONTHS
 from workers.algorithms import categories
 
@@ -363,7 +363,6 @@ def naming_mentions(sentence: str, mentions: list[tuple[int, int, str]]) -> list
 
 # ---- a turn's tags (MRAgent's cue → tag → content) ---------------------------------------------
 
-TAG = TAG_TYPE  # the type of a turn's tag: a topic word, joining turns about the same thing
 TAG_MIN_LETTERS = 3  # "dog", "art", "job"; shorter ones are function words the lexicon lists as nouns
 _TAG_WORD = re.compile(r"[A-Za-z](?:[a-z\-]*[a-z])?")  # one letter too: "a" before a noun counts
 _NOT_TAGS = (

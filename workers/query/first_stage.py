@@ -41,8 +41,8 @@ class FirstStageSearch:
         if request.as_of is not None:  # passages said after as_of are not yet in memory then
             rows = await self.read_rows(request.tenant, [h.id for h in dense + lexical], rows)
             dense, lexical = (
-                [h for h in dense if said_before(rows, h.id, request.as_of)],
-                [h for h in lexical if said_before(rows, h.id, request.as_of)],
+                [h for h in dense if _said(rows, h.id, request.as_of)],
+                [h for h in lexical if _said(rows, h.id, request.as_of)],
             )
         fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
         similarity = {h.id: h.score for h in dense}
@@ -126,10 +126,8 @@ class FirstStageSearch:
         new = [pid for pid, _ in smoothed if pid not in candidates]  # the neighbours that joined
         if request.as_of is not None and new:
             rows = await self.read_rows(request.tenant, new, rows)
-            smoothed = [
-                (pid, score) for pid, score in smoothed if pid not in new or said_before(rows, pid, request.as_of)
-            ]
-            new = [pid for pid in new if said_before(rows, pid, request.as_of)]
+            smoothed = [(pid, score) for pid, score in smoothed if pid not in new or _said(rows, pid, request.as_of)]
+            new = [pid for pid in new if _said(rows, pid, request.as_of)]
         similarity = dict(first.cosines)
         await self.add_cosines(request.tenant, new, vector, similarity)
         return FirstStage(first.dense, first.lexical, smoothed, similarity, turn_share, rows)
@@ -140,7 +138,7 @@ async def ready(value):
     return value
 
 
-def said_before(rows: dict[str, dict], passage_id: str, as_of: float) -> bool:
+def _said(rows: dict[str, dict], passage_id: str, as_of: float) -> bool:
     """A passage read (`rows`) was said by `as_of`; one not found stays (nothing says otherwise)."""
     row = rows.get(passage_id)
     return row is None or said_by(row, as_of)
