@@ -689,3 +689,60 @@ def test_a_large_tenants_own_index_ranks_an_entitys_passages_as_the_walk_did(sta
 
     assert walked(ranked_there) == walked(read_here)
     assert any(len(a["path"]) > 1 for a in read_here)  # the walks went past the first hop
+
+
+class _PlacedEmbedder(inprocess.HashEmbedder):
+    """Test double: the texts the test places get the vectors it gives; every other text the
+    hash embedder's (near orthogonal to all in 384 dimensions)."""
+
+    def __init__(self, placed: dict):
+        self.placed = placed
+
+    def embed(self, texts: list[str]):
+        import numpy as np
+
+        rows = super().embed(texts)
+        for i, text in enumerate(texts):
+            if text in self.placed:
+                rows[i] = self.placed[text] / np.linalg.norm(self.placed[text])
+        return rows
+
+
+class _TaggingExtractor(ScriptedExtractor):
+    """Test double: a scripted extractor that also reads a text's listed words as tags."""
+
+    def __init__(self, tags: dict[str, list[str]]):
+        super().__init__({text: [] for text in tags})
+        self.tags = tags
+
+    async def extract(self, text: str, context: str = ""):
+        from topics.records import TAG_TYPE
+        from workers.models.extraction import Entity, Extraction
+
+        return Extraction([Entity("Mara Kellen", "PERSON"), *(Entity(t, TAG_TYPE) for t in self.tags[text])], [])
+
+
+def test_a_query_naming_no_entity_takes_its_cues_from_the_nearest_names_not_the_nearer_tags():
+    """A conversation's tags are entities: the three entities nearest a question that names none
+    may all be tags, which are no cues; the nearest names at the cue threshold are still found."""
+    import numpy as np
+
+    question = "which plans did we keep for the weekend"
+    turn = "Mara Kellen kept the weekend hiking plan."
+    basis = np.eye(384, dtype=np.float32)
+    placed = {question: basis[0], "Mara Kellen": basis[0] + 1.1 * basis[1]}  # cosine 0.67
+    placed |= {tag: basis[0] + 0.2 * basis[2 + i] for i, tag in enumerate(["weekend", "hiking", "plan"])}  # 0.98
+
+    async def main():
+        from workers.models.embedding import BatchingEmbedder
+
+        embedder = BatchingEmbedder(_PlacedEmbedder(placed))
+        stages = InProcess(None, _TaggingExtractor({turn: ["weekend", "hiking", "plan"]}), embedder)
+        try:
+            await stages.publish("turn-0", turn)
+            return await stages.query(question, top_k=3, mode="reconstruct")
+        finally:
+            await stages.close()
+
+    answer = run(main())
+    assert [(c["name"], c["from"]) for c in answer["cues"]["entities"]] == [("Mara Kellen", "entity-knn")]

@@ -58,7 +58,10 @@ FactSearch = Callable[
 ]
 
 ENTITY_CUES_BY_KNN = 3  # when the query names no entity of the memory: the entities nearest it …
-ENTITY_CUE_MIN = 0.5  # … at this cosine or more
+ENTITY_CUE_MIN = 0.5  # … at this cosine or more, of a type that may be a cue (not a value, not a tag) …
+# … found among this many nearest: a conversation's tags are entities too, and the words of a
+# question are near its topic words, so the nearest three were often tags, left out after the search
+ENTITY_CUE_CANDIDATES = 4 * ENTITY_CUES_BY_KNN
 MAX_NEW_CUES = 4  # new cues per step (the fact's other entity first, then the passages' entities)
 QUERY_PASSAGES = 5  # the query cue tags the first stage's top 5 (measured when it was dense's top: 3 gave R@5 62.7 on the sample conversation, 5 and 10 64.1) …
 ENTITY_PASSAGES = 3  # … an entity cue the passages that mention it nearest the query …
@@ -149,7 +152,7 @@ class Walk:
                 Cue("entity", h.id, h.fields["name"], h.score, 0, "entity-knn")
                 for h in near_entities
                 if h.score >= ENTITY_CUE_MIN and h.fields.get("type") not in NO_CUE_TYPES
-            ]
+            ][:ENTITY_CUES_BY_KNN]
         attributes = attribute_words(self.request.query, [m for m, _ in chosen], times)
         query_cue = Cue("query", "", " ".join(attributes) or self.request.query, 1.0, 0, "query")
         await self._expand([query_cue, *cues])  # awaits the first stage for the query cue's passages
@@ -164,7 +167,7 @@ class Walk:
         and their names and types, and the graph's version: two round trips."""
         candidates = mention_candidates(self.request.query)
         near_entities, canonical, version = await asyncio.gather(
-            self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUES_BY_KNN, ["name", "type"]),
+            self.memory.knn(self.tenant, "entities", self.vector, ENTITY_CUE_CANDIDATES, ["name", "type"]),
             self.memory.resolve_aliases(self.tenant, sorted({m.entity_id for m in candidates})),
             self.memory.graph_version(self.tenant),
         )
