@@ -67,7 +67,9 @@ class RetrievalParams:
 
     layer_k: int = 5  # top-K per memory layer (schemas, facts, passages)
     tau_q: float = 0.4  # query similarity a schema or fact needs to seed
-    alpha: float = 2.0  # passage seed weight relative to entity seeds (see below)
+    # passage seed weight relative to entity seeds (the facts'). Swept 1–1000 on the three dev
+    # sets (docs/benchmarks.md): past 2, within one or two evidence passages of 200 either way
+    alpha: float = 2.0
     temperature: float = 0.05  # similarity → seed weight: exp((sim − best sim) / T); 0 uses raw similarities
     damping: float = 0.5  # λ: probability of following an edge
     tolerance: float = 1e-6  # guaranteed L1 error of the PPR vector
@@ -98,6 +100,9 @@ class RetrievalParams:
     # Reconstruct: the weight of its reading order (the passages its walk read, in the order
     # read) in the same fusion, every corpus. Its order is a walk's, not a score: at 8 it fell to
     # R@5 54.8 on MuSiQue-100 and 62.0 on HotpotQA-100 (hybrid 62.7 and 81.5); at 0.25 63.5 and 80.5.
+    # With the first stage's top kept in place (first_kept), R@2 / R@5 at 0.25 48.0 / 64.8 and
+    # 64.5 / 84.0; at 0.5 46.6 / 65.7 and 62.5 / 85.0; at 1 47.1 / 64.0 and 62.5 / 82.5; at 8
+    # 47.1 / 59.4 and 61.0 / 78.0.
     read_weight: float = 0.25
     # ppr and reconstruct: the first stage's top passages the walk's fusion keeps in place (keep_first).
     first_kept: int = 1
