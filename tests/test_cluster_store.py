@@ -137,10 +137,13 @@ def test_the_applied_offsets_are_the_least_any_shard_holds(redis_cluster_url):
 
 
 def _move(url: str, slot: int, target: int) -> None:
-    """Reshard one slot to shard `target` as `redis-cli --cluster reshard` does: IMPORTING /
-    MIGRATING, then MIGRATE its keys until none is left (a writer meanwhile adds keys the first
-    pass did not see), then SETSLOT NODE everywhere."""
-    shards = _shards(url)
+    move_slot(_shards(url), slot, target)
+
+
+def move_slot(shards: list[redis.Redis], slot: int, target: int) -> None:
+    """Reshard one slot to shard `target` (of `shards`, a client each) as `redis-cli --cluster
+    reshard` does: IMPORTING / MIGRATING, then MIGRATE its keys until none is left (a writer
+    meanwhile adds keys the first pass did not see), then SETSLOT NODE everywhere."""
     source = next(n for n, shard in enumerate(shards) if slot in own_slots(shard))
     if source == target:
         return
@@ -306,3 +309,30 @@ def test_a_shard_whose_slots_change_keeps_one_reachable_index_per_layer(redis_cl
     for tenant in on_one:  # both of its indexes in reach again: still counted once
         layers, found = asyncio.run(write_and_read(tenant, False))
         assert layers == expected and found[0] == "passage-mill"
+
+
+def test_a_shard_without_a_layers_index_lists_its_indexes_once_to_name_it(redis_cluster_url):
+    """The tag of a layer's shared index on a shard that has none of that layer yet is that of
+    another index the shard has (else its first slot): the shard's index names were listed twice
+    for it (FT._LIST, once to look for the layer's, once more for any other's)."""
+    from store import Memory
+
+    async def listings() -> int:
+        memory = Memory.from_url(redis_cluster_url)
+        calls = 0
+        listed = memory._index_names
+
+        async def counted(client):
+            nonlocal calls
+            calls += 1
+            return await listed(client)
+
+        memory._index_names = counted  # type: ignore[method-assign]
+        try:
+            # no layer is ever indexed with 7 dimensions: the shard has none of it
+            assert await memory.index(memory.shard("listing-probe"), "passages", create=False, dims=7) is None
+            return calls
+        finally:
+            await memory.close()
+
+    assert asyncio.run(listings()) == 1

@@ -23,6 +23,7 @@ from store.errors import redis_unavailable
 from store.keys import llm_cache_key
 from store.redis.topology import REFRESH_MIN_INTERVAL_S, ShardRouter, tenant_slot
 from tests.conftest import MEMSTREAM, ROOT
+from tests.test_cluster_store import move_slot
 from workers.settings import Settings
 
 pytestmark = pytest.mark.stack
@@ -169,24 +170,9 @@ def test_an_index_a_shard_sees_that_shards_tenants_also_after_their_slot_moves(c
     moved = tenants[0]
     source = home(moved)
     target = (source + 1) % 3
-    _move_slot(cluster_env, key_slot(f"{{{moved}}}".encode()), source, target)
+    move_slot(_shards(cluster_env), key_slot(f"{{{moved}}}".encode()), target)
     assert [found(n, moved) for n in range(3)] == [3 if n == target else 0 for n in range(3)]
     client.close()
-
-
-def _move_slot(env: dict, slot: int, source: int, target: int) -> None:
-    """Reshard one slot from shard `source` to shard `target` with its keys, as
-    `redis-cli --cluster reshard` does: IMPORTING, MIGRATING, MIGRATE, then SETSLOT NODE on all."""
-    shards = _shards(env)
-    ids = [s.execute_command("CLUSTER", "MYID").decode() for s in shards]
-    port = int(env["MEMSTREAM_REDIS_PORT"])
-    shards[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
-    shards[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
-    keys = shards[source].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
-    if keys:
-        shards[source].execute_command("MIGRATE", "127.0.0.1", port + target, "", 0, 5000, "KEYS", *keys)
-    for shard in shards:
-        shard.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
 
 
 def test_the_shard_router_sends_a_tenants_commands_to_its_slots_shard_and_follows_a_reshard(cluster_env):
@@ -219,7 +205,7 @@ async def _route_and_reshard(env: dict, port: int) -> None:
         before = router.node_of(tenant)
         source = [("127.0.0.1", port + n) for n in range(3)].index(before)
         target = (source + 1) % 3
-        _move_slot(env, tenant_slot(tenant), source, target)
+        move_slot(_shards(env), tenant_slot(tenant), target)
         with pytest.raises(redis.ResponseError) as moved:
             await router.for_tenant(tenant).hget(f"ms:{{{tenant}}}:doc:a", "v")
         assert redis_unavailable(moved.value) is moved.value  # the envelope waits it out and retries
@@ -229,7 +215,7 @@ async def _route_and_reshard(env: dict, port: int) -> None:
         await pipe.hset(f"ms:{{{tenant}}}:doc:b", "v", "after").smembers(f"ms:{{{tenant}}}:docs").execute()
 
         # a transaction sent to the old owner (a map not refreshed yet) fails whole, and reroutes
-        _move_slot(env, tenant_slot(tenant), target, source)
+        move_slot(_shards(env), tenant_slot(tenant), source)
         pipe = router.for_tenant(tenant).pipeline(transaction=True)
         pipe.hset(f"ms:{{{tenant}}}:doc:c", "v", "lost?").sadd(f"ms:{{{tenant}}}:docs", "c")
         with pytest.raises(redis.RedisError) as aborted:

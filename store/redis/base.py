@@ -205,15 +205,20 @@ class RedisBase:
         another, and every read skips it (_index_names)."""
         if not self.clustered:
             return None
-        for name in await self._index_names(client):
+        names = await self._index_names(client)  # one FT._LIST for both questions
+        for name in names:
             if parse_index_name(name) == (layer, dims, True):
                 return index_name_tag(name)
-        return await self.shard_tag(client)
+        return self._tag_among(client, names)
 
     async def shard_tag(self, client: aioredis.Redis) -> str | None:
         """The tag a cluster shard's names are in (None on one server): that of a shared index
         it has and can reach, else of its first slot (Topology.shard_tag)."""
-        for name in await self._index_names(client):
+        return self._tag_among(client, await self._index_names(client))
+
+    def _tag_among(self, client: aioredis.Redis, names: list[str]) -> str | None:
+        """shard_tag, given the shard's reachable index names (_index_names)."""
+        for name in names:
             if (tag := index_name_tag(name)) is not None:
                 return tag
         return self.topology.shard_tag(client)
