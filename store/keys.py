@@ -28,6 +28,7 @@ def layer_prefix(layer: str) -> str:
 
 
 SHARED_INDEX_PREFIX = "ms:index:"
+OWN_INDEX_PREFIX = "ms:own:"  # a large tenant's own indexes (TenantKeys.lexical_index_name, vector_index_name)
 VECTOR_TYPE_TAG = "f16"  # in the name: the float32 indexes before it (float32_index_name) held the same keys
 
 
@@ -66,6 +67,21 @@ def parse_index_name(name: str) -> tuple[str, int, bool] | None:
     if layer not in LAYERS or not dims.isdigit() or tag not in ("", VECTOR_TYPE_TAG):
         return None
     return layer, int(dims), tag == VECTOR_TYPE_TAG
+
+
+def own_lexical_tenant(name: str) -> str | None:
+    """The tenant of an own lexical index's name, of any generation (TenantKeys.lexical_index_name,
+    lexical_generation_index: `ms:own:acme:lexical`, `ms:own:{acme}:lexical:2`); None for any
+    other name."""
+    named = name.removeprefix(OWN_INDEX_PREFIX)
+    if named == name:
+        return None
+    tenant, _, rest = named.partition(":lexical")
+    if tenant.startswith("{") and tenant.endswith("}"):  # a cluster's (tagged_indexes)
+        tenant = tenant[1:-1]
+    if not tenant or ":" in tenant or (rest and not (rest[:1] == ":" and rest[1:].isdigit())):
+        return None
+    return tenant
 
 
 # Namespaces of memstream's own, shared by every tenant. They start with "_", which no tenant
@@ -147,10 +163,15 @@ class TenantKeys:
         return f"{self.base}:lexindex"
 
     @property
+    def lexical_rebuild_lease(self) -> str:
+        """Held (SET NX EX) by the one process building the index again once it drifted."""
+        return f"{self.base}:lexrebuild"
+
+    @property
     def lexical_index_name(self) -> str:
         """What its searches name: generation 0's index, or the alias of a later one's (an index
         name, not a key: FT.DROPINDEX removes the index it names)."""
-        return f"ms:own:{self._index_tenant}:lexical"
+        return f"{OWN_INDEX_PREFIX}{self._index_tenant}:lexical"
 
     def lexical_generation_index(self, generation: int) -> str:
         """A generation's own index (0: the name searched; later ones are reached by its alias)."""
@@ -164,7 +185,7 @@ class TenantKeys:
 
     def vector_index_name(self, layer: str, dims: int) -> str:
         """Its own HNSW index of a layer's records (store.redis.vector_index)."""
-        return f"ms:own:{self._index_tenant}:{layer}:{dims}:{VECTOR_TYPE_TAG}"
+        return f"{OWN_INDEX_PREFIX}{self._index_tenant}:{layer}:{dims}:{VECTOR_TYPE_TAG}"
 
     @property
     def _index_tenant(self) -> str:

@@ -20,6 +20,7 @@ import pytest
 
 from ops.bench.datasets import load_dataset
 from store.records import Erasure
+from store.redis.lexical_index import LEXICAL_READER_DRIFT
 from store.redis.search import LEXICAL_READ_ALL
 from tests.shared_data import SHARED_DATA, needs_shared
 from topics.records import Chunk
@@ -268,6 +269,105 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
         assert [n for n in names if tenant in n] == []
 
     asyncio.run(main())
+
+
+@hotpotqa
+def test_a_redis_restarted_on_its_aof_indexes_an_own_index_twice_and_it_is_built_again(tmp_path):
+    """A Redis restarted on its AOF (SIGTERM: flushed) whose log holds the own index's FT.CREATE
+    and then its copies indexes every copy twice — max_doc_id twice num_docs; seen at 240 copies
+    here and at 50,000 (BM25's average length doubled for good; three of a question's top five
+    other passages) — with no write following. Readers pass such an index over (the shared path
+    is exact) where they searched it and ranked away from the tenant's BM25; the extractors'
+    upkeep, which needs no write of the tenant, builds it again, and readers are back on it."""
+    from tests.test_rebuild_from_log import OwnRedis
+
+    texts, queries = _corpus()
+    queries = queries[:12]
+    redis = OwnRedis(tmp_path / "own-redis")
+    env = {"MEMSTREAM_REDIS_URL": redis.url}
+    tenant = f"own-{uuid.uuid4().hex[:8]}"
+
+    async def before_the_restart() -> dict:
+        memory = _memory(env)
+        await _write(memory, tenant, texts)
+        expected = await _rankings(memory, tenant, queries)  # the shared path: the tenant's BM25
+        await memory.promote_lexical(tenant)
+        assert await memory.lexical_drift(tenant) == 0.0
+        await memory.close()
+        return expected
+
+    async def after_the_restart(expected: dict) -> None:
+        memory, reader = _memory(env), _memory(env)
+        keys = memory.keys(tenant)
+        await memory._initial_scan_done(memory.redis, keys.lexical_index_name)  # Redis indexes it again
+        assert await memory.lexical_drift(tenant) > LEXICAL_READER_DRIFT  # each copy twice
+        _same(expected, await _rankings(reader, tenant, queries))
+        assert not await reader.own_lexical_ready(tenant)
+
+        assert tenant in await memory.own_lexical_upkeep()
+        assert await memory.lexical_drift(tenant) == 0.0
+        assert await memory.redis.hget(keys.lexical_index_state, "gen") == b"1"
+        assert not await memory.redis.exists(keys.lexical_rebuild_lease)
+        assert tenant not in await memory.own_lexical_upkeep()  # whole: nothing to do
+        reader._own_lexical_read.clear()  # (as LEXICAL_STATE_RECHECK_S later)
+        _shared_path_forbidden(reader)
+        _same(expected, await _rankings(reader, tenant, queries))
+        await memory.close()
+        await reader.close()
+
+    try:
+        expected = asyncio.run(before_the_restart())
+        redis.stack.service_down("redis")
+        redis.stack.service_up("redis", lambda m: None)
+        asyncio.run(after_the_restart(expected))
+    finally:
+        redis.stop()
+
+
+@hotpotqa
+def test_an_own_index_still_scanning_its_copies_is_passed_over(stack_env):
+    """After a restart Redis indexes every document again in the background (a 50,000-copy own
+    index took 25 s): meanwhile it holds part of them, and readers searched it as if whole."""
+    texts, queries = _corpus()
+    queries = queries[:5]
+
+    async def main():
+        memory, reader, tenant, _ = _with_a_twin(stack_env)
+        try:
+            await _write(memory, tenant, texts)
+            await memory.promote_lexical(tenant)
+            expected = await _rankings(memory, tenant, queries)
+            info = memory._index_info
+
+            async def scanning(client, name):  # FT.INFO as a restarted Redis answers it mid-scan
+                found = await info(client, name)
+                return None if found is None else {**found, "indexing": "1", "percent_indexed": "0.3"}
+
+            reader._index_info = scanning
+            assert not await reader.own_lexical_ready(tenant)
+            _same(expected, await _rankings(reader, tenant, queries))
+            reader._index_info = info
+            reader._own_lexical_read.clear()  # (as LEXICAL_STATE_RECHECK_S later)
+            assert await reader.own_lexical_ready(tenant)
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+            await reader.close()
+
+    asyncio.run(main())
+
+
+def test_own_lexical_index_names_give_their_tenant():
+    from store.keys import TenantKeys, own_lexical_tenant
+
+    for tenant in ("acme", "a.b-c_9"):
+        for tagged in (False, True):
+            keys = TenantKeys(tenant, tagged_indexes=tagged)
+            assert own_lexical_tenant(keys.lexical_index_name) == tenant
+            assert own_lexical_tenant(keys.lexical_generation_index(3)) == tenant
+            assert own_lexical_tenant(keys.vector_index_name("passages", 384)) is None
+    for other in ("ms:index:passages:384:f16", "ms:own:acme:lexical:x", "ms:own::lexical", "ms_acme_passages"):
+        assert own_lexical_tenant(other) is None
 
 
 @hotpotqa

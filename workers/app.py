@@ -108,6 +108,8 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
         _register_recovery(app, Recovery(memory, settings.app_id, pipeline.envelope.applied))
     if "resolver" in roles:
         _register_expiry_sweep(app, settings, pipeline)
+    if "extractor" in roles:
+        _register_lexical_upkeep(app, memory)
     if "query" in roles:
         _serve_query_api(app, settings, embedder, http_socket)
     return app
@@ -397,6 +399,29 @@ def _register_expiry_sweep(app: faust.App, settings: Settings, pipeline: Pipelin
                     exc,
                     settings.expiry_sweep_interval,
                 )
+
+
+LEXICAL_UPKEEP_S = 30.0  # how often an extractor looks over the own lexical indexes (one FT._LIST, an FT.INFO each)
+
+
+def _register_lexical_upkeep(app: faust.App, memory: Memory) -> None:
+    """Build again every large tenant's own lexical index whose statistics drifted
+    (store.redis.lexical_index's own_lexical_upkeep): at start, then every LEXICAL_UPKEEP_S. In
+    the extractors, the role that writes passages and promotes their indexes; a Redis restarted
+    on its AOF may index an own index's copies twice, and a tenant that writes nothing afterwards
+    would otherwise be answered by the slower shared path for good."""
+
+    @app.task
+    async def lexical_upkeep():
+        while True:
+            try:
+                for tenant in await memory.own_lexical_upkeep():
+                    log.info("lexical upkeep: tenant %s's own index built again", tenant)
+            except Exception as exc:  # Redis away: the next round tries again
+                log.warning(
+                    "lexical upkeep failed (%s: %s); next try in %.0fs", type(exc).__name__, exc, LEXICAL_UPKEEP_S
+                )
+            await asyncio.sleep(LEXICAL_UPKEEP_S)
 
 
 def _serve_query_api(app: faust.App, settings: Settings, embedder, sock: socket.socket | None) -> None:

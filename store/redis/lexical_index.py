@@ -33,12 +33,19 @@ the drift (lexical_drift: FT.INFO's max_doc_id past num_docs) and past 1% builds
 again beside the searched one (rebuild_lexical): generation g+1's copies under their own prefix,
 written by the same script as g's while it copies, then the searched name moved to g+1's index
 in one transaction (an alias; generation 0's index held the name itself) and g dropped. Readers
-never leave the own index: they search g's until the move, g+1's after."""
+search g's until the move, g+1's after.
+
+After a restart. Redis indexes every document again, in the background: readers pass an own
+index over while its scan runs (it holds part of the copies), and while it drifted past
+LEXICAL_READER_DRIFT — a Redis restarted on its AOF was seen to index each of 50,000 copies twice.
+Such a tenant may never write again, so the extractors also look over every own index
+(own_lexical_upkeep, workers.app) and build a drifted one again."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Callable
 
@@ -46,7 +53,7 @@ from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
 
 from store.indexes import OWN_VECTOR_SCHEMA, index_missing, own_lexical_schema, reply_rows
-from store.keys import LAYERS, TenantKeys
+from store.keys import LAYERS, TenantKeys, own_lexical_tenant
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
 from store.redis.base import _eval, _text
 from store.redis.vector_index import VectorIndexOps
@@ -64,6 +71,11 @@ PROMOTION_BATCH = 500  # passages copied per round trip
 # share (every edit replaces a copy: a retirement, a return, an erasure) is built again
 # (rebuild_lexical), by a writer's check.
 LEXICAL_REBUILD_DRIFT = 0.01
+# Readers keep an own index drifted up to this share (its scores a little off while a writer's
+# rebuild runs, as after edits) and pass over one drifted further (the shared path is exact):
+# a restart that indexed every copy twice (a drift of 1.0) changed three of a question's top five.
+LEXICAL_READER_DRIFT = 0.1
+LEXICAL_REBUILD_LEASE_S = 600  # a rebuild's lease (copying a 50,000-passage tenant took ~5 s)
 
 # The copy's fields (the passage's own names) and its marker: a passage holding none of the
 # others (an erased one) still has a copy, so the index's passage count is the shared index's.
@@ -145,16 +157,28 @@ class LexicalIndexOps(VectorIndexOps):
         self.maybe_promote_lexical(tenant)
 
     async def own_lexical_ready(self, tenant: str) -> bool:
-        """Whether the tenant's own lexical index answers its searches (state 'ready'), read once
-        per LEXICAL_STATE_RECHECK_S."""
+        """Whether the tenant's own lexical index answers its searches: state 'ready' and the
+        index whole (_own_lexical_whole), read once per LEXICAL_STATE_RECHECK_S. One that is not
+        is passed over — the shared path is exact — until its scan ends or it is built again."""
         now, known = time.monotonic(), self._own_lexical_read.get(tenant)
         if known is None or now - known[1] >= LEXICAL_STATE_RECHECK_S:
             state = await self.shard(tenant).hget(self.keys(tenant).lexical_index_state, "state")
+            ready = state == b"ready" and await self._own_lexical_whole(tenant)
             if len(self._own_lexical_read) >= 100_000:
                 self._own_lexical_read.clear()
-            known = (state == b"ready", now)
+            known = (ready, now)
             self._own_lexical_read[tenant] = known
         return known[0]
+
+    async def _own_lexical_whole(self, tenant: str) -> bool:
+        """Whether the tenant's own lexical index holds each of its copies once (FT.INFO, ~0.15 ms
+        at 50,000 copies): no scan running and its statistics within LEXICAL_READER_DRIFT. A
+        Redis restarted on its AOF indexes every document again — until that scan ends an index
+        holds part of them (a 50,000-copy one took 25 s) — and was seen to index each copy twice:
+        max_doc_id 100,000, BM25's average length doubled for good, three of a question's top five
+        other passages. Only a rebuild mends that (own_lexical_upkeep)."""
+        info = await self._index_info(self.shard(tenant), self.keys(tenant).lexical_index_name)
+        return info is not None and not _scanning(info) and _drift(info) <= LEXICAL_READER_DRIFT
 
     def _own_lexical_lost(self, tenant: str) -> None:
         """A search found no index of the tenant's own (dropped, or Redis restarted empty)."""
@@ -221,7 +245,7 @@ class LexicalIndexOps(VectorIndexOps):
             if info is None:  # ready, yet not on the tenant's server (as above): made again there
                 lexical = b"elsewhere"
             elif info and _drift(info) > LEXICAL_REBUILD_DRIFT:
-                await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
+                await self._rebuild_drifted(tenant)
         if lexical == b"ready" and vectors == b"ready":
             return
         try:
@@ -241,6 +265,39 @@ class LexicalIndexOps(VectorIndexOps):
         past num_docs."""
         info = await self._index_info(self.shard(tenant), self.keys(tenant).lexical_index_name)
         return 0.0 if info is None else _drift(info)
+
+    async def own_lexical_upkeep(self) -> list[str]:
+        """A writer's round over every tenant's own lexical index (FT._LIST of each server): each
+        ready one whose statistics drifted past LEXICAL_REBUILD_DRIFT, its scan over, is built
+        again (rebuild_lexical). The write-time check (_promote_if_large) sees only tenants that
+        write; this one mends a quiet tenant's index too — a restart that indexed its copies twice
+        left it off for good, and its readers on the slower shared path. The tenants rebuilt."""
+        rebuilt: list[str] = []
+        for client in self.topology.servers():  # (on a cluster, the names of slots the server holds)
+            tenants = sorted({t for name in await self._index_names(client) if (t := own_lexical_tenant(name))})
+            for tenant in tenants:
+                keys = self.keys(tenant)
+                if await client.hget(keys.lexical_index_state, "state") != b"ready":
+                    continue  # building: the promotion under way (or resumed by the next write) makes it whole
+                info = await self._index_info(client, keys.lexical_index_name)
+                if info is None or _scanning(info) or _drift(info) <= LEXICAL_REBUILD_DRIFT:
+                    continue
+                if await self._rebuild_drifted(tenant):
+                    rebuilt.append(tenant)
+        return rebuilt
+
+    async def _rebuild_drifted(self, tenant: str) -> bool:
+        """rebuild_lexical by one process at a time (two rebuilding at once each empty the other's
+        copies): under a lease that outlives no crash by more than LEXICAL_REBUILD_LEASE_S. False
+        when another holds it."""
+        lease = self.keys(tenant).lexical_rebuild_lease
+        if not await self.shard(tenant).set(lease, os.getpid(), nx=True, ex=LEXICAL_REBUILD_LEASE_S):
+            return False
+        try:
+            await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
+        finally:
+            await self.shard(tenant).delete(lease)
+        return True
 
     @staticmethod
     async def _promote(tenant: str, what: str, promote) -> None:
@@ -351,6 +408,12 @@ class LexicalIndexOps(VectorIndexOps):
                 if not index_missing(exc):
                     raise
         self._own_lexical_read.pop(tenant, None)
+
+
+def _scanning(info: dict) -> bool:
+    """Whether an index's FT.INFO says its scan of the keys it covers is running."""
+    indexing = info.get("indexing", info.get(b"indexing", 0))
+    return float(indexing.decode() if isinstance(indexing, bytes) else indexing) != 0
 
 
 def _drift(info: dict) -> float:
