@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
+import uuid
 from typing import Callable
 
 from redis.exceptions import ResponseError
@@ -290,13 +290,14 @@ class LexicalIndexOps(VectorIndexOps):
         """rebuild_lexical by one process at a time (two rebuilding at once each empty the other's
         copies): under a lease that outlives no crash by more than LEXICAL_REBUILD_LEASE_S. False
         when another holds it."""
-        lease = self.keys(tenant).lexical_rebuild_lease
-        if not await self.shard(tenant).set(lease, os.getpid(), nx=True, ex=LEXICAL_REBUILD_LEASE_S):
+        lease, holder = self.keys(tenant).lexical_rebuild_lease, uuid.uuid4().hex
+        if not await self.shard(tenant).set(lease, holder, nx=True, ex=LEXICAL_REBUILD_LEASE_S):
             return False
         try:
             await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
-        finally:
-            await self.shard(tenant).delete(lease)
+        finally:  # (a lease that lapsed mid-rebuild may be another's now: left to it)
+            if await self.shard(tenant).get(lease) == holder.encode():
+                await self.shard(tenant).delete(lease)
         return True
 
     @staticmethod
