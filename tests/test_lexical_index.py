@@ -275,8 +275,8 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
 def test_a_redis_restarted_on_its_aof_indexes_an_own_index_twice_and_it_is_built_again(tmp_path):
     """A Redis restarted on its AOF (SIGTERM: flushed) whose log holds the own index's FT.CREATE
     and then its copies indexes every copy twice — max_doc_id twice num_docs; seen at 240 copies
-    here and at 50,000 (BM25's average length doubled for good; three of a question's top five
-    other passages) — with no write following. Readers pass such an index over (the shared path
+    here and at 50,000 (BM25's average length doubled for good; the top five of 85 of 100
+    questions changed) — with no write following. Readers pass such an index over (the shared path
     is exact) where they searched it and ranked away from the tenant's BM25; the extractors'
     upkeep, which needs no write of the tenant, builds it again, and readers are back on it."""
     from tests.test_rebuild_from_log import OwnRedis
