@@ -266,6 +266,9 @@ class Layers(Protocol):
     # the lexical leg of a large tenant inside the store at any size (Redis: an index of its own,
     # store.redis.lexical_index; ensure_indexes starts it past a size); how many passages it holds
     async def promote_lexical(self, tenant: str, progress: Callable[[int, int], None] | None = None) -> int: ...
+    # a writer's round over every large tenant's own lexical index: each whose statistics drifted
+    # (Redis: after edits, or a restart that indexed its copies twice) built again; the tenants
+    async def own_lexical_upkeep(self) -> list[str]: ...
     # a large tenant's KNN searches over indexes of its own (Redis: HNSW, store.redis.vector_index;
     # ensure_indexes starts it past a size); how many records they hold
     async def promote_vectors(self, tenant: str) -> int: ...

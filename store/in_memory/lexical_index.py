@@ -25,6 +25,10 @@ class LexicalIndexOps(InMemoryBase):
             progress(count, count)
         return count
 
+    async def own_lexical_upkeep(self) -> list[str]:
+        """Memory.own_lexical_upkeep: none here, where no index is kept apart from the passages."""
+        return []
+
 
 class _LexicalIndex:
     """bm25s over one snapshot of a tenant's passages (ids sorted, so ties order by id)."""
