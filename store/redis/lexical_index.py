@@ -36,8 +36,9 @@ in one transaction (an alias; generation 0's index held the name itself) and g d
 search g's until the move, g+1's after.
 
 After a restart. Redis indexes every document again, in the background: readers pass an own
-index over while its scan runs (it holds part of the copies), and while it drifted past
-LEXICAL_READER_DRIFT — a Redis restarted on its AOF was seen to index each of 50,000 copies twice.
+index over while its scan runs (it holds part of the copies) and the shared index is whole, and
+while it drifted past LEXICAL_READER_DRIFT — a Redis restarted on its AOF was seen to index each
+of 50,000 copies twice.
 Such a tenant may never write again, so the extractors also look over every own index
 (own_lexical_upkeep, workers.app) and build a drifted one again."""
 
@@ -179,7 +180,15 @@ class LexicalIndexOps(VectorIndexOps):
         max_doc_id 100,000, BM25's average length doubled for good, the top five of 85 of 100
         questions changed. Only a rebuild mends that (own_lexical_upkeep)."""
         info = await self._index_info(self.shard(tenant), self.keys(tenant).lexical_index_name)
-        return info is not None and not _scanning(info) and _drift(info) <= LEXICAL_READER_DRIFT
+        if info is None or _drift(info) > LEXICAL_READER_DRIFT:
+            return False
+        if not _scanning(info):
+            return True
+        # still scanning: passed over where the shared index the other path reads is whole (the
+        # own index's FT.CREATE replayed from an AOF scans alone); both partial, the own one answers
+        shared = await self.searchable(tenant, "passages")
+        shared_info = None if shared is None else await self._index_info(self.shard(tenant), shared.name)
+        return shared_info is not None and _scanning(shared_info)
 
     def _own_lexical_lost(self, tenant: str) -> None:
         """A search found no index of the tenant's own (dropped, or Redis restarted empty)."""
@@ -245,7 +254,7 @@ class LexicalIndexOps(VectorIndexOps):
                 info = {}
             if info is None:  # ready, yet not on the tenant's server (as above): made again there
                 lexical = b"elsewhere"
-            elif info and _drift(info) > LEXICAL_REBUILD_DRIFT:
+            elif info and not _scanning(info) and _drift(info) > LEXICAL_REBUILD_DRIFT:
                 await self._rebuild_drifted(tenant)
         if lexical == b"ready" and vectors == b"ready":
             return
@@ -275,42 +284,64 @@ class LexicalIndexOps(VectorIndexOps):
         left it off for good, and its readers on the slower shared path. The tenants rebuilt."""
         rebuilt: list[str] = []
         for client in self.topology.servers():  # (on a cluster, the names of slots the server holds)
-            tenants = sorted({t for name in await self._index_names(client) if (t := own_lexical_tenant(name))})
-            for tenant in tenants:
-                keys = self.keys(tenant)
-                if await client.hget(keys.lexical_index_state, "state") != b"ready":
-                    continue  # building: the promotion under way (or resumed by the next write) makes it whole
-                info = await self._index_info(client, keys.lexical_index_name)
-                if info is None or _scanning(info) or _drift(info) <= LEXICAL_REBUILD_DRIFT:
-                    continue
-                if await self._rebuild_drifted(tenant):
-                    rebuilt.append(tenant)
+            try:
+                names = await self._index_names(client)
+            except Exception:  # that server away: the next round tries again, the others go on
+                log.exception("lexical upkeep: listing a server's indexes failed")
+                continue
+            for tenant in sorted({t for name in names if (t := own_lexical_tenant(name))}):
+                try:
+                    if await self._drifted(client, tenant) and await self._rebuild_drifted(tenant):
+                        rebuilt.append(tenant)
+                except Exception:  # one tenant's failure leaves the others' upkeep to run
+                    log.exception("lexical upkeep: tenant %s failed", tenant)
         return rebuilt
+
+    async def _drifted(self, client, tenant: str) -> bool:
+        """Whether the tenant's own lexical index is ready, scanned and drifted past
+        LEXICAL_REBUILD_DRIFT (one still building is made whole by its promotion)."""
+        keys = self.keys(tenant)
+        if await client.hget(keys.lexical_index_state, "state") != b"ready":
+            return False
+        info = await self._index_info(client, keys.lexical_index_name)
+        return info is not None and not _scanning(info) and _drift(info) > LEXICAL_REBUILD_DRIFT
 
     async def _rebuild_drifted(self, tenant: str) -> bool:
         """rebuild_lexical by one process at a time (two rebuilding at once each empty the other's
-        copies): under a lease that outlives no crash by more than LEXICAL_REBUILD_LEASE_S. False
-        when another holds it."""
-        lease, holder = self.keys(tenant).lexical_rebuild_lease, uuid.uuid4().hex
-        if not await self.shard(tenant).set(lease, holder, nx=True, ex=LEXICAL_REBUILD_LEASE_S):
-            return False
+        copies), under a lease that outlives no crash by more than LEXICAL_REBUILD_LEASE_S; the
+        drift read again once held (another may have rebuilt it meanwhile). Whether it was built
+        again: False when another holds the lease, nothing drifted, or the rebuild failed (the
+        next check tries again). Errors reaching Redis are logged, not raised: a writer's
+        background check and the upkeep's round go on."""
+        client, lease, holder = self.shard(tenant), self.keys(tenant).lexical_rebuild_lease, uuid.uuid4().hex
         try:
-            await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
-        finally:  # (a lease that lapsed mid-rebuild may be another's now: left to it)
-            if await self.shard(tenant).get(lease) == holder.encode():
-                await self.shard(tenant).delete(lease)
-        return True
+            if not await client.set(lease, holder, nx=True, ex=LEXICAL_REBUILD_LEASE_S):
+                return False
+            try:
+                if not await self._drifted(client, tenant):
+                    return False
+                return await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
+            finally:  # only by its holder (a lease that lapsed mid-rebuild may be another's now)
+                await self._run_script(tenant, _RELEASE_LEASE, [lease], [holder])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("tenant %s: rebuilding its own lexical index failed", tenant)
+            return False
 
     @staticmethod
-    async def _promote(tenant: str, what: str, promote) -> None:
+    async def _promote(tenant: str, what: str, promote) -> bool:
+        """`promote(tenant)`, logged; whether it succeeded."""
         try:
             started = time.monotonic()
             held = await promote(tenant)
             log.info("tenant %s: own %s ready (%d records, %.1f s)", tenant, what, held, time.monotonic() - started)
+            return True
         except asyncio.CancelledError:
             raise
         except Exception:  # the next check (LEXICAL_SIZE_RECHECK_S) tries again; the shared path stays exact
             log.exception("tenant %s: promoting its %s failed", tenant, what)
+            return False
 
     async def promote_lexical(self, tenant: str, progress: Callable[[int, int], None] | None = None) -> int:
         """Give the tenant a lexical index of its own (the module's steps 1-4), or finish one cut
@@ -410,6 +441,13 @@ class LexicalIndexOps(VectorIndexOps):
                 if not index_missing(exc):
                     raise
         self._own_lexical_read.pop(tenant, None)
+
+
+# A lease deleted by its holder alone. KEYS: the lease. ARGV: the holder's token.
+_RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 def _scanning(info: dict) -> bool:
