@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -77,6 +77,13 @@ def _text(value: bytes | str) -> str:
     """A reply value as text. redis-py types replies bytes | str whatever the client; Memory's
     are bytes (decode_responses=False: from_url)."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _scanning(info: Mapping) -> bool:
+    """Whether an index's FT.INFO (parsed, or its raw fields: names as str or bytes) says its
+    scan of the keys it covers is running."""
+    indexing = next((v for k, v in info.items() if _text(k) == "indexing"), 0)
+    return float(indexing if isinstance(indexing, (int, float)) else _text(indexing)) != 0
 
 
 class RedisBase:
@@ -271,9 +278,7 @@ class RedisBase:
         milliseconds; a writer waits for it once per index."""
         deadline = time.monotonic() + INITIAL_SCAN_WAIT_S
         while time.monotonic() < deadline:
-            info = await client.ft(name).info()
-            indexing = info.get("indexing", info.get(b"indexing", 0))
-            if float(indexing.decode() if isinstance(indexing, bytes) else indexing) == 0:
+            if not _scanning(await client.ft(name).info()):
                 return
             await asyncio.sleep(0.01)
 

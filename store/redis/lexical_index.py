@@ -38,9 +38,8 @@ search g's until the move, g+1's after.
 After a restart. Redis indexes every document again, in the background: readers pass an own
 index over while its scan runs (it holds part of the copies) and the shared index is whole, and
 while it drifted past LEXICAL_READER_DRIFT — a Redis restarted on its AOF was seen to index each
-of 50,000 copies twice.
-Such a tenant may never write again, so the extractors also look over every own index
-(own_lexical_upkeep, workers.app) and build a drifted one again."""
+of 50,000 copies twice. Such a tenant may never write again, so the extractors also look over
+every own index (own_lexical_upkeep, workers.app) and build a drifted one again."""
 
 from __future__ import annotations
 
@@ -56,7 +55,7 @@ from redisvl.index import AsyncSearchIndex
 from store.indexes import OWN_VECTOR_SCHEMA, index_missing, own_lexical_schema, reply_rows
 from store.keys import LAYERS, TenantKeys, own_lexical_tenant
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
-from store.redis.base import _eval, _text
+from store.redis.base import _eval, _scanning, _text
 from store.redis.vector_index import VectorIndexOps
 
 log = logging.getLogger(__name__)
@@ -448,12 +447,6 @@ _RELEASE_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-def _scanning(info: dict) -> bool:
-    """Whether an index's FT.INFO says its scan of the keys it covers is running."""
-    indexing = info.get("indexing", info.get(b"indexing", 0))
-    return float(indexing.decode() if isinstance(indexing, bytes) else indexing) != 0
 
 
 def _drift(info: dict) -> float:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Mapping
 
 from redis.exceptions import ResponseError
 from redisvl.index import AsyncSearchIndex
@@ -42,7 +41,7 @@ from store.indexes import (
     own_vector_schema,
 )
 from store.records import ENTITIES_FIELD, entity_list
-from store.redis.base import RedisBase, _text
+from store.redis.base import RedisBase, _scanning, _text
 
 VECTOR_STATE_RECHECK_S = 5.0  # how long a reader trusts what it read of the state and the scans
 
@@ -117,9 +116,7 @@ class VectorIndexOps(RedisBase):
             if index_missing(exc):
                 return False
             raise
-        fields: Mapping = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2]))
-        indexing = next((v for k, v in fields.items() if _text(k) == "indexing"), "0")
-        return float(indexing if isinstance(indexing, (int, float)) else _text(indexing)) == 0
+        return not _scanning(info if isinstance(info, dict) else dict(zip(info[::2], info[1::2])))
 
     def _own_vectors_lost(self, tenant: str, dims: int) -> None:
         """A search found an own index missing (dropped, or Redis restarted empty)."""
