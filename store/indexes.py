@@ -259,7 +259,9 @@ _HIT_READS = frozenset({"HGET", "HMGET", "SMEMBERS"})
 
 # ARGV: the records' key prefix; the reads (each: command, on the hit's key or not, key prefix,
 # suffix, argument count, arguments); then the searches to the end (each: argument count, the
-# FT.SEARCH's arguments). A search's reply beside, for each of its hits, the reads' replies.
+# FT.SEARCH's arguments, then '0', or '1', a field, its value and the search to run instead —
+# its argument count and arguments — where a hit's field holds another value). A search's reply
+# beside, for each of its hits, the reads' replies.
 # On a Redis Cluster the index's name is a key of another slot (of the same shard) than the
 # tenant's route key: allow-cross-slot-keys (tests/test_redis_cluster.py pins it).
 _SEARCH_READ = """#!lua flags=no-writes,allow-cross-slot-keys
@@ -274,6 +276,18 @@ while i <= #ARGV do
   local argc = tonumber(ARGV[i])
   local reply = redis.call(unpack(ARGV, i + 1, i + argc))
   i = i + 1 + argc
+  if ARGV[i] == '1' then
+    local field, value, fallback = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+    for h = 2, #reply, 2 do
+      if redis.call('HGET', reply[h], field) ~= value then
+        reply = redis.call(unpack(ARGV, i + 4, i + 3 + fallback))
+        break
+      end
+    end
+    i = i + 4 + fallback
+  else
+    i = i + 1
+  end
   local found = {}
   for h = 2, #reply, 2 do
     local key = reply[h]
@@ -426,11 +440,20 @@ class TenantIndex:
         return_fields: list[str],
         reads: list[HitRead],
         route_key: str,
+        checked: str | None = None,
     ) -> list[list[tuple[str, float, dict[str, str], list]]]:
         """knn_each, each hit with the replies of `reads` applied to it, in one command
         (_SEARCH_READ): the searches run inside Redis and their records are read there, where a
         search and then a read of what it found cost two dependent round trips. `route_key`:
-        a key of the tenant (one slot: the node that holds its records)."""
+        a key of the tenant (one slot: the node that holds its records).
+
+        `checked` (a tag field, e.g. "status"): where a search's filter holds it beside another
+        tag (an entity's facts: head_id and status), the search leaves it out and its hits'
+        field is checked instead; only if one holds another value does the whole filter's search
+        run. The k nearest of the narrower set, all holding the value, are the k nearest of the
+        whole filter's: the answer is the same. An intersection with a tag every record shares
+        cost ~45 µs of a ~115 µs filtered search (a reconstruct walk's ~33 fact searches a query,
+        50,000 passages): RediSearch walks the large tag's postings beside the small one's."""
         if not searches:
             return []
         for read in reads:
@@ -442,7 +465,11 @@ class TenantIndex:
             arguments += [len(read.arguments), *read.arguments]
         for vector, where in searches:
             command = self._knn_command(vector, where, k, return_fields)
-            arguments += [len(command), *command]
+            if checked is not None and where and checked in where and len(where) > 1:
+                narrower = self._knn_command(vector, {f: v for f, v in where.items() if f != checked}, k, return_fields)
+                arguments += [len(narrower), *narrower, "1", checked, where[checked], len(command), *command]
+            else:
+                arguments += [len(command), *command, "0"]
         replies = await self.redis.register_script(_SEARCH_READ)(keys=[route_key], args=arguments)
         out = []
         for reply, found in replies:

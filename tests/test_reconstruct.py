@@ -617,6 +617,40 @@ def test_a_steps_reads_in_one_command_equal_the_reads_they_replace(redis_url):
     assert vectors and all(got == held for got, held in vectors)
 
 
+def test_an_entitys_facts_searched_by_the_entity_then_checked_are_its_live_ones(redis_url):
+    """facts_near_each searches an entity's facts by the entity alone and checks their status
+    (on Redis: knn_each_read's `checked`), running the whole filter's search only where a hit is
+    not active: with the nearest of the entity's facts invalidated it answers what the whole
+    filter's search answers — the live facts, nearest first — on both stores."""
+
+    async def main():
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish("a", "Tomás Ruiz met Elin Berg in Lisbon.")
+            await stages.publish("b", "Tomás Ruiz sailed from Lisbon to Porto.")
+            await stages.publish("c", "Tomás Ruiz wrote to Ana Lima and Elin Berg.")
+            memory, tenant = stages.memory, stages.tenant
+            vector = (await stages.embedder.embed(["Tomás Ruiz met Elin Berg"]))[0]
+            head = {"head_id": entity_id("Tomás Ruiz"), "status": "active"}
+            before = await memory.facts_near_each(tenant, vector, 2, ["head"], [head], False)
+            nearest = before[0][0].id
+            pipe = memory.pipeline(tenant)
+            memory.stage_fact_update(pipe, tenant, nearest, {"status": "invalid", "reason": "test"})
+            await pipe.execute()
+            after = await memory.facts_near_each(tenant, vector, 2, ["head"], [head], False)
+            whole = await memory.knn_each(tenant, "facts", vector, 2, ["head"], [head])
+            return before, nearest, after, whole
+        finally:
+            await stages.close()
+
+    before, nearest, after, whole = run(main())
+    assert len(before[0]) == 2 and all(h.fact.status == "active" for h in before[0])
+    assert [h.id for h in after[0]] == [h.id for h in whole[0]]
+    assert nearest not in [h.id for h in after[0]] and len(after[0]) == 2
+    assert after[0][0].id == before[0][1].id  # the second nearest comes first now
+    assert all(h.fact.status == "active" for h in after[0])
+
+
 def test_a_large_tenants_own_index_ranks_an_entitys_passages_as_the_walk_did(stack_env):
     """Past its promotion a tenant's own passages index tags each passage by entity, and an
     entity cue's nearest passages are one search there (Memory.entity_passages_near) instead of

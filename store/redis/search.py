@@ -182,8 +182,9 @@ class SearchOps(LexicalIndexOps):
         if vectors:
             reads.append(HitRead("HGET", ("vec",)))
         searches = [(vector, where) for where in wheres]
-        # the search returns the distance alone: the fields come with the fact
-        found = await self._knn_searches_read(tenant, "facts", searches, k, [], reads)
+        # the search returns the distance alone: the fields come with the fact; an entity's
+        # facts are searched by the entity and their status checked (knn_each_read's `checked`)
+        found = await self._knn_searches_read(tenant, "facts", searches, k, [], reads, checked="status")
         out = []
         for hits in found:
             facts = []
@@ -261,9 +262,11 @@ class SearchOps(LexicalIndexOps):
         return_fields: list[str],
         reads: list[HitRead] | None,
         ensure_index: bool = False,
+        checked: str | None = None,
     ) -> list[list[tuple[Hit, list | None]]]:
         """_knn_searches, each hit beside the replies of `reads` applied to it in the same
-        command (TenantIndex.knn_each_read; None: no reads, and None beside each hit)."""
+        command (TenantIndex.knn_each_read, with its `checked`; None: no reads, and None beside
+        each hit)."""
         if not searches:
             return []
         dims = len(searches[0][0])
@@ -279,7 +282,7 @@ class SearchOps(LexicalIndexOps):
         async def search(index: TenantIndex) -> Sequence[Sequence[tuple[str, float, dict[str, str], list | None]]]:
             if reads is None:
                 return [[(*row, None) for row in rows] for rows in await index.knn_each(encoded, k, return_fields)]
-            return await index.knn_each_read(encoded, k, return_fields, reads, self.keys(tenant).embedder)
+            return await index.knn_each_read(encoded, k, return_fields, reads, self.keys(tenant).embedder, checked)
 
         try:
             results = await search(searchable)
@@ -288,7 +291,9 @@ class SearchOps(LexicalIndexOps):
                 raise
             if isinstance(searchable, OwnVectorIndex):  # the tenant's own index gone: the shared one answers
                 self._own_vectors_lost(tenant, dims)
-                return await self._knn_searches_read(tenant, layer, searches, k, return_fields, reads, ensure_index)
+                return await self._knn_searches_read(
+                    tenant, layer, searches, k, return_fields, reads, ensure_index, checked
+                )
             # Redis restarted empty or the index was dropped under a process that knew it: a
             # reader finds nothing (it creates nothing; the next write creates the indexes
             # again); a writer creates it now and searches again — its records were written
