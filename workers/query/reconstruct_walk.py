@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from itertools import islice
 from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
 
@@ -92,6 +93,7 @@ class Walk:
         self.taken: list[Branch] = []
         self.records: dict[str, Fact] = {}  # fact id → store.facts.Fact of every branch seen
         self.read: dict[str, dict] = {}  # passage id → its row, with the step and score that read it
+        self.named_by_read: Counter[str] = Counter()  # entity id → the passages read that name it
         self.rows: dict[str, dict | None] = {}  # passage id → its row, for the tags whose row came with their search
         self.episodes: dict[
             str, dict[str, int]
@@ -230,6 +232,7 @@ class Walk:
         step = self.spent.steps
         for row, count in zip(rows[:admitted], tokens[:admitted]):
             self.read[row["id"]] = {**row, "step": step, "score": branch.score}
+            self.named_by_read.update(set(entities_of[row["id"]]))
             self.spent.passages += 1
             self.spent.tokens += count
         leads: list[tuple[str, str | None, str]] = []  # (entity id, name if known, where it came from)
@@ -489,16 +492,19 @@ class Walk:
     async def _entity_passages_ranked(self, cues: list[Cue]) -> dict[str, list[tuple[float, str]]]:
         """Each entity cue's passages not read yet as (cosine to the query, passage id). A store
         whose index tags passages by entity ranks them itself (entity_passages_near: exact over
-        all of them, no vector moved; one more each than the passages read, so ENTITY_PASSAGES
-        unread remain); elsewhere its first ENTITY_PASSAGES_READ are read with their vectors and
+        all of them, no vector moved; one more each than the passages read that name a cue, so
+        ENTITY_PASSAGES unread remain); elsewhere its first ENTITY_PASSAGES_READ are read with their vectors and
         ranked here."""
         ids = [cue.id for cue in cues]
         if not ids:
             return {}
         chained = any(cue.chain_vector is not None for cue in cues)
-        near = await self.memory.entity_passages_near(
-            self.tenant, self.vector, ids, ENTITY_PASSAGES + len(self.read), chained
-        )
+        # as many more than ENTITY_PASSAGES as there are passages read that name the cue (the
+        # index's entity tags are the passage's entities field, the one read_passages reads):
+        # the ENTITY_PASSAGES nearest unread are among them. One more for every passage read
+        # took ~90 passages (a row and a vector each) a query where ~35 do, 50,000 passages.
+        more = max(self.named_by_read[eid] for eid in ids)
+        near = await self.memory.entity_passages_near(self.tenant, self.vector, ids, ENTITY_PASSAGES + more, chained)
         if near is not None:  # each with its row and vector, read with the search
             for hit in (hit for hits in near for hit in hits):
                 self.rows.setdefault(hit.id, hit.row)
