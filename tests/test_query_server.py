@@ -455,3 +455,34 @@ def test_get_v1_facts_lists_them_and_refuses_a_bad_category_or_limit(stack_env):
         superscript.returncode == 2
         and superscript.stderr.strip() == "memstream: 'limit' must be an integer from 1 to 500"
     )
+
+
+def test_a_started_query_api_has_frozen_what_its_start_made(stack_env):
+    """Once the query API has started, the objects alive at its start (modules, the model, the
+    engine) are out of the cyclic collector's generations (gc.freeze): a full collection no
+    longer walks them — 94 ms of every query in flight on the 2-core machine with the server's
+    imports, 294 ms with the local model loaded. A container made before the start is no longer
+    among the objects the collector tracks; one made after it is."""
+    import gc
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tests.inprocess import HashEmbedder
+    from workers.query.server import query_app
+
+    made_before = [object()]
+
+    async def main():
+        settings = Settings(redis_url=stack_env["MEMSTREAM_REDIS_URL"])
+        async with TestClient(TestServer(query_app(settings, HashEmbedder()))) as client:
+            made_after = [object()]
+            tracked = {id(o) for o in gc.get_objects()}
+            health = (await client.get("/healthz")).status
+            return gc.get_freeze_count(), id(made_before) in tracked, id(made_after) in tracked, health
+
+    try:
+        frozen, before_tracked, after_tracked, health = asyncio.run(main())
+    finally:
+        gc.unfreeze()  # the suite's process: its objects back in the generations
+    assert health == 200
+    assert frozen > 10_000 and not before_tracked and after_tracked

@@ -21,6 +21,7 @@ on loopback (auth.check_listener, at start)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
@@ -277,8 +278,22 @@ def query_app(
     # MCP for agent frameworks: the tenant MEMSTREAM_TENANT's memory at /mcp, over this engine
     mcp_server.mount(app, settings, engine)
     app.on_startup.append(start_census)
+    app.on_startup.append(freeze_startup_objects)  # last: what the other hooks made is frozen too
     app.on_cleanup.append(close_memory)
     return app
+
+
+async def freeze_startup_objects(_app: web.Application | None = None) -> None:
+    """The objects alive once the API starts — modules, the embedding model, the engine —
+    collected once and moved out of the cyclic collector's generations (gc.freeze): they live
+    as long as the process, and every full collection traversed all of them while each query in
+    flight waited. Measured on the 2-core machine: a query worker's full collection took 93.5 ms
+    over 192,367 objects (the server's imports), 294 ms over 617,005 with the local model
+    loaded, 0.1 ms once frozen; two came in 300 ppr and reconstruct queries of a 50,000-passage
+    tenant, 65-73 ms each, and they were its slowest queries (max 92.8 → 58.1 ms frozen). Objects
+    made later (a tenant's graph, a request's) are collected as before."""
+    gc.collect()  # the start's own garbage is freed, not frozen
+    gc.freeze()
 
 
 def settings_keys(settings: Settings) -> auth.KeyRing | None:
