@@ -154,7 +154,9 @@ def run_scale_bench(
             stderr(f"bench scale: {len(questions)} questions; rounds reuse them with a suffix")
         corpus = work / "corpus.json"
         stderr(f"bench scale: reading the entities of {len(passages):,} passages")
-        corpus.write_text(json.dumps({"passages": passages, "entities": [entities_of(p) for p in passages]}))
+        corpus.write_text(
+            json.dumps({"passages": passages, "entities": [entities_of(p) for p in passages]}), encoding="utf-8"
+        )
         for size in sizes:
             stacks, children = [], {}
             try:

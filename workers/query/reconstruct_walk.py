@@ -493,8 +493,8 @@ class Walk:
         """Each entity cue's passages not read yet as (cosine to the query, passage id). A store
         whose index tags passages by entity ranks them itself (entity_passages_near: exact over
         all of them, no vector moved; one more each than the passages read that name a cue, so
-        ENTITY_PASSAGES unread remain); elsewhere its first ENTITY_PASSAGES_READ are read with their vectors and
-        ranked here."""
+        ENTITY_PASSAGES unread remain); elsewhere its first ENTITY_PASSAGES_READ are read with
+        their vectors and ranked here."""
         ids = [cue.id for cue in cues]
         if not ids:
             return {}
@@ -502,7 +502,7 @@ class Walk:
         # as many more than ENTITY_PASSAGES as there are passages read that name the cue (the
         # index's entity tags are the passage's entities field, the one read_passages reads):
         # the ENTITY_PASSAGES nearest unread are among them. One more for every passage read
-        # took ~90 passages (a row and a vector each) a query where ~35 do, 50,000 passages.
+        # took 96 passages (a row and a vector each) a query where these take 69, 50,000 passages.
         more = max(self.named_by_read[eid] for eid in ids)
         near = await self.memory.entity_passages_near(self.tenant, self.vector, ids, ENTITY_PASSAGES + more, chained)
         if near is not None:  # each with its row and vector, read with the search

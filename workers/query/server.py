@@ -283,7 +283,7 @@ def query_app(
     return app
 
 
-async def freeze_startup_objects(_app: web.Application | None = None) -> None:
+async def freeze_startup_objects(_app: web.Application) -> None:
     """The objects alive once the API starts — modules, the embedding model, the engine —
     collected once and moved out of the cyclic collector's generations (gc.freeze): they live
     as long as the process, and every full collection traversed all of them while each query in
