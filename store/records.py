@@ -276,18 +276,20 @@ def entity_list(raw: bytes | str | None) -> list[str]:
 
 
 # ---- passages: what both stores keep of a chunk besides its text, and give back -------------------
-PASSAGE_EXTRAS = ("metadata", "context", "retired")  # stored fields, in passage_json's order
+PASSAGE_EXTRAS = ("metadata", "context", "retired", "subject")  # stored fields, in passage_json's order
 
 
 def passage_extras(chunk) -> dict[str, str]:
     """The stored form of a chunk's document metadata and turn fields (JSON: turn_id, dia_id,
-    session_id, speaker, ts, ...), of its context line (who said it and when) and of its
-    lexical terms (store.lexical: what BM25 counts)."""
+    session_id, speaker, ts, ...), of its context line (who said it and when), of its lexical
+    terms (store.lexical: what BM25 counts) and, for a titled document's passage, of its subject
+    (the name its title gives: the page other passages link to, workers.query.links)."""
     return {
         "metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True),
         "context": chunk.context,
         LEXICAL_FIELD: (terms := passage_terms(chunk.context, chunk.text)),
         LEXICAL_LENGTH_FIELD: str(term_count(terms)),
+        **({"subject": chunk.subject} if chunk.subject else {}),
     }
 
 
@@ -300,11 +302,13 @@ def passage_json(
     metadata: str | None,
     context: str | None,
     retired: str | None = None,
+    subject: str | None = None,
 ) -> dict:
     """A passage as both stores give it back (and GET /v1/passages/{id} answers): the text as
     published, its document, `metadata` as a dict and `context` ({} and '' for a passage
     stored before they were), and whether a later version retired it (`retired`: out of
-    retrieval and of every count, kept for audit)."""
+    retrieval and of every count, kept for audit) and, for a titled document's passage, its
+    `subject` (None for any other)."""
     return {
         "id": passage_id,
         "text": text,
@@ -314,6 +318,7 @@ def passage_json(
         "metadata": json.loads(metadata) if metadata else {},
         "context": context or "",
         "retired": retired == "1",
+        "subject": subject or None,
     }
 
 

@@ -113,6 +113,27 @@ def test_rules_extractor_takes_no_opening_words_or_first_person_for_names():
     assert names("Grace Hopper invented COBOL.") == ["Grace Hopper", "COBOL"]
 
 
+def test_a_list_of_names_is_one_entity_a_name():
+    """A name ends at punctuation, and "and" between two names of two words or more (or after a
+    list's comma) joins two: "Helen Hunt, Dan Aykroyd, … and Charlize Theron" was one entity, so
+    the film's page never linked to Helen Hunt's. One name keeps its "and" and its ampersand."""
+    names = lambda text: [e.name for e in RulesExtractor().extract_sync(text).entities]  # noqa: E731
+    assert names("The cast also features Helen Hunt, Dan Aykroyd, David Ogden Stiers and Charlize Theron.") == [
+        "Helen Hunt",
+        "Dan Aykroyd",
+        "David Ogden Stiers",
+        "Charlize Theron",
+    ]
+    assert names("His recent clients include Meg Whitman and Rudy Giuliani.") == ["Meg Whitman", "Rudy Giuliani"]
+    assert names("She flew to Hiroshima, Kyoto and Nagasaki.") == ["Hiroshima", "Kyoto", "Nagasaki"]
+    assert names("He was born in Dallas, Texas (United States).") == ["Dallas", "Texas", "United States"]
+    assert names("Bosnia and Herzegovina met the Department of Health and Human Services.") == [
+        "Bosnia and Herzegovina",
+        "Department of Health and Human Services",
+    ]
+    assert names("They bought shares of Procter & Gamble.") == ["Procter & Gamble"]
+
+
 def test_a_turns_topic_words_are_its_tags():
     """A turn's lowercase words that name a topic are entities typed TAG (MRAgent's cue → tag →
     content), so turns about the same thing share a node where they name no one: on the LoCoMo dev

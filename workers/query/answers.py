@@ -47,13 +47,15 @@ class Answer(_Whole):
 
 class Passage(_Wire):
     """A passage: the exact text of a published turn or document piece, its document, metadata
-    (turn_id, dia_id, session_id, speaker, ts, ...) and context line."""
+    (turn_id, dia_id, session_id, speaker, ts, ...) and context line; a titled document's passage
+    also its subject (the name of the entity its title names)."""
 
     id: str
     doc_id: str
     text: str
     metadata: dict[str, Any] = {}
     context: str = ""
+    subject: str | None = None
 
 
 class RankedPassage(Passage):
@@ -73,6 +75,7 @@ class RankedPassage(Passage):
             text=row["text"],
             metadata=row["metadata"],
             context=row["context"],
+            subject=row.get("subject"),
             score=score,
             **extra,
         )

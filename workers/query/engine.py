@@ -44,6 +44,7 @@ from workers.algorithms.retrieval import (
     SchemaHit,
     Seeds,
     fuse_walk,
+    keep_first,
     linked_weights,
     rank_passages,
     seed,
@@ -65,6 +66,7 @@ from workers.query.answers import (
 )
 from workers.query.first_stage import FirstStageSearch, ready
 from workers.query.graph_cache import GraphCache
+from workers.query.links import pages_linked
 from workers.query.modes import mode_of
 from workers.query.reconstruct import Reconstructor
 from workers.query.request import QueryRequest
@@ -298,11 +300,24 @@ class QueryEngine:
         t = time.perf_counter()
         walked = [node_id(node) for node, _ in walk.passages]
         ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share))
+        top_row = first.rows.get(first_ids[0]) if first_ids else None
+        pages, rows = await pages_linked(
+            self.memory,
+            self.first_stage,
+            tenant,
+            params,
+            top_row,
+            [pid for pid, _ in ranked],
+            first.rows,
+            [node_id(n) for n in graph.stats.entities_of.get(passage_node(first_ids[0])) or ()] if top_row else None,
+        )
+        if pages:  # the pages the first stage's top passage links to, right below it
+            ranked = keep_first(ranked, first_ids, params.first_kept, pages)
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
         found, names, version = await asyncio.gather(
-            self._ranked_rows(request, ranked, first.rows),
+            self._ranked_rows(request, ranked, rows),
             self.memory.entity_names(tenant, entity_ids + seed_entity_ids),
             self.memory.graph_version(tenant),
         )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from store.records import is_current
 from workers.algorithms.expiry import said_by
 from workers.algorithms.reconstruction import Cue, Stop
-from workers.algorithms.retrieval import fuse_walk
+from workers.algorithms.retrieval import fuse_walk, keep_first
 from workers.query.answers import (
     BudgetView,
     CueView,
@@ -21,6 +21,8 @@ from workers.query.answers import (
     SpentView,
     Stopped,
 )
+from workers.query.first_stage import FirstStageSearch
+from workers.query.links import pages_linked
 
 if TYPE_CHECKING:  # the walk calls walk_result: for the type checker only
     from workers.query.reconstruct_walk import Walk
@@ -34,10 +36,22 @@ async def walk_result(
     walked = list(walk.read)
     params = walk.request.params
     first = [pid for pid, _ in walk.first.fused]
-    ranked = fuse_walk(first, walked, params, params.read_weight)[: walk.request.top_k + len(walked)]
-    missing = [pid for pid, _ in ranked if pid not in walk.read and pid not in walk.first.rows]
+    ranked = fuse_walk(first, walked, params, params.read_weight)
+    linked, rows = await pages_linked(
+        walk.memory,
+        FirstStageSearch(walk.memory),
+        walk.tenant,
+        params,
+        walk.first.rows.get(first[0]) if first else None,
+        [pid for pid, _ in ranked],
+        {**walk.first.rows, **walk.read},
+    )
+    if linked:
+        ranked = keep_first(ranked, first, params.first_kept, linked)
+    ranked = ranked[: walk.request.top_k + len(walked)]
+    missing = [pid for pid, _ in ranked if pid not in rows]
     rows = {
-        **walk.first.rows,
+        **rows,
         **{pid: row for pid, row in zip(missing, await walk.memory.passages(walk.tenant, missing)) if is_current(row)},
     }
     passages: list[RankedPassage] = []
