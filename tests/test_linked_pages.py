@@ -8,7 +8,7 @@ import asyncio
 
 from tests import inprocess
 from tests.inprocess import InProcess
-from workers.algorithms.retrieval import linked_pages
+from workers.algorithms.subjects import linked_pages, named_pages
 from workers.models.extraction import RulesExtractor
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
@@ -44,6 +44,17 @@ def test_the_pages_a_passage_links_to_are_those_whose_subject_it_names():
     assert linked_pages(links, "top", ["p3", "p1", "p2"], subject_of, 1) == ["p1"]
     assert linked_pages(links, "top", ["p3", "p1"], subject_of, 0) == []
     assert linked_pages(set(), "top", ["p1"], subject_of, 2) == []
+
+
+def test_the_pages_a_question_names_are_those_whose_subject_a_span_of_it_names():
+    subject_of = {"p1": "ottilie_brandvold", "p2": "varnes", "p3": "varnes_film_school", "top": "harbour_lights"}
+    ranked = ["top", "p1", "p2", "p3"]
+    # the longest span that names a subject: "Varnes Film School", not "Varnes" inside it
+    assert named_pages("Who taught at the Varnes Film School?", "top", ranked, subject_of, 2) == ["p3"]
+    assert named_pages("Did Ottilie Brandvold live in Varnes?", "top", ranked, subject_of, 2) == ["p1", "p2"]
+    assert named_pages("Did Ottilie Brandvold live in Varnes?", "top", ranked, subject_of, 1) == ["p1"]
+    assert named_pages("Where was Harbour Lights shot?", "top", ranked, subject_of, 2) == []  # the top itself
+    assert named_pages("Who directed it?", "top", ranked, subject_of, 2) == []
 
 
 def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(real_embedder):

@@ -56,6 +56,7 @@ PARAM_RANGES = {
     "turn_walk_weight": Range(0.0, 100.0),
     "read_weight": Range(0.0, 100.0),
     "first_kept": Range(0, 50),
+    "named_pages": Range(0, 10),
     "linked_pages": Range(0, 10),
     "episode_weight": Range(0.0, 100.0),
     "time_weight": Range(0.0, 100.0),
@@ -107,11 +108,15 @@ class RetrievalParams:
     read_weight: float = 0.25
     # ppr and reconstruct: the first stage's top passages the walk's fusion keeps in place (keep_first).
     first_kept: int = 1
-    # ppr and reconstruct: at most this many pages the first stage's top passage links to (those
-    # of the mode's first first_stage_k whose subject it names: linked_pages) ranked right below it.
-    # Measured (the same memories; R@2 / R@5), HotpotQA-100 rules ppr 64.5 / 86.0 at 0, 71.5 /
-    # 89.0 at 1, 71.5 / 90.0 at 2, 71.5 / 91.0 at 3; MuSiQue-100 replay ppr 50.9 / 70.8 at 0,
-    # 53.7 / 73.2 at 1, 53.7 / 72.6 at 2, 53.7 / 72.1 at 3.
+    # ppr and reconstruct over titled documents (workers.algorithms.subjects): right below the
+    # kept top passage, at most `named_pages` pages whose subject the question names, then at most
+    # `linked_pages` pages whose subject the top passage names (its hyperlinks: a bridge question's
+    # second hop), each of the mode's first first_stage_k. Measured on the same memories, R@2 / R@5:
+    # HotpotQA-100 rules ppr 64.5 / 86.0 with neither, 71.5 / 90.0 with linked_pages 2 (1: 71.5 /
+    # 89.0; 3: 71.5 / 91.0), 77.5 / 91.5 with both at 2; MuSiQue-100 replay 50.9 / 70.8 with
+    # neither, 53.7 / 72.6 with linked_pages 2 (1: 53.7 / 73.2; 3: 53.7 / 72.1), 56.8 / 73.7 with
+    # both. A named page is more often gold than a linked one: it goes first.
+    named_pages: int = 2
     linked_pages: int = 2
     # Graph modes: temporal contiguity (episode_smoothing; 0.25 is the largest weight that kept
     # LoCoMo dev's multi-hop questions at or above hybrid); 0 turns it off.
@@ -372,8 +377,9 @@ def keep_first(
     stage's top `kept` passages in place above the rest: the walk ranks what follows them, so
     it can bring a second hop up to rank `kept` + 1 but never push the passage that matches the
     question best down — over documents its weight (walk_weight) lets it reorder the whole list,
-    and on a 2Wiki-style set it cost ppr five points of R@2. The `linked` pages (linked_pages),
-    in their order, follow the kept ones. A kept or linked passage scores at least the best of
+    and on a 2Wiki-style set it cost ppr five points of R@2. The `linked` pages (those a subject
+    joins to the question or the top passage: workers.algorithms.subjects), in their order,
+    follow the kept ones. A kept or linked passage scores at least the best of
     the rest, so scores still fall down the list."""
     top = list(dict.fromkeys([*first[:kept], *linked]))
     if not top:
@@ -394,19 +400,6 @@ def fuse_walk(
     `params.first_kept` kept in place and the `linked` pages below them (keep_first): ppr's and
     reconstruct's answer."""
     return keep_first(fuse([first, walked], params.rrf_k, [1.0, weight]), first, params.first_kept, linked)
-
-
-def linked_pages(links: set[str], top: str, ranked: Sequence[str], subject_of: dict[str, str], k: int) -> list[str]:
-    """The pages a passage links to, as a titled corpus's hyperlinks (docs/architecture.md,
-    "Subjects"): of `ranked` (passage ids, best first), the first `k` other than `top` whose
-    subject (`subject_of`: passage id → its subject's entity id) is one of `links` — the entities
-    `top` names, its own subject left out. The first stage's top passage is the first hop of a
-    multi-hop question; the page of a name it holds is the likeliest second ("Which university
-    did the director of Inception attend?": the film's page names Christopher Nolan, whose page
-    answers). On HotpotQA-100 (rules) 46 of the 69 pages its top passages link to were gold."""
-    if k <= 0 or not links:
-        return []
-    return [pid for pid in ranked if pid != top and subject_of.get(pid) in links][:k]
 
 
 def walk_weight(params: RetrievalParams, turn_share: float) -> float:

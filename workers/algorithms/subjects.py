@@ -2,14 +2,20 @@
 titled document holds its subject entity, so a passage of another document that names the same
 entity (its extractor's mention, normalised to the same entity id: workers.algorithms.normalize)
 shares a node with it — the hyperlink a Wikipedia page or a note's link would make, found
-without an LLM and in any order of arrival, since both sides derive the node from the name."""
+without an LLM and in any order of arrival, since both sides derive the node from the name.
+
+At query time a subject joins pages to the question and to the first stage's top passage
+(`named_pages`, `linked_pages`; ppr and reconstruct rank them right below that passage:
+workers.query.links)."""
 
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 from workers.algorithms.chunking import TextChunk
 from workers.algorithms.normalize import content_hash, has_entity_id
+from workers.algorithms.reconstruction import choose_mentions, mention_candidates
 
 # a trailing qualifier in parentheses ("The Prestige (film)", "Mercury (planet)"): Wikipedia's
 # way, and a notes corpus's, of keeping two pages of one name apart; a passage names the thing
@@ -41,3 +47,34 @@ def titled_pieces(subject: str, pieces: list[TextChunk]) -> list[TextChunk]:
     if not subject:
         return pieces
     return [TextChunk(titled_chunk_id(subject, p.text), p.seq, p.text) for p in pieces]
+
+
+def named_pages(query: str, top: str, ranked: Sequence[str], subject_of: dict[str, str], k: int) -> list[str]:
+    """The pages the question names: of `ranked` (passage ids, best first), the first `k` other
+    than `top` whose subject (`subject_of`: passage id → its subject's entity id) a span of the
+    query names — the longest span that names a subject of them, none overlapping a longer one
+    (workers.algorithms.reconstruction.choose_mentions): "Are King Vidor and Géza von Cziffra both
+    American directors?" names both directors' pages. On HotpotQA-100 and MuSiQue-100 a
+    question's first hop is often such a page that its words alone rank low."""
+    if k <= 0:
+        return []
+    subjects = set(subject_of.values())
+    mentions = mention_candidates(query)
+    named = {
+        eid
+        for _, eid in choose_mentions(mentions, {m.entity_id: m.entity_id for m in mentions if m.entity_id in subjects})
+    }
+    return [pid for pid in ranked if pid != top and subject_of.get(pid) in named][:k]
+
+
+def linked_pages(links: set[str], top: str, ranked: Sequence[str], subject_of: dict[str, str], k: int) -> list[str]:
+    """The pages a passage links to, as a titled corpus's hyperlinks: of `ranked` (passage ids,
+    best first), the first `k` other than `top` whose subject (`subject_of`) is one of `links` —
+    the entities `top` names, its own subject left out. The first stage's top passage is the
+    first hop of a multi-hop question; the page of a name it holds is the likeliest second
+    ("Which university did the director of Inception attend?": the film's page names
+    Christopher Nolan, whose page answers). On HotpotQA-100 (rules) 46 of the 69 pages its top
+    passages link to were gold."""
+    if k <= 0 or not links:
+        return []
+    return [pid for pid in ranked if pid != top and subject_of.get(pid) in links][:k]

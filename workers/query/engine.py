@@ -304,14 +304,13 @@ class QueryEngine:
         pages, rows = await pages_linked(
             self.memory,
             self.first_stage,
-            tenant,
-            params,
+            request,
             top_row,
             [pid for pid, _ in ranked],
             first.rows,
             [node_id(n) for n in graph.stats.entities_of.get(passage_node(first_ids[0])) or ()] if top_row else None,
         )
-        if pages:  # the pages the first stage's top passage links to, right below it
+        if pages:  # the pages the question names and the top passage links to, right below it
             ranked = keep_first(ranked, first_ids, params.first_kept, pages)
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]

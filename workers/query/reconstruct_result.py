@@ -40,8 +40,7 @@ async def walk_result(
     linked, rows = await pages_linked(
         walk.memory,
         FirstStageSearch(walk.memory),
-        walk.tenant,
-        params,
+        walk.request,
         walk.first.rows.get(first[0]) if first else None,
         [pid for pid, _ in ranked],
         {**walk.first.rows, **walk.read},
