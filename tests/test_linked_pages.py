@@ -61,7 +61,7 @@ def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(
     """The film's page names its director; her page says where she trained, in none of the
     question's words but "the" and "of". Hybrid ranks the film school's page second, and the walk
     reaches it first (the film and the port both pages name); ppr and reconstruct rank the director's page there
-    — and did not before (linked_pages 0)."""
+    — and did not before (linked_pages 0); so does ppr where no fact seeds its walk."""
 
     async def scenario():
         stages = InProcess(None, RulesExtractor(), real_embedder, tau=1)
@@ -75,9 +75,11 @@ def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(
                 ("reconstruct", "reconstruct", {}),
                 ("ppr unlinked", "ppr", {"linked_pages": 0}),
                 ("reconstruct unlinked", "reconstruct", {"linked_pages": 0}),
+                ("ppr unseeded", "ppr", {"tau_q": 1.0}),  # no fact seeds the walk: the first stage answers
             ):
                 answer = await stages.query(QUESTION, top_k=3, mode=mode, params=params)
                 top[name] = [p["doc_id"] for p in answer["passages"]]
+                assert (answer.get("fallback") == "first_stage") == (name == "ppr unseeded"), answer
                 if name == "ppr":
                     assert answer["passages"][1]["subject"] == "Ottilie Brandvold"
             return top
@@ -88,4 +90,5 @@ def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(
     for mode in ("ppr", "reconstruct"):
         assert top[mode][:2] == ["harbour-lights", "brandvold"], top
         assert top[f"{mode} unlinked"][:2] != ["harbour-lights", "brandvold"], top
+    assert top["ppr unseeded"][:2] == ["harbour-lights", "brandvold"], top
     assert top["hybrid"][0] == "harbour-lights" and top["hybrid"][1] != "brandvold", top

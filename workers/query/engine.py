@@ -21,6 +21,7 @@ the other requests and the Kafka consumer's heartbeats."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -65,7 +66,7 @@ from workers.query.answers import (
     empty_tenant_warning,
 )
 from workers.query.first_stage import FirstStageSearch, ready
-from workers.query.graph_cache import GraphCache
+from workers.query.graph_cache import GraphCache, TenantGraph
 from workers.query.links import pages_linked
 from workers.query.modes import mode_of
 from workers.query.reconstruct import Reconstructor
@@ -280,8 +281,12 @@ class QueryEngine:
             linked,
         )
         timings["seed"] = _ms(t)
-        if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers
-            result = await self._first_stage_only(request, vector, timings, first)
+        if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers,
+            # with the pages a subject joins to the question and the top passage below its top
+            fused, rows = await self._with_pages(request, graph, first, first_ids, first.fused)
+            result = await self._first_stage_only(
+                request, vector, timings, dataclasses.replace(first, fused=fused, rows=rows)
+            )
             result.fallback = "first_stage"
             return result
         t = time.perf_counter()
@@ -300,18 +305,7 @@ class QueryEngine:
         t = time.perf_counter()
         walked = [node_id(node) for node, _ in walk.passages]
         ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share))
-        top_row = first.rows.get(first_ids[0]) if first_ids else None
-        pages, rows = await pages_linked(
-            self.memory,
-            self.first_stage,
-            request,
-            top_row,
-            [pid for pid, _ in ranked],
-            first.rows,
-            [node_id(n) for n in graph.stats.entities_of.get(passage_node(first_ids[0])) or ()] if top_row else None,
-        )
-        if pages:  # the pages the question names and the top passage links to, right below it
-            ranked = keep_first(ranked, first_ids, params.first_kept, pages)
+        ranked, rows = await self._with_pages(request, graph, first, first_ids, ranked)
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
@@ -367,6 +361,31 @@ class QueryEngine:
         while len(self._results) > RESULT_CACHE_SIZE:
             self._results.popitem(last=False)
         return result
+
+    async def _with_pages(
+        self,
+        request: QueryRequest,
+        graph: TenantGraph,
+        first: FirstStage,
+        first_ids: list[str],
+        ranked: list[tuple[str, float]],
+    ) -> tuple[list[tuple[str, float]], dict[str, dict]]:
+        """`ranked` (ppr's ranking, or the first stage's where the walk had no seed) with the pages
+        a subject joins to the question and to the first stage's top passage right below its
+        kept top (workers.query.links; its entities from the cached graph), and the rows read."""
+        top_row = first.rows.get(first_ids[0]) if first_ids else None
+        pages, rows = await pages_linked(
+            self.memory,
+            self.first_stage,
+            request,
+            top_row,
+            [pid for pid, _ in ranked],
+            first.rows,
+            [node_id(n) for n in graph.stats.entities_of.get(passage_node(first_ids[0])) or ()] if top_row else None,
+        )
+        if not pages:
+            return ranked, rows
+        return keep_first(ranked, first_ids, request.params.first_kept, pages), rows
 
     async def _ranked_rows(
         self, request: QueryRequest, ranked: list[tuple[str, float]], known: dict[str, dict] | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from store.base import MemoryStore
-from workers.algorithms.normalize import entity_id
+from workers.algorithms.normalize import entity_id, has_entity_id
 from workers.algorithms.subjects import linked_pages, named_pages
 from workers.query.first_stage import FirstStageSearch, ready
 from workers.query.request import QueryRequest
@@ -41,8 +41,8 @@ async def pages_linked(
         else _entities_of(memory, request.tenant, top),
         first_stage.read_rows(request.tenant, candidates, rows),
     )
-    subject_of = {pid: entity_id(rows[pid]["subject"]) for pid in candidates if (rows.get(pid) or {}).get("subject")}
-    links = set(entities) - {entity_id(top_row["subject"])}
+    subject_of = {pid: sid for pid in candidates if (sid := _subject_id(rows.get(pid)))}
+    links = set(entities) - {_subject_id(top_row)}
     named = named_pages(request.query, top, candidates, subject_of, params.named_pages)
     linked = linked_pages(links, top, candidates, subject_of, params.linked_pages)
     return list(dict.fromkeys(named + linked)), rows
@@ -50,3 +50,10 @@ async def pages_linked(
 
 async def _entities_of(memory: MemoryStore, tenant: str, passage_id: str) -> list[str]:
     return (await memory.passages_entities(tenant, [passage_id]))[0]
+
+
+def _subject_id(row: dict | None) -> str | None:
+    """The entity id of a passage row's subject; None for none (or a stored name that names
+    nothing: the chunker never stores one, a hand-made chunk message might)."""
+    name = (row or {}).get("subject")
+    return entity_id(name) if name and has_entity_id(name) else None
