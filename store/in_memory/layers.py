@@ -200,6 +200,10 @@ class LayersOps(InMemoryBase):
         raw = self._tenant(tenant).records["passages"].get(passage_id, {}).get("entities")
         return json.loads(raw) if raw else []
 
+    async def passage_subjects(self, tenant: str, passage_ids: list[str]) -> list[str | None]:
+        records = self._tenant(tenant).records["passages"]
+        return [_text(records.get(pid, {}).get("subject")) for pid in passage_ids]
+
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
         return [await self.passage_entities(tenant, pid) for pid in passage_ids]
 

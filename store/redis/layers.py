@@ -280,6 +280,13 @@ class LayersOps(RedisBase):
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]:
         return entity_list(await self.shard(tenant).hget(self.keys(tenant).passage(passage_id), ENTITIES_FIELD))
 
+    async def passage_subjects(self, tenant: str, passage_ids: list[str]) -> list[str | None]:
+        """Each passage's subject, in one command (the field alone: a query's candidates are
+        read for it, their rows only for those it answers with)."""
+        keys = self.keys(tenant)
+        replies = await self._read_each(tenant, [keys.passage(pid) for pid in passage_ids], "HGET", "subject")
+        return [None if raw is None else cast(bytes, raw).decode() for raw in replies]
+
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
         """passage_entities of each passage, in one command."""
         keys = self.keys(tenant)

@@ -14,8 +14,8 @@ import re
 from typing import Sequence
 
 from workers.algorithms.chunking import TextChunk
-from workers.algorithms.normalize import content_hash, has_entity_id
-from workers.algorithms.reconstruction import choose_mentions, mention_candidates
+from workers.algorithms.normalize import content_hash, has_entity_id, mention_words
+from workers.algorithms.reconstruction import STOPWORDS
 
 # a trailing qualifier in parentheses ("The Prestige (film)", "Mercury (planet)"): Wikipedia's
 # way, and a notes corpus's, of keeping two pages of one name apart; a passage names the thing
@@ -51,19 +51,33 @@ def titled_pieces(subject: str, pieces: list[TextChunk]) -> list[TextChunk]:
 
 def named_pages(query: str, top: str, ranked: Sequence[str], subject_of: dict[str, str], k: int) -> list[str]:
     """The pages the question names: of `ranked` (passage ids, best first), the first `k` other
-    than `top` whose subject (`subject_of`: passage id → its subject's entity id) a span of the
-    query names — the longest span that names a subject of them, none overlapping a longer one
-    (workers.algorithms.reconstruction.choose_mentions): "Are King Vidor and Géza von Cziffra both
-    American directors?" names both directors' pages. On HotpotQA-100 and MuSiQue-100 a
-    question's first hop is often such a page that its words alone rank low."""
+    than `top` whose subject (`subject_of`: passage id → its subject's entity id) the query's
+    words name — the longest such run of words, none overlapping a longer one, as reconstruct's
+    cues are chosen (workers.algorithms.reconstruction.choose_mentions): "Are King Vidor and Géza
+    von Cziffra both American directors?" names both directors' pages. Matched word for word
+    (the words entity ids are made of: normalize.mention_words), so a query costs a pass per
+    candidate subject, not an entity id per span of it (~0.4–0.9 ms for HotpotQA's questions).
+    A subject of stop words alone ("The Who") is named by no question."""
     if k <= 0:
         return []
-    subjects = set(subject_of.values())
-    mentions = mention_candidates(query)
-    named = {
-        eid
-        for _, eid in choose_mentions(mentions, {m.entity_id: m.entity_id for m in mentions if m.entity_id in subjects})
-    }
+    words = mention_words(query)
+    at: dict[str, list[int]] = {}
+    for i, word in enumerate(words):
+        at.setdefault(word, []).append(i)
+    found = []  # (words, start, subject)
+    for sid in set(subject_of.values()):
+        parts = sid.split("_")
+        if all(part in STOPWORDS for part in parts):
+            continue
+        n = len(parts)
+        found += [(n, i, sid) for i in at.get(parts[0], ()) if words[i : i + n] == parts]
+    named: set[str] = set()
+    covered: set[int] = set()
+    for n, i, sid in sorted(found, key=lambda f: (-f[0], f[1])):  # longest first, then in query order
+        span = set(range(i, i + n))
+        if not span & covered:
+            named.add(sid)
+            covered |= span
     return [pid for pid in ranked if pid != top and subject_of.get(pid) in named][:k]
 
 

@@ -283,10 +283,8 @@ class QueryEngine:
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers,
             # with the pages a subject joins to the question and the top passage below its top
-            fused, rows = await self._with_pages(request, graph, first, first_ids, first.fused)
-            result = await self._first_stage_only(
-                request, vector, timings, dataclasses.replace(first, fused=fused, rows=rows)
-            )
+            fused = await self._with_pages(request, graph, first, first_ids, first.fused)
+            result = await self._first_stage_only(request, vector, timings, dataclasses.replace(first, fused=fused))
             result.fallback = "first_stage"
             return result
         t = time.perf_counter()
@@ -305,12 +303,12 @@ class QueryEngine:
         t = time.perf_counter()
         walked = [node_id(node) for node, _ in walk.passages]
         ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share))
-        ranked, rows = await self._with_pages(request, graph, first, first_ids, ranked)
+        ranked = await self._with_pages(request, graph, first, first_ids, ranked)
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
         found, names, version = await asyncio.gather(
-            self._ranked_rows(request, ranked, rows),
+            self._ranked_rows(request, ranked, first.rows),
             self.memory.entity_names(tenant, entity_ids + seed_entity_ids),
             self.memory.graph_version(tenant),
         )
@@ -369,23 +367,20 @@ class QueryEngine:
         first: FirstStage,
         first_ids: list[str],
         ranked: list[tuple[str, float]],
-    ) -> tuple[list[tuple[str, float]], dict[str, dict]]:
+    ) -> list[tuple[str, float]]:
         """`ranked` (ppr's ranking, or the first stage's where the walk had no seed) with the pages
         a subject joins to the question and to the first stage's top passage right below its
-        kept top (workers.query.links; its entities from the cached graph), and the rows read."""
+        kept top (workers.query.links; its entities from the cached graph)."""
         top_row = first.rows.get(first_ids[0]) if first_ids else None
-        pages, rows = await pages_linked(
+        pages = await pages_linked(
             self.memory,
-            self.first_stage,
             request,
             top_row,
             [pid for pid, _ in ranked],
             first.rows,
             [node_id(n) for n in graph.stats.entities_of.get(passage_node(first_ids[0])) or ()] if top_row else None,
         )
-        if not pages:
-            return ranked, rows
-        return keep_first(ranked, first_ids, request.params.first_kept, pages), rows
+        return keep_first(ranked, first_ids, request.params.first_kept, pages) if pages else ranked
 
     async def _ranked_rows(
         self, request: QueryRequest, ranked: list[tuple[str, float]], known: dict[str, dict] | None = None

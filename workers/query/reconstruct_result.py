@@ -21,7 +21,6 @@ from workers.query.answers import (
     SpentView,
     Stopped,
 )
-from workers.query.first_stage import FirstStageSearch
 from workers.query.links import pages_linked
 
 if TYPE_CHECKING:  # the walk calls walk_result: for the type checker only
@@ -37,20 +36,16 @@ async def walk_result(
     params = walk.request.params
     first = [pid for pid, _ in walk.first.fused]
     ranked = fuse_walk(first, walked, params, params.read_weight)
-    linked, rows = await pages_linked(
-        walk.memory,
-        FirstStageSearch(walk.memory),
-        walk.request,
-        walk.first.rows.get(first[0]) if first else None,
-        [pid for pid, _ in ranked],
-        {**walk.first.rows, **walk.read},
+    known = {**walk.first.rows, **walk.read}
+    pages = await pages_linked(
+        walk.memory, walk.request, walk.first.rows.get(first[0]) if first else None, [pid for pid, _ in ranked], known
     )
-    if linked:
-        ranked = keep_first(ranked, first, params.first_kept, linked)
+    if pages:  # the pages the question names and the top passage links to, right below it
+        ranked = keep_first(ranked, first, params.first_kept, pages)
     ranked = ranked[: walk.request.top_k + len(walked)]
-    missing = [pid for pid, _ in ranked if pid not in rows]
+    missing = [pid for pid, _ in ranked if pid not in known]
     rows = {
-        **rows,
+        **known,
         **{pid: row for pid, row in zip(missing, await walk.memory.passages(walk.tenant, missing)) if is_current(row)},
     }
     passages: list[RankedPassage] = []
