@@ -114,7 +114,7 @@ class RetrievalParams:
     # second hop), each of the mode's first first_stage_k. Measured on the same memories, R@2 / R@5:
     # HotpotQA-100 rules ppr 64.5 / 86.0 with neither, 71.5 / 90.0 with linked_pages 2 (1: 71.5 /
     # 89.0; 3: 71.5 / 91.0), 77.5 / 91.5 with both at 2; MuSiQue-100 replay 50.9 / 70.8 with
-    # neither, 53.7 / 72.6 with linked_pages 2 (1: 53.7 / 73.2; 3: 53.7 / 72.1), 56.8 / 73.7 with
+    # neither, 53.7 / 72.6 with linked_pages 2 (1: 53.7 / 73.2; 3: 53.7 / 72.1), 57.2 / 74.1 with
     # both. A named page is more often gold than a linked one: it goes first.
     named_pages: int = 2
     linked_pages: int = 2

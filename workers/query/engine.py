@@ -67,7 +67,7 @@ from workers.query.answers import (
 )
 from workers.query.first_stage import FirstStageSearch, ready
 from workers.query.graph_cache import GraphCache, TenantGraph
-from workers.query.links import pages_linked
+from workers.query.links import subject_pages
 from workers.query.modes import mode_of
 from workers.query.reconstruct import Reconstructor
 from workers.query.request import QueryRequest
@@ -372,7 +372,7 @@ class QueryEngine:
         a subject joins to the question and to the first stage's top passage right below its
         kept top (workers.query.links; its entities from the cached graph)."""
         top_row = first.rows.get(first_ids[0]) if first_ids else None
-        pages = await pages_linked(
+        pages = await subject_pages(
             self.memory,
             request,
             top_row,

@@ -17,7 +17,7 @@ from workers.query.first_stage import ready
 from workers.query.request import QueryRequest
 
 
-async def pages_linked(
+async def subject_pages(
     memory: MemoryStore,
     request: QueryRequest,
     top_row: dict | None,

@@ -21,7 +21,7 @@ from workers.query.answers import (
     SpentView,
     Stopped,
 )
-from workers.query.links import pages_linked
+from workers.query.links import subject_pages
 
 if TYPE_CHECKING:  # the walk calls walk_result: for the type checker only
     from workers.query.reconstruct_walk import Walk
@@ -37,7 +37,7 @@ async def walk_result(
     first = [pid for pid, _ in walk.first.fused]
     ranked = fuse_walk(first, walked, params, params.read_weight)
     known = {**walk.first.rows, **walk.read}
-    pages = await pages_linked(
+    pages = await subject_pages(
         walk.memory, walk.request, walk.first.rows.get(first[0]) if first else None, [pid for pid, _ in ranked], known
     )
     if pages:  # the pages the question names and the top passage links to, right below it
