@@ -195,7 +195,8 @@ class Layers(Protocol):
     async def entity_names(self, tenant: str, entity_ids: list[str]) -> dict[str, dict]: ...
     async def passage_entities(self, tenant: str, passage_id: str) -> list[str]: ...
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]: ...  # one round trip
-    # each passage's subject (a titled document's: its title's name), None for none; one round trip
+    # each passage's subject (a titled document's: its title's name), None for none or a retired
+    # passage; one round trip
     async def passage_subjects(self, tenant: str, passage_ids: list[str]) -> list[str | None]: ...
     # passages, the entities they name with those entities' names, and the stored vectors of
     # `vectors` (("fact" | "passage", id)): a reconstruct step's reads, in one round trip

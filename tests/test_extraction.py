@@ -113,10 +113,11 @@ def test_rules_extractor_takes_no_opening_words_or_first_person_for_names():
     assert names("Grace Hopper invented COBOL.") == ["Grace Hopper", "COBOL"]
 
 
-def test_a_list_of_names_is_one_entity_a_name():
-    """A name ends at punctuation, and "and" between two names of two words or more (or after a
-    list's comma) joins two: "Helen Hunt, Dan Aykroyd, … and Charlize Theron" was one entity, so
-    the film's page never linked to Helen Hunt's. One name keeps its "and" and its ampersand."""
+def test_each_name_of_a_list_is_an_entity_of_its_own():
+    """A name ends at punctuation, and "and" between two names of two words or more joins two:
+    "Helen Hunt, Dan Aykroyd, … and Charlize Theron" was one entity, so the film's page never
+    linked to Helen Hunt's. One name keeps its "and", its ampersand, its colon, a dash between
+    its words and a suffix after a comma."""
     names = lambda text: [e.name for e in RulesExtractor().extract_sync(text).entities]  # noqa: E731
     assert names("The cast also features Helen Hunt, Dan Aykroyd, David Ogden Stiers and Charlize Theron.") == [
         "Helen Hunt",
@@ -125,13 +126,19 @@ def test_a_list_of_names_is_one_entity_a_name():
         "Charlize Theron",
     ]
     assert names("His recent clients include Meg Whitman and Rudy Giuliani.") == ["Meg Whitman", "Rudy Giuliani"]
-    assert names("She flew to Hiroshima, Kyoto and Nagasaki.") == ["Hiroshima", "Kyoto", "Nagasaki"]
     assert names("He was born in Dallas, Texas (United States).") == ["Dallas", "Texas", "United States"]
-    assert names("Bosnia and Herzegovina met the Department of Health and Human Services.") == [
-        "Bosnia and Herzegovina",
-        "Department of Health and Human Services",
+    assert names("She flew to Mostar, Bosnia and Herzegovina.") == ["Mostar", "Bosnia and Herzegovina"]
+    assert names("He met the Department of Health and Human Services.") == ["Department of Health and Human Services"]
+    assert names("They bought shares of Procter & Gamble and Apple, Inc. in May.") == [
+        "Procter & Gamble",
+        "Apple, Inc",
     ]
-    assert names("They bought shares of Procter & Gamble.") == ["Procter & Gamble"]
+    assert names("He fought in the Mexican–American War with Martin Luther King, Jr. at home.") == [
+        "Mexican–American War",
+        "Martin Luther King, Jr",
+    ]
+    assert names("She starred in Star Wars: The Force Awakens.") == ["Star Wars: The Force Awakens"]
+    assert names("Austria–Hungary — a dual monarchy — ended.") == ["Austria–Hungary"]
 
 
 def test_a_turns_topic_words_are_its_tags():

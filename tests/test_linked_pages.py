@@ -1,15 +1,18 @@
 """A titled document's passages hold its subject (workers.algorithms.subjects), so a name the
 first stage's top passage holds that is another page's subject is a hyperlink: ppr and
 reconstruct rank the pages it links to right below it (RetrievalParams.linked_pages,
-workers.algorithms.retrieval.linked_pages) — the second hop of a question its top passage
+workers.algorithms.subjects.linked_pages) — the second hop of a question its top passage
 answers half of, which a keyword or vector search of the question alone does not find."""
 
 import asyncio
 
 from tests import inprocess
 from tests.inprocess import InProcess
+from workers.algorithms.retrieval import RetrievalParams
 from workers.algorithms.subjects import linked_pages, named_pages
 from workers.models.extraction import RulesExtractor
+from workers.query.links import subject_pages
+from workers.query.request import QueryRequest
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
 
@@ -57,14 +60,16 @@ def test_the_pages_a_question_names_are_those_whose_subject_a_span_of_it_names()
     assert named_pages("Who directed it?", "top", ranked, subject_of, 2) == []
 
 
-def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(real_embedder):
+def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(real_embedder, redis_url):
     """The film's page names its director; her page says where she trained, in none of the
     question's words but "the" and "of". Hybrid ranks the film school's page second, and the walk
     reaches it first (the film and the port both pages name); ppr and reconstruct rank the director's page there
-    — and did not before (linked_pages 0); so does ppr where no fact seeds its walk."""
+    — and did not before (linked_pages 0); so does ppr where no fact seeds its walk. With no
+    passage kept in place (first_kept 0) there is no top passage to follow: no pages. On every
+    store."""
 
     async def scenario():
-        stages = InProcess(None, RulesExtractor(), real_embedder, tau=1)
+        stages = InProcess(redis_url, RulesExtractor(), real_embedder, tau=1)
         try:
             for doc_id, title, text in DOCUMENTS:
                 await stages.publish(doc_id, text, title=title)
@@ -76,6 +81,8 @@ def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(
                 ("ppr unlinked", "ppr", {"linked_pages": 0}),
                 ("reconstruct unlinked", "reconstruct", {"linked_pages": 0}),
                 ("ppr unseeded", "ppr", {"tau_q": 1.0}),  # no fact seeds the walk: the first stage answers
+                ("ppr none kept", "ppr", {"first_kept": 0}),
+                ("ppr none kept, no pages", "ppr", {"first_kept": 0, "named_pages": 0, "linked_pages": 0}),
             ):
                 answer = await stages.query(QUESTION, top_k=3, mode=mode, params=params)
                 top[name] = [p["doc_id"] for p in answer["passages"]]
@@ -91,4 +98,53 @@ def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(
         assert top[mode][:2] == ["harbour-lights", "brandvold"], top
         assert top[f"{mode} unlinked"][:2] != ["harbour-lights", "brandvold"], top
     assert top["ppr unseeded"][:2] == ["harbour-lights", "brandvold"], top
+    assert top["ppr none kept"] == top["ppr none kept, no pages"], top
     assert top["hybrid"][0] == "harbour-lights" and top["hybrid"][1] != "brandvold", top
+
+
+class SubjectsOnly:
+    """A test double of the two store reads subject_pages makes (MemoryStore.passage_subjects,
+    passages_entities), over a dict of passage id → (subject, entity ids)."""
+
+    def __init__(self, passages: dict[str, tuple[str | None, list[str]]]):
+        self.passages = passages
+
+    async def passage_subjects(self, tenant, passage_ids):
+        return [self.passages[pid][0] for pid in passage_ids]
+
+    async def passages_entities(self, tenant, passage_ids):
+        return [self.passages[pid][1] for pid in passage_ids]
+
+
+def test_named_pages_lead_and_a_passage_links_to_no_passage_of_its_own_page():
+    """The top passage links to no passage of its own page, but a question naming that page names
+    its other passages too; a page both named and linked comes once, named pages first; each
+    kind at most its parameter; none with no passage kept in place or an untitled top passage."""
+    memory = SubjectsOnly(
+        {
+            "film-1": ("Harbour Lights", ["harbour_lights", "ottilie_brandvold", "varnes"]),
+            "film-2": ("Harbour Lights", ["harbour_lights"]),
+            "director": ("Ottilie Brandvold", ["ottilie_brandvold"]),
+            "port": ("Varnes", ["varnes"]),
+            "other": (None, ["varnes"]),
+        }
+    )
+    top = {"id": "film-1", "subject": "Harbour Lights"}
+    ranked = ["film-1", "film-2", "other", "port", "director"]
+
+    def pages(query: str, **params) -> list[str]:
+        request = QueryRequest(query, "t", 5, "ppr", RetrievalParams(**params))
+        return asyncio.run(subject_pages(memory, request, top, ranked, {}))
+
+    assert pages("Did Ottilie Brandvold film Harbour Lights?") == ["film-2", "director", "port"]
+    assert pages("Where was it shot?") == ["port", "director"]  # linked only: not film-2
+    assert pages("Where is Varnes?") == ["port", "director"]  # named, then the other link
+    assert pages("Where is Varnes?", linked_pages=0) == ["port"]
+    assert pages("Where is Varnes?", named_pages=0, linked_pages=1) == ["port"]
+    assert pages("Where is Varnes?", first_kept=0) == []
+    assert (
+        asyncio.run(
+            subject_pages(memory, QueryRequest("q", "t", 5, "ppr", RetrievalParams()), {"id": "other"}, ranked, {})
+        )
+        == []
+    )

@@ -35,6 +35,10 @@ def test_the_first_stages_top_passages_stay_in_place_and_scores_still_fall():
     params = RetrievalParams()
     assert fuse_walk(first, walked, params, 8.0) == keep_first(fused, first, params.first_kept)
     assert [pid for pid, _ in fuse_walk(first, [], params, 8.0)] == first  # nothing walked: the first stage
+    # pages (workers.algorithms.subjects) follow the kept ones, once each, in their order; scores still fall
+    paged = keep_first(fused, first, 1, ["d", "c", "a"])
+    assert [pid for pid, _ in paged] == ["a", "d", "c", "b"]
+    assert [score for _, score in paged] == sorted((score for _, score in paged), reverse=True)
 
 
 def test_the_walk_never_moves_the_first_stages_top_passage_down(real_embedder):

@@ -201,8 +201,8 @@ class LayersOps(InMemoryBase):
         return json.loads(raw) if raw else []
 
     async def passage_subjects(self, tenant: str, passage_ids: list[str]) -> list[str | None]:
-        records = self._tenant(tenant).records["passages"]
-        return [_text(records.get(pid, {}).get("subject")) for pid in passage_ids]
+        rows = [self._tenant(tenant).records["passages"].get(pid, {}) for pid in passage_ids]
+        return [None if row.get("retired") == "1" else _text(row.get("subject")) for row in rows]
 
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
         return [await self.passage_entities(tenant, pid) for pid in passage_ids]

@@ -282,10 +282,12 @@ class LayersOps(RedisBase):
 
     async def passage_subjects(self, tenant: str, passage_ids: list[str]) -> list[str | None]:
         """Each passage's subject, in one command (the field alone: a query's candidates are
-        read for it, their rows only for those it answers with)."""
+        read for it, their rows only for those it answers with); None for a retired passage."""
         keys = self.keys(tenant)
-        replies = await self._read_each(tenant, [keys.passage(pid) for pid in passage_ids], "HGET", "subject")
-        return [None if raw is None else cast(bytes, raw).decode() for raw in replies]
+        replies = await self._read_each(
+            tenant, [keys.passage(pid) for pid in passage_ids], "HMGET", "subject", "retired"
+        )
+        return [None if subject is None or retired == b"1" else subject.decode() for subject, retired in replies]
 
     async def passages_entities(self, tenant: str, passage_ids: list[str]) -> list[list[str]]:
         """passage_entities of each passage, in one command."""

@@ -109,13 +109,13 @@ class RetrievalParams:
     # ppr and reconstruct: the first stage's top passages the walk's fusion keeps in place (keep_first).
     first_kept: int = 1
     # ppr and reconstruct over titled documents (workers.algorithms.subjects): right below the
-    # kept top passage, at most `named_pages` pages whose subject the question names, then at most
+    # kept top passage (none where first_kept is 0: the pages are that passage's), at most `named_pages` pages whose subject the question names, then at most
     # `linked_pages` pages whose subject the top passage names (its hyperlinks: a bridge question's
-    # second hop), each of the mode's first first_stage_k. Measured on the same memories, R@2 / R@5:
-    # HotpotQA-100 rules ppr 64.5 / 86.0 with neither, 71.5 / 90.0 with linked_pages 2 (1: 71.5 /
-    # 89.0; 3: 71.5 / 91.0), 77.5 / 91.5 with both at 2; MuSiQue-100 replay 50.9 / 70.8 with
-    # neither, 53.7 / 72.6 with linked_pages 2 (1: 53.7 / 73.2; 3: 53.7 / 72.1), 57.2 / 74.1 with
-    # both. A named page is more often gold than a linked one: it goes first.
+    # second hop), each of the mode's first first_stage_k. Measured, R@2 / R@5: HotpotQA-100 rules
+    # ppr 65.0 / 86.5 with neither, 72.5 / 90.5 with linked pages alone, 78.0 / 92.0 with both at
+    # 2 (linked pages 1 and 3, earlier: 1.0 lower and 1.0 higher at R@5); MuSiQue-100 replay 50.9 /
+    # 70.8 with neither, 53.7 / 72.6 with linked pages alone (1: 53.7 / 73.2; 3: 53.7 / 72.1),
+    # 57.2 / 74.1 with both. A named page is more often gold than a linked one: it goes first.
     named_pages: int = 2
     linked_pages: int = 2
     # Graph modes: temporal contiguity (episode_smoothing; 0.25 is the largest weight that kept
@@ -371,17 +371,17 @@ def fuse(rankings: list[list[str]], k: float = 60.0, weights: list[float] | None
 
 
 def keep_first(
-    ranked: list[tuple[str, float]], first: list[str], kept: int, linked: Sequence[str] = ()
+    ranked: list[tuple[str, float]], first: list[str], kept: int, pages: Sequence[str] = ()
 ) -> list[tuple[str, float]]:
     """`ranked` (a fusion of the first stage's ranking `first` with a walk's) with the first
     stage's top `kept` passages in place above the rest: the walk ranks what follows them, so
     it can bring a second hop up to rank `kept` + 1 but never push the passage that matches the
     question best down — over documents its weight (walk_weight) lets it reorder the whole list,
-    and on a 2Wiki-style set it cost ppr five points of R@2. The `linked` pages (those a subject
-    joins to the question or the top passage: workers.algorithms.subjects), in their order,
-    follow the kept ones. A kept or linked passage scores at least the best of
-    the rest, so scores still fall down the list."""
-    top = list(dict.fromkeys([*first[:kept], *linked]))
+    and on a 2Wiki-style set it cost ppr five points of R@2. The `pages` (those a subject joins
+    to the question or to the top passage: workers.algorithms.subjects), in their order, follow
+    the kept ones. A kept passage or page scores at least the best of the rest, so scores still
+    fall down the list."""
+    top = list(dict.fromkeys([*first[:kept], *pages]))
     if not top:
         return ranked
     score, held = dict(ranked), set(top)
@@ -393,13 +393,10 @@ def keep_first(
     return kept_scores[::-1] + rest
 
 
-def fuse_walk(
-    first: list[str], walked: list[str], params: RetrievalParams, weight: float, linked: Sequence[str] = ()
-) -> list[tuple[str, float]]:
+def fuse_walk(first: list[str], walked: list[str], params: RetrievalParams, weight: float) -> list[tuple[str, float]]:
     """The first stage's ranking fused with a walk's of this weight (fuse), the first stage's top
-    `params.first_kept` kept in place and the `linked` pages below them (keep_first): ppr's and
-    reconstruct's answer."""
-    return keep_first(fuse([first, walked], params.rrf_k, [1.0, weight]), first, params.first_kept, linked)
+    `params.first_kept` kept in place (keep_first): ppr's and reconstruct's answer."""
+    return keep_first(fuse([first, walked], params.rrf_k, [1.0, weight]), first, params.first_kept)
 
 
 def walk_weight(params: RetrievalParams, turn_share: float) -> float:

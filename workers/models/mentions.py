@@ -258,9 +258,12 @@ def _is_capital(word: str) -> bool:
 
 
 # Punctuation between two capitalised words ends a name: a list ("Helen Hunt, Dan Aykroyd"), a
-# place and its region ("Dallas, Texas"), a parenthesis or a quotation. Not a period ("J. R. R.
-# Tolkien", "St. Louis"), an apostrophe or an ampersand ("Procter & Gamble").
-_NAME_BREAK = re.compile(r"[,;:()\[\]{}\"“”!?–—]")
+# place and its region ("Dallas, Texas"), a parenthesis, a quotation, a spaced dash. Not a period
+# ("J. R. R. Tolkien", "St. Louis"), an apostrophe, an ampersand ("Procter & Gamble"), a colon
+# ("Star Wars: The Force Awakens") or a dash between words ("Austria–Hungary"); nor a comma before
+# a name's suffix ("Martin Luther King, Jr.", "Apple, Inc.").
+_NAME_BREAK = re.compile(r"[,;()\[\]{}\"“”!?]|\s[–—]|[–—]\s")
+_NAME_SUFFIXES = frozenset("jr sr inc ltd llc plc corp co ii iii iv".split())
 
 
 def capitalised_spans(sentence: str) -> list[tuple[int, int, str]]:
@@ -274,10 +277,11 @@ def capitalised_spans(sentence: str) -> list[tuple[int, int, str]]:
         for m in _WORD.finditer(sentence)
     ]
 
-    def joined(a: int, b: int) -> bool:  # nothing but space between words a and b
-        return not _NAME_BREAK.search(sentence, words[a][1], words[b][0])
+    def joined(a: int, b: int) -> bool:  # no punctuation that ends a name between words a and b
+        gap = sentence[words[a][1] : words[b][0]]
+        return not _NAME_BREAK.search(gap) or gap.strip() == "," and words[b][2].lower() in _NAME_SUFFIXES
 
-    spans, i, listed_from = [], 0, -1
+    spans, i = [], 0
     while i < len(words):
         if not words[i][2] or not _is_capital(words[i][2]):
             i += 1
@@ -296,9 +300,7 @@ def capitalised_spans(sentence: str) -> list[tuple[int, int, str]]:
                 j += 2
             else:
                 break
-        in_list = i == listed_from  # it follows a name and a comma: "A, B and C"
-        listed_from = j if j < len(words) and words[j][2][:1].isupper() else -1
-        for part in _split_and(words[i:j], in_list):
+        for part in _split_and(words[i:j]):
             while part and part[0][2].lower() in _SENTENCE_STARTERS:
                 part = part[1:]
             while part and part[-1][2].lower() in _CONNECTORS:
@@ -312,23 +314,22 @@ def capitalised_spans(sentence: str) -> list[tuple[int, int, str]]:
     return spans
 
 
-def _split_and(span: list[tuple[int, int, str]], in_list: bool) -> list[list[tuple[int, int, str]]]:
-    """A span's names, split where "and" joins two: at its first "and" after a list's comma
-    ("Hiroshima, Kyoto and Nagasaki"), else where each side is two capitalised words or more and the side before has
-    no connector ("Meg Whitman and Rudy Giuliani", "DePatie-Freleng Enterprises and United
-    Productions of America"). One name keeps its "and" ("Bosnia and Herzegovina", "Only Fools
-    and Horses", "Department of Health and Human Services"). In HotpotQA-100's and
-    MuSiQue-100's passages 1,007 of 28,523 mentions joined two names by "and"."""
+def _split_and(span: list[tuple[int, int, str]]) -> list[list[tuple[int, int, str]]]:
+    """A span's names, split where "and" joins two names of two capitalised words or more and the
+    one before has no connector ("Meg Whitman and Rudy Giuliani", "DePatie-Freleng Enterprises
+    and United Productions of America"). One name keeps its "and" ("Bosnia and Herzegovina",
+    "Only Fools and Horses", "Department of Health and Human Services"), and so do two of one
+    word each ("Hiroshima, Kyoto and Nagasaki" leaves "Kyoto and Nagasaki": a list's last two
+    are not told from a country's name). In HotpotQA-100's and MuSiQue-100's passages 1,007 of
+    28,523 mentions joined two names by "and"."""
     parts: list[list[tuple[int, int, str]]] = []
     current: list[tuple[int, int, str]] = []
     for at, word in enumerate(span):
         if word[2].lower() == "and" and current:
             rest = [w for w in span[at + 1 :] if w[2][:1].isupper()]
             before = [w for w in current if w[2][:1].isupper()]
-            plain = not any(w[2].lower() in _CONNECTORS for w in current)
-            if in_list or len(before) >= 2 and len(rest) >= 2 and plain:
+            if len(before) >= 2 and len(rest) >= 2 and not any(w[2].lower() in _CONNECTORS for w in current):
                 parts.append(current)
-                in_list = False
                 current = []
                 continue
         current.append(word)

@@ -9,8 +9,9 @@ PPR mode (docs/architecture.md §5): KNN over stable schemas and active facts, a
 parallel with the graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`),
 PPR over the cached graph (`workers.query.graph_cache`), then the first stage's ranking fused with
 the walk's (fuse_walk), so the walk re-ranks the first stage below its top passage and top_k is
-always filled. When no schema or
-fact passes τ_q the answer is the first stage's and says so (`"fallback": "first_stage"`). Answers are cached by
+always filled; over titled documents the pages a subject joins to the question and to that
+passage come right below it (workers.query.links). When no schema or fact passes τ_q the answer
+is the first stage's, with those pages, and says so (`"fallback": "first_stage"`). Answers are cached by
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
 embedding lookup and one XREAD.
 
@@ -216,8 +217,9 @@ class QueryEngine:
     async def _ppr(self, request: QueryRequest, vector, timings: dict[str, float]) -> QueryResult:
         """The first stage re-ranked by the walk: PPR seeded by the facts and schemas near the
         query and the first stage's passages; the answer is the fusion of the first stage's
-        ranking with the walk's (fuse), the first stage filling top_k. When nothing seeds the
-        walk, the first stage's ranking is the answer (`"fallback": "first_stage"`)."""
+        ranking with the walk's (fuse), the first stage filling top_k, the subject pages below its
+        top (_with_pages). When nothing seeds the walk, the first stage's ranking with those pages
+        is the answer (`"fallback": "first_stage"`)."""
         tenant, params = request.tenant, request.params
         t = time.perf_counter()
         mentions = mention_candidates(request.query) if params.entity_links else []
@@ -378,7 +380,7 @@ class QueryEngine:
             top_row,
             [pid for pid, _ in ranked],
             first.rows,
-            [node_id(n) for n in graph.stats.entities_of.get(passage_node(first_ids[0])) or ()] if top_row else None,
+            _entities_in(graph, first_ids[0]) if top_row else None,
         )
         return keep_first(ranked, first_ids, request.params.first_kept, pages) if pages else ranked
 
@@ -493,6 +495,15 @@ def _walk(
         else np.zeros(0, dtype=np.int64)
     )
     return Walk(ppr, ranked, entities)
+
+
+def _entities_in(graph: TenantGraph, passage_id: str) -> list[str] | None:
+    """The entity ids the cached graph joins a passage to; None where it holds no node of it (the
+    graph behind the store: the store is read instead)."""
+    node = passage_node(passage_id)
+    if node not in graph.graph.index:
+        return None
+    return [node_id(n) for n in graph.stats.entities_of.get(node) or ()]
 
 
 def _ms(since: float) -> float:
