@@ -117,7 +117,7 @@ def test_each_name_of_a_list_is_an_entity_of_its_own():
     """A name ends at punctuation, and "and" between two names of two words or more joins two:
     "Helen Hunt, Dan Aykroyd, … and Charlize Theron" was one entity, so the film's page never
     linked to Helen Hunt's. One name keeps its "and", its ampersand, its colon, a dash between
-    its words and a suffix after a comma."""
+    its words, a suffix after a comma and its initials."""
     names = lambda text: [e.name for e in RulesExtractor().extract_sync(text).entities]  # noqa: E731
     assert names("The cast also features Helen Hunt, Dan Aykroyd, David Ogden Stiers and Charlize Theron.") == [
         "Helen Hunt",
@@ -139,6 +139,12 @@ def test_each_name_of_a_list_is_an_entity_of_its_own():
     ]
     assert names("She starred in Star Wars: The Force Awakens.") == ["Star Wars: The Force Awakens"]
     assert names("Austria–Hungary — a dual monarchy — ended.") == ["Austria–Hungary"]
+    # an initial's or a title's period ends no sentence (it cut "Tolkien" and "St", "Louis" out)
+    assert names("They met J. R. R. Tolkien and Dr. Rao in St. Louis. He left.") == [
+        "J. R. R. Tolkien",
+        "Dr. Rao",
+        "St. Louis",
+    ]
 
 
 def test_a_turns_topic_words_are_its_tags():

@@ -189,10 +189,21 @@ def cues_in(sentence: str) -> frozenset[str]:
 
 # Where a passage's sentences end: after . ! ? ; and at line breaks (the rules extractor's sentences)
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+# A period that ends an initial or a title's abbreviation ends no sentence: "J. R. R. Tolkien",
+# "St. Louis", "Dr. Rao" were cut into "J.", "R.", … and their names lost ("Tolkien", "St", "Louis").
+_ABBREVIATED = re.compile(r"(?:\b[A-Z]|\b(?:St|Dr|Mr|Mrs|Ms|Mt|Ft|Jr|Sr|Prof|Gen|Col|Lt|Capt|Sgt|Rev|Gov|Sen|Rep))\.$")
 
 
 def sentences(text: str) -> list[str]:
-    return _SENTENCE_END.split(text)
+    """A text's sentences: cut after . ! ? ; and at line breaks, not after an initial or an
+    abbreviated title ("J. R. R. Tolkien", "St. Louis")."""
+    out, start = [], 0
+    for end in _SENTENCE_END.finditer(text):
+        if "\n" not in end.group() and _ABBREVIATED.search(text, start, end.start()):
+            continue
+        out.append(text[start : end.start()])
+        start = end.end()
+    return out + [text[start:]]
 
 
 def _in_title(sentence: str, match: re.Match) -> bool:
