@@ -109,9 +109,10 @@ class RetrievalParams:
     # ppr and reconstruct: the first stage's top passages the walk's fusion keeps in place (keep_first).
     first_kept: int = 1
     # ppr and reconstruct over titled documents (workers.algorithms.subjects): right below the
-    # kept top passage (none where first_kept is 0: the pages are that passage's), at most `named_pages` pages whose subject the question names, then at most
-    # `linked_pages` pages whose subject the top passage names (its hyperlinks: a bridge question's
-    # second hop), each of the mode's first first_stage_k. Measured, R@2 / R@5: HotpotQA-100 rules
+    # kept top passage (none where first_kept is 0: the pages are that passage's), at most
+    # `named_pages` pages whose subject the question names, then at most `linked_pages` pages
+    # whose subject the top passage names (its hyperlinks: a bridge question's second hop), each
+    # of the mode's first first_stage_k. Measured, R@2 / R@5: HotpotQA-100 rules
     # ppr 64.5 / 86.5 with neither, 73.5 / 90.5 with linked pages alone, 79.5 / 92.0 with both at
     # 2 (linked pages 1 and 3, earlier: 1.0 lower and 1.0 higher at R@5); MuSiQue-100 replay 50.9 /
     # 70.8 with neither, 53.7 / 72.6 with linked pages alone (1: 53.7 / 73.2; 3: 53.7 / 72.1),

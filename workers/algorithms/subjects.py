@@ -78,7 +78,7 @@ def named_pages(query: str, top: str, ranked: Sequence[str], subject_of: dict[st
         if not span & covered:
             named.add(sid)
             covered |= span
-    return [pid for pid in ranked if pid != top and subject_of.get(pid) in named][:k]
+    return _pages_of(named, top, ranked, subject_of, k)
 
 
 def linked_pages(links: set[str], top: str, ranked: Sequence[str], subject_of: dict[str, str], k: int) -> list[str]:
@@ -91,4 +91,9 @@ def linked_pages(links: set[str], top: str, ranked: Sequence[str], subject_of: d
     passages link to were gold."""
     if k <= 0 or not links:
         return []
-    return [pid for pid in ranked if pid != top and subject_of.get(pid) in links][:k]
+    return _pages_of(links, top, ranked, subject_of, k)
+
+
+def _pages_of(subjects: set[str], top: str, ranked: Sequence[str], subject_of: dict[str, str], k: int) -> list[str]:
+    """The first `k` of `ranked` other than `top` whose subject is one of `subjects`."""
+    return [pid for pid in ranked if pid != top and subject_of.get(pid) in subjects][:k]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +47,6 @@ from workers.algorithms.retrieval import (
     SchemaHit,
     Seeds,
     fuse_walk,
-    keep_first,
     linked_weights,
     rank_passages,
     seed,
@@ -68,7 +68,7 @@ from workers.query.answers import (
 )
 from workers.query.first_stage import FirstStageSearch, ready
 from workers.query.graph_cache import GraphCache, TenantGraph
-from workers.query.links import subject_pages
+from workers.query.links import with_subject_pages
 from workers.query.modes import mode_of
 from workers.query.reconstruct import Reconstructor
 from workers.query.request import QueryRequest
@@ -218,7 +218,7 @@ class QueryEngine:
         """The first stage re-ranked by the walk: PPR seeded by the facts and schemas near the
         query and the first stage's passages; the answer is the fusion of the first stage's
         ranking with the walk's (fuse), the first stage filling top_k, the subject pages below its
-        top (_with_pages). When nothing seeds the walk, the first stage's ranking with those pages
+        top (workers.query.links). When nothing seeds the walk, the first stage's ranking with those pages
         is the answer (`"fallback": "first_stage"`)."""
         tenant, params = request.tenant, request.params
         t = time.perf_counter()
@@ -285,7 +285,9 @@ class QueryEngine:
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers,
             # with the pages a subject joins to the question and the top passage below its top
-            fused = await self._with_pages(request, graph, first, first_ids, first.fused)
+            fused = await with_subject_pages(
+                self.memory, request, first_ids, first.fused, first.rows, functools.partial(_entities_in, graph)
+            )
             result = await self._first_stage_only(request, vector, timings, dataclasses.replace(first, fused=fused))
             result.fallback = "first_stage"
             return result
@@ -305,7 +307,9 @@ class QueryEngine:
         t = time.perf_counter()
         walked = [node_id(node) for node, _ in walk.passages]
         ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share))
-        ranked = await self._with_pages(request, graph, first, first_ids, ranked)
+        ranked = await with_subject_pages(
+            self.memory, request, first_ids, ranked, first.rows, functools.partial(_entities_in, graph)
+        )
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]
         seed_entity_ids = [node_id(node) for node in seeds.entities]
@@ -361,28 +365,6 @@ class QueryEngine:
         while len(self._results) > RESULT_CACHE_SIZE:
             self._results.popitem(last=False)
         return result
-
-    async def _with_pages(
-        self,
-        request: QueryRequest,
-        graph: TenantGraph,
-        first: FirstStage,
-        first_ids: list[str],
-        ranked: list[tuple[str, float]],
-    ) -> list[tuple[str, float]]:
-        """`ranked` (ppr's ranking, or the first stage's where the walk had no seed) with the pages
-        a subject joins to the question and to the first stage's top passage right below its
-        kept top (workers.query.links; its entities from the cached graph)."""
-        top_row = first.rows.get(first_ids[0]) if first_ids else None
-        pages = await subject_pages(
-            self.memory,
-            request,
-            top_row,
-            [pid for pid, _ in ranked],
-            first.rows,
-            _entities_in(graph, first_ids[0]) if top_row else None,
-        )
-        return keep_first(ranked, first_ids, request.params.first_kept, pages) if pages else ranked
 
     async def _ranked_rows(
         self, request: QueryRequest, ranked: list[tuple[str, float]], known: dict[str, dict] | None = None

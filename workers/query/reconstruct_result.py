@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from store.records import is_current
 from workers.algorithms.expiry import said_by
 from workers.algorithms.reconstruction import Cue, Stop
-from workers.algorithms.retrieval import fuse_walk, keep_first
+from workers.algorithms.retrieval import fuse_walk
 from workers.query.answers import (
     BudgetView,
     CueView,
@@ -21,7 +21,7 @@ from workers.query.answers import (
     SpentView,
     Stopped,
 )
-from workers.query.links import subject_pages
+from workers.query.links import with_subject_pages
 
 if TYPE_CHECKING:  # the walk calls walk_result: for the type checker only
     from workers.query.reconstruct_walk import Walk
@@ -37,11 +37,8 @@ async def walk_result(
     first = [pid for pid, _ in walk.first.fused]
     ranked = fuse_walk(first, walked, params, params.read_weight)
     known = {**walk.first.rows, **walk.read}
-    pages = await subject_pages(
-        walk.memory, walk.request, walk.first.rows.get(first[0]) if first else None, [pid for pid, _ in ranked], known
-    )
-    if pages:  # the pages the question names and the top passage links to, right below it
-        ranked = keep_first(ranked, first, params.first_kept, pages)
+    # the pages the question names and the top passage links to, right below it
+    ranked = await with_subject_pages(walk.memory, walk.request, first, ranked, known)
     ranked = ranked[: walk.request.top_k + len(walked)]
     missing = [pid for pid, _ in ranked if pid not in known]
     rows = {
