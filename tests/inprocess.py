@@ -16,6 +16,7 @@ query worker's QueryEngine."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -32,7 +33,7 @@ from store.base import MemoryStore
 from store.in_memory import InMemoryStore
 from topics import DeadLetter, Document, DocumentDeletion, FactEvent, decode, document_key, encode
 from topics.records import Triple
-from workers.models.extraction import Entity, Extraction
+from workers.models.extraction import Entity, Extraction, RulesExtractor
 from workers.pipeline import Pipeline
 from workers.query.engine import QueryEngine, QueryRequest
 from workers.recovery import rewind_targets
@@ -300,3 +301,34 @@ class InProcess:
         if self._engine is not None:
             self._engine.close()
         await self.memory.close()
+
+
+def answers_to(
+    redis_url: str | None,
+    embedder,
+    documents: list[tuple[str, str | None, str]],
+    question: str,
+    runs: list[tuple[str, str, dict]],
+    top_k: int = 3,
+) -> dict[str, dict]:
+    """`documents` ((doc id, title or None, text)) indexed by the rules extractor (τ = 1) into a
+    fresh tenant of the store at `redis_url` (None: in memory), then `question` asked once a run
+    ((name, mode, retrieval params)): the run's name → its answer (as `POST /v1/query`'s)."""
+
+    async def scenario() -> dict[str, dict]:
+        stages = InProcess(redis_url, RulesExtractor(), embedder, tau=1)
+        try:
+            for doc_id, title, text in documents:
+                await stages.publish(doc_id, text, **({"title": title} if title else {}))
+            return {
+                name: await stages.query(question, top_k=top_k, mode=mode, params=params) for name, mode, params in runs
+            }
+        finally:
+            await stages.close()
+
+    return asyncio.run(scenario())
+
+
+def doc_ids(answer: dict) -> list[str]:
+    """The doc ids of an answer's passages, best first."""
+    return [p["doc_id"] for p in answer["passages"]]

@@ -2,16 +2,17 @@
 first stage's top passage holds that is another page's subject is a hyperlink: ppr and
 reconstruct rank the pages it links to right below it (RetrievalParams.linked_pages,
 workers.algorithms.subjects.linked_pages) — the second hop of a question its top passage
-answers half of, which a keyword or vector search of the question alone does not find."""
+answers half of, which a keyword or vector search of the question alone does not find; and
+where the name has no page, the first stage's best passage that holds it
+(RetrievalParams.bridge_passages, workers.algorithms.subjects.bridge_passages)."""
 
 import asyncio
 
 from tests import inprocess
-from tests.inprocess import InProcess
-from workers.algorithms.retrieval import RetrievalParams
-from workers.algorithms.subjects import linked_pages, named_pages
-from workers.models.extraction import RulesExtractor
-from workers.query.links import subject_pages
+from tests.inprocess import answers_to, doc_ids
+from workers.algorithms.retrieval import NO_LINKS, RetrievalParams
+from workers.algorithms.subjects import bridge_passages, linked_pages, named_pages
+from workers.query.links import links_of_top
 from workers.query.request import QueryRequest
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
@@ -64,36 +65,30 @@ def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(
     """The film's page names its director; her page says where she trained, in none of the
     question's words but "the" and "of". Hybrid ranks the film school's page second, and the walk
     reaches it first (the film and the port both pages name); ppr and reconstruct rank the director's page there
-    — and did not before (linked_pages 0); so does ppr where no fact seeds its walk. With no
+    — and did not before (NO_LINKS); so does ppr where no fact seeds its walk. With no
     passage kept in place (first_kept 0) there is no top passage to follow: no pages. On every
     store."""
 
-    async def scenario():
-        stages = InProcess(redis_url, RulesExtractor(), real_embedder, tau=1)
-        try:
-            for doc_id, title, text in DOCUMENTS:
-                await stages.publish(doc_id, text, title=title)
-            top = {}
-            for name, mode, params in (
-                ("hybrid", "hybrid", {}),
-                ("ppr", "ppr", {}),
-                ("reconstruct", "reconstruct", {}),
-                ("ppr unlinked", "ppr", {"linked_pages": 0}),
-                ("reconstruct unlinked", "reconstruct", {"linked_pages": 0}),
-                ("ppr unseeded", "ppr", {"tau_q": 1.0}),  # no fact seeds the walk: the first stage answers
-                ("ppr none kept", "ppr", {"first_kept": 0}),
-                ("ppr none kept, no pages", "ppr", {"first_kept": 0, "named_pages": 0, "linked_pages": 0}),
-            ):
-                answer = await stages.query(QUESTION, top_k=3, mode=mode, params=params)
-                top[name] = [p["doc_id"] for p in answer["passages"]]
-                assert (answer.get("fallback") == "first_stage") == (name == "ppr unseeded"), answer
-                if name == "ppr":
-                    assert answer["passages"][1]["subject"] == "Ottilie Brandvold"
-            return top
-        finally:
-            await stages.close()
-
-    top = asyncio.run(scenario())
+    answers = answers_to(
+        redis_url,
+        real_embedder,
+        DOCUMENTS,
+        QUESTION,
+        [
+            ("hybrid", "hybrid", {}),
+            ("ppr", "ppr", {}),
+            ("reconstruct", "reconstruct", {}),
+            ("ppr unlinked", "ppr", NO_LINKS),
+            ("reconstruct unlinked", "reconstruct", NO_LINKS),
+            ("ppr unseeded", "ppr", {"tau_q": 1.0}),  # no fact seeds the walk: the first stage answers
+            ("ppr none kept", "ppr", {"first_kept": 0}),
+            ("ppr none kept, no pages", "ppr", {"first_kept": 0, **NO_LINKS}),
+        ],
+    )
+    for name, answer in answers.items():
+        assert (answer.get("fallback") == "first_stage") == (name == "ppr unseeded"), answer
+    assert answers["ppr"]["passages"][1]["subject"] == "Ottilie Brandvold"
+    top = {name: doc_ids(answer) for name, answer in answers.items()}
     for mode in ("ppr", "reconstruct"):
         assert top[mode][:2] == ["harbour-lights", "brandvold"], top
         assert top[f"{mode} unlinked"][:2] != ["harbour-lights", "brandvold"], top
@@ -103,7 +98,7 @@ def test_a_second_hop_page_the_top_passage_links_to_ranks_second_in_graph_modes(
 
 
 class SubjectsOnly:
-    """A test double of the two store reads subject_pages makes (MemoryStore.passage_subjects,
+    """A test double of the two store reads links_of_top makes (MemoryStore.passage_subjects,
     passages_entities), over a dict of passage id → (subject, entity ids)."""
 
     def __init__(self, passages: dict[str, tuple[str | None, list[str]]]):
@@ -134,7 +129,7 @@ def test_named_pages_lead_and_a_passage_links_to_no_passage_of_its_own_page():
 
     def pages(query: str, **params) -> list[str]:
         request = QueryRequest(query, "t", 5, "ppr", RetrievalParams(**params))
-        return asyncio.run(subject_pages(memory, request, top, ranked, {}))
+        return asyncio.run(links_of_top(memory, request, top, ranked, {}))
 
     assert pages("Did Ottilie Brandvold film Harbour Lights?") == ["film-2", "director", "port"]
     assert pages("Where was it shot?") == ["port", "director"]  # linked only: not film-2
@@ -144,7 +139,90 @@ def test_named_pages_lead_and_a_passage_links_to_no_passage_of_its_own_page():
     assert pages("Where is Varnes?", first_kept=0) == []
     assert (
         asyncio.run(
-            subject_pages(memory, QueryRequest("q", "t", 5, "ppr", RetrievalParams()), {"id": "other"}, ranked, {})
+            links_of_top(memory, QueryRequest("q", "t", 5, "ppr", RetrievalParams()), {"id": "other"}, ranked, {})
         )
         == []
     )
+
+
+RIVER_DOCUMENTS = [
+    (
+        "bubye",
+        "Bubye River",
+        "The Bubye River is a river in southern Zimbabwe. It rises near Mberengwa and flows south "
+        "for about 350 kilometres through dry bush.",
+    ),
+    (
+        "victoria",
+        "Victoria Falls",
+        "Victoria Falls lies on the Zambezi in Zimbabwe, where the river drops 108 metres into a "
+        "gorge. Its spray can be seen from far away.",
+    ),
+    (
+        "angel",
+        "Angel Falls",
+        "Angel Falls is the name of the tallest waterfall in the world, in the country of Venezuela. "
+        "The waterfall drops from the edge of a mountain.",
+    ),
+    (
+        "niagara",
+        "Niagara Falls",
+        "Niagara Falls is the name of a group of three waterfalls on the river between Canada and "
+        "New York. The country of Canada owns the largest waterfall.",
+    ),
+    (
+        "kaieteur",
+        "Kaieteur Falls",
+        "Kaieteur Falls is a waterfall on the Potaro in Guyana, one of the most powerful waterfalls in the world.",
+    ),
+]
+RIVER_QUESTION = "What is the name of the waterfall in the country where the Bubye River is found?"
+
+
+def test_a_bridge_passage_is_the_first_stages_best_that_holds_a_name_of_the_top_passage():
+    """The river's page names Zimbabwe, which has no page of its own; the waterfall of Zimbabwe is
+    the first stage's best passage that names it, below waterfalls of other countries that match
+    the question's words. A name the question holds is the first hop, no bridge; a name more than
+    half the candidates hold selects nothing."""
+    entities_of = {
+        "angel": {"venezuela"},
+        "niagara": {"canada", "new_york"},
+        "victoria": {"zimbabwe", "zambezi"},
+        "mberengwa": {"mberengwa", "bubye_river"},
+        "kaieteur": {"guyana", "potaro_river"},
+    }
+    ranked = ["angel", "mberengwa", "niagara", "victoria", "kaieteur"]
+    links = {"zimbabwe", "mberengwa", "bubye_river"}
+    assert bridge_passages(RIVER_QUESTION, links, ranked, entities_of, set(), 1) == ["mberengwa"]
+    assert bridge_passages(RIVER_QUESTION, links, ranked, entities_of, {"mberengwa"}, 1) == ["victoria"]
+    assert bridge_passages(RIVER_QUESTION, {"zimbabwe", "bubye_river"}, ranked, entities_of, set(), 2) == ["victoria"]
+    assert bridge_passages(RIVER_QUESTION, links, ranked, entities_of, set(), 0) == []
+    crowded = {pid: ids | {"zimbabwe"} for pid, ids in entities_of.items() if pid != "angel"}
+    assert bridge_passages(RIVER_QUESTION, {"zimbabwe"}, ranked, crowded, set(), 1) == []  # 4 of 5 name it
+
+
+def test_a_second_hop_whose_name_has_no_page_ranks_second_in_graph_modes(real_embedder, redis_url):
+    """The river's page is the first hop; Zimbabwe, the name it holds that the question does not,
+    has no page, so no page links it; the waterfall page that names Zimbabwe shares none of the
+    question's words but "the" with it, and the first stage ranks pages of other waterfalls
+    second. ppr and reconstruct rank it second; reconstruct did not before (bridge_passages 0),
+    nor ppr without its walk (which in a graph this small reaches the page through Zimbabwe).
+    On every store."""
+
+    runs = [
+        ("hybrid", "hybrid", {}),
+        ("ppr", "ppr", {}),
+        ("reconstruct", "reconstruct", {}),
+        ("ppr unwalked", "ppr", {"walk_weight": 0.0}),
+        ("ppr unwalked unbridged", "ppr", {"walk_weight": 0.0, "bridge_passages": 0}),
+        ("reconstruct unbridged", "reconstruct", {"bridge_passages": 0}),
+    ]
+    top = {
+        name: doc_ids(answer)
+        for name, answer in answers_to(redis_url, real_embedder, RIVER_DOCUMENTS, RIVER_QUESTION, runs).items()
+    }
+    assert top["hybrid"][0] == "bubye" and top["hybrid"][1] != "victoria", top
+    for mode in ("ppr", "ppr unwalked", "reconstruct"):
+        assert top[mode][:2] == ["bubye", "victoria"], top
+    for mode in ("ppr unwalked", "reconstruct"):
+        assert top[f"{mode} unbridged"][:2] != ["bubye", "victoria"], top

@@ -5,13 +5,10 @@ hop up but never push down the passage that matches the question best. Over docu
 weighs 8 against the first stage's 1, and it re-ranked the whole list: on a 2Wiki-style set that
 cost ppr five points of R@2 under hybrid."""
 
-import asyncio
-
 from tests import inprocess
 from tests.chaos_corpus import block
-from tests.inprocess import InProcess
+from tests.inprocess import answers_to, doc_ids
 from workers.algorithms.retrieval import RetrievalParams, fuse, fuse_walk, keep_first
-from workers.models.extraction import RulesExtractor
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
 
@@ -47,24 +44,13 @@ def test_the_walk_never_moves_the_first_stages_top_passage_down(real_embedder):
     letter above it, and ppr answered with the letter (first_kept 0: the fusion before)."""
     question = "Who records confirm Edda Ekdahl was?"
 
-    async def scenario():
-        stages = InProcess(None, RulesExtractor(), real_embedder, tau=1)
-        try:
-            for doc in block(2):
-                await stages.publish(doc.doc_id, doc.text)
-            top = {}
-            for name, mode, params in (
-                ("hybrid", "hybrid", {}),
-                ("ppr", "ppr", {}),
-                ("reconstruct", "reconstruct", {}),
-                ("ppr before", "ppr", {"first_kept": 0}),
-            ):
-                answer = await stages.query(question, top_k=3, mode=mode, params=params)
-                top[name] = [p["doc_id"] for p in answer["passages"]]
-            return top
-        finally:
-            await stages.close()
-
-    top = asyncio.run(scenario())
+    runs = [
+        ("hybrid", "hybrid", {}),
+        ("ppr", "ppr", {}),
+        ("reconstruct", "reconstruct", {}),
+        ("ppr before", "ppr", {"first_kept": 0}),
+    ]
+    documents = [(doc.doc_id, None, doc.text) for doc in block(2)]
+    top = {name: doc_ids(answer) for name, answer in answers_to(None, real_embedder, documents, question, runs).items()}
     assert top["hybrid"][0] == top["ppr"][0] == top["reconstruct"][0] == "b02-parish", top
     assert top["ppr before"][0] != "b02-parish", top  # the walk's order, had it decided alone

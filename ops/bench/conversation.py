@@ -35,7 +35,7 @@ from ops.stack.services import stderr
 from ops.testing import LocalIndexer
 from topics import BadInput, ContractError
 from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
-from workers.algorithms.retrieval import RetrievalParams
+from workers.algorithms.retrieval import NO_LINKS, RetrievalParams
 from workers.models.extraction import RulesExtractor
 from workers.query.engine import QueryEngine, QueryRequest
 from workers.query.modes import QueryMode, mode_names, query_mode, table_order
@@ -154,7 +154,7 @@ ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0}),
     "ppr, no episodes": ("ppr", {"episode_weight": 0.0}),
     # the first stage alone (with episodes and the time cue): no walk, no subject pages (a turn has none)
-    "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0, "named_pages": 0, "linked_pages": 0}),
+    "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0, **NO_LINKS}),
     "ppr, walk weight 1": ("ppr", {"turn_walk_weight": 1.0}),
     "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),
     "ppr, entity links": ("ppr", {"entity_links": True}),
@@ -162,7 +162,7 @@ ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "ppr, first_kept 0": ("ppr", {"first_kept": 0}),
     "reconstruct, no episodes": ("reconstruct", {"episode_weight": 0.0}),
     "reconstruct, no time cue": ("reconstruct", {"time_weight": 0.0}),
-    "reconstruct, no walk": ("reconstruct", {"read_weight": 0.0, "named_pages": 0, "linked_pages": 0}),
+    "reconstruct, no walk": ("reconstruct", {"read_weight": 0.0, **NO_LINKS}),
     "reconstruct, first_kept 0": ("reconstruct", {"first_kept": 0}),
 }
 

@@ -17,7 +17,7 @@ from ops.bench.datasets import Dataset, load_dataset, recall_at
 from ops.bench.shape import measure_shape, shape_line
 from ops.stack.services import Stack, stderr
 from store import Memory
-from workers.algorithms.retrieval import RetrievalParams
+from workers.algorithms.retrieval import NO_LINKS, RetrievalParams
 from workers.models.embedding import BatchingEmbedder, LocalEmbedder
 from workers.query.engine import QueryEngine, QueryRequest
 from workers.query.modes import QueryMode, table_order
@@ -27,14 +27,15 @@ from workers.settings import Settings
 ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool], dict[str, str]]] = {
     "no_schema_filter": ("ppr", {}, {"MEMSTREAM_SCHEMA_FILTER": "off"}),  # τ = 1: every schema stable at once
     "no_conflict_resolution": ("ppr", {}, {"MEMSTREAM_CONFLICTS": "off"}),
-    # the first stage alone: what the graph adds (the walk, and the pages a subject joins to the
-    # question or to the first stage's top passage: workers.algorithms.subjects)
-    "no_walk": ("ppr", {"walk_weight": 0.0, "named_pages": 0, "linked_pages": 0}, {}),
-    "no_subject_pages": ("ppr", {"named_pages": 0, "linked_pages": 0}, {}),  # the walk alone
+    # the first stage alone: what the graph adds (the walk, and the pages and passages the top
+    # passage's links join to it: workers.algorithms.subjects)
+    "no_walk": ("ppr", {"walk_weight": 0.0, **NO_LINKS}, {}),
+    "no_subject_pages": ("ppr", NO_LINKS, {}),  # the walk alone
     "no_named_pages": ("ppr", {"named_pages": 0}, {}),
     "no_linked_pages": ("ppr", {"linked_pages": 0}, {}),
-    "subject_pages_no_walk": ("ppr", {"walk_weight": 0.0}, {}),  # the pages alone
-    "reconstruct_no_subject_pages": ("reconstruct", {"named_pages": 0, "linked_pages": 0}, {}),
+    "no_bridge_passages": ("ppr", {"bridge_passages": 0}, {}),
+    "subject_pages_no_walk": ("ppr", {"walk_weight": 0.0}, {}),  # the links alone
+    "reconstruct_no_subject_pages": ("reconstruct", NO_LINKS, {}),
     "walk_weight_1": ("ppr", {"walk_weight": 1.0}, {}),
     "walk_weight_0.25": ("ppr", {"walk_weight": 0.25}, {}),  # the weight over conversation turns
     "with_entity_links": ("ppr", {"entity_links": True}, {}),

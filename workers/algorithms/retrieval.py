@@ -58,6 +58,7 @@ PARAM_RANGES = {
     "first_kept": Range(0, 50),
     "named_pages": Range(0, 10),
     "linked_pages": Range(0, 10),
+    "bridge_passages": Range(0, 10),
     "episode_weight": Range(0.0, 100.0),
     "time_weight": Range(0.0, 100.0),
 }
@@ -119,6 +120,13 @@ class RetrievalParams:
     # 57.8 / 74.1 with both. A named page is more often gold than a linked one: it goes first.
     named_pages: int = 2
     linked_pages: int = 2
+    # ... then at most this many of the first stage's candidates that share a bridge entity with
+    # the top passage (workers.algorithms.subjects.bridge_passages: a second hop whose page is not
+    # the name's). R@2 / R@5 with 0, 1, 2: MuSiQue-100 ppr 57.8 / 74.1, 59.9 / 77.2, 59.9 / 77.7;
+    # reconstruct 53.7 / 69.2, 56.3 / 71.5 (at 1); HotpotQA-100 ppr 79.5 / 92.0, 79.5 / 92.5,
+    # 79.5 / 92.5; reconstruct 79.0 / 91.5, 78.5 / 92.0 (at 1). Over conversation turns (no
+    # title; tried without that condition) LoCoMo dev ppr R@5 fell 65.8 → 65.4: titled tops only.
+    bridge_passages: int = 1
     # Graph modes: temporal contiguity (episode_smoothing; 0.25 is the largest weight that kept
     # LoCoMo dev's multi-hop questions at or above hybrid); 0 turns it off.
     episode_weight: float = 0.25
@@ -163,6 +171,11 @@ class RetrievalParams:
                 raise BadInput(f"parameter {name!r} is {value!r}; allowed range {PARAM_RANGES[name]}")
             values[name] = value
         return cls(**values)
+
+
+# the retrieval parameters that turn off what a titled top passage's links join to the query
+# (workers.query.links): the benches' ablations
+NO_LINKS: dict[str, float | bool] = {"named_pages": 0, "linked_pages": 0, "bridge_passages": 0}
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ from workers.query.answers import (
 )
 from workers.query.first_stage import FirstStageSearch, ready
 from workers.query.graph_cache import GraphCache, TenantGraph
-from workers.query.links import with_subject_pages
+from workers.query.links import with_links
 from workers.query.modes import mode_of
 from workers.query.reconstruct import Reconstructor
 from workers.query.request import QueryRequest
@@ -285,7 +285,7 @@ class QueryEngine:
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers,
             # with the pages a subject joins to the question and the top passage below its top
-            fused = await with_subject_pages(
+            fused = await with_links(
                 self.memory, request, first_ids, first.fused, first.rows, functools.partial(_entities_in, graph)
             )
             result = await self._first_stage_only(request, vector, timings, dataclasses.replace(first, fused=fused))
@@ -307,7 +307,7 @@ class QueryEngine:
         t = time.perf_counter()
         walked = [node_id(node) for node, _ in walk.passages]
         ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share))
-        ranked = await with_subject_pages(
+        ranked = await with_links(
             self.memory, request, first_ids, ranked, first.rows, functools.partial(_entities_in, graph)
         )
         scores, top_entities = walk.ppr.scores, walk.entities

@@ -1,25 +1,27 @@
-"""The pages a subject joins to a query, for ppr and reconstruct (workers.algorithms.subjects):
-in a tenant of titled documents every passage holds its document's subject, so a name the
-question holds that is a page's subject names that page (`named_pages`), and a name the first
-stage's top passage holds is a hyperlink to that page (`linked_pages`) — the second hop of a
-question the top passage answers half of. Those pages among a mode's first candidates rank right
-below the top passage. Nothing is read for a top passage without a subject (an untitled
-document, a conversation turn)."""
+"""What a titled document's links join to a query, for ppr and reconstruct
+(workers.algorithms.subjects): in a tenant of titled documents every passage holds its
+document's subject, so a name the question holds that is a page's subject names that page
+(`named_pages`), and a name the first stage's top passage holds is a hyperlink to that page
+(`linked_pages`) — the second hop of a question the top passage answers half of; a passage the
+first stage ranks that shares such a name with the top passage is a second hop too, where the
+name has no page (`bridge_passages`). Those pages and passages rank right below the top passage.
+Nothing is read for a top passage without a subject (an untitled document, a conversation
+turn)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Callable, Sequence
 
 from store.base import MemoryStore
 from workers.algorithms.normalize import entity_id, has_entity_id
 from workers.algorithms.retrieval import keep_first
-from workers.algorithms.subjects import linked_pages, named_pages
+from workers.algorithms.subjects import bridge_passages, linked_pages, named_pages
 from workers.query.first_stage import ready
 from workers.query.request import QueryRequest
 
 
-async def with_subject_pages(
+async def with_links(
     memory: MemoryStore,
     request: QueryRequest,
     first: list[str],
@@ -28,59 +30,61 @@ async def with_subject_pages(
     entities_in: Callable[[str], list[str] | None] | None = None,
 ) -> list[tuple[str, float]]:
     """`ranked` (ppr's or reconstruct's ranking, or the first stage's where ppr's walk had no
-    seed) with the pages subject_pages finds right below the first stage's kept top passage
+    seed) with what links_of_top finds right below the first stage's kept top passage
     (keep_first); the top passage's row is `rows`' (`first`: the first stage's ranking)."""
     top_row = rows.get(first[0]) if first else None
-    pages = await subject_pages(memory, request, top_row, [pid for pid, _ in ranked], rows, entities_in)
-    return keep_first(ranked, first, request.params.first_kept, pages) if pages else ranked
+    links = await links_of_top(memory, request, top_row, [pid for pid, _ in ranked], rows, first, entities_in)
+    return keep_first(ranked, first, request.params.first_kept, links) if links else ranked
 
 
-async def subject_pages(
+async def links_of_top(
     memory: MemoryStore,
     request: QueryRequest,
     top_row: dict | None,
     ranked: list[str],
     rows: dict[str, dict],
+    first: Sequence[str] = (),
     entities_in: Callable[[str], list[str] | None] | None = None,
 ) -> list[str]:
     """The pages the question names, then those `top_row` (the first stage's top passage's row)
     links to, among `ranked`'s first `first_stage_k` (a mode's ranking, best first; at most
-    `named_pages` and `linked_pages` of each: the request's params). A question that names the
+    `named_pages` and `linked_pages` of each: the request's params); then at most
+    `bridge_passages` of `first`'s first `first_stage_k` (the first stage's ranking) that share
+    a bridge entity with the top passage (subjects.bridge_passages). A question that names the
     top passage's own page names that page's other passages (MuSiQue-100 has pages of several:
     left out, ppr's R@2 fell 57.2 → 56.0); the top passage links to none of them. The subjects
     of candidates whose row is not in `rows` are read in one round trip (the field alone),
-    beside the top passage's entities unless `entities_in` (passage id → its entity ids, None
-    where unknown: ppr's cached graph) has them — asked only of a titled top passage. A subject
-    is matched by its name's entity id: an alias the resolver merged into another entity names
-    that one in the passages' entities, not in the subject, and is neither named nor linked."""
+    beside the entities of the top passage and of `first`'s candidates that `entities_in`
+    (passage id → its entity ids, None where unknown: ppr's cached graph) does not have — asked
+    only of a titled top passage. A subject is matched by its name's entity id: an alias the
+    resolver merged into another entity names that one in the passages' entities, not in the
+    subject, and is neither named nor linked."""
     params = request.params
-    if params.first_kept <= 0 or params.named_pages <= 0 and params.linked_pages <= 0:
-        return []  # (the pages are the kept top passage's: with none kept, none)
+    if params.first_kept <= 0 or max(params.named_pages, params.linked_pages, params.bridge_passages) <= 0:
+        return []  # (they are the kept top passage's links: with none kept, none)
     if not top_row or not top_row.get("subject"):
         return []
     top, candidates = top_row["id"], ranked[: params.first_stage_k]
     unread = [pid for pid in candidates if pid not in rows]
-    known = entities_in(top) if entities_in is not None and params.linked_pages > 0 else None
+    bridged = [pid for pid in first[: params.first_stage_k] if pid != top] if params.bridge_passages > 0 else []
+    asked = ([top] if params.linked_pages > 0 or bridged else []) + bridged
+    known = {pid: found for pid in asked if entities_in is not None and (found := entities_in(pid)) is not None}
+    unknown = [pid for pid in asked if pid not in known]
     entities, subjects = await asyncio.gather(
-        ready(known or [])
-        if known is not None or params.linked_pages <= 0
-        else _entities_of(memory, request.tenant, top),
+        memory.passages_entities(request.tenant, unknown) if unknown else ready([]),
         memory.passage_subjects(request.tenant, unread) if unread else ready([]),
     )
+    entities_of = {pid: set(ids) for pid, ids in [*known.items(), *zip(unknown, entities)]}
     names = {
         **{pid: rows[pid].get("subject") for pid in candidates if pid in rows},
         **dict(zip(unread, subjects)),
     }
     subject_of = {pid: sid for pid, name in names.items() if (sid := _subject_id(name))}
-    own = _subject_id(top_row["subject"])
-    named = named_pages(request.query, top, candidates, subject_of, params.named_pages)
     # a passage links to other pages: its own document's other passages are none
-    linked = linked_pages(set(entities) - {own}, top, candidates, subject_of, params.linked_pages)
-    return list(dict.fromkeys(named + linked))
-
-
-async def _entities_of(memory: MemoryStore, tenant: str, passage_id: str) -> list[str]:
-    return (await memory.passages_entities(tenant, [passage_id]))[0]
+    links = entities_of.get(top, set()) - {_subject_id(top_row["subject"])}
+    named = named_pages(request.query, top, candidates, subject_of, params.named_pages)
+    pages = list(dict.fromkeys(named + linked_pages(links, top, candidates, subject_of, params.linked_pages)))
+    return pages + bridge_passages(request.query, links, bridged, entities_of, set(pages), params.bridge_passages)
 
 
 def _subject_id(name: str | None) -> str | None:

@@ -21,7 +21,7 @@ from workers.query.answers import (
     SpentView,
     Stopped,
 )
-from workers.query.links import with_subject_pages
+from workers.query.links import with_links
 
 if TYPE_CHECKING:  # the walk calls walk_result: for the type checker only
     from workers.query.reconstruct_walk import Walk
@@ -38,7 +38,7 @@ async def walk_result(
     ranked = fuse_walk(first, walked, params, params.read_weight)
     known = {**walk.first.rows, **walk.read}
     # the pages the question names and the top passage links to, right below it
-    ranked = await with_subject_pages(walk.memory, walk.request, first, ranked, known)
+    ranked = await with_links(walk.memory, walk.request, first, ranked, known)
     ranked = ranked[: walk.request.top_k + len(walked)]
     missing = [pid for pid, _ in ranked if pid not in known]
     rows = {
