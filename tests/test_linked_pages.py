@@ -226,3 +226,41 @@ def test_a_second_hop_whose_name_has_no_page_ranks_second_in_graph_modes(real_em
         assert top[mode][:2] == ["bubye", "victoria"], top
     for mode in ("ppr unwalked", "reconstruct"):
         assert top[f"{mode} unbridged"][:2] != ["bubye", "victoria"], top
+
+
+def test_a_bridge_is_a_current_passage_of_another_page_not_kept_in_place():
+    """The river page's other passage names Zimbabwe too, but a passage links to no passage of
+    its own page; a passage with no row (retired) is none; a passage kept in place (first_kept 2)
+    is none; then the waterfall's page is the bridge, below the pages. A name exactly half the
+    candidates hold is still a bridge."""
+    memory = SubjectsOnly(
+        {
+            "river-1": ("Bubye River", ["bubye_river", "zimbabwe", "limpopo"]),
+            "river-2": ("Bubye River", ["bubye_river", "zimbabwe"]),
+            "retired": ("Old Falls", ["zimbabwe"]),
+            "angel": ("Angel Falls", ["venezuela"]),
+            "victoria": ("Victoria Falls", ["zimbabwe", "zambezi"]),
+            "limpopo": ("Limpopo", ["limpopo"]),
+        }
+    )
+    first = ["river-1", "river-2", "retired", "angel", "victoria", "limpopo"]
+    rows = {pid: {"id": pid, "subject": memory.passages[pid][0]} for pid in first if pid != "retired"}
+
+    def links(**params) -> list[str]:
+        request = QueryRequest(RIVER_QUESTION, "t", 5, "ppr", RetrievalParams(**params))
+        return asyncio.run(links_of_top(memory, request, rows["river-1"], first, rows, first))
+
+    # the question names the river: its other passage is a named page, and no bridge
+    assert links() == ["river-2", "limpopo", "victoria"]
+    assert links(named_pages=0, linked_pages=0) == ["victoria"]
+    assert links(named_pages=0, linked_pages=0, bridge_passages=0) == []
+    assert links(named_pages=0, linked_pages=0, first_kept=2) == ["victoria"]  # river-2 kept: none anyway
+    kept_victoria = ["river-1", "victoria", "angel", "limpopo"]
+    request = QueryRequest(RIVER_QUESTION, "t", 5, "ppr", RetrievalParams(named_pages=0, linked_pages=0, first_kept=2))
+    assert asyncio.run(links_of_top(memory, request, rows["river-1"], first, rows, kept_victoria)) == ["limpopo"]
+    # of four candidates two hold Limpopo: at most half, a bridge (three of four: none)
+    holding = {"limpopo": {"limpopo"}, "victoria": {"limpopo"}}
+    four = ["angel", "limpopo", "victoria", "kaieteur"]
+    assert bridge_passages(RIVER_QUESTION, {"limpopo"}, four, holding, set(), 1) == ["limpopo"]
+    holding["angel"] = {"limpopo"}
+    assert bridge_passages(RIVER_QUESTION, {"limpopo"}, four, holding, set(), 1) == []

@@ -153,7 +153,7 @@ class Answer:
 ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0}),
     "ppr, no episodes": ("ppr", {"episode_weight": 0.0}),
-    # the first stage alone (with episodes and the time cue): no walk, no subject pages (a turn has none)
+    # the first stage alone (with episodes and the time cue): no walk, no links (a turn has none)
     "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0, **NO_LINKS}),
     "ppr, walk weight 1": ("ppr", {"turn_walk_weight": 1.0}),
     "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),

@@ -30,12 +30,12 @@ ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool], dict[str, str]]] 
     # the first stage alone: what the graph adds (the walk, and the pages and passages the top
     # passage's links join to it: workers.algorithms.subjects)
     "no_walk": ("ppr", {"walk_weight": 0.0, **NO_LINKS}, {}),
-    "no_subject_pages": ("ppr", NO_LINKS, {}),  # the walk alone
+    "no_subject_pages": ("ppr", NO_LINKS, {}),  # the walk alone (no pages, no bridge passages)
     "no_named_pages": ("ppr", {"named_pages": 0}, {}),
     "no_linked_pages": ("ppr", {"linked_pages": 0}, {}),
     "no_bridge_passages": ("ppr", {"bridge_passages": 0}, {}),
-    "subject_pages_no_walk": ("ppr", {"walk_weight": 0.0}, {}),  # the links alone
-    "reconstruct_no_subject_pages": ("reconstruct", NO_LINKS, {}),
+    "subject_pages_no_walk": ("ppr", {"walk_weight": 0.0}, {}),  # the links alone (pages and bridges)
+    "reconstruct_no_subject_pages": ("reconstruct", NO_LINKS, {}),  # nor bridge passages
     "walk_weight_1": ("ppr", {"walk_weight": 1.0}, {}),
     "walk_weight_0.25": ("ppr", {"walk_weight": 0.25}, {}),  # the weight over conversation turns
     "with_entity_links": ("ppr", {"entity_links": True}, {}),

@@ -123,7 +123,7 @@ class RetrievalParams:
     # ... then at most this many of the first stage's candidates that share a bridge entity with
     # the top passage (workers.algorithms.subjects.bridge_passages: a second hop whose page is not
     # the name's). R@2 / R@5 with 0, 1, 2: MuSiQue-100 ppr 57.8 / 74.1, 59.9 / 77.2, 59.9 / 77.7;
-    # reconstruct 53.7 / 69.2, 56.3 / 71.5 (at 1); HotpotQA-100 ppr 79.5 / 92.0, 79.5 / 92.5,
+    # reconstruct 53.7 / 69.2, 56.8 / 72.0 (at 1); HotpotQA-100 ppr 79.5 / 92.0, 79.5 / 92.5,
     # 79.5 / 92.5; reconstruct 79.0 / 91.5, 78.5 / 92.0 (at 1). Over conversation turns (no
     # title; tried without that condition) LoCoMo dev ppr R@5 fell 65.8 → 65.4: titled tops only.
     bridge_passages: int = 1

@@ -5,8 +5,9 @@ shares a node with it — the hyperlink a Wikipedia page or a note's link would 
 without an LLM and in any order of arrival, since both sides derive the node from the name.
 
 At query time a subject joins pages to the question and to the first stage's top passage
-(`named_pages`, `linked_pages`; ppr and reconstruct rank them right below that passage:
-workers.query.links)."""
+(`named_pages`, `linked_pages`), and the top passage's other names join it to the first stage's
+passages that hold them (`bridge_passages`); ppr and reconstruct rank them right below that
+passage (workers.query.links)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from workers.algorithms.reconstruction import STOPWORDS
 # a trailing qualifier in parentheses ("The Prestige (film)", "Mercury (planet)"): Wikipedia's
 # way, and a notes corpus's, of keeping two pages of one name apart; a passage names the thing
 # without it ("The Prestige")
+_QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
 # a name more than this share of the first stage's candidates hold is no bridge (bridge_passages)
 BRIDGE_HUB_SHARE = 0.5
-_QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
 
 
 def subject_name(title: str | None) -> str:
@@ -90,7 +91,7 @@ def bridge_passages(
     """The second hop where no page of it is titled: of `ranked` (the first stage's candidates,
     best first, the top passage left out), the first `k` not `placed` already that name one of
     the top passage's bridge entities — the names it holds (`links`) that the question does not
-    (a first hop's name, not a bridge) and that fewer than half the candidates name
+    (a first hop's name, not a bridge) and that at most half the candidates name
     (BRIDGE_HUB_SHARE: a name most of them share links everything and selects nothing).
     `entities_of`: passage id → its entity ids. "What is the waterfall in the country where the
     Bubye River is found?": the river's page names Zimbabwe, the question does not; the first
@@ -101,7 +102,7 @@ def bridge_passages(
     if k <= 0 or not links:
         return []
     words = f" {' '.join(mention_words(query))} "
-    named = {eid for eid in links if f" {eid.replace('_', ' ')} " in words}
+    named = {eid for eid in links if f" {' '.join(mention_words(eid))} " in words}
     shared = Counter(eid for pid in ranked for eid in entities_of.get(pid, ()) if eid in links)
     bridges = links - named - {eid for eid, n in shared.items() if n > BRIDGE_HUB_SHARE * len(ranked)}
     return [pid for pid in ranked if pid not in placed and entities_of.get(pid, set()) & bridges][:k] if bridges else []

@@ -10,8 +10,9 @@ parallel with the graph catch-up, the structure-aware reset vector (`workers.alg
 PPR over the cached graph (`workers.query.graph_cache`), then the first stage's ranking fused with
 the walk's (fuse_walk), so the walk re-ranks the first stage below its top passage and top_k is
 always filled; over titled documents the pages a subject joins to the question and to that
-passage come right below it (workers.query.links). When no schema or fact passes τ_q the answer
-is the first stage's, with those pages, and says so (`"fallback": "first_stage"`). Answers are cached by
+passage, and the first stage's best passage sharing a bridge name with it, come right below it
+(workers.query.links). When no schema or fact passes τ_q the answer is the first stage's, with
+those links, and says so (`"fallback": "first_stage"`). Answers are cached by
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
 embedding lookup and one XREAD.
 
@@ -217,8 +218,8 @@ class QueryEngine:
     async def _ppr(self, request: QueryRequest, vector, timings: dict[str, float]) -> QueryResult:
         """The first stage re-ranked by the walk: PPR seeded by the facts and schemas near the
         query and the first stage's passages; the answer is the fusion of the first stage's
-        ranking with the walk's (fuse), the first stage filling top_k, the subject pages below its
-        top (workers.query.links). When nothing seeds the walk, the first stage's ranking with those pages
+        ranking with the walk's (fuse), the first stage filling top_k, the top passage's links below
+        it (workers.query.links). When nothing seeds the walk, the first stage's ranking with those links
         is the answer (`"fallback": "first_stage"`)."""
         tenant, params = request.tenant, request.params
         t = time.perf_counter()
@@ -284,7 +285,7 @@ class QueryEngine:
         )
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers,
-            # with the pages a subject joins to the question and the top passage below its top
+            # with the top passage's links below it
             fused = await with_links(
                 self.memory, request, first_ids, first.fused, first.rows, functools.partial(_entities_in, graph)
             )

@@ -50,7 +50,8 @@ async def links_of_top(
     links to, among `ranked`'s first `first_stage_k` (a mode's ranking, best first; at most
     `named_pages` and `linked_pages` of each: the request's params); then at most
     `bridge_passages` of `first`'s first `first_stage_k` (the first stage's ranking) that share
-    a bridge entity with the top passage (subjects.bridge_passages). A question that names the
+    a bridge entity with the top passage (subjects.bridge_passages): current passages (their
+    row in `rows`) of other pages than the top passage's, none kept in place already. A question that names the
     top passage's own page names that page's other passages (MuSiQue-100 has pages of several:
     left out, ppr's R@2 fell 57.2 → 56.0); the top passage links to none of them. The subjects
     of candidates whose row is not in `rows` are read in one round trip (the field alone),
@@ -66,7 +67,14 @@ async def links_of_top(
         return []
     top, candidates = top_row["id"], ranked[: params.first_stage_k]
     unread = [pid for pid in candidates if pid not in rows]
-    bridged = [pid for pid in first[: params.first_stage_k] if pid != top] if params.bridge_passages > 0 else []
+    own, kept = _subject_id(top_row["subject"]), set(first[: params.first_kept])
+    # a bridge is a current passage (its row read) of another page, not one kept in place
+    bridged = [
+        pid
+        for pid in first[: params.first_stage_k]
+        if pid in rows and pid not in kept and _subject_id(rows[pid].get("subject")) != own
+    ]
+    bridged = bridged if params.bridge_passages > 0 else []
     asked = ([top] if params.linked_pages > 0 or bridged else []) + bridged
     known = {pid: found for pid in asked if entities_in is not None and (found := entities_in(pid)) is not None}
     unknown = [pid for pid in asked if pid not in known]
@@ -81,7 +89,7 @@ async def links_of_top(
     }
     subject_of = {pid: sid for pid, name in names.items() if (sid := _subject_id(name))}
     # a passage links to other pages: its own document's other passages are none
-    links = entities_of.get(top, set()) - {_subject_id(top_row["subject"])}
+    links = entities_of.get(top, set()) - {own}
     named = named_pages(request.query, top, candidates, subject_of, params.named_pages)
     pages = list(dict.fromkeys(named + linked_pages(links, top, candidates, subject_of, params.linked_pages)))
     return pages + bridge_passages(request.query, links, bridged, entities_of, set(pages), params.bridge_passages)

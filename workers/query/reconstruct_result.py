@@ -37,7 +37,7 @@ async def walk_result(
     first = [pid for pid, _ in walk.first.fused]
     ranked = fuse_walk(first, walked, params, params.read_weight)
     known = {**walk.first.rows, **walk.read}
-    # the pages the question names and the top passage links to, right below it
+    # the pages the question names and the top passage links to, and its bridge passage, right below it
     ranked = await with_links(walk.memory, walk.request, first, ranked, known)
     ranked = ranked[: walk.request.top_k + len(walked)]
     missing = [pid for pid, _ in ranked if pid not in known]
