@@ -69,6 +69,15 @@ def test_text_over_the_limit_is_refused_with_sizes():
     assert decode(Document, doc(text="x" * 1000), max_text_bytes=1000).text == "x" * 1000
 
 
+def test_a_title_is_a_name_and_over_512_characters_is_refused():
+    """Every passage of a titled document holds its title as its subject and the entity it names:
+    a 200,000-character title was indexed as both, in every passage."""
+    with pytest.raises(ContractError, match="field 'title' is 513 characters, over the limit of 512"):
+        decode(Document, doc(title="é" * 513))
+    assert decode(Document, doc(title="é" * 512)).title == "é" * 512
+    assert decode(Document, doc()).title is None
+
+
 def test_default_limit_is_one_mebibyte():
     with pytest.raises(ContractError, match="over the limit of 1048576 bytes"):
         decode(Document, doc(text="é" * (1 << 19) + "x"))

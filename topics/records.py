@@ -238,6 +238,10 @@ class Document(Record):
     # Optional: a message without it decodes as before, its passages with no subject.
     title: Optional[str] = None
 
+    # A title is a name, not a text: every passage of the document holds it (its subject and the
+    # entity it names), so past this length it is refused. Wikipedia's titles stop at 255 bytes.
+    MAX_TITLE_CHARS: ClassVar[int] = 512
+
     @property
     def key(self) -> str:
         """Its tenant and doc id (document_key): every version of one document, and its
@@ -272,6 +276,11 @@ class Document(Record):
         """Also time (topics.times): `ts` seconds since the epoch a worker can read as a date,
         `metadata.ttl_seconds` TTLs the extractor can apply."""
         doc = super().from_dict(data, max_text_bytes=max_text_bytes, where=where, fields_at=fields_at)
+        if doc.title is not None and len(doc.title) > cls.MAX_TITLE_CHARS:
+            raise ContractError(
+                f"{where or cls.TOPIC}: field 'title' is {len(doc.title)} characters, over the limit of "
+                f"{cls.MAX_TITLE_CHARS} (a title names what the document is about; its words go in 'text')"
+            )
         try:
             if doc.ts is not None:
                 epoch_seconds(doc.ts)
