@@ -94,9 +94,8 @@ def bridge_passages(
     (a first hop's name, not a bridge) and that at most half the candidates name
     (BRIDGE_HUB_SHARE: a name most of them share links everything and selects nothing).
     `entities_of`: passage id → its entity ids. "What is the waterfall in the country where the
-    Bubye River is found?": the river's page names Zimbabwe, the question does not; the first
-    stage ranks Victoria Falls' page, which names Zimbabwe, eleventh among waterfalls of other
-    countries. The first stage's order picks them better than the walk's, which ranks the
+    Bubye River is found?": the river's page names Zimbabwe, the question does not; ppr ranked
+    Victoria Falls' page, which names Zimbabwe, twelfth, below waterfalls of other countries. The first stage's order picks them better than the walk's, which ranks the
     passages sharing the top passage's names high already: MuSiQue-100 (replay) ppr R@2 / R@5
     59.9 / 77.2 against 57.6 / 74.4 when ppr's ranking picks them (74.1 with none)."""
     if k <= 0 or not links:
