@@ -95,16 +95,17 @@ def bridge_passages(
     (BRIDGE_HUB_SHARE: a name most of them share links everything and selects nothing).
     `entities_of`: passage id → its entity ids. "What is the waterfall in the country where the
     Bubye River is found?": the river's page names Zimbabwe, the question does not; ppr ranked
-    Victoria Falls' page, which names Zimbabwe, twelfth, below waterfalls of other countries. The first stage's order picks them better than the walk's, which ranks the
-    passages sharing the top passage's names high already: MuSiQue-100 (replay) ppr R@2 / R@5
-    59.9 / 77.2 against 57.6 / 74.4 when ppr's ranking picks them (74.1 with none)."""
+    Victoria Falls' page, which names Zimbabwe, twelfth, below waterfalls of other countries.
+    The first stage's order picks them better than the walk's, which ranks the passages sharing
+    the top passage's names high already: MuSiQue-100 (replay) ppr R@2 / R@5 59.9 / 77.2 against
+    57.6 / 74.4 when ppr's ranking picks them (74.1 with none)."""
     if k <= 0 or not links:
         return []
     words = f" {' '.join(mention_words(query))} "
     named = {eid for eid in links if f" {' '.join(mention_words(eid))} " in words}
     shared = Counter(eid for pid in ranked for eid in entities_of.get(pid, ()) if eid in links)
     bridges = links - named - {eid for eid, n in shared.items() if n > BRIDGE_HUB_SHARE * len(ranked)}
-    return [pid for pid in ranked if pid not in placed and entities_of.get(pid, set()) & bridges][:k] if bridges else []
+    return [pid for pid in ranked if pid not in placed and entities_of.get(pid, set()) & bridges][:k]
 
 
 def linked_pages(links: set[str], top: str, ranked: Sequence[str], subject_of: dict[str, str], k: int) -> list[str]:

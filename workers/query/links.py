@@ -71,10 +71,9 @@ async def links_of_top(
     # a bridge is a current passage (its row read) of another page, not one kept in place
     bridged = [
         pid
-        for pid in first[: params.first_stage_k]
+        for pid in (first[: params.first_stage_k] if params.bridge_passages > 0 else ())
         if pid in rows and pid not in kept and _subject_id(rows[pid].get("subject")) != own
     ]
-    bridged = bridged if params.bridge_passages > 0 else []
     asked = ([top] if params.linked_pages > 0 or bridged else []) + bridged
     known = {pid: found for pid in asked if entities_in is not None and (found := entities_in(pid)) is not None}
     unknown = [pid for pid in asked if pid not in known]
