@@ -31,6 +31,8 @@ from store.records import (
     PassageRecordHit,
     PassagesRead,
     PassageState,
+    TurnEmbedding,
+    TurnsNear,
 )
 from topics import BadInput
 
@@ -296,6 +298,19 @@ class Episodes(Protocol):
     async def session_neighbours(
         self, tenant: str, session_id: str, turn: int, radius: int
     ) -> list[tuple[int, str]]: ...
+    # a turn's passage embedded with the turn before it (workers.stages.extractor): the session's
+    # passages at turn − 1, turn and turn + 1 with each turn's change count, read to decide; the
+    # decision fails its commit if a passage was indexed at one of them meanwhile
+    async def session_turns_near(self, tenant: str, session_id: str, turn: int) -> TurnsNear: ...
+    def expect_session_turns(
+        self, pipe: StagedWrites, tenant: str, session_id: str, changes: dict[int, int]
+    ) -> None: ...
+    # what each passage's vector was embedded with (a passage not embedded with a turn before it:
+    # TurnEmbedding()), and a passage's vector embedded again with one
+    async def turn_embeddings(self, tenant: str, passage_ids: list[str]) -> list[TurnEmbedding]: ...
+    def stage_turn_embedding(
+        self, pipe: StagedWrites, tenant: str, passage_id: str, embedding: TurnEmbedding, vector=None
+    ) -> None: ...
 
 
 @runtime_checkable

@@ -32,13 +32,23 @@ class LLMCache:
         await self.redis.set(self.key(messages, schema), answer, ex=LLM_CACHE_TTL_S)
 
 
+def text_sha256(text: str) -> str:
+    """The SHA-256 of a text (hex): what the embedding cache keys a text's vector by."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class EmbeddingCache:
     def __init__(self, redis, embedder: str):
         self.redis = redis
         self.embedder = embedder
 
     def key(self, text: str) -> str:
-        return embedding_cache_key(self.embedder, hashlib.sha256(text.encode("utf-8")).hexdigest())
+        return self.key_of_digest(text_sha256(text))
+
+    def key_of_digest(self, text_sha256: str) -> str:
+        """The key of a text's vector by the text's SHA-256 (a turn's passage records the one of
+        what it embedded, not the text: store.records.TurnEmbedding)."""
+        return embedding_cache_key(self.embedder, text_sha256)
 
     async def get_many(self, texts: list[str]) -> dict[str, np.ndarray]:
         """The cached vectors of those texts that have one."""

@@ -274,6 +274,11 @@ class TenantKeys:
         """Sorted set: the passage ids of a session's turns, scored by their turn number."""
         return f"{self.base}:session:{session_id}"
 
+    def session_turn_changes(self, session_id: str) -> str:
+        """Hash: turn number → how many times a passage was indexed at that turn of the session
+        (the fence of a decision that read the session's turns: expect_session_turns)."""
+        return f"{self.base}:sessionchg:{session_id}"
+
     @property
     def similarity_bridged(self) -> str:
         return f"{self.base}:simbridged"

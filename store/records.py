@@ -322,6 +322,35 @@ def passage_json(
     }
 
 
+@dataclass(frozen=True)
+class TurnsNear:
+    """A session's passages at a turn and the turns either side (store.base.Episodes'
+    session_turns_near): (turn, passage id) by turn then id, and each of the three turns' change
+    count — what a decision that read them expects still to hold when it commits."""
+
+    passages: list[tuple[int, str]]
+    changes: dict[int, int]
+
+
+@dataclass(frozen=True)
+class TurnEmbedding:
+    """What a turn's passage vector was embedded with (workers.algorithms.turns.turn_embedded_text):
+    the passage of the turn before it whose text followed its own ("" for none), and the SHA-256 of
+    the exact text embedded — the key of its cached vector, which an erasure deletes."""
+
+    preceded_by: str = ""
+    embedded_sha: str = ""
+
+
+TURN_EMBEDDING_FIELDS = ("preceded_by", "embedded_sha")  # a passage hash's fields of its TurnEmbedding
+
+
+def embedded_digests(passages: list[tuple[str, dict]]) -> list[str]:
+    """The digests of the texts turn passages ((id, fields) records) were embedded as, where one
+    was embedded with the turn before it (TurnEmbedding.embedded_sha): their cached vectors' keys."""
+    return [str(row["embedded_sha"]) for _, row in passages if row.get("embedded_sha")]
+
+
 def is_current(row: dict | None) -> TypeGuard[dict]:
     """A passage (passage_json) that queries may answer with: stored, and not retired by a
     later version of its document (kept for audit and drill-down only)."""

@@ -402,7 +402,13 @@ class Chunk(Record):
     @property
     def indexed_text(self) -> str:
         """What the extractor and the embedder read: the context line, then the text."""
-        return f"{self.context}\n{self.text}" if self.context else self.text
+        return indexed_text_of(self.context, self.text)
+
+
+def indexed_text_of(context: str | None, text: str) -> str:
+    """A passage as the extractor and the embedder read it (Chunk.indexed_text, and a stored
+    passage's row): its context line, then its text."""
+    return f"{context}\n{text}" if context else text
 
 
 # Entity types that are values — literals that qualify a fact (a constraint's amount, a deadline),

@@ -8,7 +8,7 @@ and `publish --wait` (ops/publish.py), none of which imports a stage for them.""
 from __future__ import annotations
 
 from store.caches import LLMCache
-from topics.records import Triple
+from topics.records import Triple, indexed_text_of
 from workers.models.prompts import EXTRACTION_SCHEMA, extraction_messages
 from workers.settings import Settings
 
@@ -52,11 +52,7 @@ def texts_of_records(
     each passage as indexed (topics.Chunk.indexed_text: context line, then text), entity names,
     each fact and, `with_schemas`, each fact's schema."""
 
-    indexed = [
-        f"{row['context']}\n{row['text']}" if row.get("context") else row["text"]
-        for _, row in passages
-        if row.get("text")
-    ]
+    indexed = [indexed_text_of(row.get("context"), row["text"]) for _, row in passages if row.get("text")]
     triples = [
         Triple(
             row["head"],

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from store.in_memory.base import InMemoryBase
+from store.in_memory.base import InMemoryBase, _text
+from store.records import TURN_EMBEDDING_FIELDS, TurnEmbedding, TurnsNear, vector_bytes
 
 
 class EpisodesOps(InMemoryBase):
@@ -33,7 +34,41 @@ class EpisodesOps(InMemoryBase):
 
     def stage_session_turn(self, pipe, tenant: str, session_id: str, turn: int, passage_id: str) -> None:
         def write() -> None:
-            self._tenant(tenant).session_turns.setdefault(session_id, {})[passage_id] = turn  # Memory's ZADD
+            t = self._tenant(tenant)
+            t.session_turns.setdefault(session_id, {})[passage_id] = turn  # Memory's ZADD
+            changes = t.session_turn_changes.setdefault(session_id, {})
+            changes[turn] = changes.get(turn, 0) + 1  # and HINCRBY
+
+        self._stage(pipe, write)
+
+    async def session_turns_near(self, tenant: str, session_id: str, turn: int) -> TurnsNear:
+        t = self._tenant(tenant)
+        turns, changes = t.session_turns.get(session_id, {}), t.session_turn_changes.get(session_id, {})
+        return TurnsNear(
+            sorted((at, pid) for pid, at in turns.items() if abs(at - turn) <= 1),
+            {at: changes.get(at, 0) for at in (turn - 1, turn, turn + 1)},
+        )
+
+    def expect_session_turns(self, pipe, tenant: str, session_id: str, changes: dict[int, int]) -> None:
+        for turn, count in changes.items():
+            pipe.expected.setdefault(
+                (tenant, "session_turn_changes", f"{session_id}\x1f{turn}", "n"), str(count) if count else None
+            )
+
+    async def turn_embeddings(self, tenant: str, passage_ids: list[str]) -> list[TurnEmbedding]:
+        rows = self._tenant(tenant).records["passages"]
+        return [
+            TurnEmbedding(*(_text(rows.get(pid, {}).get(name)) or "" for name in TURN_EMBEDDING_FIELDS))
+            for pid in passage_ids
+        ]
+
+    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector=None) -> None:
+        fields: dict = {"preceded_by": embedding.preceded_by, "embedded_sha": embedding.embedded_sha}
+        if vector is not None:
+            fields["vec"] = vector_bytes(vector)
+
+        def write() -> None:
+            self._hset(tenant, "passages", passage_id, fields)
 
         self._stage(pipe, write)
 

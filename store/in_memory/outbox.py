@@ -58,6 +58,10 @@ class OutboxOps(InMemoryBase):
             return None if value in (None, "") else str(value)
         if layer == "passage_revisions":
             return str(t.revisions[record_id]) if record_id in t.revisions else None
+        if layer == "session_turn_changes":
+            session, _, turn = record_id.rpartition("\x1f")
+            count = t.session_turn_changes.get(session, {}).get(int(turn))
+            return str(count) if count else None
         return _text(t.records[layer].get(record_id, {}).get(name)) or None
 
     async def commit_once(self, pipe, tenant: str, mark: str) -> Committed | None:

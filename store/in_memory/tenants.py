@@ -7,6 +7,7 @@ from __future__ import annotations
 from store.in_memory.base import _text
 from store.in_memory.export import ExportOps
 from store.keys import LAYERS
+from store.records import embedded_digests
 
 
 class TenantsOps(ExportOps):
@@ -41,6 +42,8 @@ class TenantsOps(ExportOps):
                 cached_vectors.key(text)
                 for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])
             ]
+            # a turn embedded with the turn before it: its text's cached vector, by the digest it recorded
+            cache += [cached_vectors.key_of_digest(digest) for digest in embedded_digests(layers["passages"])]
         for key in cache:
             self._cache.pop(key, None)
         del self._tenants[tenant]

@@ -7,8 +7,8 @@ from typing import cast
 
 import numpy as np
 
-from store.records import vector_from_bytes
-from store.redis.base import RedisBase, _text
+from store.records import TURN_EMBEDDING_FIELDS, TurnEmbedding, TurnsNear, vector_bytes, vector_from_bytes
+from store.redis.base import RedisBase, _expected, _text
 
 # Each entity's first ARGV[1] passages by id (SORT_RO ... ALPHA LIMIT) and each one's vector (the
 # hash at ARGV[2] .. id): reconstruct's entity cues in one command, where a SORT a cue and then
@@ -69,8 +69,47 @@ class EpisodesOps(RedisBase):
     def stage_session_turn(self, pipe, tenant: str, session_id: str, turn: int, passage_id: str) -> None:
         """Index a turn's passage under its session, scored by its turn number: ZADD, so a
         redelivered chunk changes nothing (a turn published again with a corrected speaker is a
-        new passage beside the first: both are that turn)."""
-        pipe.zadd(self.keys(tenant).session_turns(session_id), {passage_id: turn})
+        new passage beside the first: both are that turn). The turn's change count moves (the
+        fence of expect_session_turns)."""
+        keys = self.keys(tenant)
+        pipe.zadd(keys.session_turns(session_id), {passage_id: turn})
+        pipe.hincrby(keys.session_turn_changes(session_id), str(turn), 1)
+
+    async def session_turns_near(self, tenant: str, session_id: str, turn: int) -> TurnsNear:
+        """The session's passages at turn − 1, turn and turn + 1, and each turn's change count:
+        one round trip."""
+        keys = self.keys(tenant)
+        pipe = self.shard(tenant).pipeline(transaction=False)
+        pipe.zrangebyscore(keys.session_turns(session_id), turn - 1, turn + 1, withscores=True)
+        pipe.hmget(keys.session_turn_changes(session_id), [str(t) for t in (turn - 1, turn, turn + 1)])
+        rows, counts = await pipe.execute()
+        return TurnsNear(
+            sorted((int(score), pid.decode()) for pid, score in rows),
+            {t: int(count or 0) for t, count in zip((turn - 1, turn, turn + 1), counts)},
+        )
+
+    def expect_session_turns(self, pipe, tenant: str, session_id: str, changes: dict[int, int]) -> None:
+        """The decision read these turns of the session so (session_turns_near): its commit fails
+        if a passage was indexed at one of them meanwhile."""
+        key, expected = self.keys(tenant).session_turn_changes(session_id), _expected(pipe)
+        for turn, count in changes.items():
+            expected.setdefault((key, str(turn)), str(count) if count else None)
+
+    async def turn_embeddings(self, tenant: str, passage_ids: list[str]) -> list[TurnEmbedding]:
+        """What each passage's vector was embedded with (its hash's turn fields), in one command."""
+        replies = await self._read_each(
+            tenant, [self.keys(tenant).passage(pid) for pid in passage_ids], "HMGET", *TURN_EMBEDDING_FIELDS
+        )
+        return [TurnEmbedding(*(_text(v) if v else "" for v in reply)) for reply in replies]
+
+    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector=None) -> None:
+        """Record what the passage's vector was embedded with, and with `vector` the vector itself
+        (its indexes take it in place). A decision writing another passage's vector expects that
+        passage's state first (expect_passage): an erasure meanwhile leaves no fields behind."""
+        fields = {"preceded_by": embedding.preceded_by, "embedded_sha": embedding.embedded_sha}
+        if vector is not None:
+            fields["vec"] = vector_bytes(vector)  # type: ignore[assignment]
+        pipe.hset(self.keys(tenant).passage(passage_id), mapping=fields)
 
     async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:
         """(turn, passage id) of the session's turns at most `radius` from `turn`, the turn

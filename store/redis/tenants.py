@@ -12,7 +12,7 @@ from redis.typing import EncodableT, FieldT
 from store.indexes import index_missing, reply_rows
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, layer_prefix, parse_index_name
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, passage_terms, term_count
-from store.records import RETIRED_FIELDS, TENANT_FIELD, float32_vector_bytes
+from store.records import RETIRED_FIELDS, TENANT_FIELD, embedded_digests, float32_vector_bytes
 from store.redis.base import _text
 from store.redis.export import ExportOps
 from store.redis.lexical_index import LexicalIndexOps
@@ -63,6 +63,8 @@ class TenantsOps(ExportOps, LexicalIndexOps):
                 cached_vectors.key(text)
                 for text in embedded_texts(layers["passages"], layers["entities"], layers["facts"], layers["schemas"])
             ]
+            # a turn embedded with the turn before it: its text's cached vector, by the digest it recorded
+            cache += [cached_vectors.key_of_digest(digest) for digest in embedded_digests(layers["passages"])]
         await self._delete_shared_keys(cache)
         await self.drop_own_lexical(tenant)  # a large tenant's own lexical index; its copies go below
         await self.drop_own_vectors(tenant)  # ... and its own vector indexes

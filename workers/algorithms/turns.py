@@ -48,3 +48,21 @@ def session_turn(metadata: dict) -> tuple[str, int] | None:
     if isinstance(session, str) and session and isinstance(turn, int) and not isinstance(turn, bool):
         return session, turn
     return None
+
+
+def turn_embedded_text(indexed_text: str, preceding_text: str | None) -> str:
+    """A turn's passage as its vector embeds it: its indexed text (context line, then text), then
+    the text of the turn before it in its session. "Yes! At the beach, with the kids." says little
+    alone; after "Where did you camp this summer?" it says where. The turn before only: a turn is
+    indexed as it is said, before any reply. Measured on the LoCoMo dev conversations (rules
+    extractor, all-MiniLM-L6-v2, in memory, R@5 / R@10 before → after): dense 42.0 / 53.5 →
+    47.0 / 57.3, hybrid 61.1 / 69.9 → 66.0 / 75.7, ppr 65.8 / 76.0 → 70.5 / 77.9, reconstruct
+    65.6 / 75.3 → 69.3 / 78.1. The turn before put first gave ppr 68.9 / 77.2; the two turns'
+    vectors summed instead of one text embedded (the turn before at half weight) 68.2 / 77.5."""
+    return f"{indexed_text}\n{preceding_text}" if preceding_text else indexed_text
+
+
+def preceding_passage(current: list[str]) -> str | None:
+    """Of a turn's current passages (one; two where it was published again, corrected, beside
+    the first), the one the next turn is embedded after: the first by id. None: no such turn."""
+    return min(current) if current else None

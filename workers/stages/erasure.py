@@ -90,6 +90,9 @@ class Erasing(Stage):
             cache_keys += [
                 vectors.key(text) for text in texts_of_records(rows, [(e, n) for e, n in names.items()], fact_rows)
             ]
+            # a turn embedded with the turn before it: that text's vector, by the digest it recorded
+            made = await memory.turn_embeddings(tenant, [pid for pid, _ in rows])
+            cache_keys += [vectors.key_of_digest(m.embedded_sha) for m in made if m.embedded_sha]
         memory.stage_erase(
             pipe,
             tenant,

@@ -7,18 +7,19 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
+from store.caches import text_sha256
 from store.facts import Fact
 from store.nodes import entity_node, passage_node
-from store.records import HeldVector
+from store.records import HeldVector, TurnEmbedding, is_current
 from topics import CandidateFact, Chunk
-from topics.records import VALUE_TYPES, passage_mark
+from topics.records import VALUE_TYPES, indexed_text_of, passage_mark
 from workers import metrics
 from workers.algorithms import grounding
 from workers.algorithms.expiry import lapse_time, passage_ttls, turn_time
 from workers.algorithms.normalize import canonical_fact, entity_id, fact_id, has_entity_id, schema_id
-from workers.algorithms.turns import session_turn
+from workers.algorithms.turns import preceding_passage, session_turn, turn_embedded_text
 from workers.derived import embedded_texts, fact_text, schema_text
 from workers.envelope import Emit, PermanentError
 from workers.models.embedding import EmbedderMismatch, EmbedderRefused, TenantEmbedders
@@ -54,6 +55,17 @@ def with_subject(extraction: Extraction, subject: str) -> Extraction:
 # rebuilt from the log could lack an edge of the original (CI, tests/test_rebuild_from_log.py).
 SIMILAR_NEIGHBOURS_MAX = 64
 MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle (far above any read-ahead window)
+
+
+@dataclass(frozen=True)
+class TurnText:
+    """What a chunk's passage vector embeds (ExtractorStage._turn_embedding): its text, what that
+    records (a turn's: the turn before it), and (passage id, text) of each passage of the next
+    turn to embed again after this one."""
+
+    text: str
+    embedding: TurnEmbedding = TurnEmbedding()
+    followers: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ExtractorStage(Stage):
@@ -94,6 +106,8 @@ class ExtractorStage(Stage):
         facts = [canonical_fact(t) for t in extraction.facts]
         names = [e.name for e in extraction.entities] + [n for t in facts for n in (t.head, t.tail)]
         texts = dict.fromkeys(embedded_texts(chunk.indexed_text, names, facts))
+        if session_turn(chunk.metadata) is not None:  # handle decides what a turn's passage embeds (_turn_embedding)
+            texts.pop(chunk.indexed_text, None)
         # what the tenant holds already needs no vector (handle reads it again, aliases resolved)
         held = await self.memory.held_vectors(
             chunk.tenant,
@@ -106,6 +120,46 @@ class ExtractorStage(Stage):
             {schema_id(t.head_type, t.relation, t.tail_type): schema_text(t) for t in facts},
         )
         await self.embedder.embed([t for t in texts if t not in held])
+
+    async def _turn_embedding(self, pipe, chunk: Chunk) -> TurnText:
+        """What the chunk's passage vector embeds: a conversation turn's indexed text followed by
+        the text of the turn before it in its session, where memory holds that turn
+        (workers.algorithms.turns.turn_embedded_text) — and the passages of the turn after it,
+        indexed already, to embed again after this one. Turns of a session arrive on any
+        partition in any order; whichever of two neighbours is indexed second embeds the later
+        one after the earlier, so the vectors come out the same in every order. The decision
+        expects the three turns as it read them (expect_session_turns): two neighbours indexed at
+        once, the second to commit decides again and sees the first."""
+        episode = session_turn(chunk.metadata)
+        if episode is None:
+            return TurnText(chunk.indexed_text)
+        tenant, (session, at) = chunk.tenant, episode
+        near = await self.memory.session_turns_near(tenant, session, at)
+        self.memory.expect_session_turns(pipe, tenant, session, near.changes)
+        others = [pid for _, pid in near.passages if pid != chunk.chunk_id]
+        rows = {pid: row for pid, row in zip(others, await self.memory.passages(tenant, others)) if is_current(row)}
+
+        def current(turn: int) -> list[str]:
+            return [pid for t, pid in near.passages if t == turn and pid in rows]
+
+        before = preceding_passage(current(at - 1))
+        text = turn_embedded_text(chunk.indexed_text, rows[before]["text"] if before else None)
+        embedding = TurnEmbedding(before, text_sha256(text)) if before else TurnEmbedding()
+        if preceding_passage(current(at) + [chunk.chunk_id]) != chunk.chunk_id:
+            return TurnText(text, embedding)  # another passage of this turn comes before the next one
+        after = current(at + 1)
+        stale = [
+            pid
+            for pid, made in zip(after, await self.memory.turn_embeddings(tenant, after))
+            if made.preceded_by != chunk.chunk_id
+        ]
+        for pid, state in zip(stale, await self.memory.passage_states(tenant, stale)):
+            self.memory.expect_passage(pipe, tenant, pid, state)  # a retirement or an erasure meanwhile: decide again
+        followers = [
+            (pid, turn_embedded_text(indexed_text_of(rows[pid]["context"], rows[pid]["text"]), chunk.text))
+            for pid in stale
+        ]
+        return TurnText(text, embedding, followers)
 
     def _started(self, chunk: Chunk) -> asyncio.Task[Extraction]:
         """The chunk's extraction in the memo — started now unless it is there, running or done
@@ -170,11 +224,13 @@ class ExtractorStage(Stage):
                 {fact_id(head_id, t.relation, tail_id): fact_text(t) for t, head_id, tail_id in facts},
                 {schema_id(t.head_type, t.relation, t.tail_type): schema_text(t) for t, _, _ in facts},
             )
-            texts = embedded_texts(chunk.indexed_text, [e.name for e in entities.values()], [t for t, _, _ in facts])
+            turn = await self._turn_embedding(pipe, chunk)
+            texts = embedded_texts(turn.text, [e.name for e in entities.values()], [t for t, _, _ in facts])
             try:
-                vectors = await self._vectors(texts, held)
+                vectors = await self._vectors(texts + [text for _, text in turn.followers], held)
             except EmbedderRefused as exc:  # this chunk's text, refused as such: asking again cannot help
                 raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
+            vectors, follower_vecs = vectors[: len(texts)], vectors[len(texts) :]
             ent_vecs = vectors[1 : 1 + len(entities)]
             fact_vecs = vectors[1 + len(entities) : 1 + len(entities) + len(facts)]
             schema_vecs = vectors[1 + len(entities) + len(facts) :]
@@ -184,6 +240,11 @@ class ExtractorStage(Stage):
             episode = session_turn(chunk.metadata)
             if episode is not None:  # the session's turns in order: reconstruct's contiguity cue
                 self.memory.stage_session_turn(pipe, tenant, *episode, chunk.chunk_id)
+                self.memory.stage_turn_embedding(pipe, tenant, chunk.chunk_id, turn.embedding)
+            for (follower, text), vec in zip(turn.followers, follower_vecs):  # the next turn, after this one now
+                self.memory.stage_turn_embedding(
+                    pipe, tenant, follower, TurnEmbedding(chunk.chunk_id, text_sha256(text)), vec
+                )
             version = await self.memory.bump_graph_version(tenant) if entities else 0
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
                 self.memory.stage_entity(pipe, tenant, eid, ent.name, ent.type, vec, chunk.chunk_id)

@@ -1,0 +1,152 @@
+"""A conversation turn's vector embeds it after the turn before it in its session
+(workers.algorithms.turns.turn_embedded_text): "Yes! At the beach." says where only after "Where
+did you camp?". Turns arrive on any partition in any order; whichever of two neighbours is indexed
+second embeds the later one after the earlier, so every order gives the same vectors. An erased
+turn's cached vector of that text goes with it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from store.caches import text_sha256
+from store.in_memory import InMemoryStore
+from tests.inprocess import DIMS, Delivery, HashEmbedder, InProcess
+from workers.algorithms.chunking import turn_chunk_id
+from workers.algorithms.turns import turn_context, turn_embedded_text
+from workers.models.embedding import BatchingEmbedder, embedder_id
+from workers.models.extraction import RulesExtractor
+
+SESSION = "trip:session_1"
+TURNS = [  # (speaker, text): a session of five turns
+    ("Ann", "Where did you camp this summer?"),
+    ("Bob", "At the beach, with the kids."),
+    ("Ann", "Did they like it?"),
+    ("Bob", "They loved the waves."),
+    ("Ann", "We should go together next year."),
+]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _stages(redis_url, delivery: Delivery | None = None, cached: bool = False) -> InProcess:
+    from store import Memory
+
+    memory = Memory.from_url(redis_url, tau=2) if redis_url else InMemoryStore(DIMS, tau=2)
+    model = HashEmbedder()
+    embedder = BatchingEmbedder(model, cache=memory.embedding_cache(embedder_id(model).cache_name) if cached else None)
+    return InProcess(None, RulesExtractor(), embedder, memory=memory, delivery=delivery)
+
+
+def _passage_id(n: int) -> str:
+    speaker, text = TURNS[n - 1]
+    return turn_chunk_id(f"turn-{n}", turn_context(speaker), text)
+
+
+def _expected_texts() -> list[str]:
+    """What each turn's vector embeds: its speaker line and text, then the text of the turn before."""
+    out = []
+    for n, (speaker, text) in enumerate(TURNS, 1):
+        before = TURNS[n - 2][1] if n > 1 else None
+        out.append(turn_embedded_text(f"{turn_context(speaker)}\n{text}", before))
+    return out
+
+
+async def _publish(stages: InProcess, order: list[int], wait: bool = True) -> None:
+    for n in order:
+        speaker, text = TURNS[n - 1]
+        await stages.publish(f"turn-{n}", text, session_id=SESSION, turn=n, speaker=speaker, wait=wait)
+    await stages.drain()
+
+
+async def _cosines_to_expected(stages: InProcess) -> tuple[list[float], list[float]]:
+    """Each turn's stored vector against the vector of what it should embed, and against its own
+    text alone (the vector before turns were embedded after the turn before)."""
+    stored = await stages.memory.passage_vectors(stages.tenant, [_passage_id(n) for n in range(1, len(TURNS) + 1)])
+    expected = HashEmbedder().embed(_expected_texts())
+    alone = HashEmbedder().embed([f"{turn_context(s)}\n{t}" for s, t in TURNS])
+    unit = [np.asarray(v, dtype=np.float32) / np.linalg.norm(v) for v in stored]
+    return [float(u @ e) for u, e in zip(unit, expected)], [float(u @ a) for u, a in zip(unit, alone)]
+
+
+def test_a_turn_is_embedded_after_the_turn_before_it(redis_url):
+    """Published in order, as a conversation is said: each turn's vector is of its text followed
+    by the turn before it (the first turn's, of its text alone); each records the passage it
+    followed. Before: every turn's vector was of its own text alone."""
+
+    async def scenario():
+        stages = _stages(redis_url)
+        try:
+            await _publish(stages, [1, 2, 3, 4, 5])
+            made = await stages.memory.turn_embeddings(stages.tenant, [_passage_id(n) for n in range(1, 6)])
+            return await _cosines_to_expected(stages), made
+        finally:
+            await stages.close()
+
+    (to_expected, to_alone), made = run(scenario())
+    assert min(to_expected) > 0.999, to_expected  # (Redis holds float16)
+    assert to_alone[0] > 0.999 and max(to_alone[1:]) < 0.5
+    assert [m.preceded_by for m in made] == [""] + [_passage_id(n) for n in range(1, 5)]
+    assert [m.embedded_sha for m in made] == [""] + [text_sha256(t) for t in _expected_texts()[1:]]
+
+
+@pytest.mark.parametrize("order", [[5, 4, 3, 2, 1], [2, 4, 1, 5, 3]])
+def test_turns_indexed_in_any_order_get_the_vectors_of_the_order_they_were_said_in(redis_url, order):
+    """A turn indexed before the turn before it is embedded again when that one is: the later
+    of two neighbours to be indexed embeds the turn after after the turn before."""
+
+    async def scenario():
+        stages = _stages(redis_url)
+        try:
+            await _publish(stages, order)
+            return await _cosines_to_expected(stages)
+        finally:
+            await stages.close()
+
+    to_expected, _ = run(scenario())
+    assert min(to_expected) > 0.999, to_expected
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_neighbouring_turns_indexed_at_once_on_several_partitions_still_follow_each_other(seed):
+    """Four partitions, three messages in flight, a third of them delivered twice: two
+    neighbours deciding at once both read the other absent, and the second to commit finds the
+    session's turns changed (expect_session_turns), decides again and embeds after the first."""
+
+    async def scenario():
+        stages = _stages(None, Delivery(partitions=4, consumers=3, seed=seed, redeliver=0.3))
+        try:
+            await _publish(stages, [3, 1, 5, 2, 4], wait=False)
+            return await _cosines_to_expected(stages)
+        finally:
+            await stages.close()
+
+    to_expected, _ = run(scenario())
+    assert min(to_expected) > 0.999, to_expected
+
+
+def test_an_erased_turn_takes_the_cached_vector_of_what_it_embedded(redis_url):
+    """The embedding cache keys a vector by its text's digest; an erasure computes the digests of
+    a passage's texts from its row, which does not hold the turn before it. The turn records the
+    digest of what it embedded, and its erasure deletes that entry too."""
+
+    async def scenario():
+        stages = _stages(redis_url, cached=True)
+        try:
+            await _publish(stages, [1, 2])
+            cache = stages.memory.embedding_cache(embedder_id(HashEmbedder()).cache_name)
+            embedded = _expected_texts()[1]
+            before = await cache.get_many([embedded])
+            await stages.delete("turn-2", purge=True)
+            return before, await cache.get_many([embedded]), await cache.get_many([_expected_texts()[0]])
+        finally:
+            await stages.close()
+
+    before, after, first = run(scenario())
+    assert list(before) == [_expected_texts()[1]]
+    assert after == {}
+    assert list(first) == [_expected_texts()[0]]  # the turn before, not erased, keeps its own
