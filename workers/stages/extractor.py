@@ -105,9 +105,8 @@ class ExtractorStage(Stage):
             return
         facts = [canonical_fact(t) for t in extraction.facts]
         names = [e.name for e in extraction.entities] + [n for t in facts for n in (t.head, t.tail)]
-        texts = dict.fromkeys(embedded_texts(chunk.indexed_text, names, facts))
-        if session_turn(chunk.metadata) is not None:  # handle decides what a turn's passage embeds (_turn_embedding)
-            texts.pop(chunk.indexed_text, None)
+        turn = await self._turn_embedding(chunk)  # a turn: after the turn before it, as handle will most likely decide
+        texts = dict.fromkeys(embedded_texts(turn.text, names, facts) + [text for _, text in turn.followers])
         # what the tenant holds already needs no vector (handle reads it again, aliases resolved)
         held = await self.memory.held_vectors(
             chunk.tenant,
@@ -121,7 +120,7 @@ class ExtractorStage(Stage):
         )
         await self.embedder.embed([t for t in texts if t not in held])
 
-    async def _turn_embedding(self, pipe, chunk: Chunk) -> TurnText:
+    async def _turn_embedding(self, chunk: Chunk, pipe=None) -> TurnText:
         """What the chunk's passage vector embeds: a conversation turn's indexed text followed by
         the text of the turn before it in its session, where memory holds that turn
         (workers.algorithms.turns.turn_embedded_text) — and the passages of the turn after it,
@@ -129,13 +128,15 @@ class ExtractorStage(Stage):
         partition in any order; whichever of two neighbours is indexed second embeds the later
         one after the earlier, so the vectors come out the same in every order. The decision
         expects the three turns as it read them (expect_session_turns): two neighbours indexed at
-        once, the second to commit decides again and sees the first."""
+        once, the second to commit decides again and sees the first. Without `pipe` (the
+        read-ahead) it reads the same and stages no expectation."""
         episode = session_turn(chunk.metadata)
         if episode is None:
             return TurnText(chunk.indexed_text)
         tenant, (session, at) = chunk.tenant, episode
         near = await self.memory.session_turns_near(tenant, session, at)
-        self.memory.expect_session_turns(pipe, tenant, session, near.changes)
+        if pipe is not None:
+            self.memory.expect_session_turns(pipe, tenant, session, near.changes)
         others = [pid for _, pid in near.passages if pid != chunk.chunk_id]
         rows = {pid: row for pid, row in zip(others, await self.memory.passages(tenant, others)) if is_current(row)}
 
@@ -153,8 +154,9 @@ class ExtractorStage(Stage):
             for pid, made in zip(after, await self.memory.turn_embeddings(tenant, after))
             if made.preceded_by != chunk.chunk_id
         ]
-        for pid, state in zip(stale, await self.memory.passage_states(tenant, stale)):
-            self.memory.expect_passage(pipe, tenant, pid, state)  # a retirement or an erasure meanwhile: decide again
+        if pipe is not None and stale:  # a retirement or an erasure meanwhile: decide again
+            for pid, state in zip(stale, await self.memory.passage_states(tenant, stale)):
+                self.memory.expect_passage(pipe, tenant, pid, state)
         followers = [
             (pid, turn_embedded_text(indexed_text_of(rows[pid]["context"], rows[pid]["text"]), chunk.text))
             for pid in stale
@@ -224,7 +226,7 @@ class ExtractorStage(Stage):
                 {fact_id(head_id, t.relation, tail_id): fact_text(t) for t, head_id, tail_id in facts},
                 {schema_id(t.head_type, t.relation, t.tail_type): schema_text(t) for t, _, _ in facts},
             )
-            turn = await self._turn_embedding(pipe, chunk)
+            turn = await self._turn_embedding(chunk, pipe)
             texts = embedded_texts(turn.text, [e.name for e in entities.values()], [t for t, _, _ in facts])
             try:
                 vectors = await self._vectors(texts + [text for _, text in turn.followers], held)
