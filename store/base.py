@@ -161,7 +161,10 @@ class Layers(Protocol):
     """Memory layers: the extractor writes them, the detector, resolver and queries read."""
 
     async def ensure_indexes(self, tenant: str) -> None: ...
-    def stage_passage(self, pipe: StagedWrites, tenant: str, chunk, entity_ids: list[str], vector) -> None: ...
+    # `turn`: what a turn's vector was embedded with (TurnEmbedding), in the same write
+    def stage_passage(
+        self, pipe: StagedWrites, tenant: str, chunk, entity_ids: list[str], vector, turn: TurnEmbedding | None = None
+    ) -> None: ...
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None: ...
     # the embedder the tenant's indexes were built with, recorded by the first writer (Memory's docstring)
     async def claim_embedder(self, tenant: str, embedder: EmbedderId, create: bool) -> EmbedderId | None: ...
@@ -305,11 +308,11 @@ class Episodes(Protocol):
     def expect_session_turns(
         self, pipe: StagedWrites, tenant: str, session_id: str, changes: dict[int, int]
     ) -> None: ...
-    # what each passage's vector was embedded with (a passage not embedded with a turn before it:
-    # TurnEmbedding()), and a passage's vector embedded again with one
+    # what each passage's vector was embedded with (a passage not embedded after a turn before it:
+    # TurnEmbedding()), and a turn's vector embedded again after the turn before it, indexed since
     async def turn_embeddings(self, tenant: str, passage_ids: list[str]) -> list[TurnEmbedding]: ...
     def stage_turn_embedding(
-        self, pipe: StagedWrites, tenant: str, passage_id: str, embedding: TurnEmbedding, vector=None
+        self, pipe: StagedWrites, tenant: str, passage_id: str, embedding: TurnEmbedding, vector
     ) -> None: ...
 
 

@@ -345,6 +345,11 @@ class TurnEmbedding:
 TURN_EMBEDDING_FIELDS = ("preceded_by", "embedded_sha")  # a passage hash's fields of its TurnEmbedding
 
 
+def turn_embedding_fields(turn: TurnEmbedding) -> dict[str, str]:
+    """A TurnEmbedding as its passage hash's fields (TURN_EMBEDDING_FIELDS)."""
+    return dict(zip(TURN_EMBEDDING_FIELDS, (turn.preceded_by, turn.embedded_sha)))
+
+
 def embedded_digests(passages: list[tuple[str, dict]]) -> list[str]:
     """The digests of the texts turn passages ((id, fields) records) were embedded as, where one
     was embedded with the turn before it (TurnEmbedding.embedded_sha): their cached vectors' keys."""

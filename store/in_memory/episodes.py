@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from store.in_memory.base import InMemoryBase, _text
-from store.records import TURN_EMBEDDING_FIELDS, TurnEmbedding, TurnsNear, vector_bytes
+from store.records import TURN_EMBEDDING_FIELDS, TurnEmbedding, TurnsNear, turn_embedding_fields, vector_bytes
 
 
 class EpisodesOps(InMemoryBase):
@@ -62,10 +62,8 @@ class EpisodesOps(InMemoryBase):
             for pid in passage_ids
         ]
 
-    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector=None) -> None:
-        fields: dict = {"preceded_by": embedding.preceded_by, "embedded_sha": embedding.embedded_sha}
-        if vector is not None:
-            fields["vec"] = vector_bytes(vector)
+    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector) -> None:
+        fields = {**turn_embedding_fields(embedding), "vec": vector_bytes(vector)}
 
         def write() -> None:
             self._hset(tenant, "passages", passage_id, fields)

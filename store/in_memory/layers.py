@@ -22,8 +22,10 @@ from store.records import (
     VECTOR_ITEM_BYTES,
     HeldVector,
     PassagesRead,
+    TurnEmbedding,
     passage_extras,
     passage_json,
+    turn_embedding_fields,
     vector_bytes,
 )
 
@@ -47,7 +49,9 @@ class LayersOps(InMemoryBase):
         row = self._tenant(tenant).records[layer].setdefault(record_id, {})
         row[counter] = str(int(row.get(counter) or 0) + 1)
 
-    def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
+    def stage_passage(
+        self, pipe, tenant: str, chunk, entity_ids: list[str], vector, turn: TurnEmbedding | None = None
+    ) -> None:
         fields = {
             "text": chunk.text,
             "doc_id": chunk.doc_id,
@@ -56,6 +60,7 @@ class LayersOps(InMemoryBase):
             "entities": json.dumps(entity_ids),
             "vec": vector_bytes(vector),
             **passage_extras(chunk),
+            **(turn_embedding_fields(turn) if turn is not None else {}),
         }
 
         def write() -> None:

@@ -7,7 +7,14 @@ from typing import cast
 
 import numpy as np
 
-from store.records import TURN_EMBEDDING_FIELDS, TurnEmbedding, TurnsNear, vector_bytes, vector_from_bytes
+from store.records import (
+    TURN_EMBEDDING_FIELDS,
+    TurnEmbedding,
+    TurnsNear,
+    turn_embedding_fields,
+    vector_bytes,
+    vector_from_bytes,
+)
 from store.redis.base import RedisBase, _expected, _text
 
 # Each entity's first ARGV[1] passages by id (SORT_RO ... ALPHA LIMIT) and each one's vector (the
@@ -102,13 +109,11 @@ class EpisodesOps(RedisBase):
         )
         return [TurnEmbedding(*(_text(v) if v else "" for v in reply)) for reply in replies]
 
-    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector=None) -> None:
-        """Record what the passage's vector was embedded with, and with `vector` the vector itself
-        (its indexes take it in place). A decision writing another passage's vector expects that
-        passage's state first (expect_passage): an erasure meanwhile leaves no fields behind."""
-        fields = {"preceded_by": embedding.preceded_by, "embedded_sha": embedding.embedded_sha}
-        if vector is not None:
-            fields["vec"] = vector_bytes(vector)  # type: ignore[assignment]
+    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector) -> None:
+        """A turn's passage vector embedded again (after the turn before it, indexed since) and
+        what it followed; its indexes take it in place. The decision expects that passage's state
+        first (expect_passage): an erasure meanwhile leaves no fields behind."""
+        fields = {**turn_embedding_fields(embedding), "vec": vector_bytes(vector)}
         pipe.hset(self.keys(tenant).passage(passage_id), mapping=fields)
 
     async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:

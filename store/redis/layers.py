@@ -20,9 +20,11 @@ from store.records import (
     VECTOR_ITEM_BYTES,
     HeldVector,
     PassagesRead,
+    TurnEmbedding,
     entity_list,
     passage_extras,
     passage_json,
+    turn_embedding_fields,
     vector_bytes,
     vector_from_bytes,
 )
@@ -140,7 +142,11 @@ class LayersOps(RedisBase):
     RedisBase's, the searches SearchOps')."""
 
     # ---- memory layers -------------------------------------------------------------------
-    def stage_passage(self, pipe, tenant: str, chunk, entity_ids: list[str], vector) -> None:
+    def stage_passage(
+        self, pipe, tenant: str, chunk, entity_ids: list[str], vector, turn: TurnEmbedding | None = None
+    ) -> None:
+        """The passage's hash, one HSET (its indexes index it once), with what a turn's vector was
+        embedded with (`turn`)."""
         pipe.hset(
             self.keys(tenant).passage(chunk.chunk_id),
             mapping={
@@ -152,6 +158,7 @@ class LayersOps(RedisBase):
                 ENTITIES_FIELD: ",".join(entity_ids),
                 "vec": vector_bytes(vector),
                 **passage_extras(chunk),
+                **(turn_embedding_fields(turn) if turn is not None else {}),
             },
         )
         stage_lexical_mirror(pipe, self.keys(tenant), chunk.chunk_id)

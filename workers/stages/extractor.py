@@ -238,11 +238,11 @@ class ExtractorStage(Stage):
             schema_vecs = vectors[1 + len(entities) + len(facts) :]
 
             await self.memory.ensure_indexes(tenant)
-            self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0])
             episode = session_turn(chunk.metadata)
+            made = turn.embedding if episode is not None else None  # a turn records what its vector followed
+            self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0], made)
             if episode is not None:  # the session's turns in order: reconstruct's contiguity cue
                 self.memory.stage_session_turn(pipe, tenant, *episode, chunk.chunk_id)
-                self.memory.stage_turn_embedding(pipe, tenant, chunk.chunk_id, turn.embedding)
             for (follower, text), vec in zip(turn.followers, follower_vecs):  # the next turn, after this one now
                 self.memory.stage_turn_embedding(
                     pipe, tenant, follower, TurnEmbedding(chunk.chunk_id, text_sha256(text)), vec
