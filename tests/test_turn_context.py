@@ -150,3 +150,62 @@ def test_an_erased_turn_takes_the_cached_vector_of_what_it_embedded(redis_url):
     assert list(before) == [_expected_texts()[1]]
     assert after == {}
     assert list(first) == [_expected_texts()[0]]  # the turn before, not erased, keeps its own
+
+
+def test_the_next_turns_cached_vector_goes_when_the_turn_before_it_is_erased(redis_url):
+    """The next turn's vector embeds the erased turn's words after its own: the cached vector of
+    that text is deleted with the erased turn's own."""
+
+    async def scenario():
+        stages = _stages(redis_url, cached=True)
+        try:
+            await _publish(stages, [1, 2, 3])
+            cache = stages.memory.embedding_cache(embedder_id(HashEmbedder()).cache_name)
+            texts = _expected_texts()
+            before = await cache.get_many(texts[:3])
+            await stages.delete("turn-1", purge=True)
+            return before, await cache.get_many(texts[:3])
+        finally:
+            await stages.close()
+
+    before, after = run(scenario())
+    texts = _expected_texts()
+    assert sorted(before) == sorted(texts[:3])
+    assert sorted(after) == [texts[2]]  # turn 3's, which follows turn 2, stays
+
+
+def test_a_turn_retired_while_the_turn_before_it_decides_gets_no_vector_back():
+    """The turn before, indexed second, embeds the next turn again; that turn is retired between
+    the decision's read and its commit. The decision expects the state it decided on, so it
+    decides again and leaves the retired passage alone — its vector stays set aside, out of the
+    indexes (before: its state was read after its row, the expectation took the retirement in,
+    and the commit wrote a vector back onto the retired passage)."""
+    memory = InMemoryStore(DIMS, tau=2)
+    retired: list[str] = []
+    read_rows = memory.passages
+
+    async def passages_then_retire(tenant, ids):
+        rows = await read_rows(tenant, ids)
+        follower = _passage_id(2)
+        if follower in ids and not retired:  # the first decision of turn 1 has read turn 2
+            retired.append(follower)
+            pipe = memory.pipeline(tenant)
+            memory.stage_retire_passage(pipe, tenant, follower)
+            await pipe.execute()
+        return rows
+
+    async def scenario():
+        stages = InProcess(None, RulesExtractor(), BatchingEmbedder(HashEmbedder()), memory=memory)
+        try:
+            await _publish(stages, [2])
+            memory.passages = passages_then_retire  # type: ignore[method-assign]
+            await _publish(stages, [1])
+            return dict(memory._tenants[stages.tenant].records["passages"][_passage_id(2)])
+        finally:
+            await stages.close()
+
+    row = run(scenario())
+    assert retired == [_passage_id(2)]
+    assert row.get("retired") == "1"
+    assert "vec" not in row and "retired_vec" in row
+    assert not row.get("preceded_by")

@@ -84,9 +84,10 @@ class EpisodesOps(RedisBase):
 
     async def session_turns_near(self, tenant: str, session_id: str, turn: int) -> TurnsNear:
         """The session's passages at turn − 1, turn and turn + 1, and each turn's change count:
-        one round trip."""
+        one round trip, both read at one moment (MULTI: a passage indexed between two reads would
+        be missed by the first and counted by the second, and the fence would hold)."""
         keys = self.keys(tenant)
-        pipe = self.shard(tenant).pipeline(transaction=False)
+        pipe = self.shard(tenant).pipeline(transaction=True)
         pipe.zrangebyscore(keys.session_turns(session_id), turn - 1, turn + 1, withscores=True)
         pipe.hmget(keys.session_turn_changes(session_id), [str(t) for t in (turn - 1, turn, turn + 1)])
         rows, counts = await pipe.execute()

@@ -138,12 +138,21 @@ class ExtractorStage(Stage):
         if pipe is not None:
             self.memory.expect_session_turns(pipe, tenant, session, near.changes)
         others = [pid for _, pid in near.passages if pid != chunk.chunk_id]
-        rows = {pid: row for pid, row in zip(others, await self.memory.passages(tenant, others)) if is_current(row)}
+        # their states read before their rows: what the decision expects of those it uses is what
+        # it decided on (a retirement or an erasure after this read fails the commit)
+        states = dict(zip(others, await self.memory.passage_states(tenant, others)))
+        rows = {
+            pid: row
+            for pid, row in zip(others, await self.memory.passages(tenant, others))
+            if is_current(row) and not states[pid].retired
+        }
 
         def current(turn: int) -> list[str]:
             return [pid for t, pid in near.passages if t == turn and pid in rows]
 
         before = preceding_passage(current(at - 1))
+        if pipe is not None and before:
+            self.memory.expect_passage(pipe, tenant, before, states[before])
         text = turn_embedded_text(chunk.indexed_text, rows[before]["text"] if before else None)
         embedding = TurnEmbedding(before, text_sha256(text)) if before else TurnEmbedding()
         if preceding_passage(current(at) + [chunk.chunk_id]) != chunk.chunk_id:
@@ -154,9 +163,9 @@ class ExtractorStage(Stage):
             for pid, made in zip(after, await self.memory.turn_embeddings(tenant, after))
             if made.preceded_by != chunk.chunk_id
         ]
-        if pipe is not None and stale:  # a retirement or an erasure meanwhile: decide again
-            for pid, state in zip(stale, await self.memory.passage_states(tenant, stale)):
-                self.memory.expect_passage(pipe, tenant, pid, state)
+        if pipe is not None:
+            for pid in stale:
+                self.memory.expect_passage(pipe, tenant, pid, states[pid])
         followers = [
             (pid, turn_embedded_text(indexed_text_of(rows[pid]["context"], rows[pid]["text"]), chunk.text))
             for pid in stale
