@@ -163,7 +163,14 @@ class Layers(Protocol):
     async def ensure_indexes(self, tenant: str) -> None: ...
     # `turn`: what a turn's vector was embedded with (TurnEmbedding), in the same write
     def stage_passage(
-        self, pipe: StagedWrites, tenant: str, chunk, entity_ids: list[str], vector, turn: TurnEmbedding | None = None
+        self,
+        pipe: StagedWrites,
+        tenant: str,
+        chunk,
+        entity_ids: list[str],
+        vector,
+        turn: TurnEmbedding | None = None,
+        own_vector=None,
     ) -> None: ...
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None: ...
     # the embedder the tenant's indexes were built with, recorded by the first writer (Memory's docstring)
@@ -312,7 +319,13 @@ class Episodes(Protocol):
     # TurnEmbedding()), and a turn's vector embedded again after the turn before it, indexed since
     async def turn_embeddings(self, tenant: str, passage_ids: list[str]) -> list[TurnEmbedding]: ...
     def stage_turn_embedding(
-        self, pipe: StagedWrites, tenant: str, passage_id: str, embedding: TurnEmbedding, vector
+        self, pipe: StagedWrites, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector
+    ) -> None: ...
+    # a turn's vector of its own text alone (None: none kept), and the turn given it back — the
+    # turn before it left memory — with the cached vectors of what it had embedded forgotten
+    async def own_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]: ...
+    def stage_turn_alone(
+        self, pipe: StagedWrites, tenant: str, passage_id: str, own_vector, forget: list[str]
     ) -> None: ...
 
 

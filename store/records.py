@@ -247,11 +247,50 @@ def float32_vector_bytes(raw: bytes) -> bytes:
     return vector_bytes(np.frombuffer(raw, dtype=np.float32))
 
 
+@dataclass(frozen=True)
+class TurnsNear:
+    """A session's passages at a turn and the turns either side (store.base.Episodes'
+    session_turns_near): (turn, passage id) by turn then id, and each of the three turns' change
+    count — what a decision that read them expects still to hold when it commits."""
+
+    passages: list[tuple[int, str]]
+    changes: dict[int, int]
+
+
+@dataclass(frozen=True)
+class TurnEmbedding:
+    """What a turn's passage vector was embedded with (workers.algorithms.turns.turn_embedded_text):
+    the passage of the turn before it whose text followed its own ("" for none), and the SHA-256 of
+    the exact text embedded — the key of its cached vector, which an erasure deletes."""
+
+    preceded_by: str = ""
+    embedded_sha: str = ""
+
+
+TURN_EMBEDDING_FIELDS = ("preceded_by", "embedded_sha")  # a passage hash's fields of its TurnEmbedding
+# A turn's vector of its own text alone, kept beside the one embedded after the turn before it: the
+# vector it gets back when that turn leaves memory (no model in the stage that retires it)
+OWN_VECTOR_FIELD = "own_vec"
+
+
+def turn_embedding_fields(turn: TurnEmbedding) -> dict[str, str]:
+    """A TurnEmbedding as its passage hash's fields (TURN_EMBEDDING_FIELDS)."""
+    return dict(zip(TURN_EMBEDDING_FIELDS, (turn.preceded_by, turn.embedded_sha)))
+
+
+def embedded_digests(passages: list[tuple[str, dict]]) -> list[str]:
+    """The digests of the texts turn passages ((id, fields) records) were embedded as, where one
+    was embedded with the turn before it (TurnEmbedding.embedded_sha): their cached vectors' keys."""
+    return [str(row["embedded_sha"]) for _, row in passages if row.get("embedded_sha")]
+
+
 # What `records` (memstream export) leaves out of every record: derived, or internal to a store.
 # write counters an erasure's decision is fenced on (Memory.stage_new_fact, stage_entity)
 FACT_EXTRACTIONS, ENTITY_MENTIONS = "extractions", "mentions"
 RECORD_INTERNALS = (
     "vec",
+    OWN_VECTOR_FIELD,
+    *TURN_EMBEDDING_FIELDS,
     "_rank",
     TENANT_FIELD,
     LEXICAL_FIELD,
@@ -320,40 +359,6 @@ def passage_json(
         "retired": retired == "1",
         "subject": subject or None,
     }
-
-
-@dataclass(frozen=True)
-class TurnsNear:
-    """A session's passages at a turn and the turns either side (store.base.Episodes'
-    session_turns_near): (turn, passage id) by turn then id, and each of the three turns' change
-    count — what a decision that read them expects still to hold when it commits."""
-
-    passages: list[tuple[int, str]]
-    changes: dict[int, int]
-
-
-@dataclass(frozen=True)
-class TurnEmbedding:
-    """What a turn's passage vector was embedded with (workers.algorithms.turns.turn_embedded_text):
-    the passage of the turn before it whose text followed its own ("" for none), and the SHA-256 of
-    the exact text embedded — the key of its cached vector, which an erasure deletes."""
-
-    preceded_by: str = ""
-    embedded_sha: str = ""
-
-
-TURN_EMBEDDING_FIELDS = ("preceded_by", "embedded_sha")  # a passage hash's fields of its TurnEmbedding
-
-
-def turn_embedding_fields(turn: TurnEmbedding) -> dict[str, str]:
-    """A TurnEmbedding as its passage hash's fields (TURN_EMBEDDING_FIELDS)."""
-    return dict(zip(TURN_EMBEDDING_FIELDS, (turn.preceded_by, turn.embedded_sha)))
-
-
-def embedded_digests(passages: list[tuple[str, dict]]) -> list[str]:
-    """The digests of the texts turn passages ((id, fields) records) were embedded as, where one
-    was embedded with the turn before it (TurnEmbedding.embedded_sha): their cached vectors' keys."""
-    return [str(row["embedded_sha"]) for _, row in passages if row.get("embedded_sha")]
 
 
 def is_current(row: dict | None) -> TypeGuard[dict]:

@@ -209,3 +209,42 @@ def test_a_turn_retired_while_the_turn_before_it_decides_gets_no_vector_back():
     assert row.get("retired") == "1"
     assert "vec" not in row and "retired_vec" in row
     assert not row.get("preceded_by")
+
+
+async def _vector_of(stages: InProcess, n: int) -> np.ndarray:
+    [vector] = await stages.memory.passage_vectors(stages.tenant, [_passage_id(n)])
+    return np.asarray(vector, dtype=np.float32) / np.linalg.norm(vector)
+
+
+def test_a_turn_whose_turn_before_leaves_memory_gets_its_own_vector_back_and_follows_its_next_version(redis_url):
+    """Memory is a function of the current documents: the turn before deleted, the next turn's
+    vector is of its own text again (kept for this: the stage that retires a passage runs no
+    model); erased, the same, and the cached vector of what it had embedded goes; edited, the
+    next turn follows the new text. Before: it kept the vector embedded after the deleted text."""
+    edited = "Where did you camp last summer, in the end?"
+
+    async def scenario():
+        stages = _stages(redis_url, cached=True)
+        cache = stages.memory.embedding_cache(embedder_id(HashEmbedder()).cache_name)
+        try:
+            await _publish(stages, [1, 2, 3])
+            embedded = await _vector_of(stages, 2)
+            await stages.delete("turn-1")
+            deleted = await _vector_of(stages, 2), await stages.memory.turn_embeddings(stages.tenant, [_passage_id(2)])
+            await stages.publish("turn-1", edited, session_id=SESSION, turn=1, speaker="Ann", version=2)
+            after_edit = await _vector_of(stages, 2)
+            await stages.delete("turn-1", purge=True)
+            erased = await _vector_of(stages, 2), await cache.get_many([_expected_texts()[1]])
+            return embedded, deleted, after_edit, erased
+        finally:
+            await stages.close()
+
+    embedded, (deleted, made), after_edit, (erased, cached) = run(scenario())
+    alone, combined, after_new = HashEmbedder().embed(
+        [f"Bob:\n{TURNS[1][1]}", _expected_texts()[1], turn_embedded_text(f"Bob:\n{TURNS[1][1]}", edited)]
+    )
+    assert float(embedded @ combined) > 0.999
+    assert float(deleted @ alone) > 0.999 and made[0].preceded_by == ""
+    assert float(after_edit @ after_new) > 0.999
+    assert float(erased @ alone) > 0.999
+    assert cached == {}

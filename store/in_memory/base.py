@@ -128,6 +128,10 @@ class InMemoryBase:
         raw = self._tenant(tenant).records[layer].get(record_id, {}).get("vec")
         return None if raw is None else vector_from_bytes(_vec(raw))
 
+    def _field_vector(self, tenant: str, passage_id: str, name: str) -> np.ndarray | None:
+        raw = self._tenant(tenant).records["passages"].get(passage_id, {}).get(name)
+        return None if raw is None else vector_from_bytes(_vec(raw))
+
     @staticmethod
     def _stage(pipe: StagedWrites, write: Callable[[], None]) -> None:
         pipe.writes.append(write)

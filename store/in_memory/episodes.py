@@ -7,7 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from store.in_memory.base import InMemoryBase, _text
-from store.records import TURN_EMBEDDING_FIELDS, TurnEmbedding, TurnsNear, turn_embedding_fields, vector_bytes
+from store.records import (
+    OWN_VECTOR_FIELD,
+    TURN_EMBEDDING_FIELDS,
+    TurnEmbedding,
+    TurnsNear,
+    turn_embedding_fields,
+    vector_bytes,
+)
 
 
 class EpisodesOps(InMemoryBase):
@@ -62,11 +69,30 @@ class EpisodesOps(InMemoryBase):
             for pid in passage_ids
         ]
 
-    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector) -> None:
-        fields = {**turn_embedding_fields(embedding), "vec": vector_bytes(vector)}
+    def stage_turn_embedding(
+        self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector
+    ) -> None:
+        fields = {
+            **turn_embedding_fields(embedding),
+            "vec": vector_bytes(vector),
+            OWN_VECTOR_FIELD: vector_bytes(own_vector),
+        }
 
         def write() -> None:
             self._hset(tenant, "passages", passage_id, fields)
+
+        self._stage(pipe, write)
+
+    async def own_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
+        return [self._field_vector(tenant, pid, OWN_VECTOR_FIELD) for pid in passage_ids]
+
+    def stage_turn_alone(self, pipe, tenant: str, passage_id: str, own_vector, forget: list[str]) -> None:
+        fields = {**turn_embedding_fields(TurnEmbedding()), "vec": vector_bytes(own_vector)}
+
+        def write() -> None:
+            self._hset(tenant, "passages", passage_id, fields)
+            for key in forget:
+                self._cache.pop(key, None)
 
         self._stage(pipe, write)
 

@@ -18,6 +18,7 @@ from store.in_memory.expiry import _record_lapse
 from store.records import (
     ENTITY_MENTIONS,
     FACT_EXTRACTIONS,
+    OWN_VECTOR_FIELD,
     PASSAGE_EXTRAS,
     VECTOR_ITEM_BYTES,
     HeldVector,
@@ -50,7 +51,14 @@ class LayersOps(InMemoryBase):
         row[counter] = str(int(row.get(counter) or 0) + 1)
 
     def stage_passage(
-        self, pipe, tenant: str, chunk, entity_ids: list[str], vector, turn: TurnEmbedding | None = None
+        self,
+        pipe,
+        tenant: str,
+        chunk,
+        entity_ids: list[str],
+        vector,
+        turn: TurnEmbedding | None = None,
+        own_vector=None,
     ) -> None:
         fields = {
             "text": chunk.text,
@@ -61,6 +69,7 @@ class LayersOps(InMemoryBase):
             "vec": vector_bytes(vector),
             **passage_extras(chunk),
             **(turn_embedding_fields(turn) if turn is not None else {}),
+            **({OWN_VECTOR_FIELD: vector_bytes(own_vector)} if own_vector is not None else {}),
         }
 
         def write() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from store.in_memory.base import _text
 from store.in_memory.export import ExportOps
 from store.keys import LAYERS
-from store.records import embedded_digests
+from store.records import OWN_VECTOR_FIELD, embedded_digests
 
 
 class TenantsOps(ExportOps):
@@ -34,7 +34,9 @@ class TenantsOps(ExportOps):
         t = self._tenants.get(tenant)
         if t is None:
             return {"keys": 0, "cache entries": 0, **dict.fromkeys(LAYERS, 0)}
-        layers = {layer: await self.records(tenant, layer, skip=("vec", "retired_vec")) for layer in LAYERS}
+        layers = {
+            layer: await self.records(tenant, layer, skip=("vec", "retired_vec", OWN_VECTOR_FIELD)) for layer in LAYERS
+        }
         cache = list(llm_cache_keys(layers["passages"]))
         if t.embedder is not None:
             cached_vectors = self.embedding_cache(t.embedder.cache_name)

@@ -8,6 +8,7 @@ from typing import cast
 import numpy as np
 
 from store.records import (
+    OWN_VECTOR_FIELD,
     TURN_EMBEDDING_FIELDS,
     TurnEmbedding,
     TurnsNear,
@@ -15,7 +16,7 @@ from store.records import (
     vector_bytes,
     vector_from_bytes,
 )
-from store.redis.base import RedisBase, _expected, _text
+from store.redis.base import RedisBase, _expected, _shared_deletes, _text
 
 # Each entity's first ARGV[1] passages by id (SORT_RO ... ALPHA LIMIT) and each one's vector (the
 # hash at ARGV[2] .. id): reconstruct's entity cues in one command, where a SORT a cue and then
@@ -110,12 +111,33 @@ class EpisodesOps(RedisBase):
         )
         return [TurnEmbedding(*(_text(v) if v else "" for v in reply)) for reply in replies]
 
-    def stage_turn_embedding(self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector) -> None:
-        """A turn's passage vector embedded again (after the turn before it, indexed since) and
-        what it followed; its indexes take it in place. The decision expects that passage's state
-        first (expect_passage): an erasure meanwhile leaves no fields behind."""
-        fields = {**turn_embedding_fields(embedding), "vec": vector_bytes(vector)}
+    def stage_turn_embedding(
+        self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector
+    ) -> None:
+        """A turn's passage vector embedded again (after the turn before it, indexed since), what
+        it followed, and its own text's vector; its indexes take it in place. The decision
+        expects that passage's state first (expect_passage): an erasure meanwhile leaves no
+        fields behind."""
+        fields = {
+            **turn_embedding_fields(embedding),
+            "vec": vector_bytes(vector),
+            OWN_VECTOR_FIELD: vector_bytes(own_vector),
+        }
         pipe.hset(self.keys(tenant).passage(passage_id), mapping=fields)
+
+    async def own_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
+        """Each turn's vector of its own text alone, where one is kept (OWN_VECTOR_FIELD)."""
+        replies = await self._read_each(
+            tenant, [self.keys(tenant).passage(pid) for pid in passage_ids], "HGET", OWN_VECTOR_FIELD
+        )
+        return [None if raw is None else vector_from_bytes(raw) for raw in replies]
+
+    def stage_turn_alone(self, pipe, tenant: str, passage_id: str, own_vector, forget: list[str]) -> None:
+        """The turn's own vector back in place of the one embedded after the turn before it (that
+        turn left memory), and the cached vectors `forget` (what it had embedded) deleted."""
+        fields = {**turn_embedding_fields(TurnEmbedding()), "vec": vector_bytes(own_vector)}
+        pipe.hset(self.keys(tenant).passage(passage_id), mapping=fields)
+        _shared_deletes(pipe).extend(forget)
 
     async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:
         """(turn, passage id) of the session's turns at most `radius` from `turn`, the turn

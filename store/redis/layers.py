@@ -15,6 +15,7 @@ from store.records import (
     ENTITIES_FIELD,
     ENTITY_MENTIONS,
     FACT_EXTRACTIONS,
+    OWN_VECTOR_FIELD,
     PASSAGE_EXTRAS,
     TENANT_FIELD,
     VECTOR_ITEM_BYTES,
@@ -143,10 +144,17 @@ class LayersOps(RedisBase):
 
     # ---- memory layers -------------------------------------------------------------------
     def stage_passage(
-        self, pipe, tenant: str, chunk, entity_ids: list[str], vector, turn: TurnEmbedding | None = None
+        self,
+        pipe,
+        tenant: str,
+        chunk,
+        entity_ids: list[str],
+        vector,
+        turn: TurnEmbedding | None = None,
+        own_vector=None,
     ) -> None:
         """The passage's hash, one HSET (its indexes index it once), with what a turn's vector was
-        embedded with (`turn`)."""
+        embedded with (`turn`) and, embedded after the turn before it, its own text's vector."""
         pipe.hset(
             self.keys(tenant).passage(chunk.chunk_id),
             mapping={
@@ -159,6 +167,7 @@ class LayersOps(RedisBase):
                 "vec": vector_bytes(vector),
                 **passage_extras(chunk),
                 **(turn_embedding_fields(turn) if turn is not None else {}),
+                **({OWN_VECTOR_FIELD: vector_bytes(own_vector)} if own_vector is not None else {}),
             },
         )
         stage_lexical_mirror(pipe, self.keys(tenant), chunk.chunk_id)

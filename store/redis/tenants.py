@@ -12,7 +12,7 @@ from redis.typing import EncodableT, FieldT
 from store.indexes import index_missing, reply_rows
 from store.keys import LAYERS, TENANTS_WITH_OUTBOXES, TenantKeys, layer_prefix, parse_index_name
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, passage_terms, term_count
-from store.records import RETIRED_FIELDS, TENANT_FIELD, embedded_digests, float32_vector_bytes
+from store.records import OWN_VECTOR_FIELD, RETIRED_FIELDS, TENANT_FIELD, embedded_digests, float32_vector_bytes
 from store.redis.base import _text
 from store.redis.export import ExportOps
 from store.redis.lexical_index import LexicalIndexOps
@@ -54,7 +54,9 @@ class TenantsOps(ExportOps, LexicalIndexOps):
         every text it embedded), its indexes, every key under its hash tag, and its place in
         the sweep's list. Returns what went, by kind. Run it with no worker writing the tenant."""
         keys = self.keys(tenant)
-        layers = {layer: await self.records(tenant, layer, skip=("vec", "retired_vec")) for layer in LAYERS}
+        layers = {
+            layer: await self.records(tenant, layer, skip=("vec", "retired_vec", OWN_VECTOR_FIELD)) for layer in LAYERS
+        }
         recorded = await self.recorded_embedder(tenant)
         cache = [*llm_cache_keys(layers["passages"])]
         if recorded is not None:

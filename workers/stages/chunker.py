@@ -31,7 +31,7 @@ from workers.algorithms.chunking import TextChunk, chunk_text, turn_chunk_id
 from workers.algorithms.normalize import content_hash
 from workers.algorithms.policy import TRACE_CATEGORIES
 from workers.algorithms.subjects import subject_name, titled_pieces
-from workers.algorithms.turns import turn_context, when_of
+from workers.algorithms.turns import session_turn, turn_context, when_of
 from workers.envelope import Emit, message_position
 from workers.stages.context import Stage, StageContext
 from workers.stages.erasure import Erasing
@@ -219,6 +219,32 @@ class Versions(Stage):
         retired = [c for c in retiring if not states[c].retired]
         return VersionChange(incarnations, await self._retire(pipe, tenant, doc_id, retired, why) if retired else [])
 
+    async def _next_turns_alone(self, pipe, tenant: str, passage_ids: list[str]) -> None:
+        """The next turn of each turn passage that leaves memory, embedded after it, gets the
+        vector of its own text back (kept for this: no model runs here) and the cached vector of
+        what it had embedded is forgotten: memory is a function of the current documents, and an
+        erasure follows a retirement. A later passage of the turn before it embeds it after
+        itself again when it is indexed. Fenced on the turns as read (expect_session_turns) and
+        on each such passage's state."""
+        embedder = await self.memory.recorded_embedder(tenant)
+        cache = self.memory.embedding_cache(embedder.cache_name) if embedder is not None else None
+        for pid, row in zip(passage_ids, await self.memory.passages(tenant, passage_ids)):
+            moment = session_turn((row or {}).get("metadata") or {})
+            if moment is None:
+                continue
+            near = await self.memory.session_turns_near(tenant, *moment)
+            self.memory.expect_session_turns(pipe, tenant, moment[0], near.changes)
+            after = [other for turn, other in near.passages if turn == moment[1] + 1]
+            states = await self.memory.passage_states(tenant, after)
+            made = await self.memory.turn_embeddings(tenant, after)
+            owns = await self.memory.own_vectors(tenant, after)
+            for other, state, embedding, own in zip(after, states, made, owns):
+                if state.retired or embedding.preceded_by != pid or own is None:
+                    continue
+                self.memory.expect_passage(pipe, tenant, other, state)
+                forget = [cache.key_of_digest(embedding.embedded_sha)] if cache and embedding.embedded_sha else []
+                self.memory.stage_turn_alone(pipe, tenant, other, own, forget)
+
     async def _retire(self, pipe, tenant: str, doc_id: str, passage_ids: list[str], why: str) -> list[Emit]:
         """The passages leave memory (a `retired` event names them); each fact they supported
         is decided again."""
@@ -228,6 +254,7 @@ class Versions(Stage):
         retired = Emit.of(
             document_event(tenant, "retired", doc_id, passage_ids, version, f"no current document holds them ({why})")
         )
+        await self._next_turns_alone(pipe, tenant, passage_ids)
         for pid in passage_ids:
             self.memory.stage_retire_passage(pipe, tenant, pid)
             fact_ids, schema_ids = await self.memory.passage_support(tenant, pid)

@@ -58,14 +58,32 @@ MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle 
 
 
 @dataclass(frozen=True)
+class Follower:
+    """A passage of the next turn, indexed before this one, to embed again after it: the text it
+    embeds now, and its own (indexed) text, whose vector it keeps."""
+
+    passage_id: str
+    text: str
+    own_text: str
+
+
+@dataclass(frozen=True)
 class TurnText:
     """What a chunk's passage vector embeds (ExtractorStage._turn_embedding): its text, what that
-    records (a turn's: the turn before it), and (passage id, text) of each passage of the next
-    turn to embed again after this one."""
+    records (a turn's: the turn before it), its own indexed text where the vector embeds more
+    (the vector it gets back should that turn leave memory: OWN_VECTOR_FIELD), and the passages
+    of the next turn to embed again after this one."""
 
     text: str
     embedding: TurnEmbedding = TurnEmbedding()
-    followers: list[tuple[str, str]] = field(default_factory=list)
+    own_text: str | None = None
+    followers: list[Follower] = field(default_factory=list)
+
+    def extra_texts(self) -> list[str]:
+        """What is embedded beside the chunk's own texts: its own indexed text, then each
+        follower's text and own text."""
+        own = [self.own_text] if self.own_text is not None else []
+        return own + [t for f in self.followers for t in (f.text, f.own_text)]
 
 
 class ExtractorStage(Stage):
@@ -106,7 +124,7 @@ class ExtractorStage(Stage):
         facts = [canonical_fact(t) for t in extraction.facts]
         names = [e.name for e in extraction.entities] + [n for t in facts for n in (t.head, t.tail)]
         turn = await self._turn_embedding(chunk)  # a turn: after the turn before it, as handle will most likely decide
-        texts = dict.fromkeys(embedded_texts(turn.text, names, facts) + [text for _, text in turn.followers])
+        texts = dict.fromkeys(embedded_texts(turn.text, names, facts) + turn.extra_texts())
         # what the tenant holds already needs no vector (handle reads it again, aliases resolved)
         held = await self.memory.held_vectors(
             chunk.tenant,
@@ -155,8 +173,9 @@ class ExtractorStage(Stage):
             self.memory.expect_passage(pipe, tenant, before, states[before])
         text = turn_embedded_text(chunk.indexed_text, rows[before]["text"] if before else None)
         embedding = TurnEmbedding(before, text_sha256(text)) if before else TurnEmbedding()
+        own = chunk.indexed_text if before else None
         if preceding_passage(current(at) + [chunk.chunk_id]) != chunk.chunk_id:
-            return TurnText(text, embedding)  # another passage of this turn comes before the next one
+            return TurnText(text, embedding, own)  # another passage of this turn comes before the next one
         after = current(at + 1)
         stale = [
             pid
@@ -166,11 +185,9 @@ class ExtractorStage(Stage):
         if pipe is not None:
             for pid in stale:
                 self.memory.expect_passage(pipe, tenant, pid, states[pid])
-        followers = [
-            (pid, turn_embedded_text(indexed_text_of(rows[pid]["context"], rows[pid]["text"]), chunk.text))
-            for pid in stale
-        ]
-        return TurnText(text, embedding, followers)
+        owns = {pid: indexed_text_of(rows[pid]["context"], rows[pid]["text"]) for pid in stale}
+        followers = [Follower(pid, turn_embedded_text(owns[pid], chunk.text), owns[pid]) for pid in stale]
+        return TurnText(text, embedding, own, followers)
 
     def _started(self, chunk: Chunk) -> asyncio.Task[Extraction]:
         """The chunk's extraction in the memo — started now unless it is there, running or done
@@ -238,10 +255,11 @@ class ExtractorStage(Stage):
             turn = await self._turn_embedding(chunk, pipe)
             texts = embedded_texts(turn.text, [e.name for e in entities.values()], [t for t, _, _ in facts])
             try:
-                vectors = await self._vectors(texts + [text for _, text in turn.followers], held)
+                vectors = await self._vectors(texts + turn.extra_texts(), held)
             except EmbedderRefused as exc:  # this chunk's text, refused as such: asking again cannot help
                 raise PermanentError(f"chunk {chunk.chunk_id}: {exc}") from None
-            vectors, follower_vecs = vectors[: len(texts)], vectors[len(texts) :]
+            vectors, extra = vectors[: len(texts)], list(vectors[len(texts) :])
+            own_vec = extra.pop(0) if turn.own_text is not None else None
             ent_vecs = vectors[1 : 1 + len(entities)]
             fact_vecs = vectors[1 + len(entities) : 1 + len(entities) + len(facts)]
             schema_vecs = vectors[1 + len(entities) + len(facts) :]
@@ -249,12 +267,17 @@ class ExtractorStage(Stage):
             await self.memory.ensure_indexes(tenant)
             episode = session_turn(chunk.metadata)
             made = turn.embedding if episode is not None else None  # a turn records what its vector followed
-            self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0], made)
+            self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0], made, own_vec)
             if episode is not None:  # the session's turns in order: reconstruct's contiguity cue
                 self.memory.stage_session_turn(pipe, tenant, *episode, chunk.chunk_id)
-            for (follower, text), vec in zip(turn.followers, follower_vecs):  # the next turn, after this one now
+            for i, follower in enumerate(turn.followers):  # the next turn, after this one now
                 self.memory.stage_turn_embedding(
-                    pipe, tenant, follower, TurnEmbedding(chunk.chunk_id, text_sha256(text)), vec
+                    pipe,
+                    tenant,
+                    follower.passage_id,
+                    TurnEmbedding(chunk.chunk_id, text_sha256(follower.text)),
+                    extra[2 * i],
+                    extra[2 * i + 1],
                 )
             version = await self.memory.bump_graph_version(tenant) if entities else 0
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
