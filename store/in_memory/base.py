@@ -76,7 +76,7 @@ class _Tenant:
     )  # session id → {passage id: turn} (Memory's sorted set)
     session_turn_changes: dict[str, dict[int, int]] = field(
         default_factory=dict
-    )  # session id → {turn: passages indexed at it} (Memory's session_turn_changes hash)
+    )  # session id → {turn: times a passage was indexed at it} (Memory's session_turn_changes hash)
     revisions: dict[str, int] = field(default_factory=dict)  # passage id → Memory's passage_revision
     said: dict[str, dict[str, float]] = field(default_factory=dict)  # fact id → Memory's fact_said (doc id → time)
     indexed: bool = False  # ensure_indexes ran: KNN finds the tenant's records (readers create nothing)

@@ -63,6 +63,6 @@ def turn_embedded_text(indexed_text: str, preceding_text: str | None) -> str:
 
 
 def preceding_passage(current: list[str]) -> str | None:
-    """Of a turn's current passages (one; two where it was published again, corrected, beside
-    the first), the one the next turn is embedded after: the first by id. None: no such turn."""
+    """Of a turn's current passages (one; two where two documents give the session the same turn
+    number), the one the next turn is embedded after: the first by id. None: no such turn."""
     return min(current) if current else None
