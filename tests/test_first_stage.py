@@ -117,30 +117,32 @@ def test_as_of_leaves_out_a_turn_said_later(real_embedder, mode):
     assert "turn-0" in _docs(then) and all(doc == "turn-0" for doc in _docs(then))  # only turn-0 was said by 22:14
 
 
-# A session where the answer is the turn after the one that shares the question's words.
-SESSION = [
-    ("Melanie", "Caroline, what did the counselor suggest for the adoption paperwork?"),
-    ("Caroline", "She said to start with a home study through the Brightside agency."),
-    ("Melanie", "We painted the fence on Sunday."),
-    ("Caroline", "I started reading a novel about sailing."),
-    # nearer the question than the reply for an embedder (therapist ~ counselor, forms ~
+# A session where the answer is the turn before the one that shares the question's words. (A
+# reply is found by the first stage itself: its vector embeds the turn before it, the question it
+# answers — workers.algorithms.turns.turn_embedded_text; the turn before is not embedded with its reply.)
+SESSION = [  # (session, speaker, text): the question's session ends at the turn it matches
+    ("s1", "Caroline", "She said to start with a home study through the Brightside agency."),
+    ("s1", "Melanie", "So that is what the counselor suggested for the adoption paperwork?"),
+    ("s2", "Melanie", "We painted the fence on Sunday."),
+    ("s2", "Caroline", "I started reading a novel about sailing."),
+    # nearer the question than the answer for an embedder (therapist ~ counselor, forms ~
     # paperwork, fostering ~ adoption), sharing none of its words
-    ("Melanie", "My therapist recommended filling out the forms for fostering kids."),
-    ("Caroline", "The lake was calm when we went camping."),
+    ("s2", "Melanie", "My therapist recommended filling out the forms for fostering kids."),
+    ("s2", "Caroline", "The lake was calm when we went camping."),
 ]
 EPISODE_QUESTION = "What did the counselor suggest for the adoption paperwork?"
 
 
-def test_graph_modes_bring_in_the_reply_to_the_turn_the_question_matches(real_embedder):
-    """The question's words are in turn 0; its answer is turn 1, the reply. Temporal contiguity
-    (episode_weight) ranks the reply right after it; the first stage alone does not."""
+def test_graph_modes_bring_in_the_turn_before_the_turn_the_question_matches(real_embedder):
+    """The question's words are in turn 1; its answer is turn 0, the turn it follows up on.
+    Temporal contiguity (episode_weight) ranks it right after turn 1; the first stage alone does not."""
 
     async def main():
         stages = InProcess(None, RulesExtractor(), real_embedder)
         try:
-            for i, (speaker, text) in enumerate(SESSION):
+            for i, (session, speaker, text) in enumerate(SESSION):
                 await stages.publish(
-                    f"s1:{i}", text, session_id="s1", turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i
+                    f"{session}:{i}", text, session_id=session, turn=i, speaker=speaker, ts=1_700_000_000 + 60 * i
                 )
             return [
                 await stages.query(EPISODE_QUESTION, mode=mode, top_k=2) for mode in ("hybrid", "ppr", "reconstruct")
@@ -149,8 +151,8 @@ def test_graph_modes_bring_in_the_reply_to_the_turn_the_question_matches(real_em
             await stages.close()
 
     hybrid, ppr, reconstruct = run(main())
-    assert _docs(hybrid) == ["s1:0", "s1:4"]  # the embedder prefers the look-alike turn to the reply
-    assert _docs(ppr) == ["s1:0", "s1:1"] and _docs(reconstruct) == ["s1:0", "s1:1"]
+    assert _docs(hybrid)[0] == "s1:1" and "s1:0" not in _docs(hybrid)
+    assert _docs(ppr) == ["s1:1", "s1:0"] and _docs(reconstruct) == ["s1:1", "s1:0"]
 
 
 def test_a_rare_entity_named_in_the_query_ranks_its_passage_over_a_speaker_hub(real_embedder):

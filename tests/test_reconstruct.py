@@ -368,11 +368,13 @@ def test_admit_counts_passages_and_tokens_in_order():
 # Temporal contiguity: a question and its reply are neighbouring turns of a session; the reply
 # names nothing the question does ("He studies cod …"), so only the episode leads there.
 FIANCE_QUESTION = "What does Elin's fiancé do for a living?"
-ENGAGED = "My sister Elin just got engaged, and I finally met her fiancé last weekend."
-REPLY = "Quiet and kind. He studies cod populations off the coast near Bergen."
+# The answer is the turn before the one the question matches (a reply would be found by dense
+# itself: its vector embeds the turn before it, workers.algorithms.turns.turn_embedded_text).
+ANSWER = "I met Erik last weekend. Quiet and kind; he studies cod populations off the coast near Bergen."
+ENGAGED = "That is my sister Elin's fiancé! She just got engaged to him."
 EPISODE_TURNS = [
-    ("s1", 1, "Maya", ENGAGED),
-    ("s1", 2, "Jonas", REPLY),
+    ("s1", 1, "Jonas", ANSWER),
+    ("s1", 2, "Maya", ENGAGED),
     # another session, with turns numbered like s1's: never s1's neighbours
     ("s2", 1, "Maya", "Living in the city is expensive these days."),
     ("s2", 2, "Jonas", "My fiancé and I want to do a road trip."),
@@ -406,16 +408,16 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
             await stages.close()
 
     dense, answer, passage_of, short = run(main())
-    assert ENGAGED in _texts(dense) and REPLY not in _texts(dense)
-    assert REPLY in _texts(answer, "walk")
-    # the path: the engaged turn is read, its episode (s1 turn 1 ± 1) recalls the reply
-    step = next(step for step in answer["path"] if step["tag"].get("passage_id") == passage_of[("s1", 2)])
-    assert {"kind": "episode", "id": "episode:s1:1", "from": f"passage:{passage_of[('s1', 1)]}"}.items() <= step[
+    assert ENGAGED in _texts(dense) and ANSWER not in _texts(dense)
+    assert ANSWER in _texts(answer, "walk")
+    # the path: the engaged turn is read, its episode (s1 turn 2 ± 1) recalls the turn before it
+    step = next(step for step in answer["path"] if step["tag"].get("passage_id") == passage_of[("s1", 1)])
+    assert {"kind": "episode", "id": "episode:s1:2", "from": f"passage:{passage_of[('s1', 2)]}"}.items() <= step[
         "cue"
     ].items()
-    engaged = next(s for s in answer["path"] if s["content"]["passages"] == [passage_of[("s1", 1)]])
+    engaged = next(s for s in answer["path"] if s["content"]["passages"] == [passage_of[("s1", 2)]])
     assert engaged["step"] < step["step"] and any(cue["kind"] == "episode" for cue in engaged["new_cues"])
-    assert step["tag"]["chain"].endswith(f"{ENGAGED}; {REPLY}")  # the chain that read the engaged turn, then the reply
+    assert step["tag"]["chain"].endswith(f"{ENGAGED}; {ANSWER}")  # the chain that read the engaged turn, then the answer
     assert step["score"] <= engaged["score"]  # capped by the branch that read the engaged turn
     # neighbours only within the session: every passage an episode cue read is of the cue's session
     session_of = {pid: key[0] for key, pid in passage_of.items()}
