@@ -417,7 +417,9 @@ def test_reconstruct_recalls_the_neighbouring_turn_dense_misses_through_an_episo
     ].items()
     engaged = next(s for s in answer["path"] if s["content"]["passages"] == [passage_of[("s1", 2)]])
     assert engaged["step"] < step["step"] and any(cue["kind"] == "episode" for cue in engaged["new_cues"])
-    assert step["tag"]["chain"].endswith(f"{ENGAGED}; {ANSWER}")  # the chain that read the engaged turn, then the answer
+    assert step["tag"]["chain"].endswith(
+        f"{ENGAGED}; {ANSWER}"
+    )  # the chain that read the engaged turn, then the answer
     assert step["score"] <= engaged["score"]  # capped by the branch that read the engaged turn
     # neighbours only within the session: every passage an episode cue read is of the cue's session
     session_of = {pid: key[0] for key, pid in passage_of.items()}
