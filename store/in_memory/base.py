@@ -124,12 +124,8 @@ class InMemoryBase:
         revisions = self._tenant(tenant).revisions
         revisions[passage_id] = revisions.get(passage_id, 0) + 1
 
-    def _vector(self, tenant: str, layer: str, record_id: str) -> np.ndarray | None:
-        raw = self._tenant(tenant).records[layer].get(record_id, {}).get("vec")
-        return None if raw is None else vector_from_bytes(_vec(raw))
-
-    def _field_vector(self, tenant: str, passage_id: str, name: str) -> np.ndarray | None:
-        raw = self._tenant(tenant).records["passages"].get(passage_id, {}).get(name)
+    def _vector(self, tenant: str, layer: str, record_id: str, name: str = "vec") -> np.ndarray | None:
+        raw = self._tenant(tenant).records[layer].get(record_id, {}).get(name)
         return None if raw is None else vector_from_bytes(_vec(raw))
 
     @staticmethod

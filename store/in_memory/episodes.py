@@ -84,7 +84,7 @@ class EpisodesOps(InMemoryBase):
         self._stage(pipe, write)
 
     async def own_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
-        return [self._field_vector(tenant, pid, OWN_VECTOR_FIELD) for pid in passage_ids]
+        return [self._vector(tenant, "passages", pid, OWN_VECTOR_FIELD) for pid in passage_ids]
 
     def stage_turn_alone(self, pipe, tenant: str, passage_id: str, own_vector, forget: list[str]) -> None:
         fields = {**turn_embedding_fields(TurnEmbedding()), "vec": vector_bytes(own_vector)}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from store.facts import Fact, document_event
 from store.records import FACT_EXTRACTIONS, Erasure
-from workers.algorithms.turns import session_turn
 from workers.derived import extraction_cache_keys, left_to_erase, texts_of_records
 from workers.envelope import Emit
 from workers.stages.context import Stage
@@ -92,15 +91,10 @@ class Erasing(Stage):
                 vectors.key(text) for text in texts_of_records(rows, [(e, n) for e, n in names.items()], fact_rows)
             ]
             # a turn embedded after the turn before it: that text's vector, by the digest it
-            # recorded — the erased turn's, and the next turn's embedded after an erased one
-            followers = await _turns_after(memory, tenant, rows)
-            made = await memory.turn_embeddings(tenant, [pid for pid, _ in rows] + followers)
-            erased_ids = {pid for pid, _ in rows}
-            cache_keys += [
-                vectors.key_of_digest(m.embedded_sha)
-                for pid, m in zip([pid for pid, _ in rows] + followers, made)
-                if m.embedded_sha and (pid in erased_ids or m.preceded_by in erased_ids)
-            ]
+            # recorded (the next turn's pair went at the retirement this erasure follows:
+            # Versions._next_turns_alone)
+            made = await memory.turn_embeddings(tenant, [pid for pid, _ in rows])
+            cache_keys += [vectors.key_of_digest(m.embedded_sha) for m in made if m.embedded_sha]
         memory.stage_erase(
             pipe,
             tenant,
@@ -147,14 +141,3 @@ class Erasing(Stage):
                 )
             )
         return outbox
-
-
-async def _turns_after(memory, tenant: str, rows: list[tuple[str, dict]]) -> list[str]:
-    """The passages of the turns right after these passages' turns (conversation turns only)."""
-    found: list[str] = []
-    for _, row in rows:
-        moment = session_turn(row.get("metadata") or {})
-        if moment is not None:
-            near = await memory.session_turns_near(tenant, *moment)
-            found += [other for turn, other in near.passages if turn == moment[1] + 1]
-    return list(dict.fromkeys(found))
