@@ -161,7 +161,8 @@ class Layers(Protocol):
     """Memory layers: the extractor writes them, the detector, resolver and queries read."""
 
     async def ensure_indexes(self, tenant: str) -> None: ...
-    # `turn`: what a turn's vector was embedded with (TurnEmbedding), in the same write
+    # `turn`: what a turn's vector was embedded with (TurnEmbedding), in the same write; its
+    # lexical terms follow `preceding_text` (the text of the turn before it) as its vector does
     def stage_passage(
         self,
         pipe: StagedWrites,
@@ -171,6 +172,7 @@ class Layers(Protocol):
         vector,
         turn: TurnEmbedding | None = None,
         own_vector=None,
+        preceding_text: str | None = None,
     ) -> None: ...
     async def recorded_embedder(self, tenant: str) -> EmbedderId | None: ...
     # the embedder the tenant's indexes were built with, recorded by the first writer (Memory's docstring)
@@ -316,16 +318,25 @@ class Episodes(Protocol):
         self, pipe: StagedWrites, tenant: str, session_id: str, changes: dict[int, int]
     ) -> None: ...
     # what each passage's vector was embedded with (a passage not embedded after a turn before it:
-    # TurnEmbedding()), and a turn's vector embedded again after the turn before it, indexed since
+    # TurnEmbedding()), and a turn's vector and lexical terms (store.lexical.passage_terms, its
+    # own then that turn's) made again after the turn before it, indexed since
     async def turn_embeddings(self, tenant: str, passage_ids: list[str]) -> list[TurnEmbedding]: ...
     def stage_turn_embedding(
-        self, pipe: StagedWrites, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector
+        self,
+        pipe: StagedWrites,
+        tenant: str,
+        passage_id: str,
+        embedding: TurnEmbedding,
+        vector,
+        own_vector,
+        terms: str,
     ) -> None: ...
-    # a turn's vector of its own text alone (None: none kept), and the turn given it back — the
-    # turn before it left memory — with the cached vectors of what it had embedded forgotten
+    # a turn's vector of its own text alone (None: none kept), and the turn given it back with
+    # its own lexical terms — the turn before it left memory — with the cached vectors of what it
+    # had embedded forgotten
     async def own_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]: ...
     def stage_turn_alone(
-        self, pipe: StagedWrites, tenant: str, passage_id: str, own_vector, forget: list[str]
+        self, pipe: StagedWrites, tenant: str, passage_id: str, own_vector, terms: str, forget: list[str]
     ) -> None: ...
 
 

@@ -318,18 +318,23 @@ def entity_list(raw: bytes | str | None) -> list[str]:
 PASSAGE_EXTRAS = ("metadata", "context", "retired", "subject")  # stored fields, in passage_json's order
 
 
-def passage_extras(chunk) -> dict[str, str]:
+def passage_extras(chunk, preceding_text: str | None = None) -> dict[str, str]:
     """The stored form of a chunk's document metadata and turn fields (JSON: turn_id, dia_id,
     session_id, speaker, ts, ...), of its context line (who said it and when), of its lexical
-    terms (store.lexical: what BM25 counts) and, for a titled document's passage, of its subject
-    (the name its title gives: the page other passages link to, workers.query.links)."""
+    terms (store.lexical: what BM25 counts; a turn's after the text of the turn before it,
+    `preceding_text`) and, for a titled document's passage, of its subject (the name its title
+    gives: the page other passages link to, workers.query.links)."""
     return {
         "metadata": json.dumps(chunk.metadata, ensure_ascii=False, sort_keys=True),
         "context": chunk.context,
-        LEXICAL_FIELD: (terms := passage_terms(chunk.context, chunk.text)),
-        LEXICAL_LENGTH_FIELD: str(term_count(terms)),
+        **lexical_fields(passage_terms(chunk.context, chunk.text, preceding_text)),
         **({"subject": chunk.subject} if chunk.subject else {}),
     }
+
+
+def lexical_fields(terms: str) -> dict[str, str]:
+    """A passage's lexical terms (store.lexical.passage_terms) as stored: the terms and their count."""
+    return {LEXICAL_FIELD: terms, LEXICAL_LENGTH_FIELD: str(term_count(terms))}
 
 
 def passage_json(

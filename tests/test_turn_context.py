@@ -1,7 +1,8 @@
 """A conversation turn's vector embeds it after the turn before it in its session
-(workers.algorithms.turns.turn_embedded_text): "Yes! At the beach." says where only after "Where
-did you camp?". Turns arrive on any partition in any order; whichever of two neighbours is indexed
-second embeds the later one after the earlier, so every order gives the same vectors. An erased
+(workers.algorithms.turns.turn_embedded_text), and its lexical terms follow that turn's
+(store.lexical.passage_terms): "Yes! At the beach." says where only after "Where did you camp?".
+Turns arrive on any partition in any order; whichever of two neighbours is indexed second embeds
+the later one after the earlier, so every order gives the same vectors and terms. An erased
 turn's cached vector of that text goes with it."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from store.caches import text_sha256
 from store.in_memory import InMemoryStore
+from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD, passage_terms, term_count
 from tests.inprocess import DIMS, Delivery, HashEmbedder, InProcess
 from workers.algorithms.chunking import turn_chunk_id
 from workers.algorithms.turns import turn_context, turn_embedded_text
@@ -56,6 +58,31 @@ def _expected_texts() -> list[str]:
     return out
 
 
+def _expected_terms() -> list[str]:
+    """What each turn is indexed as for BM25: its speaker line and text, then the turn before's text."""
+    return [
+        passage_terms(turn_context(speaker), text, TURNS[n - 2][1] if n > 1 else None)
+        for n, (speaker, text) in enumerate(TURNS, 1)
+    ]
+
+
+async def _terms_of(stages: InProcess, numbers: list[int]) -> list[tuple[str, str]]:
+    """Each turn's stored lexical terms and their count (the store's own fields: what its BM25
+    counts)."""
+    memory, tenant, ids = stages.memory, stages.tenant, [_passage_id(n) for n in numbers]
+    if isinstance(memory, InMemoryStore):
+        rows = [memory._tenants[tenant].records["passages"][pid] for pid in ids]
+        return [(row[LEXICAL_FIELD], row[LEXICAL_LENGTH_FIELD]) for row in rows]
+    shard, keys = memory.shard(tenant), memory.keys(tenant)
+    read = [await shard.hmget(keys.passage(pid), [LEXICAL_FIELD, LEXICAL_LENGTH_FIELD]) for pid in ids]
+    return [(terms.decode(), length.decode()) for terms, length in read]
+
+
+def _assert_terms_as_said(terms: list[tuple[str, str]]) -> None:
+    assert [t for t, _ in terms] == _expected_terms()
+    assert [int(n) for _, n in terms] == [term_count(t) for t in _expected_terms()]
+
+
 async def _publish(stages: InProcess, order: list[int], wait: bool = True) -> None:
     for n in order:
         speaker, text = TURNS[n - 1]
@@ -83,11 +110,12 @@ def test_a_turn_is_embedded_after_the_turn_before_it(redis_url):
         try:
             await _publish(stages, [1, 2, 3, 4, 5])
             made = await stages.memory.turn_embeddings(stages.tenant, [_passage_id(n) for n in range(1, 6)])
-            return await _cosines_to_expected(stages), made
+            return await _cosines_to_expected(stages), made, await _terms_of(stages, [1, 2, 3, 4, 5])
         finally:
             await stages.close()
 
-    (to_expected, to_alone), made = run(scenario())
+    (to_expected, to_alone), made, terms = run(scenario())
+    _assert_terms_as_said(terms)  # before: each turn's own terms alone
     assert min(to_expected) > 0.999, to_expected  # (Redis holds float16)
     assert to_alone[0] > 0.999 and max(to_alone[1:]) < 0.5
     assert [m.preceded_by for m in made] == [""] + [_passage_id(n) for n in range(1, 5)]
@@ -103,12 +131,13 @@ def test_turns_indexed_in_any_order_get_the_vectors_of_the_order_they_were_said_
         stages = _stages(redis_url)
         try:
             await _publish(stages, order)
-            return await _cosines_to_expected(stages)
+            return await _cosines_to_expected(stages), await _terms_of(stages, [1, 2, 3, 4, 5])
         finally:
             await stages.close()
 
-    to_expected, _ = run(scenario())
+    (to_expected, _), terms = run(scenario())
     assert min(to_expected) > 0.999, to_expected
+    _assert_terms_as_said(terms)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -121,12 +150,13 @@ def test_neighbouring_turns_indexed_at_once_on_several_partitions_still_follow_e
         stages = _stages(None, Delivery(partitions=4, consumers=3, seed=seed, redeliver=0.3))
         try:
             await _publish(stages, [3, 1, 5, 2, 4], wait=False)
-            return await _cosines_to_expected(stages)
+            return await _cosines_to_expected(stages), await _terms_of(stages, [1, 2, 3, 4, 5])
         finally:
             await stages.close()
 
-    to_expected, _ = run(scenario())
+    (to_expected, _), terms = run(scenario())
     assert min(to_expected) > 0.999, to_expected
+    _assert_terms_as_said(terms)
 
 
 def test_an_erased_turn_takes_the_cached_vector_of_what_it_embedded(redis_url):
@@ -211,6 +241,10 @@ def test_a_turn_retired_while_the_turn_before_it_decides_gets_no_vector_back():
     assert not row.get("preceded_by")
 
 
+async def _lexical(stages: InProcess, query: str) -> list[str]:
+    return [hit.id for hit in await stages.memory.lexical(stages.tenant, query, 5)]
+
+
 async def _vector_of(stages: InProcess, n: int) -> np.ndarray:
     [vector] = await stages.memory.passage_vectors(stages.tenant, [_passage_id(n)])
     return np.asarray(vector, dtype=np.float32) / np.linalg.norm(vector)
@@ -229,17 +263,26 @@ def test_a_turn_whose_turn_before_leaves_memory_gets_its_own_vector_back_and_fol
         try:
             await _publish(stages, [1, 2, 3])
             embedded = await _vector_of(stages, 2)
+            camp = await _lexical(stages, "camp")
             await stages.delete("turn-1")
             deleted = await _vector_of(stages, 2), await stages.memory.turn_embeddings(stages.tenant, [_passage_id(2)])
+            camp_deleted, terms_deleted = await _lexical(stages, "camp"), await _terms_of(stages, [2])
             await stages.publish("turn-1", edited, session_id=SESSION, turn=1, speaker="Ann", version=2)
-            after_edit = await _vector_of(stages, 2)
+            after_edit, edit_words = await _vector_of(stages, 2), await _lexical(stages, "end")
             await stages.delete("turn-1", purge=True)
             erased = await _vector_of(stages, 2), await cache.get_many([_expected_texts()[1]])
-            return embedded, deleted, after_edit, erased
+            terms_erased = await _terms_of(stages, [2])
+            return embedded, deleted, after_edit, erased, (camp, camp_deleted, edit_words, terms_deleted, terms_erased)
         finally:
             await stages.close()
 
-    embedded, (deleted, made), after_edit, (erased, cached) = run(scenario())
+    embedded, (deleted, made), after_edit, (erased, cached), lexical = run(scenario())
+    camp, camp_deleted, edit_words, terms_deleted, terms_erased = lexical
+    # BM25 finds the reply by the question's word while the question is in memory, and not after
+    own = [(passage_terms("Bob:", TURNS[1][1]), str(term_count(passage_terms("Bob:", TURNS[1][1]))))]
+    assert camp == [_passage_id(1), _passage_id(2)] or camp == [_passage_id(2), _passage_id(1)]
+    assert camp_deleted == [] and terms_deleted == own and terms_erased == own
+    assert _passage_id(2) in edit_words  # the edited question's new word
     alone, combined, after_new = HashEmbedder().embed(
         [f"Bob:\n{TURNS[1][1]}", _expected_texts()[1], turn_embedded_text(f"Bob:\n{TURNS[1][1]}", edited)]
     )
@@ -248,3 +291,35 @@ def test_a_turn_whose_turn_before_leaves_memory_gets_its_own_vector_back_and_fol
     assert float(after_edit @ after_new) > 0.999
     assert float(erased @ alone) > 0.999
     assert cached == {}
+
+
+def test_a_large_tenants_own_lexical_index_takes_the_terms_a_turn_gets_after_the_turn_before(redis_url):
+    """A tenant with a lexical index of its own (store.redis.lexical_index) searches copies of
+    its passages' terms: a turn indexed again after the turn before it, and given its own terms
+    back when that turn leaves, has its copy changed in the same transaction, so the own index
+    ranks as the passages read."""
+    if redis_url is None:
+        pytest.skip("the in-memory store scores its passages' own fields: no copies")
+
+    async def scenario():
+        stages = _stages(redis_url)
+        memory, tenant = stages.memory, stages.tenant
+        shard, keys = memory.shard(tenant), memory.keys(tenant)
+        copy = keys.lexical_mirror(_passage_id(2))
+        try:
+            await _publish(stages, [2, 3])
+            await memory.promote_lexical(tenant)
+            alone = await shard.hget(copy, LEXICAL_FIELD)
+            await _publish(stages, [1])  # turn 2 follows it now: its copy too
+            after = await shard.hget(copy, LEXICAL_FIELD), await _terms_of(stages, [2])
+            await stages.delete("turn-1")
+            back = await shard.hget(copy, LEXICAL_FIELD)
+            return alone, after, back
+        finally:
+            await stages.close()
+
+    alone, (after, stored), back = run(scenario())
+    own = passage_terms("Bob:", TURNS[1][1])
+    assert alone.decode() == own
+    assert after.decode() == stored[0][0] == _expected_terms()[1]  # before: the copy kept its own terms
+    assert back.decode() == own

@@ -12,6 +12,7 @@ from store.records import (
     TURN_EMBEDDING_FIELDS,
     TurnEmbedding,
     TurnsNear,
+    lexical_fields,
     turn_embedding_fields,
     vector_bytes,
 )
@@ -70,27 +71,30 @@ class EpisodesOps(InMemoryBase):
         ]
 
     def stage_turn_embedding(
-        self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector
+        self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector, terms: str
     ) -> None:
         fields = {
             **turn_embedding_fields(embedding),
             "vec": vector_bytes(vector),
             OWN_VECTOR_FIELD: vector_bytes(own_vector),
+            **lexical_fields(terms),
         }
 
         def write() -> None:
             self._hset(tenant, "passages", passage_id, fields)
+            self._tenant(tenant).lexical = None  # the BM25 index is rebuilt with its terms
 
         self._stage(pipe, write)
 
     async def own_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         return [self._vector(tenant, "passages", pid, OWN_VECTOR_FIELD) for pid in passage_ids]
 
-    def stage_turn_alone(self, pipe, tenant: str, passage_id: str, own_vector, forget: list[str]) -> None:
-        fields = {**turn_embedding_fields(TurnEmbedding()), "vec": vector_bytes(own_vector)}
+    def stage_turn_alone(self, pipe, tenant: str, passage_id: str, own_vector, terms: str, forget: list[str]) -> None:
+        fields = {**turn_embedding_fields(TurnEmbedding()), "vec": vector_bytes(own_vector), **lexical_fields(terms)}
 
         def write() -> None:
             self._hset(tenant, "passages", passage_id, fields)
+            self._tenant(tenant).lexical = None
             for key in forget:
                 self._cache.pop(key, None)
 

@@ -59,6 +59,7 @@ class LayersOps(InMemoryBase):
         vector,
         turn: TurnEmbedding | None = None,
         own_vector=None,
+        preceding_text: str | None = None,
     ) -> None:
         fields = {
             "text": chunk.text,
@@ -67,13 +68,14 @@ class LayersOps(InMemoryBase):
             "doc_version": chunk.doc_version,
             "entities": json.dumps(entity_ids),
             "vec": vector_bytes(vector),
-            **passage_extras(chunk),
+            **passage_extras(chunk, preceding_text),
             **(turn_embedding_fields(turn) if turn is not None else {}),
             **({OWN_VECTOR_FIELD: vector_bytes(own_vector)} if own_vector is not None else {}),
         }
 
         def write() -> None:
             self._hset(tenant, "passages", chunk.chunk_id, fields)
+            self._tenant(tenant).lexical = None  # written again (delivered twice), its terms may differ
             self._revise(tenant, chunk.chunk_id)  # Memory.stage_passage: its counted sets change with it
 
         self._stage(pipe, write)

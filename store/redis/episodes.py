@@ -12,11 +12,13 @@ from store.records import (
     TURN_EMBEDDING_FIELDS,
     TurnEmbedding,
     TurnsNear,
+    lexical_fields,
     turn_embedding_fields,
     vector_bytes,
     vector_from_bytes,
 )
 from store.redis.base import RedisBase, _expected, _shared_deletes, _text
+from store.redis.lexical_index import stage_lexical_mirror
 
 # Each entity's first ARGV[1] passages by id (SORT_RO ... ALPHA LIMIT) and each one's vector (the
 # hash at ARGV[2] .. id): reconstruct's entity cues in one command, where a SORT a cue and then
@@ -112,18 +114,21 @@ class EpisodesOps(RedisBase):
         return [TurnEmbedding(*(_text(v) if v else "" for v in reply)) for reply in replies]
 
     def stage_turn_embedding(
-        self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector
+        self, pipe, tenant: str, passage_id: str, embedding: TurnEmbedding, vector, own_vector, terms: str
     ) -> None:
         """A turn's passage vector embedded again (after the turn before it, indexed since), what
-        it followed, and its own text's vector; its indexes take it in place. The decision
+        it followed, its own text's vector, and its lexical terms followed by that turn's; its
+        indexes take them in place (a large tenant's own lexical index too). The decision
         expects that passage's state first (expect_passage): an erasure meanwhile leaves no
         fields behind."""
         fields = {
             **turn_embedding_fields(embedding),
             "vec": vector_bytes(vector),
             OWN_VECTOR_FIELD: vector_bytes(own_vector),
+            **lexical_fields(terms),
         }
         pipe.hset(self.keys(tenant).passage(passage_id), mapping=fields)
+        stage_lexical_mirror(pipe, self.keys(tenant), passage_id)
 
     async def own_vectors(self, tenant: str, passage_ids: list[str]) -> list[np.ndarray | None]:
         """Each turn's vector of its own text alone, where one is kept (OWN_VECTOR_FIELD)."""
@@ -132,11 +137,17 @@ class EpisodesOps(RedisBase):
         )
         return [None if raw is None else vector_from_bytes(raw) for raw in replies]
 
-    def stage_turn_alone(self, pipe, tenant: str, passage_id: str, own_vector, forget: list[str]) -> None:
-        """The turn's own vector back in place of the one embedded after the turn before it (that
-        turn left memory), and the cached vectors `forget` (what it had embedded) deleted."""
-        fields = {**turn_embedding_fields(TurnEmbedding()), "vec": vector_bytes(own_vector)}
+    def stage_turn_alone(self, pipe, tenant: str, passage_id: str, own_vector, terms: str, forget: list[str]) -> None:
+        """The turn's own vector and lexical terms back in place of those made after the turn
+        before it (that turn left memory), and the cached vectors `forget` (what it had
+        embedded) deleted."""
+        fields = {
+            **turn_embedding_fields(TurnEmbedding()),
+            "vec": vector_bytes(own_vector),
+            **lexical_fields(terms),
+        }
         pipe.hset(self.keys(tenant).passage(passage_id), mapping=fields)
+        stage_lexical_mirror(pipe, self.keys(tenant), passage_id)
         _shared_deletes(pipe).extend(forget)
 
     async def session_neighbours(self, tenant: str, session_id: str, turn: int, radius: int) -> list[tuple[int, str]]:

@@ -152,9 +152,11 @@ class LayersOps(RedisBase):
         vector,
         turn: TurnEmbedding | None = None,
         own_vector=None,
+        preceding_text: str | None = None,
     ) -> None:
         """The passage's hash, one HSET (its indexes index it once), with what a turn's vector was
-        embedded with (`turn`) and, embedded after the turn before it, its own text's vector."""
+        embedded with (`turn`) and, embedded after the turn before it, its own text's vector (its
+        lexical terms followed by those of that turn's text, `preceding_text`)."""
         pipe.hset(
             self.keys(tenant).passage(chunk.chunk_id),
             mapping={
@@ -165,7 +167,7 @@ class LayersOps(RedisBase):
                 "doc_version": chunk.doc_version,
                 ENTITIES_FIELD: ",".join(entity_ids),
                 "vec": vector_bytes(vector),
-                **passage_extras(chunk),
+                **passage_extras(chunk, preceding_text),
                 **(turn_embedding_fields(turn) if turn is not None else {}),
                 **({OWN_VECTOR_FIELD: vector_bytes(own_vector)} if own_vector is not None else {}),
             },

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from store.facts import document_event
+from store.lexical import passage_terms
 from store.nodes import entity_node, passage_node
 from store.records import DocumentRecord
 from topics import Chunk, Document, DocumentDeletion
@@ -238,12 +239,14 @@ class Versions(Stage):
             states = await self.memory.passage_states(tenant, after)
             made = await self.memory.turn_embeddings(tenant, after)
             owns = await self.memory.own_vectors(tenant, after)
-            for other, state, embedding, own in zip(after, states, made, owns):
-                if state.retired or embedding.preceded_by != pid or own is None:
+            rows = await self.memory.passages(tenant, after)
+            for other, state, embedding, own, own_row in zip(after, states, made, owns, rows):
+                if state.retired or embedding.preceded_by != pid or own is None or own_row is None:
                     continue
                 self.memory.expect_passage(pipe, tenant, other, state)
                 forget = [cache.key_of_digest(embedding.embedded_sha)] if cache and embedding.embedded_sha else []
-                self.memory.stage_turn_alone(pipe, tenant, other, own, forget)
+                terms = passage_terms(own_row["context"], own_row["text"])  # its own, as when said first
+                self.memory.stage_turn_alone(pipe, tenant, other, own, terms, forget)
 
     async def _retire(self, pipe, tenant: str, doc_id: str, passage_ids: list[str], why: str) -> list[Emit]:
         """The passages leave memory (a `retired` event names them); each fact they supported

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from store.caches import text_sha256
 from store.facts import Fact
+from store.lexical import passage_terms
 from store.nodes import entity_node, passage_node
 from store.records import HeldVector, TurnEmbedding, is_current
 from topics import CandidateFact, Chunk
@@ -60,11 +61,13 @@ MEMO_SIZE = 1024  # extractions started by prefetch and not yet taken by handle 
 @dataclass(frozen=True)
 class Follower:
     """A passage of the next turn, indexed before this one, to embed again after it: the text it
-    embeds now, and its own (indexed) text, whose vector it keeps."""
+    embeds now, its own (indexed) text, whose vector it keeps, and its lexical terms after this
+    one (store.lexical.passage_terms)."""
 
     passage_id: str
     text: str
     own_text: str
+    terms: str
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,14 @@ class TurnText:
     """What a chunk's passage vector embeds (ExtractorStage._turn_embedding): its text, what that
     records (a turn's: the turn before it), its own indexed text where the vector embeds more
     (the vector it gets back should that turn leave memory: OWN_VECTOR_FIELD), and the passages
-    of the next turn to embed again after this one."""
+    of the next turn to embed again after this one; its lexical terms follow the same turn's
+    text (`preceding_text`)."""
 
     text: str
     embedding: TurnEmbedding = TurnEmbedding()
     own_text: str | None = None
     followers: list[Follower] = field(default_factory=list)
+    preceding_text: str | None = None
 
     def extra_texts(self) -> list[str]:
         """What is embedded beside the chunk's own texts: its own indexed text, then each
@@ -171,11 +176,13 @@ class ExtractorStage(Stage):
         before = preceding_passage(current(at - 1))
         if pipe is not None and before:
             self.memory.expect_passage(pipe, tenant, before, states[before])
-        text = turn_embedded_text(chunk.indexed_text, rows[before]["text"] if before else None)
+        preceding = rows[before]["text"] if before else None
+        text = turn_embedded_text(chunk.indexed_text, preceding)
         embedding = TurnEmbedding(before, text_sha256(text)) if before else TurnEmbedding()
         own = chunk.indexed_text if before else None
         if preceding_passage(current(at) + [chunk.chunk_id]) != chunk.chunk_id:
-            return TurnText(text, embedding, own)  # another passage of this turn comes before the next one
+            # another passage of this turn comes before the next one
+            return TurnText(text, embedding, own, preceding_text=preceding)
         after = current(at + 1)
         stale = [
             pid
@@ -186,8 +193,16 @@ class ExtractorStage(Stage):
             for pid in stale:
                 self.memory.expect_passage(pipe, tenant, pid, states[pid])
         owns = {pid: indexed_text_of(rows[pid]["context"], rows[pid]["text"]) for pid in stale}
-        followers = [Follower(pid, turn_embedded_text(owns[pid], chunk.text), owns[pid]) for pid in stale]
-        return TurnText(text, embedding, own, followers)
+        followers = [
+            Follower(
+                pid,
+                turn_embedded_text(owns[pid], chunk.text),
+                owns[pid],
+                passage_terms(rows[pid]["context"], rows[pid]["text"], chunk.text),
+            )
+            for pid in stale
+        ]
+        return TurnText(text, embedding, own, followers, preceding)
 
     def _started(self, chunk: Chunk) -> asyncio.Task[Extraction]:
         """The chunk's extraction in the memo — started now unless it is there, running or done
@@ -267,7 +282,9 @@ class ExtractorStage(Stage):
             await self.memory.ensure_indexes(tenant)
             episode = session_turn(chunk.metadata)
             made = turn.embedding if episode is not None else None  # a turn records what its vector followed
-            self.memory.stage_passage(pipe, tenant, chunk, sorted(entities), vectors[0], made, own_vec)
+            self.memory.stage_passage(
+                pipe, tenant, chunk, sorted(entities), vectors[0], made, own_vec, turn.preceding_text
+            )
             if episode is not None:  # the session's turns in order: reconstruct's contiguity cue
                 self.memory.stage_session_turn(pipe, tenant, *episode, chunk.chunk_id)
             for i, follower in enumerate(turn.followers):  # the next turn, after this one now
@@ -278,6 +295,7 @@ class ExtractorStage(Stage):
                     TurnEmbedding(chunk.chunk_id, text_sha256(follower.text)),
                     extra[2 * i],
                     extra[2 * i + 1],
+                    follower.terms,
                 )
             version = await self.memory.bump_graph_version(tenant) if entities else 0
             for (eid, ent), vec in zip(entities.items(), ent_vecs):
