@@ -182,3 +182,41 @@ def test_a_rare_entity_named_in_the_query_ranks_its_passage_over_a_speaker_hub(r
     dense, hybrid, ppr = run(main())
     biscuit = f"s1:{len(turns) - 1}"
     assert _docs(hybrid)[0] == biscuit and _docs(ppr)[0] == biscuit
+
+
+def test_over_turns_the_entity_a_question_names_seeds_the_walk_and_over_documents_not():
+    """No fact or schema can seed (τ_q = 1). Over conversation turns the entity the question
+    names seeds the walk (turn_link_weight; link_weight()) — it walks, no fallback; over the same
+    texts as documents nothing seeds (entity_links is off there: it cost MuSiQue and HotpotQA),
+    nor over turns with turn_link_weight 0 (before: no question's entity seeded by default)."""
+    from tests.inprocess import HashEmbedder
+    from workers.models.embedding import BatchingEmbedder
+
+    never = {"params": {"tau_q": 1.0}, "top_k": 3, "mode": "ppr"}
+
+    async def ask(as_turns: bool, params: dict) -> dict:
+        stages = InProcess(None, RulesExtractor(), BatchingEmbedder(HashEmbedder()))
+        try:
+            for i, text in enumerate(TURNS):
+                turn = {"session_id": "s1", "turn": i, "speaker": "Ann"} if as_turns else {}
+                await stages.publish(f"t{i}", text, **turn)
+            return await stages.query(QUESTION, **{**never, "params": {**never["params"], **params}})
+        finally:
+            await stages.close()
+
+    async def main():
+        return await asyncio.gather(ask(True, {}), ask(False, {}), ask(True, {"turn_link_weight": 0.0}))
+
+    turns, documents, unlinked = run(main())
+    assert turns.get("fallback") is None
+    assert documents["fallback"] == "first_stage" and unlinked["fallback"] == "first_stage"
+
+
+def test_a_named_entitys_seed_weight_follows_what_the_candidates_are():
+    from workers.algorithms.retrieval import RetrievalParams, link_weight
+
+    params = RetrievalParams()
+    assert link_weight(params, 0.0) == 0.0 and link_weight(params, 1.0) == params.turn_link_weight
+    assert link_weight(params, 0.5) == pytest.approx(0.5 * params.turn_link_weight)
+    linked = RetrievalParams(entity_links=True, link_weight=2.0, turn_link_weight=0.0)
+    assert link_weight(linked, 0.0) == 2.0 and link_weight(linked, 1.0) == 0.0

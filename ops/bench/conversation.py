@@ -157,7 +157,7 @@ ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0, **NO_LINKS}),
     "ppr, walk weight 1": ("ppr", {"turn_walk_weight": 1.0}),
     "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),
-    "ppr, entity links": ("ppr", {"entity_links": True}),
+    "ppr, no entity links": ("ppr", {"turn_link_weight": 0.0}),
     "ppr, no time cue": ("ppr", {"time_weight": 0.0}),
     "ppr, first_kept 0": ("ppr", {"first_kept": 0}),
     "reconstruct, no episodes": ("reconstruct", {"episode_weight": 0.0}),

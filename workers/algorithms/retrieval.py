@@ -53,6 +53,7 @@ PARAM_RANGES = {
     "rrf_k": Range(0.0, 1000.0),
     "walk_weight": Range(0.0, 100.0),
     "link_weight": Range(0.0, 100.0),
+    "turn_link_weight": Range(0.0, 100.0),
     "turn_walk_weight": Range(0.0, 100.0),
     "read_weight": Range(0.0, 100.0),
     "first_kept": Range(0, 50),
@@ -138,11 +139,18 @@ class RetrievalParams:
     # than one question. Passages without a time (documents) are never raised, so MuSiQue and
     # HotpotQA rank as without it.
     time_weight: float = 1.0
-    # Seed the entities the query names (linked_weights). Off: PPR with it, R@5 / R@10 on LoCoMo
-    # dev 65.2 / 74.8 against 65.0 / 74.7 without; R@2 / R@5 on MuSiQue-100 43.3 / 63.5 against
-    # 49.8 / 70.3, on HotpotQA-100 60.0 / 79.5 against 64.0 / 83.5.
+    # Seed the entities the query names (linked_weights), each at this weight at idf 1: over
+    # documents `link_weight` where `entity_links` is on, over conversation turns
+    # `turn_link_weight`, in proportion to the share of the first stage's candidates that are
+    # turns (link_weight()), as the walk's own weight. Over documents it costs: R@2 / R@5 on
+    # MuSiQue-100 43.3 / 63.5 against 49.8 / 70.3, on HotpotQA-100 60.0 / 79.5 against 64.0 /
+    # 83.5 (a question names an entity of each hop, and the named one outweighs the facts the
+    # question is near). Over turns, LoCoMo dev ppr R@5 / R@10: before turns were embedded and
+    # indexed after the turn before them 65.2 / 74.8 against 65.0 / 74.7 without; since,
+    # 71.6 / 80.5 against 71.4 / 79.6 (docs/benchmarks.md).
     entity_links: bool = False
-    link_weight: float = 1.0  # a linked entity's seed weight at idf 1
+    link_weight: float = 1.0
+    turn_link_weight: float = 1.0
 
     @classmethod
     def from_json(cls, body: dict | None) -> "RetrievalParams":
@@ -259,14 +267,12 @@ def seed(
     linked: dict[str, float] | None = None,
 ) -> Seeds | None:
     """The structure-aware reset vector (docs/architecture.md §5 step 2), or None when no schema or fact
-    survives τ_q and the query names no entity of the memory (`linked`: entity node → weight,
-    linked_weights) — the caller answers the first stage then. `facts` must already exclude
+    survives τ_q and the query names no entity of the memory (`linked`: entity node → seed
+    weight, linked_weights × link_weight) — the caller answers the first stage then. `facts` must already exclude
     invalid, merged and expired facts: they contribute nothing."""
     kept_facts = [f for f in facts if f.score > params.tau_q]
     kept_schemas = [s for s in schemas if s.score > params.tau_q] if params.schema_seeds else []
-    linked = (
-        {node: w * params.link_weight for node, w in (linked or {}).items() if w > 0} if params.entity_links else {}
-    )
+    linked = {node: w for node, w in (linked or {}).items() if w > 0}
     if not kept_facts and not kept_schemas and not linked:
         return None
     best = max([f.score for f in kept_facts] + [s.score for s in kept_schemas] + [s for _, s in passages] or [1.0])
@@ -411,6 +417,14 @@ def fuse_walk(first: list[str], walked: list[str], params: RetrievalParams, weig
     """The first stage's ranking fused with a walk's of this weight (fuse), the first stage's top
     `params.first_kept` kept in place (keep_first): ppr's and reconstruct's answer."""
     return keep_first(fuse([first, walked], params.rrf_k, [1.0, weight]), first, params.first_kept)
+
+
+def link_weight(params: RetrievalParams, turn_share: float) -> float:
+    """The seed weight of an entity the query names (at idf 1): `link_weight` over documents
+    where `entity_links` is on, `turn_link_weight` over conversation turns, in proportion to the
+    share of the first stage's candidates that are turns."""
+    documents = params.link_weight if params.entity_links else 0.0
+    return documents * (1.0 - turn_share) + params.turn_link_weight * turn_share
 
 
 def walk_weight(params: RetrievalParams, turn_share: float) -> float:

@@ -48,6 +48,7 @@ from workers.algorithms.retrieval import (
     SchemaHit,
     Seeds,
     fuse_walk,
+    link_weight,
     linked_weights,
     rank_passages,
     seed,
@@ -223,7 +224,8 @@ class QueryEngine:
         is the answer (`"fallback": "first_stage"`)."""
         tenant, params = request.tenant, request.params
         t = time.perf_counter()
-        mentions = mention_candidates(request.query) if params.entity_links else []
+        linking = params.entity_links or params.turn_link_weight > 0  # link_weight() may be 0 for documents
+        mentions = mention_candidates(request.query) if linking else []
         graph, (schemas, facts, first, canonical) = await asyncio.gather(
             self.graphs.current(tenant),
             asyncio.gather(
@@ -269,9 +271,13 @@ class QueryEngine:
         in_graph = {
             cid: eid for cid, eid in canonical.items() if names_something(eid) and entity_node(eid) in graph.graph.index
         }
-        linked = linked_weights(
-            graph.stats, len(passage_index), [entity_node(eid) for _, eid in choose_mentions(mentions, in_graph)]
-        )
+        weight = link_weight(params, first.turn_share)
+        linked = {
+            node: w * weight
+            for node, w in linked_weights(
+                graph.stats, len(passage_index), [entity_node(eid) for _, eid in choose_mentions(mentions, in_graph)]
+            ).items()
+        }
         seeds = seed(
             graph.graph,
             graph.stats,
