@@ -267,17 +267,17 @@ class QueryEngine:
         # names, which only append. No await until the thread has it.
         transition = graph.graph.transition()
         passage_index, entity_index = graph.passage_index(), graph.entity_index()
-        # the entities the query names: spans matched to the tenant's entity ids (aliases resolved)
-        in_graph = {
-            cid: eid for cid, eid in canonical.items() if names_something(eid) and entity_node(eid) in graph.graph.index
-        }
-        weight = link_weight(params, first.turn_share)
-        linked = {
-            node: w * weight
-            for node, w in linked_weights(
-                graph.stats, len(passage_index), [entity_node(eid) for _, eid in choose_mentions(mentions, in_graph)]
-            ).items()
-        }
+        # the entities the query names: spans matched to the tenant's entity ids (aliases
+        # resolved), at the weight link_weight gives them (0 over documents by default)
+        weight, linked = link_weight(params, first.turn_share), {}
+        if weight > 0:
+            in_graph = {
+                cid: eid
+                for cid, eid in canonical.items()
+                if names_something(eid) and entity_node(eid) in graph.graph.index
+            }
+            named = [entity_node(eid) for _, eid in choose_mentions(mentions, in_graph)]
+            linked = {node: w * weight for node, w in linked_weights(graph.stats, len(passage_index), named).items()}
         seeds = seed(
             graph.graph,
             graph.stats,
