@@ -24,6 +24,7 @@ the shared index is created."""
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Mapping, NamedTuple
 
 from redis.commands.search.aggregation import AggregateRequest
@@ -328,6 +329,18 @@ return out
 """
 
 
+# _SEARCH_READ registered once a client: register_script hashes the script's source each call
+_SEARCH_READ_SCRIPTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _search_read(client):
+    """_SEARCH_READ registered with `client` (EVALSHA; EVAL where the server has not cached it)."""
+    script = _SEARCH_READ_SCRIPTS.get(client)
+    if script is None:
+        script = _SEARCH_READ_SCRIPTS[client] = client.register_script(_SEARCH_READ)
+    return script
+
+
 async def search_with_fields(client, command: list | tuple, route_key: str | None = None):
     """Send an FT.SEARCH (its fields asked with RETURN). With `route_key` (a key of the tenant:
     a store on a Redis Cluster) the fields are read from the hits' hashes by _SEARCH_FIELDS in
@@ -472,7 +485,7 @@ class TenantIndex:
                 arguments += [len(narrower), *narrower, "1", checked, where[checked], len(command), *command]
             else:
                 arguments += [len(command), *command, "0"]
-        replies = await self.redis.register_script(_SEARCH_READ)(keys=[route_key], args=arguments)
+        replies = await _search_read(self.redis)(keys=[route_key], args=arguments)
         out = []
         for reply, found in replies:
             rows = self._knn_rows(reply)

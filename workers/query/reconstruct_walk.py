@@ -536,8 +536,10 @@ def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | Non
 
 
 def _unit(vector) -> np.ndarray:
+    """The vector at length 1, in float32. The norm as np.linalg.norm computes it (the square
+    root of the dot product, bit for bit) without its checks: ~150 vectors a query."""
     vector = np.asarray(vector, dtype=np.float32)
-    return vector / max(float(np.linalg.norm(vector)), 1e-12)
+    return vector / max(float(np.sqrt(vector.dot(vector))), 1e-12)
 
 
 def chain_cosines(chain_vectors: list[np.ndarray], query: np.ndarray) -> list[float]:
