@@ -6,7 +6,8 @@ character separates, as in RediSearch's tokenizer), lowercased, RediSearch's def
 stop words dropped, each word reduced to its Snowball English stem (PyStemmer). The terms are
 stored with the passage (`LEXICAL_FIELD`, space-separated) and both stores index exactly them:
 Redis as a TEXT field with no stemming of its own and no stop words (the terms are final), the
-in-memory store with bm25s. A query goes through the same rules (search_terms).
+in-memory store with bm25s. A query goes through the same rules (search_terms), and leaves out
+a longer list of stop words besides (query_stop_words): a passage's terms keep them.
 
 Both score with Okapi BM25 in Lucene's form,
 
@@ -23,7 +24,9 @@ that scan is indexed twice and its terms counted twice for good).
 
 Chosen by measuring BM25 alone on the LoCoMo dev conversations (turn text and speaker, R@5 /
 R@10): Snowball stems and RediSearch's stop words 54.0 / 61.0; without stemming 48.9 / 58.0;
-without stop words 53.1 / 61.1; bm25s's longer English list 54.0 / 61.0 (the same).
+without stop words 53.1 / 61.1; bm25s's longer English list 54.0 / 61.0 (the same) — in the
+passages and the query both; in the query alone it was chosen later, for speed at scale and
+LoCoMo's temporal questions (query_stop_words).
 
 The query is the set of its distinct terms, any of which may match (a union: BM25 ranks by how
 many and how rare)."""
