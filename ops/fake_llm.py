@@ -34,7 +34,10 @@ Answer = Union[str, Callable[[dict], str]]
 class _FakeServer:
     """What both fakes share: a threaded HTTP server on 127.0.0.1 (a context manager), requests
     in flight counted (`in_flight`, `max_in_flight`, `busy_s`: request-seconds answered, so over a
-    span busy_s / span is the average in flight), every POST answered with JSON by `_respond`."""
+    span busy_s / span is the average in flight), every POST answered with JSON by `_respond`.
+    A request stops counting as its answer is sent: its client may send the next one as soon as
+    it has read it, before the handler's thread ends (on a loaded machine a client bounded to two
+    calls in flight was seen as three when it counted until then)."""
 
     def __init__(self):
         self.requests: list[dict] = []
@@ -77,7 +80,16 @@ class _FakeServer:
                 with fake._lock:
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
-                started = time.monotonic()
+                started, answered = time.monotonic(), False
+
+                def answer() -> None:  # once: before the answer leaves, so its client's next request counts after it
+                    nonlocal answered
+                    if not answered:
+                        answered = True
+                        with fake._lock:
+                            fake.in_flight -= 1
+                            fake.busy_s += time.monotonic() - started
+
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                     status, payload = fake._respond(self.path, body)
@@ -86,13 +98,13 @@ class _FakeServer:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
+                    answer()
                     self.wfile.write(data)
+                    self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left
                 finally:
-                    with fake._lock:
-                        fake.in_flight -= 1
-                        fake.busy_s += time.monotonic() - started
+                    answer()
 
         return Handler
 

@@ -420,3 +420,33 @@ def test_the_concurrency_bound_holds_for_every_client_of_a_process():
         answers = run(ask_both(server))
         assert answers == [json.loads(NOTHING)] * 6
         assert server.calls == 6 and server.max_in_flight == 2
+
+
+def test_the_fake_counts_a_request_in_flight_until_its_answer_is_sent(monkeypatch):
+    """The fake's count of calls in flight ends as a request's answer leaves, not when its
+    handler's thread ends: a client may send its next call in between. A loaded machine delays
+    that thread's end — here made certain by a socket write that returns 0.3 s after it sent its
+    bytes (the fake's handler threads are its only writers in this test) — and one client bounded
+    to one call in flight was counted as two (the concurrency bound's test saw three of two in CI)."""
+    import socketserver
+
+    sent = socketserver._SocketWriter.write  # type: ignore[attr-defined]
+
+    def write_then_linger(self, data):
+        written = sent(self, data)
+        time.sleep(0.3)
+        return written
+
+    monkeypatch.setattr(socketserver._SocketWriter, "write", write_then_linger)  # type: ignore[attr-defined]
+
+    async def three_in_turn(server):
+        client = LLMClient(LLMConfig(server.base_url, "sk-test", "m", concurrency=1))
+        try:
+            return [await _ask(client, f"text {i}") for i in range(3)]
+        finally:
+            await client.aclose()
+
+    with FakeOpenAI(default=lambda body: '{"ok": true}') as server:
+        answers = run(three_in_turn(server))
+        assert answers == [{"ok": True}] * 3
+        assert server.calls == 3 and server.max_in_flight == 1
