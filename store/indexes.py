@@ -258,36 +258,55 @@ class HitRead(NamedTuple):
 
 _HIT_READS = frozenset({"HGET", "HMGET", "SMEMBERS"})
 
-# ARGV: the records' key prefix; the reads (each: command, on the hit's key or not, key prefix,
-# suffix, argument count, arguments); then the searches to the end (each: argument count, the
-# FT.SEARCH's arguments, then '0', or '1', a field, its value and the search to run instead —
-# its argument count and arguments — where a hit's field holds another value). A search's reply
-# beside, for each of its hits, the reads' replies.
+# ARGV: the vectors' count and the vectors; then the index, k, the records' key prefix, the
+# reads (their count; each: command, on the hit's key or not, key prefix, suffix, argument count,
+# arguments), the RETURN fields (their count, the fields) and the searches (their count; each:
+# its vector's place among the vectors, its filter, then '0', or '1', a field, its value and the
+# filter to search instead where a hit's field holds another value). A search's reply beside,
+# for each of its hits, the reads' replies. The script writes each KNN search
+# (TenantIndex._knn_command's): sent whole, a call carried its vector once a search and twice
+# where checked — a reconstruct step's fact searches were ~700 arguments and ~25 KB to pack,
+# send and parse, 50,000 passages; now ~60 and one vector.
 # On a Redis Cluster the index's name is a key of another slot (of the same shard) than the
 # tenant's route key: allow-cross-slot-keys (tests/test_redis_cluster.py pins it).
 _SEARCH_READ = """#!lua flags=no-writes,allow-cross-slot-keys
-local prefix, i, reads = ARGV[1], 3, {}
-for r = 1, tonumber(ARGV[2]) do
+local vectors, i = {}, 2
+for v = 1, tonumber(ARGV[1]) do vectors[v] = ARGV[i]; i = i + 1 end
+local index, k, prefix, reads = ARGV[i], ARGV[i + 1], ARGV[i + 2], {}
+i = i + 4
+for r = 1, tonumber(ARGV[i - 1]) do
   local n = tonumber(ARGV[i + 4])
   reads[r] = {ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2], ARGV[i + 3], {unpack(ARGV, i + 5, i + 4 + n)}}
   i = i + 5 + n
 end
+local returned = tonumber(ARGV[i])
+local tail = {'RETURN', tostring(returned + 1)}
+for f = 1, returned do tail[#tail + 1] = ARGV[i + f] end
+i = i + returned + 1
+for _, word in ipairs({'vector_distance', 'SORTBY', 'vector_distance', 'ASC', 'LIMIT', '0', k, 'DIALECT', '2'}) do
+  tail[#tail + 1] = word
+end
+local function knn(filter, vector)
+  local command = {'FT.SEARCH', index, '(' .. filter .. ')=>[KNN ' .. k .. ' @vec $vector AS vector_distance]',
+    'PARAMS', '2', 'vector', vector}
+  for _, word in ipairs(tail) do command[#command + 1] = word end
+  return redis.call(unpack(command))
+end
 local out = {}
-while i <= #ARGV do
-  local argc = tonumber(ARGV[i])
-  local reply = redis.call(unpack(ARGV, i + 1, i + argc))
-  i = i + 1 + argc
-  if ARGV[i] == '1' then
-    local field, value, fallback = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+for s = 1, tonumber(ARGV[i]) do
+  local vector, filter = vectors[tonumber(ARGV[i + 1])], ARGV[i + 2]
+  local reply = knn(filter, vector)
+  if ARGV[i + 3] == '1' then
+    local field, value = ARGV[i + 4], ARGV[i + 5]
     for h = 2, #reply, 2 do
       if redis.call('HGET', reply[h], field) ~= value then
-        reply = redis.call(unpack(ARGV, i + 4, i + 3 + fallback))
+        reply = knn(ARGV[i + 6], vector)
         break
       end
     end
-    i = i + 4 + fallback
+    i = i + 6
   else
-    i = i + 1
+    i = i + 3
   end
   local found = {}
   for h = 2, #reply, 2 do
@@ -474,17 +493,19 @@ class TenantIndex:
         for read in reads:
             if read.command not in _HIT_READS:
                 raise ValueError(f"knn_each_read: {read.command!r} is not one of {sorted(_HIT_READS)}")
-        arguments: list = [self.prefix, len(reads)]
+        vectors = list(dict.fromkeys(vector for vector, _ in searches))  # each sent once
+        place = {vector: str(n) for n, vector in enumerate(vectors, 1)}
+        arguments: list = [len(vectors), *vectors, self.name, int(k), self.prefix, len(reads)]
         for read in reads:
             arguments += [read.command, int(read.key_prefix is None), read.key_prefix or "", read.key_suffix]
             arguments += [len(read.arguments), *read.arguments]
+        arguments += [len(return_fields), *return_fields, len(searches)]
         for vector, where in searches:
-            command = self._knn_command(vector, where, k, return_fields)
             if checked is not None and where and checked in where and len(where) > 1:
-                narrower = self._knn_command(vector, {f: v for f, v in where.items() if f != checked}, k, return_fields)
-                arguments += [len(narrower), *narrower, "1", checked, where[checked], len(command), *command]
+                narrower = {f: v for f, v in where.items() if f != checked}
+                arguments += [place[vector], self.filter(narrower), "1", checked, where[checked], self.filter(where)]
             else:
-                arguments += [len(command), *command, "0"]
+                arguments += [place[vector], self.filter(where), "0"]
         replies = await _search_read(self.redis)(keys=[route_key], args=arguments)
         out = []
         for reply, found in replies:
