@@ -784,3 +784,56 @@ def test_a_query_naming_no_entity_takes_its_cues_from_the_nearest_names_not_the_
 
     answer = run(main())
     assert [(c["name"], c["from"]) for c in answer["cues"]["entities"]] == [("Mara Kellen", "entity-knn")]
+
+
+def test_the_last_steps_cues_are_searched_only_where_the_walks_stop_depends_on_them(real_embedder):
+    """A step after which the budget is spent opens no branch the walk could take: its new cues
+    are recorded (the answer lists them) and their facts and passages not searched — unless the
+    walk has nothing else open, where they decide whether it stops exhausted or out of budget
+    (the next test)."""
+
+    async def main():
+        stages = await _memory(real_embedder)
+        searched: list[dict] = []
+        facts_near_each = stages.memory.facts_near_each
+
+        async def counted(tenant, vector, k, return_fields, wheres, vectors=False):
+            searched.extend(where for where in wheres if where)
+            return await facts_near_each(tenant, vector, k, return_fields, wheres, vectors)
+
+        stages.memory.facts_near_each = counted  # type: ignore[method-assign]
+        try:
+            return await stages.query(QUESTION, top_k=5, mode="reconstruct", budget={"steps": 2}), searched
+        finally:
+            await stages.close()
+
+    two_steps, searched = run(main())
+    assert two_steps["stopped"]["reason"] == "budget" and len(two_steps["path"]) == 2
+    last = {c["id"] for c in two_steps["path"][-1]["new_cues"] if c["kind"] == "entity"}
+    assert last and last <= {e["id"] for e in two_steps["entities"]}  # the last step made cues, listed …
+    searched_entities = {where.get("head_id") or where.get("tail_id") for where in searched} - {None}
+    assert searched_entities and not last & searched_entities  # … their facts never searched
+
+
+def test_a_walk_that_ends_as_its_budget_is_spent_says_why_as_before(real_embedder):
+    """The answer of a walk whose budget is spent by the step after which nothing is left to take
+    is the answer of a larger budget, its stop reason ("exhausted") included: the last step's cues
+    are searched to tell."""
+
+    async def main():
+        stages = InProcess(None, ScriptedExtractor(SCRIPT), real_embedder, tau=1)
+        for i, text in enumerate([BOOK, BIRTH]):
+            await stages.publish(f"doc-{i}", text)
+        try:
+            free = await stages.query(QUESTION, top_k=5, mode="reconstruct", budget={"steps": 32})
+            tight = await stages.query(QUESTION, top_k=5, mode="reconstruct", budget={"steps": len(free["path"])})
+            return free, tight
+        finally:
+            await stages.close()
+
+    free, tight = run(main())
+    assert free["stopped"]["reason"] == "exhausted" and len(free["path"]) == 2
+    assert tight["path"][-1]["new_cues"]  # the last step made a cue: the one the walk must search to say why
+    assert {k: v for k, v in tight.items() if k not in ("budget", "timings_ms")} == {
+        k: v for k, v in free.items() if k not in ("budget", "timings_ms")
+    }

@@ -98,6 +98,10 @@ class Walk:
         self.episodes: dict[
             str, dict[str, int]
         ] = {}  # episode cue id → {passage id of a neighbouring turn: its lag (turns after the one read)}
+        self.moments: dict[str, tuple[str, int]] = {}  # episode cue id → the (session, turn) it recalls
+        # the cues of a step after which the budget is spent: their tags are searched only if the
+        # walk's stop depends on them (_walk)
+        self.unsearched: list[Cue] = []
         self.path: list[Step] = []
         self.spent = Spent()
         self.fallback: dict | None = None
@@ -181,6 +185,10 @@ class Walk:
             cue_ids, read = set(self.cues), set(self.read)
             taken = {b.key for b in self.taken}
             self.open = {key: b for key, b in self.open.items() if adds_something(b, taken, read, cue_ids)}
+            if not self.open and self.unsearched:  # whether the walk is exhausted or out of budget
+                await self._search(self.unsearched)
+                self.unsearched = []
+                self.open = {key: b for key, b in self.open.items() if adds_something(b, taken, read, cue_ids)}
             if not self.open:
                 return Stop("exhausted", "no open branch adds a fact, passage or cue")
             spent = exhausted(self.budget, self.spent)
@@ -250,7 +258,6 @@ class Walk:
                 fresh[eid] = (name, origin)
         names = {eid: found.names[eid] for eid, (name, _) in fresh.items() if name is None and eid in found.names}
         turns = [row for row in rows[:admitted] if session_turn(row.get("metadata") or {}) is not None]
-        neighbours = await self._neighbours(turns) if turns else []
         chain_vector = _plus(branch.cue.chain_vector, self.vectors.get((branch.kind, branch.tag_id)))
         # a passage's value (an amount, a date) is no cue, nor does it take a real entity's place
         fresh = dict(
@@ -272,7 +279,7 @@ class Walk:
             )
             for eid, (name, origin) in fresh.items()
         ]
-        new_cues += self._episode_cues(branch, turns, neighbours, chain_vector)
+        new_cues += self._episode_cues(branch, turns, chain_vector)
         kind = branch.kind
         is_fact, tag_score = kind == "fact", round(branch.tag_score, 6)
         self.path.append(
@@ -300,7 +307,11 @@ class Walk:
                 new_cues=[cue_view(cue) for cue in new_cues],
             )
         )
-        await self._expand(new_cues)
+        fresh_cues = self._record(new_cues)
+        if exhausted(self.budget, self.spent):  # no step follows: their tags matter only to why it stops
+            self.unsearched += fresh_cues
+        else:
+            await self._search(fresh_cues)
         return True
 
     async def _tag_vectors(self, tags: list[tuple[str, str]]) -> None:
@@ -317,33 +328,29 @@ class Walk:
             if vec is not None:
                 self.vectors[key] = _unit(vec)
 
-    async def _neighbours(self, turns: list[dict]) -> list[dict[str, int]]:
-        """Each turn's neighbours: {passage id: its lag (turns after the one read)}, the session's
-        turns at most EPISODE_RADIUS from it; all read at once (_episode_cues skips a turn whose
-        episode is a cue already)."""
-        moments = [session_turn(row.get("metadata") or {}) for row in turns]
+    async def _episode_turns(self, cues: list[Cue]) -> None:
+        """Each episode cue's tags: its session's turns at most EPISODE_RADIUS from the turn read,
+        {passage id: its lag (turns after the one read)}, all read at once."""
+        episodes = [cue.id for cue in cues if cue.kind == "episode"]
         found = await asyncio.gather(
-            *(
-                self.memory.session_neighbours(self.tenant, session, turn, EPISODE_RADIUS)
-                for session, turn in (moment for moment in moments if moment is not None)
-            )
+            *(self.memory.session_neighbours(self.tenant, *self.moments[cue_id], EPISODE_RADIUS) for cue_id in episodes)
         )
-        return [{pid: other - moment[1] for other, pid in near} for moment, near in zip(moments, found) if moment]
+        for cue_id, near in zip(episodes, found):
+            self.episodes[cue_id] = {pid: other - self.moments[cue_id][1] for other, pid in near}
 
-    def _episode_cues(
-        self, branch: Branch, turns: list[dict], neighbours: list[dict[str, int]], chain_vector: np.ndarray | None
-    ) -> list[Cue]:
+    def _episode_cues(self, branch: Branch, turns: list[dict], chain_vector: np.ndarray | None) -> list[Cue]:
         """Temporal contiguity: each conversation turn read (a passage whose metadata names its
         session and turn) recalls its neighbours — the session's turns at most EPISODE_RADIUS
-        from it (`neighbours`, read with the turns) — as an episode cue whose tags are those
-        turns' passages; its chain is the one that read the turn (a fact's, with the turn added)."""
+        from it (read with the cue's other tags: _episode_turns) — as an episode cue whose tags
+        are those turns' passages; its chain is the one that read the turn (a fact's, with the
+        turn added)."""
         cues = []
-        for row, near in zip(turns, neighbours):
+        for row in turns:
             session, turn = session_turn(row.get("metadata") or {}) or ("", 0)
             cue_id = f"episode:{session}:{turn}"
-            if cue_id in self.cues or cue_id in self.episodes:
+            if cue_id in self.cues or cue_id in self.moments:
                 continue
-            self.episodes[cue_id] = near
+            self.moments[cue_id] = (session, turn)
             chain, vector = branch.chain, chain_vector
             if branch.kind != "passage":  # a fact's evidence turn: the chain goes on through it
                 chain = chain_text(branch.chain, chain_part(row["text"]))
@@ -363,16 +370,26 @@ class Walk:
         return cues
 
     async def _expand(self, cues: list[Cue]) -> None:
-        """Record the cues and open a branch to each of their tags not taken yet: their live facts
-        and their passages (a tag reached from two cues keeps the better-scored branch). A first-hop
-        branch scores its tag's own cosine (the index's); a later one the cosine of its chain.
-        Two round trips: the cues' searches (their facts, their passages with vectors), then the
-        records of what they found (the facts, the passages' rows, the vectors chains need)."""
+        """Record the cues and open a branch to each of their tags not taken yet (_search)."""
+        await self._search(self._record(cues))
+
+    def _record(self, cues: list[Cue]) -> list[Cue]:
+        """The cues not recorded before, recorded now (in the walk's cues, what a branch's leads
+        are compared with, before their tags are searched)."""
         fresh = []
         for cue in cues:
             if cue.id not in self.cues:
                 self.cues[cue.id] = cue
                 fresh.append(cue)
+        return fresh
+
+    async def _search(self, fresh: list[Cue]) -> None:
+        """Open a branch to each tag of the recorded cues `fresh` not taken yet: their live facts
+        and their passages (a tag reached from two cues keeps the better-scored branch). A first-hop
+        branch scores its tag's own cosine (the index's); a later one the cosine of its chain.
+        Two round trips: the cues' searches (their facts, their passages with vectors, an episode's
+        turns), then the records of what they found (the facts, the passages' rows, the vectors
+        chains need)."""
         fact_hits, passages = await asyncio.gather(self._fact_hits(fresh), self._passage_tags(fresh))
         for _, hit in fact_hits:  # what the store read with the search
             if hit.fact is not None:
@@ -456,13 +473,15 @@ class Walk:
         round trips a walk on a 2,000-passage tenant when read one cue after another)."""
         mentioning = [cue for cue in cues if cue.kind not in ("query", "episode")]
         episodes = [cue for cue in cues if cue.kind == "episode"]
-        # the entities' passages ranked, beside the episodes' turns' vectors: one round trip
-        by_entity, _ = await asyncio.gather(
-            self._entity_passages_ranked(mentioning),
-            self._tag_vectors(
+
+        async def episode_vectors() -> None:
+            await self._episode_turns(episodes)
+            await self._tag_vectors(
                 [("passage", pid) for cue in episodes for pid in self.episodes[cue.id] if pid not in self.read]
-            ),
-        )
+            )
+
+        # the entities' passages ranked, beside the episodes' turns and their vectors
+        by_entity, _ = await asyncio.gather(self._entity_passages_ranked(mentioning), episode_vectors())
         if any(cue.kind == "query" for cue in cues):
             await self._first_in_hand()
         out = []
