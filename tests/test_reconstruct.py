@@ -7,7 +7,9 @@ fallback to the similarity router when the model fails. The stages run in proces
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import warnings
 
 import pytest
 
@@ -837,3 +839,42 @@ def test_a_walk_that_ends_as_its_budget_is_spent_says_why_as_before(real_embedde
     assert {k: v for k, v in tight.items() if k not in ("budget", "timings_ms")} == {
         k: v for k, v in free.items() if k not in ("budget", "timings_ms")
     }
+
+
+def test_the_first_stage_starts_once_the_querys_cues_are_known(real_embedder):
+    """Redis answers one command at a time: the walk looks its cues up first (two short round
+    trips), then starts the first stage's searches, which ran beside them and made them wait. A
+    lookup that fails starts no first stage (and leaves no coroutine unawaited)."""
+
+    async def main():
+        stages = await _memory(real_embedder)
+        calls: list[str] = []
+        memory = stages.memory
+        for name in ("entity_names", "lexical"):
+            original = getattr(memory, name)
+
+            def logged(*args, _original=original, _name=name, **kwargs):
+                calls.append(_name)
+                return _original(*args, **kwargs)
+
+            setattr(memory, name, logged)
+        try:
+            await stages.query(QUESTION, top_k=5, mode="reconstruct")
+            answered = list(calls)
+            calls.clear()
+
+            async def unreachable(*args, **kwargs):
+                raise ConnectionError("the memory went away")
+
+            memory.resolve_aliases = unreachable  # type: ignore[method-assign]
+            with pytest.raises(ConnectionError), warnings.catch_warnings():
+                warnings.simplefilter("error")  # a first stage made and never awaited warns
+                await stages.query(QUESTION + " ", top_k=5, mode="reconstruct")
+                gc.collect()
+            return answered, list(calls)
+        finally:
+            await stages.close()
+
+    answered, failed = run(main())
+    assert answered[:2] == ["entity_names", "lexical"]  # the cues' names, then the first stage
+    assert failed == []  # the lookup failed first: no first stage ran
