@@ -58,3 +58,94 @@ def test_every_url_kind_keeps_its_connection_class():
         packed = hiredis_packing(pool.connection_class)
         assert issubclass(packed, kind) and packed is not kind
         asyncio.run(pool.disconnect())
+
+
+def test_a_command_the_socket_takes_whole_is_sent_without_a_task(stack_env):
+    """redis-py's write timeout (asyncio.wait_for) made a task for every command sent; the
+    store's connection writes a command the socket takes whole at once, and the reply is the same."""
+    from store.memory import Memory
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        client = memory.redis
+        try:
+            await client.set("memstream-test:send", "v")
+            loop = asyncio.get_running_loop()
+            made, create_task = [], loop.create_task
+
+            def counted(coro, **kwargs):
+                made.append(getattr(coro, "__qualname__", repr(coro)))
+                return create_task(coro, **kwargs)
+
+            loop.create_task = counted  # type: ignore[method-assign]
+            try:
+                replies = [await client.get("memstream-test:send") for _ in range(20)]
+            finally:
+                loop.create_task = create_task  # type: ignore[method-assign]
+            return replies, made
+        finally:
+            await client.delete("memstream-test:send")
+            await memory.close()
+
+    replies, made = asyncio.run(main())
+    assert replies == [b"v"] * 20
+    assert made == []
+
+
+def test_a_write_larger_than_the_sockets_buffer_still_arrives(stack_env):
+    """A command the socket cannot take at once waits for it to drain (redis-py's path)."""
+    from store.memory import Memory
+
+    value = np.random.default_rng(7).bytes(24 * 1024 * 1024)
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        try:
+            await memory.redis.set("memstream-test:big", value)
+            return await memory.redis.get("memstream-test:big")
+        finally:
+            await memory.redis.delete("memstream-test:big")
+            await memory.close()
+
+    assert asyncio.run(main()) == value
+
+
+def test_a_write_the_server_never_reads_times_out_and_drops_the_connection():
+    """A server that stops reading: the write waits socket_timeout, then fails as redis-py's does
+    (TimeoutError) and the connection is dropped (a later command connects again)."""
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    async def main():
+        stalled: list[asyncio.StreamWriter] = []
+        stop_reading = asyncio.Event()
+
+        async def answer_then_stall(reader, writer):  # +OK to what the client says as it connects
+            stalled.append(writer)
+            while not stop_reading.is_set():
+                try:
+                    said = await asyncio.wait_for(reader.read(65536), 0.05)
+                except asyncio.TimeoutError:
+                    continue
+                if not said:
+                    return
+                writer.write(b"+OK\r\n" * said.count(b"\r\n*") + (b"+OK\r\n" if said.startswith(b"*") else b""))
+            writer.transport.pause_reading()
+
+        server = await asyncio.start_server(answer_then_stall, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        connection = hiredis_packing(aioredis.Connection)(host="127.0.0.1", port=port, socket_timeout=0.5, protocol=2)
+        try:
+            await connection.connect()
+            stop_reading.set()
+            await asyncio.sleep(0.2)
+            with pytest.raises(RedisTimeout):
+                await connection.send_command("SET", "k", b"x" * (64 * 1024 * 1024))
+            return connection.is_connected
+        finally:
+            await connection.disconnect()
+            for writer in stalled:
+                writer.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(main()) is False
