@@ -11,7 +11,7 @@ import logging
 import time
 from collections import Counter
 from itertools import islice
-from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # the mode makes the walk: for the type checker only
     from workers.query.reconstruct import Reconstructor
 
 log = logging.getLogger(__name__)
+A = TypeVar("A")
+B = TypeVar("B")
 
 # The facts the engine counts as live: (tenant, query vector, k, extra tag filters each, whether
 # their vectors are wanted) → the hits of each filter, searched at once, each with its fact and
@@ -327,9 +329,16 @@ class Walk:
         reads each vector once and scores every chain through it with no model call."""
         passages = sorted({tid for kind, tid in tags if kind == "passage" and (kind, tid) not in self.vectors})
         facts = sorted({tid for kind, tid in tags if kind == "fact" and (kind, tid) not in self.vectors})
-        passage_vectors, fact_vectors = await asyncio.gather(
-            self.memory.passage_vectors(self.tenant, passages), self.memory.fact_vectors(self.tenant, facts)
-        )
+        if not passages and not facts:  # most calls: no task, no loop turn
+            return
+        if passages and facts:
+            passage_vectors, fact_vectors = await _beside(
+                self.memory.passage_vectors(self.tenant, passages), self.memory.fact_vectors(self.tenant, facts)
+            )
+        elif passages:
+            passage_vectors, fact_vectors = await self.memory.passage_vectors(self.tenant, passages), []
+        else:
+            passage_vectors, fact_vectors = [], await self.memory.fact_vectors(self.tenant, facts)
         for key, vec in zip(
             [("passage", p) for p in passages] + [("fact", f) for f in facts], [*passage_vectors, *fact_vectors]
         ):
@@ -398,7 +407,7 @@ class Walk:
         Two round trips: the cues' searches (their facts, their passages with vectors, an episode's
         turns), then the records of what they found (the facts, the passages' rows, the vectors
         chains need)."""
-        fact_hits, passages = await asyncio.gather(self._fact_hits(fresh), self._passage_tags(fresh))
+        fact_hits, passages = await _beside(self._fact_hits(fresh), self._passage_tags(fresh))
         for _, hit in fact_hits:  # what the store read with the search
             if hit.fact is not None:
                 self.records.setdefault(hit.id, hit.fact)
@@ -467,6 +476,8 @@ class Walk:
             if cue.kind != "episode"
             for where in ([None] if cue.kind == "query" else [{"head_id": cue.id}, {"tail_id": cue.id}])
         ]
+        if not searches:  # episode cues alone
+            return []
         chained = any(cue.chain_vector is not None for cue, _ in searches)
         results = await self.search(self.tenant, self.vector, self.layer_k, [where for _, where in searches], chained)
         taken = {b.key for b in self.taken}
@@ -488,8 +499,12 @@ class Walk:
                 [("passage", pid) for cue in episodes for pid in self.episodes[cue.id] if pid not in self.read]
             )
 
-        # the entities' passages ranked, beside the episodes' turns and their vectors
-        by_entity, _ = await asyncio.gather(self._entity_passages_ranked(mentioning), episode_vectors())
+        # the entities' passages ranked, beside the episodes' turns and their vectors (a task
+        # and a loop turn each where there are episodes only: a step's tasks delay its commands)
+        if episodes:
+            by_entity, _ = await _beside(self._entity_passages_ranked(mentioning), episode_vectors())
+        else:
+            by_entity = await self._entity_passages_ranked(mentioning)
         if any(cue.kind == "query" for cue in cues):
             await self._first_in_hand()
         out = []
@@ -555,6 +570,20 @@ def _ends(fact, cue_id: str) -> list[tuple[str, str]]:
     value (an amount, a date) never."""
     ends = [(fact.head_id, fact.head, fact.head_type), (fact.tail_id, fact.tail, fact.tail_type)]
     return [(eid, name) for eid, name, kind in ends if eid != cue_id and kind not in NO_CUE_TYPES]
+
+
+async def _beside(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Both awaited at once with one task where asyncio.gather makes two: the second runs in a
+    task while this one awaits the first (whose command so leaves first). A walk's step awaited
+    two searches at once in two tasks; a task costs a loop turn before its command leaves (the
+    store's connections: the same on a command's write took 29.7 -> 27.7 ms off reconstruct)."""
+    beside = asyncio.ensure_future(second)
+    try:
+        done = await first
+    except BaseException:
+        beside.cancel()
+        raise
+    return done, await beside
 
 
 def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | None:
