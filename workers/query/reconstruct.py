@@ -19,7 +19,10 @@
    brings back its neighbours, as in human free recall — scored by the same chain rule and cap,
    nearer and later turns first at equal scores (reconstruction.episode_score).
 5. It stops when no open branch adds anything, the router says the evidence suffices, or the
-   budget (steps, passages, tokens) is spent.
+   budget (steps, passages, tokens) is spent. The cues of the step that spends it are recorded
+   but their tags not searched (no step follows to take them) unless nothing else is open,
+   where they tell which of the first and the last reasons holds: a seventh of a walk's
+   searches.
 
 On the LoCoMo dev conversations (../shared/data/locomo_dev, 495 questions; the engine's first
 stage, episodes and fusion, see engine.py): R@5 / R@10 66.0 / 75.4 against hybrid 61.1 / 69.9,
