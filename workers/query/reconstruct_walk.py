@@ -29,7 +29,9 @@ from workers.algorithms.reconstruction import (
     admit,
     attribute_words,
     branch_score,
+    chain_cosines,
     chain_part,
+    chain_plus,
     chain_text,
     choose_mentions,
     episode_score,
@@ -38,6 +40,7 @@ from workers.algorithms.reconstruction import (
     names_something,
     time_expressions,
     time_keys,
+    unit_vector,
 )
 from workers.algorithms.retrieval import FirstStage, cosines
 from workers.algorithms.turns import session_turn
@@ -237,7 +240,7 @@ class Walk:
         chain = [(branch.kind, branch.tag_id)] + ([("passage", p) for p in new_ids] if branch.kind != "passage" else [])
         found = await self.memory.read_passages(self.tenant, new_ids, [t for t in chain if t not in self.vectors])
         for tag, vec in found.vectors.items():
-            self.vectors.setdefault(tag, _unit(vec))
+            self.vectors.setdefault(tag, unit_vector(vec))
         rows = [row for row in found.rows if is_current(row)]
         entities_of = dict(zip(new_ids, found.entities))
         tokens = [token_count(row["text"]) for row in rows]
@@ -268,7 +271,7 @@ class Walk:
                 fresh[eid] = (name, origin)
         names = {eid: found.names[eid] for eid, (name, _) in fresh.items() if name is None and eid in found.names}
         turns = [row for row in rows[:admitted] if session_turn(row.get("metadata") or {}) is not None]
-        chain_vector = _plus(branch.cue.chain_vector, self.vectors.get((branch.kind, branch.tag_id)))
+        chain_vector = chain_plus(branch.cue.chain_vector, self.vectors.get((branch.kind, branch.tag_id)))
         # a passage's value (an amount, a date) is no cue, nor does it take a real entity's place
         fresh = dict(
             islice(
@@ -343,7 +346,7 @@ class Walk:
             [("passage", p) for p in passages] + [("fact", f) for f in facts], [*passage_vectors, *fact_vectors]
         ):
             if vec is not None:
-                self.vectors[key] = _unit(vec)
+                self.vectors[key] = unit_vector(vec)
 
     async def _episode_turns(self, cues: list[Cue]) -> None:
         """Each episode cue's tags: its session's turns at most EPISODE_RADIUS from the turn read,
@@ -371,7 +374,7 @@ class Walk:
             chain, vector = branch.chain, chain_vector
             if branch.kind != "passage":  # a fact's evidence turn: the chain goes on through it
                 chain = chain_text(branch.chain, chain_part(row["text"]))
-                vector = _plus(vector, self.vectors.get(("passage", row["id"])))
+                vector = chain_plus(vector, self.vectors.get(("passage", row["id"])))
             cues.append(
                 Cue(
                     "episode",
@@ -412,7 +415,7 @@ class Walk:
             if hit.fact is not None:
                 self.records.setdefault(hit.id, hit.fact)
             if hit.vector is not None:
-                self.vectors.setdefault(("fact", hit.id), _unit(hit.vector))
+                self.vectors.setdefault(("fact", hit.id), unit_vector(hit.vector))
         missing = sorted({h.id for _, h in fact_hits} - set(self.records))
         # the vectors a chain is scored with (those the walk read already are not read again)
         chained = [("fact", h.id) for cue, h in fact_hits if cue.chain_vector is not None] + [
@@ -551,13 +554,13 @@ class Walk:
             for hit in (hit for hits in near for hit in hits):
                 self.rows.setdefault(hit.id, hit.row)
                 if hit.vector is not None:
-                    self.vectors.setdefault(("passage", hit.id), _unit(hit.vector))
+                    self.vectors.setdefault(("passage", hit.id), unit_vector(hit.vector))
             return {cue.id: [(h.score, h.id) for h in hits if h.id not in self.read] for cue, hits in zip(cues, near)}
         mentioned = await self.memory.entity_passage_vectors(self.tenant, ids, ENTITY_PASSAGES_READ)
         by_entity: dict[str, list[tuple[float, str]]] = {}
         for cue, pairs in zip(cues, mentioned):
             for pid, vec in pairs:
-                self.vectors.setdefault(("passage", pid), _unit(vec))
+                self.vectors.setdefault(("passage", pid), unit_vector(vec))
             found = [(pid, self.vectors[("passage", pid)]) for pid, _ in pairs if pid not in self.read]
             if found:
                 scores = cosines(np.vstack([vec for _, vec in found]), self.vector)
@@ -584,28 +587,6 @@ async def _beside(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
         beside.cancel()
         raise
     return done, await beside
-
-
-def _plus(chain: np.ndarray | None, link: np.ndarray | None) -> np.ndarray | None:
-    """A chain vector with one more link (either may be missing: None)."""
-    return link if chain is None else chain if link is None else chain + link
-
-
-def _unit(vector) -> np.ndarray:
-    """The vector at length 1, in float32. The norm as np.linalg.norm computes it (the square
-    root of the dot product, bit for bit) without its checks: ~150 vectors a query."""
-    vector = np.asarray(vector, dtype=np.float32)
-    return vector / max(float(np.sqrt(vector.dot(vector))), 1e-12)
-
-
-def chain_cosines(chain_vectors: list[np.ndarray], query: np.ndarray) -> list[float]:
-    """Each chain's cosine to the query: of the sum of its links' unit vectors — the mean of their
-    embeddings, as a mean-pooling embedder's vector of the chain's text is near the mean of its
-    parts'. Measured against embedding each chain's text (the walk's model call per step: 243 of
-    its 264 ms p50 on the LoCoMo dev conversations), one memory, one run each: R@5 / R@10 65.5 /
-    75.9 embedded, 66.0 / 75.4 with the sum; p50 264 → 10.8 ms. A step's chains in one product:
-    one at a time they were ~11% of a walk's CPU (py-spy, 50,000 passages)."""
-    return cosines(np.vstack(chain_vectors), query) if chain_vectors else []
 
 
 def _ms(since: float) -> float:
