@@ -270,40 +270,37 @@ class HitRead(NamedTuple):
 
 
 _HIT_READS = frozenset({"HGET", "HMGET", "SMEMBERS"})
+FILTER_SLOT = "\0"  # _SEARCH_READ writes each search's filter here, in the KNN search's query
 
-# ARGV: the vectors' count and the vectors; then the index, k, the records' key prefix, the
-# reads (their count; each: command, on the hit's key or not, key prefix, suffix, argument count,
-# arguments), the RETURN fields (their count, the fields) and the searches (their count; each:
-# its vector's place among the vectors, its filter, then '0', or '1', a field, its value and the
-# filter to search instead where a hit's field holds another value). A search's reply beside,
-# for each of its hits, the reads' replies. The script writes each KNN search
-# (TenantIndex._knn_command's): sent whole, a call carried its vector once a search and twice
-# where checked — a reconstruct step's fact searches were ~700 arguments and ~25 KB to pack,
-# send and parse, 50,000 passages; now ~60 and one vector.
+# ARGV: the vectors' count and the vectors; the KNN search once (its argument count, the places
+# of its query and its vector among them, then TenantIndex._knn_search's arguments with
+# FILTER_SLOT for the filter); the records' key prefix; the reads (their count; each: command,
+# on the hit's key or not, key prefix, suffix, argument count, arguments); the searches (their
+# count; each: its vector's place among the vectors, its filter, then '0', or '1', a field, its
+# value and the filter to search instead where a hit's field holds another value). A search's
+# reply beside, for each of its hits, the reads' replies. Each search sent whole, a call carried
+# its vector once a search and twice where checked — a reconstruct step's fact searches were
+# ~700 arguments and ~25 KB to pack, send and parse, 50,000 passages; now ~80 and one vector.
 # On a Redis Cluster the index's name is a key of another slot (of the same shard) than the
 # tenant's route key: allow-cross-slot-keys (tests/test_redis_cluster.py pins it).
 _SEARCH_READ = """#!lua flags=no-writes,allow-cross-slot-keys
 local vectors, i = {}, 2
 for v = 1, tonumber(ARGV[1]) do vectors[v] = ARGV[i]; i = i + 1 end
-local index, k, prefix, reads = ARGV[i], ARGV[i + 1], ARGV[i + 2], {}
-i = i + 4
+local argc, at_query, at_vector = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+local template = {unpack(ARGV, i + 3, i + 2 + argc)}
+local slot = string.find(template[at_query], '\\0', 1, true)
+local before, after = string.sub(template[at_query], 1, slot - 1), string.sub(template[at_query], slot + 1)
+i = i + 3 + argc
+local prefix, reads = ARGV[i], {}
+i = i + 2
 for r = 1, tonumber(ARGV[i - 1]) do
   local n = tonumber(ARGV[i + 4])
   reads[r] = {ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2], ARGV[i + 3], {unpack(ARGV, i + 5, i + 4 + n)}}
   i = i + 5 + n
 end
-local returned = tonumber(ARGV[i])
-local tail = {'RETURN', tostring(returned + 1)}
-for f = 1, returned do tail[#tail + 1] = ARGV[i + f] end
-i = i + returned + 1
-for _, word in ipairs({'vector_distance', 'SORTBY', 'vector_distance', 'ASC', 'LIMIT', '0', k, 'DIALECT', '2'}) do
-  tail[#tail + 1] = word
-end
 local function knn(filter, vector)
-  local command = {'FT.SEARCH', index, '(' .. filter .. ')=>[KNN ' .. k .. ' @vec $vector AS vector_distance]',
-    'PARAMS', '2', 'vector', vector}
-  for _, word in ipairs(tail) do command[#command + 1] = word end
-  return redis.call(unpack(command))
+  template[at_query], template[at_vector] = before .. filter .. after, vector
+  return redis.call(unpack(template))
 end
 local out = {}
 for s = 1, tonumber(ARGV[i]) do
@@ -419,10 +416,13 @@ class TenantIndex:
         return (key.decode() if isinstance(key, bytes) else key).removeprefix(self.prefix)
 
     def _knn_command(self, vector: bytes, where: Mapping[str, str] | None, k: int, return_fields: list[str]) -> tuple:
+        return self._knn_search(vector, self.filter(where), k, return_fields)
+
+    def _knn_search(self, vector: bytes, filter_text: str, k: int, return_fields: list[str]) -> tuple:
         return (
             "FT.SEARCH",
             self.name,
-            f"({self.filter(where)})=>[KNN {int(k)} @vec $vector AS {DISTANCE}]",
+            f"({filter_text})=>[KNN {int(k)} @vec $vector AS {DISTANCE}]",
             "PARAMS",
             2,
             "vector",
@@ -508,11 +508,14 @@ class TenantIndex:
                 raise ValueError(f"knn_each_read: {read.command!r} is not one of {sorted(_HIT_READS)}")
         vectors = list(dict.fromkeys(vector for vector, _ in searches))  # each sent once
         place = {vector: str(n) for n, vector in enumerate(vectors, 1)}
-        arguments: list = [len(vectors), *vectors, self.name, int(k), self.prefix, len(reads)]
+        template = self._knn_search(b"", FILTER_SLOT, k, return_fields)
+        at_query = 1 + next(n for n, word in enumerate(template) if isinstance(word, str) and FILTER_SLOT in word)
+        arguments: list = [len(vectors), *vectors, len(template), at_query, 1 + template.index(b""), *template]
+        arguments += [self.prefix, len(reads)]
         for read in reads:
             arguments += [read.command, int(read.key_prefix is None), read.key_prefix or "", read.key_suffix]
             arguments += [len(read.arguments), *read.arguments]
-        arguments += [len(return_fields), *return_fields, len(searches)]
+        arguments.append(len(searches))
         for vector, where in searches:
             if checked is not None and where and checked in where and len(where) > 1:
                 narrower = {f: v for f, v in where.items() if f != checked}
