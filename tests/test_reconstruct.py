@@ -842,39 +842,45 @@ def test_a_walk_that_ends_as_its_budget_is_spent_says_why_as_before(real_embedde
 
 
 def test_the_first_stage_starts_once_the_querys_cues_are_known(real_embedder):
-    """Redis answers one command at a time: the walk looks its cues up first (two short round
-    trips), then starts the first stage's searches, which ran beside them and made them wait. A
-    lookup that fails starts no first stage (and leaves no coroutine unawaited)."""
+    """Redis answers one command at a time: the walk looks its cues up first (one round trip:
+    the mentions' canonical ids with their names), then starts the first stage's searches, which
+    ran beside the lookup and made it wait. The entities nearest the query are searched only
+    where no mention is a cue (then after the lookup); they were searched with every lookup. A lookup that fails starts no first stage (and leaves no coroutine unawaited)."""
 
     async def main():
         stages = await _memory(real_embedder)
         calls: list[str] = []
         memory = stages.memory
-        for name in ("entity_names", "lexical"):
+        for name in ("canonical_names", "lexical", "knn"):
             original = getattr(memory, name)
 
             def logged(*args, _original=original, _name=name, **kwargs):
-                calls.append(_name)
+                calls.append(f"knn:{args[1]}" if _name == "knn" else _name)
                 return _original(*args, **kwargs)
 
             setattr(memory, name, logged)
         try:
-            await stages.query(QUESTION, top_k=5, mode="reconstruct")
-            answered = list(calls)
-            calls.clear()
+            seen = []
+            for question in (QUESTION, "Where was the poet Quillon Drabe born?"):
+                answer = await stages.query(question, top_k=5, mode="reconstruct")
+                seen.append((list(calls), {cue["from"] for cue in answer["cues"]["entities"]}))
+                calls.clear()
 
             async def unreachable(*args, **kwargs):
                 raise ConnectionError("the memory went away")
 
-            memory.resolve_aliases = unreachable  # type: ignore[method-assign]
+            memory.canonical_names = unreachable  # type: ignore[method-assign]
             with pytest.raises(ConnectionError), warnings.catch_warnings():
                 warnings.simplefilter("error")  # a first stage made and never awaited warns
                 await stages.query(QUESTION + " ", top_k=5, mode="reconstruct")
                 gc.collect()
-            return answered, list(calls)
+            return seen, list(calls)
         finally:
             await stages.close()
 
-    answered, failed = run(main())
-    assert answered[:2] == ["entity_names", "lexical"]  # the cues' names, then the first stage
+    ((named, named_origins), (unknown, _)), failed = run(main())
+    assert named[0] == "canonical_names" and "lexical" in named  # the cues' names, then the first stage
+    assert "knn:entities" not in named and "entity-knn" not in named_origins  # a mention is a cue
+    # no mention names an entity of the memory: the nearest entities, once the lookup says so
+    assert unknown.index("canonical_names") < unknown.index("knn:entities") and "lexical" in unknown
     assert failed == []  # the lookup failed first: no first stage ran

@@ -19,6 +19,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
 from store import AlreadyDone, CauseNotInMemory, Committed, EdgeChange, Memory, Outgoing, StaleDecision
@@ -386,6 +387,27 @@ async def aliases_calls(memory, tenant: str) -> list:
         seen.append(str(exc))
     seen.append((await memory.resolve_aliases(tenant, ["nyc", "ostra"]), await memory.alias_map(tenant)))
     return seen
+
+
+async def canonical_names_calls(memory, tenant: str) -> list:
+    """A query's mention lookup (store.base.Aliases.canonical_names): resolve_aliases and the
+    canonical ids' entity_names in one call — an alias, an entity, an id of nothing."""
+    await memory.add_alias(tenant, "nyc", "new_york_city")
+    pipe = memory.pipeline(tenant)
+    memory.stage_entity(pipe, tenant, "new_york_city", "New York City", "PLACE", np.ones(DIMS, np.float32), "c1")
+    await pipe.execute()
+    ids = ["nyc", "ostra", "new_york_city"]
+    return [
+        await memory.canonical_names(tenant, ids),
+        (await memory.resolve_aliases(tenant, ids), await memory.entity_names(tenant, ["new_york_city", "ostra"])),
+        await memory.canonical_names(tenant, []),
+    ]
+
+
+def test_a_mention_lookup_reads_canonical_ids_and_their_names_at_once(redis_url):
+    canonical = {"nyc": "new_york_city", "ostra": "ostra", "new_york_city": "new_york_city"}
+    names = {"new_york_city": {"name": "New York City", "type": "PLACE"}}
+    assert asyncio.run(on_store(redis_url, canonical_names_calls)) == [(canonical, names), (canonical, names), ({}, {})]
 
 
 def test_aliases_resolve_and_refuse_a_cycle(redis_url):

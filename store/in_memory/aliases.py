@@ -13,6 +13,12 @@ class AliasesOps(InMemoryBase):
         aliases = self._tenant(tenant).aliases
         return {eid: aliases.get(eid) or eid for eid in entity_ids}
 
+    async def canonical_names(self, tenant: str, entity_ids: list[str]) -> tuple[dict[str, str], dict[str, dict]]:
+        canonical = await self.resolve_aliases(tenant, entity_ids)
+        records = self._tenant(tenant).records["entities"]
+        named = (cid for cid in dict.fromkeys(canonical.values()) if records.get(cid, {}).get("name") is not None)
+        return canonical, {cid: {"name": records[cid]["name"], "type": records[cid].get("type", "")} for cid in named}
+
     async def add_alias(self, tenant: str, alias_id: str, canonical_id: str) -> None:
         self._tenant(tenant).aliases[alias_id] = await alias_target(self, tenant, alias_id, canonical_id)
 
