@@ -275,9 +275,11 @@ FILTER_SLOT = "\0"  # _SEARCH_READ writes each search's filter here, in the KNN 
 # ARGV: the vectors' count and the vectors; the KNN search once (its argument count, the places
 # of its query and its vector among them, then TenantIndex._knn_search's arguments with
 # FILTER_SLOT for the filter); the records' key prefix; the reads (their count; each: command,
-# on the hit's key or not, key prefix, suffix, argument count, arguments); the searches (their
-# count; each: its vector's place among the vectors, its filter, then '0', or '1', a field, its
-# value and the filter to search instead where a hit's field holds another value). A search's
+# on the hit's key or not, key prefix, suffix, argument count, arguments), then which read's
+# reply holds the checked field and where in it (0 0: none, an HGET checks it); the searches
+# (their count; each: its vector's place among the vectors, its filter, then '0', or '1', a
+# field, its value and the filter to search instead where a hit's field holds another value,
+# its hits then read again). A search's
 # reply beside, for each of its hits, the reads' replies. Each search sent whole, a call carried
 # its vector once a search and twice where checked — a reconstruct step's fact searches were
 # ~700 arguments and ~25 KB to pack, send and parse, 50,000 passages; now ~80 and one vector.
@@ -298,26 +300,13 @@ for r = 1, tonumber(ARGV[i - 1]) do
   reads[r] = {ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2], ARGV[i + 3], {unpack(ARGV, i + 5, i + 4 + n)}}
   i = i + 5 + n
 end
+local check_read, check_at = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+i = i + 2
 local function knn(filter, vector)
   template[at_query], template[at_vector] = before .. filter .. after, vector
   return redis.call(unpack(template))
 end
-local out = {}
-for s = 1, tonumber(ARGV[i]) do
-  local vector, filter = vectors[tonumber(ARGV[i + 1])], ARGV[i + 2]
-  local reply = knn(filter, vector)
-  if ARGV[i + 3] == '1' then
-    local field, value = ARGV[i + 4], ARGV[i + 5]
-    for h = 2, #reply, 2 do
-      if redis.call('HGET', reply[h], field) ~= value then
-        reply = knn(ARGV[i + 6], vector)
-        break
-      end
-    end
-    i = i + 6
-  else
-    i = i + 3
-  end
+local function read(reply)
   local found = {}
   for h = 2, #reply, 2 do
     local key = reply[h]
@@ -327,6 +316,28 @@ for s = 1, tonumber(ARGV[i]) do
       got[r] = redis.call(spec[1], spec[2] and key or (spec[3] .. id .. spec[4]), unpack(spec[5]))
     end
     found[#found + 1] = got
+  end
+  return found
+end
+local out = {}
+for s = 1, tonumber(ARGV[i]) do
+  local vector, filter = vectors[tonumber(ARGV[i + 1])], ARGV[i + 2]
+  local reply = knn(filter, vector)
+  local found = read(reply)
+  if ARGV[i + 3] == '1' then
+    local field, value = ARGV[i + 4], ARGV[i + 5]
+    for n, got in ipairs(found) do
+      local held
+      if check_read > 0 then held = got[check_read][check_at] else held = redis.call('HGET', reply[2 * n], field) end
+      if held ~= value then
+        reply = knn(ARGV[i + 6], vector)
+        found = read(reply)
+        break
+      end
+    end
+    i = i + 6
+  else
+    i = i + 3
   end
   out[#out + 1] = {reply, found}
 end
@@ -499,8 +510,10 @@ class TenantIndex:
         whole filter's: the answer is the same. An intersection with a tag every record shares
         cost 14-45 µs of a 55-115 µs filtered search (a reconstruct walk's ~33 fact searches a
         query, 50,000 passages): RediSearch walks the large tag's postings beside the small one's.
-        The check reads each hit's field once more (an HGET in the script, ~0.3 ms a query):
-        deciding on the fallback there saves the round trip a check after the reads would cost."""
+        The check reads the field from what an HMGET of `reads` read of the hit's hash where it
+        holds the field (else an HGET of its own); a search that fails it reads its new hits
+        again: deciding on the fallback there saves the round trip a check after the reads would
+        cost."""
         if not searches:
             return []
         for read in reads:
@@ -515,6 +528,17 @@ class TenantIndex:
         for read in reads:
             arguments += [read.command, int(read.key_prefix is None), read.key_prefix or "", read.key_suffix]
             arguments += [len(read.arguments), *read.arguments]
+        # the checked field read with the hit's fields where an HMGET of its hash reads it: a
+        # lookup of the hash less a hit (an HGET of its own was ~130 a query, 2-8 us each at
+        # 200,000 passages)
+        arguments += next(
+            (
+                [r, read.arguments.index(checked) + 1]
+                for r, read in enumerate(reads, 1)
+                if read.command == "HMGET" and read.key_prefix is None and checked in read.arguments
+            ),
+            [0, 0],
+        )
         arguments.append(len(searches))
         for vector, where in searches:
             if checked is not None and where and checked in where and len(where) > 1:

@@ -709,6 +709,11 @@ def test_a_large_tenants_own_index_ranks_an_entitys_passages_as_the_walk_did(sta
             ranked_there = await walks()
             assert reads == []  # every entity cue ranked by the index
             found = await memory.entity_passages_near(stages.tenant, vector, [porto, "nobody"], 10)
+            with_vectors = (await memory.entity_passages_near(stages.tenant, vector, [porto], 10, True))[0]
+            held = await memory.passage_vectors(stages.tenant, [h.id for h in with_vectors])
+            # read with their vectors, the same rows (the vector read with the row's fields)
+            assert [(h.id, h.row) for h in with_vectors] == [(h.id, h.row) for h in found[0]]
+            assert [h.vector.tolist() for h in with_vectors] == [vec.tolist() for vec in held]
             naming = await memory.entity_passages(stages.tenant, porto)
             rewritten = await memory.redis.hget(key, "entities")
             return before, rewritten, near, read_here, ranked_there, found, naming

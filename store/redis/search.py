@@ -178,9 +178,9 @@ class SearchOps(LexicalIndexOps):
         read in the same command (TenantIndex.knn_each_read): a reconstruct step searched its
         cues' facts and then read the facts it found, two dependent round trips."""
         keys = self.keys(tenant)
-        reads = [HitRead("HMGET", stored_fields()), HitRead("SMEMBERS", (), keys.fact_passages(""))]
-        if vectors:
-            reads.append(HitRead("HGET", ("vec",)))
+        # the vector read with the fields: one lookup of the hash a hit, not two (entity_passages_near)
+        fields = (*stored_fields(), "vec") if vectors else stored_fields()
+        reads = [HitRead("HMGET", fields), HitRead("SMEMBERS", (), keys.fact_passages(""))]
         searches = [(vector, where) for where in wheres]
         # the search returns the distance alone: the fields come with the fact; an entity's
         # facts are searched by the entity and their status checked (knn_each_read's `checked`)
@@ -190,11 +190,12 @@ class SearchOps(LexicalIndexOps):
             facts = []
             for hit, got in hits:
                 assert got is not None  # a search with reads: every hit with their replies
-                read = fact_of_values(hit.id, got[0], got[1])
+                values, raw = (got[0][:-1], got[0][-1]) if vectors else (got[0], None)
+                read = fact_of_values(hit.id, values, got[1])
                 if read is None:  # a hash the index still held a moment after its deletion
                     continue
                 fact, stored = read
-                vec = None if len(got) < 3 or got[2] is None else vector_from_bytes(got[2])
+                vec = None if raw is None else vector_from_bytes(raw)
                 facts.append(FactRecordHit(hit.id, hit.score, {f: stored.get(f) for f in return_fields}, fact, vec))
             out.append(facts)
         return out
@@ -215,7 +216,7 @@ class SearchOps(LexicalIndexOps):
         if not isinstance(searchable, OwnVectorIndex):
             return None
         encoded = vector_bytes(vector)
-        reads = [HitRead("HMGET", PASSAGE_ROW_FIELDS), *([HitRead("HGET", ("vec",))] if vectors else [])]
+        reads = [HitRead("HMGET", (*PASSAGE_ROW_FIELDS, "vec") if vectors else PASSAGE_ROW_FIELDS)]
         try:
             results = await searchable.knn_each_read(
                 [(encoded, {ENTITIES_FIELD: eid}) for eid in entity_ids], k, [], reads, self.keys(tenant).embedder
@@ -231,8 +232,8 @@ class SearchOps(LexicalIndexOps):
                     hit.id,
                     hit.score,
                     hit.fields,
-                    passage_row(hit.id, got[0]),
-                    None if len(got) < 2 or got[1] is None else vector_from_bytes(got[1]),
+                    passage_row(hit.id, got[0][:-1] if vectors else got[0]),
+                    None if not vectors or got[0][-1] is None else vector_from_bytes(got[0][-1]),
                 )
                 for hit, got in _hits(rows, [])
                 if got is not None
