@@ -618,3 +618,76 @@ def test_query_terms_are_matched_verbatim_not_expanded_by_their_stem(stack_env):
         for found in (shared[query], own[query]):
             assert [pid for pid, _, _ in found] == [pid for pid, _ in expected], query
             assert [score for _, score, _ in found] == pytest.approx([s for _, s in expected], rel=1e-6), query
+
+
+@pytest.mark.parametrize("server", ["redis", "redis-cluster"])
+def test_a_graph_modes_first_stage_reads_its_hits_with_its_searches(server, request):
+    """A graph mode's first stage (workers.query.first_stage: rows and cosines) on a tenant with
+    indexes of its own: each lexical hit comes with its row and vector, each dense hit with its
+    row, read in the searches' own commands — they were one or two commands more after both legs
+    (the vectors of the lexical-only hits, the candidates' rows), which a reconstruct walk's
+    first step waited for. The stage is the same either way, a retired passage left out."""
+    from store import Memory
+    from workers.query.first_stage import FirstStageSearch
+    from workers.query.request import QueryRequest
+
+    url = (
+        request.getfixturevalue("stack_env")["MEMSTREAM_REDIS_URL"]
+        if server == "redis"
+        else request.getfixturevalue("redis_cluster_url")
+    )
+    tenant = f"read-{uuid.uuid4().hex[:6]}"
+    vectors = np.random.default_rng(3).normal(size=(LEXICAL_READ_ALL + 16, 8)).astype(np.float32)
+
+    async def main():
+        memory = Memory.from_url(url, dims=8)
+        memory.lexical_own_index_at = memory.vector_own_index_at = 50
+        try:
+            await memory.ensure_indexes(tenant)
+            pipe = memory.pipeline(tenant)
+            for i, vector in enumerate(vectors):
+                text = f"harbour lantern number {i} " + ("keeper" if i % 3 == 0 else "tower")
+                memory.stage_passage(pipe, tenant, _chunk(tenant, i, text), [], vector)
+            memory.stage_retire_passage(pipe, tenant, "p0003")
+            await pipe.execute()
+            await memory.promote_lexical(tenant)
+            await memory.promote_vectors(tenant)
+            client = memory.shard(tenant)
+            sent: list = []
+            send = client.execute_command
+
+            async def recording(*args, **kwargs):
+                sent.append(args[0])
+                return await send(*args, **kwargs)
+
+            async def unread(*args, **kwargs):
+                return None
+
+            client.execute_command = recording  # type: ignore[method-assign]
+            stage, out = FirstStageSearch(memory), []
+            for n, query in enumerate(["lantern keeper", "harbour tower number 12", "keeper number 3"]):
+                asked, vector = QueryRequest(query, tenant, 5, "ppr"), vectors[n * 5] + 0.05
+                for _ in range(2):  # the tenant known to be large, the own index's state read, the scripts loaded
+                    await stage.search(asked, vector, with_rows=True)
+                sent.clear()
+                reading = await stage.search(asked, vector, with_rows=True)
+                with_searches = len(sent)
+                memory.passages_near_read = memory.lexical_read = unread  # type: ignore[method-assign]
+                sent.clear()
+                after = await stage.search(asked, vector, with_rows=True)
+                out.append((reading, after, with_searches, len(sent)))
+                del memory.passages_near_read, memory.lexical_read
+            return out
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+
+    for reading, after, with_searches, read_after in asyncio.run(main()):
+        assert reading.fused == after.fused and reading.rows == after.rows and reading.cosines == after.cosines
+        assert [(h.id, h.score) for h in reading.dense] == [(h.id, h.score) for h in after.dense]
+        assert [(h.id, h.score) for h in reading.lexical] == [(h.id, h.score) for h in after.lexical]
+        assert set(reading.cosines) - {h.id for h in reading.dense}  # lexical-only hits, their cosines
+        assert "p0003" not in reading.rows and len(reading.rows) == len(reading.fused) - (
+            "p0003" in dict(reading.fused)
+        )
+        assert with_searches == 2 and read_after > with_searches, (with_searches, read_after)

@@ -122,6 +122,12 @@ class SearchOps(LayersOps):
             out.append([FactRecordHit(h.id, h.score, h.fields, f, v) for h, f, v in zip(hits, records, held)])
         return out
 
+    async def passages_near_read(self, tenant: str, vector: np.ndarray, k: int) -> list[PassageRecordHit] | None:
+        return None  # a search and a read in process cost no round trip: the first stage reads after
+
+    async def lexical_read(self, tenant: str, query: str, k: int) -> list[PassageRecordHit] | None:
+        return None
+
     async def entity_passages_near(
         self, tenant: str, vector: np.ndarray, entity_ids: list[str], k: int, vectors: bool = False
     ) -> list[list[PassageRecordHit]] | None:

@@ -120,6 +120,26 @@ def _encoded(value: str | None) -> bytes | None:
     return None if value is None else value.encode()
 
 
+# A tenant's own lexical search with what a graph mode's first stage reads of each hit: its
+# passage's row fields and vector, read in the search's command, where they were a round trip
+# after both legs (~1-2 ms before a reconstruct walk could start, 50,000 passages). KEYS[1]: a
+# key of the tenant (its slot: the index's name is of another, allow-cross-slot-keys). ARGV:
+# the copies' key base, the passages' key prefix, the field count, the fields, then the
+# FT.SEARCH (NOCONTENT WITHSCORES). The reply: each hit's passage id, score and fields' values.
+_LEXICAL_READ = """#!lua flags=no-writes,allow-cross-slot-keys
+local base, prefix, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local fields = {unpack(ARGV, 4, 3 + n)}
+local reply = redis.call(unpack(ARGV, 4 + n, #ARGV))
+local out = {}
+for h = 2, #reply, 2 do
+  local rest = string.sub(reply[h], #base + 1)
+  local id = string.sub(rest, string.find(rest, ':', 1, true) + 1)
+  out[#out + 1] = {id, reply[h + 1], redis.call('HMGET', prefix .. id, unpack(fields))}
+end
+return out
+"""
+
+
 class SearchOps(LexicalIndexOps):
     """store.base.Layers' searches on Redis."""
 
@@ -308,6 +328,58 @@ class SearchOps(LexicalIndexOps):
             assert again is not None  # just created
             results = await search(again)  # lost again: the handler's retry
         return [_hits(rows, return_fields) for rows in results]
+
+    async def passages_near_read(self, tenant: str, vector: np.ndarray, k: int) -> list[PassageRecordHit] | None:
+        """knn of the passages (fields: doc_id), each hit with its row read in the search's
+        command (_knn_searches_read)."""
+        found = await self._knn_searches_read(
+            tenant, "passages", [(vector, None)], k, [], [HitRead("HMGET", PASSAGE_ROW_FIELDS)]
+        )
+        out = []
+        for hit, got in found[0]:
+            assert got is not None  # a search with reads: every hit with their replies
+            doc_id = got[0][1]
+            fields = {"doc_id": None if doc_id is None else doc_id.decode()}
+            out.append(PassageRecordHit(hit.id, hit.score, fields, passage_row(hit.id, got[0])))
+        return out
+
+    async def lexical_read(self, tenant: str, query: str, k: int) -> list[PassageRecordHit] | None:
+        """lexical, each hit with its row and vector read in the search's command — by a tenant's
+        own lexical index (_LEXICAL_READ), where lexical would search it: a tenant known to be
+        larger than LEXICAL_READ_ALL whose index is ready. None elsewhere (lexical answers, and
+        learns whether the tenant is large), or where the index was lost."""
+        terms = search_terms(query)
+        if not terms or k < 1 or tenant not in self._tenant_large or not await self.own_lexical_ready(tenant):
+            return None
+        keys = self.keys(tenant)
+        search: list = ["FT.SEARCH", keys.lexical_index_name, redis_query(terms), "VERBATIM", "NOCONTENT"]
+        search += ["SCORER", "BM25STD", "WITHSCORES", "LIMIT", 0, k + OWN_INDEX_TIE_MARGIN, "DIALECT", 2]
+        fields = (*PASSAGE_ROW_FIELDS, "vec")
+        try:
+            reply = await self._run_script(
+                tenant,
+                _LEXICAL_READ,
+                [keys.base],
+                [keys.lexical_mirror_base, keys.passage(""), len(fields), *fields, *search],
+            )
+        except Exception as exc:
+            if not index_missing(exc):
+                raise
+            self._own_lexical_lost(tenant)
+            return None
+        hits = sorted(
+            ((pid.decode(), float(score), values) for pid, score, values in reply), key=lambda h: (-h[1], h[0])
+        )
+        return [
+            PassageRecordHit(
+                pid,
+                score,
+                {"doc_id": None if values[1] is None else values[1].decode()},
+                passage_row(pid, values[:-1]),
+                None if values[-1] is None else vector_from_bytes(values[-1]),
+            )
+            for pid, score, values in hits[:k]
+        ]
 
     async def lexical(self, tenant: str, query: str, k: int) -> list[Hit]:
         """The `k` passages of the tenant best matching `query` by BM25 over the passages' terms

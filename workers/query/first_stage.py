@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 
 from store.base import MemoryStore
-from store.records import is_current
+from store.records import Hit, PassageRecordHit, is_current
 from workers.algorithms.expiry import said_at, said_by
 from workers.algorithms.retrieval import EPISODE_RADIUS, FirstStage, cosines, episode_smoothing, fuse
 from workers.algorithms.time_cue import matches, time_boost, time_cue
@@ -30,16 +30,20 @@ class FirstStageSearch:
         """Both legs' candidates (first_stage_k each, at least top_k) and their fusion; with
         `with_cosines`, every fused candidate's cosine to the query (a lexical-only candidate's
         vector is read), which graph modes seed and score with; with `with_rows`, every fused
-        candidate's row too (graph modes read them for their episodes and their answer), read
-        with the vectors: one round trip for both."""
+        candidate's row too (graph modes read them for their episodes and their answer). With
+        both, each leg's hits come with their rows (and the lexical leg's with their vectors)
+        where the store reads them in the search's command (_dense, _lexical); what they lack
+        is read after the legs, vectors and rows in one round trip."""
         k = max(request.params.first_stage_k, request.top_k)
+        tenant, reading = request.tenant, with_rows and with_cosines and vector is not None
         dense, lexical = await asyncio.gather(
-            self.memory.knn(request.tenant, "passages", vector, k, ["doc_id"]) if vector is not None else ready([]),
-            self.memory.lexical(request.tenant, request.query, k),
+            self._dense(tenant, vector, k, reading), self._lexical(tenant, request.query, k, reading)
         )
-        rows: dict[str, dict] = {}
+        # the hits read with their search: their rows (and a lexical hit's vector) need no read
+        read = {h.id: h for h in lexical + dense if isinstance(h, PassageRecordHit)}
+        rows = {pid: hit.row for pid, hit in read.items() if is_current(hit.row)}
         if request.as_of is not None:  # passages said after as_of are not yet in memory then
-            rows = await self.read_rows(request.tenant, [h.id for h in dense + lexical], rows)
+            rows = await self.read_rows(tenant, [h.id for h in dense + lexical if h.id not in read], rows)
             dense, lexical = (
                 [h for h in dense if _said(rows, h.id, request.as_of)],
                 [h for h in lexical if _said(rows, h.id, request.as_of)],
@@ -47,23 +51,40 @@ class FirstStageSearch:
         fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
         similarity = {h.id: h.score for h in dense}
         ids = [pid for pid, _ in fused]
+        vectors = {pid: hit.vector for pid, hit in read.items() if hit.vector is not None}
         _, rows = await asyncio.gather(
-            self.add_cosines(request.tenant, ids, vector, similarity) if with_cosines else ready(None),
-            self.read_rows(request.tenant, ids, rows) if with_rows else ready(rows),
+            self.add_cosines(tenant, ids, vector, similarity, vectors) if with_cosines else ready(None),
+            self.read_rows(tenant, [pid for pid in ids if pid not in read], rows) if with_rows else ready(rows),
         )
         return FirstStage(dense, lexical, fused, similarity, rows=rows)
 
-    async def add_cosines(self, tenant: str, passage_ids: list[str], vector, similarity: dict[str, float]) -> None:
+    async def _dense(self, tenant: str, vector, k: int, reading: bool) -> list[Hit]:
+        """The dense leg; `reading` (a graph mode): each hit with its row where the store reads
+        it with the search (store.base.Layers.passages_near_read)."""
+        if vector is None:
+            return []
+        found = await self.memory.passages_near_read(tenant, vector, k) if reading else None
+        return await self.memory.knn(tenant, "passages", vector, k, ["doc_id"]) if found is None else list(found)
+
+    async def _lexical(self, tenant: str, query: str, k: int, reading: bool) -> list[Hit]:
+        """The lexical leg; `reading`: each hit with its row and vector where the store reads
+        them with the search (Layers.lexical_read: a large tenant's own index). They were a
+        round trip after both legs: ~1-2 ms before a reconstruct walk's first step."""
+        found = await self.memory.lexical_read(tenant, query, k) if reading else None
+        return await self.memory.lexical(tenant, query, k) if found is None else list(found)
+
+    async def add_cosines(
+        self, tenant: str, passage_ids: list[str], vector, similarity: dict[str, float], known: dict | None = None
+    ) -> None:
         """Each passage's cosine to the query, into `similarity`, for those not in it (their
-        vectors read in one round trip)."""
+        vectors from `known`, else read in one round trip)."""
         missing = [pid for pid in passage_ids if pid not in similarity]
         if vector is None or not missing:
             return
-        found = [
-            (pid, vec)
-            for pid, vec in zip(missing, await self.memory.passage_vectors(tenant, missing))
-            if vec is not None
-        ]
+        known = known or {}
+        unread = [pid for pid in missing if pid not in known]
+        read = dict(zip(unread, await self.memory.passage_vectors(tenant, unread))) if unread else {}
+        found = [(pid, vec) for pid in missing if (vec := known.get(pid, read.get(pid))) is not None]
         if found:
             similarity.update(zip([pid for pid, _ in found], cosines([vec for _, vec in found], vector)))
 
