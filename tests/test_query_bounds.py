@@ -221,6 +221,12 @@ def test_the_query_engine_runs_ppr_off_the_event_loop_and_reports_the_walk(monke
         async def lexical(self, tenant, query, k):
             return []
 
+        async def passages_near_read(self, tenant, vector, k):
+            return None  # reads no rows with its searches: the first stage reads them after
+
+        async def lexical_read(self, tenant, query, k):
+            return None
+
         async def graph_version(self, tenant):
             return 1
 
