@@ -65,6 +65,14 @@ def _with_a_twin(stack_env):
     return _memory(stack_env), _memory(stack_env), f"own-{uuid.uuid4().hex[:8]}", f"own-{uuid.uuid4().hex[:8]}"
 
 
+async def _purge_and_close(memory, tenant: str, twin, exact: str) -> None:
+    """Both tenants purged (_with_a_twin's), both clients closed."""
+    await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+    await twin.purge_tenant(exact, lambda p: [], lambda *a: [])
+    await memory.close()
+    await twin.close()
+
+
 async def _copies(memory, tenant: str, generation: int) -> int:
     """How many copies the tenant's lexical index generation has."""
     match = memory.keys(tenant).lexical_mirror_prefix(generation) + "*"
@@ -267,6 +275,45 @@ def test_an_own_index_whose_copies_were_replaced_is_built_again_to_the_exact_bm2
         await twin.close()
         assert left == []
         assert [n for n in names if tenant in n] == []
+
+    asyncio.run(main())
+
+
+@hotpotqa
+def test_an_own_index_keeps_no_term_positions_and_one_made_with_them_still_answers(stack_env, monkeypatch):
+    """BM25 reads a term's documents and frequencies, never its positions: an own index is made
+    without them (OWN_LEXICAL_OPTIONS: 40% less inverted index, a little faster). One made with
+    them — by a release before this — ranks the same, and is not built again for that alone
+    (a rebuild copies every passage; its drift decides)."""
+    import store.redis.lexical_index as lexical_index
+
+    texts, queries = _corpus()
+
+    async def options(memory, tenant: str) -> set[str]:
+        info = await memory.redis.ft(memory.keys(tenant).lexical_index_name).info()
+        return {o.decode() if isinstance(o, bytes) else o for o in info["index_options"]}
+
+    async def main():
+        memory, twin, tenant, exact = _with_a_twin(stack_env)
+        try:
+            await _write(memory, tenant, texts)
+            await _write(twin, exact, texts)
+            expected = await _rankings(twin, exact, queries)  # scored in the client: the tenant's BM25
+
+            await twin.promote_lexical(exact)
+            assert {"NOOFFSETS", "NOFIELDS", "NOHL"} <= await options(twin, exact)
+            _shared_path_forbidden(twin)
+            _same(expected, await _rankings(twin, exact, queries))
+
+            with monkeypatch.context() as patched:  # the index as a release before this made it
+                patched.setattr(lexical_index, "OWN_LEXICAL_OPTIONS", (), raising=False)
+                await memory.promote_lexical(tenant)
+            assert "NOOFFSETS" not in await options(memory, tenant)
+            _shared_path_forbidden(memory)
+            _same(expected, await _rankings(memory, tenant, queries))
+            assert tenant not in await memory.own_lexical_upkeep()  # exact: nothing to build again
+        finally:
+            await _purge_and_close(memory, tenant, twin, exact)
 
     asyncio.run(main())
 
@@ -517,10 +564,7 @@ def test_a_rebuild_killed_midway_resumes_to_one_exact_index(stack_env):
             assert [n for n in names if tenant in n] == [keys.lexical_generation_index(1)]
             assert [await _copies(memory, tenant, generation) for generation in (0, 1)] == [0, len(texts)]
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await twin.purge_tenant(exact, lambda p: [], lambda *a: [])
-            await memory.close()
-            await twin.close()
+            await _purge_and_close(memory, tenant, twin, exact)
 
     asyncio.run(main())
 

@@ -49,10 +49,16 @@ import time
 import uuid
 from typing import Callable
 
+from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redis.exceptions import ResponseError
-from redisvl.index import AsyncSearchIndex
 
-from store.indexes import OWN_VECTOR_SCHEMA, index_missing, own_lexical_schema, reply_rows
+from store.indexes import (
+    OWN_LEXICAL_OPTIONS,
+    OWN_VECTOR_SCHEMA,
+    index_missing,
+    own_lexical_schema,
+    reply_rows,
+)
 from store.keys import LAYERS, TenantKeys, own_lexical_tenant
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
 from store.redis.base import _eval, _scanning, _text
@@ -254,7 +260,7 @@ class LexicalIndexOps(VectorIndexOps):
             if info is None:  # ready, yet not on the tenant's server (as above): made again there
                 lexical = b"elsewhere"
             elif info and not _scanning(info) and _drift(info) > LEXICAL_REBUILD_DRIFT:
-                await self._rebuild_drifted(tenant)
+                await self._rebuild_if_due(tenant)
         if lexical == b"ready" and vectors == b"ready":
             return
         try:
@@ -290,13 +296,13 @@ class LexicalIndexOps(VectorIndexOps):
                 continue
             for tenant in sorted({t for name in names if (t := own_lexical_tenant(name))}):
                 try:
-                    if await self._drifted(client, tenant) and await self._rebuild_drifted(tenant):
+                    if await self._needs_rebuild(client, tenant) and await self._rebuild_if_due(tenant):
                         rebuilt.append(tenant)
                 except Exception:  # one tenant's failure leaves the others' upkeep to run
                     log.exception("lexical upkeep: tenant %s failed", tenant)
         return rebuilt
 
-    async def _drifted(self, client, tenant: str) -> bool:
+    async def _needs_rebuild(self, client, tenant: str) -> bool:
         """Whether the tenant's own lexical index is ready, scanned and drifted past
         LEXICAL_REBUILD_DRIFT (one still building is made whole by its promotion)."""
         keys = self.keys(tenant)
@@ -305,7 +311,7 @@ class LexicalIndexOps(VectorIndexOps):
         info = await self._index_info(client, keys.lexical_index_name)
         return info is not None and not _scanning(info) and _drift(info) > LEXICAL_REBUILD_DRIFT
 
-    async def _rebuild_drifted(self, tenant: str) -> bool:
+    async def _rebuild_if_due(self, tenant: str) -> bool:
         """rebuild_lexical by one process at a time (two rebuilding at once each empty the other's
         copies), under a lease that outlives no crash by more than LEXICAL_REBUILD_LEASE_S; the
         drift read again once held (another may have rebuilt it meanwhile). Whether it was built
@@ -317,7 +323,7 @@ class LexicalIndexOps(VectorIndexOps):
             if not await client.set(lease, holder, nx=True, ex=LEXICAL_REBUILD_LEASE_S):
                 return False
             try:
-                if not await self._drifted(client, tenant):
+                if not await self._needs_rebuild(client, tenant):
                     return False
                 return await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
             finally:  # only by its holder (a lease that lapsed mid-rebuild may be another's now)
@@ -405,11 +411,21 @@ class LexicalIndexOps(VectorIndexOps):
         return copied
 
     async def _create_lexical(self, tenant: str, generation: int) -> None:
-        index = AsyncSearchIndex(
-            own_lexical_schema(tenant, generation, self.clustered), redis_client=self.shard(tenant)
-        )
-        await self._create_index(index)
-        await self._initial_scan_done(self.shard(tenant), index.name)
+        """The generation's index: own_lexical_schema's, with OWN_LEXICAL_OPTIONS; one another
+        process created first is as good."""
+        schema = own_lexical_schema(tenant, generation, self.clustered)
+        client = self.shard(tenant)
+        try:
+            await client.ft(schema.index.name).create_index(
+                schema.redis_fields,
+                definition=IndexDefinition(prefix=[schema.index.prefix], index_type=IndexType.HASH),
+                stopwords=schema.index.stopwords,
+                **{_CREATE_OPTION[option]: True for option in OWN_LEXICAL_OPTIONS},
+            )
+        except ResponseError as exc:
+            if "already exists" not in str(exc).lower():
+                raise
+        await self._initial_scan_done(client, schema.index.name)
 
     async def _copy_passages(self, tenant: str, progress: Callable[[int, int], None] | None) -> int:
         """Every passage of the tenant through the mirror script (each generation's copy made
@@ -447,6 +463,10 @@ _RELEASE_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+# OWN_LEXICAL_OPTIONS as redis-py's create_index names them
+_CREATE_OPTION = {"NOOFFSETS": "no_term_offsets", "NOFIELDS": "no_field_flags", "NOHL": "no_highlight"}
 
 
 def _drift(info: dict) -> float:

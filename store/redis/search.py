@@ -18,6 +18,7 @@ from store.lexical import (
     LEXICAL_LENGTH_FIELD,
     bm25,
     bm25_idf,
+    by_score,
     document_frequency,
     redis_query,
     search_terms,
@@ -368,7 +369,7 @@ class SearchOps(LexicalIndexOps):
             self._own_lexical_lost(tenant)
             return None
         hits = sorted(
-            ((pid.decode(), float(score), values) for pid, score, values in reply), key=lambda h: (-h[1], h[0])
+            ((pid.decode(), float(score), values) for pid, score, values in reply), key=lambda h: by_score(h[1], h[0])
         )
         return [
             PassageRecordHit(
@@ -413,7 +414,7 @@ class SearchOps(LexicalIndexOps):
             self._lost_indexes()
             return []
         # equal scores by id, as in the in-memory store
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
+        ranked = sorted(scores.items(), key=lambda item: by_score(item[1], item[0]))[:k]
         return [Hit(pid, score, {"doc_id": doc_ids[pid]}) for pid, score in ranked]
 
     async def _lexical_own(self, tenant: str, terms: list[str], k: int) -> list[Hit] | None:
@@ -450,7 +451,7 @@ class SearchOps(LexicalIndexOps):
             self._own_lexical_lost(tenant)
             return None
         rows = [(keys.lexical_copy_passage(key), score, doc_id) for key, score, doc_id in own_lexical_hits(reply)]
-        rows.sort(key=lambda row: (-row[1], row[0]))
+        rows.sort(key=lambda row: by_score(row[1], row[0]))
         return [Hit(pid, score, {"doc_id": doc_id}) for pid, score, doc_id in rows[:k]]
 
     async def _lexical_small_tenant(self, tenant: str, searchable: TenantIndex, terms: list[str]) -> LexicalRows | None:
