@@ -40,8 +40,10 @@ class TextChunk:
 
 
 def token_count(text: str) -> int:
-    """Tokens as the chunker counts them (what a chunk window of N holds)."""
-    return sum(1 for _ in _TOKEN.finditer(text))
+    """Tokens as the chunker counts them (what a chunk window of N holds). findall's list, not
+    a count over finditer's matches: a reconstruct walk counts ~100 passages a query, and the
+    match objects were ~2% of its CPU (py-spy, 50,000 passages)."""
+    return len(_TOKEN.findall(text))
 
 
 def chunk_id_of(text: str) -> str:
