@@ -36,6 +36,7 @@ from redisvl.schema import IndexSchema
 from store.keys import TenantKeys, layer_prefix, shared_index_name
 from store.lexical import LEXICAL_FIELD, LEXICAL_LENGTH_FIELD
 from store.records import ENTITIES_FIELD, TENANT_FIELD, VECTOR_TYPE
+from store.redis import connection as redis_connection
 
 LEXICAL_TEXT_FIELD = {"name": LEXICAL_FIELD, "type": "text", "attrs": {"no_stem": True}}
 
@@ -557,7 +558,7 @@ class TenantIndex:
                 arguments += [place[vector], self.filter(narrower), "1", checked, where[checked], self.filter(where)]
             else:
                 arguments += [place[vector], self.filter(where), "0"]
-        replies = await _search_read(self.redis)(keys=[route_key], args=arguments)
+        replies = await redis_connection.run_script(_search_read(self.redis), [route_key], arguments)
         out = []
         for reply, found in replies:
             rows = self._knn_rows(reply)

@@ -687,13 +687,13 @@ def test_a_graph_modes_first_stage_reads_its_hits_with_its_searches(server, requ
     async def main():
         memory = Memory.from_url(url, dims=8)
         memory.lexical_own_index_at = memory.vector_own_index_at = 10**9  # promoted below, not by a write
-        client = memory.shard(tenant)
-        sent: list = []
-        send = client.execute_command
+        pool = memory.shard(tenant).connection_pool
+        sent: list = []  # a command (or a script) a connection taken from the tenant's server's pool
+        take = pool.get_connection
 
         async def recording(*args, **kwargs):
-            sent.append(args[0])
-            return await send(*args, **kwargs)
+            sent.append(args)
+            return await take(*args, **kwargs)
 
         async def unread(*args, **kwargs):
             return None
@@ -722,7 +722,7 @@ def test_a_graph_modes_first_stage_reads_its_hits_with_its_searches(server, requ
                 memory.stage_passage(pipe, tenant, _chunk(tenant, i, text), [], vector)
             memory.stage_retire_passage(pipe, tenant, "p0003")
             await pipe.execute()
-            client.execute_command = recording  # type: ignore[method-assign]
+            pool.get_connection = recording  # type: ignore[method-assign]
             shared = await stages()
             memory.lexical_own_index_at = memory.vector_own_index_at = 50
             await memory.promote_lexical(tenant)

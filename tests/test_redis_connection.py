@@ -4,6 +4,7 @@ sends, for every kind of argument the store passes; what redis-py refuses is ref
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import numpy as np
 import pytest
@@ -149,3 +150,70 @@ def test_a_write_the_server_never_reads_times_out_and_drops_the_connection():
             await server.wait_closed()
 
     assert asyncio.run(main()) is False
+
+
+_ECHO = "if ARGV[1] == 'fail' then return redis.error_reply('asked to fail') end return {KEYS[1], ARGV[1], #ARGV}"
+
+
+def test_a_script_is_run_on_a_pooled_connection_without_the_clients_command_path(stack_env):
+    """run_script sends EVALSHA and reads its reply on a connection of the pool (the store's
+    reads are scripts: the client's command path around each was ~8% of a reconstruct query's
+    CPU); the reply is the one the script's own call gives."""
+    from store.memory import Memory
+    from store.redis.connection import run_script
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        client = memory.redis
+        script = client.register_script(_ECHO)
+        try:
+            expected = await script(keys=["k"], args=["a", 2, 0.5])  # (loads it: EVAL on NOSCRIPT)
+            through, execute = [], client.execute_command
+
+            async def spied(*args, **kwargs):
+                through.append(args[0])
+                return await execute(*args, **kwargs)
+
+            client.execute_command = spied  # type: ignore[method-assign]
+            got = [await run_script(script, ["k"], ["a", 2, 0.5]) for _ in range(5)]
+            return expected, got, through
+        finally:
+            await memory.close()
+
+    expected, got, through = asyncio.run(main())
+    assert expected == [b"k", b"a", 3]
+    assert got == [expected] * 5
+    assert through == []
+
+
+def test_a_script_the_server_lost_or_a_connection_cut_takes_the_clients_path(stack_env):
+    """NOSCRIPT (a restart, SCRIPT FLUSH), a connection killed under the pool: the script's own
+    call answers (it loads the script; the client opens a connection and retries). A script's
+    error is raised as the client raises it, and the connection serves the next call."""
+    from redis.exceptions import ResponseError
+
+    from store.memory import Memory
+    from store.redis.connection import run_script
+
+    async def main():
+        memory = Memory.from_url(stack_env["MEMSTREAM_REDIS_URL"], max_connections=1)  # the one connection
+        client = memory.redis
+        other = aioredis.Redis.from_url(stack_env["MEMSTREAM_REDIS_URL"])
+        # a script this server never saw (as after a restart): NOSCRIPT; not SCRIPT FLUSH, which
+        # would take every other client's scripts away too
+        script = client.register_script(f"-- {uuid.uuid4().hex}\n{_ECHO}")
+        try:
+            assert await client.script_exists(script.sha) == [False]
+            after_flush = await run_script(script, ["k"], ["x"])
+            assert await client.script_exists(script.sha) == [True]
+            assert await other.client_kill_filter(_id=await client.client_id()) == 1
+            after_kill = await run_script(script, ["k"], ["y"])
+            with pytest.raises(ResponseError, match="asked to fail"):
+                await run_script(script, ["k"], ["fail"])
+            after_error = await run_script(script, ["k"], ["z"])
+            return after_flush, after_kill, after_error
+        finally:
+            await other.aclose()
+            await memory.close()
+
+    assert asyncio.run(main()) == ([b"k", b"x", 1], [b"k", b"y", 1], [b"k", b"z", 1])

@@ -17,6 +17,7 @@ from ops.bench import rules as rules_bench
 from store import AlreadyDone
 from store.nodes import entity_node
 from store.redis import base as redis_base
+from store.redis import connection as redis_connection
 from store.redis import lexical_index, outbox, search, vector_index
 from tests.inprocess import DigitBlindEmbedder, InProcess
 from workers.models import embedding
@@ -51,7 +52,7 @@ def round_trips(monkeypatch):
     ):
         monkeypatch.setattr(module, window, float("inf"))
     counts: collections.Counter = collections.Counter()
-    command, pipeline = Redis.execute_command, RedisPipeline.execute
+    command, pipeline, run_script = Redis.execute_command, RedisPipeline.execute, redis_connection.run_script
 
     async def counted_command(self, *args, **options):
         if not isinstance(self, RedisPipeline) or self.watching:  # a queued command is sent with the pipeline
@@ -62,8 +63,13 @@ def round_trips(monkeypatch):
         counts["pipeline"] += 1
         return await pipeline(self, *args, **options)
 
+    async def counted_script(script, keys, args):  # (the store sends its scripts on a connection of its own)
+        counts["EVALSHA"] += 1
+        return await run_script(script, keys, args)
+
     monkeypatch.setattr(Redis, "execute_command", counted_command)
     monkeypatch.setattr(RedisPipeline, "execute", counted_pipeline)
+    monkeypatch.setattr(redis_connection, "run_script", counted_script)
     return counts
 
 

@@ -23,6 +23,7 @@ from store.caches import EmbeddingCache, LLMCache
 from store.indexes import INDEX_RECHECK_S, TenantIndex, index_missing, layer_schema, tenant_filter
 from store.keys import TenantKeys, embedding_cache_key, index_name_tag, llm_cache_key, parse_index_name
 from store.records import UNRECORDED_EMBEDDER, EmbedderId
+from store.redis import connection as redis_connection
 from store.redis.topology import OneServer, Topology
 
 TENANT_DIMS_RECHECK_S = 30.0  # as workers.models.embedding.EMBEDDER_RECHECK_S
@@ -133,7 +134,7 @@ class RedisBase:
 
     async def _run_script(self, tenant: str, source: str, keys: Sequence, args: Sequence):
         """A script over the tenant's keys, on its shard (EVALSHA; EVAL when not cached there)."""
-        return await self.script(self.shard(tenant), source)(keys=keys, args=args)
+        return await redis_connection.run_script(self.script(self.shard(tenant), source), keys, args)
 
     def script(self, client: aioredis.Redis, source: str) -> AsyncScript:
         """`source` registered with `client` (its SHA computed once; EVALSHA, EVAL on NOSCRIPT)."""
