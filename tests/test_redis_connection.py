@@ -111,9 +111,12 @@ def test_a_write_larger_than_the_sockets_buffer_still_arrives(stack_env):
     assert asyncio.run(main()) == value
 
 
-def test_a_write_the_server_never_reads_times_out_and_drops_the_connection():
+@pytest.mark.parametrize("ended_by", ["timeout", "cancel"])
+def test_a_write_the_server_never_reads_times_out_and_drops_the_connection(ended_by):
     """A server that stops reading: the write waits socket_timeout, then fails as redis-py's does
-    (TimeoutError) and the connection is dropped (a later command connects again)."""
+    (TimeoutError) and the connection is dropped (a later command connects again). A write
+    cancelled while it waits (its caller's timeout, a stop) drops it too: the command may still
+    reach the server whole, and its reply would be read by the connection's next command."""
     from redis.exceptions import TimeoutError as RedisTimeout
 
     async def main():
@@ -134,13 +137,20 @@ def test_a_write_the_server_never_reads_times_out_and_drops_the_connection():
 
         server = await asyncio.start_server(answer_then_stall, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        connection = hiredis_packing(aioredis.Connection)(host="127.0.0.1", port=port, socket_timeout=0.5, protocol=2)
+        timeout = 0.5 if ended_by == "timeout" else 30.0
+        connection = hiredis_packing(aioredis.Connection)(
+            host="127.0.0.1", port=port, socket_timeout=timeout, protocol=2
+        )
         try:
             await connection.connect()
             stop_reading.set()
             await asyncio.sleep(0.2)
-            with pytest.raises(RedisTimeout):
-                await connection.send_command("SET", "k", b"x" * (64 * 1024 * 1024))
+            send = asyncio.ensure_future(connection.send_command("SET", "k", b"x" * (64 * 1024 * 1024)))
+            if ended_by == "cancel":
+                await asyncio.sleep(0.3)
+                send.cancel()
+            with pytest.raises(RedisTimeout if ended_by == "timeout" else asyncio.CancelledError):
+                await send
             return connection.is_connected
         finally:
             await connection.disconnect()
