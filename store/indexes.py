@@ -189,17 +189,6 @@ def own_lexical_schema(tenant: str, generation: int = 0, tagged: bool = False) -
     )
 
 
-# What FT.CREATE is told of a large tenant's own lexical index besides its schema (redisvl's has
-# no place for it): BM25 reads a term's documents and its frequency in each, never its positions
-# (NOOFFSETS, and NOHL with them: no phrase is searched, nothing highlighted) nor which field
-# holds it (NOFIELDS: the index has one). Measured at 50,000 passages, indexes built by a scan of
-# the same copies, the 20 bench scale questions' searches as Redis timed them: 0.94-0.97x the
-# time, the inverted index 17.8 -> 10.5 MB and the 2.5 MB of positions gone. The same BM25, a few
-# scores moved in their last bit (the terms' contributions summed in another order:
-# store.lexical.by_score). An index made before keeps its options until it is built again.
-OWN_LEXICAL_OPTIONS = ("NOOFFSETS", "NOFIELDS", "NOHL")
-
-
 def tenant_filter(tenant: str, where: Mapping[str, str] | None = None) -> FilterExpression:
     """The tenant's tag, and every tag field in `where` equal to its value (redisvl escapes them)."""
     expression = Tag(TENANT_FIELD) == tenant

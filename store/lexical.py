@@ -129,7 +129,7 @@ SCORE_DIGITS = 9  # BM25 scores equal to this many decimals are one score: ranke
 def by_score(score: float, record_id: str) -> tuple[float, str]:
     """The rank order of a scored passage: best first, equal scores by id. Equal to SCORE_DIGITS
     decimals: RediSearch sums a passage's term scores in an order its index's options change
-    (store.indexes.OWN_LEXICAL_OPTIONS moved 2 of 100 questions' scores in their last bit, one
+    (store.redis.lexical_index.OWN_LEXICAL_OPTIONS moved 2 of 100 questions' scores in their last bit, one
     pair of equal passages swapping), as two sums in another order differ in theirs."""
     return (-round(score, SCORE_DIGITS), record_id)
 
