@@ -12,6 +12,7 @@ import numpy as np
 
 from store.facts import FactRecordHit, stored_fields
 from store.indexes import HitRead, OwnVectorIndex, TenantIndex, index_missing, reply_rows, search_with_fields
+from store.keys import TenantKeys
 from store.lexical import (
     K1,
     LEXICAL_FIELD,
@@ -115,6 +116,14 @@ def _hits(
         ),
         key=lambda pair: (-pair[0].score, pair[0].id),
     )
+
+
+def _own_lexical_search(keys: TenantKeys, terms: list[str], k: int, *reading) -> list:
+    """An FT.SEARCH of the tenant's own lexical index (its BM25STD: the tenant's BM25) for any of
+    `terms`, sent VERBATIM (the terms are stems already), reading `reading` of each hit: more
+    than k asked for, so passages of equal score are cut at k by id (store.lexical.by_score)."""
+    search: list = ["FT.SEARCH", keys.lexical_index_name, redis_query(terms), "VERBATIM", *reading]
+    return search + ["SCORER", "BM25STD", "WITHSCORES", "LIMIT", 0, k + OWN_INDEX_TIE_MARGIN, "DIALECT", 2]
 
 
 def _encoded(value: str | None) -> bytes | None:
@@ -353,8 +362,7 @@ class SearchOps(LexicalIndexOps):
         if not terms or k < 1 or tenant not in self._tenant_large or not await self.own_lexical_ready(tenant):
             return None
         keys = self.keys(tenant)
-        search: list = ["FT.SEARCH", keys.lexical_index_name, redis_query(terms), "VERBATIM", "NOCONTENT"]
-        search += ["SCORER", "BM25STD", "WITHSCORES", "LIMIT", 0, k + OWN_INDEX_TIE_MARGIN, "DIALECT", 2]
+        search = _own_lexical_search(keys, terms, k, "NOCONTENT")
         fields = (*PASSAGE_ROW_FIELDS, "vec")
         try:
             reply = await self._run_script(
@@ -426,23 +434,7 @@ class SearchOps(LexicalIndexOps):
         try:
             reply = await search_with_fields(
                 self.shard(tenant),
-                (
-                    "FT.SEARCH",
-                    keys.lexical_index_name,
-                    redis_query(terms),
-                    "VERBATIM",
-                    "SCORER",
-                    "BM25STD",
-                    "WITHSCORES",
-                    "RETURN",
-                    1,
-                    "doc_id",
-                    "LIMIT",
-                    0,
-                    k + OWN_INDEX_TIE_MARGIN,
-                    "DIALECT",
-                    2,
-                ),
+                _own_lexical_search(keys, terms, k, "RETURN", 1, "doc_id"),
                 keys.base if self.clustered else None,
             )
         except Exception as exc:
