@@ -77,3 +77,38 @@ def test_bench_scale_reads_its_sizes_from_sizes_and_refuses_it_where_no_bench_re
         proc = cli.run("bench", *argv, check=False, timeout=60)
         assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
         assert said in proc.stderr, (argv, proc.stderr)
+
+
+@corpora
+def test_bench_scale_on_one_redis_pairs_each_question_and_compares_the_answers(stack_env):
+    """--one-redis: the baseline's code queries this tree's memory, so each question's two times
+    are a pair on the same Redis (two Redis instances built apart differed by 10-25% on modes
+    no change touched) and each answer is compared; this tree as its own baseline answers alike."""
+    out = Cli(stack_env).run(
+        "bench",
+        "scale",
+        "--passages",
+        "300",
+        "--queries",
+        "2",
+        "--rounds",
+        "2",
+        "--baseline-tree",
+        str(ROOT),
+        "--one-redis",
+        "--data",
+        str(DATA),
+        "--json",
+    )
+    this, baseline = json.loads(out.stdout)
+    assert (this["tree"], baseline["tree"]) == ("this", "baseline")
+    assert this["write_s"] > 0 and baseline.get("write_s") is None and baseline["one_redis"]  # one memory, written once
+    assert set(this["ratio_paired"]) == set(this["latency_ms"]) == set(baseline["latency_ms"])
+    for key, ratio in this["ratio_paired"].items():
+        assert 0 < ratio["q1"] <= ratio["median"] <= ratio["q3"], key
+    assert this["same_answers"] == {mode: [4, 4] for mode in ("dense", "lexical", "hybrid", "ppr", "reconstruct")}
+    for row in (this, baseline):
+        for mode in ("dense", "lexical", "hybrid", "ppr", "reconstruct"):
+            assert len([k for k in row["latency_ms"] if k.startswith(f"{mode} (")]) == 2
+    refused = Cli(stack_env).run("bench", "scale", "--passages", "300", "--one-redis", check=False, timeout=60)
+    assert refused.returncode == 2 and "--one-redis pairs this tree with --baseline-tree" in refused.stderr

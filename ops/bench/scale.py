@@ -28,10 +28,12 @@ time and the process's resident growth (VmRSS) are the graph cache's load time a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -134,6 +136,7 @@ def run_scale_bench(
     data_dir: Path,
     as_json: bool,
     http: bool = True,
+    one_redis: bool = False,
 ) -> int:
     from ops.bench.trees import baseline_checkout, percentiles, phase_in_tree, ratios
     from ops.stack.services import Stack, free_port, stderr
@@ -143,6 +146,8 @@ def run_scale_bench(
 
     if not sizes or min(sizes) < 1 or queries < 1 or rounds < 1:
         raise BadInput("bench scale: --sizes, --queries and --rounds must be positive")
+    if one_redis and not baseline_tree:
+        raise BadInput("bench scale: --one-redis pairs this tree with --baseline-tree; name one")
     trees = [("this", ROOT)]
     if baseline_tree:
         trees.append(("baseline", baseline_checkout(baseline_tree, "store/memory.py")))
@@ -160,13 +165,19 @@ def run_scale_bench(
         for size in sizes:
             stacks, children = [], {}
             try:
-                rows = {}
+                rows: dict[str, dict] = {}
+                written: dict = {}  # this tree's memory (written first), which --one-redis's baseline reads
                 for name, tree in trees:
+                    if one_redis and name != "this":  # this tree's memory, read by the baseline's code
+                        rows[name] = {"tree": name, "directory": str(tree), "size": size, "one_redis": True}
+                        children[name] = _QueryProcess(tree, {**written, "http": http})
+                        continue
                     stacks.append(redis_stack := Stack(Settings(home=work / f"{name}-{size}", redis_port=free_port())))
                     redis_stack.service_up("redis", stderr)
                     url = f"redis://127.0.0.1:{redis_stack.redis.port}/0"
                     stderr(f"bench scale: {name} ({tree}): writing {size:,} passages")
                     spec = {"redis_url": url, "corpus": str(corpus), "size": size}
+                    written = written or spec
                     rows[name] = {
                         "tree": name,
                         "directory": str(tree),
@@ -184,14 +195,19 @@ def run_scale_bench(
                 for n in range(rounds):
                     stderr(f"bench scale: {size:,} passages, round {n + 1}/{rounds}")
                     asked = [_question(questions, n * queries + i) for i in range(queries)]
+                    if one_redis:
+                        _paired_round(children, asked, list(table_order()), samples, n)
+                        continue
                     for name in order if n % 2 == 0 else order[::-1]:
                         got = children[name].ask({"do": "round", "queries": asked, "modes": list(table_order())})
                         for key, values in got.items():
                             samples[name].setdefault(key, []).extend(values)
                             by_round[name].setdefault(key, []).append(percentiles(values)[0])
+                if one_redis:
+                    rows["this"].update(_paired_ratios(samples))
                 for name, row in rows.items():
                     row["latency_ms"] = {k: [round(x, 2) for x in percentiles(v)] for k, v in samples[name].items()}
-                    if name != "this" and "this" in rows:
+                    if name != "this" and "this" in rows and not one_redis:
                         rows["this"]["ratio_by_round"] = {
                             k: ratios(by_round["this"][k], by_round[name][k]) for k in by_round["this"]
                         }
@@ -212,6 +228,43 @@ def run_scale_bench(
     if as_json:
         print(json.dumps(results, indent=1))
     return 0
+
+
+def _paired_round(children: dict, asked: list[str], modes: list[str], samples: dict, n: int) -> None:
+    """One round of --one-redis: each question of each mode asked of one tree and at once of the
+    other (which first alternates), both answering from the same Redis: each question's two
+    times are a pair, and each answer's signature (samples' "answer <mode>") says whether the
+    two trees answered it the same."""
+    names = list(children)
+    for mode in modes:
+        for i, query in enumerate(asked):
+            for name in names if (n + i) % 2 == 0 else names[::-1]:
+                got = children[name].ask({"do": "round", "queries": [query], "modes": [mode], "sign": True})
+                for key, values in got.items():
+                    samples[name].setdefault(key, []).extend(values)
+
+
+def _paired_ratios(samples: dict) -> dict:
+    """--one-redis: this tree's time over the baseline's, question by question (median and
+    quartiles, each mode and path), and how many answers were the same in both trees."""
+    this, base = samples["this"], samples["baseline"]
+    out: dict = {"ratio_paired": {}, "same_answers": {}}
+    for key in list(this):
+        if key.startswith("answer "):
+            out["same_answers"][key[len("answer ") :]] = [
+                sum(a == b for a, b in zip(this[key], base[key])),
+                len(this[key]),
+            ]
+            del this[key], base[key]
+            continue
+        by_question = sorted(a / b for a, b in zip(this[key], base[key]))
+        quartile = len(by_question) // 4
+        out["ratio_paired"][key] = {
+            "median": round(statistics.median(by_question), 3),
+            "q1": round(by_question[quartile], 3),
+            "q3": round(by_question[-1 - quartile], 3),
+        }
+    return out
 
 
 def _question(questions: list[str], n: int) -> str:
@@ -259,22 +312,29 @@ def _print_table(rows: list[dict], asked: int) -> None:
     for size in sorted({r["size"] for r in rows}):
         group = [r for r in rows if r["size"] == size]
         names = [r["tree"] for r in group]
+        paired = group[0].get("ratio_paired")  # --one-redis
         print(f"\none tenant of {size:,} passages ({asked} questions a mode, p50 / p99 ms)")
-        print(
-            "| | "
-            + " | ".join(names)
-            + (" | this / baseline p50 (by round: median, min-max)" if len(group) > 1 else "")
-            + " |"
+        ratio_header = (
+            " | this / baseline, question by question on one Redis: median (quartiles)"
+            if paired
+            else " | this / baseline p50 (by round: median, min-max)"
         )
+        print("| | " + " | ".join(names) + (ratio_header if len(group) > 1 else "") + " |")
         print("|---|" + "---:|" * len(group) + ("---|" if len(group) > 1 else ""))
         for key in group[0]["latency_ms"]:
             cells = [f"{r['latency_ms'][key][0]:.1f} / {r['latency_ms'][key][1]:.1f}" for r in group]
             extra = ""
-            if len(group) > 1:
+            if paired:
+                by = paired.get(key, {})
+                extra = f" | {by.get('median', 0):.2f}x ({by.get('q1', 0):.2f}-{by.get('q3', 0):.2f})"
+            elif len(group) > 1:
                 pooled = group[0]["latency_ms"][key][0] / max(group[1]["latency_ms"][key][0], 1e-9)
                 by = group[0].get("ratio_by_round", {}).get(key, {})
                 extra = f" | {pooled:.2f}x ({by.get('median', 0):.2f}x, {by.get('min', 0):.2f}-{by.get('max', 0):.2f})"
             print(f"| {key} | " + " | ".join(cells) + extra + " |")
+        if paired:
+            same = ", ".join(f"{mode} {n} of {of}" for mode, (n, of) in group[0]["same_answers"].items())
+            print(f"| the same answer in both trees | {same} |" + " |" * len(group))
         for label, field, unit in (
             ("write", "write_s", "s"),
             ("lexical promotion", "promote_s", "s"),
@@ -411,10 +471,19 @@ async def _serve(spec: dict) -> None:
         await web.TCPSite(runner, "127.0.0.1", port).start()
         session = ClientSession(f"http://127.0.0.1:{port}")
 
+    signed: dict[str, list[str]] = {}  # "answer <mode>" → its answers' signatures (a round with "sign")
+    signing = False
+
     async def ask_engine(query: str, mode: str) -> float:
         started = time.perf_counter()
-        await engine.answer(QueryRequest(query, TENANT, 5, query_mode(mode) or "ppr"))
-        return (time.perf_counter() - started) * 1000
+        answer = await engine.answer(QueryRequest(query, TENANT, 5, query_mode(mode) or "ppr"))
+        elapsed = (time.perf_counter() - started) * 1000
+        if signing:
+            shown = {k: v for k, v in answer.to_json().items() if k != "timings_ms"}
+            signed.setdefault(f"answer {mode}", []).append(
+                hashlib.sha1(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()[:16]
+            )
+        return elapsed
 
     async def ask_http(query: str, mode: str) -> float:
         assert session is not None
@@ -439,13 +508,15 @@ async def _serve(spec: dict) -> None:
                 warmed = {"graph_load_ms": round(load_ms, 1), "graph_rss_per_passage": round(grown / size, 1)}
                 print(json.dumps(warmed), flush=True)
                 continue
-            timed: dict[str, list[float]] = {}
+            timed: dict[str, list] = {}
+            signing = bool(request.get("sign"))
+            signed.clear()
             for mode in request["modes"]:
                 for query in request["queries"]:
                     timed.setdefault(f"{mode} (engine)", []).append(await ask_engine(query, mode))
                     if session is not None:
                         timed.setdefault(f"{mode} (HTTP)", []).append(await ask_http(query, mode))
-            print(json.dumps(timed), flush=True)
+            print(json.dumps({**timed, **signed}), flush=True)
     finally:
         if session is not None:
             await session.close()

@@ -155,6 +155,12 @@ def add_parsers(sub) -> None:
     scale.add_argument("--queries", type=int, default=100, help="per mode and round")
     scale.add_argument("--rounds", type=int, default=3, help="query rounds, alternating between the trees")
     baseline(scale, "measure this checkout too, interleaved")
+    scale.add_argument(
+        "--one-redis",
+        action="store_true",
+        help="the baseline's queries read this tree's Redis (same format): each question timed in both trees in "
+        "turn, ratios question by question, answers compared",
+    )
     data(scale)
 
     shape = kind("shape", "the graph indexing builds from each dev set: entities a passage, joins, junk")
@@ -288,7 +294,9 @@ def bench_scale(settings: Settings, args) -> int:
     from ops.bench.scale import run_scale_bench
 
     sizes = _counts(args.sizes or args.passages or DEFAULT_SIZES)
-    return run_scale_bench(sizes, args.queries, args.rounds, args.baseline_tree, _data(args), args.json)
+    return run_scale_bench(
+        sizes, args.queries, args.rounds, args.baseline_tree, _data(args), args.json, one_redis=args.one_redis
+    )
 
 
 def bench_shape(settings: Settings, args) -> int:
