@@ -17,6 +17,14 @@ pytestmark = pytest.mark.stack
 corpora = needs_shared("musique_train_100")  # build_corpus reads MuSiQue-100, HotpotQA-100 and LoCoMo dev
 
 
+def _scale_with_itself(stack_env, *options: str) -> list[dict]:
+    """`bench scale` of 300 passages, 2 questions a round, 2 rounds, this tree as its own
+    baseline: the rows."""
+    args = ["--passages", "300", "--queries", "2", "--rounds", "2", "--baseline-tree", str(ROOT), *options]
+    out = Cli(stack_env).run("bench", "scale", *args, "--data", str(DATA), "--json")
+    return json.loads(out.stdout)
+
+
 @corpora
 def test_the_corpus_is_the_shared_sets_then_their_sentences_recombined():
     passages, questions = build_corpus(DATA, 6_000)
@@ -31,22 +39,7 @@ def test_the_corpus_is_the_shared_sets_then_their_sentences_recombined():
 
 @corpora
 def test_bench_scale_measures_this_tree_and_a_baseline_side_by_side(stack_env):
-    out = Cli(stack_env).run(
-        "bench",
-        "scale",
-        "--passages",
-        "300",
-        "--queries",
-        "2",
-        "--rounds",
-        "2",
-        "--baseline-tree",
-        str(ROOT),
-        "--data",
-        str(DATA),
-        "--json",
-    )
-    rows = json.loads(out.stdout)
+    rows = _scale_with_itself(stack_env)
     assert [r["tree"] for r in rows] == ["this", "baseline"]
     for row in rows:
         assert row["size"] == 300 and row["write_s"] > 0 and row["bytes_per_passage"] > 0
@@ -84,23 +77,7 @@ def test_bench_scale_on_one_redis_pairs_each_question_and_compares_the_answers(s
     """--one-redis: the baseline's code queries this tree's memory, so each question's two times
     are a pair on the same Redis (two Redis instances built apart differed by 10-25% on modes
     no change touched) and each answer is compared; this tree as its own baseline answers alike."""
-    out = Cli(stack_env).run(
-        "bench",
-        "scale",
-        "--passages",
-        "300",
-        "--queries",
-        "2",
-        "--rounds",
-        "2",
-        "--baseline-tree",
-        str(ROOT),
-        "--one-redis",
-        "--data",
-        str(DATA),
-        "--json",
-    )
-    this, baseline = json.loads(out.stdout)
+    this, baseline = _scale_with_itself(stack_env, "--one-redis")
     assert (this["tree"], baseline["tree"]) == ("this", "baseline")
     assert this["write_s"] > 0 and baseline.get("write_s") is None and baseline["one_redis"]  # one memory, written once
     assert set(this["ratio_paired"]) == set(this["latency_ms"]) == set(baseline["latency_ms"])
