@@ -266,7 +266,7 @@ class LexicalIndexOps(VectorIndexOps):
             if info is None:  # ready, yet not on the tenant's server (as above): made again there
                 lexical = b"elsewhere"
             elif info and not _scanning(info) and _drift(info) > LEXICAL_REBUILD_DRIFT:
-                await self._rebuild_if_due(tenant)
+                await self._rebuild_drifted(tenant)
         if lexical == b"ready" and vectors == b"ready":
             return
         try:
@@ -302,13 +302,13 @@ class LexicalIndexOps(VectorIndexOps):
                 continue
             for tenant in sorted({t for name in names if (t := own_lexical_tenant(name))}):
                 try:
-                    if await self._needs_rebuild(client, tenant) and await self._rebuild_if_due(tenant):
+                    if await self._drifted(client, tenant) and await self._rebuild_drifted(tenant):
                         rebuilt.append(tenant)
                 except Exception:  # one tenant's failure leaves the others' upkeep to run
                     log.exception("lexical upkeep: tenant %s failed", tenant)
         return rebuilt
 
-    async def _needs_rebuild(self, client, tenant: str) -> bool:
+    async def _drifted(self, client, tenant: str) -> bool:
         """Whether the tenant's own lexical index is ready, scanned and drifted past
         LEXICAL_REBUILD_DRIFT (one still building is made whole by its promotion)."""
         keys = self.keys(tenant)
@@ -317,7 +317,7 @@ class LexicalIndexOps(VectorIndexOps):
         info = await self._index_info(client, keys.lexical_index_name)
         return info is not None and not _scanning(info) and _drift(info) > LEXICAL_REBUILD_DRIFT
 
-    async def _rebuild_if_due(self, tenant: str) -> bool:
+    async def _rebuild_drifted(self, tenant: str) -> bool:
         """rebuild_lexical by one process at a time (two rebuilding at once each empty the other's
         copies), under a lease that outlives no crash by more than LEXICAL_REBUILD_LEASE_S; the
         drift read again once held (another may have rebuilt it meanwhile). Whether it was built
@@ -329,7 +329,7 @@ class LexicalIndexOps(VectorIndexOps):
             if not await client.set(lease, holder, nx=True, ex=LEXICAL_REBUILD_LEASE_S):
                 return False
             try:
-                if not await self._needs_rebuild(client, tenant):
+                if not await self._drifted(client, tenant):
                     return False
                 return await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
             finally:  # only by its holder (a lease that lapsed mid-rebuild may be another's now)
