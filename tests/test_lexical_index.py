@@ -319,13 +319,20 @@ def test_an_own_index_keeps_no_term_positions_and_one_made_with_them_still_answe
 
 
 @hotpotqa
-def test_a_redis_restarted_on_its_aof_indexes_an_own_index_twice_and_it_is_built_again(tmp_path):
-    """A Redis restarted on its AOF (SIGTERM: flushed) whose log holds the own index's FT.CREATE
-    and then its copies indexes every copy twice — max_doc_id twice num_docs; seen at 240 copies
+def test_an_own_index_a_restart_on_the_aof_indexed_twice_is_built_again_and_the_next_restart_leaves_it_whole(
+    tmp_path, monkeypatch
+):
+    """A Redis restarted on its AOF (SIGTERM: flushed) whose log holds an own index's FT.CREATE,
+    made with the scan FT.CREATE starts, and then its copies scans them once loading ends, after
+    the replay indexed them: every copy twice — max_doc_id twice num_docs; seen at 240 copies
     here and at 50,000 (BM25's average length doubled for good; the top five of 85 of 100
     questions changed) — with no write following. Readers pass such an index over (the shared path
     is exact) where they searched it and ranked away from the tenant's BM25; the extractors'
-    upkeep, which needs no write of the tenant, builds it again, and readers are back on it."""
+    upkeep, which needs no write of the tenant, builds it again, without that scan: the next
+    restart, replaying that FT.CREATE, brings it back whole and its readers stay on it (the
+    rebuilt one was indexed twice again, a cycle only a rewrite of the AOF broke)."""
+    from redis.commands.search.commands import AsyncSearchCommands
+
     from tests.test_rebuild_from_log import OwnRedis
 
     texts, queries = _corpus()
@@ -334,16 +341,27 @@ def test_a_redis_restarted_on_its_aof_indexes_an_own_index_twice_and_it_is_built
     env = {"MEMSTREAM_REDIS_URL": redis.url}
     tenant = f"own-{uuid.uuid4().hex[:8]}"
 
-    async def before_the_restart() -> dict:
-        memory = _memory(env)
-        await _write(memory, tenant, texts)
-        expected = await _rankings(memory, tenant, queries)  # the shared path: the tenant's BM25
-        await memory.promote_lexical(tenant)
+    def restart() -> None:
+        redis.stack.service_down("redis")
+        redis.stack.service_up("redis", lambda m: None)
+
+    async def made_with_a_scan() -> dict:  # as the release before this made it
+        create = AsyncSearchCommands.create_index
+        with monkeypatch.context() as patched:
+            patched.setattr(
+                AsyncSearchCommands,
+                "create_index",
+                lambda self, *a, **kw: create(self, *a, **{**kw, "skip_initial_scan": False}),
+            )
+            memory = _memory(env)
+            await _write(memory, tenant, texts)
+            expected = await _rankings(memory, tenant, queries)  # the shared path: the tenant's BM25
+            await memory.promote_lexical(tenant)
         assert await memory.lexical_drift(tenant) == 0.0
         await memory.close()
         return expected
 
-    async def after_the_restart(expected: dict) -> None:
+    async def indexed_twice_then_built_again(expected: dict) -> None:
         memory, reader = _memory(env), _memory(env)
         keys = memory.keys(tenant)
         await memory._initial_scan_done(memory.redis, keys.lexical_index_name)  # Redis indexes it again
@@ -363,11 +381,25 @@ def test_a_redis_restarted_on_its_aof_indexes_an_own_index_twice_and_it_is_built
         await memory.close()
         await reader.close()
 
+    async def whole_after_the_next_restart(expected: dict) -> None:
+        memory, reader = _memory(env), _memory(env)
+        keys = memory.keys(tenant)
+        await memory._initial_scan_done(memory.redis, keys.lexical_index_name)
+        assert await memory.lexical_drift(tenant) == 0.0
+        assert await memory.redis.hget(keys.lexical_index_state, "gen") == b"1"
+        assert await reader.own_lexical_ready(tenant)
+        _shared_path_forbidden(reader)
+        _same(expected, await _rankings(reader, tenant, queries))
+        assert tenant not in await memory.own_lexical_upkeep()
+        await memory.close()
+        await reader.close()
+
     try:
-        expected = asyncio.run(before_the_restart())
-        redis.stack.service_down("redis")
-        redis.stack.service_up("redis", lambda m: None)
-        asyncio.run(after_the_restart(expected))
+        expected = asyncio.run(made_with_a_scan())
+        restart()
+        asyncio.run(indexed_twice_then_built_again(expected))
+        restart()
+        asyncio.run(whole_after_the_next_restart(expected))
     finally:
         redis.stop()
 

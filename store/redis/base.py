@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -85,6 +85,16 @@ def _scanning(info: Mapping) -> bool:
     scan of the keys it covers is running."""
     indexing = next((v for k, v in info.items() if _text(k) == "indexing"), 0)
     return float(indexing if isinstance(indexing, (int, float)) else _text(indexing)) != 0
+
+
+async def create_unless_exists(creating: Awaitable) -> None:
+    """Await an index's FT.CREATE: an index of that name another process created first is as
+    good (its schema is the same one, made by the same code)."""
+    try:
+        await creating
+    except Exception as exc:
+        if "already exists" not in str(exc).lower():
+            raise
 
 
 class RedisBase:
@@ -255,11 +265,7 @@ class RedisBase:
     @staticmethod
     async def _create_index(index: AsyncSearchIndex) -> None:
         """Create the index; one another process created first is as good."""
-        try:
-            await index.create(overwrite=False)
-        except Exception as exc:
-            if "already exists" not in str(exc).lower():
-                raise
+        await create_unless_exists(index.create(overwrite=False))
 
     async def _index_info(self, client: aioredis.Redis, name: str) -> dict | None:
         """FT.INFO of an index (or of the index an alias names) on the server of `client`, None
