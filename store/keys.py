@@ -168,7 +168,8 @@ class TenantKeys:
 
     @property
     def lexical_rebuild_lease(self) -> str:
-        """Held (SET NX EX) by the one process building the index again once it drifted."""
+        """Held (SET NX EX) by the one process promoting the tenant to its own lexical index or
+        building that index again once it drifted (the name predates promotions taking it)."""
         return f"{self.base}:lexrebuild"
 
     @property

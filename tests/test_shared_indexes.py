@@ -251,7 +251,8 @@ def test_memstream_migrate_moves_a_tenant_off_its_own_indexes(stack_env):
 
 def test_bench_tenants_measures_this_tree_and_a_baseline_side_by_side(stack_env):
     """`memstream bench tenants`, small: each tree on a Redis of its own, every figure present
-    and plausible (this tree's four shared indexes; the same tree as its own baseline); the large
+    and plausible (this tree's four shared indexes and the large tenant's own lexical one; the
+    same tree as its own baseline); the large
     tenant, at the lexical index's size, queried on its own lexical index as a writer leaves it."""
     import json as json_
 

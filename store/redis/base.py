@@ -87,14 +87,16 @@ def _scanning(info: Mapping) -> bool:
     return float(indexing if isinstance(indexing, (int, float)) else _text(indexing)) != 0
 
 
-async def create_unless_exists(creating: Awaitable) -> None:
+async def create_unless_exists(creating: Awaitable) -> bool:
     """Await an index's FT.CREATE: an index of that name another process created first is as
-    good (its schema is the same one, made by the same code)."""
+    good (its schema is the same one, made by the same code). Whether this one created it."""
     try:
         await creating
     except Exception as exc:
         if "already exists" not in str(exc).lower():
             raise
+        return False
+    return True
 
 
 class RedisBase:

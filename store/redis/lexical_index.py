@@ -48,7 +48,7 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Callable
+from typing import Awaitable, Callable
 
 from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redis.exceptions import ResponseError
@@ -67,8 +67,8 @@ PROMOTION_BATCH = 500  # passages copied per round trip
 # This RediSearch (2.10) never takes a replaced or deleted document's length out of its BM25STD
 # average, and counts its terms' document frequency until its GC runs (fixed upstream in 8.x,
 # RediSearch#7227): measured, 200 documents each replaced once scored 0.33x before the GC and
-# 1.13x after; once a Redis restarted from a snapshot indexed a small index's documents twice
-# (a 50,000-copy one restarted clean). So an own index whose documents were replaced past this
+# 1.13x after; a Redis restarted on its AOF indexed an index's documents twice where the log
+# held its FT.CREATE and that started a scan (_create_lexical). So an own index whose documents were replaced past this
 # share (every edit replaces a copy: a retirement, a return, an erasure) is built again
 # (rebuild_lexical), by a writer's check.
 LEXICAL_REBUILD_DRIFT = 0.01
@@ -187,10 +187,11 @@ class LexicalIndexOps(VectorIndexOps):
     async def _own_lexical_whole(self, tenant: str) -> bool:
         """Whether the tenant's own lexical index holds each of its copies once (FT.INFO, ~0.15 ms
         at 50,000 copies): no scan running and its statistics within LEXICAL_READER_DRIFT. A
-        Redis restarted on its AOF indexes every document again — until that scan ends an index
-        holds part of them (a 50,000-copy one took 25 s) — and was seen to index each copy twice:
-        max_doc_id 100,000, BM25's average length doubled for good, the top five of 85 of 100
-        questions changed. Only a rebuild mends that (own_lexical_upkeep)."""
+        Redis restarted on an AOF holding the FT.CREATE of an index made with a scan (by a release
+        before _create_lexical's SKIPINITIALSCAN) scans again once loading ends — until that scan
+        ends the index holds part of its copies (a 50,000-copy one took 25 s) — and indexes each
+        copy twice: max_doc_id 100,000, BM25's average length doubled for good, the top five of
+        85 of 100 questions changed. Only a rebuild mends that (own_lexical_upkeep)."""
         info = await self._index_info(self.shard(tenant), self.keys(tenant).lexical_index_name)
         if info is None or _drift(info) > LEXICAL_READER_DRIFT:
             return False
@@ -276,7 +277,7 @@ class LexicalIndexOps(VectorIndexOps):
             log.exception("tenant %s: counting its passages failed", tenant)
             return
         if lexical != b"ready" and count >= self.lexical_own_index_at:
-            await self._promote(tenant, "lexical index", self.promote_lexical)
+            await self._leased(tenant, lambda: self._unpromoted(tenant), "lexical index", self.promote_lexical)
         if vectors != b"ready" and count >= self.vector_own_index_at:
             await self._promote(tenant, "vector indexes", self.promote_vectors)
 
@@ -319,26 +320,44 @@ class LexicalIndexOps(VectorIndexOps):
         return info is not None and not _scanning(info) and _drift(info) > LEXICAL_REBUILD_DRIFT
 
     async def _rebuild_drifted(self, tenant: str) -> bool:
-        """rebuild_lexical by one process at a time (two rebuilding at once each empty the other's
-        copies), under a lease that outlives no crash by more than LEXICAL_REBUILD_LEASE_S; the
-        drift read again once held (another may have rebuilt it meanwhile). Whether it was built
-        again: False when another holds the lease, nothing drifted, or the rebuild failed (the
-        next check tries again). Errors reaching Redis are logged, not raised: a writer's
-        background check and the upkeep's round go on."""
+        """rebuild_lexical under the tenant's lease (_leased), the drift read again once held.
+        Whether it was built again."""
+        return await self._leased(
+            tenant, lambda: self._drifted(self.shard(tenant), tenant), "lexical index (rebuilt)", self.rebuild_lexical
+        )
+
+    async def _unpromoted(self, tenant: str) -> bool:
+        """Whether the tenant's own lexical index is not ready (or, ready, not on its server)."""
+        keys = self.keys(tenant)
+        if await self.shard(tenant).hget(keys.lexical_index_state, "state") != b"ready":
+            return True
+        return await self._index_info(self.shard(tenant), keys.lexical_index_name) is None
+
+    async def _leased(
+        self, tenant: str, needed: Callable[[], Awaitable[bool]], what: str, promote: Callable[[str], Awaitable[int]]
+    ) -> bool:
+        """A writer's promotion or rebuild of the tenant's own lexical index by one process at a
+        time: two at once each empty the other's copies (each begins by deleting its prefix), so
+        two extractors' checks promoting a tenant that crossed the size together left an index
+        short of copies that readers searched. Under a lease (SET NX EX) that outlives no crash by
+        more than LEXICAL_REBUILD_LEASE_S; `needed` asked again once it is held (another may have
+        done it meanwhile). Whether it ran and succeeded: False when another holds the lease,
+        nothing is needed, or it failed (the next check tries again). Errors reaching Redis are
+        logged, not raised: a writer's background check and the upkeep's round go on."""
         client, lease, holder = self.shard(tenant), self.keys(tenant).lexical_rebuild_lease, uuid.uuid4().hex
         try:
             if not await client.set(lease, holder, nx=True, ex=LEXICAL_REBUILD_LEASE_S):
                 return False
             try:
-                if not await self._drifted(client, tenant):
+                if not await needed():
                     return False
-                return await self._promote(tenant, "lexical index (rebuilt)", self.rebuild_lexical)
-            finally:  # only by its holder (a lease that lapsed mid-rebuild may be another's now)
+                return await self._promote(tenant, what, promote)
+            finally:  # only by its holder (a lease that lapsed midway may be another's now)
                 await self._run_script(tenant, _RELEASE_LEASE, [lease], [holder])
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("tenant %s: rebuilding its own lexical index failed", tenant)
+            log.exception("tenant %s: the own %s failed", tenant, what)
             return False
 
     @staticmethod
@@ -429,7 +448,7 @@ class LexicalIndexOps(VectorIndexOps):
         one loaded from a snapshot, RDB or the AOF's preamble, comes back whole either way)."""
         schema = own_lexical_schema(tenant, generation, self.clustered)
         client = self.shard(tenant)
-        await create_unless_exists(
+        created = await create_unless_exists(
             client.ft(schema.index.name).create_index(
                 schema.redis_fields,
                 definition=IndexDefinition(prefix=[schema.index.prefix], index_type=IndexType.HASH),
@@ -438,6 +457,10 @@ class LexicalIndexOps(VectorIndexOps):
                 **{_CREATE_OPTION[option]: True for option in OWN_LEXICAL_OPTIONS},
             )
         )
+        if created:  # a copy there now was written before the index, so is in none: gone, and copied again
+            # (none but where the state's deletion was lost — a failover can lose a write — and a
+            # writer went on copying: the copy pass leaves a copy equal to its passage alone)
+            await self._delete_matching(client, schema.index.prefix + "*")
         await self._initial_scan_done(client, schema.index.name)
 
     async def _copy_passages(self, tenant: str, progress: Callable[[int, int], None] | None) -> int:
