@@ -77,7 +77,7 @@ LEXICAL_REBUILD_DRIFT = 0.01
 # every copy indexed twice (a drift of 1.0, as a restart left it) changed the lexical top five of
 # 85 of 100 questions at 50,000 passages.
 LEXICAL_READER_DRIFT = 0.1
-LEXICAL_REBUILD_LEASE_S = 600  # a rebuild's lease (copying a 50,000-passage tenant took ~5 s)
+LEXICAL_REBUILD_LEASE_S = 600  # a promotion's or rebuild's lease (copying a 50,000-passage tenant took ~5 s)
 
 # What FT.CREATE is told of a large tenant's own lexical index besides its schema (redisvl's has
 # no place for it): BM25 reads a term's documents and its frequency in each, never its positions
