@@ -649,7 +649,7 @@ def test_a_copy_written_before_its_index_was_created_is_copied_again_into_it(sta
 
             async def emptied_then_written_early(client, pattern):
                 deleted = await emptied(client, pattern)
-                if pattern == keys.lexical_mirror_prefix() + "*" and early:  # once, before the index
+                if early:  # once: the prefix's deletion before the index is created
                     for key, fields in early.items():
                         await client.hset(key, mapping=fields)
                     early.clear()
@@ -660,6 +660,47 @@ def test_a_copy_written_before_its_index_was_created_is_copied_again_into_it(sta
             assert not early  # they were written, between the prefix's deletion and the index
             info = await memory.redis.ft(keys.lexical_index_name).info()
             assert int(info["num_docs"]) == int(info["max_doc_id"]) == len(texts)
+            _shared_path_forbidden(memory)
+            _same(expected, await _rankings(memory, tenant, queries))
+        finally:
+            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+            await memory.close()
+
+    asyncio.run(main())
+
+
+@hotpotqa
+def test_a_tenant_whose_index_is_lost_at_a_later_generation_is_promoted_without_its_old_copies(stack_env):
+    """A Redis Cluster slot moved to another shard brings a tenant's keys — its state, 'ready' at
+    generation g, and its copies under `lex<g>:` — and not its index: the writer's check finds it
+    ready and not there and promotes it again, at generation 0. Every generation's copies go
+    first: g's were left behind, in no index, until a rebuild came back to g."""
+    texts, queries = _corpus()
+    texts, queries = texts[:200], queries[:5]
+
+    async def main():
+        memory = _memory(stack_env)
+        memory.lexical_own_index_at = 100
+        tenant = f"own-{uuid.uuid4().hex[:8]}"
+        keys = memory.keys(tenant)
+        try:
+            await _write(memory, tenant, texts)
+            expected = await _rankings(memory, tenant, queries)
+            await memory.promote_lexical(tenant)
+            await memory.rebuild_lexical(tenant)
+            assert await memory.redis.hget(keys.lexical_index_state, "gen") == b"1"
+            assert await _copies(memory, tenant, 1) == len(texts)
+            # the index, not its keys, left behind (as on the shard the slot left)
+            await memory.redis.execute_command("FT.ALIASDEL", keys.lexical_index_name)
+            await memory.redis.execute_command("FT.DROPINDEX", keys.lexical_generation_index(1))
+            memory._lexical_size_checked.clear()
+            await memory._promote_if_large(tenant)
+            assert await memory.redis.hget(keys.lexical_index_state, "state") == b"ready"
+            assert await _copies(memory, tenant, 1) == 0
+            assert await _copies(memory, tenant, 0) == len(texts)
+            info = await memory.redis.ft(keys.lexical_index_name).info()
+            assert int(info["num_docs"]) == int(info["max_doc_id"]) == len(texts)
+            memory._own_lexical_read.clear()
             _shared_path_forbidden(memory)
             _same(expected, await _rankings(memory, tenant, queries))
         finally:

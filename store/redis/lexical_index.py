@@ -383,10 +383,12 @@ class LexicalIndexOps(VectorIndexOps):
         if (
             await self._index_info(self.shard(tenant), keys.lexical_index_name) is None
         ):  # no index, nor a later generation's alias
-            # copies of an index since dropped: gone first, with the state, so no writer copies
-            # while the new index scans its prefix
+            # copies of an index since dropped — of every generation: a Redis Cluster slot moved
+            # to a shard brings the keys of a tenant at generation g, not its index — gone first,
+            # with the state, so no writer copies meanwhile (`lex:`, `lex<g>:`; the state and the
+            # lease, `lexindex` and `lexrebuild`, hold no second colon)
             await redis.delete(keys.lexical_index_state)
-            await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix() + "*")
+            await self._delete_matching(self.shard(tenant), keys.lexical_mirror_base + "*:*")
             await self._create_lexical(tenant, 0)
         await redis.hsetnx(keys.lexical_index_state, "state", "building")
         copied = await self._copy_passages(tenant, progress)
