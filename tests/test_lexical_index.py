@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import store.redis.lexical_index as lexical_index
 from ops.bench.datasets import load_dataset
 from store.records import Erasure
 from store.redis.lexical_index import LEXICAL_READER_DRIFT
@@ -65,12 +66,16 @@ def _with_a_twin(stack_env):
     return _memory(stack_env), _memory(stack_env), f"own-{uuid.uuid4().hex[:8]}", f"own-{uuid.uuid4().hex[:8]}"
 
 
+async def _purge_and_close_one(memory, tenant: str) -> None:
+    """The tenant purged (its own indexes, copies and keys), the client closed."""
+    await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
+    await memory.close()
+
+
 async def _purge_and_close(memory, tenant: str, twin, exact: str) -> None:
     """Both tenants purged (_with_a_twin's), both clients closed."""
-    await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-    await twin.purge_tenant(exact, lambda p: [], lambda *a: [])
-    await memory.close()
-    await twin.close()
+    await _purge_and_close_one(memory, tenant)
+    await _purge_and_close_one(twin, exact)
 
 
 async def _copies(memory, tenant: str, generation: int) -> int:
@@ -161,8 +166,7 @@ def test_a_tenant_promoted_to_its_own_index_ranks_as_before_and_follows_its_writ
             await pipe.execute()
             assert [h.id for h in await memory.lexical(tenant, "Zyxquorp", 5)] == ["p9000"]
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
         # the same memory written without a promotion ranks as the promoted one did
         fresh = _memory(stack_env)
         again = f"own-{uuid.uuid4().hex[:8]}"
@@ -175,8 +179,7 @@ def test_a_tenant_promoted_to_its_own_index_ranks_as_before_and_follows_its_writ
             _shared_path_forbidden(fresh)
             _same(shared, await _rankings(fresh, again, queries))
         finally:
-            await fresh.purge_tenant(again, lambda p: [], lambda *a: [])
-            await fresh.close()
+            await _purge_and_close_one(fresh, again)
 
     asyncio.run(main())
 
@@ -207,8 +210,7 @@ def test_a_writer_promotes_a_tenant_that_crosses_the_size_in_the_background(stac
             _shared_path_forbidden(memory)
             _same(before, await _rankings(memory, tenant, queries[:10]))
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
 
     asyncio.run(main())
 
@@ -254,8 +256,7 @@ def test_two_writers_promoting_a_tenant_at_once_leave_one_whole_index(stack_env)
             _shared_path_forbidden(first)
             _same(expected, await _rankings(first, tenant, queries))
         finally:
-            await first.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await first.close()
+            await _purge_and_close_one(first, tenant)
             await second.close()
 
     asyncio.run(main())
@@ -333,8 +334,6 @@ def test_an_own_index_keeps_no_term_positions_and_one_made_with_them_still_answe
     without them (OWN_LEXICAL_OPTIONS: 40% less inverted index, a little faster). One made with
     them — by a release before this — ranks the same, and is not built again for that alone
     (a rebuild copies every passage; its drift decides)."""
-    import store.redis.lexical_index as lexical_index
-
     texts, queries = _corpus()
 
     async def options(memory, tenant: str) -> set[str]:
@@ -499,8 +498,7 @@ def test_an_own_index_still_scanning_its_copies_is_passed_over_while_the_shared_
             reader._own_lexical_read.clear()
             assert await reader.own_lexical_ready(tenant)
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
             await reader.close()
 
     asyncio.run(main())
@@ -548,8 +546,7 @@ def test_a_promoted_tenant_is_not_asked_again_whether_it_is_small(stack_env):
             searched = [str(args[1]) for args in sent if str(args[0]).upper() == "FT.SEARCH"]
             assert searched == [memory.keys(tenant).lexical_index_name] * 3
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
 
     asyncio.run(main())
 
@@ -616,19 +613,17 @@ def test_a_promotion_killed_midway_resumes_to_one_consistent_index(stack_env):
             names = [n.decode() for n in await memory.redis.execute_command("FT._LIST")]
             assert names.count(keys.lexical_index_name) == 1
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
 
     asyncio.run(main())
 
 
 @hotpotqa
 def test_a_copy_written_before_its_index_was_created_is_copied_again_into_it(stack_env, monkeypatch):
-    """An own index is created without a scan (its prefix emptied just before): a copy there
-    anyway when it is created — written after the prefix was emptied and before the index, as a
-    writer would whose state's deletion a failover lost — is in no index, and the copy pass
-    leaves a copy equal to its passage alone. Such a copy is deleted once the index exists and
-    copied again: the index holds every passage and ranks as the shared path does."""
+    """An own index is created without a scan: a copy there when it is created — written just
+    before it, as a writer would whose state's deletion a failover lost — is in no index, and the
+    copy pass leaves a copy equal to its passage alone. Such a copy is deleted once the index
+    exists and copied again: the index holds every passage and ranks as the shared path does."""
     texts, queries = _corpus()
     texts, queries = texts[:200], queries[:5]
 
@@ -645,26 +640,23 @@ def test_a_copy_written_before_its_index_was_created_is_copied_again_into_it(sta
                 if len(early) < 20:
                     early[key] = await memory.redis.hgetall(key)
             await memory.redis.execute_command("FT.DROPINDEX", keys.lexical_index_name, "DD")  # the index lost
-            emptied = memory._delete_matching
+            creating = lexical_index.create_unless_exists
 
-            async def emptied_then_written_early(client, pattern):
-                deleted = await emptied(client, pattern)
-                if early:  # once: the prefix's deletion before the index is created
-                    for key, fields in early.items():
-                        await client.hset(key, mapping=fields)
-                    early.clear()
-                return deleted
+            async def written_early_then_created(creation):
+                for key, fields in early.items():
+                    await memory.redis.hset(key, mapping=fields)
+                early.clear()
+                return await creating(creation)
 
-            monkeypatch.setattr(memory, "_delete_matching", emptied_then_written_early)
+            monkeypatch.setattr(lexical_index, "create_unless_exists", written_early_then_created)
             await memory.promote_lexical(tenant)
-            assert not early  # they were written, between the prefix's deletion and the index
+            assert not early  # they were written, just before the index was created
             info = await memory.redis.ft(keys.lexical_index_name).info()
             assert int(info["num_docs"]) == int(info["max_doc_id"]) == len(texts)
             _shared_path_forbidden(memory)
             _same(expected, await _rankings(memory, tenant, queries))
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
 
     asyncio.run(main())
 
@@ -704,8 +696,7 @@ def test_a_tenant_whose_index_is_lost_at_a_later_generation_is_promoted_without_
             _shared_path_forbidden(memory)
             _same(expected, await _rankings(memory, tenant, queries))
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
 
     asyncio.run(main())
 
@@ -828,8 +819,7 @@ def test_query_terms_are_matched_verbatim_not_expanded_by_their_stem(stack_env):
             _shared_path_forbidden(memory)
             return shared, await _rankings(memory, tenant, queries)
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
 
     shared, own = asyncio.run(main())
     documents = {f"p{i:04d}": passage_terms("", t).split() for i, t in enumerate(texts)}
@@ -908,8 +898,7 @@ def test_a_graph_modes_first_stage_reads_its_hits_with_its_searches(server, requ
             await memory.promote_vectors(tenant)
             return shared, await stages()
         finally:
-            await memory.purge_tenant(tenant, lambda p: [], lambda *a: [])
-            await memory.close()
+            await _purge_and_close_one(memory, tenant)
 
     shared, own = asyncio.run(main())
     for reading, after, with_searches, read_after in shared + own:

@@ -383,13 +383,12 @@ class LexicalIndexOps(VectorIndexOps):
         if (
             await self._index_info(self.shard(tenant), keys.lexical_index_name) is None
         ):  # no index, nor a later generation's alias
-            # copies of an index since dropped — of every generation: a Redis Cluster slot moved
-            # to a shard brings the keys of a tenant at generation g, not its index — gone first,
-            # with the state, so no writer copies meanwhile (`lex:`, `lex<g>:`; the state and the
-            # lease, `lexindex` and `lexrebuild`, hold no second colon)
+            # the state gone first, so no writer copies meanwhile; copies of an index since
+            # dropped, of every generation — a Redis Cluster slot moved to a shard brings the keys
+            # of a tenant at generation g, not its index — go once the new index exists (`lex:`,
+            # `lex<g>:`; the state and the lease, `lexindex` and `lexrebuild`, hold no second colon)
             await redis.delete(keys.lexical_index_state)
-            await self._delete_matching(self.shard(tenant), keys.lexical_mirror_base + "*:*")
-            await self._create_lexical(tenant, 0)
+            await self._create_lexical(tenant, 0, keys.lexical_mirror_base + "*:*")
         await redis.hsetnx(keys.lexical_index_state, "state", "building")
         copied = await self._copy_passages(tenant, progress)
         # a resumed promotion may find its index scanning again (Redis reloaded it from a snapshot):
@@ -416,8 +415,7 @@ class LexicalIndexOps(VectorIndexOps):
             await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix(current - 1) + "*")
         if await self._index_info(self.shard(tenant), keys.lexical_generation_index(target)) is None:
             await redis.hdel(keys.lexical_index_state, "next")  # no writer copies while the prefix is emptied
-            await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix(target) + "*")
-            await self._create_lexical(tenant, target)
+            await self._create_lexical(tenant, target, keys.lexical_mirror_prefix(target) + "*")
         await redis.hset(keys.lexical_index_state, "next", target)
         copied = await self._copy_passages(tenant, progress)
         await self._initial_scan_done(self.shard(tenant), keys.lexical_generation_index(target))
@@ -438,16 +436,18 @@ class LexicalIndexOps(VectorIndexOps):
         await self._delete_matching(self.shard(tenant), keys.lexical_mirror_prefix(current) + "*")
         return copied
 
-    async def _create_lexical(self, tenant: str, generation: int) -> None:
+    async def _create_lexical(self, tenant: str, generation: int, left: str) -> None:
         """The generation's index: own_lexical_schema's, with OWN_LEXICAL_OPTIONS; one another
         process created first is as good. Without the scan FT.CREATE starts (SKIPINITIALSCAN):
-        its prefix is empty when it is created — both callers delete its copies first, and no
-        copy is written before the state names it, after this — so the scan finds nothing; but
-        a Redis replaying this FT.CREATE from its AOF (made since the log's last rewrite) starts
-        that scan once loading ends, over the copies the replay indexed already: each indexed
-        twice, the index's statistics off until a rebuild, whose own FT.CREATE the next restart
-        replays alike (2,000 copies: max_doc_id 4,000 after a restart, 2,000 without the scan;
-        one loaded from a snapshot, RDB or the AOF's preamble, comes back whole either way)."""
+        no copy is written before the state names the index, after this, and the copies a new
+        index finds (the SCAN pattern `left`: an index since dropped left them, or a writer
+        whose state's deletion a failover lost) are deleted once it exists — in no index, they
+        are copied again; the copy pass would leave a copy equal to its passage alone. A Redis
+        replaying this FT.CREATE from its AOF (made since the log's last rewrite) starts that
+        scan once loading ends, over the copies the replay indexed already: each indexed twice,
+        the index's statistics off until a rebuild, whose own FT.CREATE the next restart replays
+        alike (2,000 copies: max_doc_id 4,000 after a restart, 2,000 without the scan; one
+        loaded from a snapshot, RDB or the AOF's preamble, comes back whole either way)."""
         schema = own_lexical_schema(tenant, generation, self.clustered)
         client = self.shard(tenant)
         created = await create_unless_exists(
@@ -459,10 +459,8 @@ class LexicalIndexOps(VectorIndexOps):
                 **{_CREATE_OPTION[option]: True for option in OWN_LEXICAL_OPTIONS},
             )
         )
-        if created:  # a copy there now was written before the index, so is in none: gone, and copied again
-            # (none but where the state's deletion was lost — a failover can lose a write — and a
-            # writer went on copying: the copy pass leaves a copy equal to its passage alone)
-            await self._delete_matching(client, schema.index.prefix + "*")
+        if created:  # (another's index: it deleted them)
+            await self._delete_matching(client, left)
         await self._initial_scan_done(client, schema.index.name)
 
     async def _copy_passages(self, tenant: str, progress: Callable[[int, int], None] | None) -> int:
