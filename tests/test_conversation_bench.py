@@ -13,16 +13,18 @@ import pytest
 from ops.bench.conversation import (
     SAMPLE_CONVERSATION,
     Answer,
+    Probe,
     format_ablations,
     load_conversations,
     plan,
     run,
     summarize,
+    walk_reach,
 )
 from ops.cli import main
 from tests import inprocess
 from tests.conftest import MEMSTREAM, ROOT
-from topics.conversations import locomo_questions, locomo_turns, parse_evidence, unreadable_evidence
+from topics.conversations import Question, locomo_questions, locomo_turns, parse_evidence, unreadable_evidence
 from workers.settings import Settings
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
@@ -162,6 +164,22 @@ def test_ablation_rows_ask_a_mode_with_other_parameters_of_the_same_memory(real_
     assert row["mode"] == "ppr" and row["params"] == {"walk_weight": 0.0} and row["overall"]["n"] == 4
     assert all(set(q["modes"]) == {"hybrid", "ppr"} for q in result["per_question"])  # ablations stay out of the detail
     assert "ablation" in format_ablations(result) and "ppr, no walk" in format_ablations(result)
+    reach = result["walk_reach"]  # what a walk from "ppr, no walk"'s top 5 could reach, per category
+    assert set(reach) == {"all", "1", "2", "4"} and reach["all"]["below_5"] >= reach["all"]["within_one_hop"] >= 0
+    assert "walk reach" in format_ablations(result)
+
+
+def test_walk_reach_counts_the_evidence_one_non_hub_hop_from_the_top_5():
+    """c shares x with the top 5's a: within reach; d shares nothing; h is one hop away, not evidence."""
+    question = Question("q", "", ["D1:1"], 1, "s")
+    probe = Probe(question, "t", frozenset({"a", "c", "d"}))
+    answer = Answer(probe, "ppr, no walk", ["a", "b", "e", "f", "g", "c", "d"], 1.0, False)
+    turns = {"a": {"x"}, "b": {"y"}, "c": {"x"}, "d": {"z"}, "h": {"y"}, "e": set(), "f": set(), "g": set()}
+    reach = walk_reach([answer], {"t": turns})
+    assert reach == {
+        "all": {"below_5": 2, "within_one_hop": 1, "one_hop_turns": 2.0},
+        "1": {"below_5": 2, "within_one_hop": 1, "one_hop_turns": 2.0},
+    }
 
 
 def test_ingest_over_redis(stack_env, real_embedder, tmp_path):

@@ -110,6 +110,34 @@ def test_bad_locomo_turns_are_named_and_the_rest_published(tmp_path):
     ]
 
 
+def test_a_locomo_turn_that_shares_a_photo_holds_its_caption_and_is_found_by_it(tmp_path):
+    """LoCoMo's "take a look at this" turns answer in their photo: the caption follows the text
+    (topics.conversations.locomo_text), so a question about the photo finds the turn. The
+    dataset makers' image search words (`query`) stay metadata only, as the caption does too."""
+    sample = json.loads(json.dumps(LOCOMO))
+    sample["conversation"]["session_2"][1].update(
+        {"blip_caption": " a photo of a painting of a\nsunset over a lake ", "query": "painting sunrise"}
+    )
+    sample["conversation"]["session_2"][0]["blip_caption"] = "   "  # no caption: the text as it is
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(sample))
+    docs = load_documents([str(path)], "acme", 10_000).documents
+    assert docs[3].text == "Thanks! [shares a photo of a painting of a sunset over a lake]"
+    assert docs[3].metadata["query"] == "painting sunrise"
+    assert docs[2].text == sample["conversation"]["session_2"][0]["text"]
+
+    async def scenario():
+        stages = InProcess(None, RulesExtractor())
+        try:
+            await index(stages, load_documents([str(path)], stages.tenant, 10_000).documents)
+            return await stages.query("Who painted a sunset?", top_k=1, mode="lexical")
+        finally:
+            await stages.close()
+
+    answer = run(scenario())
+    assert [p["metadata"]["dia_id"] for p in answer["passages"]] == ["D2:2"]
+
+
 def test_jsonl_turns_mix_with_documents_and_bad_lines_are_named(tmp_path):
     lines = [
         {"doc_id": "notes", "text": "An ordinary document."},

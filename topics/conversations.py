@@ -166,6 +166,20 @@ def is_locomo(data: Any) -> bool:
     return isinstance(first, dict) and isinstance(first.get("conversation"), dict)
 
 
+def locomo_text(row: dict) -> str:
+    """A LoCoMo turn's text, with the photo it shares: a turn that shares one holds its caption
+    (`blip_caption`, a captioning model's description) after what was said — "… By the way, take a
+    look at this. [shares a photo of a painting of a sunset over a lake]" — as LoCoMo's own evaluation
+    gives a turn to its models ("… and shared <caption>"). A third of the LoCoMo dev
+    conversations' evidence turns share a photo, and some answer only in it ("What has Melanie
+    painted?"). `query` (the search words the dataset's makers found the photo with) is not part
+    of the conversation: it stays in the metadata, as the caption does."""
+    caption = row.get("blip_caption")
+    if not isinstance(caption, str) or not caption.strip():
+        return row["text"]
+    return f"{row['text']} [shares {' '.join(caption.split())}]"
+
+
 def locomo_turns(data: Any, where: str = "conversation", errors: list[str] | None = None) -> list[Turn]:
     """Every turn of every sample, in session and turn order. ContractError names the sample,
     session or turn that does not follow the layout; given `errors`, each such message is added
@@ -219,7 +233,7 @@ def locomo_turns(data: Any, where: str = "conversation", errors: list[str] | Non
                         session_id=f"{sample_id}:session_{number}",
                         turn=position,
                         speaker=row["speaker"].strip(),
-                        text=row["text"],
+                        text=locomo_text(row),
                         turn_id=dia_id,
                         ts=ts,
                         date=date,

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from ops.bench.datasets import recall_at
-from ops.bench.shape import measure_shape, shape_line
+from ops.bench.shape import shape_line, shape_of, tenant_joins
 from ops.stack.services import stderr
 from ops.testing import LocalIndexer
 from topics import BadInput, ContractError
 from topics.conversations import Question, Turn, is_locomo, locomo_questions, locomo_turns
+from workers.algorithms.graph_shape import joins_of
 from workers.algorithms.retrieval import NO_LINKS, RetrievalParams
 from workers.models.extraction import RulesExtractor
 from workers.query.engine import QueryEngine, QueryRequest
@@ -148,13 +149,14 @@ class Answer:
     fallback: bool
 
 
+NO_WALK = "ppr, no walk"
 # What each mechanism of the graph modes contributes, asked of the same memory (`--ablations`):
 # row → (mode, retrieval parameters that differ from the defaults).
 ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "hybrid, rrf_k 60": ("hybrid", {"rrf_k": 60.0}),
     "ppr, no episodes": ("ppr", {"episode_weight": 0.0}),
     # the first stage alone (with episodes and the time cue): no walk, no links (a turn has none)
-    "ppr, no walk": ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0, **NO_LINKS}),
+    NO_WALK: ("ppr", {"turn_walk_weight": 0.0, "walk_weight": 0.0, **NO_LINKS}),
     "ppr, walk weight 1": ("ppr", {"turn_walk_weight": 1.0}),
     "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),
     "ppr, no entity links": ("ppr", {"turn_link_weight": 0.0}),
@@ -306,7 +308,9 @@ async def run(
         )
         await ingest(memory, settings, embedder, turns, work.tenants, every(len(turns), "turns indexed", started))
         index_seconds = time.perf_counter() - started
-        shape = await measure_shape(memory, list(work.tenants.values()))
+        joins = [await tenant_joins(memory, tenant) for tenant in work.tenants.values()]
+        shape = shape_of(joins).to_json()
+        reachable = {j["tenant"]: await reachable_by_turn(memory, j) for j in joins} if ablations else {}
         started = time.perf_counter()
         runs = len(modes) + len(ablations or {})
         answers = await ask(
@@ -346,8 +350,48 @@ async def run(
             if ablations
             else {}
         ),
+        **({"walk_reach": walk_reach([a for a in answers if a.mode == NO_WALK], reachable)} if ablations else {}),
         "per_question": per_question([a for a in answers if a.mode in modes]),
     }
+
+
+async def reachable_by_turn(memory, joins: dict) -> dict[str, set[str]]:
+    """Each turn's (doc id's) entities that are not hubs (workers.algorithms.graph_shape): those
+    a walk leaves a passage through. `joins`: one tenant's (ops.bench.shape.tenant_joins)."""
+    holds, _, hubs = joins_of(joins["passages"], joins["edges"])
+    rows = await memory.passages(joins["tenant"], list(holds))
+    out: dict[str, set[str]] = defaultdict(set)
+    for held, row in zip(holds.values(), rows):
+        if row:
+            out[row["doc_id"]] |= held - hubs
+    return out
+
+
+def walk_reach(answers: list[Answer], reachable: dict[str, dict[str, set[str]]]) -> dict:
+    """What a walk from the first stage's top 5 could bring up (`--ablations`), per category:
+    of the evidence turns the first stage with episodes and the time cue ranks below 5 (the
+    NO_WALK answers), how many share an entity that is not a hub with one of its top 5 turns —
+    one hop of a walk seeded there — and how many turns a question do (the walk's haystack).
+    `reachable`: tenant → doc id → its non-hub entities (reachable_by_turn)."""
+    by_category: dict[str, list[Answer]] = defaultdict(list)
+    for answer in answers:
+        by_category["all"].append(answer)
+        number = answer.probe.question.category
+        by_category["none" if number is None else str(number)].append(answer)
+    out = {}
+    for category, mine in by_category.items():
+        below = within = nearby = 0
+        for answer in mine:
+            turns = reachable.get(answer.probe.tenant, {})
+            top = answer.ranked[:5]
+            exits = set().union(*(turns.get(doc, set()) for doc in top))
+            near = {doc for doc, held in turns.items() if doc not in top and held & exits}
+            missed = answer.probe.gold - set(top)
+            below += len(missed)
+            within += len(missed & near)
+            nearby += len(near)
+        out[category] = {"below_5": below, "within_one_hop": within, "one_hop_turns": round(nearby / len(mine), 1)}
+    return out
 
 
 def per_question(answers: list[Answer]) -> list[dict]:
@@ -409,7 +453,8 @@ def run_conversation_bench(
 
 
 def format_ablations(result: dict) -> str:
-    """The ablation rows (when asked for): overall and per category, R@5 / R@10."""
+    """The ablation rows (when asked for): overall and per category, R@5 / R@10; then the walk's
+    reach (walk_reach)."""
     if not result.get("ablations"):
         return ""
     categories = list(next(iter(result["ablations"].values()))["by_category"])
@@ -417,4 +462,14 @@ def format_ablations(result: dict) -> str:
     for name, row in result["ablations"].items():
         cells = [row["overall"]] + [row["by_category"][c] for c in categories]
         lines.append(f"{name:<28}" + "".join(f" {_cell(x['R@5'])} {_cell(x['R@10'])}" for x in cells))
+    reach = result.get("walk_reach")
+    if reach:  # the same columns: what a walk from the first stage's top 5 could reach
+        cells = [reach["all"]] + [reach.get(c, {}) for c in categories]
+        lines.append(f"walk reach, from {NO_WALK}'s top 5:")
+        for label, key in (
+            ("evidence turns below it", "below_5"),
+            ("  one non-hub hop from it", "within_one_hop"),
+            ("turns that hop, a question", "one_hop_turns"),
+        ):
+            lines.append(f"{label:<28}" + "".join(f" {_cell(x.get(key)):>13}" for x in cells))
     return "\n".join(lines)

@@ -72,6 +72,19 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
+def joins_of(
+    passage_ids: Iterable[str], passage_edges: Iterable[tuple[str, str]]
+) -> tuple[dict[str, set[str]], Counter[str], set[str]]:
+    """One tenant's (entity id, passage id) joins as the entities each passage holds, each
+    entity's degree (its passages) and its hubs."""
+    holds: dict[str, set[str]] = {p: set() for p in passage_ids}
+    for entity, passage in passage_edges:
+        holds.setdefault(passage, set()).add(entity)
+    degree: Counter[str] = Counter(e for held in holds.values() for e in held)
+    hub_above = max(HUB_MIN_PASSAGES, HUB_SHARE * len(holds))
+    return holds, degree, {e for e, d in degree.items() if d > hub_above}
+
+
 def graph_shape(
     passages: Iterable[str], entity_names: Mapping[str, str], passage_edges: Iterable[tuple[str, str]]
 ) -> GraphShape:
@@ -87,12 +100,7 @@ def pooled(tenants: Iterable[tuple[Iterable[str], Mapping[str, str], Iterable[tu
     junk: Counter[str] = Counter()
     junk_names: Counter[str] = Counter()
     for passage_ids, names, edges in tenants:
-        holds: dict[str, set[str]] = {p: set() for p in passage_ids}
-        for entity, passage in edges:
-            holds.setdefault(passage, set()).add(entity)
-        degree: Counter[str] = Counter(e for held in holds.values() for e in held)
-        hub_above = max(HUB_MIN_PASSAGES, HUB_SHARE * len(holds))
-        hubs = {e for e, d in degree.items() if d > hub_above}
+        holds, degree, hubs = joins_of(passage_ids, edges)
         n_passages += len(holds)
         n_entities += len(names)
         n_walked += len(degree)
