@@ -87,6 +87,44 @@ def test_precedence_failure_over_rejection_over_constraint():
     assert categories.classify("Flights must be direct.").relation == "must be"
 
 
+INFERENCES_AND_CHEERS = [  # said in the LoCoMo dev conversations: no rule among them
+    "Wow, Jon, you must be so excited!",
+    "That must have been awesome.",
+    "Must have been traumatizing for you guys.",
+    "It must be scary stepping into the unknown but I know you can do it, Jon.",
+    "They must have felt so appreciated.",
+    "That must feel great!",
+    "I'll never forget the day my youngest took her first steps.",
+    "Nope, never been to something like that.",
+    "I've gone camping a few times but never tried mountain climbing.",
+    "Keep going and never give up!",
+    "You never know the difference a kind gesture makes.",
+]
+RULES = [
+    ("Flights must be direct.", "must be"),
+    ("The hotel must be under 200 EUR a night.", "must be"),
+    ("You must be 18 or older.", "must be"),
+    ("The room must have a sea view.", "must have"),
+    ("We must arrive by 9 am.", "must arrive"),
+    ("I never fly Ryanair.", "never fly"),
+    ("We never take red-eye flights.", "never take"),
+]
+
+
+def test_a_must_that_infers_and_a_never_that_tells_an_experience_state_no_constraint():
+    """ "must" that infers ("you must be so excited") and "never" that tells an experience or
+    cheers ("never been", "never give up") are no hard constraints: in the LoCoMo dev
+    conversations they were 45 of the rules extractor's 45 ("Gina — must be — Jon"). Rules
+    stay rules."""
+    for sentence in INFERENCES_AND_CHEERS:
+        assert categories.classify(sentence) is None, sentence
+        facts = RulesExtractor().extract_sync(sentence, "Gina (4:04 pm on 20 January, 2023):").facts
+        assert all(f.category == "DECLARATIVE" for f in facts), (sentence, facts)
+    for sentence, relation in RULES:
+        finding = categories.classify(sentence)
+        assert finding is not None and (finding.category, finding.relation) == ("HARD_CONSTRAINT", relation), sentence
+
+
 def test_prose_keeps_its_facts_and_titles_are_no_cues():
     """Wikipedia-like prose: a cue word changes the category of a sentence's facts, never the
     facts; a capitalised cue word inside a sentence is a title; 'declined' as a decrease is no refusal."""

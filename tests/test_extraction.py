@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 
 from tests.shared_data import SHARED_DATA, needs_shared
+from workers.algorithms.graph_shape import junk_kind
 from workers.algorithms.normalize import content_hash
 from workers.models.extraction import ReplayExtractor, RulesExtractor, make_extractor
 from workers.models.mentions import type_of
@@ -111,6 +112,22 @@ def test_rules_extractor_takes_no_opening_words_or_first_person_for_names():
     # Wikipedia sentences keep names that open with a common word
     assert names("New York is the largest city in the United States.") == ["New York", "United States"]
     assert names("Grace Hopper invented COBOL.") == ["Grace Hopper", "COBOL"]
+
+
+def test_a_farewell_a_nope_and_how_a_speaker_feels_are_no_entities():
+    """ "Bye!", "Nope," and the lone adjective or adverb a first-person verb takes without an
+    article ("I feel great", "we work well") name nothing: on the LoCoMo dev turns they were the
+    rules extractor's discourse-word entities ("Bye" joined 9 farewells). What a speaker does to
+    a thing stays a fact."""
+    rules = RulesExtractor()
+    context = "Maria (8 May 2023):"
+    names = lambda text: [e.name for e in rules.extract_sync(text, context).entities if e.type != "TAG"]  # noqa: E731
+    facts = lambda text: [(f.head, f.relation, f.tail) for f in rules.extract_sync(text, context).facts]  # noqa: E731
+    assert names("Cool, thanks Mel! I'll keep ya posted. Bye!") == ["Mel"]
+    assert names("Bye, Caroline! Have fun and stay safe!") == ["Caroline"]
+    assert names("Nope, never been to something like that.") == []
+    assert facts("I feel great. We work well together! I went home early.") == []
+    assert facts("I love nature. I adopted a dog.") == [("Maria", "love", "nature"), ("Maria", "adopted", "dog")]
 
 
 def test_each_name_of_a_list_is_an_entity_of_its_own():
@@ -299,7 +316,7 @@ JUNK_NAME = re.compile(r"^(?:[\d.,:%$€£]+|EUR|USD|GBP|CHF|\d+(?:st|nd|rd|th))
 
 @needs_shared("locomo_dev")
 @needs_shared("hotpotqa_train_100")
-def test_the_dev_sets_give_no_bare_number_or_currency_entity():
+def test_the_dev_sets_give_no_bare_number_currency_or_discourse_entity():
     """On data nobody here wrote — the LoCoMo dev turns and HotpotQA-100's passages — the rules
     extractor names no bare number, currency code or ordinal (before: 11 on LoCoMo, 3,475 on
     HotpotQA-100 — "1", "3", "2013" — 27% of its entities)."""
@@ -315,3 +332,12 @@ def test_the_dev_sets_give_no_bare_number_or_currency_entity():
         e.name for text, context in texts for e in rules.extract_sync(text, context).entities if JUNK_NAME.match(e.name)
     )
     assert junk == Counter(), junk.most_common(20)
+    # nor a discourse word ("Bye" 9 times, "great" twice, "Nope", "well", "awesome" before) on the turns
+    discourse = Counter(
+        e.name
+        for text, context in texts
+        if context
+        for e in rules.extract_sync(text, context).entities
+        if junk_kind(e.name) == "discourse"
+    )
+    assert discourse == Counter(), discourse.most_common(20)

@@ -14,7 +14,8 @@ A sentence's category is that of the first cue, in this precedence, whose patter
    "don't want", "would rather not", "not an option", "out of the question", "no <X> please".
 3. HARD_CONSTRAINT — "cannot / must not / may not exceed", "at most", "no more than", "maximum
    of", "no less than", "minimum of", "no later than", "no earlier than", "budget of / is",
-   must (not) <verb>, "never <verb>", "required", "mandatory", "not allowed", "forbidden", and
+   must (not) <verb> (not an inference: "must have been", "must be so …"), "never <verb>" (not an
+   experience or a cheer: "have never been", "never forget", "never give up"), "required", "mandatory", "not allowed", "forbidden", and
    "only" at a clause start or after a modal ("Only direct flights", "we can only …").
 4. DECLARATIVE — everything else.
 
@@ -33,8 +34,9 @@ Measured on the 994 HotpotQA-100 passages (Wikipedia prose, as ops.bench.dataset
 of the rules extractor's 6,088 facts (0.7%) get a category (33 HARD_CONSTRAINT, mostly "only"
 and "never"; 4 REJECTED_OPTION; 3 TOOL_FAILURE), 10 sentences without a fact gain their trigger
 fact (and 4 entities); every other entity and fact is exactly what the extractor gave without
-categories. A cue word capitalised inside a sentence is part of a title ("The Devil's Rejects")
-and no cue; "at least" is none either (17 false constraints there: "at least 56 fatalities").
+categories (since values are literals and inferences no cue: 35 of 4,101 — 26
+HARD_CONSTRAINT, 6 REJECTED_OPTION, 3 TOOL_FAILURE). A cue word capitalised inside a sentence
+is part of a title ("The Devil's Rejects") and no cue; "at least" is none either (17 false constraints there: "at least 56 fatalities").
 """
 
 from __future__ import annotations
@@ -75,6 +77,35 @@ _AMOUNT = (
     r"|\d[\d,.]*(?:\s?(?:k|K|million|bn))?\s?(?:EUR|USD|GBP|CHF|euros?|dollars?|pounds?|€|\$|£))"
 )
 AMOUNT = re.compile(_AMOUNT)
+
+
+# "must" that infers rather than obliges — "that must have been awesome", "you must be so
+# excited", "it must feel great" — and "never" that tells an experience or cheers someone on —
+# "I've never been to Paris", "I'll never forget that day", "never give up" — state no rule. In the
+# LoCoMo dev conversations 45 of the 45 hard constraints the rules extractor made were such
+# sentences ("Gina — must be — Jon", from "Wow, Jon, you must be so excited!"); a hard
+# constraint is boosted in the walk and shown to an agent as one. A perfect after "must" is an
+# inference ("must have been", "must've loved"); "must be" before an intensifier or a word of
+# feeling or judgement is one too, while "must be direct", "must be under 200 EUR" stay rules.
+_FEELING = (
+    "awesome|amazing|great|fun|exciting|excited|proud|tough|hard|scary|nice|cool|wonderful|fulfilling|"
+    "rewarding|relieved|thrilled|lovely|special|incredible|fantastic|beautiful|crazy|difficult|stressful|"
+    "overwhelming|exhausting|frustrating|heartbreaking|tiring|hectic|interesting|inspiring|satisfying|"
+    "challenging|surreal|devastating|terrifying|painful|sad|happy|glad|nerve-wracking|exhilarating|magical|"
+    "breathtaking|intense|rough|nerve-racking|emotional|liberating|empowering"
+)
+_EPISTEMIC_MUST = (
+    r"(?:\s+have|'ve|’ve)\s+(?:been|had|felt|seen|heard|known|thought|taken|made|meant|got|gotten|done|gone|[a-z]+ed)\b"
+    rf"|\s+be\s+(?:so|such|really|very|quite|pretty|super|totally|incredibly|extra|{_FEELING})\b"
+    r"|\s+(?:feel|mean)\b"
+)
+# "never" after a perfect's auxiliary ("I've never", "she has never"; fixed-width look-behinds, case-blind as the cues are)
+_NOT_AFTER_PERFECT = "".join(f"(?<!{aux} )" for aux in ("have", "has", "had", "'ve", "’ve", "'d", "’d", "'s", "’s"))
+_NEVER_NOT_A_RULE = (
+    r"(?:been|had|seen|heard|tried|saw|forget|forgot|forgotten|know|knew|thought|imagined|expected|realized|"
+    r"realised|believe|believed|dreamed|dreamt|guessed|give\s+up|gave\s+up|lose\s+hope|stop\s+believing|"
+    r"say\s+never|fails?\s+to|ceases?\s+to)\b"
+)
 
 
 @dataclass(frozen=True)
@@ -135,8 +166,8 @@ CUES: tuple[Cue, ...] = (
     _cue(HARD_CONSTRAINT, r"\b(?:no later than|not later than)\b", "no later than"),
     _cue(HARD_CONSTRAINT, r"\b(?:no earlier than|not earlier than)\b", "no earlier than"),
     _cue(HARD_CONSTRAINT, r"\bbudget\s*(?:of|is|was|will be|=|:)", "budget of"),
-    _cue(HARD_CONSTRAINT, r"\bmust(?:\s+not|n't|n’t)?\s+[a-z]+", ""),
-    _cue(HARD_CONSTRAINT, r"\bnever\s+[a-z]+", ""),
+    _cue(HARD_CONSTRAINT, rf"\bmust(?!{_EPISTEMIC_MUST})(?:\s+not|n't|n’t)?\s+[a-z]+", ""),
+    _cue(HARD_CONSTRAINT, rf"{_NOT_AFTER_PERFECT}\bnever\s+(?!{_NEVER_NOT_A_RULE})[a-z]+", ""),
     _cue(HARD_CONSTRAINT, r"\b(?:required|mandatory|not allowed|forbidden|prohibited)\b", "required", BEFORE),
     _cue(HARD_CONSTRAINT, r"\b(?:can|could|will|would|should|may|must)\s+only\b|(?:^|[,:;(]\s*)only\b", "only"),
 )

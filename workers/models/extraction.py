@@ -99,7 +99,8 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
     """(speaker, verb, object) for each first-person clause of a turn: the subject "I" / "we", an
     optional run of auxiliaries and adverbs, a verb (the lexicon's), then up to MAX_OBJECT_WORDS
     words of its object, articles and possessives left out, ending at a preposition, a
-    conjunction, a pronoun or a time word; the object's last word must be a noun or a name."""
+    conjunction, a pronoun or a time word; the object's last word must be a noun or a name, and
+    a lone word without an article that can be an adjective or an adverb is none ("I feel great")."""
     words = re.findall(r"[A-Za-z][\w'’\-]*", sentence)
     facts = []
     for i, word in enumerate(words):
@@ -117,6 +118,7 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
         k = j + 1
         while k < len(words) and words[k].lower() in _BEFORE_OBJECT:
             k += 1
+        bare = k == j + 1  # no article or possessive before the object
         obj: list[str] = []
         while (
             k < len(words)
@@ -127,6 +129,8 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
             k += 1
         while obj and not (obj[-1][0].isupper() or "NOUN" in getAllLemmas(obj[-1].lower())):
             obj.pop()
+        if bare and len(obj) == 1 and {"ADJ", "ADV"} & set(getAllLemmas(obj[0].lower())):
+            continue  # how, not what: "I feel great", "we work well", "I went home"
         tail = " ".join(obj)
         if tail and has_entity_id(tail) and tail.lower() != speaker.lower():
             facts.append(Triple(head=speaker, relation=words[j], tail=tail, head_type=SPEAKER, tail_type=type_of(tail)))

@@ -343,7 +343,7 @@ def _split_and(span: list[tuple[int, int, str]]) -> list[list[tuple[int, int, st
 # such words ("It's" in 70 turns, "I'm" 66, "What" 46, "Wow Caroline" 34) — hubs joining turns
 # by how they begin, which PPR spread along.
 _INTERJECTIONS = frozenset(
-    "yeah yep yup hey hi hello oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split()
+    "yeah yep yup nope nah hey hi hello bye goodbye oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split()
 )
 _FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'll", "i'd", "i’m", "i’ve", "i’ll", "i’d"})
 
