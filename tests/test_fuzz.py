@@ -427,6 +427,7 @@ locomo_rows = st.lists(
             text=sometimes(free_text),
             dia_id=st.one_of(TOKENS, any_text),
             img_url=any_text,
+            blip_caption=st.one_of(any_text, json_small),  # a shared photo's caption joins the text
         ),
         json_small,
     ),
