@@ -103,7 +103,8 @@ def add_parsers(sub) -> None:
     conversation.add_argument(
         "--ablations",
         action="store_true",
-        help="also ask each ablation of the graph modes (ops/bench/conversation.py ABLATIONS)",
+        help="also ask each ablation of the graph modes (ops/bench/conversation.py ABLATIONS), and report "
+        "how far a walk from the first stage's top 5 can reach (walk_reach)",
     )
 
     kind("memory-tax", "what an agent's memory injects for a decision and costs (offline, no stack)")
