@@ -14,9 +14,10 @@ A sentence's category is that of the first cue, in this precedence, whose patter
    "don't want", "would rather not", "not an option", "out of the question", "no <X> please".
 3. HARD_CONSTRAINT — "cannot / must not / may not exceed", "at most", "no more than", "maximum
    of", "no less than", "minimum of", "no later than", "no earlier than", "budget of / is",
-   must (not) <verb> (not an inference: "must have been", "must be so …"), "never <verb>" (not an
-   experience or a cheer: "have never been", "never forget", "never give up"), "required", "mandatory", "not allowed", "forbidden", and
-   "only" at a clause start or after a modal ("Only direct flights", "we can only …").
+   must (not) <verb> (not an inference: "must have been", "must be so …"), "never <verb>" (not
+   an experience or a cheer: "have never been", "never forget", "never give up"), "required",
+   "mandatory", "not allowed", "forbidden", and "only" at a clause start or after a modal ("Only
+   direct flights", "we can only …").
 4. DECLARATIVE — everything else.
 
 The most specific evidence wins: a failure report often quotes a constraint ("cannot be
@@ -36,7 +37,8 @@ and "never"; 4 REJECTED_OPTION; 3 TOOL_FAILURE), 10 sentences without a fact gai
 fact (and 4 entities); every other entity and fact is exactly what the extractor gave without
 categories (since values are literals and inferences no cue: 35 of 4,101 — 26
 HARD_CONSTRAINT, 6 REJECTED_OPTION, 3 TOOL_FAILURE). A cue word capitalised inside a sentence
-is part of a title ("The Devil's Rejects") and no cue; "at least" is none either (17 false constraints there: "at least 56 fatalities").
+is part of a title ("The Devil's Rejects") and no cue; "at least" is none either (17 false
+constraints there: "at least 56 fatalities").
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ _EPISTEMIC_MUST = (
     rf"|\s+be\s+(?:so|such|really|very|quite|pretty|super|totally|incredibly|extra|{_FEELING})\b"
     r"|\s+(?:feel|mean)\b"
 )
-# "never" after a perfect's auxiliary ("I've never", "she has never"; fixed-width look-behinds, case-blind as the cues are)
+# "never" after a perfect's auxiliary ("I've never", "she has never"): fixed-width look-behinds,
+# case-blind as the cues are
 _NOT_AFTER_PERFECT = "".join(f"(?<!{aux} )" for aux in ("have", "has", "had", "'ve", "’ve", "'d", "’d", "'s", "’s"))
 _NEVER_NOT_A_RULE = (
     r"(?:been|had|seen|heard|tried|saw|forget|forgot|forgotten|know|knew|thought|imagined|expected|realized|"
