@@ -100,8 +100,14 @@ INFERENCES_AND_CHEERS = [  # said in the LoCoMo dev conversations: no rule among
     "Keep going and never give up!",
     "You never know the difference a kind gesture makes.",
 ]
-RULES = [
+RULES = [  # and rules that read like them
     ("Flights must be direct.", "must be"),
+    ("The report must be very short.", "must be"),
+    ("The mattress must be hard.", "must be"),
+    ("Rooms must have attached bathrooms.", "must have"),
+    ("Applicants must have completed the course.", "must have"),
+    ("I'd never fly Ryanair.", "never fly"),
+    ("Let's never book Ryanair.", "never book"),
     ("The hotel must be under 200 EUR a night.", "must be"),
     ("You must be 18 or older.", "must be"),
     ("The room must have a sea view.", "must have"),

@@ -122,7 +122,7 @@ def test_a_locomo_turn_that_shares_a_photo_holds_its_caption_and_is_found_by_it(
     path = tmp_path / "conv.json"
     path.write_text(json.dumps(sample))
     docs = load_documents([str(path)], "acme", 10_000).documents
-    assert docs[3].text == "Thanks! [shares a photo of a painting of a sunset over a lake]"
+    assert docs[3].text == "Thanks! [shared a photo of a painting of a sunset over a lake]"
     assert docs[3].metadata["query"] == "painting sunrise"
     assert docs[2].text == sample["conversation"]["session_2"][0]["text"]
 

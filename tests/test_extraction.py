@@ -128,6 +128,13 @@ def test_a_farewell_a_nope_and_how_a_speaker_feels_are_no_entities():
     assert names("Nope, never been to something like that.") == []
     assert facts("I feel great. We work well together! I went home early.") == []
     assert facts("I love nature. I adopted a dog.") == [("Maria", "love", "nature"), ("Maria", "adopted", "dog")]
+    # a thing or a name that a dictionary also knows as an adjective stays an object
+    assert facts("I love chocolate. I play piano. I met Frank.") == [
+        ("Maria", "love", "chocolate"),
+        ("Maria", "play", "piano"),
+        ("Maria", "met", "Frank"),
+    ]
+    assert names("Bye Bye Birdie is a musical.") == ["Bye Bye Birdie"]  # a farewell opens a name
 
 
 def test_each_name_of_a_list_is_an_entity_of_its_own():

@@ -169,7 +169,7 @@ def is_locomo(data: Any) -> bool:
 def locomo_text(row: dict) -> str:
     """A LoCoMo turn's text, with the photo it shares: a turn that shares one holds its caption
     (`blip_caption`, a captioning model's description) after what was said — "… By the way,
-    take a look at this. [shares a photo of a painting of a sunset over a lake]" — as LoCoMo's
+    take a look at this. [shared a photo of a painting of a sunset over a lake]" — as LoCoMo's
     own retrieval code gives a turn to its retrievers ("… and shared <caption>"). A third of the
     LoCoMo dev conversations' evidence turns share a photo, and some answer only in it ("What
     has Melanie painted?"). `query` (the search words the dataset's makers found the photo with)
@@ -177,7 +177,7 @@ def locomo_text(row: dict) -> str:
     caption = row.get("blip_caption")
     if not isinstance(caption, str) or not caption.strip():
         return row["text"]
-    return f"{row['text']} [shares {' '.join(caption.split())}]"
+    return f"{row['text']} [shared {' '.join(caption.split())}]"  # "shared": no tag ("shares" is a noun)
 
 
 def locomo_turns(data: Any, where: str = "conversation", errors: list[str] | None = None) -> list[Turn]:

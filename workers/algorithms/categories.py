@@ -87,23 +87,25 @@ AMOUNT = re.compile(_AMOUNT)
 # LoCoMo dev conversations 45 of the 45 hard constraints the rules extractor made were such
 # sentences ("Gina — must be — Jon", from "Wow, Jon, you must be so excited!"); a hard
 # constraint is boosted in the walk and shown to an agent as one. A perfect after "must" is an
-# inference ("must have been", "must've loved"); "must be" before an intensifier or a word of
-# feeling or judgement is one too, while "must be direct", "must be under 200 EUR" stay rules.
-_FEELING = (
-    "awesome|amazing|great|fun|exciting|excited|proud|tough|hard|scary|nice|cool|wonderful|fulfilling|"
-    "rewarding|relieved|thrilled|lovely|special|incredible|fantastic|beautiful|crazy|difficult|stressful|"
-    "overwhelming|exhausting|frustrating|heartbreaking|tiring|hectic|interesting|inspiring|satisfying|"
-    "challenging|surreal|devastating|terrifying|painful|sad|happy|glad|nerve-wracking|exhilarating|magical|"
-    "breathtaking|intense|rough|nerve-racking|emotional|liberating|empowering"
+# inference ("must have been", "must've loved"; not "must have heated floors", "must have
+# completed the course"); "must be" before a word of feeling or judgement is one too ("must be
+# so excited"), while "must be direct", "must be very short", "must be under 200 EUR" stay rules.
+_FEELING = (  # words of feeling or judgement; not those a rule may ask of a thing ("hard", "fun", "quiet")
+    "awesome|amazing|great|exciting|excited|proud|tough|scary|wonderful|fulfilling|rewarding|relieved|"
+    "thrilled|lovely|incredible|fantastic|beautiful|crazy|stressful|overwhelming|exhausting|frustrating|"
+    "heartbreaking|tiring|hectic|interesting|inspiring|satisfying|challenging|surreal|devastating|"
+    "terrifying|painful|sad|happy|glad|nerve-wracking|nerve-racking|exhilarating|magical|breathtaking|"
+    "emotional|liberating|empowering"
 )
 _EPISTEMIC_MUST = (
-    r"(?:\s+have|'ve|’ve)\s+(?:been|had|felt|seen|heard|known|thought|taken|made|meant|got|gotten|done|gone|[a-z]+ed)\b"
-    rf"|\s+be\s+(?:so|such|really|very|quite|pretty|super|totally|incredibly|extra|{_FEELING})\b"
+    r"(?:\s+have|'ve|’ve)\s+(?:been|had|felt|seen|heard|known|thought|loved|enjoyed|meant|gone|done|made|taken|got|gotten)\b"
+    rf"|\s+be\s+(?:(?:so|such|really|very|quite|pretty|super|totally|incredibly)\s+)?(?:an?\s+)?(?:{_FEELING})\b"
     r"|\s+(?:feel|mean)\b"
 )
 # "never" after a perfect's auxiliary ("I've never", "she has never"): fixed-width look-behinds,
-# case-blind as the cues are
-_NOT_AFTER_PERFECT = "".join(f"(?<!{aux} )" for aux in ("have", "has", "had", "'ve", "’ve", "'d", "’d", "'s", "’s"))
+# case-blind as the cues are ("I'd never fly Ryanair", "Let's never book it" are rules: 'd and 's
+# are more often "would", "us" and "is")
+_NOT_AFTER_PERFECT = "".join(f"(?<!{aux} )" for aux in ("have", "has", "had", "'ve", "’ve"))
 _NEVER_NOT_A_RULE = (
     r"(?:been|had|seen|heard|tried|saw|forget|forgot|forgotten|know|knew|thought|imagined|expected|realized|"
     r"realised|believe|believed|dreamed|dreamt|guessed|give\s+up|gave\s+up|lose\s+hope|stop\s+believing|"

@@ -93,6 +93,13 @@ it them you him her me us myself ourselves one something anything everything not
 again too very really so back there here now then just""".split()
 )
 MAX_OBJECT_WORDS = 3
+# verbs whose bare adjective or adverb says how, not what ("I feel great", "doing great", "we
+# work well", "I went home"); after others it may be a thing ("I love chocolate", "I play piano")
+_HOW_VERBS = frozenset(
+    """feel feeling felt do doing did done go going went gone work working worked look looking looked
+seem seemed get getting got stay staying stayed keep keeping kept sound sounds sounded become became
+turn turned grow grew run running ran live living lived""".split()
+)
 
 
 def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
@@ -100,7 +107,8 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
     optional run of auxiliaries and adverbs, a verb (the lexicon's), then up to MAX_OBJECT_WORDS
     words of its object, articles and possessives left out, ending at a preposition, a
     conjunction, a pronoun or a time word; the object's last word must be a noun or a name, and
-    a lone word without an article that can be an adjective or an adverb is none ("I feel great")."""
+    a lone lowercase word without an article after a verb of how (_HOW_VERBS) that can be an
+    adjective or an adverb is none ("I feel great")."""
     words = re.findall(r"[A-Za-z][\w'’\-]*", sentence)
     facts = []
     for i, word in enumerate(words):
@@ -129,8 +137,9 @@ def _first_person_facts(sentence: str, speaker: str) -> list[Triple]:
             k += 1
         while obj and not (obj[-1][0].isupper() or "NOUN" in getAllLemmas(obj[-1].lower())):
             obj.pop()
-        if bare and len(obj) == 1 and {"ADJ", "ADV"} & set(getAllLemmas(obj[0].lower())):
-            continue  # how, not what: "I feel great", "we work well", "I went home"
+        if bare and len(obj) == 1 and not obj[0][0].isupper() and words[j].lower() in _HOW_VERBS:
+            if {"ADJ", "ADV"} & set(getAllLemmas(obj[0].lower())):
+                continue  # how, not what: "I feel great", "we work well", "I went home"
         tail = " ".join(obj)
         if tail and has_entity_id(tail) and tail.lower() != speaker.lower():
             facts.append(Triple(head=speaker, relation=words[j], tail=tail, head_type=SPEAKER, tail_type=type_of(tail)))

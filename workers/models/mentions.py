@@ -343,8 +343,11 @@ def _split_and(span: list[tuple[int, int, str]]) -> list[list[tuple[int, int, st
 # such words ("It's" in 70 turns, "I'm" 66, "What" 46, "Wow Caroline" 34) — hubs joining turns
 # by how they begin, which PPR spread along.
 _INTERJECTIONS = frozenset(
-    "yeah yep yup nope nah hey hi hello bye goodbye oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split()
+    "yeah yep yup hey hi hello oh ooh aw aww wow congrats haha hahaha hmm lol omg ok yay ugh btw".split()
 )
+# ... and those that are no name alone or before punctuation ("Bye!", "Bye, Caroline", "Nope,"),
+# but may open one ("Bye Bye Birdie", "Goodbye Yellow Brick Road"): not openers
+_FAREWELLS = frozenset("bye goodbye nope nah".split())
 _FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'll", "i'd", "i’m", "i’ve", "i’ll", "i’d"})
 
 
@@ -357,7 +360,7 @@ def _common_word(word: str) -> bool:
     """A word of the language, not a name: an interjection, a contraction of a common word
     ("It's", "That's", "I'm"), or a word the lexicon knows in any part of speech."""
     base = _base(word)
-    return base in _INTERJECTIONS or base in _SENTENCE_STARTERS or bool(getAllLemmas(base))
+    return base in _INTERJECTIONS or base in _FAREWELLS or base in _SENTENCE_STARTERS or bool(getAllLemmas(base))
 
 
 # Greetings and reactions a turn opens with before a name ("Thanks, Caroline", "Wow Mel"):
