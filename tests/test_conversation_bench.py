@@ -125,15 +125,17 @@ def test_recall_counts_evidence_turns_among_the_top_passages_by_doc_id_per_categ
     dense, ppr = result["dense"], result["ppr"]
     assert dense["overall"] == {
         "n": 4,
+        "R@2": round(100 * (1 + 0 + 0 + 0) / 4, 1),
         "R@5": round(100 * (1 + 0.5 + 0 + 0) / 4, 1),
         "R@10": round(100 * (1 + 1 + 0 + 0) / 4, 1),
     }
     assert dense["by_category"] == {
-        "1": {"n": 1, "R@5": 50.0, "R@10": 100.0},
-        "2": {"n": 1, "R@5": 0.0, "R@10": 0.0},
-        "4": {"n": 2, "R@5": 50.0, "R@10": 50.0},
+        "1": {"n": 1, "R@2": 0.0, "R@5": 50.0, "R@10": 100.0},
+        "2": {"n": 1, "R@2": 0.0, "R@5": 0.0, "R@10": 0.0},
+        "4": {"n": 2, "R@2": 50.0, "R@5": 50.0, "R@10": 50.0},
     }
-    assert ppr["overall"] == {"n": 4, "R@5": 100.0, "R@10": 100.0}
+    # R@2: the evidence at rank 5 of `cat` counts at 5, not at 2
+    assert ppr["overall"] == {"n": 4, "R@2": 75.0, "R@5": 100.0, "R@10": 100.0}
     assert (dense["p50_ms"], dense["fallbacks"], ppr["fallbacks"]) == (2.5, 0, 1)
 
 
@@ -163,7 +165,9 @@ def test_ablation_rows_ask_a_mode_with_other_parameters_of_the_same_memory(real_
     row = result["ablations"]["ppr, no walk"]
     assert row["mode"] == "ppr" and row["params"] == {"walk_weight": 0.0} and row["overall"]["n"] == 4
     assert all(set(q["modes"]) == {"hybrid", "ppr"} for q in result["per_question"])  # ablations stay out of the detail
-    assert "ablation" in format_ablations(result) and "ppr, no walk" in format_ablations(result)
+    table = format_ablations(result)
+    assert "ablation" in table and "ppr, no walk" in table
+    assert table.splitlines()[2].split() == ["R@2", "R@5", "R@10"] * 4  # all, then categories 1, 2, 4
     reach = result["walk_reach"]  # what a walk from "ppr, no walk"'s top 5 could reach, per category
     assert set(reach) == {"all", "1", "2", "4"} and reach["all"]["below_5"] >= reach["all"]["within_one_hop"] >= 0
     assert "walk reach" in format_ablations(result)
@@ -211,13 +215,14 @@ def test_cli_on_the_sample_conversation_prints_a_row_per_category():
         in lines
     )
     assert lines[3].split() == ["dense", "ppr"]
+    assert lines[4].split() == ["category", "n"] + ["R@2", "R@5", "R@10"] * 2  # every k, each mode
     rows = {line[:18].strip(): line[18:].split() for line in lines[5:] if line[:18].strip()}
     counts = {c: sum(1 for q in questions if q.category == c) for c in (1, 2, 4, 5)}
     assert int(rows["all"][0]) == len(questions)
     for category, name in ((1, "multi-hop"), (2, "temporal"), (4, "single hop"), (5, "adversarial")):
         row = rows[f"{category} {name}"]
         assert int(row[0]) == counts[category]
-        assert all(0 <= float(cell) <= 100 for cell in row[1:5])
+        assert len(row) == 1 + 3 * 2 and all(0 <= float(cell) <= 100 for cell in row[1:])
     assert lines[-1].startswith("graph: ") and "entities a passage" in lines[-1]
     assert len(rows["p50 ms"]) == 2 and len(rows["p99 ms"]) == 2
 
