@@ -131,6 +131,42 @@ def test_a_must_that_infers_and_a_never_that_tells_an_experience_state_no_constr
         assert finding is not None and (finding.category, finding.relation) == ("HARD_CONSTRAINT", relation), sentence
 
 
+PROMISES_AND_EXCLAMATIONS = [  # said in the LoCoMo dev conversations: no option refused among them
+    "Gina, you won't believe it - I got mentored by this amazing business dude yesterday!",
+    "I won't forget that.",
+    "I won't give up, Gina!",
+    "I won't quit - your words motivate me to keep going!",
+    "I won't quit on my dreams.",
+    "I won't quit, no matter what.",
+    "I won't let you down!",
+    "Don't worry, I won't let anything get me down.",
+    "Trust me, you won't regret it.",
+]
+REFUSALS = [  # and refusals that read like them
+    "We won't transit through Miami.",
+    "I won't fly Ryanair.",
+    "I won't give up my window seat.",
+    "I won't quit my job for this trip.",
+    "We won't let the kids go alone.",
+    "They would not believe the quote, so they rejected it.",
+]
+
+
+def test_a_promise_or_an_exclamation_with_wont_refuses_no_option():
+    """ "you won't believe it", "I won't forget", "I won't give up / quit", "I won't let you down"
+    promise or exclaim: 12 of the rules extractor's 13 REJECTED_OPTION facts on the LoCoMo dev
+    turns were such sentences, and an agent is shown a rejected option as one it must not offer
+    again. "won't" with a thing refused ("won't fly Ryanair", "won't give up my seat") still
+    refuses it."""
+    for sentence in PROMISES_AND_EXCLAMATIONS:
+        assert categories.classify(sentence) is None, sentence
+        facts = RulesExtractor().extract_sync(sentence, "Jon (4:04 pm on 20 January, 2023):").facts
+        assert all(f.category == "DECLARATIVE" for f in facts), (sentence, facts)
+    for sentence in REFUSALS:
+        finding = categories.classify(sentence)
+        assert finding is not None and finding.category == "REJECTED_OPTION", sentence
+
+
 def test_prose_keeps_its_facts_and_titles_are_no_cues():
     """Wikipedia-like prose: a cue word changes the category of a sentence's facts, never the
     facts; a capitalised cue word inside a sentence is a title; 'declined' as a decrease is no refusal."""

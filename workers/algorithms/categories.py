@@ -9,7 +9,8 @@ A sentence's category is that of the first cue, in this precedence, whose patter
    code in SCREAMING_SNAKE_CASE ("ROOM_UNAVAILABLE"), an exception name ("TimeoutError",
    "ConnectionRefusedError", "ReadTimeout"), or the words failed / failing / timed out /
    errored / crashed / error(s).
-2. REJECTED_OPTION — "we won't", "I won't", "will not", "refuse(d)", "rejected", "declined"
+2. REJECTED_OPTION — "we won't", "I won't", "will not" (not a promise or an exclamation: "won't
+   believe", "won't forget", "won't give up", "won't let you down"), "refuse(d)", "rejected", "declined"
    (to do something, or an object: "the population declined" is no refusal), "ruled out",
    "don't want", "would rather not", "not an option", "out of the question", "no <X> please".
 3. HARD_CONSTRAINT — "cannot / must not / may not exceed", "at most", "no more than", "maximum
@@ -112,6 +113,15 @@ _NEVER_NOT_A_RULE = (
     r"say\s+never|fails?\s+to|ceases?\s+to)\b"
 )
 
+# "won't" that promises or exclaims: "you won't believe it", "I won't forget that", "I won't
+# give up / quit" (no object: "won't give up my seat", "won't quit my job" refuse one), "I won't
+# let you down" — 12 of the 13 REJECTED_OPTION facts the rules extractor made of the LoCoMo dev
+# turns; an agent is shown a rejected option as one not to offer again
+_PROMISE = (
+    r"(?:believe|forget|regret|(?:give\s+up|quit)(?!\s+(?:my|the|our|your|his|her|their|this|that|a|an|it|smoking)\b)"
+    r"|let\s+(?:\w+\s+){1,3}down)\b"
+)
+
 
 @dataclass(frozen=True)
 class Cue:
@@ -143,7 +153,7 @@ CUES: tuple[Cue, ...] = (
         BEFORE,
     ),
     _cue(REJECTED_OPTION, r"\bnot an option\b|\bout of the question\b", "rejected", BEFORE),
-    _cue(REJECTED_OPTION, rf"\b{_SUBJECTS}\s+{_NEGATED}", "rejected"),
+    _cue(REJECTED_OPTION, rf"\b{_SUBJECTS}\s+{_NEGATED}(?!\s+{_PROMISE})", "rejected"),
     _cue(
         REJECTED_OPTION,
         r"\b(?:rejected|rejects?|refused|refuses?|ruled out|rules? out|(?:would|'d|’d) rather not)\b",
