@@ -167,6 +167,25 @@ def test_a_promise_or_an_exclamation_with_wont_refuses_no_option():
         assert finding is not None and finding.category == "REJECTED_OPTION", sentence
 
 
+def test_a_person_who_failed_something_reports_no_tool_failure():
+    """ "I failed the military aptitude test" (the LoCoMo dev turns' one TOOL_FAILURE) and "she
+    failed her exam" are a person's, not a tool's; a failure without an object, or "failed to",
+    still is one."""
+    for sentence in (
+        "Especially after I failed the military aptitude test recently, I've been feeling a bit stressed out.",
+        "She failed her driving test twice.",
+        "We failed the audit last year.",
+    ):
+        assert categories.classify(sentence) is None, sentence
+    for sentence in (
+        "I failed to book the hotel.",
+        "The payment failed.",
+        "hotel_booking failed the request with a timeout.",
+        "Sadly I failed.",
+    ):
+        assert categories.classify(sentence).category == "TOOL_FAILURE", sentence
+
+
 def test_prose_keeps_its_facts_and_titles_are_no_cues():
     """Wikipedia-like prose: a cue word changes the category of a sentence's facts, never the
     facts; a capitalised cue word inside a sentence is a title; 'declined' as a decrease is no refusal."""

@@ -8,7 +8,7 @@ A sentence's category is that of the first cue, in this precedence, whose patter
 1. TOOL_FAILURE — an HTTP error status ("HTTP 409", "409 Conflict", "status 503"), an error
    code in SCREAMING_SNAKE_CASE ("ROOM_UNAVAILABLE"), an exception name ("TimeoutError",
    "ConnectionRefusedError", "ReadTimeout"), or the words failed / failing / timed out /
-   errored / crashed / error(s).
+   errored / crashed / error(s) (not a person who failed something: "I failed the test").
 2. REJECTED_OPTION — "we won't", "I won't", "will not" (not a promise or an exclamation: "won't
    believe", "won't forget", "won't give up", "won't let you down"), "refuse(d)", "rejected", "declined"
    (to do something, or an object: "the population declined" is no refusal), "ruled out",
@@ -122,6 +122,12 @@ _PROMISE = (
     r"|let\s+(?:\w+\s+){1,3}down)\b"
 )
 
+# A person who failed something ("I failed the military aptitude test", "she failed her exam")
+# reports no tool's failure: a pronoun before "failed" and an object after it (the LoCoMo dev
+# turns' one TOOL_FAILURE). "I failed to book the hotel" and "the booking failed" still do.
+_NOT_AFTER_PERSON = "".join(f"(?<!\\b{person} )" for person in ("i", "we", "he", "she", "they", "you"))
+_AN_OBJECT = r"(?:the|an?|my|his|her|our|their|your|this|that|its)\b"
+
 
 @dataclass(frozen=True)
 class Cue:
@@ -142,7 +148,8 @@ CUES: tuple[Cue, ...] = (
     # "error" naming a measure ("the error rate must stay under 10%", "a margin of error") is no failure
     _cue(
         TOOL_FAILURE,
-        r"\b(?:failed|failing|errored|crashed)\b|(?<!margin of )\berrors?\b(?!\s+(?:rates?|margins?|bars?|bounds?|budgets?|terms?)\b)",
+        rf"{_NOT_AFTER_PERSON}\bfailed\b|\bfailed\b(?!\s+{_AN_OBJECT})|\b(?:failing|errored|crashed)\b"
+        r"|(?<!margin of )\berrors?\b(?!\s+(?:rates?|margins?|bars?|bounds?|budgets?|terms?)\b)",
         "failed",
     ),
     _cue(REJECTED_OPTION, r"\bno\s+(?P<object>[\w’'\- ]{1,40}?),?\s+please\b", "rejected"),
