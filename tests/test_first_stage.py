@@ -220,3 +220,47 @@ def test_a_named_entitys_seed_weight_follows_what_the_candidates_are():
     assert link_weight(params, 0.5) == pytest.approx(0.5 * params.turn_link_weight)
     linked = RetrievalParams(entity_links=True, link_weight=2.0, turn_link_weight=0.0)
     assert link_weight(linked, 0.0) == 2.0 and link_weight(linked, 1.0) == 0.0
+
+
+def test_over_turns_the_lexical_legs_top_leads_and_over_documents_the_dense_legs(real_embedder):
+    """One candidate from each leg (first_stage_k 1), the legs disagreeing: at equal weights both
+    score the same and the dense one came first, over turns too, where a vector is the weaker
+    signal (LoCoMo dev R@5: dense 47.3, lexical 69.9; hybrid fell below lexical at R@2). Over
+    turns the dense leg now weighs turn_dense_weight and the lexical top leads — in hybrid and
+    as ppr's kept top; over documents the dense top still does, as over turns at weight 1."""
+    one = {"top_k": 1, "params": {"first_stage_k": 1}}
+    modes = ("dense", "lexical", "hybrid", "ppr")
+
+    async def ask(as_turns: bool, question: str, params: dict) -> dict[str, list[str]]:
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        try:
+            for i, text in enumerate(TURNS):
+                turn = {"session_id": "s1", "turn": i, "speaker": "Ann", "ts": 1_700_000_000 + 60 * i}
+                await stages.publish(f"t{i}", text, **(turn if as_turns else {}))
+            body = {**one, "params": {**one["params"], **params}}
+            return {mode: _docs(await stages.query(question, mode=mode, **body)) for mode in modes}
+        finally:
+            await stages.close()
+
+    async def main():
+        return (
+            await ask(True, "What did I adopt last week?", {}),
+            await ask(True, "What did I adopt last week?", {"turn_dense_weight": 1.0}),
+            await ask(False, "Which pet was named?", {}),
+        )
+
+    turns, equal, documents = run(main())
+    for top in (turns, documents):
+        assert top["dense"] != top["lexical"]  # the legs disagree at the top
+    assert turns["hybrid"] == turns["ppr"] == turns["lexical"]
+    assert equal["hybrid"] == equal["dense"] != equal["lexical"]  # before: the dense top led over turns
+    assert documents["hybrid"] == documents["ppr"] == documents["dense"]
+
+
+def test_the_dense_legs_weight_follows_what_the_candidates_are():
+    from workers.algorithms.retrieval import RetrievalParams, first_stage_weights
+
+    params = RetrievalParams()
+    assert first_stage_weights(params, 0.0) == [1.0, 1.0]
+    assert first_stage_weights(params, 1.0) == [params.turn_dense_weight, 1.0]
+    assert first_stage_weights(params, 0.5)[0] == pytest.approx(0.5 + 0.5 * params.turn_dense_weight)

@@ -11,7 +11,14 @@ import dataclasses
 from store.base import MemoryStore
 from store.records import Hit, PassageRecordHit, is_current
 from workers.algorithms.expiry import said_at, said_by
-from workers.algorithms.retrieval import EPISODE_RADIUS, FirstStage, cosines, episode_smoothing, fuse
+from workers.algorithms.retrieval import (
+    EPISODE_RADIUS,
+    FirstStage,
+    cosines,
+    episode_smoothing,
+    first_stage_weights,
+    fuse,
+)
 from workers.algorithms.time_cue import matches, time_boost, time_cue
 from workers.algorithms.turns import session_turn
 from workers.query.request import QueryRequest
@@ -48,7 +55,10 @@ class FirstStageSearch:
                 [h for h in dense if _said(rows, h.id, request.as_of)],
                 [h for h in lexical if _said(rows, h.id, request.as_of)],
             )
-        fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k)
+        weights = [1.0, 1.0]
+        if request.params.turn_dense_weight != 1.0 and (dense or lexical):
+            weights, rows = await self._leg_weights(request, dense, lexical, rows)
+        fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k, weights)
         similarity = {h.id: h.score for h in dense}
         ids = [pid for pid, _ in fused]
         vectors = {pid: hit.vector for pid, hit in read.items() if hit.vector is not None}
@@ -57,6 +67,18 @@ class FirstStageSearch:
             self.read_rows(tenant, [pid for pid in ids if pid not in read], rows) if with_rows else ready(rows),
         )
         return FirstStage(dense, lexical, fused, similarity, rows=rows)
+
+    async def _leg_weights(
+        self, request: QueryRequest, dense: list[Hit], lexical: list[Hit], rows: dict[str, dict]
+    ) -> tuple[list[float], dict[str, dict]]:
+        """The legs' fusion weights (first_stage_weights) by the share of conversation turns
+        among each leg's top `top_k` — the passages an answer is made of, whose rows it reads
+        anyway (hybrid reads them here, in one round trip; a graph mode has them from its
+        search) — and the rows, with those read."""
+        sample = list(dict.fromkeys(h.id for h in dense[: request.top_k] + lexical[: request.top_k]))
+        rows = await self.read_rows(request.tenant, sample, rows)
+        turns = sum(1 for pid in sample if pid in rows and session_turn(rows[pid].get("metadata") or {}) is not None)
+        return first_stage_weights(request.params, turns / len(sample)), rows
 
     async def _dense(self, tenant: str, vector, k: int, reading: bool) -> list[Hit]:
         """The dense leg; `reading` (a graph mode): each hit with its row where the store reads
