@@ -142,11 +142,23 @@ PROMISES_AND_EXCLAMATIONS = [  # said in the LoCoMo dev conversations: no option
     "Don't worry, I won't let anything get me down.",
     "Trust me, you won't regret it.",
 ]
+PROMISES_WORDED_OTHERWISE = [
+    "I won't ever forget that.",
+    "You won't even believe it!",
+    "I won’t let y’all down.",
+    "I won't let this setback get me down.",
+    "I won't give up so easily.",
+    "They would not believe the quote.",
+]
 REFUSALS = [  # and refusals that read like them
     "We won't transit through Miami.",
     "I won't fly Ryanair.",
     "I won't give up my window seat.",
     "I won't quit my job for this trip.",
+    "I won't give up sugar.",
+    "I won't give up that seat.",
+    "We won't quit the tour.",
+    "I won't let them go.",
     "We won't let the kids go alone.",
     "They would not believe the quote, so they rejected it.",
 ]
@@ -158,7 +170,7 @@ def test_a_promise_or_an_exclamation_with_wont_refuses_no_option():
     turns were such sentences, and an agent is shown a rejected option as one it must not offer
     again. "won't" with a thing refused ("won't fly Ryanair", "won't give up my seat") still
     refuses it."""
-    for sentence in PROMISES_AND_EXCLAMATIONS:
+    for sentence in PROMISES_AND_EXCLAMATIONS + PROMISES_WORDED_OTHERWISE:
         assert categories.classify(sentence) is None, sentence
         facts = RulesExtractor().extract_sync(sentence, "Jon (4:04 pm on 20 January, 2023):").facts
         assert all(f.category == "DECLARATIVE" for f in facts), (sentence, facts)
@@ -175,6 +187,9 @@ def test_a_person_who_failed_something_reports_no_tool_failure():
         "Especially after I failed the military aptitude test recently, I've been feeling a bit stressed out.",
         "She failed her driving test twice.",
         "We failed the audit last year.",
+        "I've just failed the exam.",
+        "I also failed the test.",
+        "She's failing her classes.",
     ):
         assert categories.classify(sentence) is None, sentence
     for sentence in (
@@ -182,6 +197,8 @@ def test_a_person_who_failed_something_reports_no_tool_failure():
         "The payment failed.",
         "hotel_booking failed the request with a timeout.",
         "Sadly I failed.",
+        "They failed the request with a timeout.",  # "they" may be a service
+        "The server is failing the health checks.",
     ):
         assert categories.classify(sentence).category == "TOOL_FAILURE", sentence
 

@@ -264,3 +264,45 @@ def test_the_dense_legs_weight_follows_what_the_candidates_are():
     assert first_stage_weights(params, 0.0) == [1.0, 1.0]
     assert first_stage_weights(params, 1.0) == [params.turn_dense_weight, 1.0]
     assert first_stage_weights(params, 0.5)[0] == pytest.approx(0.5 + 0.5 * params.turn_dense_weight)
+
+
+@pytest.mark.parametrize("as_turns", [True, False])
+def test_weighing_the_legs_reads_no_more_rows_than_an_equal_fusion(real_embedder, as_turns):
+    """Telling turns from documents takes the rows a mode reads anyway: ppr and reconstruct read
+    every candidate's row in one round trip before the fusion, hybrid its answer's; over
+    documents no mode reads a row more than at equal weights, over turns hybrid at most one
+    round trip more (the lexical top that joins its answer)."""
+    question = "What did I adopt last week?"
+
+    async def main():
+        stages = InProcess(None, RulesExtractor(), real_embedder)
+        reads: list[int] = []
+        passages = stages.memory.passages
+
+        async def counted(tenant, passage_ids):
+            reads.append(len(passage_ids))
+            return await passages(tenant, passage_ids)
+
+        stages.memory.passages = counted  # type: ignore[method-assign]
+        try:
+            for i, text in enumerate(TURNS):
+                turn = {"session_id": "s1", "turn": i, "speaker": "Ann", "ts": 1_700_000_000 + 60 * i}
+                await stages.publish(f"t{i}", text, **(turn if as_turns else {}))
+            counts = {}
+            for mode in ("hybrid", "ppr", "reconstruct"):
+                for weight in (1.0, 0.75):
+                    reads.clear()
+                    body = {"mode": mode, "top_k": 3, "params": {"turn_dense_weight": weight, "first_stage_k": 4}}
+                    await stages.query(f"{question} ({mode} {weight})", **body)  # not a cached answer
+                    counts[(mode, weight)] = (len(reads), sum(reads))
+            return counts
+        finally:
+            await stages.close()
+
+    counts = run(main())
+    for mode in ("ppr", "reconstruct"):
+        assert counts[(mode, 0.75)] == counts[(mode, 1.0)], (mode, counts)
+    if as_turns:
+        assert counts[("hybrid", 0.75)][0] <= counts[("hybrid", 1.0)][0] + 1, counts
+    else:
+        assert counts[("hybrid", 0.75)] == counts[("hybrid", 1.0)], counts

@@ -8,9 +8,11 @@ A sentence's category is that of the first cue, in this precedence, whose patter
 1. TOOL_FAILURE — an HTTP error status ("HTTP 409", "409 Conflict", "status 503"), an error
    code in SCREAMING_SNAKE_CASE ("ROOM_UNAVAILABLE"), an exception name ("TimeoutError",
    "ConnectionRefusedError", "ReadTimeout"), or the words failed / failing / timed out /
-   errored / crashed / error(s) (not a person who failed something: "I failed the test").
+   errored / crashed / error(s) (not a person who failed or is failing something: "I failed the
+   test", "she's failing her classes").
 2. REJECTED_OPTION — "we won't", "I won't", "will not" (not a promise or an exclamation: "won't
-   believe", "won't forget", "won't give up", "won't let you down"), "refuse(d)", "rejected", "declined"
+   believe", "won't forget", "won't regret", "won't give up" / "won't quit" with nothing given up,
+   "won't let you down"), "refuse(d)", "rejected", "declined"
    (to do something, or an object: "the population declined" is no refusal), "ruled out",
    "don't want", "would rather not", "not an option", "out of the question", "no <X> please".
 3. HARD_CONSTRAINT — "cannot / must not / may not exceed", "at most", "no more than", "maximum
@@ -113,20 +115,29 @@ _NEVER_NOT_A_RULE = (
     r"say\s+never|fails?\s+to|ceases?\s+to)\b"
 )
 
-# "won't" that promises or exclaims: "you won't believe it", "I won't forget that", "I won't
-# give up / quit" (no object: "won't give up my seat", "won't quit my job" refuse one), "I won't
-# let you down" — 12 of the 13 REJECTED_OPTION facts the rules extractor made of the LoCoMo dev
-# turns; an agent is shown a rejected option as one not to offer again
+# "won't" that promises or exclaims: "you won't believe it", "I won't (ever) forget that", "I
+# won't give up / quit" with nothing given up ("I won't quit, no matter what", "I won't quit on
+# my dreams"; "won't give up my seat", "won't quit my job", "won't give up sugar" refuse one), "I
+# won't let you down" — 12 of the 13 REJECTED_OPTION facts the rules extractor made of the
+# LoCoMo dev turns; an agent is shown a rejected option as one not to offer again
 _PROMISE = (
-    r"(?:believe|forget|regret|(?:give\s+up|quit)(?!\s+(?:my|the|our|your|his|her|their|this|that|a|an|it|smoking)\b)"
-    r"|let\s+(?:\w+\s+){1,3}down)\b"
+    r"(?:(?:ever|even|really|just)\s+)?"
+    r"(?:(?:believe|forget|regret)\b"
+    r"|(?:give\s+up|quit)(?=\s*(?:[.!?,;:)—–-]|$)|\s+(?:on|now|yet|ever|no\s+matter|even|until|so)\b)"
+    r"|let\s+(?:[\w’']+\s+){1,4}down\b)"
 )
 
-# A person who failed something ("I failed the military aptitude test", "she failed her exam")
-# reports no tool's failure: a pronoun before "failed" and an object after it (the LoCoMo dev
-# turns' one TOOL_FAILURE). "I failed to book the hotel" and "the booking failed" still do.
-_NOT_AFTER_PERSON = "".join(f"(?<!\\b{person} )" for person in ("i", "we", "he", "she", "they", "you"))
-_AN_OBJECT = r"(?:the|an?|my|his|her|our|their|your|this|that|its)\b"
+# A person who failed something reports no tool's failure: "I failed the military aptitude
+# test" (the LoCoMo dev turns' one TOOL_FAILURE), "she's failing her classes", "I've just failed
+# the exam" — a person's pronoun (not "they": a service may be one), an auxiliary or an adverb,
+# then "failed" / "failing" with an object. "I failed to book the hotel", "Sadly I failed",
+# "the payment failed the check" still report a failure.
+_AN_OBJECT = r"(?:the|an?|my|his|her|our|their|your|this|that|these|those|its|some|any|all)\b"
+_A_PERSON_BEFORE = re.compile(
+    r"\b(?:i|we|he|she|you)(?:['’](?:ve|d|m|s|re)|\s+(?:have|has|had|am|is|are|was|were|will|would|did))?"
+    r"(?:\s+(?:just|also|already|never|once|recently|nearly|almost|totally|completely|really|still))?\s+$",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -135,10 +146,11 @@ class Cue:
     pattern: re.Pattern
     relation: str  # the trigger fact's relation; "" = the cue's own words ("must arrive", "never fly")
     side: str  # where the constrained / rejected / failed thing is written: AFTER, BEFORE or ITSELF
+    unless_after: re.Pattern | None = None  # no cue where the text before the match ends so
 
 
-def _cue(category: str, pattern: str, relation: str, side: str = AFTER) -> Cue:
-    return Cue(category, re.compile(pattern, re.IGNORECASE if side != ITSELF else 0), relation, side)
+def _cue(category: str, pattern: str, relation: str, side: str = AFTER, unless_after: re.Pattern | None = None) -> Cue:
+    return Cue(category, re.compile(pattern, re.IGNORECASE if side != ITSELF else 0), relation, side, unless_after)
 
 
 # In precedence order (topics.records.CATEGORY_PRECEDENCE; first match decides). Within a category, the more specific cue first.
@@ -148,10 +160,11 @@ CUES: tuple[Cue, ...] = (
     # "error" naming a measure ("the error rate must stay under 10%", "a margin of error") is no failure
     _cue(
         TOOL_FAILURE,
-        rf"{_NOT_AFTER_PERSON}\bfailed\b|\bfailed\b(?!\s+{_AN_OBJECT})|\b(?:failing|errored|crashed)\b"
+        rf"\b(?:failed|failing)\b(?!\s+{_AN_OBJECT})|\b(?:errored|crashed)\b"
         r"|(?<!margin of )\berrors?\b(?!\s+(?:rates?|margins?|bars?|bounds?|budgets?|terms?)\b)",
         "failed",
     ),
+    _cue(TOOL_FAILURE, rf"\b(?:failed|failing)\b(?=\s+{_AN_OBJECT})", "failed", unless_after=_A_PERSON_BEFORE),
     _cue(REJECTED_OPTION, r"\bno\s+(?P<object>[\w’'\- ]{1,40}?),?\s+please\b", "rejected"),
     _cue(
         REJECTED_OPTION,
@@ -211,7 +224,7 @@ def classify(sentence: str) -> Finding | None:
     """The category of `sentence` by the first cue that matches (CUES' order); None: DECLARATIVE."""
     for cue in CUES:
         for match in cue.pattern.finditer(sentence):
-            if cue.side != ITSELF and _in_title(sentence, match):
+            if _skipped(cue, sentence, match):
                 continue
             if cue.side == ITSELF:
                 return Finding(
@@ -234,9 +247,7 @@ def cues_in(sentence: str) -> frozenset[str]:
     """Every category some cue of `sentence` carries (not only the first by precedence): what
     the sentence can be said to state (workers.algorithms.grounding)."""
     return frozenset(
-        cue.category
-        for cue in CUES
-        if any(cue.side == ITSELF or not _in_title(sentence, m) for m in cue.pattern.finditer(sentence))
+        cue.category for cue in CUES if any(not _skipped(cue, sentence, m) for m in cue.pattern.finditer(sentence))
     )
 
 
@@ -257,6 +268,13 @@ def sentences(text: str) -> list[str]:
         out.append(text[start : end.start()])
         start = end.end()
     return out + [text[start:]]
+
+
+def _skipped(cue: Cue, sentence: str, match: re.Match) -> bool:
+    """Whether a cue's match is none: a cue word in a title, or after what the cue excludes."""
+    if cue.unless_after is not None and cue.unless_after.search(sentence, 0, match.start()):
+        return True
+    return cue.side != ITSELF and _in_title(sentence, match)
 
 
 def _in_title(sentence: str, match: re.Match) -> bool:

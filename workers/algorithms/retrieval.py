@@ -91,8 +91,8 @@ class RetrievalParams:
     first_stage_k: int = 30
     rrf_k: float = 1.0
     # The dense leg's weight in that fusion over conversation turns (the lexical leg's is 1, and
-    # the dense leg's over documents), in proportion to the share of turns among the legs' top
-    # (first_stage_weights). A turn is short and chatty, and its vector a weaker signal than its
+    # the dense leg's over documents), in proportion to the share of turns among the answer's
+    # top at equal weights (first_stage_weights). A turn is short and chatty, and its vector a weaker signal than its
     # words (LoCoMo dev R@5: dense 47.3, lexical 69.9); at equal weights each leg's top scores
     # the same and the dense one came first, so hybrid fell below lexical at R@2 and R@5
     # (44.2 / 68.8 against 51.3 / 69.9). At 0.75 the lexical top leads and the legs interleave
@@ -101,8 +101,8 @@ class RetrievalParams:
     # 50.8 / 75.0 / 83.0, 51.4 / 73.9 / 81.9; 0.75 → 46.2 / 71.2 / 80.6, 53.4 / 74.7 / 82.6,
     # 53.1 / 74.6 / 82.0; 0.6 → 50.7 / 71.7 / 81.2, 54.3 / 73.8 / 82.6, 54.8 / 73.8 / 82.8; 0.5 →
     # 52.1 / 71.9 / 80.3, 55.4 / 73.6 / 82.4, 55.9 / 74.2 / 82.2. Below 0.75 ppr loses at R@5;
-    # multi-hop questions (where a paraphrase finds the evidence) lose at every weight below 1
-    # (ppr R@5 31.8 → 29.6 at 0.75). Documents are not turns: MuSiQue and HotpotQA rank as at 1.
+    # its multi-hop questions (where a paraphrase finds the evidence) lose at every weight below
+    # 1 (R@5 31.8 → 29.6 at 0.75). Documents are not turns: MuSiQue and HotpotQA rank as at 1.
     turn_dense_weight: float = 0.75
     # PPR: the walk's ranking's weight in its fusion with the first stage's (weight 1), by what
     # the first stage's candidates are (walk_weight()): over documents the walk leads, over

@@ -14,6 +14,7 @@ from workers.algorithms.expiry import said_at, said_by
 from workers.algorithms.retrieval import (
     EPISODE_RADIUS,
     FirstStage,
+    RetrievalParams,
     cosines,
     episode_smoothing,
     first_stage_weights,
@@ -40,7 +41,8 @@ class FirstStageSearch:
         candidate's row too (graph modes read them for their episodes and their answer). With
         both, each leg's hits come with their rows (and the lexical leg's with their vectors)
         where the store reads them in the search's command (_dense, _lexical); what they lack
-        is read after the legs, vectors and rows in one round trip."""
+        is read after the legs, vectors and rows in one round trip, before the fusion: over
+        conversation turns the legs weigh apart (turn_dense_weight, _leg_weights)."""
         k = max(request.params.first_stage_k, request.top_k)
         tenant, reading = request.tenant, with_rows and with_cosines and vector is not None
         dense, lexical = await asyncio.gather(
@@ -55,30 +57,26 @@ class FirstStageSearch:
                 [h for h in dense if _said(rows, h.id, request.as_of)],
                 [h for h in lexical if _said(rows, h.id, request.as_of)],
             )
-        weights = [1.0, 1.0]
-        if request.params.turn_dense_weight != 1.0 and (dense or lexical):
-            weights, rows = await self._leg_weights(request, dense, lexical, rows)
-        fused = fuse([[h.id for h in dense], [h.id for h in lexical]], request.params.rrf_k, weights)
+        legs = [[h.id for h in dense], [h.id for h in lexical]]
+        candidates = list(dict.fromkeys(legs[0] + legs[1]))  # the fused ones, at any weights
         similarity = {h.id: h.score for h in dense}
-        ids = [pid for pid, _ in fused]
         vectors = {pid: hit.vector for pid, hit in read.items() if hit.vector is not None}
         _, rows = await asyncio.gather(
-            self.add_cosines(tenant, ids, vector, similarity, vectors) if with_cosines else ready(None),
-            self.read_rows(tenant, [pid for pid in ids if pid not in read], rows) if with_rows else ready(rows),
+            self.add_cosines(tenant, candidates, vector, similarity, vectors) if with_cosines else ready(None),
+            self.read_rows(tenant, [pid for pid in candidates if pid not in read], rows) if with_rows else ready(rows),
         )
+        fused = fuse(legs, request.params.rrf_k)
+        if request.params.turn_dense_weight != 1.0 and fused:
+            # over conversation turns the legs weigh apart: the rows of the answer's top say
+            # which it holds (hybrid reads them here, as its answer would; over documents
+            # nothing changes and nothing more is read)
+            top = [pid for pid, _ in fused[: request.top_k]]
+            if not with_rows:
+                rows = await self.read_rows(tenant, top, rows)
+            weights = _leg_weights(request.params, top, rows)
+            if weights != [1.0, 1.0]:
+                fused = fuse(legs, request.params.rrf_k, weights)
         return FirstStage(dense, lexical, fused, similarity, rows=rows)
-
-    async def _leg_weights(
-        self, request: QueryRequest, dense: list[Hit], lexical: list[Hit], rows: dict[str, dict]
-    ) -> tuple[list[float], dict[str, dict]]:
-        """The legs' fusion weights (first_stage_weights) by the share of conversation turns
-        among each leg's top `top_k` — the passages an answer is made of, whose rows it reads
-        anyway (hybrid reads them here, in one round trip; a graph mode has them from its
-        search) — and the rows, with those read."""
-        sample = list(dict.fromkeys(h.id for h in dense[: request.top_k] + lexical[: request.top_k]))
-        rows = await self.read_rows(request.tenant, sample, rows)
-        turns = sum(1 for pid in sample if pid in rows and session_turn(rows[pid].get("metadata") or {}) is not None)
-        return first_stage_weights(request.params, turns / len(sample)), rows
 
     async def _dense(self, tenant: str, vector, k: int, reading: bool) -> list[Hit]:
         """The dense leg; `reading` (a graph mode): each hit with its row where the store reads
@@ -174,6 +172,16 @@ class FirstStageSearch:
         similarity = dict(first.cosines)
         await self.add_cosines(request.tenant, new, vector, similarity)
         return FirstStage(first.dense, first.lexical, smoothed, similarity, turn_share, rows)
+
+
+def _leg_weights(params: RetrievalParams, top: list[str], rows: dict[str, dict]) -> list[float]:
+    """The legs' fusion weights (first_stage_weights) by the share of conversation turns among
+    the passages of `top` still in memory (their rows)."""
+    held = [pid for pid in top if pid in rows]
+    if not held:
+        return [1.0, 1.0]
+    turns = sum(1 for pid in held if session_turn(rows[pid].get("metadata") or {}) is not None)
+    return first_stage_weights(params, turns / len(held))
 
 
 async def ready(value):
