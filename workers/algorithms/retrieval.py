@@ -143,8 +143,11 @@ class RetrievalParams:
     # 79.5 / 92.5; reconstruct 79.0 / 91.5, 78.5 / 92.0 (at 1). Over conversation turns (no
     # title; tried without that condition) LoCoMo dev ppr R@5 fell 65.8 → 65.4: titled tops only.
     bridge_passages: int = 1
-    # Graph modes: temporal contiguity (episode_smoothing; 0.25 is the largest weight that kept
-    # LoCoMo dev's multi-hop questions at or above hybrid); 0 turns it off.
+    # Graph modes: temporal contiguity (episode_smoothing; 0.25 was the largest weight that kept
+    # LoCoMo dev's multi-hop questions at or above hybrid); 0 turns it off. With the lexical leg
+    # leading over turns (turn_dense_weight 0.75), ppr R@2 / R@5 / R@10 at 0.1, 0.15, 0.2, 0.25:
+    # 52.2 / 75.0 / 82.4, 52.7 / 74.9 / 82.8, 53.2 / 74.8 / 82.9, 53.4 / 74.7 / 82.6 — within
+    # two questions; multi-hop R@5 31.3, 30.0, 29.3, 29.6 against hybrid's 30.9.
     episode_weight: float = 0.25
     # Graph modes: a turn that meets the question's time cue (workers.algorithms.time_cue)
     # scores × (1 + time_weight); 0 turns it off. Measured on LoCoMo dev, PPR R@5 / R@10 overall
