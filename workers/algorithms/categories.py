@@ -105,10 +105,10 @@ _EPISTEMIC_MUST = (
     rf"|\s+be\s+(?:(?:so|such|really|very|quite|pretty|super|totally|incredibly)\s+)?(?:an?\s+)?(?:{_FEELING})\b"
     r"|\s+(?:feel|mean)\b"
 )
-# "never" after a perfect's auxiliary ("I've never", "she has never"): fixed-width look-behinds,
-# case-blind as the cues are ("I'd never fly Ryanair", "Let's never book it" are rules: 'd and 's
-# are more often "would", "us" and "is")
-_NOT_AFTER_PERFECT = "".join(f"(?<!{aux} )" for aux in ("have", "has", "had", "'ve", "’ve"))
+# "never" right after a perfect's auxiliary ("I've never", "she has never"), case-blind as the
+# cues are ("I'd never fly Ryanair", "Let's never book it" are rules: 'd and 's are more often
+# "would", "us" and "is")
+_A_PERFECT_BEFORE = re.compile(r"(?:have|has|had|'ve|’ve) $", re.IGNORECASE)
 _NEVER_NOT_A_RULE = (
     r"(?:been|had|seen|heard|tried|saw|forget|forgot|forgotten|know|knew|thought|imagined|expected|realized|"
     r"realised|believe|believed|dreamed|dreamt|guessed|give\s+up|gave\s+up|lose\s+hope|stop\s+believing|"
@@ -202,7 +202,7 @@ CUES: tuple[Cue, ...] = (
     _cue(HARD_CONSTRAINT, r"\b(?:no earlier than|not earlier than)\b", "no earlier than"),
     _cue(HARD_CONSTRAINT, r"\bbudget\s*(?:of|is|was|will be|=|:)", "budget of"),
     _cue(HARD_CONSTRAINT, rf"\bmust(?!{_EPISTEMIC_MUST})(?:\s+not|n't|n’t)?\s+[a-z]+", ""),
-    _cue(HARD_CONSTRAINT, rf"{_NOT_AFTER_PERFECT}\bnever\s+(?!{_NEVER_NOT_A_RULE})[a-z]+", ""),
+    _cue(HARD_CONSTRAINT, rf"\bnever\s+(?!{_NEVER_NOT_A_RULE})[a-z]+", "", unless_after=_A_PERFECT_BEFORE),
     _cue(HARD_CONSTRAINT, r"\b(?:required|mandatory|not allowed|forbidden|prohibited)\b", "required", BEFORE),
     _cue(HARD_CONSTRAINT, r"\b(?:can|could|will|would|should|may|must)\s+only\b|(?:^|[,:;(]\s*)only\b", "only"),
 )

@@ -90,19 +90,19 @@ class RetrievalParams:
     # one keeps each leg's top. first_stage_k 20–50 changes R@5 by ≤ 0.6.
     first_stage_k: int = 30
     rrf_k: float = 1.0
-    # The dense leg's weight in that fusion over conversation turns (the lexical leg's is 1, and
-    # the dense leg's over documents), in proportion to the share of turns among the answer's
-    # top at equal weights (first_stage_weights). A turn is short and chatty, and its vector a weaker signal than its
-    # words (LoCoMo dev R@5: dense 47.3, lexical 69.9); at equal weights each leg's top scores
-    # the same and the dense one came first, so hybrid fell below lexical at R@2 and R@5
-    # (44.2 / 68.8 against 51.3 / 69.9). At 0.75 the lexical top leads and the legs interleave
-    # below it. LoCoMo dev (in memory, R@2 / R@5 / R@10): 1 → hybrid 44.2 / 68.8 / 80.8, ppr
-    # 50.5 / 74.5 / 82.5, reconstruct 50.7 / 73.7 / 81.7; 0.95 (ties alone) → 45.3 / 70.0 / 80.5,
-    # 50.8 / 75.0 / 83.0, 51.4 / 73.9 / 81.9; 0.75 → 46.2 / 71.2 / 80.6, 53.4 / 74.7 / 82.6,
-    # 53.1 / 74.6 / 82.0; 0.6 → 50.7 / 71.7 / 81.2, 54.3 / 73.8 / 82.6, 54.8 / 73.8 / 82.8; 0.5 →
-    # 52.1 / 71.9 / 80.3, 55.4 / 73.6 / 82.4, 55.9 / 74.2 / 82.2. Below 0.75 ppr loses at R@5;
-    # its multi-hop questions (where a paraphrase finds the evidence) lose at every weight below
-    # 1 (R@5 31.8 → 29.6 at 0.75). Documents are not turns: MuSiQue and HotpotQA rank as at 1.
+    # The dense leg's weight in that fusion over conversation turns (the lexical leg's is 1, and the
+    # dense leg's over documents), in proportion to the share of turns among the answer's top at
+    # equal weights (first_stage_weights). A turn is short and chatty, and its vector a weaker
+    # signal than its words (LoCoMo dev R@5: dense 47.3, lexical 69.9); at equal weights each leg's
+    # top scores the same and the dense one came first, so hybrid fell below lexical at R@2 and R@5
+    # (44.2 / 68.8 against 51.3 / 69.9). At 0.75 the lexical top leads and the legs interleave below
+    # it. LoCoMo dev (in memory, R@2 / R@5 / R@10): 1 → hybrid 44.2 / 68.8 / 80.8, ppr 50.5 / 74.5 /
+    # 82.5, reconstruct 50.7 / 73.7 / 81.7; 0.95 (ties alone) → 45.3 / 70.0 / 80.5, 50.8 / 75.0 /
+    # 83.0, 51.4 / 73.9 / 81.9; 0.75 → 46.2 / 71.2 / 80.6, 53.4 / 74.7 / 82.6, 53.1 / 74.6 / 82.0;
+    # 0.6 → 50.7 / 71.7 / 81.2, 54.3 / 73.8 / 82.6, 54.8 / 73.8 / 82.8; 0.5 → 52.1 / 71.9 / 80.3,
+    # 55.4 / 73.6 / 82.4, 55.9 / 74.2 / 82.2. Below 0.75 ppr loses at R@5; its multi-hop questions
+    # (where a paraphrase finds the evidence) lose at every weight below 1 (R@5 31.8 → 29.6 at
+    # 0.75). Documents are not turns: MuSiQue and HotpotQA rank as at 1.
     turn_dense_weight: float = 0.75
     # PPR: the walk's ranking's weight in its fusion with the first stage's (weight 1), by what
     # the first stage's candidates are (walk_weight()): over documents the walk leads, over
@@ -437,26 +437,32 @@ def fuse_walk(first: list[str], walked: list[str], params: RetrievalParams, weig
     return keep_first(fuse([first, walked], params.rrf_k, [1.0, weight]), first, params.first_kept)
 
 
+def by_turn_share(documents: float, turns: float, turn_share: float) -> float:
+    """A weight that is `documents` over documents and `turns` over conversation turns, in
+    proportion to the share of the candidates that are turns: the one formula of the weights
+    that follow what the candidates are."""
+    return documents * (1.0 - turn_share) + turns * turn_share
+
+
 def first_stage_weights(params: RetrievalParams, turn_share: float) -> list[float]:
     """The first stage's fusion weights, [dense, lexical]: the dense leg weighs 1 over documents
-    and `turn_dense_weight` over conversation turns, in proportion to the share of the legs'
-    candidates that are turns; the lexical leg weighs 1."""
-    return [(1.0 - turn_share) + params.turn_dense_weight * turn_share, 1.0]
+    and `turn_dense_weight` over conversation turns, in proportion to the share of the answer's
+    top that are turns; the lexical leg weighs 1."""
+    return [by_turn_share(1.0, params.turn_dense_weight, turn_share), 1.0]
 
 
 def link_weight(params: RetrievalParams, turn_share: float) -> float:
     """The seed weight of an entity the query names (at idf 1): `link_weight` over documents
     where `entity_links` is on, `turn_link_weight` over conversation turns, in proportion to the
     share of the first stage's candidates that are turns."""
-    documents = params.link_weight if params.entity_links else 0.0
-    return documents * (1.0 - turn_share) + params.turn_link_weight * turn_share
+    return by_turn_share(params.link_weight if params.entity_links else 0.0, params.turn_link_weight, turn_share)
 
 
 def walk_weight(params: RetrievalParams, turn_share: float) -> float:
     """The walk's weight in its fusion with the first stage: `walk_weight` over documents,
     `turn_walk_weight` over conversation turns, in proportion to the share of the first stage's
     candidates that are turns."""
-    return params.walk_weight * (1.0 - turn_share) + params.turn_walk_weight * turn_share
+    return by_turn_share(params.walk_weight, params.turn_walk_weight, turn_share)
 
 
 def rank_passages(
