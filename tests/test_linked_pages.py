@@ -12,7 +12,7 @@ from tests import inprocess
 from tests.inprocess import answers_to, doc_ids
 from workers.algorithms.retrieval import NO_LINKS, RetrievalParams
 from workers.algorithms.subjects import bridge_passages, linked_pages, named_pages
-from workers.query.links import links_of_top
+from workers.query.links import links_of_top, with_links
 from workers.query.request import QueryRequest
 
 real_embedder = inprocess.real_embedder  # the fixture, for this module's tests
@@ -264,3 +264,29 @@ def test_a_bridge_is_a_current_passage_of_another_page_not_kept_in_place():
     assert bridge_passages(RIVER_QUESTION, {"limpopo"}, four, holding, set(), 1) == ["limpopo"]
     holding["angel"] = {"limpopo"}
     assert bridge_passages(RIVER_QUESTION, {"limpopo"}, four, holding, set(), 1) == []
+
+
+def test_the_pages_go_below_as_many_passages_as_the_walks_fusion_kept():
+    """In a tenant of turns and titled documents, the walk's fusion keeps the first stage's top
+    two where most candidates are turns (retrieval.kept_first): the top passage's pages go below
+    both, not between them, and with none kept there are none."""
+    memory = SubjectsOnly(
+        {
+            "film-1": ("Harbour Lights", ["harbour_lights", "ottilie_brandvold", "varnes"]),
+            "turn-1": (None, ["varnes"]),
+            "director": ("Ottilie Brandvold", ["ottilie_brandvold"]),
+            "port": ("Varnes", ["varnes"]),
+        }
+    )
+    first = ["film-1", "turn-1", "director", "port"]
+    ranked = [("film-1", 1.0), ("turn-1", 0.5), ("director", 0.4), ("port", 0.3)]
+    rows = {pid: {"id": pid, "subject": memory.passages[pid][0]} for pid in first}
+
+    def answer(kept: int, **params) -> list[str]:
+        request = QueryRequest("Where was it shot?", "t", 5, "ppr", RetrievalParams(**params))
+        return [pid for pid, _ in asyncio.run(with_links(memory, request, first, ranked, rows, kept))]
+
+    assert answer(1) == ["film-1", "director", "port", "turn-1"]
+    assert answer(2) == ["film-1", "turn-1", "director", "port"]
+    assert answer(2, first_kept=0) == ["film-1", "turn-1", "director", "port"]  # what the fusion kept counts
+    assert answer(0) == first

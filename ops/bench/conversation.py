@@ -163,11 +163,11 @@ ABLATIONS: dict[str, tuple[QueryMode, dict[str, float | bool]]] = {
     "ppr, walk weight 8": ("ppr", {"turn_walk_weight": 8.0}),
     "ppr, no entity links": ("ppr", {"turn_link_weight": 0.0}),
     "ppr, no time cue": ("ppr", {"time_weight": 0.0}),
-    "ppr, first_kept 0": ("ppr", {"first_kept": 0}),
+    "ppr, first_kept 0": ("ppr", {"first_kept": 0, "turn_first_kept": 0}),
     "reconstruct, no episodes": ("reconstruct", {"episode_weight": 0.0}),
     "reconstruct, no time cue": ("reconstruct", {"time_weight": 0.0}),
     "reconstruct, no walk": ("reconstruct", {"read_weight": 0.0, **NO_LINKS}),
-    "reconstruct, first_kept 0": ("reconstruct", {"first_kept": 0}),
+    "reconstruct, first_kept 0": ("reconstruct", {"first_kept": 0, "turn_first_kept": 0}),
 }
 
 

@@ -58,6 +58,7 @@ PARAM_RANGES = {
     "turn_walk_weight": Range(0.0, 100.0),
     "read_weight": Range(0.0, 100.0),
     "first_kept": Range(0, 50),
+    "turn_first_kept": Range(0, 50),
     "named_pages": Range(0, 10),
     "linked_pages": Range(0, 10),
     "bridge_passages": Range(0, 10),
@@ -123,8 +124,20 @@ class RetrievalParams:
     # 64.5 / 84.0; at 0.5 46.6 / 65.7 and 62.5 / 85.0; at 1 47.1 / 64.0 and 62.5 / 82.5; at 8
     # 47.1 / 59.4 and 61.0 / 78.0.
     read_weight: float = 0.25
-    # ppr and reconstruct: the first stage's top passages the walk's fusion keeps in place (keep_first).
+    # ppr and reconstruct: the first stage's top passages the walk's fusion keeps in place
+    # (keep_first): `first_kept` over documents, `turn_first_kept` over conversation turns, by the
+    # share of the candidates that are turns (kept_first). Over documents the walk and the pages
+    # find the second hop at rank 2: keeping two costs ppr R@2 on MuSiQue-100 60.5 → 48.3 and on
+    # HotpotQA-100 80.5 → 65.5 (bench recall, first_kept_2). Over turns
+    # the walk re-ranks (weight 0.25), and where it changed the second passage (44 of LoCoMo
+    # dev's 495 questions) the first stage's was more often the evidence (kept: ppr R@2 better
+    # on 5, worse on 3; reconstruct on 10 and 5). LoCoMo dev R@2 / R@5 / R@10 with one kept: ppr
+    # 53.4 / 74.7 / 82.6, reconstruct 53.1 / 74.6 / 82.0, against the first stage with episodes
+    # and the time cue alone (no walk) 54.0 / 74.8 / 82.5; with two, ppr 54.0 / 74.7 / 82.6 and
+    # reconstruct 54.0 / 74.6 / 82.0 (multi-hop R@2 17.2 → 16.5 in ppr); with three, ppr as
+    # with two.
     first_kept: int = 1
+    turn_first_kept: int = 2
     # ppr and reconstruct over titled documents (workers.algorithms.subjects): right below the
     # kept top passage (none where first_kept is 0: the pages are that passage's), at most
     # `named_pages` pages whose subject the question names, then at most `linked_pages` pages
@@ -431,10 +444,13 @@ def keep_first(
     return kept_scores[::-1] + rest
 
 
-def fuse_walk(first: list[str], walked: list[str], params: RetrievalParams, weight: float) -> list[tuple[str, float]]:
+def fuse_walk(
+    first: list[str], walked: list[str], params: RetrievalParams, weight: float, kept: int
+) -> list[tuple[str, float]]:
     """The first stage's ranking fused with a walk's of this weight (fuse), the first stage's top
-    `params.first_kept` kept in place (keep_first): ppr's and reconstruct's answer."""
-    return keep_first(fuse([first, walked], params.rrf_k, [1.0, weight]), first, params.first_kept)
+    `kept` passages kept in place (keep_first; kept_first says how many): ppr's and
+    reconstruct's answer."""
+    return keep_first(fuse([first, walked], params.rrf_k, [1.0, weight]), first, kept)
 
 
 def by_turn_share(documents: float, turns: float, turn_share: float) -> float:
@@ -449,6 +465,13 @@ def first_stage_weights(params: RetrievalParams, turn_share: float) -> list[floa
     and `turn_dense_weight` over conversation turns, in proportion to the share of the answer's
     top that are turns; the lexical leg weighs 1."""
     return [by_turn_share(1.0, params.turn_dense_weight, turn_share), 1.0]
+
+
+def kept_first(params: RetrievalParams, turn_share: float) -> int:
+    """How many of the first stage's top passages the walk's fusion keeps in place: `first_kept`
+    over documents, `turn_first_kept` over conversation turns, in proportion to the share of the
+    first stage's candidates that are turns (to the nearest whole passage, a half up)."""
+    return math.floor(by_turn_share(params.first_kept, params.turn_first_kept, turn_share) + 0.5)
 
 
 def link_weight(params: RetrievalParams, turn_share: float) -> float:

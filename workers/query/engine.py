@@ -8,10 +8,10 @@ first stage alone; reconstruct's walk is workers.query.reconstruct's.
 PPR mode (docs/architecture.md §5): KNN over stable schemas and active facts, and the first stage, in
 parallel with the graph catch-up, the structure-aware reset vector (`workers.algorithms.retrieval`),
 PPR over the cached graph (`workers.query.graph_cache`), then the first stage's ranking fused with
-the walk's (fuse_walk), so the walk re-ranks the first stage below its top passage and top_k is
-always filled; over titled documents the pages a subject joins to the question and to that
-passage, and the first stage's best passage sharing a bridge name with it, come right below it
-(workers.query.links). When no schema or fact passes τ_q the answer is the first stage's, with
+the walk's (fuse_walk), so the walk re-ranks the first stage below its top passage (its top two
+over conversation turns: `turn_first_kept`) and top_k is always filled; over titled documents
+the pages a subject joins to the question and to that passage, and the first stage's best
+passage sharing a bridge name with it, come right below the kept passages (workers.query.links). When no schema or fact passes τ_q the answer is the first stage's, with
 those links, and says so (`"fallback": "first_stage"`). Answers are cached by
 (tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
 embedding lookup and one XREAD.
@@ -48,6 +48,7 @@ from workers.algorithms.retrieval import (
     SchemaHit,
     Seeds,
     fuse_walk,
+    kept_first,
     link_weight,
     linked_weights,
     rank_passages,
@@ -292,8 +293,9 @@ class QueryEngine:
         timings["seed"] = _ms(t)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers,
             # with the top passage's links below it
+            kept = kept_first(params, first.turn_share)
             fused = await with_links(
-                self.memory, request, first_ids, first.fused, first.rows, functools.partial(_entities_in, graph)
+                self.memory, request, first_ids, first.fused, first.rows, kept, functools.partial(_entities_in, graph)
             )
             result = await self._first_stage_only(request, vector, timings, dataclasses.replace(first, fused=fused))
             result.fallback = "first_stage"
@@ -313,9 +315,10 @@ class QueryEngine:
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
         walked = [node_id(node) for node, _ in walk.passages]
-        ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share))
+        kept = kept_first(params, first.turn_share)
+        ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share), kept)
         ranked = await with_links(
-            self.memory, request, first_ids, ranked, first.rows, functools.partial(_entities_in, graph)
+            self.memory, request, first_ids, ranked, first.rows, kept, functools.partial(_entities_in, graph)
         )
         scores, top_entities = walk.ppr.scores, walk.entities
         entity_ids = [node_id(graph.graph.names[i]) for i in top_entities]

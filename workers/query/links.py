@@ -27,14 +27,17 @@ async def with_links(
     first: list[str],
     ranked: list[tuple[str, float]],
     rows: dict[str, dict],
+    kept: int,
     entities_in: Callable[[str], list[str] | None] | None = None,
 ) -> list[tuple[str, float]]:
     """`ranked` (ppr's or reconstruct's ranking, or the first stage's where ppr's walk had no
-    seed) with what links_of_top finds right below the first stage's kept top passage
-    (keep_first); the top passage's row is `rows`' (`first`: the first stage's ranking)."""
+    seed) with what links_of_top finds right below the first stage's `kept` top passages, kept
+    in place (keep_first; retrieval.kept_first: as many as the walk's fusion keeps); the top
+    passage's row is `rows`' (`first`: the first stage's ranking)."""
     top_row = rows.get(first[0]) if first else None
-    links = await links_of_top(memory, request, top_row, [pid for pid, _ in ranked], rows, first, entities_in)
-    return keep_first(ranked, first, request.params.first_kept, links) if links else ranked
+    ranked_ids = [pid for pid, _ in ranked]
+    links = await links_of_top(memory, request, top_row, ranked_ids, rows, first, entities_in, kept)
+    return keep_first(ranked, first, kept, links) if links else ranked
 
 
 async def links_of_top(
@@ -45,6 +48,7 @@ async def links_of_top(
     rows: dict[str, dict],
     first: Sequence[str] = (),
     entities_in: Callable[[str], list[str] | None] | None = None,
+    kept: int | None = None,
 ) -> list[str]:
     """The pages the question names, then those `top_row` (the first stage's top passage's row)
     links to, among `ranked`'s first `first_stage_k` (a mode's ranking, best first; at most
@@ -59,20 +63,22 @@ async def links_of_top(
     (passage id → its entity ids, None where unknown: ppr's cached graph) does not have — asked
     only of a titled top passage. A subject is matched by its name's entity id: an alias the
     resolver merged into another entity names that one in the passages' entities, not in the
-    subject, and is neither named nor linked."""
+    subject, and is neither named nor linked. `kept`: how many of `first` are kept in place above
+    them (`first_kept` where not given)."""
     params = request.params
-    if params.first_kept <= 0 or max(params.named_pages, params.linked_pages, params.bridge_passages) <= 0:
+    kept = params.first_kept if kept is None else kept
+    if kept <= 0 or max(params.named_pages, params.linked_pages, params.bridge_passages) <= 0:
         return []  # (they are the kept top passage's links: with none kept, none)
     if not top_row or not top_row.get("subject"):
         return []
     top, candidates = top_row["id"], ranked[: params.first_stage_k]
     unread = [pid for pid in candidates if pid not in rows]
-    own, kept = _subject_id(top_row["subject"]), set(first[: params.first_kept])
+    own, held = _subject_id(top_row["subject"]), set(first[:kept])
     # a bridge is a current passage (its row read) of another page, not one kept in place
     bridged = [
         pid
         for pid in (first[: params.first_stage_k] if params.bridge_passages > 0 else ())
-        if pid in rows and pid not in kept and _subject_id(rows[pid].get("subject")) != own
+        if pid in rows and pid not in held and _subject_id(rows[pid].get("subject")) != own
     ]
     asked = ([top] if params.linked_pages > 0 or bridged else []) + bridged
     known = {pid: found for pid in asked if entities_in is not None and (found := entities_in(pid)) is not None}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from store.records import is_current
 from workers.algorithms.expiry import said_by
 from workers.algorithms.reconstruction import Cue, Stop
-from workers.algorithms.retrieval import fuse_walk
+from workers.algorithms.retrieval import fuse_walk, kept_first
 from workers.query.answers import (
     BudgetView,
     CueView,
@@ -35,10 +35,11 @@ async def walk_result(
     walked = list(walk.read)
     params = walk.request.params
     first = [pid for pid, _ in walk.first.fused]
-    ranked = fuse_walk(first, walked, params, params.read_weight)
+    kept = kept_first(params, walk.first.turn_share)
+    ranked = fuse_walk(first, walked, params, params.read_weight, kept)
     known = {**walk.first.rows, **walk.read}
     # the pages the question names and the top passage links to, and its bridge passage, right below it
-    ranked = await with_links(walk.memory, walk.request, first, ranked, known)
+    ranked = await with_links(walk.memory, walk.request, first, ranked, known, kept)
     ranked = ranked[: walk.request.top_k + len(walked)]
     missing = [pid for pid, _ in ranked if pid not in known]
     rows = {
