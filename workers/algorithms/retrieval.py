@@ -125,17 +125,17 @@ class RetrievalParams:
     # 47.1 / 59.4 and 61.0 / 78.0.
     read_weight: float = 0.25
     # ppr and reconstruct: the first stage's top passages the walk's fusion keeps in place
-    # (keep_first): `first_kept` over documents, `turn_first_kept` over conversation turns, by the
-    # share of the candidates that are turns (kept_first). Over documents the walk and the pages
-    # find the second hop at rank 2: keeping two costs ppr R@2 on MuSiQue-100 60.5 → 48.3 and on
-    # HotpotQA-100 80.5 → 65.5 (bench recall, first_kept_2). Over turns
-    # the walk re-ranks (weight 0.25), and where it changed the second passage (44 of LoCoMo
-    # dev's 495 questions) the first stage's was more often the evidence (kept: ppr R@2 better
-    # on 5, worse on 3; reconstruct on 10 and 5). LoCoMo dev R@2 / R@5 / R@10 with one kept: ppr
-    # 53.4 / 74.7 / 82.6, reconstruct 53.1 / 74.6 / 82.0, against the first stage with episodes
-    # and the time cue alone (no walk) 54.0 / 74.8 / 82.5; with two, ppr 54.0 / 74.7 / 82.6 and
-    # reconstruct 54.0 / 74.6 / 82.0 (multi-hop R@2 17.2 → 16.5 in ppr); with three, ppr as
-    # with two.
+    # (keep_first): `first_kept` over documents, `turn_first_kept` over conversation turns, by
+    # the share of the candidates that are turns (kept_first). Over documents the walk and the
+    # pages find the second hop at rank 2: keeping two costs ppr R@2 on MuSiQue-100 60.5 → 48.3
+    # and on HotpotQA-100 80.5 → 65.5 (bench recall, first_kept_2). Over turns the walk
+    # re-ranks (weight 0.25), and where it changed the second passage (44 of LoCoMo dev's 495
+    # questions) the first stage's was more often the evidence (kept: ppr R@2 better on 5,
+    # worse on 3; reconstruct on 10 and 5). LoCoMo dev R@2 / R@5 / R@10 with one kept:
+    # ppr 53.4 / 74.7 / 82.6, reconstruct 53.1 / 74.6 / 82.0, against the first stage with
+    # episodes and the time cue alone (no walk) 54.0 / 74.8 / 82.5; with two, ppr
+    # 54.0 / 74.7 / 82.6 and reconstruct 54.0 / 74.6 / 82.0 (multi-hop R@2 17.2 → 16.5 in ppr);
+    # with three, ppr as with two.
     first_kept: int = 1
     turn_first_kept: int = 2
     # ppr and reconstruct over titled documents (workers.algorithms.subjects): right below the

@@ -11,10 +11,11 @@ PPR over the cached graph (`workers.query.graph_cache`), then the first stage's 
 the walk's (fuse_walk), so the walk re-ranks the first stage below its top passage (its top two
 over conversation turns: `turn_first_kept`) and top_k is always filled; over titled documents
 the pages a subject joins to the question and to that passage, and the first stage's best
-passage sharing a bridge name with it, come right below the kept passages (workers.query.links). When no schema or fact passes τ_q the answer is the first stage's, with
-those links, and says so (`"fallback": "first_stage"`). Answers are cached by
-(tenant, query, parameters, graph state): a repeated query on an unchanged graph costs the
-embedding lookup and one XREAD.
+passage sharing a bridge name with it, come right below the kept passages
+(workers.query.links). When no schema or fact passes τ_q the answer is the first stage's, with
+those links, and says so (`"fallback": "first_stage"`). Answers are cached by (tenant, query,
+parameters, graph state): a repeated query on an unchanged graph costs the embedding lookup and
+one XREAD.
 
 A request's work is bounded: it is validated before anything runs (workers.query.request), and
 PPR with the ranking over its scores runs on a thread of its own, off the event loop that serves
@@ -291,9 +292,9 @@ class QueryEngine:
             linked,
         )
         timings["seed"] = _ms(t)
+        kept = kept_first(params, first.turn_share)
         if seeds is None:  # nothing in memory is close enough to guide the walk: the first stage answers,
             # with the top passage's links below it
-            kept = kept_first(params, first.turn_share)
             fused = await with_links(
                 self.memory, request, first_ids, first.fused, first.rows, kept, functools.partial(_entities_in, graph)
             )
@@ -315,7 +316,6 @@ class QueryEngine:
         timings["ppr"] = _ms(t)
         t = time.perf_counter()
         walked = [node_id(node) for node, _ in walk.passages]
-        kept = kept_first(params, first.turn_share)
         ranked = fuse_walk(first_ids, walked, params, walk_weight(params, first.turn_share), kept)
         ranked = await with_links(
             self.memory, request, first_ids, ranked, first.rows, kept, functools.partial(_entities_in, graph)

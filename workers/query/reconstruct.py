@@ -50,8 +50,8 @@ hybrid of BM25 and dense) fused with the walk's, the passages read in reading or
 (`read_weight`, workers.algorithms.retrieval.fuse_walk): the walk re-ranks the first stage below
 its top passage (`first_kept`; its top two over conversation turns, `turn_first_kept`) and never
 empties it, and top_k is always filled ("via": "walk" for a passage the walk read,
-"first_stage" for the rest). The query cue's passages are the first
-stage's top, with their cosines to the query.
+"first_stage" for the rest). The query cue's passages are the first stage's top, with their
+cosines to the query.
 
 Here the mode (`Reconstructor`: its router and default budget); one query's walk in
 workers.query.reconstruct_walk, the routers in workers.query.routing, the answer a walk gives in
