@@ -224,6 +224,10 @@ def test_a_large_tenant_resharded_gets_its_own_indexes_again_on_its_new_shard(re
                 memory.stage_passage(pipe, tenant, _chunk(tenant, i, f"harbour lantern number {i}"), [], vector)
             await pipe.execute()
             await memory._promote_if_large(tenant)
+            # the check ensure_indexes started may have counted the passages and be promoting too:
+            # done before the move (one the move cuts fails, and the check below would start none
+            # while it runs; before that failure it waited without end, CI hung 600 s)
+            await asyncio.gather(*memory._promotions.values())
             assert isinstance(await memory.vector_searchable(tenant, "passages", 8), OwnVectorIndex)
             query = vectors[7] + 0.01
             dense = [h.id for h in await memory.knn(tenant, "passages", query, 5, [])]
@@ -243,6 +247,59 @@ def test_a_large_tenant_resharded_gets_its_own_indexes_again_on_its_new_shard(re
             assert isinstance(await memory.vector_searchable(tenant, "passages", 8), OwnVectorIndex)
             assert [h.id for h in await memory.knn(tenant, "passages", query, 5, [])] == dense
             assert [h.id for h in await memory.lexical(tenant, "lantern number 7", 5)] == lexical
+        finally:
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def test_a_vector_promotion_the_tenants_slot_moves_under_fails_and_the_next_check_promotes_there(
+    redis_cluster_url,
+):
+    """The tenant's slot moves to another shard between an own index's FT.CREATE and the end of its
+    scan: the promotion asked the tenant's server — the new shard by then, which never had the
+    index — for it without end, and the writer started no other promotion of the tenant while it
+    ran (CI hung 600 s). Now it fails on the shard it began on (MOVED), and the writer's next check
+    makes every own index on the new shard."""
+    import numpy as np
+
+    from store import Memory
+    from store.indexes import OwnVectorIndex
+    from tests.test_lexical_index import _chunk
+
+    tenant = f"cut-{uuid.uuid4().hex[:6]}"
+
+    async def main():
+        memory = Memory.from_url(redis_cluster_url, dims=8)
+        memory.lexical_own_index_at = memory.vector_own_index_at = 50
+        created = memory._create_index
+
+        async def created_then_moved(index) -> None:
+            await created(index)
+            await asyncio.get_running_loop().run_in_executor(None, _reshard, redis_cluster_url, tenant)
+            await memory.topology.refresh()  # type: ignore[attr-defined]
+
+        try:
+            await memory.ensure_indexes(tenant)
+            pipe = memory.pipeline(tenant)
+            for i, vector in enumerate(np.random.default_rng(2).normal(size=(60, 8)).astype(np.float32)):
+                memory.stage_passage(pipe, tenant, _chunk(tenant, i, f"harbour lantern number {i}"), [], vector)
+            await pipe.execute()
+            await asyncio.gather(*memory._promotions.values())  # ensure_indexes's check, if it began
+            await memory.drop_own_vectors(tenant)
+            home = _shard_of(redis_cluster_url, tenant)
+            memory._create_index = created_then_moved  # type: ignore[method-assign]
+            with pytest.raises(redis.exceptions.MovedError):
+                await asyncio.wait_for(memory.promote_vectors(tenant), 60)
+            assert _shard_of(redis_cluster_url, tenant) == (home + 1) % 3
+            memory._create_index = created  # type: ignore[method-assign]
+            memory._own_vectors_read.clear()  # as after VECTOR_STATE_RECHECK_S
+            memory._lexical_size_checked.clear()  # as after LEXICAL_SIZE_RECHECK_S
+            await memory.ensure_indexes(tenant)  # a writer's next chunk, and its check
+            await asyncio.wait_for(asyncio.gather(*memory._promotions.values()), 60)
+            names = {n.decode() for n in await memory.shard(tenant).execute_command("FT._LIST")}
+            assert memory.keys(tenant).vector_index_name("passages", 8) in names
+            assert isinstance(await memory.vector_searchable(tenant, "passages", 8), OwnVectorIndex)
         finally:
             await memory.close()
 

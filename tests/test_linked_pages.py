@@ -129,7 +129,7 @@ def test_named_pages_lead_and_a_passage_links_to_no_passage_of_its_own_page():
 
     def pages(query: str, **params) -> list[str]:
         request = QueryRequest(query, "t", 5, "ppr", RetrievalParams(**params))
-        return asyncio.run(links_of_top(memory, request, top, ranked, {}))
+        return asyncio.run(links_of_top(memory, request, top, ranked, {}, kept=request.params.first_kept))
 
     assert pages("Did Ottilie Brandvold film Harbour Lights?") == ["film-2", "director", "port"]
     assert pages("Where was it shot?") == ["port", "director"]  # linked only: not film-2
@@ -139,7 +139,9 @@ def test_named_pages_lead_and_a_passage_links_to_no_passage_of_its_own_page():
     assert pages("Where is Varnes?", first_kept=0) == []
     assert (
         asyncio.run(
-            links_of_top(memory, QueryRequest("q", "t", 5, "ppr", RetrievalParams()), {"id": "other"}, ranked, {})
+            links_of_top(
+                memory, QueryRequest("q", "t", 5, "ppr", RetrievalParams()), {"id": "other"}, ranked, {}, kept=1
+            )
         )
         == []
     )
@@ -248,7 +250,9 @@ def test_a_bridge_is_a_current_passage_of_another_page_not_kept_in_place():
 
     def links(**params) -> list[str]:
         request = QueryRequest(RIVER_QUESTION, "t", 5, "ppr", RetrievalParams(**params))
-        return asyncio.run(links_of_top(memory, request, rows["river-1"], first, rows, first))
+        return asyncio.run(
+            links_of_top(memory, request, rows["river-1"], first, rows, first, kept=request.params.first_kept)
+        )
 
     # the question names the river: its other passage is a named page, and no bridge
     assert links() == ["river-2", "limpopo", "victoria"]
@@ -257,7 +261,9 @@ def test_a_bridge_is_a_current_passage_of_another_page_not_kept_in_place():
     assert links(named_pages=0, linked_pages=0, first_kept=2) == ["victoria"]  # river-2 kept: none anyway
     kept_victoria = ["river-1", "victoria", "angel", "limpopo"]
     request = QueryRequest(RIVER_QUESTION, "t", 5, "ppr", RetrievalParams(named_pages=0, linked_pages=0, first_kept=2))
-    assert asyncio.run(links_of_top(memory, request, rows["river-1"], first, rows, kept_victoria)) == ["limpopo"]
+    assert asyncio.run(links_of_top(memory, request, rows["river-1"], first, rows, kept_victoria, kept=2)) == [
+        "limpopo"
+    ]
     # of four candidates two hold Limpopo: at most half, a bridge (three of four: none)
     holding = {"limpopo": {"limpopo"}, "victoria": {"limpopo"}}
     four = ["angel", "limpopo", "victoria", "kaieteur"]

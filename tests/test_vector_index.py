@@ -205,6 +205,51 @@ def test_a_promotion_cut_off_resumes_and_a_lost_own_index_falls_back_to_the_shar
     asyncio.run(main())
 
 
+def test_a_promotion_whose_index_is_gone_before_its_scan_ends_fails_and_the_next_check_promotes(stack_env):
+    """An own index made, then gone from its server before its scan ends (a Redis Cluster reshard
+    moved the tenant's slot away, Redis restarted empty, a hand dropped it): the promotion asked
+    the tenant's server for it every 0.1 s without end, holding the writer's one promotion slot
+    of the tenant, so no later check ran (CI hung 600 s in the cluster suite). Now it fails,
+    logged, the state not ready, and the writer's next check promotes. The index is dropped here
+    right after its FT.CREATE, the moment a reshard could take it."""
+
+    async def main():
+        memory = _memory(stack_env)
+        memory.lexical_own_index_at = memory.vector_own_index_at = 100
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        keys = memory.keys(tenant)
+        created = memory._create_index
+
+        async def created_then_dropped(index) -> None:
+            await created(index)
+            if index.name == keys.vector_index_name("passages", DIMS):
+                await memory.redis.execute_command("FT.DROPINDEX", index.name)
+
+        try:
+            await _write(memory, tenant, PASSAGES)
+            await asyncio.gather(*memory._promotions.values())  # ensure_indexes's check, if it began
+            await memory.drop_own_vectors(tenant)
+            memory._create_index = created_then_dropped  # type: ignore[method-assign]
+            with pytest.raises(Exception, match="gone from the server"):
+                await asyncio.wait_for(memory.promote_vectors(tenant), 20)
+            memory._lexical_size_checked.clear()  # (as LEXICAL_SIZE_RECHECK_S later)
+            memory.maybe_promote_lexical(tenant)  # a writer's check: ends, logged
+            await asyncio.wait_for(asyncio.gather(*memory._promotions.values()), 20)
+            assert await memory.redis.hget(keys.vector_index_state, "state") is None
+            assert not isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
+            memory._create_index = created  # type: ignore[method-assign]
+            memory._lexical_size_checked.clear()
+            memory.maybe_promote_lexical(tenant)  # the next check promotes
+            await asyncio.wait_for(asyncio.gather(*memory._promotions.values()), 20)
+            assert await memory.redis.hget(keys.vector_index_state, "state") == b"ready"
+            assert isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
+        finally:
+            await _purge(memory, tenant)
+            await memory.close()
+
+    asyncio.run(main())
+
+
 def test_a_reader_asks_whether_an_own_index_scanned_once_a_redis_run(stack_env):
     """FT.INFO of a large tenant's HNSW index holds Redis's one thread for 18-54 ms (50,000
     passages), and a reader asked it of each own index on every state recheck (5 s). It asks once

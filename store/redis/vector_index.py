@@ -18,7 +18,8 @@ Promotion, online and idempotent: each layer's index is created over the records
 there (a new index scans its prefix; a record written meanwhile is indexed again, which for a
 vector replaces the first), then, once every scan is done, the state becomes 'ready' and readers
 search the own indexes. Cut off anywhere — SIGKILL included — the next promotion finds the
-indexes and waits for their scans again. A reader also goes back to the shared index (exact)
+indexes and waits for their scans again; one whose index goes from its server meanwhile (a
+reshard moved the tenant's slot, Redis restarted empty) fails, and the next makes it again. A reader also goes back to the shared index (exact)
 while an own index scans again, as after Redis reloaded its data (indexes are not persisted;
 every one rescans its keys: a reader asks each index once per Redis run id) or when it is
 missing. No demotion; `tenant delete --purge` drops them."""
@@ -44,6 +45,13 @@ from store.records import ENTITIES_FIELD, entity_list
 from store.redis.base import RedisBase, _scanning, _text
 
 VECTOR_STATE_RECHECK_S = 5.0  # how long a reader trusts what it read of the state and the scans
+
+
+class OwnIndexGone(RuntimeError):
+    """A promotion's index is not on the server it was made on any more: its slot moved to another
+    cluster shard (an index does not move with its keys), Redis restarted empty, or it was
+    dropped. The promotion fails, logged; the writer's next check makes the index again where the
+    tenant's keys are now."""
 
 
 class VectorIndexOps(RedisBase):
@@ -118,6 +126,19 @@ class VectorIndexOps(RedisBase):
             raise
         return not _scanning(info if isinstance(info, dict) else dict(zip(info[::2], info[1::2])))
 
+    async def _scan_over(self, client, name: str) -> int:
+        """Wait for a new index's scan of its prefix to end; the records it holds. An index gone
+        meanwhile raises OwnIndexGone: asking the tenant's server again and again for an index it
+        never had held a promotion cut by a reshard forever, and with it the writer's every later
+        check of that tenant (one promotion a tenant at a time) — CI hung on it."""
+        while True:
+            info = await self._index_info(client, name)
+            if info is None:
+                raise OwnIndexGone(f"index {name} is gone from the server it was made on before its scan ended")
+            if not _scanning(info):
+                return int(_text(info["num_docs"]))
+            await asyncio.sleep(0.1)
+
     def _own_vectors_lost(self, tenant: str, dims: int) -> None:
         """A search found an own index missing (dropped, or Redis restarted empty)."""
         self._own_vectors_read[(tenant, dims)] = (False, False, time.monotonic())
@@ -135,16 +156,13 @@ class VectorIndexOps(RedisBase):
             await self.drop_own_vectors(tenant)
         await self._comma_entities(tenant)
         held = 0
+        client = self.shard(tenant)  # one server throughout: a slot moved meanwhile fails it (MOVED)
         for layer in OWN_VECTOR_LAYERS:
-            index = AsyncSearchIndex(
-                own_vector_schema(tenant, layer, dims, self.clustered), redis_client=self.shard(tenant)
-            )
+            index = AsyncSearchIndex(own_vector_schema(tenant, layer, dims, self.clustered), redis_client=client)
             if not await index.exists():
                 await self._create_index(index)
-            while not await self._scanned(self.shard(tenant), index.name):
-                await asyncio.sleep(0.1)
-            held += int(_text((await self.shard(tenant).ft(index.name).info())["num_docs"]))
-        await self.shard(tenant).hset(
+            held += await self._scan_over(client, index.name)
+        await client.hset(
             keys.vector_index_state, mapping={"state": "ready", "dims": dims, "schema": OWN_VECTOR_SCHEMA}
         )
         self._own_vectors_read[(tenant, dims)] = (True, True, time.monotonic())  # OWN_VECTOR_SCHEMA tags

@@ -36,7 +36,7 @@ async def with_links(
     passage's row is `rows`' (`first`: the first stage's ranking)."""
     top_row = rows.get(first[0]) if first else None
     ranked_ids = [pid for pid, _ in ranked]
-    links = await links_of_top(memory, request, top_row, ranked_ids, rows, first, entities_in, kept)
+    links = await links_of_top(memory, request, top_row, ranked_ids, rows, first, entities_in, kept=kept)
     return keep_first(ranked, first, kept, links) if links else ranked
 
 
@@ -48,7 +48,8 @@ async def links_of_top(
     rows: dict[str, dict],
     first: Sequence[str] = (),
     entities_in: Callable[[str], list[str] | None] | None = None,
-    kept: int | None = None,
+    *,
+    kept: int,
 ) -> list[str]:
     """The pages the question names, then those `top_row` (the first stage's top passage's row)
     links to, among `ranked`'s first `first_stage_k` (a mode's ranking, best first; at most
@@ -64,9 +65,8 @@ async def links_of_top(
     only of a titled top passage. A subject is matched by its name's entity id: an alias the
     resolver merged into another entity names that one in the passages' entities, not in the
     subject, and is neither named nor linked. `kept`: how many of `first` are kept in place above
-    them (`first_kept` where not given)."""
+    them (retrieval.kept_first: two over turns, one over documents; none kept, no links)."""
     params = request.params
-    kept = params.first_kept if kept is None else kept
     if kept <= 0 or max(params.named_pages, params.linked_pages, params.bridge_passages) <= 0:
         return []  # (they are the kept top passage's links: with none kept, none)
     if not top_row or not top_row.get("subject"):
