@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 from store.records import Hit
 from store.redis.aliases import AliasesOps
 from store.redis.base import DONE_MARK_TTL_S, INITIAL_SCAN_WAIT_S, TENANT_DIMS_RECHECK_S, RedisBase
-from store.redis.connection import hiredis_packing, store_connection
+from store.redis.connection import REDIS_CONNECT_TIMEOUT_S, REDIS_REPLY_TIMEOUT_S, hiredis_packing, store_connection
 from store.redis.episodes import EpisodesOps
 from store.redis.erasing import ErasingOps
 from store.redis.expiry import ExpiryOps
@@ -65,6 +65,8 @@ __all__ = [
     "LEXICAL_CANDIDATES",
     "LEXICAL_MAX_READ",
     "LEXICAL_READ_ALL",
+    "REDIS_CONNECT_TIMEOUT_S",
+    "REDIS_REPLY_TIMEOUT_S",
     "SWEEP_REGISTRATION_S",
     "TENANT_DIMS_RECHECK_S",
     "Hit",
@@ -94,16 +96,29 @@ class Memory(
     of them only (tests/test_store_interface.py checks it), composed over RedisBase."""
 
     @classmethod
-    def from_url(cls, url: str, max_connections: int = 64, pool_timeout: float = 20.0, **kwargs) -> "Memory":
+    def from_url(
+        cls,
+        url: str,
+        max_connections: int = 64,
+        pool_timeout: float = 20.0,
+        reply_timeout: float | None = REDIS_REPLY_TIMEOUT_S,
+        **kwargs,
+    ) -> "Memory":
         """A client whose pool holds at most `max_connections`; a command finding them all busy
         waits up to `pool_timeout` seconds for one (then redis ConnectionError) instead of
-        failing at once with "Too many connections" as redis-py's default pool does. A
-        `redis+cluster://` (or `rediss+cluster://`) URL names any node of a Redis Cluster: a
-        client and pool like that per primary (store.redis.topology.ShardRouter)."""
+        failing at once with "Too many connections" as redis-py's default pool does, and up to
+        `reply_timeout` for its reply (then redis TimeoutError; the URL's `socket_timeout` wins;
+        None: without end). A `redis+cluster://` (or `rediss+cluster://`) URL names any node of a
+        Redis Cluster: a client and pool like that per primary (store.redis.topology.ShardRouter)."""
 
         def pool(node_url: str, one_server: bool) -> aioredis.ConnectionPool:
             made = aioredis.BlockingConnectionPool.from_url(
-                node_url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False
+                node_url,
+                max_connections=max_connections,
+                timeout=pool_timeout,
+                decode_responses=False,
+                socket_timeout=reply_timeout,
+                socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
             )
             made.connection_class = (store_connection if one_server else hiredis_packing)(made.connection_class)
             return made

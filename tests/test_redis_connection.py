@@ -227,3 +227,51 @@ def test_a_script_the_server_lost_or_a_connection_cut_takes_the_clients_path(sta
             await memory.close()
 
     assert asyncio.run(main()) == ([b"k", b"x", 1], [b"k", b"y", 1], [b"k", b"z", 1])
+
+
+def test_a_redis_that_stops_answering_fails_a_store_call_as_an_outage_within_the_reply_timeout(tmp_path):
+    """A Redis that takes commands and answers none (stopped: SIGSTOP here; or behind a network that
+    drops packets without a reset): a store call waited for its reply without end — a worker's
+    handler, a query, a promotion stuck with it, never retried. The store's connections now wait
+    REDIS_REPLY_TIMEOUT_S for a reply by default (a URL's own socket_timeout wins), then fail as
+    a Redis outage does (store.errors.redis_unavailable: the writers wait it out, the query API
+    answers 503), and the connection is dropped: once Redis answers again, so does the store."""
+    import os
+    import signal
+
+    from ops.stack.services import Stack, free_ports
+    from store.errors import redis_unavailable
+    from store.memory import REDIS_REPLY_TIMEOUT_S, Memory
+    from store.records import EmbedderId
+    from workers.settings import Settings
+
+    port = free_ports(1)
+    stack = Stack(Settings(home=tmp_path, redis_port=port))
+    stack.service_up("redis", progress=lambda message: None)
+    pid = stack.redis.pid()
+    assert pid is not None
+    url = f"redis://127.0.0.1:{port}/0"
+
+    async def main():
+        memory = Memory.from_url(url, reply_timeout=0.5)
+        try:
+            await memory.claim_embedder("t", EmbedderId("e", 8), create=True)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = asyncio.get_running_loop().time()
+                with pytest.raises(Exception) as raised:
+                    await asyncio.wait_for(memory.recorded_embedder("t"), 10)
+                assert redis_unavailable(raised.value) is not None, repr(raised.value)
+                assert asyncio.get_running_loop().time() - started < 3
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert (await memory.recorded_embedder("t")).dims == 8
+        finally:
+            await memory.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        stack.service_down("redis")
+    assert Memory.from_url(url).redis.connection_pool.connection_kwargs["socket_timeout"] == REDIS_REPLY_TIMEOUT_S
+    assert Memory.from_url(url + "?socket_timeout=2").redis.connection_pool.connection_kwargs["socket_timeout"] == 2

@@ -23,6 +23,16 @@ except ImportError:  # redis-py's own packing, as without this module
     hiredis = None  # type: ignore[assignment]
 
 
+# How long a command waits for its reply, and a connection for its TCP handshake, unless the URL
+# says (`?socket_timeout=`, `?socket_connect_timeout=`): a Redis that takes commands and answers
+# none (SIGSTOP, packets dropped without a reset) held its callers without end — a handler, a
+# query, a promotion — and a reply that does not come fails as an outage (store.errors), which the
+# writers wait out and the query API answers 503. The store sends no blocking read (its change
+# stream reads with XRANGE), and its longest command here — a purge's or a replay's script — takes
+# well under a second, so 30 s only ends what would never end.
+REDIS_REPLY_TIMEOUT_S = 30.0
+REDIS_CONNECT_TIMEOUT_S = 10.0
+
 _PLAIN = (str, bytes, int)
 
 
