@@ -274,7 +274,8 @@ def test_a_vector_promotion_the_tenants_slot_moves_under_fails_and_the_next_chec
         memory.lexical_own_index_at = memory.vector_own_index_at = 50
         created = memory._create_index
 
-        async def created_then_moved(index) -> None:
+        async def created_then_moved(index) -> None:  # once: the first index made, the slot moves
+            memory._create_index = created  # type: ignore[method-assign]
             await created(index)
             await asyncio.get_running_loop().run_in_executor(None, _reshard, redis_cluster_url, tenant)
             await memory.topology.refresh()  # type: ignore[attr-defined]
@@ -292,7 +293,6 @@ def test_a_vector_promotion_the_tenants_slot_moves_under_fails_and_the_next_chec
             with pytest.raises(redis.exceptions.MovedError):
                 await asyncio.wait_for(memory.promote_vectors(tenant), 60)
             assert _shard_of(redis_cluster_url, tenant) == (home + 1) % 3
-            memory._create_index = created  # type: ignore[method-assign]
             memory._own_vectors_read.clear()  # as after VECTOR_STATE_RECHECK_S
             memory._lexical_size_checked.clear()  # as after LEXICAL_SIZE_RECHECK_S
             await memory.ensure_indexes(tenant)  # a writer's next chunk, and its check

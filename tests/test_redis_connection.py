@@ -256,13 +256,25 @@ def test_a_redis_that_stops_answering_fails_a_store_call_as_an_outage_within_the
         memory = Memory.from_url(url, reply_timeout=0.5)
         try:
             await memory.claim_embedder("t", EmbedderId("e", 8), create=True)
+            await memory.passages("t", ["p1"])  # (a read script: its connection stays in the pool)
             os.kill(pid, signal.SIGSTOP)
             try:
+                # the connection it took, made before the stop, sends the script; its reply timed
+                # out: raised, not sent again on another connection, which waited as long again
+                # (the script's own call after a timeout, from a review)
+                pool, taken = memory.redis.connection_pool, []
+                get_connection = pool.get_connection
+                pool.get_connection = lambda *a, **k: taken.append(1) or get_connection(*a, **k)  # type: ignore[method-assign]
                 started = asyncio.get_running_loop().time()
+                with pytest.raises(Exception) as raised:
+                    await asyncio.wait_for(memory.passages("t", ["p1"]), 10)
+                assert redis_unavailable(raised.value) is not None, repr(raised.value)
+                assert len(taken) == 1
+                # a plain command on a connection made now: its setup's replies time out alike
                 with pytest.raises(Exception) as raised:
                     await asyncio.wait_for(memory.recorded_embedder("t"), 10)
                 assert redis_unavailable(raised.value) is not None, repr(raised.value)
-                assert asyncio.get_running_loop().time() - started < 3
+                assert asyncio.get_running_loop().time() - started < 4
             finally:
                 os.kill(pid, signal.SIGCONT)
             assert (await memory.recorded_embedder("t")).dims == 8
@@ -274,4 +286,6 @@ def test_a_redis_that_stops_answering_fails_a_store_call_as_an_outage_within_the
     finally:
         stack.service_down("redis")
     assert Memory.from_url(url).redis.connection_pool.connection_kwargs["socket_timeout"] == REDIS_REPLY_TIMEOUT_S
-    assert Memory.from_url(url + "?socket_timeout=2").redis.connection_pool.connection_kwargs["socket_timeout"] == 2
+    assert Memory.from_url(url).redis.connection_pool.connection_kwargs["socket_connect_timeout"] == 10
+    given = Memory.from_url(url + "?socket_timeout=2&socket_connect_timeout=3").redis.connection_pool.connection_kwargs
+    assert (given["socket_timeout"], given["socket_connect_timeout"]) == (2, 3)

@@ -14,6 +14,7 @@ import pytest
 
 from store.indexes import OWN_VECTOR_LAYERS, OwnVectorIndex
 from store.records import Erasure
+from store.redis.vector_index import OwnIndexStuck
 from tests.test_lexical_index import _chunk, _memory, _record_commands
 
 pytestmark = pytest.mark.stack
@@ -230,7 +231,7 @@ def test_a_promotion_whose_index_is_gone_before_its_scan_ends_fails_and_the_next
             await asyncio.gather(*memory._promotions.values())  # ensure_indexes's check, if it began
             await memory.drop_own_vectors(tenant)
             memory._create_index = created_then_dropped  # type: ignore[method-assign]
-            with pytest.raises(Exception, match="gone from the server"):
+            with pytest.raises(OwnIndexStuck, match="gone from the server"):
                 await asyncio.wait_for(memory.promote_vectors(tenant), 20)
             memory._lexical_size_checked.clear()  # (as LEXICAL_SIZE_RECHECK_S later)
             memory.maybe_promote_lexical(tenant)  # a writer's check: ends, logged
@@ -244,6 +245,35 @@ def test_a_promotion_whose_index_is_gone_before_its_scan_ends_fails_and_the_next
             assert await memory.redis.hget(keys.vector_index_state, "state") == b"ready"
             assert isinstance(await memory.vector_searchable(tenant, "passages", DIMS), OwnVectorIndex)
         finally:
+            await _purge(memory, tenant)
+            await memory.close()
+
+    asyncio.run(main())
+
+
+def test_a_promotion_whose_scan_makes_no_progress_gives_up(stack_env, monkeypatch):
+    """A scan that stops moving (FT.INFO says indexing, at the same percentage and count, for
+    SCAN_STALL_S) fails its promotion rather than holding the tenant's one promotion slot for good.
+    FT.INFO's answer is a test double here (a real scan cannot be stopped midway); 0.3 s stands
+    for SCAN_STALL_S."""
+    from store.redis import vector_index
+
+    async def main():
+        memory = _memory(stack_env)
+        tenant = f"vec-{uuid.uuid4().hex[:8]}"
+        try:
+            await _write(memory, tenant, 20)
+            monkeypatch.setattr(vector_index, "SCAN_STALL_S", 0.3)
+
+            async def still_scanning(client, name):
+                return {"indexing": 1, "percent_indexed": "0.5", "num_docs": 10}
+
+            monkeypatch.setattr(memory, "_index_info", still_scanning)
+            with pytest.raises(OwnIndexStuck, match="no progress"):
+                await asyncio.wait_for(memory.promote_vectors(tenant), 10)
+            assert await memory.redis.hget(memory.keys(tenant).vector_index_state, "state") is None
+        finally:
+            monkeypatch.undo()
             await _purge(memory, tenant)
             await memory.close()
 

@@ -75,10 +75,17 @@ class Settings:
         1,
         "Redis",
         "the local stack's Redis: one server, or (`stack up --redis-cluster 3`) a Redis Cluster of that many "
-        "shards, shard n on MEMSTREAM_REDIS_PORT + n - 1, its cluster bus on that + the shards (the store does not "
-        "run on a cluster yet)",
+        "shards, shard n on MEMSTREAM_REDIS_PORT + n - 1, its cluster bus on that + the shards",
     )
-    redis_url: str = _setting("", "Redis", "Redis (with search)", shown="redis://127.0.0.1:$MEMSTREAM_REDIS_PORT/0")
+    redis_url: str = _setting(
+        "",
+        "Redis",
+        "Redis (with search); `redis+cluster://` names a node of a Redis Cluster. Each reply (a connection's "
+        "setup replies too) is waited for 30 s and a connection's TCP handshake 10 s, then the command fails as an "
+        "outage would (waited out by the writers, 503 from the query API): `?socket_timeout=S` and "
+        "`?socket_connect_timeout=S` on the URL change them (store.redis.connection)",
+        shown="redis://127.0.0.1:$MEMSTREAM_REDIS_PORT/0",
+    )
     # ---- indexing ----
     extractor: Extractor = _setting(
         "rules",

@@ -151,8 +151,10 @@ async def run_script(script: AsyncScript, keys: Sequence, args: Sequence):
     CPU (paired on one Redis at 50,000 passages: 0.94x the CPU and 0.98x the time, the same
     answers). Anything but a
     reply or a Redis error takes the script's own call, with the client's retries: NOSCRIPT (the
-    server has not cached it: a restart, SCRIPT FLUSH), a connection lost or a timeout (the
-    connection closed by redis-py as it raised, so the pool opens another)."""
+    server has not cached it: a restart, SCRIPT FLUSH) or a connection lost (closed by redis-py as
+    it raised, so the pool opens another). A reply that timed out raises: the server that kept it
+    REDIS_REPLY_TIMEOUT_S would keep the second call as long, doubling the wait (from a review),
+    and may have run the script already."""
     client = script.registered_client
     if not isinstance(client, aioredis.Redis):  # (a cluster client routes by itself: its own call)
         return await script(keys=keys, args=args)
@@ -161,7 +163,7 @@ async def run_script(script: AsyncScript, keys: Sequence, args: Sequence):
     try:
         await connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
         return await connection.read_response()
-    except (NoScriptError, exceptions.ConnectionError, exceptions.TimeoutError):
+    except (NoScriptError, exceptions.ConnectionError):
         pass
     finally:
         await pool.release(connection)

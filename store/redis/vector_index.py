@@ -19,10 +19,11 @@ there (a new index scans its prefix; a record written meanwhile is indexed again
 vector replaces the first), then, once every scan is done, the state becomes 'ready' and readers
 search the own indexes. Cut off anywhere — SIGKILL included — the next promotion finds the
 indexes and waits for their scans again; one whose index goes from its server meanwhile (a
-reshard moved the tenant's slot, Redis restarted empty) fails, and the next makes it again. A reader also goes back to the shared index (exact)
-while an own index scans again, as after Redis reloaded its data (indexes are not persisted;
-every one rescans its keys: a reader asks each index once per Redis run id) or when it is
-missing. No demotion; `tenant delete --purge` drops them."""
+reshard moved the tenant's slot, Redis restarted empty) or whose scan stops moving fails, and
+the next makes it again. A reader also goes back to the shared index (exact) while an own index
+scans again, as after Redis reloaded its data (indexes are not persisted; every one rescans its
+keys: a reader asks each index once per Redis run id) or when it is missing. No demotion;
+`tenant delete --purge` drops them."""
 
 from __future__ import annotations
 
@@ -45,13 +46,17 @@ from store.records import ENTITIES_FIELD, entity_list
 from store.redis.base import RedisBase, _scanning, _text
 
 VECTOR_STATE_RECHECK_S = 5.0  # how long a reader trusts what it read of the state and the scans
+# How long a promotion waits on a scan whose progress (FT.INFO's percent_indexed, num_docs) does
+# not move: a scan advances every second while it runs; one stuck would hold the tenant's one
+# promotion slot (store.redis.lexical_index's _promotions) for good.
+SCAN_STALL_S = 120.0
 
 
-class OwnIndexGone(RuntimeError):
-    """A promotion's index is not on the server it was made on any more: its slot moved to another
-    cluster shard (an index does not move with its keys), Redis restarted empty, or it was
-    dropped. The promotion fails, logged; the writer's next check makes the index again where the
-    tenant's keys are now."""
+class OwnIndexStuck(RuntimeError):
+    """A promotion's index is gone from the server the promotion began on (Redis restarted empty,
+    or it was dropped: a Redis Cluster slot moved meanwhile answers MOVED instead), or its scan
+    made no progress in SCAN_STALL_S. The promotion fails, logged; the writer's next check makes
+    the index again where the tenant's keys are now."""
 
 
 class VectorIndexOps(RedisBase):
@@ -128,15 +133,22 @@ class VectorIndexOps(RedisBase):
 
     async def _scan_over(self, client, name: str) -> int:
         """Wait for a new index's scan of its prefix to end; the records it holds. An index gone
-        meanwhile raises OwnIndexGone: asking the tenant's server again and again for an index it
-        never had held a promotion cut by a reshard forever, and with it the writer's every later
-        check of that tenant (one promotion a tenant at a time) — CI hung on it."""
+        meanwhile, or a scan still for SCAN_STALL_S, raises OwnIndexStuck: asking the tenant's
+        server again and again for an index it never had held a promotion cut by a reshard
+        forever, and with it the writer's every later check of that tenant (one promotion a
+        tenant at a time) — CI hung on it."""
+        progress, moved = None, time.monotonic()
         while True:
             info = await self._index_info(client, name)
             if info is None:
-                raise OwnIndexGone(f"index {name} is gone from the server it was made on before its scan ended")
+                raise OwnIndexStuck(f"index {name} is gone from the server it was made on before its scan ended")
             if not _scanning(info):
                 return int(_text(info["num_docs"]))
+            now, seen = time.monotonic(), (str(info.get("percent_indexed")), str(info.get("num_docs")))
+            if seen != progress:
+                progress, moved = seen, now
+            elif now - moved >= SCAN_STALL_S:
+                raise OwnIndexStuck(f"index {name}: its scan made no progress in {SCAN_STALL_S:.0f} s ({seen})")
             await asyncio.sleep(0.1)
 
     def _own_vectors_lost(self, tenant: str, dims: int) -> None:
