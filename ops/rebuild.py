@@ -17,11 +17,17 @@ indexed, but one still in flight from before the erasure may land before it."""
 from __future__ import annotations
 
 import sys
+import time
 from collections import defaultdict
 
 from topics import Document
 from workers.envelope import decode_document
 from workers.settings import Settings
+
+# How long the read of the documents topic waits with no partition's position moving: a broker
+# or a partition's leader gone mid-read made poll() answer nothing, and the loop asked again
+# forever (found in a review); a read advances each poll while the log answers.
+READ_STALL_S = 60.0
 
 
 def current_documents(settings: Settings, tenant: str | None = None) -> tuple[dict[str, list[Document]], int]:
@@ -47,7 +53,16 @@ def current_documents(settings: Settings, tenant: str | None = None) -> tuple[di
         consumer.assign(partitions)
         consumer.seek_to_beginning(*partitions)
         ends = consumer.end_offsets(partitions)
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+        progress, moved = None, time.monotonic()
+        while behind := {tp: at for tp in partitions if (at := consumer.position(tp)) < ends[tp]}:
+            if behind != progress:
+                progress, moved = behind, time.monotonic()
+            elif time.monotonic() - moved >= READ_STALL_S:
+                stuck = ", ".join(f"{tp.partition} at {at} of {ends[tp]}" for tp, at in sorted(behind.items()))
+                raise RuntimeError(
+                    f"rebuild: reading {topic} made no progress in {READ_STALL_S:.0f} s (partitions {stuck}); "
+                    f"is Kafka at {settings.kafka_bootstrap} up? Nothing was erased"
+                )
             for tp, records in consumer.poll(timeout_ms=1000, max_records=5000).items():
                 for record in records:
                     if record.offset >= ends[tp] or record.key is None:

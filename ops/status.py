@@ -42,8 +42,8 @@ def kafka_status(settings: Settings, sample_s: float = 2.0) -> dict:
         }
         every = [tp for tps in partitions.values() for tp in tps]
 
-        def committed() -> dict:
-            return {tp: offset for tp in every if (offset := group.committed(tp)) is not None}
+        def committed() -> dict:  # (with no timeout, a broker gone silent after the start held it for good)
+            return {tp: offset for tp in every if (offset := group.committed(tp, timeout_ms=15_000)) is not None}
 
         before, started = committed(), time.monotonic()
         time.sleep(sample_s)

@@ -196,3 +196,60 @@ def test_a_loss_after_an_edit_a_revert_and_a_deletion_ends_as_a_fresh_build(make
 
     after = _until_equal(cli, tenant, built, within_s=60, seen=in_memory)
     assert after == built
+
+
+def test_rebuild_gives_up_on_a_documents_log_that_stops_moving(monkeypatch):
+    """A broker or a partition's leader gone while `memstream rebuild` reads the documents log:
+    poll() answers nothing, and the read asked again forever with the terminal held (found in a
+    review). Now a read with no partition moving for READ_STALL_S raises, naming the partitions
+    and Kafka, before anything is erased. The consumer is a test double (a partition at offset 3
+    of 10 that never moves); 0.5 s stands for READ_STALL_S."""
+    import threading
+
+    import kafka
+
+    from ops import rebuild
+
+    class StuckConsumer:  # test double: kafka.KafkaConsumer whose partition never advances
+        def __init__(self, **config):
+            pass
+
+        def partitions_for_topic(self, topic):
+            return {0}
+
+        def assign(self, partitions):
+            self.partitions = partitions
+
+        def seek_to_beginning(self, *partitions):
+            pass
+
+        def end_offsets(self, partitions):
+            return {tp: 10 for tp in partitions}
+
+        def position(self, tp):
+            return 3
+
+        def poll(self, timeout_ms=0, max_records=None):
+            time.sleep(0.05)
+            return {}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(kafka, "KafkaConsumer", StuckConsumer)
+    monkeypatch.setattr(rebuild, "READ_STALL_S", 0.5, raising=False)  # (the old code had none: it hung)
+    raised: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            rebuild.current_documents(Settings())
+        except BaseException as exc:
+            raised.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "the read still waiting on a log that does not move after 10 s"
+    assert len(raised) == 1 and isinstance(raised[0], RuntimeError), raised
+    assert "made no progress" in str(raised[0]) and "partitions 0 at 3 of 10" in str(raised[0])
+    assert "Nothing was erased" in str(raised[0])

@@ -91,3 +91,46 @@ def test_the_report_says_when_memory_is_behind_its_log():
     assert "memory is behind its log" in text
     assert "m.documents[1] holds up to 4 of 10" in text and "m.documents[2] holds up to none of 10" in text
     assert "behind its log" not in render({"kafka": kafka, "memory_behind_log": []})
+
+
+def test_status_ends_with_one_line_when_kafka_stops_answering_midway(tmp_path, monkeypatch, capsys):
+    """A broker that stops answering after `memstream status` reached it (SIGSTOP here: a host
+    gone, a network partition): reading the group's committed offsets retried without end, and
+    the terminal hung. Now each read waits 15 s, and the command ends with one line naming Kafka
+    and exit 1 — as it does when no broker answers at all, which printed a traceback."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from ops.cli import main
+    from ops.stack.kafka_admin import ensure_topics
+    from ops.stack.services import Stack
+    from tests.chaos import free_kafka_port
+    from workers.settings import Settings
+
+    monkeypatch.setenv("MEMSTREAM_KAFKA_HEAP", "-Xmx384m")
+    port = free_kafka_port(1)
+    stack = Stack(Settings(home=tmp_path / "kafka", kafka_port=port))
+    stack.service_up("kafka", lambda m: None)
+    try:
+        monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{port}")
+        monkeypatch.setenv("MEMSTREAM_KAFKA_PORT", str(port))
+        ensure_topics(Settings.from_env(), partitions=1)
+        broker = stack.kafka.pid()
+        assert broker is not None
+        ended: list[int] = []
+        command = threading.Thread(target=lambda: ended.append(main(["status", "--sample", "6"])), daemon=True)
+        command.start()
+        time.sleep(3)  # connected, the first offsets read: the broker stops during the sample
+        os.killpg(broker, signal.SIGSTOP)
+        try:
+            command.join(60)
+            assert not command.is_alive(), "memstream status still waiting on a silent broker after 60 s"
+        finally:
+            os.killpg(broker, signal.SIGCONT)
+        assert ended == [1]
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and said[0].startswith(f"memstream: Kafka at 127.0.0.1:{port} did not answer"), said
+    finally:
+        stack.service_down("kafka")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from urllib.parse import urlsplit
 
 from ops.cli import admin, bench, documents, query, stack, status
 from store.errors import RedisClusterNode
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    settings: Settings | None = None
     try:
         settings = Settings.from_env()
         return COMMANDS[args.command](settings, args)
@@ -41,5 +43,31 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, RedisClusterNode) as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # Kafka or Redis away: said in one line, exit 1 (`status` printed a traceback)
+        away = _service_away(exc, settings)
+        if away is None:
+            raise
+        print(f"memstream: {away}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _service_away(exc: BaseException, settings: Settings | None) -> str | None:
+    """What to tell a user whose command met Kafka or Redis away (a kafka-python error: the broker
+    unreachable at the start, or silent past a request's timeout; a Redis connection or reply
+    timeout), None for anything else (a bug: its traceback)."""
+    from store.errors import redis_unavailable
+
+    if type(exc).__module__.startswith("kafka."):
+        where = f" at {settings.kafka_bootstrap}" if settings is not None else ""
+        return (
+            f"Kafka{where} did not answer ({type(exc).__name__}: {exc}); is it running? "
+            "(`memstream stack up`, MEMSTREAM_KAFKA_BOOTSTRAP)"
+        )
+    if redis_unavailable(exc) is not None:
+        where = (
+            f" at {urlsplit(settings.redis_url).netloc.rpartition('@')[2]}" if settings is not None else ""
+        )  # no password
+        return f"Redis{where} did not answer ({type(exc).__name__}: {exc}); is it running? (MEMSTREAM_REDIS_URL)"
+    return None
