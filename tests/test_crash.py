@@ -79,3 +79,55 @@ def test_killed_worker_loses_and_duplicates_nothing(make_workers, tmp_path, wind
     assert all(len(ids) == 1 for ids in activated.values()), "a fact was activated twice"
     answer = publisher.query("Who founded Rowan Alder Works?", tenant)
     assert answer["passages"][0]["text"].startswith("Alder Rowan founded Rowan Alder Works.")
+
+
+def test_a_worker_stopped_while_its_broker_is_silent_exits_at_its_deadline_and_loses_nothing(make_workers, tmp_path):
+    """SIGTERM to a worker mid-ingestion while its one broker is SIGSTOPped (a host gone, a
+    network partition): faust's stop flushes the producer and commits offsets with no timeout, and
+    the worker was still running 150 s later (a second signal does nothing). Now it exits with 1
+    MEMSTREAM_STOP_SECONDS after the signal (8 s here); with the broker back, a new worker
+    finishes the corpus: no fact lost, none activated twice."""
+    from ops.stack.services import Stack
+    from tests.chaos import free_kafka_port
+    from workers.settings import Settings
+
+    port = free_kafka_port(1)
+    stack = Stack(Settings(home=tmp_path / "kafka", kafka_port=port))
+    stack.service_up("kafka", lambda m: None)
+    try:
+        workers = make_workers(
+            kafka_bootstrap=f"127.0.0.1:{port}", extractor="rules", tau=1, conflicts="off", stop_seconds=8
+        )
+        worker = workers.start(role="all")
+        tenant, docs = tenant_name("silent"), corpus(40)
+        paths = write_docs(tmp_path / "docs", docs)
+        workers.cli.run("publish", *paths, "--tenant", tenant)
+        deadline = time.monotonic() + 120
+        while chunks_done(workers.env, tenant) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        broker = stack.kafka.pid()
+        assert broker is not None
+        os.killpg(broker, signal.SIGSTOP)
+        try:
+            time.sleep(0.5)
+            signalled = time.monotonic()
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                rc = worker.wait(60)
+            except Exception:
+                pytest.fail("the worker was still running 60 s after SIGTERM, its broker silent")
+            assert rc == 1 and time.monotonic() - signalled < 40, (rc, time.monotonic() - signalled)
+        finally:
+            os.killpg(broker, signal.SIGCONT)
+        assert "not stopped 8 s after the signal" in workers.logs()
+
+        workers.start(role="all")
+        workers.cli.run("publish", *paths, "--tenant", tenant, "--wait", "--timeout", "240")
+        activated = defaultdict(set)
+        for e in workers.cli.tail(tenant):
+            if e["event"] == "activated":
+                activated[e["fact_id"]].add(e["event_id"])
+        assert set(activated) == expected_fact_ids(docs), "a fact was lost"
+        assert all(len(ids) == 1 for ids in activated.values()), "a fact was activated twice"
+    finally:
+        stack.service_down("kafka")

@@ -231,6 +231,13 @@ class Settings:
         "seconds a message waits out a Redis or Kafka outage (backoff up to 5 s, logged, "
         "`memstream_outage_waiting` / `memstream_outage_retries_total`) before it is dead-lettered",
     )
+    stop_seconds: float = _setting(
+        90.0,
+        "operations",
+        "a worker stopping (SIGTERM, SIGINT) that has not stopped this long after the signal exits with 1: "
+        "with Kafka or Redis not answering, faust's stop waited for them without end; what it had not "
+        "committed is delivered again",
+    )
     stall_seconds: float = _setting(
         60.0,
         "operations",
@@ -311,6 +318,8 @@ class Settings:
         parse_ttl_setting(self.ttl_seconds)  # ValueError naming the setting, at start (kept by _category_ttls)
         if not self.stall_seconds > 0:
             raise BadInput("MEMSTREAM_STALL_SECONDS must be > 0")
+        if not self.stop_seconds > 0:
+            raise BadInput("MEMSTREAM_STOP_SECONDS must be > 0")
         if self.metrics_top_tenants < 0 or not self.metrics_census_seconds > 0:
             raise BadInput("MEMSTREAM_METRICS_TOP_TENANTS must be >= 0 and MEMSTREAM_METRICS_CENSUS_SECONDS > 0")
         if not self.expiry_sweep_interval > 0:
