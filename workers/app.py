@@ -82,16 +82,12 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
 
     async def send(item: Outgoing) -> None:
         delivered = await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value)
-        await delivered  # wait for the broker's ack before the input offset may be committed
+        await acked([delivered])  # the broker's ack before the input offset may be committed
 
     async def send_many(items: list[Outgoing]) -> None:
         # enqueued one after the other (the producer keeps their order), acknowledged together:
-        # an outbox of n messages waits for one broker round trip, not n. Every ack is awaited
-        # before a failure is raised, so none is left unretrieved behind it.
-        deliveries = [await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value) for item in items]
-        failed = [r for r in await asyncio.gather(*deliveries, return_exceptions=True) if isinstance(r, BaseException)]
-        if failed:
-            raise failed[0]
+        # an outbox of n messages waits for one broker round trip, not n
+        await acked([await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value) for item in items])
 
     resolver_llm = (
         LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
@@ -114,6 +110,32 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
     if "query" in roles:
         _serve_query_api(app, settings, embedder, http_socket)
     return app
+
+
+# How long a send waits for the broker's acks. aiokafka's idempotent producer never expires a
+# batch it sent once and retries it while the broker is silent, so an ack could be waited for
+# without end: the envelope's outage deadline never applied and the outage metrics stayed at 0
+# (found by an audit). Past it the send fails as an outage (a TimeoutError: envelope.is_outage),
+# retried with backoff; a copy that lands late is a redelivery, which every stage drops (event
+# ids, done marks). A leader's failover acks within ~10-20 s here (tests/test_brokers.py).
+SEND_ACK_TIMEOUT_S = 60.0
+
+
+async def acked(deliveries: list) -> None:
+    """Every delivery's ack (the futures faust's Topic.send returns), awaited before a failure is
+    raised so none is left unretrieved behind it; at most SEND_ACK_TIMEOUT_S, then TimeoutError
+    (the acks still awaited in the background: retrieved when they come)."""
+    together = asyncio.gather(*deliveries, return_exceptions=True)
+    try:
+        results = await asyncio.wait_for(asyncio.shield(together), SEND_ACK_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise TimeoutError(
+            f"Kafka acknowledged {sum(d.done() for d in deliveries)} of {len(deliveries)} sent message(s) "
+            f"in {SEND_ACK_TIMEOUT_S:.0f} s"
+        ) from None
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise failed[0]
 
 
 def _register_agent(
