@@ -282,3 +282,33 @@ def test_a_saturated_redis_pool_queues_commands_instead_of_failing(stack_env):
             await memory.close()
 
     assert all(asyncio.run(main()))
+
+
+def test_a_request_whose_body_stalls_takes_no_slot_and_gets_408(monkeypatch):
+    """A client sends a POST's headers and stalls its body (a slow or hostile client): a request
+    whose handler reads the body (a retraction, /mcp) took an in-flight slot first and held it
+    for good — aiohttp has no body timeout — so max_inflight such clients shed every later request
+    with 503 (a query's body, read for its tenant before the cap, held its connection for good).
+    Now every body is read whole before a slot is taken, at most BODY_READ_TIMEOUT_S (0.5 s
+    here), then 408."""
+    from workers.query import http
+
+    monkeypatch.setattr(http, "BODY_READ_TIMEOUT_S", 0.5, raising=False)  # (none on the old code)
+
+    async def requests(client):
+        reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+        writer.write(  # a retraction: its tenant is in the URL, its body read by the handler
+            b"POST /v1/facts/f1/retract?tenant=t HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"reason": '
+        )
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the stalled request is in the server
+        served = await post(client, b'{"query": "after the stalled one"}')
+        stalled = await asyncio.wait_for(reader.read(4096), 5)
+        writer.close()
+        return served, stalled
+
+    (status, _, body), stalled = serve(Settings(redis_url=NO_REDIS, query_max_inflight=1), GatedEmbedder(), requests)
+    assert status == 500 and "engine was reached" in body["error"], (status, body)  # admitted, not shed
+    assert stalled.startswith(b"HTTP/1.1 408"), stalled[:200]
+    assert b"did not arrive within 0 s" in stalled

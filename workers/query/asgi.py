@@ -1,7 +1,8 @@
 """An ASGI application as an aiohttp handler, so the query worker serves the MCP SDK's streamable
 HTTP endpoint (an ASGI app) on its own address, next to /v1/query, with one server and one
 port. Only what the MCP endpoint needs: HTTP requests (no websockets, no lifespan events: the
-owner runs the app's lifespan itself), the body streamed in, the response streamed out."""
+owner runs the app's lifespan itself), the body given whole (read by http.shed_load, bounded), the
+response streamed out."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from workers.query import http
 # as Starlette types them (Scope and Message are MutableMapping[str, Any])
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Message, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
-BODY_CHUNK = 1 << 16
 ASGI_API_KEY = "memstream_api_key"  # scope["state"] entry: the request's auth.ApiKey (None: not authorized)
 
 
@@ -30,10 +30,9 @@ def asgi_handler(app: ASGIApp) -> Callable[[web.Request], Awaitable[web.StreamRe
 
         async def receive() -> Message:
             nonlocal body_read
-            if not body_read:
-                chunk = await request.content.read(BODY_CHUNK)
-                body_read = request.content.at_eof()
-                return {"type": "http.request", "body": chunk, "more_body": not body_read}
+            if not body_read:  # read whole (and bounded) by the in-flight cap's middleware, http.shed_load
+                body_read = True
+                return {"type": "http.request", "body": await request.read(), "more_body": False}
             await answered.wait()  # an app that listens for a disconnect hears one once the response ends
             return {"type": "http.disconnect"}
 

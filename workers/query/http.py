@@ -1,7 +1,9 @@
 """How the query worker's HTTP server (workers.query.server) answers bad input and load, as
 aiohttp middlewares: every error body is JSON {"error": ...}, including aiohttp's own 404/405/413 (text by
 default) and unexpected exceptions; requests beyond the in-flight cap are shed with 503 and
-Retry-After; a Redis that is down or whose connection pool stays saturated is a 503, not a 500.
+Retry-After; a body is read whole, once its key is known and before the request takes a slot (408
+when it has not arrived in BODY_READ_TIMEOUT_S); a Redis that is down or whose connection pool
+stays saturated is a 503, not a 500.
 
 Probes (/healthz, /metrics) are never shed: a health check failing under load would get a busy
 worker restarted.
@@ -33,6 +35,7 @@ from workers.query.auth import OPEN_ACCESS, SCOPE_MEANINGS, ApiKey, KeyRing
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
+BODY_READ_TIMEOUT_S = 30.0  # how long a request's body may take to arrive, before it takes a slot
 UNSHED_PATHS = ("/healthz", "/metrics")
 
 
@@ -109,6 +112,15 @@ def authorization(keys: KeyRing | None, needs: Mapping[str, RouteNeed]):
             if found is None:
                 return unauthorized("unknown API key")
             key = found
+        if request.body_exists:
+            # read whole here, bounded, before a Need reads the tenant in it and before the
+            # in-flight cap (shed_load) gives the request a slot (every later read is cached): a
+            # client that sent its headers and stalled its body held a slot for good — aiohttp has
+            # no body timeout — and max_inflight of them shed every later request (an audit)
+            try:
+                await asyncio.wait_for(request.read(), BODY_READ_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                return error_response(408, f"the request's body did not arrive within {BODY_READ_TIMEOUT_S:.0f} s")
         try:
             need = need_of if isinstance(need_of, Need) else await need_of(request)
         except ContractError as exc:
