@@ -276,6 +276,12 @@ def test_streamable_http_at_mcp_on_the_query_workers_address(stack_env, real_emb
                     await asyncio.sleep(0.05)
             async with Client(f"{base}/mcp") as client:
                 await check_tools(client, stages.tenant, written)
+                # a text of max_text_bytes reaches the tool (its bad time refused there, nothing
+                # published), not a 413 at aiohttp's default body limit of 1 MiB
+                near_limit = await client.call_tool(
+                    "remember", {"text": "x" * (settings.max_text_bytes - 100), "ts": "last Tuesday-ish"}
+                )
+                assert near_limit.is_error and "'ts' must be seconds" in near_limit.content[0].text
             async with Client(f"{base}/mcp/", mode="legacy") as client:  # the initialize handshake of pre-2026 clients
                 legacy = await client.call_tool("search_memory", {"query": QUESTION, "top_k": 1})
             # the HTTP API still answers on the same address

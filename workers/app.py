@@ -11,12 +11,15 @@ returned, i.e. after its Redis effects and outgoing messages are durable."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import faust
 from faust.types import TP
@@ -81,13 +84,17 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
     }
 
     async def send(item: Outgoing) -> None:
-        delivered = await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value)
-        await acked([delivered])  # the broker's ack before the input offset may be committed
+        await send_many([item])  # the broker's ack before the input offset may be committed
 
     async def send_many(items: list[Outgoing]) -> None:
         # enqueued one after the other (the producer keeps their order), acknowledged together:
         # an outbox of n messages waits for one broker round trip, not n
-        await acked([await topics[item.topic].send(key=item.key.encode("utf-8"), value=item.value) for item in items])
+        await sent_and_acked(
+            [
+                functools.partial(topics[item.topic].send, key=item.key.encode("utf-8"), value=item.value)
+                for item in items
+            ]
+        )
 
     resolver_llm = (
         LLMClient(settings.llm_config(), memory.llm_cache(settings.llm_model))
@@ -121,16 +128,25 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
 SEND_ACK_TIMEOUT_S = 60.0
 
 
-async def acked(deliveries: list) -> None:
-    """Every delivery's ack (the futures faust's Topic.send returns), awaited before a failure is
-    raised so none is left unretrieved behind it; at most SEND_ACK_TIMEOUT_S, then TimeoutError
-    (the acks still awaited in the background: retrieved when they come)."""
-    together = asyncio.gather(*deliveries, return_exceptions=True)
+async def sent_and_acked(sends: list[Callable[[], Awaitable[Any]]]) -> None:
+    """Each send (faust's Topic.send, which returns the delivery's future once the producer took
+    the message) in order, then every delivery's ack, awaited before a failure is raised so none
+    is left unretrieved behind it; all within SEND_ACK_TIMEOUT_S, then TimeoutError (acks still
+    due are awaited in the background). The producer's taking is under the deadline too: with a
+    partition's batch full it waits up to faust's producer_request_timeout (1200 s) for room, and
+    each retry of a silent broker's outbox fills it further (from a review)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SEND_ACK_TIMEOUT_S
+    deliveries: list[Any] = []  # (aiokafka's futures of RecordMetadata)
     try:
-        results = await asyncio.wait_for(asyncio.shield(together), SEND_ACK_TIMEOUT_S)
+        for send in sends:
+            deliveries.append(await asyncio.wait_for(send(), max(0.0, deadline - loop.time())))
+        together = asyncio.gather(*deliveries, return_exceptions=True)
+        results = await asyncio.wait_for(asyncio.shield(together), max(0.0, deadline - loop.time()))
     except asyncio.TimeoutError:
+        answered = sum(d.done() for d in deliveries)
         raise TimeoutError(
-            f"Kafka acknowledged {sum(d.done() for d in deliveries)} of {len(deliveries)} sent message(s) "
+            f"Kafka took {len(deliveries)} of {len(sends)} message(s) to send and answered {answered} "
             f"in {SEND_ACK_TIMEOUT_S:.0f} s"
         ) from None
     failed = [r for r in results if isinstance(r, BaseException)]

@@ -1,7 +1,7 @@
 """An ASGI application as an aiohttp handler, so the query worker serves the MCP SDK's streamable
 HTTP endpoint (an ASGI app) on its own address, next to /v1/query, with one server and one
 port. Only what the MCP endpoint needs: HTTP requests (no websockets, no lifespan events: the
-owner runs the app's lifespan itself), the body given whole (read by http.shed_load, bounded), the
+owner runs the app's lifespan itself), the body given whole (read by http.authorization, bounded), the
 response streamed out."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def asgi_handler(app: ASGIApp) -> Callable[[web.Request], Awaitable[web.StreamRe
 
         async def receive() -> Message:
             nonlocal body_read
-            if not body_read:  # read whole (and bounded) by the in-flight cap's middleware, http.shed_load
+            if not body_read:  # read whole (and bounded) by the API-key middleware, http.authorization
                 body_read = True
                 return {"type": "http.request", "body": await request.read(), "more_body": False}
             await answered.wait()  # an app that listens for a disconnect hears one once the response ends

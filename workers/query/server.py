@@ -261,7 +261,13 @@ def query_app(
         **{name: http.Need(settings.tenant) for name in mcp_server.MCP_ROUTE_NAMES},
     }
 
-    app = web.Application(middlewares=http.middlewares(settings.query_max_inflight, keys, needs))
+    # a body read whole (http.authorization) may hold MCP's `remember` of a text of
+    # max_text_bytes, each byte up to six in JSON (a control character as \u00XX): at aiohttp's
+    # default of 1 MiB such a call got 413 instead of its tool's answer (from a review)
+    app = web.Application(
+        middlewares=http.middlewares(settings.query_max_inflight, keys, needs),
+        client_max_size=6 * settings.max_text_bytes + (1 << 16),
+    )
     app.router.add_post("/v1/query", post_query, name="query")
     app.router.add_get("/v1/facts", list_facts, name="facts")
     app.router.add_get("/v1/facts/{fact_id}", get_fact, name="fact")
