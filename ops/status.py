@@ -18,6 +18,8 @@ from collections import Counter
 from workers.roles import ROLE_TOPICS
 from workers.settings import Settings
 
+KAFKA_READ_TIMEOUT_MS = 15_000  # each read of Kafka's: a request, and a committed offset's fetch with its retries
+
 
 def kafka_status(settings: Settings, sample_s: float = 2.0) -> dict:
     """Per stage (role): its topic, per-partition end offset, committed offset and lag, the lag
@@ -25,14 +27,17 @@ def kafka_status(settings: Settings, sample_s: float = 2.0) -> dict:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False, request_timeout_ms=15_000
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        request_timeout_ms=KAFKA_READ_TIMEOUT_MS,
     )
     # the group's committed offsets, read as a member that never joins (it subscribes to nothing)
     group = KafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         group_id=settings.app_id,
         enable_auto_commit=False,
-        request_timeout_ms=15_000,
+        request_timeout_ms=KAFKA_READ_TIMEOUT_MS,
     )
     try:
         topics = {role: getattr(settings.topics, suffix.replace("-", "_")) for role, suffix in ROLE_TOPICS.items()}
@@ -43,7 +48,11 @@ def kafka_status(settings: Settings, sample_s: float = 2.0) -> dict:
         every = [tp for tps in partitions.values() for tp in tps]
 
         def committed() -> dict:  # (with no timeout, a broker gone silent after the start held it for good)
-            return {tp: offset for tp in every if (offset := group.committed(tp, timeout_ms=15_000)) is not None}
+            return {
+                tp: offset
+                for tp in every
+                if (offset := group.committed(tp, timeout_ms=KAFKA_READ_TIMEOUT_MS)) is not None
+            }
 
         before, started = committed(), time.monotonic()
         time.sleep(sample_s)

@@ -134,3 +134,21 @@ def test_status_ends_with_one_line_when_kafka_stops_answering_midway(tmp_path, m
         assert len(said) == 1 and said[0].startswith(f"memstream: Kafka at 127.0.0.1:{port} did not answer"), said
     finally:
         stack.service_down("kafka")
+
+
+def test_a_kafka_refusal_is_not_called_a_broker_that_did_not_answer():
+    """A kafka-python error reaching the CLI is one line either way; only a retriable one (a
+    timeout, a lost connection) asks whether Kafka runs — an authorization failure answered."""
+    from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
+
+    from ops.cli import _service_away
+    from workers.settings import Settings
+
+    settings = Settings(kafka_bootstrap="127.0.0.1:9")
+    assert _service_away(KafkaTimeoutError("Unable to bootstrap"), settings) == (
+        "Kafka at 127.0.0.1:9 did not answer (KafkaTimeoutError: KafkaTimeoutError: Unable to bootstrap); "
+        "is it running? (`memstream stack up`, MEMSTREAM_KAFKA_BOOTSTRAP)"
+    )
+    refused = _service_away(TopicAuthorizationFailedError("memstream.documents"), settings)
+    assert refused is not None and refused.startswith("Kafka at 127.0.0.1:9 refused the command (TopicAuthorization")
+    assert _service_away(ValueError("a bug"), settings) is None

@@ -61,6 +61,8 @@ def _service_away(exc: BaseException, settings: Settings | None) -> str | None:
 
     if type(exc).__module__.startswith("kafka."):
         where = f" at {settings.kafka_bootstrap}" if settings is not None else ""
+        if not getattr(exc, "retriable", False):  # it answered: an authorization or a broker's refusal
+            return f"Kafka{where} refused the command ({type(exc).__name__}: {exc})"
         return (
             f"Kafka{where} did not answer ({type(exc).__name__}: {exc}); is it running? "
             "(`memstream stack up`, MEMSTREAM_KAFKA_BOOTSTRAP)"
