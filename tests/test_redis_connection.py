@@ -4,6 +4,7 @@ sends, for every kind of argument the store passes; what redis-py refuses is ref
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import numpy as np
@@ -289,3 +290,39 @@ def test_a_redis_that_stops_answering_fails_a_store_call_as_an_outage_within_the
     assert Memory.from_url(url).redis.connection_pool.connection_kwargs["socket_connect_timeout"] == 10
     given = Memory.from_url(url + "?socket_timeout=2&socket_connect_timeout=3").redis.connection_pool.connection_kwargs
     assert (given["socket_timeout"], given["socket_connect_timeout"]) == (2, 3)
+
+
+def test_the_benchs_server_reading_ends_when_redis_answers_nothing():
+    """`bench wait` reads the server's CPU and command counts with one INFO (store.server_stats);
+    its client had no reply timeout, so a Redis that took the command and answered nothing held
+    the bench without end. It now waits as the store's connections do, then raises."""
+    import socket
+    import threading
+
+    import redis
+
+    from store.server_stats import server_usage
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    taken: list[socket.socket] = []
+
+    def accept_and_stay_silent():
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        taken.append(connection)
+        connection.recv(65536)  # the command arrives; no reply is ever sent
+
+    threading.Thread(target=accept_and_stay_silent, daemon=True).start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            server_usage(f"redis://127.0.0.1:{listener.getsockname()[1]}/0", reply_timeout=0.5)
+        assert time.monotonic() - started < 5
+    finally:
+        listener.close()
+        for connection in taken:
+            connection.close()
