@@ -46,6 +46,20 @@ def tenant_purged_event(tenant: str, gone: dict[str, int]) -> FactEvent:
     return FactEvent(**{**event.__dict__, "event_id": short_hash("event", tenant, "tenant-purge", repr(time.time()))})
 
 
+def tombstone_documents(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float = 30.0) -> None:
+    """A tombstone for each of the tenant's documents on `memstream.documents` (PublishError when
+    Kafka does not take them): the compacted log forgets them, so neither `memstream rebuild` nor
+    a recovery from the log indexes them again. A chunker meeting one finds no record of its
+    document (the tenant is erased already) and writes nothing."""
+    if not doc_ids:
+        return
+    publisher = ClientPublisher(settings, timeout_s=timeout_s)
+    try:
+        publisher.send(publisher.deletion_messages(tenant, doc_ids))
+    finally:
+        publisher.close()
+
+
 def publish_event(settings: Settings, event: FactEvent, timeout_s: float = 30.0) -> None:
     """Publish one event on `memstream.indexed-facts` (PublishError when Kafka does not take it)."""
     publisher = ClientPublisher(settings, timeout_s=timeout_s)

@@ -232,9 +232,12 @@ def _load_text_or_json(where: str, raw: str, stem: str, tenant: str, max_text_by
 class Progress:
     """A one-line progress bar on a terminal; a single summary line otherwise."""
 
-    def __init__(self, label: str, total: int, stream: TextIO = sys.stderr, quiet: bool = False):
-        self.label, self.total, self.stream, self.quiet = label, total, stream, quiet
-        self.tty = stream.isatty() and not quiet
+    def __init__(self, label: str, total: int, stream: TextIO | None = None, quiet: bool = False):
+        # sys.stderr as it is now (a default argument kept the one of the import: a caller that
+        # swapped it, as pytest's capture does, wrote to a closed stream)
+        self.stream = stream if stream is not None else sys.stderr
+        self.label, self.total, self.quiet = label, total, quiet
+        self.tty = self.stream.isatty() and not quiet
 
     def update(self, done: int) -> None:
         if self.tty:
@@ -319,6 +322,56 @@ async def _wait_indexed(
     """`memory`: the store to read (default: Redis at settings.redis_url, closed at the end)."""
     pending = {(d.tenant, d.doc_id): content_hash(d.text) for d in documents}
     return await _wait_for(settings, pending, "indexed", timeout_s, quiet, memory, workers)
+
+
+def meant_ids(doc_id: str) -> list[str]:
+    """The ids a document given as `doc_id` may have been published under, nearest first: the
+    path's last parts, and each without its file suffix — a folder's file `notes/ilse.md` is
+    `ilse` when the folder was what `publish` was given (`notes/ilse.md` → `ilse.md`, `ilse`,
+    `notes/ilse`)."""
+    parts = doc_id.split("/")
+    tails = ["/".join(parts[i:]) for i in range(len(parts))]
+    out = []
+    for tail in tails:
+        out += [tail, tail.rsplit(".", 1)[0] if "." in tail.rsplit("/", 1)[-1] else tail]
+    return [name for name in dict.fromkeys(out[1:]) if name and name != doc_id]
+
+
+async def unrecorded(memory: MemoryStore, tenant: str, doc_ids: list[str]) -> dict[str, str | None]:
+    """Of `doc_ids`, those the tenant's memory holds no record of (never published, or not yet
+    through the chunker) → the recorded id nearest to it (meant_ids), or None: two round trips."""
+    unknown = [
+        doc_id for doc_id, status in zip(doc_ids, await memory.document_statuses(tenant, doc_ids)) if status is None
+    ]
+    guesses = {doc_id: meant_ids(doc_id) for doc_id in unknown}
+    asked = list(dict.fromkeys(name for names in guesses.values() for name in names))
+    known = {
+        name for name, status in zip(asked, await memory.document_statuses(tenant, asked) if asked else []) if status
+    }
+    return {doc_id: next((name for name in names if name in known), None) for doc_id, names in guesses.items()}
+
+
+def refuse_unrecorded(settings: Settings, tenant: str, doc_ids: list[str]) -> None:
+    """BadInput naming each id the tenant's memory has no record of (with the recorded id it may
+    mean): a tombstone for an id never published changes nothing, and `delete` said it deleted
+    it — README's own example gave a folder's file by its path, which is not its doc id."""
+
+    async def read() -> dict[str, str | None]:
+        memory = Memory.from_url(settings.redis_url)
+        try:
+            return await unrecorded(memory, tenant, doc_ids)
+        finally:
+            await memory.close()
+
+    unknown = asyncio.run(read())
+    if unknown:
+        named = "; ".join(
+            f"{doc_id!r}" + (f" (did you mean {meant!r}?)" if meant else "") for doc_id, meant in unknown.items()
+        )
+        raise BadInput(
+            f"tenant {tenant!r} holds no document {named}: nothing was deleted. A document published moments ago "
+            "is known once the chunker has taken it (`publish --wait`); `memstream status --tenant` counts its documents"
+        )
 
 
 def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = False, purge: bool = False) -> None:

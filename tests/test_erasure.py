@@ -248,6 +248,58 @@ def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
     assert purged["reason"].startswith("tenant erased: ") and "1 passages" in purged["reason"]
 
 
+@pytest.mark.stack
+def test_a_tenant_erased_for_good_does_not_come_back_from_the_log(stack_env, tmp_path, capsys):
+    """`tenant delete T --purge` erased Redis alone: the tenant's documents stayed current on
+    memstream.documents, so `memstream rebuild` (or a recovery from the log) indexed them again
+    and the log kept their texts (an audit). Now each gets a tombstone: the log's current
+    documents of the tenant are none, and a rebuild finds nothing of it."""
+    from ops import cli
+    from ops.rebuild import current_documents
+    from workers.settings import Settings
+
+    settings = Settings.from_env(stack_env)
+    tenant = f"gone-{uuid.uuid4().hex[:8]}"
+    for name in ("quill", "marr"):
+        (tmp_path / f"{name}.txt").write_text(f"{name.title()} lives in Brannoc.", encoding="utf-8")
+    assert cli.main(["publish", str(tmp_path), "--tenant", tenant]) == 0  # on the log; no worker needed
+    assert sorted(d.doc_id for d in current_documents(settings, tenant)[0][tenant]) == ["marr", "quill"]
+    capsys.readouterr()
+    assert cli.main(["tenant", "delete", tenant, "--purge"]) == 0
+    assert "2 documents tombstoned on memstream.documents" in capsys.readouterr().out
+    assert current_documents(settings, tenant) == ({}, 0)
+
+
+@pytest.mark.stack
+def test_deleting_an_id_the_tenant_never_held_is_refused_with_the_id_it_may_mean(stack_env, capsys):
+    """`memstream delete notes/ilse` after `publish notes/` (README's own example: the folder's
+    file is `ilse`) said "1/1 deleted" and changed nothing. An id the tenant holds no record of
+    is refused now, nothing published, naming the recorded id it may mean."""
+    from ops import cli
+    from tests.chaos import read_topic
+    from topics import document_key
+    from workers.settings import Settings
+
+    async def index() -> str:
+        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], RulesExtractor(), tau=1)
+        try:
+            await stages.publish("ilse", "Ilse Marr lives in Brannoc.", version=1)
+            return stages.tenant
+        finally:
+            await stages.close()
+
+    tenant = run(index())
+    assert cli.main(["delete", "notes/ilse", "nosuch", "--tenant", tenant]) == 2
+    err = capsys.readouterr().err
+    assert "'notes/ilse' (did you mean 'ilse'?)" in err and "'nosuch'" in err and "nothing was deleted" in err
+    settings = Settings.from_env(stack_env)
+    keys = {r.key for r in read_topic(settings.kafka_bootstrap, settings.topics.documents)}
+    assert not {document_key(tenant, "notes/ilse").encode(), document_key(tenant, "nosuch").encode()} & keys
+    assert cli.main(["delete", "ilse", "--tenant", tenant]) == 0
+    keys = {r.key for r in read_topic(settings.kafka_bootstrap, settings.topics.documents)}
+    assert document_key(tenant, "ilse").encode() in keys
+
+
 def test_a_fact_merged_into_an_erased_one_is_retracted_and_comes_back_when_said_again(redis_url):
     """ "X married Y" (kept) and "Y married X" (merged into it) from two documents; the second is
     deleted, the first erased. Before: the merged fact pointed at an erased one, and publishing

@@ -22,7 +22,8 @@ def add_parsers(sub) -> None:
     tenant_cmd.add_argument(
         "--purge",
         action="store_true",
-        help="required: erase every key of the tenant, its indexes and the model-cache entries of its texts",
+        help="required: erase every key of the tenant, its indexes and the model-cache entries of its texts, "
+        "and tombstone its documents on memstream.documents",
     )
 
     migrate = sub.add_parser(
@@ -63,7 +64,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_tenant(settings: Settings, args) -> int:
-    from ops.erase import publish_event, purge_tenant, tenant_purged_event
+    from ops.erase import publish_event, purge_tenant, tenant_purged_event, tombstone_documents
+    from ops.rebuild import current_documents
     from store import Memory
 
     tenant = validate_tenant(args.name)
@@ -79,8 +81,27 @@ def cmd_tenant(settings: Settings, args) -> int:
         finally:
             await memory.close()
 
+    # the log's current documents of the tenant, read before anything is erased (a Kafka away
+    # stops the command here): erased from Redis alone, they came back with `memstream rebuild`
+    # or a recovery from the log, and the log kept their texts (an audit)
+    documents = current_documents(settings, tenant)[0].get(tenant, [])
     gone = asyncio.run(purge())
     print(f"tenant {tenant} erased: " + ", ".join(f"{n} {what}" for what, n in gone.items()))
+    try:
+        tombstone_documents(settings, tenant, [doc.doc_id for doc in documents])
+    except Exception as exc:
+        print(
+            f"memstream tenant delete: erased from Redis, but the tombstones of its {len(documents)} documents on "
+            f"{settings.topics.documents} were not published ({type(exc).__name__}: {exc}); `memstream rebuild` would "
+            "index them again: run this command again once Kafka answers",
+            file=sys.stderr,
+        )
+        return 1
+    if documents:
+        print(
+            f"{len(documents)} documents tombstoned on {settings.topics.documents}: `rebuild` no longer brings them "
+            "back, and the log drops their texts when it compacts"
+        )
     try:
         publish_event(settings, tenant_purged_event(tenant, gone))
     except Exception as exc:  # the erasure is done; only its announcement is missing

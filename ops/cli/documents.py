@@ -86,12 +86,13 @@ def cmd_publish(settings: Settings, args) -> int:
 
 
 def cmd_delete(settings: Settings, args) -> int:
-    from ops.publish import delete, wait_deleted
+    from ops.publish import delete, refuse_unrecorded, wait_deleted
 
     tenant = tenant_or_default(args.tenant, settings.tenant)
     blank = [doc_id for doc_id in args.doc_ids if not doc_id.strip()]
     if blank:
         raise BadInput("a doc id to delete must not be empty")
+    refuse_unrecorded(settings, tenant, args.doc_ids)
     delete(settings, tenant, args.doc_ids, purge=args.purge)
     if args.wait:
         pending = wait_deleted(settings, tenant, args.doc_ids, args.timeout, purge=args.purge)
