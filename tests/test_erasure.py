@@ -222,6 +222,20 @@ def test_an_erasure_value_reads_back_as_the_deletion_it_encodes():
     assert decode(Document, deletion.erasure_value()) == deletion
 
 
+def one_document_tenant(redis_url: str, doc_id: str, text: str) -> str:
+    """A fresh tenant holding one document, indexed in this process into the Redis at `redis_url`."""
+
+    async def index() -> str:
+        stages = InProcess(redis_url, RulesExtractor(), tau=1)
+        try:
+            await stages.publish(doc_id, text, version=1)
+            return stages.tenant
+        finally:
+            await stages.close()
+
+    return run(index())
+
+
 @pytest.mark.stack
 def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
     """`memstream tenant delete T --purge`: a `purged` event for the tenant (no document, no
@@ -230,15 +244,7 @@ def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
     from tests.chaos import read_topic
     from workers.settings import Settings
 
-    async def index() -> str:
-        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], RulesExtractor(), tau=1)
-        try:
-            await stages.publish("note", "Odo Quill lives in Brannoc.", version=1)
-            return stages.tenant
-        finally:
-            await stages.close()
-
-    tenant = run(index())
+    tenant = one_document_tenant(stack_env["MEMSTREAM_REDIS_URL"], "note", "Odo Quill lives in Brannoc.")
     assert cli.main(["tenant", "delete", tenant, "--purge"]) == 0
     assert f"tenant {tenant} erased:" in capsys.readouterr().out
     settings = Settings.from_env(stack_env)
@@ -280,15 +286,7 @@ def test_deleting_an_id_the_tenant_never_held_is_refused_with_the_id_it_may_mean
     from topics import document_key
     from workers.settings import Settings
 
-    async def index() -> str:
-        stages = InProcess(stack_env["MEMSTREAM_REDIS_URL"], RulesExtractor(), tau=1)
-        try:
-            await stages.publish("ilse", "Ilse Marr lives in Brannoc.", version=1)
-            return stages.tenant
-        finally:
-            await stages.close()
-
-    tenant = run(index())
+    tenant = one_document_tenant(stack_env["MEMSTREAM_REDIS_URL"], "ilse", "Ilse Marr lives in Brannoc.")
     assert cli.main(["delete", "notes/ilse", "nosuch", "--tenant", tenant]) == 2
     err = capsys.readouterr().err
     assert "'notes/ilse' (did you mean 'ilse'?)" in err and "'nosuch'" in err and "nothing was deleted" in err
