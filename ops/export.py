@@ -44,14 +44,16 @@ FACT_FIELDS = (
 )
 
 
-def export_tenant(settings: Settings, tenant: str) -> dict:
+def export_tenant(settings: Settings, tenant: str) -> tuple[dict, bool]:
+    """The tenant's export, and whether anything was ever indexed for it (an unknown tenant's
+    export is empty, as a misspelt one's is: the CLI warns)."""
     return asyncio.run(_export(settings, tenant))
 
 
-async def _export(settings: Settings, tenant: str) -> dict:
+async def _export(settings: Settings, tenant: str) -> tuple[dict, bool]:
     memory = Memory.from_url(settings.redis_url)
     try:
-        return await export_memory(memory, tenant)
+        return await export_memory(memory, tenant), await memory.tenant_known(tenant)
     finally:
         await memory.close()
 

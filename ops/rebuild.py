@@ -20,7 +20,7 @@ import sys
 import time
 from collections import defaultdict
 
-from topics import Document
+from topics import BadInput, Document
 from workers.envelope import decode_document
 from workers.settings import Settings
 
@@ -99,6 +99,13 @@ def rebuild(settings: Settings, tenant: str | None, wait_s: float | None, quiet:
     documents, unreadable = current_documents(settings, tenant)
     if unreadable:
         say(f"rebuild: {unreadable} unreadable messages on {settings.topics.documents} left out (see the dead letters)")
+    if tenant is not None and tenant not in documents:
+        # erasing it would leave nothing: a misspelt tenant, a log emptied or a Kafka that is not
+        # this memory's own (an audit: `rebuild --tenant nosuch` erased keys and said nothing)
+        raise BadInput(
+            f"rebuild: {settings.topics.documents} holds no current document of tenant {tenant!r}: nothing to "
+            "rebuild it from, so its memory is left as it is (`memstream tenant delete --purge` erases a tenant)"
+        )
     tenants = [tenant] if tenant is not None else sorted(documents)
     if not tenants:
         say(f"rebuild: no document on {settings.topics.documents}: nothing to rebuild")

@@ -198,6 +198,40 @@ def test_a_loss_after_an_edit_a_revert_and_a_deletion_ends_as_a_fresh_build(make
     assert after == built
 
 
+def one_partition(end: int, at: int) -> type:
+    """A test double of kafka.KafkaConsumer over a topic of one partition ending at `end`, whose
+    position stays at `at` and whose poll() answers nothing (a partition that never moves, or
+    an empty one)."""
+
+    class OnePartition:
+        def __init__(self, **config):
+            pass
+
+        def partitions_for_topic(self, topic):
+            return {0}
+
+        def assign(self, partitions):
+            pass
+
+        def seek_to_beginning(self, *partitions):
+            pass
+
+        def end_offsets(self, partitions):
+            return {tp: end for tp in partitions}
+
+        def position(self, tp):
+            return at
+
+        def poll(self, timeout_ms=0, max_records=None):
+            time.sleep(0.05)
+            return {}
+
+        def close(self):
+            pass
+
+    return OnePartition
+
+
 def test_rebuild_gives_up_on_a_documents_log_that_stops_moving(monkeypatch):
     """A broker or a partition's leader gone while `memstream rebuild` reads the documents log:
     poll() answers nothing, and the read asked again forever with the terminal held (found in a
@@ -210,33 +244,7 @@ def test_rebuild_gives_up_on_a_documents_log_that_stops_moving(monkeypatch):
 
     from ops import rebuild
 
-    class StuckConsumer:  # test double: kafka.KafkaConsumer whose partition never advances
-        def __init__(self, **config):
-            pass
-
-        def partitions_for_topic(self, topic):
-            return {0}
-
-        def assign(self, partitions):
-            self.partitions = partitions
-
-        def seek_to_beginning(self, *partitions):
-            pass
-
-        def end_offsets(self, partitions):
-            return {tp: 10 for tp in partitions}
-
-        def position(self, tp):
-            return 3
-
-        def poll(self, timeout_ms=0, max_records=None):
-            time.sleep(0.05)
-            return {}
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(kafka, "KafkaConsumer", StuckConsumer)
+    monkeypatch.setattr(kafka, "KafkaConsumer", one_partition(end=10, at=3))
     monkeypatch.setattr(rebuild, "READ_STALL_S", 0.5, raising=False)  # (the old code had none: it hung)
     raised: list[BaseException] = []
 
@@ -253,3 +261,19 @@ def test_rebuild_gives_up_on_a_documents_log_that_stops_moving(monkeypatch):
     assert len(raised) == 1 and isinstance(raised[0], RuntimeError), raised
     assert "made no progress" in str(raised[0]) and "partitions 0 at 3 of 10" in str(raised[0])
     assert "Nothing was erased" in str(raised[0])
+
+
+def test_rebuild_of_a_tenant_the_log_holds_nothing_of_erases_nothing(monkeypatch):
+    """`memstream rebuild --tenant nosuch` erased what Redis held of the tenant and published
+    nothing (an audit): a misspelt tenant, or a Kafka that is not this memory's own, left the
+    tenant empty. A tenant the documents log holds no current document of is refused now, before
+    Redis is touched. The consumer is a test double (an empty topic); Redis's URL answers nothing."""
+    import kafka
+
+    from ops import rebuild
+    from topics import BadInput
+    from workers.settings import Settings
+
+    monkeypatch.setattr(kafka, "KafkaConsumer", one_partition(end=0, at=0))
+    with pytest.raises(BadInput, match="holds no current document of tenant 'nosuch'.*left as it is"):
+        rebuild.rebuild(Settings(redis_url="redis://127.0.0.1:1/0"), "nosuch", None, quiet=True)

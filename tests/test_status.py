@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ops.status import render, tenant_status
 from tests.inprocess import InProcess
 from workers.models.extraction import RulesExtractor
@@ -152,3 +154,19 @@ def test_a_kafka_refusal_is_not_called_a_broker_that_did_not_answer():
     refused = _service_away(TopicAuthorizationFailedError("memstream.documents"), settings)
     assert refused is not None and refused.startswith("Kafka at 127.0.0.1:9 refused the command (TopicAuthorization")
     assert _service_away(ValueError("a bug"), settings) is None
+
+
+@pytest.mark.stack
+def test_export_of_a_tenant_that_holds_no_memory_warns_as_query_and_status_do(stack_env, capsys):
+    """`memstream export --tenant nosuch` printed an empty export and said nothing (an audit);
+    a misspelt tenant now gets the warning `query` and `status` give."""
+    import json
+    import uuid
+
+    from ops import cli
+
+    tenant = f"nobody-{uuid.uuid4().hex[:8]}"
+    assert cli.main(["export", "--tenant", tenant]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["facts"] == []
+    assert f"warning: tenant {tenant!r} holds no memory (nothing was ever indexed for it)" in err

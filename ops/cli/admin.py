@@ -120,7 +120,16 @@ def cmd_migrate(settings: Settings, args) -> int:
     async def run() -> int:
         memory = Memory.from_url(settings.redis_url, vector_index=settings.vector_index)
         try:
-            tenants = [validate_tenant(t) for t in args.tenant] if args.tenant else await memory.legacy_tenants()
+            tenants = await memory.legacy_tenants()
+            if args.tenant:  # only those asked for; an asked one with nothing to move is said so, not listed as moving
+                asked = list(dict.fromkeys(validate_tenant(t) for t in args.tenant))
+                left = set(tenants)
+                tenants = [t for t in asked if t in left]
+                if done := [t for t in asked if t not in left]:
+                    print(
+                        f"nothing to move for {', '.join(done)}: on the shared indexes already, or no such tenant",
+                        flush=True,
+                    )
             print(
                 f"{len(tenants)} tenant(s) on indexes of their own"
                 + (": " + ", ".join(tenants) if args.dry_run and tenants else ""),

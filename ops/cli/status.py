@@ -109,7 +109,13 @@ def cmd_tenants(settings: Settings, args) -> int:
 def cmd_export(settings: Settings, args) -> int:
     from ops.export import export_tenant, to_graphml
 
-    memory = export_tenant(settings, tenant_or_default(args.tenant, settings.tenant))
+    tenant = tenant_or_default(args.tenant, settings.tenant)
+    memory, known = export_tenant(settings, tenant)
+    if not known:  # as `query` and `status` warn: an empty export of a misspelt tenant said nothing
+        print(
+            f"memstream export: warning: tenant {tenant!r} holds no memory (nothing was ever indexed for it)",
+            file=sys.stderr,
+        )
     if args.format == "graphml":
         print(to_graphml(memory))
     else:
