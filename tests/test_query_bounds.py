@@ -312,3 +312,54 @@ def test_a_request_whose_body_stalls_takes_no_slot_and_gets_408(monkeypatch):
     assert status == 500 and "engine was reached" in body["error"], (status, body)  # admitted, not shed
     assert stalled.startswith(b"HTTP/1.1 408"), stalled[:200]
     assert b"did not arrive within 0 s" in stalled
+
+
+def test_mcp_serves_post_only_so_idle_gets_hold_no_slot_and_head_gets_no_body():
+    """GET /mcp (Accept */* as curl sends, or text/event-stream) opened the MCP SDK's standalone
+    SSE stream, which in stateless mode never ends: each held an in-flight slot while its client
+    stayed, so max_inflight idle GETs shed every /v1/* request with 503; and HEAD /mcp got a 405
+    with a body after its headers, read as the next response of the connection. Now /mcp and
+    /mcp/ serve POST only: anything else is a JSON 405 with Allow, answered at once."""
+
+    async def raw(client, request: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+        writer.write(request)
+        await writer.drain()
+        received = b""
+        try:  # until the server closes (Connection: close), or what came within the bound
+            async with asyncio.timeout(5):
+                while chunk := await reader.read(65536):
+                    received += chunk
+        except TimeoutError:
+            received += b"<not closed within 5 s>"
+        writer.close()
+        return received
+
+    async def requests(client):
+        host = f"{client.server.host}:{client.server.port}"  # the MCP SDK refuses another Host (DNS rebinding)
+        gets = [
+            await raw(
+                client, f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n".encode()
+            )
+            for path in ("/mcp", "/mcp/")
+            for accept in ("*/*", "text/event-stream")
+        ]
+        after = await post(client, b'{"query": "after the GETs"}')
+        # HEAD, then a GET on the same connection: the second answer must follow the first's headers
+        head = await raw(
+            client,
+            f"HEAD /mcp HTTP/1.1\r\nHost: {host}\r\n\r\nGET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode(),
+        )
+        delete = await client.delete("/mcp")
+        return gets, after, head, (delete.status, delete.headers.get("Allow"), await delete.json(content_type=None))
+
+    gets, (status, _, body), head, delete = serve(
+        Settings(redis_url=NO_REDIS, query_max_inflight=1), GatedEmbedder(), requests
+    )
+    for answer in gets:
+        assert answer.startswith(b"HTTP/1.1 405"), answer[:200]
+        assert b"\r\nAllow: POST\r\n" in answer and b'"error":"Method Not Allowed: GET /mcp' in answer, answer
+    assert status == 500 and "engine was reached" in body["error"], (status, body)  # admitted, not shed
+    first, _, rest = head.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 405") and rest.startswith(b"HTTP/1.1 "), head  # no body between them
+    assert delete == (405, "POST", {"error": "Method Not Allowed: DELETE /mcp"})

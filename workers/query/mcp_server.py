@@ -15,8 +15,8 @@ frameworks: the memory of ONE tenant per server, as seven tools —
 Two transports: stdio (`memstream mcp --tenant T`, `run_stdio`) and streamable HTTP at /mcp of
 the query worker's own address (`mount`, called by workers.query.server.query_app for the
 tenant MEMSTREAM_TENANT), sharing the HTTP API's engine, result cache and graph cache. The HTTP
-endpoint is stateless (every POST stands alone, JSON responses): no session to pin to one
-query worker, so several behind a load balancer serve it alike.
+endpoint is stateless (every POST stands alone, JSON responses; POST is all it serves, no GET
+stream): no session to pin to one query worker, so several behind a load balancer serve it alike.
 
 Searching needs Redis only; `remember`, `forget` and `retract_fact` need Kafka, and the producer is made on the
 first call, so a query worker with no broker reachable still serves the other four tools."""
@@ -396,8 +396,12 @@ def mount(app: web.Application, settings: Settings, engine: QueryEngine) -> None
         await asyncio.to_thread(publisher.close)
 
     handler = asgi_handler(manager.handle_request)
+    # POST only: a GET opened the SDK's standalone SSE stream, which in stateless mode never
+    # ends, and each held an in-flight slot, so a few idle GETs shed every /v1/* request (an
+    # audit). Stateless, there is no stream to offer, and the SDK's client opens one only with
+    # a session id, never given here; any other method is aiohttp's 405 with Allow, as JSON.
     for path, name in zip((MCP_PATH, MCP_PATH + "/"), MCP_ROUTE_NAMES):
-        app.router.add_route("*", path, handler, name=name)
+        app.router.add_post(path, handler, name=name)
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
 
