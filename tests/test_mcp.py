@@ -469,3 +469,39 @@ def test_standing_facts_lists_what_get_v1_facts_lists_and_refuses_an_unknown_cat
         over.is_error
         and over.content[0].text == "Error executing tool standing_facts: 'limit' must be an integer from 1 to 500"
     )
+
+
+def test_the_asgi_bridge_sends_no_body_after_a_head_s_headers():
+    """An ASGI app answers HEAD as it answers GET (Starlette's do): the bridge wrote the body
+    after the headers, read by the client as the start of the connection's next response."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from workers.query.asgi import asgi_handler
+
+    async def app(scope, receive, send):
+        body = b'{"error": "no such stream"}'
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 405, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def main():
+        served = web.Application()
+        served.router.add_route("*", "/asgi", asgi_handler(app))
+        async with TestClient(TestServer(served)) as client:
+            reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+            writer.write(
+                b"HEAD /asgi HTTP/1.1\r\nHost: t\r\n\r\nGET /asgi HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )
+            received = b""
+            async with asyncio.timeout(5):
+                while chunk := await reader.read(65536):
+                    received += chunk
+            writer.close()
+            return received
+
+    received = asyncio.run(main())
+    head, _, rest = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405") and b"content-length: 27" in head.lower()
+    assert rest.startswith(b"HTTP/1.1 405"), received  # the GET's answer right after the HEAD's headers
+    assert rest.endswith(b'{"error": "no such stream"}')

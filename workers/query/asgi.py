@@ -47,7 +47,9 @@ def asgi_handler(app: ASGIApp) -> Callable[[web.Request], Awaitable[web.StreamRe
                     raise RuntimeError("ASGI app sent a body before http.response.start")
                 if not response.prepared:
                     await response.prepare(request)
-                if message.get("body"):
+                # a HEAD's response has headers only: a body after them is read as the next
+                # response on a kept-alive connection (StreamResponse.write sends what it is given)
+                if message.get("body") and request.method != "HEAD":
                     await response.write(message["body"])
                 if not message.get("more_body", False):
                     await response.write_eof()
