@@ -591,3 +591,34 @@ def test_isolation_as_a_property_no_crafted_tenant_or_id_reaches_another_tenant(
 
     check()
     assert {status for _, status in outcomes} >= {403}
+
+
+def test_a_bearer_token_that_is_not_utf8_is_an_unknown_key_not_a_500():
+    """aiohttp keeps a header's non-UTF-8 bytes as lone surrogates, which the key's hash could
+    not encode: `Authorization: Bearer \\xff\\xfe` was a 500 UnicodeEncodeError."""
+    ring = auth.parse_keys(json.dumps([entry("a", "ms_a", ["t"], ["read"])]), "test")
+    assert ring.find("\udcff\udcfe") is None and ring.find("ms_a") is not None
+
+    async def declared(request):
+        return http.json_response({"ok": True})
+
+    async def main():
+        app = web.Application(middlewares=http.middlewares(4, ring, {"declared": http.Need(None)}))
+        app.router.add_get("/declared", declared, name="declared")
+        async with TestClient(TestServer(app)) as client:
+            answers = []
+            for token in (b"\xff\xfe", b"caf\xe9", b"ms_a"):
+                reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+                writer.write(
+                    b"GET /declared HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+                    + token
+                    + b"\r\nConnection: close\r\n\r\n"
+                )
+                answers.append(await asyncio.wait_for(reader.read(), 5))
+                writer.close()
+            return answers
+
+    not_utf8, latin1, known = asyncio.run(main())
+    for answer in (not_utf8, latin1):
+        assert answer.startswith(b"HTTP/1.1 401") and answer.endswith(b'{"error":"unknown API key"}'), answer
+    assert known.startswith(b"HTTP/1.1 200") and known.endswith(b'{"ok":true}'), known

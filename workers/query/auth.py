@@ -83,8 +83,13 @@ class KeyRing:
 
     def find(self, token: str) -> ApiKey | None:
         """The key whose hash is the presented token's, else None. Every configured hash is
-        compared, whatever matched: the time depends only on the number of keys."""
-        presented = digest_of(token)
+        compared, whatever matched: the time depends only on the number of keys. A token that is
+        not UTF-8 (aiohttp keeps a header's other bytes as lone surrogates) is no key: it was a
+        500 UnicodeEncodeError (an audit)."""
+        try:
+            presented = digest_of(token)
+        except UnicodeEncodeError:
+            return None
         found = None
         for key in self.keys:
             if hmac.compare_digest(presented, key.digest):
