@@ -363,3 +363,28 @@ def test_mcp_serves_post_only_so_idle_gets_hold_no_slot_and_head_gets_no_body():
     first, _, rest = head.partition(b"\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 405") and rest.startswith(b"HTTP/1.1 "), head  # no body between them
     assert delete == (405, "POST", {"error": "Method Not Allowed: DELETE /mcp"})
+
+
+def test_every_listing_refuses_a_limit_of_too_many_digits_or_given_twice_with_the_same_400():
+    """?limit= of 4,301 digits reached int(), which refuses strings that long (ValueError: a
+    500) on /v1/facts, /v1/recent-facts and /v1/entities/{id}/facts; and /v1/recent-facts and
+    an entity's facts took the first of two limits where /v1/facts refused them. Both are
+    refused before the store is read (no Redis here)."""
+    listings = ("/v1/facts", "/v1/recent-facts", "/v1/entities/oskar_lind/facts")
+
+    async def requests(client):
+        answers = {}
+        for path in listings:
+            for query in ("9" * 4301, "0" * 4300 + "501", "1&limit=999999"):
+                response = await client.get(f"{path}?limit={query}")
+                answers[path, query[:8]] = (response.status, await response.json(content_type=None))
+        return answers
+
+    answers = serve(Settings(redis_url=NO_REDIS), GatedEmbedder(), requests)
+    out_of_range = (400, {"error": "'limit' must be an integer from 1 to 500"})
+    for path in listings:
+        assert answers[path, "9" * 8] == answers[path, "0" * 8] == out_of_range, path
+        assert answers[path, "1&limit="] == (400, {"error": "'limit' given 2 times: give it once"}), path
+    from workers.query.drilldown import parse_limit
+
+    assert parse_limit("0" * 4300 + "5") == 5 and parse_limit("500") == 500  # leading zeros read as ever

@@ -97,7 +97,10 @@ def parse_limit(limit: Any = None) -> int:
     if limit is None or limit == "":
         return DEFAULT_FACTS_LIMIT
     if isinstance(limit, str) and limit.isascii() and limit.isdigit():
-        limit = int(limit)
+        # more digits than the largest limit has is out of range unread: int() refuses a string
+        # of over 4,300 digits with a ValueError, which was a 500 (an audit)
+        digits = limit.lstrip("0") or "0"
+        limit = int(digits) if len(digits) <= len(str(MAX_FACTS_LIMIT)) else MAX_FACTS_LIMIT + 1
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_FACTS_LIMIT:
         raise ContractError(f"'limit' must be an integer from 1 to {MAX_FACTS_LIMIT}")
     return limit

@@ -67,6 +67,15 @@ def query_app(
         """The tenant of ?tenant= (default: MEMSTREAM_TENANT); ContractError when invalid."""
         return tenant_or_default(request.query.get("tenant"), settings.tenant)
 
+    def given_limit(request: web.Request) -> str | None:
+        """A listing's ?limit=, as given (None: not given; drilldown.parse_limit reads it); a
+        ContractError when given more than once, on every listing (/v1/recent-facts and an
+        entity's facts took the first, silently, where /v1/facts refused)."""
+        limits = request.query.getall("limit", [])
+        if len(limits) > 1:
+            raise ContractError(f"'limit' given {len(limits)} times: give it once")
+        return limits[0] if limits else None
+
     async def lookup(request: web.Request, load) -> web.Response:
         """GET a record of the tenant named by ?tenant= (default: MEMSTREAM_TENANT): 400 for a
         bad tenant, 404 with what was missing, else the record as JSON."""
@@ -106,12 +115,9 @@ def query_app(
         bad tenant, category or limit, or a limit given twice."""
         try:
             tenant = named_tenant(request)
-            limits = request.query.getall("limit", [])
-            if len(limits) > 1:
-                raise ContractError(f"'limit' given {len(limits)} times: give it once")
             # ?category=A&category=B,C: every one, as ?category=A,B,C lists them
             categories, limit = drilldown.fact_filter(
-                ",".join(request.query.getall("category", [])), limits[0] if limits else None
+                ",".join(request.query.getall("category", [])), given_limit(request)
             )
         except ContractError as exc:
             return http.error_response(400, str(exc))
@@ -126,20 +132,22 @@ def query_app(
         return http.json_response((await drilldown.overview(memory, tenant)).to_json())
 
     async def get_recent_facts(request: web.Request) -> web.Response:
-        """GET /v1/recent-facts?tenant=&status=A,B&limit=N: the tenant's newest facts (of those statuses)."""
+        """GET /v1/recent-facts?tenant=&status=A,B&limit=N: the tenant's newest facts (of those
+        statuses); 400 for a bad tenant, status or limit, or a limit given twice."""
         try:
             tenant = named_tenant(request)
             statuses = drilldown.status_filter(",".join(request.query.getall("status", [])))
-            limit = drilldown.parse_limit(request.query.get("limit"))
+            limit = drilldown.parse_limit(given_limit(request))
         except ContractError as exc:
             return http.error_response(400, str(exc))
         return http.json_response((await drilldown.recent_facts(memory, tenant, statuses, limit)).to_json())
 
     async def get_entity_facts(request: web.Request) -> web.Response:
-        """GET /v1/entities/{id}/facts?tenant=&limit=N: the entity and the facts naming it."""
+        """GET /v1/entities/{id}/facts?tenant=&limit=N: the entity and the facts naming it; 400
+        for a bad tenant or limit, or a limit given twice."""
         entity_id = request.match_info["entity_id"]
         try:
-            limit = drilldown.parse_limit(request.query.get("limit"))
+            limit = drilldown.parse_limit(given_limit(request))
         except ContractError as exc:
             return http.error_response(400, str(exc))
 
