@@ -505,3 +505,30 @@ def test_the_asgi_bridge_sends_no_body_after_a_head_s_headers():
     assert head.startswith(b"HTTP/1.1 405") and b"content-length: 27" in head.lower()
     assert rest.startswith(b"HTTP/1.1 405"), received  # the GET's answer right after the HEAD's headers
     assert rest.endswith(b'{"error": "no such stream"}')
+
+
+def test_retract_fact_refuses_a_reason_the_resolver_would_refuse_as_the_http_route_does():
+    """retract_fact passed `reason` on unchecked: "a\\u0000b" was queued and the resolver
+    dead-lettered it. Now it is the tool error of POST /v1/facts/{id}/retract's 400 (publisher.check_reason)."""
+    from workers.publisher import check_reason
+
+    unreachable = Settings(kafka_bootstrap=f"127.0.0.1:{free_port()}")
+
+    async def main():
+        stages = InProcess(None, ScriptedExtractor({TRIP: SCRIPT[TRIP]}), tau=1)
+        await stages.publish("trip", TRIP)
+        engine = QueryEngine(stages.memory, stages.embedder)
+        server = memory_server(stages.tenant, engine, unreachable, ClientPublisher(unreachable, timeout_s=1))
+        try:
+            async with Client(server) as client:
+                found = await client.call_tool("search_memory", {"query": TRIP, "top_k": 1})
+                fact_id = found.structured_content["facts"][0]["id"]  # a fact it holds: only the reason is wrong
+                return await client.call_tool("retract_fact", {"fact_id": fact_id, "reason": "a\x00b"})
+        finally:
+            await stages.close()
+
+    refused = asyncio.run(main())
+    with pytest.raises(ContractError) as expected:
+        check_reason("a\x00b")
+    assert str(expected.value).startswith("'reason': control character U+0000 at index 1")
+    assert refused.is_error and refused.content[0].text == f"Error executing tool retract_fact: {expected.value}"

@@ -388,3 +388,42 @@ def test_every_listing_refuses_a_limit_of_too_many_digits_or_given_twice_with_th
     from workers.query.drilldown import parse_limit
 
     assert parse_limit("0" * 4300 + "5") == 5 and parse_limit("500") == 500  # leading zeros read as ever
+
+
+def test_a_retraction_reason_the_resolver_would_refuse_is_a_400_naming_reason(monkeypatch):
+    """POST /v1/facts/{id}/retract checked only that `reason` was a string: "a\\u0000b" was
+    queued (202) and the resolver dead-lettered the ConflictSet (its decode refuses a control
+    character there), so the retraction never happened; "\\ud800" was a 500. Now the reason is
+    checked by the record's own rule (publisher.check_reason) before the fact is looked up."""
+    from topics import ConflictSet, decode, encode
+    from workers.publisher import ClientPublisher, check_reason, retraction
+
+    sent = []
+    monkeypatch.setattr(ClientPublisher, "send", lambda self, messages, progress=None: sent.extend(messages))
+    bodies = {
+        b'{"reason": "a\\u0000b"}': "'reason': control character U+0000 at index 1",
+        b'{"reason": "\\ud800"}': "'reason': lone surrogate U+D800 at index 0",
+        b'{"reason": "bell \\u0007"}': "'reason': control character U+0007 at index 5",
+    }
+
+    async def requests(client):
+        answers = []
+        for body in bodies:
+            response = await client.post("/v1/facts/f1/retract?tenant=t", data=body)
+            answers.append((response.status, await response.json(content_type=None)))
+        return answers
+
+    answers = serve(Settings(redis_url=NO_REDIS), GatedEmbedder(), requests)
+    for (status, answer), expected in zip(answers, bodies.values()):
+        assert status == 400 and answer["error"].startswith(expected), (status, answer)
+    assert sent == []
+    # the rule is the record's: what it refuses the resolver's decode refuses, what it takes decodes
+    from store.facts import Fact
+    from topics.records import Triple
+
+    fact = Fact.extracted("f1", Triple("A", "r", "B", "ENTITY", "ENTITY"), "a", "b", "s")
+    assert check_reason("line one\n\tline two") == "line one\n\tline two"
+    record = retraction("t", fact, "line one\n\tline two", "r1").record
+    assert decode(ConflictSet, encode(record)).reason == "line one\n\tline two"
+    with pytest.raises(ContractError, match="U\\+0000"):
+        decode(ConflictSet, encode(retraction("t", fact, "a\x00b", "r1").record))

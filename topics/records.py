@@ -123,6 +123,15 @@ class Record:
         return cls(**values)
 
     @classmethod
+    def check_field(cls, name: str, value: Any, where: str) -> None:
+        """`value` for the field `name`, its strings and numbers checked by the rule `from_dict`
+        applies to that field (lone surrogates, control characters but what free text allows,
+        64-bit integers); a ContractError naming `where`. For a caller's input taken before the
+        record is made: refused then, not dead-lettered by the consumer after the caller was
+        told it was queued."""
+        _check_nested(value, where, cls._refused(name))
+
+    @classmethod
     def _refused(cls, name: str) -> re.Pattern:
         if name in cls.RAW_FIELDS:
             return _REFUSED_RAW

@@ -52,6 +52,14 @@ def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
     )
 
 
+def check_reason(reason: str) -> str:
+    """A caller's reason for a retraction, checked as the resolver's decode of the ConflictSet
+    checks it (ContractError naming 'reason'): a NUL in it was queued (202) and dead-lettered, a
+    lone surrogate a 500."""
+    ConflictSet.check_field("reason", reason, "'reason'")
+    return reason
+
+
 def retraction(tenant: str, fact: Fact, reason: str, request_id: str) -> Emit:
     """Work for the resolver: retract `fact` as a caller asked (one request: `request_id`)."""
     record = ConflictSet(

@@ -40,7 +40,7 @@ from topics.conversations import turn_from_json, turn_ts
 from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
 from workers.models.embedding import EmbedderMismatch, make_embedder
-from workers.publisher import ClientPublisher, PublishError
+from workers.publisher import ClientPublisher, PublishError, check_reason
 from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
 from workers.query.asgi import ASGI_API_KEY, asgi_handler
@@ -278,6 +278,10 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
         ctx: Context | None = None,
     ) -> Retracted:
         require_scope(ctx, "write")
+        try:
+            check_reason(reason)  # as POST /v1/facts/{id}/retract checks it
+        except ContractError as exc:
+            raise ToolError(str(exc)) from None
         fact = await engine.memory.fact(tenant, fact_id)
         if fact is None:
             raise ToolError(f"no fact {fact_id!r} in tenant {tenant!r}")

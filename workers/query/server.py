@@ -33,7 +33,7 @@ from topics import ContractError, tenant_or_default
 from workers.models.embedding import EmbedderMismatch
 from workers.models.llm import LLMClient, LLMError, MalformedOutput
 from workers.models.protocols import ChatModel, Embedder
-from workers.publisher import ClientPublisher, PublishError
+from workers.publisher import ClientPublisher, PublishError, check_reason
 from workers.query import auth, drilldown, http, mcp_server, page
 from workers.query.answers import Health, Retracted
 from workers.query.clients import cached_embedder, query_memory
@@ -176,8 +176,9 @@ def query_app(
 
     async def post_retract(request: web.Request) -> web.Response:
         """POST /v1/facts/{id}/retract?tenant= with an optional body {"reason": "..."}: the fact's
-        retraction queued for the resolver (202); 400 for a bad tenant or body, 404 for an
-        unknown fact, 503 when Kafka does not take it."""
+        retraction queued for the resolver (202); 400 for a bad tenant or body (a reason the
+        resolver's decode would refuse too: publisher.check_reason), 404 for an unknown fact,
+        503 when Kafka does not take it."""
         fact_id = request.match_info["fact_id"]
         try:
             tenant = named_tenant(request)
@@ -185,13 +186,14 @@ def query_app(
             body = parse_json_body(raw) if raw.strip() else {}
             if not isinstance(body, dict) or set(body) - {"reason"} or not isinstance(body.get("reason", ""), str):
                 raise ContractError('the body, when given, is {"reason": "<text>"}')
+            reason = check_reason(body.get("reason", ""))
         except ContractError as exc:
             return http.error_response(400, str(exc))
         fact = await memory.fact(tenant, fact_id)
         if fact is None:
             return http.error_response(404, drilldown.missing(f"fact {fact_id!r}", tenant))
         try:
-            work_id = await publisher.retract(tenant, fact, body.get("reason", ""))
+            work_id = await publisher.retract(tenant, fact, reason)
         except PublishError as exc:
             return http.error_response(503, str(exc))
         return http.json_response(
