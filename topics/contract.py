@@ -1,9 +1,10 @@
 """What every record module checks against: the contract's error, the fact categories and the
-symmetric relations (topics.records and topics.times both build on this module, not on each other)."""
+symmetric relations (topics.records and topics.times both build on this module, not on each other);
+and how an error message quotes a caller's input (`quoted`, `quoted_names`)."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Callable, Literal, Sequence, get_args
 
 FactCategory = Literal["DECLARATIVE", "HARD_CONSTRAINT", "REJECTED_OPTION", "TOOL_FAILURE"]
 FACT_CATEGORIES: tuple[FactCategory, ...] = get_args(FactCategory)
@@ -53,3 +54,25 @@ class BadInput(ValueError):
 
 class ContractError(BadInput):
     """A message that does not follow the contract of its topic."""
+
+
+# How much of a caller's input an error message repeats: a request of megabytes (a 6 MB tenant,
+# 300,000 unknown field names) came back whole in its 400 body, and took seconds to describe
+QUOTED_CHARS = 80
+NAMED_AT_MOST = 5
+
+
+def quoted(value: Any) -> str:
+    """`value` as an error message quotes it: its repr, cut after QUOTED_CHARS characters of
+    a string (or of a non-string's repr) with an ellipsis and how long it was."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= QUOTED_CHARS else f"{value[:QUOTED_CHARS]!r}… ({len(value):,} characters)"
+    shown = repr(value)
+    return shown if len(shown) <= QUOTED_CHARS else f"{shown[:QUOTED_CHARS]}… ({len(shown):,} characters)"
+
+
+def quoted_names(names: Sequence[Any], describe: Callable[[Any], str] = quoted) -> str:
+    """The first NAMED_AT_MOST of `names`, each `describe`d (quoted), and how many more there
+    are: "'a', 'b' and 7 more"."""
+    shown = ", ".join(describe(name) for name in names[:NAMED_AT_MOST])
+    return shown + (f" and {len(names) - NAMED_AT_MOST:,} more" if len(names) > NAMED_AT_MOST else "")

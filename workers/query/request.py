@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from difflib import get_close_matches
 
 from topics import ContractError, tenant_or_default
+from topics.contract import QUOTED_CHARS, quoted, quoted_names
 from workers.algorithms.expiry import parse_as_of
 from workers.algorithms.reconstruction import Budget
 from workers.algorithms.retrieval import RetrievalParams
@@ -133,16 +134,19 @@ QUERY_FIELDS = ("query", "tenant", "top_k", "mode", "answer", "params", "budget"
 
 
 def unknown_fields(given, known: tuple[str, ...], where: str) -> None:
-    """ContractError naming the names of `given` not in `known` (with the nearest known name of
-    each, where one is close), and every known name."""
+    """ContractError naming the first few names of `given` not in `known` (topics.contract.
+    quoted_names: with the nearest known name of each, where one is close) and how many more,
+    and every known name. A few only: a body of 300,000 unknown names cost seconds of the event
+    loop, a close match each, and an 11 MB answer (an audit)."""
     unknown = sorted(set(given) - set(known), key=str)
     if not unknown:
         return
-    hints = [
-        f"{name!r} (did you mean {near[0]!r}?)" if (near := get_close_matches(str(name), known, 1)) else repr(name)
-        for name in unknown
-    ]
-    raise ContractError(f"unknown field(s) in {where}: {', '.join(hints)}; known: {', '.join(known)}")
+
+    def hint(name) -> str:
+        near = get_close_matches(str(name)[:QUOTED_CHARS], known, 1)
+        return f"{quoted(name)} (did you mean {near[0]!r}?)" if near else quoted(name)
+
+    raise ContractError(f"unknown field(s) in {where}: {quoted_names(unknown, hint)}; known: {', '.join(known)}")
 
 
 def _budget(body: dict, mode: str) -> Budget | None:
