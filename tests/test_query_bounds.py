@@ -453,3 +453,27 @@ def test_unknown_fields_are_named_a_few_at_a_time_with_how_many_more():
         "unknown field(s) in the arguments of search_memory: 'asof' (did you mean 'as_of'?), "
         f"{'x' * 80!r}… (1,000,000 characters); known: as_of"
     )
+
+
+def test_an_error_quotes_at_most_80_characters_of_the_input_it_names():
+    """A 6 MB tenant, `params` name or `budget` name came back whole in the 400 body. Now an
+    error quotes at most 80 characters of it (topics.contract.quoted) and says how long it was."""
+    import json
+
+    huge = "z" * 1_000_000
+    bodies = {
+        "tenant": {"query": "x", "tenant": huge},
+        "params": {"query": "x", "params": {huge: 1}},
+        "budget": {"query": "x", "mode": "reconstruct", "budget": {huge: 1}},
+    }
+    cut = f"{'z' * 80!r}… (1,000,000 characters)"
+
+    async def requests(client):
+        return {name: await post(client, json.dumps(body).encode()) for name, body in bodies.items()}
+
+    answers = serve(Settings(redis_url=NO_REDIS), GatedEmbedder(), requests)
+    for name, (status, _, answer) in answers.items():
+        assert status == 400 and len(answer["error"]) < 1000 and cut in answer["error"], (name, answer["error"][:300])
+    assert answers["tenant"][2]["error"].startswith(f"invalid tenant {cut}: 1-64 characters")
+    assert answers["params"][2]["error"].startswith(f"unknown retrieval parameter(s) [{cut}]; known: [")
+    assert answers["budget"][2]["error"].startswith(f"unknown budget field(s) [{cut}]; known: [")

@@ -24,7 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from topics.contract import CATEGORY_PRECEDENCE, FACT_CATEGORIES, SYMMETRIC_RELATIONS, ContractError  # noqa: F401  (re-exported)
+from topics.contract import CATEGORY_PRECEDENCE, FACT_CATEGORIES, SYMMETRIC_RELATIONS, ContractError, quoted  # noqa: F401  (re-exported)
 from topics.times import document_ttls, epoch_seconds
 
 SCHEMA_VERSION = 1
@@ -43,7 +43,7 @@ def validate_tenant(tenant: Any) -> str:
     # Tenants become part of Redis keys and index names: keep them to a safe alphabet.
     if not isinstance(tenant, str) or not _TENANT_RE.fullmatch(tenant):  # fullmatch: "$" alone lets "acme\n" through
         raise ContractError(
-            f"invalid tenant {tenant!r}: 1-64 characters of letters, digits, '_', '.', '-', "
+            f"invalid tenant {quoted(tenant)}: 1-64 characters of letters, digits, '_', '.', '-', "
             "starting with a letter or digit"
         )
     return tenant

@@ -26,6 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from topics import BadInput
+from topics.contract import quoted_names
 from topics.times import MONTH_PATTERN, MONTHS
 from workers.algorithms.normalize import UnnamedEntity, entity_id
 from workers.algorithms.retrieval import cosines
@@ -52,7 +53,7 @@ class Budget:
             raise BadInput("'budget' must be an object with any of steps, passages, tokens")
         unknown = sorted(set(body) - set(BUDGET_RANGES))
         if unknown:
-            raise BadInput(f"unknown budget field(s) {unknown}; known: {sorted(BUDGET_RANGES)}")
+            raise BadInput(f"unknown budget field(s) [{quoted_names(unknown)}]; known: {sorted(BUDGET_RANGES)}")
         for name, value in body.items():
             low, high = BUDGET_RANGES[name]
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:

@@ -20,6 +20,7 @@ import numpy as np
 
 from store.nodes import node_id, type_node
 from topics import BadInput
+from topics.contract import quoted, quoted_names
 from workers.algorithms.ppr import SparseGraph
 
 BOOSTED_CATEGORIES = ("HARD_CONSTRAINT", "REJECTED_OPTION")
@@ -194,7 +195,7 @@ class RetrievalParams:
         known = {f.name: str(f.type) for f in fields(cls)}  # "int", "float", "bool": annotations are postponed
         unknown = sorted(set(body) - set(known))
         if unknown:
-            raise BadInput(f"unknown retrieval parameter(s) {unknown}; known: {sorted(known)}")
+            raise BadInput(f"unknown retrieval parameter(s) [{quoted_names(unknown)}]; known: {sorted(known)}")
         values = {}
         for name, value in body.items():
             kind = {"int": int, "float": float, "bool": bool}[known[name]]
@@ -207,7 +208,7 @@ class RetrievalParams:
                 except OverflowError:  # a JSON integer of hundreds of digits
                     raise BadInput(f"parameter {name!r} is out of range; allowed range {PARAM_RANGES[name]}") from None
             if name in PARAM_RANGES and value not in PARAM_RANGES[name]:
-                raise BadInput(f"parameter {name!r} is {value!r}; allowed range {PARAM_RANGES[name]}")
+                raise BadInput(f"parameter {name!r} is {quoted(value)}; allowed range {PARAM_RANGES[name]}")
             values[name] = value
         return cls(**values)
 
