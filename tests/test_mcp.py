@@ -532,3 +532,29 @@ def test_retract_fact_refuses_a_reason_the_resolver_would_refuse_as_the_http_rou
         check_reason("a\x00b")
     assert str(expected.value).startswith("'reason': control character U+0000 at index 1")
     assert refused.is_error and refused.content[0].text == f"Error executing tool retract_fact: {expected.value}"
+
+
+def test_search_memory_checks_top_k_as_post_v1_query_does():
+    """The SDK's argument model took `top_k: true` as 1 and "5" as 5, which POST /v1/query
+    refuses: now the value as sent meets QueryRequest's check, the same message as the 400."""
+
+    async def main():
+        stages, server = await _trip_server()
+        try:
+            async with Client(server) as client:
+                tool = next(t for t in (await client.list_tools()).tools if t.name == "search_memory")
+                answers = [
+                    await client.call_tool("search_memory", {"query": TRIP, "top_k": top_k})
+                    for top_k in (True, "5", 2.0, 0, 1)
+                ]
+            return stages.tenant, tool, answers
+        finally:
+            await stages.close()
+
+    tenant, tool, (boolean, text, real, zero, one) = asyncio.run(main())
+    assert tool.input_schema["properties"]["top_k"]["type"] == "integer"  # still offered as an integer
+    for top_k, refused in ((True, boolean), ("5", text), (2.0, real), (0, zero)):
+        with pytest.raises(ContractError) as http_400:
+            QueryRequest.from_json({"query": TRIP, "top_k": top_k}, tenant, 5)
+        assert refused.is_error and refused.content[0].text == f"Error executing tool search_memory: {http_400.value}"
+    assert not one.is_error and len(one.structured_content["passages"]) == 1

@@ -33,7 +33,7 @@ from aiohttp import web
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, SkipValidation
 
 from topics import ContractError, Document, validate_tenant
 from topics.conversations import turn_from_json, turn_ts
@@ -178,7 +178,9 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
             str,
             Field(description="retrieval mode: " + "; ".join(_mode_hint(m) for m in registered())),
         ] = DEFAULT_MODE,
-        top_k: Annotated[int, Field(description=f"passages to return, 1 to {MAX_TOP_K}")] = 5,
+        # SkipValidation: the value as sent reaches QueryRequest's check, as POST /v1/query's does;
+        # the SDK's model took true for 1 and "5" for 5, which the HTTP API refuses (an audit)
+        top_k: Annotated[int, SkipValidation, Field(description=f"passages to return, 1 to {MAX_TOP_K}")] = 5,
         as_of: Annotated[
             str | None, Field(description="an ISO time: answer from the facts valid then (default: now)")
         ] = None,
