@@ -27,7 +27,7 @@ from topics.conversations import Turn, is_locomo, is_turn, locomo_turns, turn_fr
 from topics.records import publication_version
 from workers.algorithms.normalize import content_hash
 from workers.derived import left_to_erase
-from workers.publisher import ClientPublisher
+from workers.publisher import ClientPublisher, check_reason
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -392,8 +392,10 @@ def delete(settings: Settings, tenant: str, doc_ids: list[str], quiet: bool = Fa
 def retract(settings: Settings, tenant: str, fact_id: str, reason: str) -> str:
     """`memstream retract`: the fact's retraction onto `memstream.conflict-sets` for the resolver,
     as POST /v1/facts/{id}/retract and the MCP tool send it (ClientPublisher.retract). Returns
-    the request's work id; BadInput when the tenant holds no such fact; PublishError when Kafka
-    does not take it."""
+    the request's work id; BadInput when the tenant holds no such fact or the reason is one the
+    resolver would refuse (publisher.check_reason, as the HTTP route and the tool check it);
+    PublishError when Kafka does not take it."""
+    check_reason(reason)  # before Redis or Kafka: a NUL in it was queued and dead-lettered
 
     async def queue() -> str:
         memory = Memory.from_url(settings.redis_url)

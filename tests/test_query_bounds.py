@@ -477,3 +477,15 @@ def test_an_error_quotes_at_most_80_characters_of_the_input_it_names():
     assert answers["tenant"][2]["error"].startswith(f"invalid tenant {cut}: 1-64 characters")
     assert answers["params"][2]["error"].startswith(f"unknown retrieval parameter(s) [{cut}]; known: [")
     assert answers["budget"][2]["error"].startswith(f"unknown budget field(s) [{cut}]; known: [")
+
+
+def test_memstream_retract_refuses_a_reason_the_resolver_would_refuse_before_reaching_anything(monkeypatch, capsys):
+    """`memstream retract --reason` with a NUL in it was queued and then dead-lettered by the
+    resolver's decode, as POST /v1/facts/{id}/retract's was: refused now, exit 2, naming
+    'reason', before Redis or Kafka is asked (neither answers here)."""
+    from ops import cli
+
+    monkeypatch.setenv("MEMSTREAM_REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    assert cli.main(["retract", "f-1", "--tenant", "acme", "--reason", "sold\x00it"]) == 2
+    assert "'reason'" in capsys.readouterr().err
