@@ -89,3 +89,16 @@ def test_bench_scale_on_one_redis_pairs_each_question_and_compares_the_answers(s
             assert len([k for k in row["latency_ms"] if k.startswith(f"{mode} (")]) == 2
     refused = Cli(stack_env).run("bench", "scale", "--passages", "300", "--one-redis", check=False, timeout=60)
     assert refused.returncode == 2 and "--one-redis pairs this tree with --baseline-tree" in refused.stderr
+
+
+def test_bench_index_sizes_empty_skips_the_growth_run_as_readme_says(monkeypatch):
+    """README: "`--sizes ""` skips it" (bench index's per-document time as memory grows); the
+    code read an empty --sizes as not given and ran the three default sizes (a docs audit)."""
+    from ops import cli
+    from ops.bench import index
+
+    asked: list = []
+    monkeypatch.setattr(index, "run_index_bench", lambda settings, sizes, *rest, **kw: asked.append(sizes) or 0)
+    assert cli.main(["bench", "index", "--sizes", ""]) == 0
+    assert cli.main(["bench", "index"]) == 0
+    assert asked == [[], [1000, 5000, 20000]]

@@ -207,7 +207,7 @@ def bench_index(settings: Settings, args) -> int:
         )
     from ops.bench.index import run_index_bench
 
-    sizes = sorted(_counts(args.sizes or "1000,5000,20000"))
+    sizes = sorted(_counts(args.sizes if args.sizes is not None else "1000,5000,20000"))  # "": none (README)
     extractors = _counts(args.extractors, "--extractors")
     return run_index_bench(
         settings,
