@@ -3,7 +3,8 @@ publish them to `memstream.documents`, and optionally wait until they are fully 
 
 Conversations too (topics.conversations): a `.json` in the LoCoMo layout (a sample or a list of
 samples) becomes one document per turn, and a `.jsonl` line that is a turn (`session_id`,
-`turn`, `speaker`, `ts`, `text`) one document, among ordinary document lines.
+`turn`, `speaker`, `ts`, `text`) one document, among ordinary document lines. Standard input
+starting with `{` or `[` is JSON (or JSONL) and must parse; any other is one text document.
 
 Input is read as the bytes it is (no newline translation: a CRLF stays a CRLF), so a passage
 comes back exactly as published. A document is refused here for anything the workers would
@@ -184,9 +185,12 @@ def _add_turn(loaded: Loaded, where: str, turn: Turn, tenant: str, max_text_byte
         loaded.errors.append(str(exc))
 
 
-def _load_json(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
+def _load_json(
+    where: str, raw: str, tenant: str, max_text_bytes: int, loaded: Loaded, invalid: str = "invalid JSON"
+) -> None:
+    """`invalid`: what a parse error's message says before the parser's reason (line, column)."""
     try:
-        data = parse_json(raw, where, invalid="invalid JSON")
+        data = parse_json(raw, where, invalid=invalid)
     except ContractError as exc:
         loaded.errors.append(str(exc))
         return
@@ -215,18 +219,27 @@ def _load_jsonl(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: 
 
 
 def _load_text_or_json(where: str, raw: str, stem: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
+    """Standard input: JSON when its first non-blank character is `{` or `[` — one value (a
+    document, a list of them, a LoCoMo conversation), or JSONL when its first line is a whole
+    object — and then it must parse; any other input is one text document."""
     stripped = raw.strip()
-    if stripped.startswith(("{", "[")):
-        try:
-            json.loads(stripped)
-        except json.JSONDecodeError:
-            if stripped.startswith("{") and "\n" in stripped:
-                return _load_jsonl(where, stripped, tenant, max_text_bytes, loaded)
-        except (ValueError, RecursionError):  # JSON past the contract's limits: _load_json says which
-            return _load_json(where, stripped, tenant, max_text_bytes, loaded)
-        else:
-            return _load_json(where, stripped, tenant, max_text_bytes, loaded)
-    _add(loaded, where, {"doc_id": f"{stem}-{content_hash(raw)[:12]}", "text": raw}, tenant, max_text_bytes)
+    if not stripped.startswith(("{", "[")):
+        _add(loaded, where, {"doc_id": f"{stem}-{content_hash(raw)[:12]}", "text": raw}, tenant, max_text_bytes)
+        return
+    first_line, _, rest = stripped.partition("\n")
+    if stripped.startswith("{") and rest.strip() and _parses(first_line):
+        _load_jsonl(where, stripped, tenant, max_text_bytes, loaded)
+        return
+    # a broken JSON is refused with its line and column, not published as the text of a document
+    _load_json(where, stripped, tenant, max_text_bytes, loaded, invalid="starts with { or [ but is not valid JSON")
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 class Progress:

@@ -3,8 +3,11 @@ reason, and the good ones around it are kept."""
 
 import io
 import json
+import os
 
 from ops.publish import load_documents
+from ops.stack.services import free_port
+from tests.conftest import Cli
 
 
 def test_each_supported_format(tmp_path):
@@ -146,3 +149,34 @@ def test_an_empty_tenant_is_an_error_not_the_default(tmp_path, capsys):
     with pytest.raises(ContractError, match="invalid tenant ''"):
         QueryRequest.from_json({"query": "who?", "tenant": ""}, "default", 5)
     assert QueryRequest.from_json({"query": "who?"}, "default", 5).tenant == "default"
+
+
+def offline_cli() -> Cli:
+    """The CLI as a user runs it, Kafka and Redis nowhere: a command refused before it connects
+    does not notice."""
+    nowhere = f"127.0.0.1:{free_port()}"
+    return Cli({**os.environ, "MEMSTREAM_KAFKA_BOOTSTRAP": nowhere, "MEMSTREAM_REDIS_URL": f"redis://{nowhere}/0"})
+
+
+def test_stdin_that_starts_as_json_must_parse():
+    """Before: JSON with a syntax error on stdin was published as the text of a document
+    (`stdin-<hash>`), exit 0. Now stdin starting with { or [ is JSON (or JSONL) and is refused
+    with the parser's line and column."""
+    one_line = '{"doc_id": "s1", "text": "Eve sings."\n'
+    loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO(one_line))
+    assert loaded.documents == []
+    assert loaded.errors == [
+        "<stdin>: starts with { or [ but is not valid JSON (Expecting ',' delimiter: line 1 column 38 (char 37))"
+    ]
+    listed = '[\n  {"doc_id": "a", "text": "x"},\n  {"doc_id": "b" "text": "y"}\n]\n'
+    loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO(listed))
+    assert loaded.documents == [] and "line 3 column 18" in loaded.errors[0]
+    pretty = '{\n  "doc_id": "a",\n  "text": "x",\n}\n'  # one object over lines, not JSONL
+    loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO(pretty))
+    assert loaded.documents == [] and len(loaded.errors) == 1 and "line 4 column 1" in loaded.errors[0]
+    lines = '{"doc_id": "a", "text": "x"}\n{"doc_id": "b" "text": "y"}\n'  # JSONL: its bad line named
+    loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO(lines))
+    assert [d.doc_id for d in loaded.documents] == ["a"] and loaded.errors[0].startswith("<stdin>:2: invalid JSON")
+    # refused before Kafka is reached
+    done = offline_cli().run("publish", "-", "--tenant", "acme", input=one_line, check=False)
+    assert done.returncode == 2 and "not valid JSON (Expecting ',' delimiter: line 1 column 38" in done.stderr
