@@ -199,6 +199,9 @@ def _load_json(
         for turn in turns:
             _add_turn(loaded, f"{where}: turn {turn.turn_id} of {turn.session_id}", turn, tenant, max_text_bytes)
         return
+    if data == []:  # as an empty .txt is: nothing published is an error, not a success
+        loaded.errors.append(f"{where}: an empty list, no document to publish")
+        return
     items = data if isinstance(data, list) else [data]
     for i, item in enumerate(items):
         _add(loaded, f"{where}[{i}]" if isinstance(data, list) else where, item, tenant, max_text_bytes)
@@ -207,6 +210,9 @@ def _load_json(
 def _load_jsonl(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
     # lines end at "\n" only: str.splitlines would also cut at U+2028, U+0085 and the like, which
     # JSON strings may hold unescaped
+    if not raw.strip():
+        loaded.errors.append(f"{where}: no line holds a document, nothing to publish")
+        return
     for number, line in enumerate(raw.split("\n"), 1):
         if not line.strip():
             continue

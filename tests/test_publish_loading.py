@@ -180,3 +180,23 @@ def test_stdin_that_starts_as_json_must_parse():
     # refused before Kafka is reached
     done = offline_cli().run("publish", "-", "--tenant", "acme", input=one_line, check=False)
     assert done.returncode == 2 and "not valid JSON (Expecting ',' delimiter: line 1 column 38" in done.stderr
+
+
+def test_an_input_without_a_document_is_refused(tmp_path):
+    """Before: `[]` in a .json or on stdin and an empty .jsonl published nothing and exited 0 (an
+    empty .txt or .json was refused); now each is refused, saying what was empty."""
+    (tmp_path / "none.json").write_text("[]")
+    (tmp_path / "none.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n  \n")
+    names = ["none.json", "none.jsonl", "blank.jsonl"]
+    loaded = load_documents([str(tmp_path / n) for n in names], "acme", 1000)
+    assert loaded.documents == []
+    assert loaded.errors == [
+        f"{tmp_path / 'none.json'}: an empty list, no document to publish",
+        f"{tmp_path / 'none.jsonl'}: no line holds a document, nothing to publish",
+        f"{tmp_path / 'blank.jsonl'}: no line holds a document, nothing to publish",
+    ]
+    done = offline_cli().run("publish", "-", "--tenant", "acme", input="[]\n", check=False)
+    assert done.returncode == 2 and "<stdin>: an empty list, no document to publish" in done.stderr
+    done = offline_cli().run("publish", str(tmp_path / "none.jsonl"), "--tenant", "acme", check=False)
+    assert done.returncode == 2 and "none.jsonl: no line holds a document" in done.stderr
