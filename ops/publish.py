@@ -148,16 +148,21 @@ def _read_stdin(stdin: TextIO) -> str:
 
 
 def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> None:
-    """One JSON object: a turn (topics.conversations.is_turn) or a document."""
+    """One JSON object: a turn (topics.conversations.is_turn) or a document. One that names a
+    tenant other than `tenant` is refused: a publish writes one tenant, the one it was given."""
     if is_turn(obj):
         try:
             turn = turn_from_json(obj, where)
         except ContractError as exc:
             loaded.errors.append(str(exc))
             return
-        _add_turn(loaded, where, turn, tenant if obj.get("tenant") is None else obj["tenant"], max_text_bytes)
+        if _refuse_other_tenant(loaded, where, turn.doc_id or f"{turn.session_id}:{turn.turn_id}", obj, tenant):
+            return
+        _add_turn(loaded, where, turn, tenant, max_text_bytes)
         return
-    if isinstance(obj, dict) and obj.get("tenant") is None:
+    if isinstance(obj, dict) and _refuse_other_tenant(loaded, where, obj.get("doc_id"), obj, tenant):
+        return
+    if isinstance(obj, dict):
         obj = {**obj, "tenant": tenant}
     if isinstance(obj, dict) and loaded.version is not None and "version" not in obj:
         obj = {**obj, "version": loaded.version}
@@ -168,6 +173,18 @@ def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> N
         loaded.sources.append(where)
     except ContractError as exc:
         loaded.errors.append(str(exc))
+
+
+def _refuse_other_tenant(loaded: Loaded, where: str, doc_id, obj: dict, tenant: str) -> bool:
+    """A document whose own `tenant` is not the publish's went there silently, whatever --tenant said."""
+    own = obj.get("tenant")
+    if own is None or own == tenant:
+        return False
+    loaded.errors.append(
+        f"{where}: document {doc_id!r} names tenant {own!r}, but this publish writes tenant {tenant!r} "
+        "(--tenant, default MEMSTREAM_TENANT): drop its 'tenant' or publish it with its own --tenant"
+    )
+    return True
 
 
 def _add_turn(loaded: Loaded, where: str, turn: Turn, tenant: str, max_text_bytes: int) -> None:

@@ -200,3 +200,30 @@ def test_an_input_without_a_document_is_refused(tmp_path):
     assert done.returncode == 2 and "<stdin>: an empty list, no document to publish" in done.stderr
     done = offline_cli().run("publish", str(tmp_path / "none.jsonl"), "--tenant", "acme", check=False)
     assert done.returncode == 2 and "none.jsonl: no line holds a document" in done.stderr
+
+
+def test_a_document_of_another_tenant_is_refused(tmp_path):
+    """Before: a document's own "tenant" won over --tenant: `publish ot.json --tenant tb` put it
+    in the tenant the file named, silently. Now it is refused, naming both tenants."""
+    (tmp_path / "ot.json").write_text(
+        json.dumps(
+            [
+                {"doc_id": "ot", "text": "Ivan paints.", "tenant": "othertenant"},
+                {"doc_id": "same", "text": "Ivan sings.", "tenant": "tb"},
+                {"doc_id": "plain", "text": "Ivan reads."},
+            ]
+        )
+    )
+    (tmp_path / "turns.jsonl").write_text(
+        '{"session_id": "s", "turn": 0, "speaker": "Ana", "text": "Hi.", "tenant": "othertenant"}\n'
+    )
+    loaded = load_documents([str(tmp_path / "ot.json"), str(tmp_path / "turns.jsonl")], "tb", 1000)
+    assert [(d.doc_id, d.tenant) for d in loaded.documents] == [("same", "tb"), ("plain", "tb")]
+    assert loaded.errors == [
+        f"{tmp_path / 'ot.json'}[0]: document 'ot' names tenant 'othertenant', but this publish writes tenant 'tb' "
+        "(--tenant, default MEMSTREAM_TENANT): drop its 'tenant' or publish it with its own --tenant",
+        f"{tmp_path / 'turns.jsonl'}:1: document 's:0' names tenant 'othertenant', but this publish writes tenant "
+        "'tb' (--tenant, default MEMSTREAM_TENANT): drop its 'tenant' or publish it with its own --tenant",
+    ]
+    done = offline_cli().run("publish", str(tmp_path / "turns.jsonl"), "--tenant", "tb", check=False)
+    assert done.returncode == 2 and "names tenant 'othertenant', but this publish writes tenant 'tb'" in done.stderr
