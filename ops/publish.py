@@ -214,7 +214,9 @@ def _load_json(
     if is_locomo(data):
         turns = locomo_turns(data, where, loaded.errors)
         for turn in turns:
-            _add_turn(loaded, f"{where}: turn {turn.turn_id} of {turn.session_id}", turn, tenant, max_text_bytes)
+            # the position too: two turns of one dia_id are told apart (_refuse_collisions names the other)
+            at = f"{where}: turn {turn.turn_id} of {turn.session_id}, position {turn.turn}"
+            _add_turn(loaded, at, turn, tenant, max_text_bytes)
         return
     if data == []:  # as an empty .txt is: nothing published is an error, not a success
         loaded.errors.append(f"{where}: an empty list, no document to publish")

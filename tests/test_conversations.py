@@ -105,9 +105,26 @@ def test_bad_locomo_turns_are_named_and_the_rest_published(tmp_path):
         f"{path}[0].conversation.session_1[1]: a turn needs non-empty strings 'speaker' and 'text'",
         f"{path}[0].conversation.session_3: expected a list of turns",
         f"{path}[1]: expected an object with a 'conversation' object (LoCoMo layout)",
-        f"{path}: turn D2:1 of conv-7:session_2: text: control character U+0000 at index 5 "
+        f"{path}: turn D2:1 of conv-7:session_2, position 1: text: control character U+0000 at index 5 "
         "(free text allows only tab, newline and carriage return)",
     ]
+
+
+def test_two_locomo_turns_of_one_dia_id_each_name_the_other(tmp_path):
+    """Before: both errors said "also at conv.json: turn D1:1 of conv-7:session_1", each naming
+    itself; a turn's place now holds its position in the session."""
+    sample = json.loads(json.dumps(LOCOMO))
+    sample["conversation"]["session_1"][1]["dia_id"] = "D1:1"
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(sample))
+    loaded = load_documents([str(path)], "acme", 10_000)
+    assert [d.doc_id for d in loaded.documents] == ["conv-7:D2:1", "conv-7:D2:2"]
+    first, second = (
+        f"{path}: turn D1:1 of conv-7:session_1, position 1",
+        f"{path}: turn D1:1 of conv-7:session_1, position 2",
+    )
+    assert [error.split(": doc id")[0] for error in loaded.errors] == [first, second]
+    assert f"also at {second}: rename one" in loaded.errors[0] and f"also at {first}: rename one" in loaded.errors[1]
 
 
 def test_a_locomo_turn_that_shares_a_photo_holds_its_caption_and_is_found_by_it(tmp_path):
