@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from topics import BadInput
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -11,6 +13,16 @@ if TYPE_CHECKING:
 
 
 def query_endpoint(settings: Settings, url: str | None = None) -> str:
+    """POST /v1/query's address at `url` (--url), else at MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT;
+    BadInput for a `url` that is not an http(s) address (urllib raised a bare ValueError)."""
+    if url is not None:
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 -- its check: a port out of range or not a number
+        except ValueError as exc:
+            raise BadInput(f"--url {url!r} is not a URL ({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadInput(f"--url {url!r} is not a URL: expected http://HOST:PORT or https://HOST:PORT")
     return (url or f"http://{settings.http_host}:{settings.http_port}").rstrip("/") + "/v1/query"
 
 

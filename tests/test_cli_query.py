@@ -114,3 +114,19 @@ def test_memstream_query_refuses_a_top_k_outside_one_to_a_hundred(worker):
     for good in ("1", "100"):
         _cli().run("query", "q", "--top-k", good, "--url", url)
     assert [body["top_k"] for body in bodies] == [1, 100]
+
+
+def test_memstream_query_refuses_a_url_that_is_not_one(capsys):
+    """Before: `--url notaurl` and `--url "http://[::1"` ended in urllib's ValueError traceback.
+    Now one line, exit 2, before anything is sent."""
+    from ops import cli
+
+    for url, why in (
+        ("notaurl", "expected http://HOST:PORT"),
+        ("http://[::1", "(Invalid IPv6 URL)"),
+        ("http://127.0.0.1:99999", "(Port out of range"),
+        ("ftp://127.0.0.1", "expected http://HOST:PORT"),
+    ):
+        assert cli.main(["query", "q", "--url", url]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"memstream: --url {url!r} is not a URL") and why in err and err.count("\n") == 1
