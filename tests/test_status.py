@@ -170,3 +170,17 @@ def test_export_of_a_tenant_that_holds_no_memory_warns_as_query_and_status_do(st
     out, err = capsys.readouterr()
     assert json.loads(out)["facts"] == []
     assert f"warning: tenant {tenant!r} holds no memory (nothing was ever indexed for it)" in err
+
+
+def test_status_refuses_a_sample_that_is_not_a_number_of_seconds(capsys):
+    """Before: `--sample inf` ended in time.sleep's OverflowError traceback (only a negative one
+    was refused), and a sample of days was taken. Now argparse refuses it, exit 2."""
+    import pytest
+
+    from ops.cli import main
+
+    for bad in ("inf", "nan", "-1", "3601", "two"):
+        with pytest.raises(SystemExit) as exit:
+            main(["status", "--sample", bad])
+        assert exit.value.code == 2
+        assert f"argument --sample: must be a number of seconds from 0 to 3600, not '{bad}'" in capsys.readouterr().err
