@@ -130,3 +130,23 @@ def test_a_local_stack_of_redis_shards_is_reached_as_a_cluster():
         "redis+cluster://127.0.0.1:7000/0"
     )
     assert Settings.from_env({"MEMSTREAM_REDIS_PORT": "7000"}).redis_url == "redis://127.0.0.1:7000/0"
+
+
+def test_a_redis_url_that_is_not_one_is_bad_input_naming_the_setting(monkeypatch, capsys):
+    """Before: MEMSTREAM_REDIS_URL=notaurl passed the settings and `memstream tenants` ended in
+    redis-py's ValueError traceback. The URL is checked where settings are read (not repeated:
+    it may hold a password)."""
+    for url, found in (
+        ("notaurl", "(no scheme)"),
+        ("http://:secret@127.0.0.1:6379/0", "(scheme 'http')"),
+        ("redis://[::1", "(Invalid IPv6 URL)"),
+        ("redis://127.0.0.1:99999/0", "(Port out of range"),
+    ):
+        with pytest.raises(ValueError, match="MEMSTREAM_REDIS_URL is not a"):
+            Settings.from_env({"MEMSTREAM_REDIS_URL": url})
+        monkeypatch.setenv("MEMSTREAM_REDIS_URL", url)
+        assert main(["tenants"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("memstream: MEMSTREAM_REDIS_URL is not a") and found in err and "secret" not in err
+    for url in ("redis://127.0.0.1:6379/0", "rediss://h:6380", "unix:///tmp/redis.sock", "redis+cluster://h:7000/0"):
+        assert Settings.from_env({"MEMSTREAM_REDIS_URL": url}).redis_url == url

@@ -13,6 +13,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 from topics import BadInput, Topics
 from topics.generated import spliced
@@ -37,6 +38,9 @@ Group = Literal[
     "Kafka", "Redis", "indexing", "ablations", "LLM", "embedder", "query worker", "reconstruct", "operations"
 ]
 GROUPS: tuple[Group, ...] = get_args(Group)
+
+# MEMSTREAM_REDIS_URL's schemes: redis-py's and a Redis Cluster's (store.redis.topology)
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 # an on/off switch's values in the environment (only these two: one spelling in the docs, the
 # scripts and the logs, and a typo fails at start instead of reading as one or the other)
@@ -281,6 +285,7 @@ class Settings:
         if not self.redis_url:  # the local stack's: a cluster's first shard (store.redis.topology) or its one Redis
             scheme = "redis+cluster" if self.redis_shards > 1 else "redis"
             object.__setattr__(self, "redis_url", f"{scheme}://127.0.0.1:{self.redis_port}/0")
+        self._check_redis_url()
         level = self.log_level.lower() if isinstance(self.log_level, str) else self.log_level
         if level in get_args(LogLevelSetting):  # read in any case, kept in lower case
             object.__setattr__(self, "log_level", level)
@@ -301,6 +306,22 @@ class Settings:
             choices = literal_choices(kind)
             if choices and value not in choices:
                 raise BadInput(f"{variable(f.name)}={value!r}: expected {_either(choices)}")
+
+    def _check_redis_url(self) -> None:
+        """A URL redis-py reads, or a cluster's (store.redis.topology.CLUSTER_SCHEMES): a bad one
+        failed later, in redis-py's ValueError, wherever Redis was first opened. The URL is not
+        repeated: it may hold a password."""
+        try:
+            parts = urlsplit(self.redis_url)
+            parts.port  # noqa: B018 -- its check: a port out of range or not a number
+        except ValueError as exc:
+            raise BadInput(f"MEMSTREAM_REDIS_URL is not a URL ({exc})") from None
+        if parts.scheme not in REDIS_SCHEMES:
+            found = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+            raise BadInput(
+                f"MEMSTREAM_REDIS_URL is not a Redis URL ({found}): expected redis://HOST:PORT/DB, or "
+                + ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES[1:])
+            )
 
     def _check_embedder_settings(self) -> None:
         if (
