@@ -259,6 +259,42 @@ def test_an_indexing_worker_with_query_fails_at_once_on_a_taken_http_port(stack_
     )  # faust never started: no agent, no group
 
 
+def test_a_query_worker_fails_in_one_line_on_a_taken_http_port(tmp_path):
+    """Before: `memstream worker --role query` (the query API alone, no faust) on a taken port
+    ended in aiohttp's OSError traceback; it says so in the one line the indexing worker's
+    query role does, exit 1, before Redis is opened (none runs here)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    held = socket.create_server(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    nowhere = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "MEMSTREAM_HTTP_HOST": "127.0.0.1",
+        "MEMSTREAM_HTTP_PORT": str(port),
+        "MEMSTREAM_REDIS_URL": f"redis://{nowhere}/0",
+        "MEMSTREAM_KAFKA_BOOTSTRAP": nowhere,
+        "MEMSTREAM_HOME": str(tmp_path),
+        "MEMSTREAM_LOG_LEVEL": "warning",  # not the INFO line saying no keys are configured
+    }
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ops.cli", "worker", "--role", "query"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        held.close()
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"memstream: the query API cannot listen on 127.0.0.1:{port}: ")
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
 # ---- standing facts: GET /v1/facts?category= (workers.query.drilldown.standing_facts) ---------------
 STANDING_SCRIPT = {
     "We won't transit through Miami.": [("Ana", "rejected", "Miami", "REJECTED_OPTION")],

@@ -33,7 +33,7 @@ from workers.models.extraction import make_extractor
 from workers.models.llm import LLMClient
 from workers.pipeline import Pipeline
 from workers.query.clients import cached_embedder
-from workers.query.server import check_exposure, query_app, serve, serve_metrics
+from workers.query.server import check_exposure, listen, query_app, serve, serve_metrics
 from workers.recovery import Recovery, applied_offsets
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, ROLE_TOPICS
@@ -487,12 +487,7 @@ def run_worker(settings: Settings, roles: set[str]) -> None:
         # bound before Kafka, Redis and the agents start: a taken port is a clear error now, not
         # a crash after the worker joined its consumer group (and a port chosen free just before
         # is not taken meanwhile by one of the clients' own connections)
-        try:
-            http_socket = socket.create_server((settings.http_host, settings.http_port))
-        except OSError as exc:
-            raise SystemExit(
-                f"memstream: the query API cannot listen on {settings.http_host}:{settings.http_port}: {exc}"
-            ) from None
+        http_socket = listen(settings)
     app = create_app(settings, roles, http_socket)
     serve_metrics(settings)
     worker = _Worker(app, loglevel=settings.log_level, quiet=True)

@@ -353,11 +353,24 @@ async def serve(
         log.info("query API on %s:%s stopped", host, port)
 
 
+def listen(settings: Settings) -> socket.socket:
+    """The query API's listening socket on MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT, bound before
+    anything else starts; a port taken (or a host not this machine's) ends the process with one
+    line, exit 1, not an OSError's traceback."""
+    try:
+        return socket.create_server((settings.http_host, settings.http_port))
+    except OSError as exc:
+        raise SystemExit(
+            f"memstream: the query API cannot listen on {settings.http_host}:{settings.http_port}: {exc}"
+        ) from None
+
+
 def run_query_server(settings: Settings) -> None:
     """`memstream worker --role query`: the HTTP API in a process of its own, needing only
     Redis; SIGTERM or SIGINT stops it cleanly (requests in flight are finished, pool closed)."""
 
     check_exposure(settings)
+    http_socket = listen(settings)
     serve_metrics(settings)
 
     async def main() -> None:
@@ -366,6 +379,6 @@ def run_query_server(settings: Settings) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         log.info("query worker: Redis at %s, no Kafka", settings.redis_url)
-        await serve(query_app(settings), settings.http_host, settings.http_port, stop)
+        await serve(query_app(settings), settings.http_host, settings.http_port, stop, http_socket)
 
     asyncio.run(main())
