@@ -558,3 +558,31 @@ def test_search_memory_checks_top_k_as_post_v1_query_does():
             QueryRequest.from_json({"query": TRIP, "top_k": top_k}, tenant, 5)
         assert refused.is_error and refused.content[0].text == f"Error executing tool search_memory: {http_400.value}"
     assert not one.is_error and len(one.structured_content["passages"]) == 1
+
+
+def test_memstream_mcp_closed_at_once_exits_quietly(tmp_path):
+    """Before: `: | memstream mcp` (a client that closes at once) printed "Exception in thread
+    embedder-load … can't register atexit after shutdown": the model's background load raced
+    the interpreter's shutdown. The server waits for the load before it exits."""
+    import os
+    import subprocess
+
+    nowhere = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "MEMSTREAM_REDIS_URL": f"redis://{nowhere}/0",
+        "MEMSTREAM_KAFKA_BOOTSTRAP": nowhere,
+        "MEMSTREAM_HOME": str(tmp_path),
+        "MEMSTREAM_EMBEDDER": "local",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "mcp", "--tenant", "acme"],
+        input="",
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "Exception in thread" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -66,12 +66,21 @@ class LocalEmbedder:
         self._loading = threading.Lock()
         self._lock = threading.Lock()  # the model is not safe to call from two threads at once
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._loader: threading.Thread | None = None
         if background:
             # not a daemon: an exit waits for the load (an import torn down mid-way by the
             # interpreter's shutdown crashed it: `memstream mcp` closed by its client at once)
-            threading.Thread(target=lambda: self._model, name="embedder-load").start()
+            self._loader = threading.Thread(target=lambda: self._model, name="embedder-load")
+            self._loader.start()
         else:
             self._model  # noqa: B018 (loaded now)
+
+    def wait_loaded(self) -> None:
+        """Wait for a background load to end. Its owner calls this before the process exits: once
+        the interpreter's shutdown has begun, the load's imports that register with threading's
+        exit (concurrent.futures, joblib) fail ("can't register atexit after shutdown")."""
+        if self._loader is not None:
+            self._loader.join()
 
     @property
     def _model(self):

@@ -39,7 +39,7 @@ from topics import ContractError, Document, validate_tenant
 from topics.conversations import turn_from_json, turn_ts
 from topics.records import FACT_CATEGORIES, publication_version
 from workers.algorithms.normalize import content_hash
-from workers.models.embedding import EmbedderMismatch, make_embedder
+from workers.models.embedding import EmbedderMismatch, LocalEmbedder, make_embedder
 from workers.publisher import ClientPublisher, PublishError, check_reason
 from workers.query import drilldown
 from workers.query.answers import Evidence, Forgotten, PassageRecord, QueryResult, Remembered, Retracted, StandingFacts
@@ -419,7 +419,7 @@ async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MC
     the graph cache's size); everything closed on leaving."""
     memory = query_memory(settings)
     publisher = ClientPublisher(settings)
-    engine = None
+    engine = model = None
     try:
         model = make_embedder(settings, background=True)  # the handshake answered at once, the model loading meanwhile
         engine = QueryEngine.from_settings(settings, memory, cached_embedder(settings, memory, model))
@@ -429,6 +429,8 @@ async def stdio_parts(settings: Settings, tenant: str) -> AsyncIterator[tuple[MC
         if engine is not None:
             await engine.aclose()
         await memory.close()
+        if isinstance(model, LocalEmbedder):  # a client that closes at once: the load ends before the exit
+            await asyncio.to_thread(model.wait_loaded)
 
 
 def run_stdio(settings: Settings, tenant: str) -> None:
