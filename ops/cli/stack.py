@@ -29,8 +29,8 @@ def add_parsers(sub) -> None:
         type=int,
         default=None,
         metavar="SHARDS",
-        help="up: Redis as a cluster of SHARDS shards (default MEMSTREAM_REDIS_SHARDS, 1: one server); "
-        "the store does not run on a cluster yet",
+        help="up: Redis as a cluster of SHARDS shards (default MEMSTREAM_REDIS_SHARDS, 1: one server), printed as "
+        "a redis+cluster:// URL; the store runs on it, each tenant on its slot's shard",
     )
 
     topics = sub.add_parser("topics", help="create the topics before workers start")
