@@ -59,3 +59,15 @@ def test_the_drilldown_commands_write_each_record(indexed, capsysbinary):
     passage = json.loads(_run(capsysbinary, "passage", passage_id, "--tenant", tenant))
     assert (passage["text"], passage["doc_ids"]) == (TEXT, ["d1"])
     assert _run(capsysbinary, "passage", passage_id, "--text", "--tenant", tenant) == TEXT.encode()
+
+
+def test_facts_takes_category_repeated_as_docs_usage_says(indexed, capsysbinary):
+    """Before: `facts --category A --category B` listed B alone, silently; the flag repeated adds
+    up, as ?category=A&category=B does."""
+    tenant = indexed[0]
+    listed = json.loads(
+        _run(capsysbinary, "facts", "--category", "DECLARATIVE", "--category", "TOOL_FAILURE", "--tenant", tenant)
+    )
+    assert set(listed["categories"]) == {"DECLARATIVE", "TOOL_FAILURE"} and listed["total"] == 1
+    listed = json.loads(_run(capsysbinary, "facts", "--category", "TOOL_FAILURE,DECLARATIVE", "--tenant", tenant))
+    assert set(listed["categories"]) == {"DECLARATIVE", "TOOL_FAILURE"} and listed["total"] == 1

@@ -78,8 +78,10 @@ def add_drilldown_commands(sub) -> None:
     facts.add_argument("--tenant", default=None)
     facts.add_argument(
         "--category",
+        action="append",
         default=None,
-        help="comma-separated categories (default: HARD_CONSTRAINT,REJECTED_OPTION,TOOL_FAILURE)",
+        help="categories, comma-separated or the flag repeated, as ?category= is "
+        "(default: HARD_CONSTRAINT,REJECTED_OPTION,TOOL_FAILURE)",
     )
     facts.add_argument("--limit", default=None, help="at most this many facts, 1 to 500 (default 50)")
     passage = sub.add_parser("passage", help="a passage of a tenant as JSON (text, doc_id, metadata, context)")
@@ -195,7 +197,10 @@ def cmd_fact(settings: Settings, args) -> int:
 def cmd_facts(settings: Settings, args) -> int:
     from workers.query import drilldown
 
-    categories, limit = drilldown.fact_filter(args.category, args.limit)  # ContractError: exit 2 with its message
+    # --category A --category B,C: every one, as GET /v1/facts?category=A&category=B,C lists them
+    categories, limit = drilldown.fact_filter(
+        ",".join(args.category) if args.category else None, args.limit
+    )  # ContractError: exit 2 with its message
     return _drill(
         settings,
         args,
