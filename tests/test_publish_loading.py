@@ -227,3 +227,26 @@ def test_a_document_of_another_tenant_is_refused(tmp_path):
     ]
     done = offline_cli().run("publish", str(tmp_path / "turns.jsonl"), "--tenant", "tb", check=False)
     assert done.returncode == 2 and "names tenant 'othertenant', but this publish writes tenant 'tb'" in done.stderr
+
+
+def test_a_wait_timeout_must_be_a_number_of_seconds_above_0(tmp_path, monkeypatch, capsys):
+    """Before: `publish/delete --wait --timeout -5` were taken (rebuild refused a timeout <= 0,
+    and took nan). Now argparse refuses each, exit 2, before anything is published."""
+    import pytest
+
+    from ops import cli
+
+    nowhere = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", nowhere)  # (the old code published)
+    monkeypatch.setenv("MEMSTREAM_REDIS_URL", f"redis://{nowhere}/0")
+    (tmp_path / "a.txt").write_text("Ada.")
+    for argv in (
+        ["publish", str(tmp_path / "a.txt"), "--wait", "--timeout", "-5"],
+        ["publish", str(tmp_path / "a.txt"), "--wait", "--timeout", "nan"],
+        ["delete", "a", "--wait", "--timeout", "-5"],
+        ["rebuild", "--wait", "--timeout", "nan"],
+    ):
+        with pytest.raises(SystemExit) as exit:
+            cli.main(argv)
+        assert exit.value.code == 2
+        assert f"argument --timeout: must be a number of seconds above 0, not '{argv[-1]}'" in capsys.readouterr().err

@@ -184,3 +184,23 @@ def test_status_refuses_a_sample_that_is_not_a_number_of_seconds(capsys):
             main(["status", "--sample", bad])
         assert exit.value.code == 2
         assert f"argument --sample: must be a number of seconds from 0 to 3600, not '{bad}'" in capsys.readouterr().err
+
+
+def test_tail_refuses_a_limit_or_idle_timeout_that_would_not_end_it(monkeypatch, capsys):
+    """Before: `tail --limit -1` exited 0 printing nothing and `--idle-timeout nan` never
+    stopped. Now argparse refuses them, exit 2, before Kafka is reached."""
+    import pytest
+
+    from ops.cli import main
+    from ops.stack.services import free_port
+
+    monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")  # (the old code's connect fails)
+    for flag, bad, said in (
+        ("--limit", "-1", "must be a whole number >= 1"),
+        ("--limit", "0", "must be a whole number >= 1"),
+        ("--idle-timeout", "nan", "must be a number of seconds above 0"),
+        ("--idle-timeout", "-2", "must be a number of seconds above 0"),
+    ):
+        with pytest.raises(SystemExit) as exit:
+            main(["tail", flag, bad])
+        assert exit.value.code == 2 and f"argument {flag}: {said}, not '{bad}'" in capsys.readouterr().err

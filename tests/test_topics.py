@@ -120,3 +120,17 @@ def test_a_client_stuck_on_a_controller_that_no_longer_answers_is_made_anew(stac
         assert len(made) == 2
     finally:
         delete_namespace_topics(settings, [namespace])
+
+
+def test_topics_create_refuses_a_partition_count_below_1(monkeypatch, capsys):
+    """Before: `topics create --partitions 0` created the topics with the default 4 (0 read as
+    unset) and `--partitions -3` ended in a long Kafka error. Now argparse refuses them, exit 2."""
+    from ops.cli import main
+    from ops.stack.services import free_port
+
+    monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")  # (the old code's connect fails)
+    for bad in ("0", "-3", "two"):
+        with pytest.raises(SystemExit) as exit:
+            main(["topics", "create", "--partitions", bad])
+        assert exit.value.code == 2
+        assert f"argument --partitions: must be a whole number >= 1, not '{bad}'" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from ops.cli.numbers import seconds
 from topics import BadInput, tenant_or_default, validate_tenant
 from workers.settings import Settings
 
@@ -28,7 +29,7 @@ def add_parsers(sub) -> None:
         help="the version of documents that name none (default: the time now in ms, so a file published again replaces its last version)",
     )
     pub.add_argument("--wait", action="store_true", help="return once every document is fully indexed")
-    pub.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
+    pub.add_argument("--timeout", type=seconds(), default=600.0, help="seconds --wait waits (default 600)")
 
     delete = sub.add_parser("delete", help="take documents out of memory: a tombstone each on memstream.documents")
     delete.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
@@ -44,7 +45,7 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="return once the pipeline has taken every document out (with --purge: erased it)",
     )
-    delete.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
+    delete.add_argument("--timeout", type=seconds(), default=600.0, help="seconds --wait waits (default 600)")
 
     retract = sub.add_parser("retract", help="take a fact out of memory (a passage that says it again brings it back)")
     retract.add_argument("fact_id", metavar="FACT_ID")
@@ -58,7 +59,7 @@ def add_parsers(sub) -> None:
     )
     rebuild.add_argument("--tenant", default=None, help="only this tenant (default: every tenant with documents)")
     rebuild.add_argument("--wait", action="store_true", help="return once every document is indexed again")
-    rebuild.add_argument("--timeout", type=float, default=600.0, help="--wait: seconds at most (default 600)")
+    rebuild.add_argument("--timeout", type=seconds(), default=600.0, help="--wait: seconds at most (default 600)")
 
 
 def cmd_publish(settings: Settings, args) -> int:
@@ -117,8 +118,6 @@ def cmd_rebuild(settings: Settings, args) -> int:
     from ops.rebuild import rebuild
 
     tenant = validate_tenant(args.tenant) if args.tenant is not None else None
-    if not args.timeout > 0:
-        raise BadInput("--timeout must be > 0 seconds")
     return rebuild(settings, tenant, args.timeout if args.wait else None)
 
 

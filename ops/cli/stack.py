@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 
+from ops.cli.numbers import positive_int
 from topics import BadInput
 from workers.retry import backoff
 from workers.roles import EMBEDDING_ROLES, parse_roles
@@ -35,7 +36,9 @@ def add_parsers(sub) -> None:
 
     topics = sub.add_parser("topics", help="create the topics before workers start")
     topics.add_argument("action", choices=["create"])
-    topics.add_argument("--partitions", type=int, default=None)
+    topics.add_argument(
+        "--partitions", type=positive_int, default=None, help="partitions per topic (default MEMSTREAM_PARTITIONS)"
+    )
 
     worker = sub.add_parser(
         "worker", help="run workers (indexing roles: one faust app; query alone: an HTTP server on Redis only)"

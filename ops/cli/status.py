@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from ops.cli.numbers import seconds
+from ops.cli.numbers import positive_int, seconds
 from topics import ContractError, FactEvent, decode, tenant_or_default, validate_tenant
 from workers.settings import Settings
 
@@ -35,8 +35,10 @@ def add_parsers(sub) -> None:
     tail = sub.add_parser("tail", help="print memstream.indexed-facts events as JSON lines")
     tail.add_argument("--tenant", default=None)
     tail.add_argument("--from-beginning", action="store_true")
-    tail.add_argument("--limit", type=int, default=None)
-    tail.add_argument("--idle-timeout", type=float, default=None, help="stop after this many seconds without events")
+    tail.add_argument("--limit", type=positive_int, default=None, help="stop after this many events")
+    tail.add_argument(
+        "--idle-timeout", type=seconds(), default=None, help="stop after this many seconds without events"
+    )
 
     export = sub.add_parser("export", help="a tenant's whole memory, canonical and sorted")
     export.add_argument("--tenant", default=None)
