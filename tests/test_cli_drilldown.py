@@ -71,3 +71,16 @@ def test_facts_takes_category_repeated_as_docs_usage_says(indexed, capsysbinary)
     assert set(listed["categories"]) == {"DECLARATIVE", "TOOL_FAILURE"} and listed["total"] == 1
     listed = json.loads(_run(capsysbinary, "facts", "--category", "TOOL_FAILURE,DECLARATIVE", "--tenant", tenant))
     assert set(listed["categories"]) == {"DECLARATIVE", "TOOL_FAILURE"} and listed["total"] == 1
+
+
+def test_a_redis_away_is_named_by_its_address_never_with_its_password(monkeypatch, capsys):
+    """`memstream fact` with Redis away printed MEMSTREAM_REDIS_URL whole, password and all, and
+    a command meeting a unix socket's Redis away named no address ("Redis at  did not answer"):
+    both name the address (Settings.redis_address) now."""
+    monkeypatch.setenv("MEMSTREAM_REDIS_URL", "redis://:hunter2secret@127.0.0.1:1/0")
+    assert main(["fact", "f-1", "--tenant", "acme"]) == 1
+    err = capsys.readouterr().err
+    assert "hunter2secret" not in err and "Redis at 127.0.0.1:1" in err
+    monkeypatch.setenv("MEMSTREAM_REDIS_URL", "unix:///nonexistent/memstream-redis.sock")
+    assert main(["tenants"]) == 1
+    assert "Redis at /nonexistent/memstream-redis.sock did not answer" in capsys.readouterr().err

@@ -356,6 +356,13 @@ class Settings:
         return dict(self._category_ttls)
 
     @property
+    def redis_address(self) -> str:
+        """MEMSTREAM_REDIS_URL's host:port (a unix socket's path), without the credentials it may
+        hold: what a message names."""
+        parts = urlsplit(self.redis_url)
+        return parts.netloc.rpartition("@")[2] or parts.path
+
+    @property
     def effective_tau(self) -> int:
         return self.tau if self.schema_filter else 1
 

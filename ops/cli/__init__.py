@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from urllib.parse import urlsplit
 
 from ops.cli import admin, bench, documents, query, stack, status
 from store.errors import RedisClusterNode
@@ -68,8 +67,6 @@ def _service_away(exc: BaseException, settings: Settings | None) -> str | None:
             "(`memstream stack up`, MEMSTREAM_KAFKA_BOOTSTRAP)"
         )
     if redis_unavailable(exc) is not None:
-        where = (
-            f" at {urlsplit(settings.redis_url).netloc.rpartition('@')[2]}" if settings is not None else ""
-        )  # no password
+        where = f" at {settings.redis_address}" if settings is not None else ""
         return f"Redis{where} did not answer ({type(exc).__name__}: {exc}); is it running? (MEMSTREAM_REDIS_URL)"
     return None

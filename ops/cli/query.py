@@ -245,7 +245,8 @@ def _drill(settings: Settings, args, what: str, load, render) -> int:
     except Exception as exc:
         if redis_unavailable(exc) is None:
             raise
-        print(f"memstream {what}: cannot reach Redis at {settings.redis_url} ({exc})", file=sys.stderr)
+        # the address, not the URL: it may hold a password
+        print(f"memstream {what}: cannot reach Redis at {settings.redis_address} ({exc})", file=sys.stderr)
         return 1
     if found is None:
         print(f"memstream {what}: {drilldown.missing(f'{what} {args.id!r}', tenant)}", file=sys.stderr)
