@@ -378,7 +378,7 @@ def run_query_server(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        log.info("query worker: Redis at %s, no Kafka", settings.redis_url)
+        log.info("query worker: Redis at %s, no Kafka", settings.redis_address)  # no password
         await serve(query_app(settings), settings.http_host, settings.http_port, stop, http_socket)
 
     asyncio.run(main())
