@@ -12,6 +12,7 @@ import time
 import uuid
 
 import numpy as np
+import pytest
 
 from ops.stack.services import free_port
 from store import Memory
@@ -522,3 +523,33 @@ def test_a_started_query_api_has_frozen_what_its_start_made(stack_env):
         gc.unfreeze()  # the suite's process: its objects back in the generations
     assert health == 200
     assert frozen > 10_000 and not before_tracked and after_tracked
+
+
+def test_the_query_api_listens_on_every_address_its_host_names_ipv6_too():
+    """MEMSTREAM_HTTP_HOST=::1 (an allowed loopback) ended in "cannot listen on ::1": the API's
+    socket was bound with socket.create_server, IPv4 only (a review); and "" bound 0.0.0.0 alone.
+    listen() binds each address the host names, on one port, as aiohttp's own site did."""
+    import socket
+
+    from workers.query.server import listen
+
+    try:
+        probe = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    probe.close()
+    for host, families in [
+        ("::1", {socket.AF_INET6}),
+        ("127.0.0.1", {socket.AF_INET}),
+        ("", {socket.AF_INET, socket.AF_INET6}),
+    ]:
+        socks = listen(Settings(http_host=host, http_port=0))
+        try:
+            assert {sock.family for sock in socks} == families, host
+            assert len({sock.getsockname()[1] for sock in socks}) == 1, host  # one port on every address
+            for sock in socks:
+                loopback = "::1" if sock.family == socket.AF_INET6 else "127.0.0.1"
+                socket.create_connection((loopback, sock.getsockname()[1]), timeout=5).close()
+        finally:
+            for sock in socks:
+                sock.close()

@@ -18,7 +18,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
@@ -42,8 +42,8 @@ from workers.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings, roles: set[str], http_socket: socket.socket | None = None) -> faust.App:
-    """The faust app of `roles`; with `query`, the HTTP API is served on `http_socket` (bound
+def create_app(settings: Settings, roles: set[str], http_sockets: Sequence[socket.socket] = ()) -> faust.App:
+    """The faust app of `roles`; with `query`, the HTTP API is served on `http_sockets` (bound
     beforehand by run_worker) or else on MEMSTREAM_HTTP_HOST:PORT."""
     faust_patches.install()  # before any consumer exists: what effectively-once relies on
     settings.home.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def create_app(settings: Settings, roles: set[str], http_socket: socket.socket |
     if "extractor" in roles:
         _register_lexical_upkeep(app, memory)
     if "query" in roles:
-        _serve_query_api(app, settings, embedder, http_socket)
+        _serve_query_api(app, settings, embedder, http_sockets)
     return app
 
 
@@ -463,7 +463,7 @@ def _register_lexical_upkeep(app: faust.App, memory: Memory) -> None:
             await asyncio.sleep(LEXICAL_UPKEEP_S)
 
 
-def _serve_query_api(app: faust.App, settings: Settings, embedder, sock: socket.socket | None) -> None:
+def _serve_query_api(app: faust.App, settings: Settings, embedder, socks: Sequence[socket.socket]) -> None:
     """Serve the query API (workers.query.server) from this worker's event loop; faust's own
     web server stays off. It starts with the app's tasks, once the app has started (the
     consumer group joined), and stops (Redis pool closed) when the worker stops. The port is
@@ -472,7 +472,7 @@ def _serve_query_api(app: faust.App, settings: Settings, embedder, sock: socket.
     @app.task
     async def serve_query_api():
         try:
-            await serve(query_app(settings, embedder), settings.http_host, settings.http_port, sock=sock)
+            await serve(query_app(settings, embedder), settings.http_host, settings.http_port, socks=socks)
         except OSError as exc:
             log.error("query API cannot listen on %s:%s: %s", settings.http_host, settings.http_port, exc)
             await app.crash(exc)
@@ -481,14 +481,14 @@ def _serve_query_api(app: faust.App, settings: Settings, embedder, sock: socket.
 def run_worker(settings: Settings, roles: set[str]) -> None:
     """The roles as one faust worker (Kafka needed). `--role query` alone does not come here:
     workers.query.server.run_query_server serves it without Kafka."""
-    http_socket = None
+    http_sockets: list[socket.socket] = []
     if "query" in roles:
         check_exposure(settings)  # keys load; without keys, loopback only
         # bound before Kafka, Redis and the agents start: a taken port is a clear error now, not
         # a crash after the worker joined its consumer group (and a port chosen free just before
         # is not taken meanwhile by one of the clients' own connections)
-        http_socket = listen(settings)
-    app = create_app(settings, roles, http_socket)
+        http_sockets = listen(settings)
+    app = create_app(settings, roles, http_sockets)
     serve_metrics(settings)
     worker = _Worker(app, loglevel=settings.log_level, quiet=True)
     worker.stop_seconds = settings.stop_seconds

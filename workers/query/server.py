@@ -25,6 +25,7 @@ import gc
 import logging
 import signal
 import socket
+from collections.abc import Sequence
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -336,16 +337,22 @@ def serve_metrics(settings: Settings) -> None:
 
 
 async def serve(
-    app: web.Application, host: str, port: int, stop: asyncio.Event | None = None, sock: socket.socket | None = None
+    app: web.Application,
+    host: str,
+    port: int,
+    stop: asyncio.Event | None = None,
+    socks: Sequence[socket.socket] = (),
 ) -> None:
-    """Serve `app` on host:port — or on `sock`, a listening socket bound beforehand — until
-    `stop` is set or this task is cancelled (a faust worker stopping cancels its tasks); then
-    close the listener, let requests in flight finish and run the app's cleanup (the Redis
+    """Serve `app` on host:port — or on `socks`, listening sockets bound beforehand (listen) —
+    until `stop` is set or this task is cancelled (a faust worker stopping cancels its tasks);
+    then close the listeners, let requests in flight finish and run the app's cleanup (the Redis
     pool). Raises OSError when the port cannot be bound."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        await (web.SockSite(runner, sock) if sock is not None else web.TCPSite(runner, host, port)).start()
+        sites: list[web.BaseSite] = [web.SockSite(runner, sock) for sock in socks] or [web.TCPSite(runner, host, port)]
+        for site in sites:
+            await site.start()
         log.info("query API serving on http://%s:%s", host, port)
         await (stop or asyncio.Event()).wait()
     finally:
@@ -353,16 +360,34 @@ async def serve(
         log.info("query API on %s:%s stopped", host, port)
 
 
-def listen(settings: Settings) -> socket.socket:
-    """The query API's listening socket on MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT, bound before
-    anything else starts; a port taken (or a host not this machine's) ends the process with one
-    line, exit 1, not an OSError's traceback."""
+def listen(settings: Settings) -> list[socket.socket]:
+    """The query API's listening sockets on MEMSTREAM_HTTP_HOST:MEMSTREAM_HTTP_PORT, one for each
+    address the host names (`localhost`: 127.0.0.1 and ::1; `::1` alone; "" every interface of
+    both families), as aiohttp's own site binds them, bound before anything else starts. A port
+    taken (or a host not this machine's) ends the process with one line, exit 1, not an
+    OSError's traceback. (socket.create_server binds IPv4 only: `::1`, an allowed loopback,
+    could not be served; a review.)"""
+    host, port = settings.http_host or None, settings.http_port
+    socks: list[socket.socket] = []
     try:
-        return socket.create_server((settings.http_host, settings.http_port))
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # its IPv4 twin binds the same port
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(socks) > 1:  # a port chosen by the first: the same on every address
+                address = (address[0], socks[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(128)
     except OSError as exc:
+        for sock in socks:
+            sock.close()
         raise SystemExit(
             f"memstream: the query API cannot listen on {settings.http_host}:{settings.http_port}: {exc}"
         ) from None
+    return socks
 
 
 def run_query_server(settings: Settings) -> None:
@@ -370,7 +395,7 @@ def run_query_server(settings: Settings) -> None:
     Redis; SIGTERM or SIGINT stops it cleanly (requests in flight are finished, pool closed)."""
 
     check_exposure(settings)
-    http_socket = listen(settings)
+    http_sockets = listen(settings)
     serve_metrics(settings)
 
     async def main() -> None:
@@ -379,6 +404,6 @@ def run_query_server(settings: Settings) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         log.info("query worker: Redis at %s, no Kafka", settings.redis_address)  # no password
-        await serve(query_app(settings), settings.http_host, settings.http_port, stop, http_socket)
+        await serve(query_app(settings), settings.http_host, settings.http_port, stop, http_sockets)
 
     asyncio.run(main())
