@@ -47,15 +47,17 @@ def tenant_purged_event(tenant: str, gone: dict[str, int]) -> FactEvent:
 
 
 def tombstone_documents(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float = 30.0) -> None:
-    """A tombstone for each of the tenant's documents on `memstream.documents` (PublishError when
-    Kafka does not take them): the compacted log forgets them, so neither `memstream rebuild` nor
-    a recovery from the log indexes them again. A chunker meeting one finds no record of its
-    document (the tenant is erased already) and writes nothing."""
+    """Each of the tenant's documents erased on `memstream.documents`, as `delete --purge` does
+    it: its erasure, then its tombstone (PublishError when Kafka does not take them). The
+    compacted log forgets them, so neither `memstream rebuild` nor a recovery from the log
+    indexes them again. A chunker meeting them finds no record of the document (the tenant is
+    erased already) and writes nothing; one a stopped worker had not read yet is indexed and
+    then erased, not merely retired (a plain tombstone kept its text, a review)."""
     if not doc_ids:
         return
     publisher = ClientPublisher(settings, timeout_s=timeout_s)
     try:
-        publisher.send(publisher.deletion_messages(tenant, doc_ids))
+        publisher.send(publisher.deletion_messages(tenant, doc_ids, purge=True))
     finally:
         publisher.close()
 

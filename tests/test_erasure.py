@@ -258,10 +258,12 @@ def test_memstream_tenant_delete_purge_announces_what_went(stack_env, capsys):
 def test_a_tenant_erased_for_good_does_not_come_back_from_the_log(stack_env, tmp_path, capsys):
     """`tenant delete T --purge` erased Redis alone: the tenant's documents stayed current on
     memstream.documents, so `memstream rebuild` (or a recovery from the log) indexed them again
-    and the log kept their texts (an audit). Now each gets a tombstone: the log's current
-    documents of the tenant are none, and a rebuild finds nothing of it."""
+    and the log kept their texts (an audit). Now each gets an erasure and a tombstone: the log's
+    current documents of the tenant — what a rebuild reads (ops.rebuild.current_documents) — are
+    none."""
     from ops import cli
     from ops.rebuild import current_documents
+    from tests.chaos import read_topic
     from workers.settings import Settings
 
     settings = Settings.from_env(stack_env)
@@ -272,8 +274,14 @@ def test_a_tenant_erased_for_good_does_not_come_back_from_the_log(stack_env, tmp
     assert sorted(d.doc_id for d in current_documents(settings, tenant)[0][tenant]) == ["marr", "quill"]
     capsys.readouterr()
     assert cli.main(["tenant", "delete", tenant, "--purge"]) == 0
-    assert "2 documents tombstoned on memstream.documents" in capsys.readouterr().out
+    assert "2 documents erased on memstream.documents" in capsys.readouterr().out
     assert current_documents(settings, tenant) == ({}, 0)
+    by_key: dict[bytes, list] = {}
+    for record in read_topic(settings.kafka_bootstrap, settings.topics.documents):
+        if record.key.startswith(f"{tenant}/".encode()):
+            by_key.setdefault(record.key, []).append(record.value)
+    for key, values in by_key.items():  # each: its publication, its erasure, its tombstone
+        assert len(values) == 3 and json.loads(values[1])["erase"] is True and values[2] is None, key
 
 
 @pytest.mark.stack

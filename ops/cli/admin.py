@@ -87,29 +87,30 @@ def cmd_tenant(settings: Settings, args) -> int:
     documents = current_documents(settings, tenant)[0].get(tenant, [])
     gone = asyncio.run(purge())
     print(f"tenant {tenant} erased: " + ", ".join(f"{n} {what}" for what, n in gone.items()))
+    code = 0
     try:
         tombstone_documents(settings, tenant, [doc.doc_id for doc in documents])
+        if documents:
+            print(
+                f"{len(documents)} documents erased on {settings.topics.documents} (an erasure and a tombstone "
+                "each): `rebuild` no longer brings them back, and the log drops their texts when it compacts"
+            )
     except Exception as exc:
         print(
-            f"memstream tenant delete: erased from Redis, but the tombstones of its {len(documents)} documents on "
+            f"memstream tenant delete: erased from Redis, but the erasures of its {len(documents)} documents on "
             f"{settings.topics.documents} were not published ({type(exc).__name__}: {exc}); `memstream rebuild` would "
             "index them again: run this command again once Kafka answers",
             file=sys.stderr,
         )
-        return 1
-    if documents:
-        print(
-            f"{len(documents)} documents tombstoned on {settings.topics.documents}: `rebuild` no longer brings them "
-            "back, and the log drops their texts when it compacts"
-        )
-    try:
+        code = 1
+    try:  # told either way: a second run would count nothing erased
         publish_event(settings, tenant_purged_event(tenant, gone))
     except Exception as exc:  # the erasure is done; only its announcement is missing
         print(
             f"memstream tenant delete: erased, but the `purged` event was not published ({type(exc).__name__}: {exc})",
             file=sys.stderr,
         )
-    return 0
+    return code
 
 
 def cmd_migrate(settings: Settings, args) -> int:
