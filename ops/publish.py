@@ -363,10 +363,10 @@ async def _wait_indexed(
 
 
 def meant_ids(doc_id: str) -> list[str]:
-    """The ids a document given as `doc_id` may have been published under, nearest first: the
-    path's last parts, and each without its file suffix — a folder's file `notes/ilse.md` is
-    `ilse` when the folder was what `publish` was given (`notes/ilse.md` → `ilse.md`, `ilse`,
-    `notes/ilse`)."""
+    """The ids a document given as `doc_id` may have been published under, nearest first: the id
+    without its file suffix, then the path's last parts, each as given and without its suffix —
+    a folder's file `notes/ilse.md` is `ilse` when the folder was what `publish` was given
+    (`notes/ilse.md` → `notes/ilse`, `ilse.md`, `ilse`)."""
     parts = doc_id.split("/")
     tails = ["/".join(parts[i:]) for i in range(len(parts))]
     out = []
@@ -408,7 +408,8 @@ def refuse_unrecorded(settings: Settings, tenant: str, doc_ids: list[str]) -> No
         )
         raise BadInput(
             f"tenant {tenant!r} holds no document {named}: nothing was deleted. A document published moments ago "
-            "is known once the chunker has taken it (`publish --wait`); `memstream status --tenant` counts its documents"
+            "is known once the chunker has taken it (`publish --wait`); --force publishes the deletion anyway (a "
+            "document not through the chunker yet, or one it dead-lettered)"
         )
 
 

@@ -45,6 +45,12 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="return once the pipeline has taken every document out (with --purge: erased it)",
     )
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="publish even for an id the tenant holds no record of (a document not through the chunker yet, or "
+        "one it dead-lettered), without asking Redis",
+    )
     delete.add_argument("--timeout", type=seconds(), default=600.0, help="seconds --wait waits (default 600)")
 
     retract = sub.add_parser("retract", help="take a fact out of memory (a passage that says it again brings it back)")
@@ -93,7 +99,8 @@ def cmd_delete(settings: Settings, args) -> int:
     blank = [doc_id for doc_id in args.doc_ids if not doc_id.strip()]
     if blank:
         raise BadInput("a doc id to delete must not be empty")
-    refuse_unrecorded(settings, tenant, args.doc_ids)
+    if not args.force:
+        refuse_unrecorded(settings, tenant, args.doc_ids)
     delete(settings, tenant, args.doc_ids, purge=args.purge)
     if args.wait:
         pending = wait_deleted(settings, tenant, args.doc_ids, args.timeout, purge=args.purge)
