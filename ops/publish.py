@@ -245,26 +245,32 @@ def _load_jsonl(where: str, raw: str, tenant: str, max_text_bytes: int, loaded: 
 
 def _load_text_or_json(where: str, raw: str, stem: str, tenant: str, max_text_bytes: int, loaded: Loaded) -> None:
     """Standard input: JSON when its first non-blank character is `{` or `[` — one value (a
-    document, a list of them, a LoCoMo conversation), or JSONL when its first line is a whole
-    object — and then it must parse; any other input is one text document."""
+    document, a list of them, a LoCoMo conversation), or JSONL when it is not one value but any
+    of its lines is a whole object (each line then stands alone: a broken one is named, the
+    others published, as from a .jsonl file) — and then it must parse; any other input is one
+    text document."""
     stripped = raw.strip()
     if not stripped.startswith(("{", "[")):
         _add(loaded, where, {"doc_id": f"{stem}-{content_hash(raw)[:12]}", "text": raw}, tenant, max_text_bytes)
         return
-    first_line, _, rest = stripped.partition("\n")
-    if stripped.startswith("{") and rest.strip() and _parses(first_line):
+    lines = [line for line in stripped.split("\n") if line.strip()]
+    if stripped.startswith("{") and len(lines) > 1 and not _parses(stripped) and any(map(_is_object, lines)):
         _load_jsonl(where, stripped, tenant, max_text_bytes, loaded)
         return
     # a broken JSON is refused with its line and column, not published as the text of a document
     _load_json(where, stripped, tenant, max_text_bytes, loaded, invalid="starts with { or [ but is not valid JSON")
 
 
-def _parses(line: str) -> bool:
+def _parses(text: str) -> bool:
     try:
-        json.loads(line)
+        json.loads(text)
     except (ValueError, RecursionError):
         return False
     return True
+
+
+def _is_object(line: str) -> bool:
+    return line.lstrip().startswith("{") and _parses(line)
 
 
 class Progress:

@@ -177,6 +177,10 @@ def test_stdin_that_starts_as_json_must_parse():
     lines = '{"doc_id": "a", "text": "x"}\n{"doc_id": "b" "text": "y"}\n'  # JSONL: its bad line named
     loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO(lines))
     assert [d.doc_id for d in loaded.documents] == ["a"] and loaded.errors[0].startswith("<stdin>:2: invalid JSON")
+    # JSONL whose first line is the broken one: still JSONL, the others published (a review)
+    lines = '{"doc_id": "a" "text": "x"}\n{"doc_id": "b", "text": "y"}\n{"doc_id": "c", "text": "z"}\n'
+    loaded = load_documents(["-"], "acme", 1000, stdin=io.StringIO(lines))
+    assert [d.doc_id for d in loaded.documents] == ["b", "c"] and loaded.errors[0].startswith("<stdin>:1: invalid JSON")
     # refused before Kafka is reached
     done = offline_cli().run("publish", "-", "--tenant", "acme", input=one_line, check=False)
     assert done.returncode == 2 and "not valid JSON (Expecting ',' delimiter: line 1 column 38" in done.stderr
