@@ -560,6 +560,24 @@ def test_search_memory_checks_top_k_as_post_v1_query_does():
     assert not one.is_error and len(one.structured_content["passages"]) == 1
 
 
+def test_standing_facts_checks_limit_as_get_v1_facts_does():
+    """The SDK's argument model took `limit: true` as 1 (a review, after top_k's fix): the value
+    as sent meets drilldown.parse_limit, the GET listings' check."""
+
+    async def main():
+        stages, server = await _trip_server()
+        try:
+            async with Client(server) as client:
+                return [await client.call_tool("standing_facts", {"limit": limit}) for limit in (True, 0, 2.5, 1)]
+        finally:
+            await stages.close()
+
+    *refused, one = asyncio.run(main())
+    for answer in refused:
+        assert answer.is_error and "'limit' must be an integer from 1 to 500" in answer.content[0].text
+    assert not one.is_error
+
+
 def test_memstream_mcp_closed_at_once_exits_quietly(tmp_path):
     """Before: `: | memstream mcp` (a client that closes at once) printed "Exception in thread
     embedder-load … can't register atexit after shutdown": the model's background load raced

@@ -489,3 +489,21 @@ def test_memstream_retract_refuses_a_reason_the_resolver_would_refuse_before_rea
     monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:1")
     assert cli.main(["retract", "f-1", "--tenant", "acme", "--reason", "sold\x00it"]) == 2
     assert "'reason'" in capsys.readouterr().err
+
+
+def test_a_listings_unknown_categories_and_statuses_are_quoted_a_few_at_a_time():
+    """?category= and ?status= (and the MCP tool standing_facts) named every unknown name whole:
+    100,000 of them, or one of a megabyte, came back in the error (a review). They are quoted as
+    the query's unknown fields are (topics.contract.quoted_names)."""
+    from topics import ContractError
+    from workers.query import drilldown
+
+    many = ",".join(f"bad{i}" for i in range(100_000))
+    for check in (lambda text: drilldown.fact_filter(text, None), drilldown.status_filter):
+        for given, said in [
+            (many, "'bad0', 'bad1', 'bad2', 'bad3', 'bad4' and 99,995 more"),
+            ("y" * 1_000_000, "… (1,000,000 characters)"),
+        ]:
+            with pytest.raises(ContractError) as raised:
+                check(given)
+            assert said in str(raised.value) and len(str(raised.value)) < 1000

@@ -15,6 +15,7 @@ from store.base import MemoryStore
 from store.facts import STATUSES, Fact
 from store.keys import LAYERS
 from topics import ContractError
+from topics.contract import quoted, quoted_names
 from topics.records import CATEGORY_PRECEDENCE, FACT_CATEGORIES
 from workers.query.answers import (
     EntityName,
@@ -86,7 +87,7 @@ def fact_filter(categories: Any = None, limit: Any = None) -> tuple[tuple[str, .
         unknown = [n for n in chosen if n not in FACT_CATEGORIES]
         if unknown or not chosen:
             raise ContractError(
-                f"unknown fact category {', '.join(map(repr, unknown)) or repr(categories)}: expected {', '.join(FACT_CATEGORIES)}"
+                f"unknown fact category {quoted_names(unknown) or quoted(categories)}: expected {', '.join(FACT_CATEGORIES)}"
             )
     return chosen, parse_limit(limit)
 
@@ -172,7 +173,7 @@ def status_filter(statuses: str | None) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(n.strip() for n in (statuses or "").split(",") if n.strip()))
     unknown = [n for n in chosen if n not in STATUSES]
     if unknown:
-        raise ContractError(f"unknown fact status {', '.join(map(repr, unknown))}: expected {', '.join(STATUSES)}")
+        raise ContractError(f"unknown fact status {quoted_names(unknown)}: expected {', '.join(STATUSES)}")
     return chosen
 
 

@@ -344,8 +344,8 @@ def memory_server(tenant: str, engine: QueryEngine, settings: Settings, publishe
                 )
             ),
         ] = None,
-        limit: Annotated[
-            int, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")
+        limit: Annotated[  # the value as sent meets drilldown.parse_limit, as top_k's meets its check
+            int, SkipValidation, Field(description=f"facts to return, 1 to {drilldown.MAX_FACTS_LIMIT}")
         ] = drilldown.DEFAULT_FACTS_LIMIT,
         ctx: Context | None = None,
     ) -> StandingFacts:
