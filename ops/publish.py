@@ -156,7 +156,7 @@ def _add(loaded: Loaded, where: str, obj, tenant: str, max_text_bytes: int) -> N
         except ContractError as exc:
             loaded.errors.append(str(exc))
             return
-        if _refuse_other_tenant(loaded, where, turn.doc_id or f"{turn.session_id}:{turn.turn_id}", obj, tenant):
+        if _refuse_other_tenant(loaded, where, turn.document_id, obj, tenant):
             return
         _add_turn(loaded, where, turn, tenant, max_text_bytes)
         return

@@ -150,3 +150,12 @@ def test_a_redis_url_that_is_not_one_is_bad_input_naming_the_setting(monkeypatch
         assert err.startswith("memstream: MEMSTREAM_REDIS_URL is not a") and found in err and "secret" not in err
     for url in ("redis://127.0.0.1:6379/0", "rediss://h:6380", "unix:///tmp/redis.sock", "redis+cluster://h:7000/0"):
         assert Settings.from_env({"MEMSTREAM_REDIS_URL": url}).redis_url == url
+
+
+def test_the_settings_take_every_url_scheme_the_store_opens():
+    """MEMSTREAM_REDIS_URL's schemes are checked where settings are read (workers.settings, which
+    does not import the store); the cluster's are the store's (store.redis.topology): both agree."""
+    from store.redis.topology import CLUSTER_SCHEMES
+    from workers.settings import REDIS_SCHEMES
+
+    assert set(CLUSTER_SCHEMES) | set(CLUSTER_SCHEMES.values()) <= set(REDIS_SCHEMES)

@@ -134,13 +134,18 @@ class Turn:
     doc_id: str = ""
     metadata: dict = field(default_factory=dict)
 
+    @property
+    def document_id(self) -> str:
+        """The doc id its document is published under: the caller's, else session:turn id."""
+        return self.doc_id or f"{self.session_id}:{self.turn_id}"
+
     def document(self, tenant: str) -> Document:
         metadata = {**self.metadata, "turn_id": self.turn_id}
         if self.date:
             metadata["date"] = self.date
         return Document(
             tenant=tenant,
-            doc_id=self.doc_id or f"{self.session_id}:{self.turn_id}",
+            doc_id=self.document_id,
             text=self.text,
             metadata=metadata,
             session_id=self.session_id,
