@@ -260,10 +260,12 @@ def test_an_indexing_worker_with_query_fails_at_once_on_a_taken_http_port(stack_
     )  # faust never started: no agent, no group
 
 
-def test_a_query_worker_fails_in_one_line_on_a_taken_http_port(tmp_path):
+@pytest.mark.parametrize("taken", ["api", "metrics"])
+def test_a_query_worker_fails_in_one_line_on_a_taken_http_port(tmp_path, taken):
     """Before: `memstream worker --role query` (the query API alone, no faust) on a taken port
     ended in aiohttp's OSError traceback; it says so in the one line the indexing worker's
-    query role does, exit 1, before Redis is opened (none runs here)."""
+    query role does, exit 1, before Redis is opened (none runs here). A taken
+    MEMSTREAM_METRICS_PORT ended in prometheus_client's traceback: one line too."""
     import os
     import socket
     import subprocess
@@ -272,10 +274,12 @@ def test_a_query_worker_fails_in_one_line_on_a_taken_http_port(tmp_path):
     held = socket.create_server(("127.0.0.1", 0))
     port = held.getsockname()[1]
     nowhere = f"127.0.0.1:{free_port()}"
+    ports = {"api": port, "metrics": free_port()} if taken == "api" else {"api": free_port(), "metrics": port}
     env = {
         **os.environ,
         "MEMSTREAM_HTTP_HOST": "127.0.0.1",
-        "MEMSTREAM_HTTP_PORT": str(port),
+        "MEMSTREAM_HTTP_PORT": str(ports["api"]),
+        "MEMSTREAM_METRICS_PORT": str(ports["metrics"]),
         "MEMSTREAM_REDIS_URL": f"redis://{nowhere}/0",
         "MEMSTREAM_KAFKA_BOOTSTRAP": nowhere,
         "MEMSTREAM_HOME": str(tmp_path),
@@ -292,7 +296,8 @@ def test_a_query_worker_fails_in_one_line_on_a_taken_http_port(tmp_path):
     finally:
         held.close()
     assert proc.returncode == 1
-    assert proc.stderr.startswith(f"memstream: the query API cannot listen on 127.0.0.1:{port}: ")
+    what = "the query API" if taken == "api" else "/metrics"
+    assert proc.stderr.startswith(f"memstream: {what} cannot listen on 127.0.0.1:{port}: "), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 

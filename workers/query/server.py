@@ -332,7 +332,12 @@ def serve_metrics(settings: Settings) -> None:
     if settings.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(settings.metrics_port, addr=settings.metrics_host)
+        try:
+            start_http_server(settings.metrics_port, addr=settings.metrics_host)
+        except OSError as exc:  # one line, exit 1, as a taken API port (an OSError's traceback before)
+            raise SystemExit(
+                f"memstream: /metrics cannot listen on {settings.metrics_host}:{settings.metrics_port}: {exc}"
+            ) from None
         log.info("metrics on http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
 
 
