@@ -404,6 +404,7 @@ def test_a_retraction_reason_the_resolver_would_refuse_is_a_400_naming_reason(mo
         b'{"reason": "a\\u0000b"}': "'reason': control character U+0000 at index 1",
         b'{"reason": "\\ud800"}': "'reason': lone surrogate U+D800 at index 0",
         b'{"reason": "bell \\u0007"}': "'reason': control character U+0007 at index 5",
+        b'{"reason": "' + b"x" * 2001 + b'"}': "'reason' is 2,001 characters; at most 2,000",
     }
 
     async def requests(client):

@@ -19,7 +19,7 @@ import uuid
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from store.facts import Fact
-from topics import CandidateFact, ConflictSet, Document, DocumentDeletion, FactEvent, encode
+from topics import CandidateFact, ConflictSet, ContractError, Document, DocumentDeletion, FactEvent, encode
 from workers.envelope import Emit
 from workers.settings import Settings
 
@@ -52,10 +52,18 @@ def fact_probe(tenant: str, fact: Fact, why: str) -> CandidateFact:
     )
 
 
+# A caller's reason is kept with the fact and told in its `retracted` event: a sentence or a
+# paragraph. A reason of megabytes went into Redis and every subscriber's event, or past Kafka's
+# message size, where the API answered 503 for what was bad input (a review).
+MAX_REASON_CHARS = 2000
+
+
 def check_reason(reason: str) -> str:
     """A caller's reason for a retraction, checked as the resolver's decode of the ConflictSet
     checks it (ContractError naming 'reason'): a NUL in it was queued (202) and dead-lettered, a
-    lone surrogate a 500."""
+    lone surrogate a 500; and at most MAX_REASON_CHARS long."""
+    if len(reason) > MAX_REASON_CHARS:
+        raise ContractError(f"'reason' is {len(reason):,} characters; at most {MAX_REASON_CHARS:,}")
     ConflictSet.check_field("reason", reason, "'reason'")
     return reason
 
