@@ -46,22 +46,6 @@ def tenant_purged_event(tenant: str, gone: dict[str, int]) -> FactEvent:
     return FactEvent(**{**event.__dict__, "event_id": short_hash("event", tenant, "tenant-purge", repr(time.time()))})
 
 
-def tombstone_documents(settings: Settings, tenant: str, doc_ids: list[str], timeout_s: float = 30.0) -> None:
-    """Each of the tenant's documents erased on `memstream.documents`, as `delete --purge` does
-    it: its erasure, then its tombstone (PublishError when Kafka does not take them). The
-    compacted log forgets them, so neither `memstream rebuild` nor a recovery from the log
-    indexes them again. A chunker meeting them finds no record of the document (the tenant is
-    erased already) and writes nothing; one a stopped worker had not read yet is indexed and
-    then erased, not merely retired (a plain tombstone kept its text, a review)."""
-    if not doc_ids:
-        return
-    publisher = ClientPublisher(settings, timeout_s=timeout_s)
-    try:
-        publisher.send(publisher.deletion_messages(tenant, doc_ids, purge=True))
-    finally:
-        publisher.close()
-
-
 def publish_event(settings: Settings, event: FactEvent, timeout_s: float = 30.0) -> None:
     """Publish one event on `memstream.indexed-facts` (PublishError when Kafka does not take it)."""
     publisher = ClientPublisher(settings, timeout_s=timeout_s)

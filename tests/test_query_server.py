@@ -224,13 +224,29 @@ def test_the_query_app_answers_every_route_over_real_redis(stack_env):
     assert metrics[0] == 200 and metrics[1].startswith("text/plain") and b"# HELP" in metrics[2]
 
 
+def worker_beside(held, env: dict, roles: str):
+    """`memstream worker --role ROLES` run to its end in `env` while `held` (a listening socket
+    taking a port the worker is given) stays open; the socket closed after."""
+    import subprocess
+    import sys
+
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "ops.cli", "worker", "--role", roles],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        held.close()
+
+
 def test_an_indexing_worker_with_query_fails_at_once_on_a_taken_http_port(stack_env, tmp_path):
     """The port is bound before the worker joins its consumer group: a taken one is a clear
     error and an exit, not a crash after the agents started consuming (which would rebalance
     the group and redeliver what they held)."""
     import socket
-    import subprocess
-    import sys
 
     held = socket.create_server(("127.0.0.1", 0))
     port = held.getsockname()[1]
@@ -243,16 +259,7 @@ def test_an_indexing_worker_with_query_fails_at_once_on_a_taken_http_port(stack_
         "MEMSTREAM_HOME": str(tmp_path),
         "MEMSTREAM_LOG_LEVEL": "info",
     }
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "ops.cli", "worker", "--role", "chunker,query"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        held.close()
+    proc = worker_beside(held, env, "chunker,query")
     assert proc.returncode != 0
     assert f"the query API cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert (
@@ -268,8 +275,6 @@ def test_a_query_worker_fails_in_one_line_on_a_taken_http_port(tmp_path, taken):
     MEMSTREAM_METRICS_PORT ended in prometheus_client's traceback: one line too."""
     import os
     import socket
-    import subprocess
-    import sys
 
     held = socket.create_server(("127.0.0.1", 0))
     port = held.getsockname()[1]
@@ -285,16 +290,7 @@ def test_a_query_worker_fails_in_one_line_on_a_taken_http_port(tmp_path, taken):
         "MEMSTREAM_HOME": str(tmp_path),
         "MEMSTREAM_LOG_LEVEL": "warning",  # not the INFO line saying no keys are configured
     }
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "ops.cli", "worker", "--role", "query"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        held.close()
+    proc = worker_beside(held, env, "query")
     assert proc.returncode == 1
     what = "the query API" if taken == "api" else "/metrics"
     assert proc.stderr.startswith(f"memstream: {what} cannot listen on 127.0.0.1:{port}: "), proc.stderr[-2000:]

@@ -64,7 +64,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_tenant(settings: Settings, args) -> int:
-    from ops.erase import publish_event, purge_tenant, tenant_purged_event, tombstone_documents
+    from ops.erase import publish_event, purge_tenant, tenant_purged_event
+    from ops.publish import delete
     from ops.rebuild import current_documents
     from store import Memory
 
@@ -89,8 +90,12 @@ def cmd_tenant(settings: Settings, args) -> int:
     print(f"tenant {tenant} erased: " + ", ".join(f"{n} {what}" for what, n in gone.items()))
     code = 0
     try:
-        tombstone_documents(settings, tenant, [doc.doc_id for doc in documents])
+        # each erased on the log as `delete --purge` erases it: an erasure, then a tombstone. The
+        # compacted log forgets them; a chunker meeting them finds no record (the tenant is
+        # erased) and writes nothing, or erases one a stopped worker had not read yet — indexed
+        # and then erased, not merely retired, as a plain tombstone would leave it (a review)
         if documents:
+            delete(settings, tenant, [doc.doc_id for doc in documents], quiet=True, purge=True)
             print(
                 f"{len(documents)} documents erased on {settings.topics.documents} (an erasure and a tombstone "
                 "each): `rebuild` no longer brings them back, and the log drops their texts when it compacts"

@@ -29,12 +29,21 @@ def seconds(zero: bool = False, most: float | None = None) -> Callable[[str], fl
     return parse
 
 
-def positive_int(value: str) -> int:
-    """A count: a whole number from 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {value!r}")
-    return number
+def whole_number(most: int | None = None) -> Callable[[str], int]:
+    """A count: a whole number from 1, at most `most`."""
+    bounds = ">= 1" if most is None else f"from 1 to {most}"
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if not (number >= 1 and (most is None or number <= most)):
+            kind = "a whole number" if most is None else "an integer"
+            raise argparse.ArgumentTypeError(f"must be {kind} {bounds}, not {value!r}")
+        return number
+
+    return parse
+
+
+positive_int = whole_number()

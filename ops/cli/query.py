@@ -3,7 +3,6 @@ over HTTP from the query worker, or from Redis directly — and its MCP server o
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -12,6 +11,7 @@ import urllib.error
 import urllib.request
 
 from ops.answer_format import format_answer, query_endpoint, read_answer
+from ops.cli.numbers import whole_number
 from topics import BadInput, tenant_or_default
 from workers.query.modes import DEFAULT_MODE, MAX_TOP_K, mode_names, registered
 from workers.settings import Settings
@@ -22,7 +22,9 @@ def add_parsers(sub) -> None:
     query = sub.add_parser("query", help="query the memory over HTTP")
     query.add_argument("text")
     query.add_argument("--tenant", default=None)
-    query.add_argument("--top-k", type=_top_k, default=None, help=f"passages to return, 1 to {MAX_TOP_K}")
+    query.add_argument(
+        "--top-k", type=whole_number(MAX_TOP_K), default=None, help=f"passages to return, 1 to {MAX_TOP_K}"
+    )
     query.add_argument(
         "--mode",
         choices=mode_names(),
@@ -105,17 +107,6 @@ def query_params(pairs: list[str]) -> dict:
         except json.JSONDecodeError:
             params[name.strip()] = value
     return params
-
-
-def _top_k(value: str) -> int:
-    """--top-k: an integer from 1 to MAX_TOP_K, as POST /v1/query takes it (0 asked the default)."""
-    try:
-        top_k = int(value)
-    except ValueError:
-        top_k = 0
-    if not 1 <= top_k <= MAX_TOP_K:
-        raise argparse.ArgumentTypeError(f"must be an integer from 1 to {MAX_TOP_K}, not {value!r}")
-    return top_k
 
 
 def cmd_query(settings: Settings, args) -> int:
